@@ -1,0 +1,39 @@
+# zerotrain: the two commands of the README, and a few more for developers.
+#   make demo   - installs what it needs, builds, trains the example job on a synthetic corpus
+#   make test   - installs what it needs, builds, runs the whole test suite (ctest)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build test demo test-asan bench clean format
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE bench
+
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DZT_ASAN=ON -DZT_UBSAN=ON -DZT_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest --output-on-failure -j $(JOBS) -LE "bench|slow"
+
+demo: build
+	scripts/demo.sh $(BUILD)
+
+bench: build
+	cd $(BUILD) && ctest --output-on-failure -L bench -V
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,164 @@
+/* zerotrain: the job file (DESIGN.md "The job file") and the DeepSpeed config inside it,
+ * parsed and validated into one plain struct that the engine, zctl, the planner and the
+ * coordinator share. Every error names the file, the JSON line and column, and what to do. */
+#ifndef ZT_COMMON_JOBFILE_H
+#define ZT_COMMON_JOBFILE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#define ZT_PATH_MAX 1024
+#define ZT_NAME_MAX 128
+
+typedef enum { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_ADAM = 1 } zt_optim_type;
+
+typedef enum {
+    ZT_SCHED_NONE = 0, /* constant lr */
+    ZT_SCHED_WARMUP_LR,
+    ZT_SCHED_WARMUP_DECAY_LR,
+    ZT_SCHED_WARMUP_COSINE_LR,
+} zt_sched_type;
+
+typedef enum { ZT_WARMUP_LOG = 0, ZT_WARMUP_LINEAR = 1 } zt_warmup_type;
+
+typedef enum { ZT_DEVICE_CPU = 0, ZT_DEVICE_CUDA = 1 } zt_device;
+
+typedef enum { ZT_PREC_FP32 = 0, ZT_PREC_BF16 = 1, ZT_PREC_FP16 = 2 } zt_precision;
+
+typedef struct zt_model_cfg {
+    char arch[16];          /* "gpt2" */
+    int n_layer, n_head, n_embd;
+    int block_size;         /* max sequence length T */
+    int vocab_size;         /* V */
+    int padded_vocab_size;  /* Vp: given, or V rounded up to a multiple of 128 */
+    bool init_random;       /* "random" */
+    char init_path[ZT_PATH_MAX]; /* llm.c model file (resolved to an absolute path) if !init_random */
+    uint64_t seed;          /* default 1337 */
+} zt_model_cfg;
+
+typedef struct zt_data_cfg {
+    char train[ZT_PATH_MAX]; /* glob pattern, resolved against the job file's directory */
+    char val[ZT_PATH_MAX];   /* "" when absent */
+} zt_data_cfg;
+
+typedef struct zt_train_cfg {
+    int64_t steps;            /* optimizer steps, required, > 0 */
+    int64_t eval_every;       /* 0 = never (default) */
+    int64_t eval_steps;       /* batches per evaluation, default 10 */
+    int64_t checkpoint_every; /* 0 = only the final save (default) */
+    char checkpoint_dir[ZT_PATH_MAX]; /* resolved; default "<jobdir>/ckpt/<name>" */
+    int keep_checkpoints;     /* 0 = keep all; default 3 */
+} zt_train_cfg;
+
+typedef struct zt_resources_cfg {
+    int ranks;          /* default 1 */
+    int ranks_per_node; /* default = ranks */
+    zt_device device;   /* default cpu */
+} zt_resources_cfg;
+
+typedef struct zt_optim_cfg {
+    zt_optim_type type; /* "Adam" with adam_w_mode true (default) is stored as ADAMW */
+    double lr;          /* default 1e-3 */
+    double beta1, beta2;/* default 0.9, 0.999 */
+    double eps;         /* default 1e-8 */
+    double weight_decay;/* default 0 */
+    bool adam_w_mode;   /* decoupled decay; false => L2 added to the gradient */
+} zt_optim_cfg;
+
+typedef struct zt_sched_cfg {
+    zt_sched_type type;
+    double warmup_min_lr;   /* WarmupLR/WarmupDecayLR, default 0 */
+    double warmup_max_lr;   /* default 0.001 */
+    int64_t warmup_num_steps; /* default 1000 */
+    zt_warmup_type warmup_type; /* default log */
+    int64_t total_num_steps;  /* WarmupDecayLR, WarmupCosineLR: required */
+    double warmup_min_ratio;  /* WarmupCosineLR, default 0 */
+    double cos_min_ratio;     /* WarmupCosineLR, default 1e-4 */
+} zt_sched_cfg;
+
+typedef struct zt_fp16_cfg {
+    bool enabled;
+    double loss_scale;        /* 0 = dynamic (default) */
+    int initial_scale_power;  /* default 16 (zerotrain applies the documented defaults) */
+    int loss_scale_window;    /* default 1000 */
+    int hysteresis;           /* default 2 */
+    bool consecutive_hysteresis; /* default false */
+    double min_loss_scale;    /* default 1 */
+} zt_fp16_cfg;
+
+typedef struct zt_offload_cfg {
+    bool enabled;     /* device == "cpu" */
+    bool pin_memory;  /* default false */
+    double ratio;     /* fraction updated on the host, default 1.0, in [0,1] */
+} zt_offload_cfg;
+
+typedef struct zt_zero_cfg {
+    int stage;                        /* 0..3, default 0 */
+    int64_t reduce_bucket_size;       /* elements, default 5e8 */
+    int64_t allgather_bucket_size;    /* elements, default 5e8 */
+    bool overlap_comm;                /* default false (true for stage 3) */
+    bool contiguous_gradients;        /* default true */
+    zt_offload_cfg offload_optimizer;
+    zt_offload_cfg offload_param;     /* accepted for stage 3 only */
+    int64_t stage3_prefetch_bucket_size;        /* default 5e7 */
+    int64_t stage3_param_persistence_threshold; /* default 1e5 */
+} zt_zero_cfg;
+
+typedef struct zt_actckpt_cfg {
+    bool enabled;               /* the "activation_checkpointing" block is present */
+    bool partition_activations; /* default false */
+    bool cpu_checkpointing;     /* default false */
+} zt_actckpt_cfg;
+
+typedef struct zt_ds_cfg {
+    /* The batch triad as given (0 = absent) and as resolved for world_size. */
+    int64_t given_train_batch_size, given_micro_batch, given_grad_accum;
+    int64_t train_batch_size, micro_batch, grad_accum;
+    int world_size; /* the world size the triad was resolved for */
+    zt_optim_cfg optimizer;
+    zt_sched_cfg scheduler;
+    double gradient_clipping; /* 0 = off (DeepSpeed's code default) */
+    zt_fp16_cfg fp16;
+    bool bf16;
+    zt_precision precision;  /* derived from fp16/bf16 */
+    zt_zero_cfg zero;
+    zt_actckpt_cfg activation_checkpointing;
+    bool grad_accum_fp32;    /* data_types.grad_accum_dtype; default fp32, except fp16 (16-bit) */
+    int64_t steps_per_print; /* default 10 */
+} zt_ds_cfg;
+
+typedef struct zt_job {
+    char name[ZT_NAME_MAX];
+    char job_path[ZT_PATH_MAX]; /* absolute path of the job file ("" when parsed from text) */
+    char base_dir[ZT_PATH_MAX]; /* directory relative paths resolve against */
+    zt_model_cfg model;
+    zt_data_cfg data;
+    zt_train_cfg train;
+    zt_resources_cfg resources;
+    int max_restarts; /* default 0 */
+    zt_ds_cfg ds;
+} zt_job;
+
+/* Parses and validates a job file. The batch triad is resolved for job->resources.ranks.
+ * On failure returns ZT_ERR_CONFIG (or ZT_ERR_IO / ZT_ERR_NOT_FOUND for an unreadable file)
+ * and err->msg reads like
+ *   "job.json:7:15: deepspeed.zero_optimization.stag: unknown key; did you mean \"stage\"?"
+ * Thread-safe. */
+zt_status zt_job_load(zt_job *job, const char *path, zt_err *err);
+
+/* Same from text; base_dir resolves relative paths (NULL = current directory) and
+ * origin names the text in messages (e.g. "job 17"). */
+zt_status zt_job_parse(zt_job *job, const char *text, const char *origin, const char *base_dir,
+                       zt_err *err);
+
+/* Resolves the batch triad for world_size (DeepSpeed's rules, deepspeed-semantics §1.1) from
+ * the given values. On inconsistency the message names all three values and the world size. */
+zt_status zt_job_resolve_batch(zt_job *job, int world_size, zt_err *err);
+
+/* Writes the resolved job (every default filled in) as JSON; caller frees with zt_free.
+ * zt_job_parse of the result gives back an equal struct. NULL on allocation failure. */
+char *zt_job_to_json(const zt_job *job);
+
+#endif

@@ -1,0 +1,141 @@
+/* zerotrain: the op table. Every compute kernel the engine runs goes through one table of
+ * function pointers with two implementations: kernels/cpu/ (C, oneDNN sgemm for matmuls) and
+ * kernels/cuda/ (.cu). The engine picks a table at start-up and never branches on the backend.
+ *
+ * Conventions for every op:
+ *  - Pointers are backend memory (host memory for cpu, device memory for cuda) unless noted.
+ *  - Activations and compute-precision parameters are fp32 here; 16-bit storage is widened
+ *    by the cast/accumulate ops, and the optimizer op takes 16-bit gradients directly.
+ *  - Shapes: B batch, T sequence length, C channels, NH heads, V vocab, Vp padded vocab,
+ *    N rows (B*T), OC output channels. Row-major; weights are [out, in] as in llm.c.
+ *  - Backward ops ACCUMULATE (+=) into every gradient output (parameters and inputs), so the
+ *    caller zeroes gradients once; a NULL gradient output is skipped.
+ *  - Ops run asynchronously on the context's stream (cuda) or synchronously (cpu); call sync
+ *    before reading results on the host.
+ *  - Ops are thread-safe across distinct contexts, not within one. */
+#ifndef ZT_KERNELS_OPS_H
+#define ZT_KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/dtype.h"
+#include "../common/status.h"
+
+/* Backend context: thread settings and scratch (cpu), stream and library handles (cuda). */
+typedef struct zt_kctx zt_kctx;
+
+/* Arguments of one AdamW/Adam update over a contiguous range (torch.optim.AdamW semantics).
+ * grad is multiplied by grad_scale first (unscaling and clipping folded in); then
+ *   l2_mode:  g += weight_decay * p            (Adam with L2, DeepSpeed adam_w_mode=false)
+ *   m = b1*m + (1-b1)*g ; v = b2*v + (1-b2)*g*g
+ *   u = (m / bc1) / (sqrt(v / bc2) + eps)      bc1 = 1-b1^t, bc2 = 1-b2^t
+ *   adamw:    p = p - lr*weight_decay*p - lr*u  (decoupled decay applied first, as torch)
+ *   l2_mode:  p = p - lr*u                                                                   */
+typedef struct zt_adamw_args {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bc1, bc2;
+    float grad_scale;
+    int l2_mode;
+} zt_adamw_args;
+
+typedef struct zt_ops {
+    const char *name; /* "cpu" or "cuda" */
+
+    /* ---- context and memory ---- */
+    /* Creates a context (device = GPU ordinal for cuda, ignored for cpu). */
+    zt_status (*ctx_create)(zt_kctx **out, int device, zt_err *err);
+    void (*ctx_destroy)(zt_kctx *ctx); /* NULL is a no-op */
+    /* Backend memory, 256-byte aligned; NULL on failure. */
+    void *(*alloc)(zt_kctx *ctx, size_t bytes);
+    void (*free)(zt_kctx *ctx, void *p);
+    /* Host memory the backend copies fastest (pinned on cuda); NULL on failure. */
+    void *(*host_alloc)(zt_kctx *ctx, size_t bytes);
+    void (*host_free)(zt_kctx *ctx, void *p);
+    void (*memset0)(zt_kctx *ctx, void *p, size_t bytes);
+    void (*copy_h2d)(zt_kctx *ctx, void *dst, const void *src, size_t bytes);
+    void (*copy_d2h)(zt_kctx *ctx, void *dst, const void *src, size_t bytes);
+    void (*copy_d2d)(zt_kctx *ctx, void *dst, const void *src, size_t bytes);
+    /* Waits for everything queued on the context; reports an asynchronous failure. */
+    zt_status (*sync)(zt_kctx *ctx, zt_err *err);
+
+    /* ---- GPT-2 forward/backward ---- */
+    /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
+    void (*encoder_forward)(zt_kctx *ctx, float *out /* (B,T,C) */, const int32_t *inp /* (B,T) */,
+                            const float *wte /* (Vp,C) */, const float *wpe /* (maxT,C) */, int B,
+                            int T, int C);
+    void (*encoder_backward)(zt_kctx *ctx, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *inp, int B, int T, int C);
+
+    /* LayerNorm over the last dim, eps 1e-5; mean and rstd are saved for backward. */
+    void (*layernorm_forward)(zt_kctx *ctx, float *out /* (N,C) */, float *mean /* (N) */,
+                              float *rstd /* (N) */, const float *inp /* (N,C) */,
+                              const float *weight /* (C) */, const float *bias /* (C) */, int N,
+                              int C);
+    void (*layernorm_backward)(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+
+    /* out = inp @ weight^T + bias (bias may be NULL). */
+    void (*matmul_forward)(zt_kctx *ctx, float *out /* (N,OC) */, const float *inp /* (N,C) */,
+                           const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
+                           int C, int OC);
+    void (*matmul_backward)(zt_kctx *ctx, float *dinp /* (N,C) */, float *dweight /* (OC,C) */,
+                            float *dbias /* (OC) */, const float *dout /* (N,OC) */,
+                            const float *inp, const float *weight, int N, int C, int OC);
+
+    /* Causal multi-head self-attention, scale 1/sqrt(C/NH). qkv holds q, k, v side by side
+     * per token (llm.c layout). att keeps the post-softmax probabilities for backward
+     * (zero above the diagonal). */
+    void (*attention_forward)(zt_kctx *ctx, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
+                              const float *qkv /* (B,T,3C) */, int B, int T, int C, int NH);
+    /* scratch: (B,NH,T,T) floats, contents undefined on entry and exit. */
+    void (*attention_backward)(zt_kctx *ctx, float *dqkv /* (B,T,3C) */, float *scratch,
+                               const float *dout /* (B,T,C) */, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+
+    /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    void (*gelu_forward)(zt_kctx *ctx, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(zt_kctx *ctx, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+    void (*residual_forward)(zt_kctx *ctx, float *out, const float *a, const float *b, size_t n);
+    void (*residual_backward)(zt_kctx *ctx, float *da, float *db, const float *dout, size_t n);
+
+    /* Fused softmax + cross-entropy over the first V of Vp logits per row.
+     * losses[i] = -log softmax(logits[i,0:V])[targets[i]].
+     * If dlogits is non-NULL it receives (softmax - onehot(target)) * dloss on [0,V) and 0 on
+     * [V,Vp); dlogits may alias logits (in place). The padded logits never enter the softmax. */
+    void (*crossentropy_forward_backward)(zt_kctx *ctx, float *losses /* (N) */,
+                                          float *dlogits /* (N,Vp) */,
+                                          const float *logits /* (N,Vp) */,
+                                          const int32_t *targets /* (N) */, int N, int V, int Vp,
+                                          float dloss);
+
+    /* ---- optimizer and precision ---- */
+    /* AdamW over n elements: master fp32 params, gradient in grad_dtype, fp32 moments.
+     * If param_lp is non-NULL the updated value is also written there in lp_dtype
+     * (the 16-bit compute copy). */
+    void (*adamw)(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
+                  float *v, size_t n, const zt_adamw_args *args, void *param_lp,
+                  zt_dtype lp_dtype);
+    /* dst[i] = (dst_dtype) src[i]  (round to nearest even). */
+    void (*cast)(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype,
+                 size_t n);
+    /* dst[i] += scale * src[i], dst in dst_dtype (16-bit dst is widened, added, rounded). */
+    void (*accumulate)(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src, float scale,
+                       size_t n);
+    /* x[i] *= s */
+    void (*scale)(zt_kctx *ctx, float *x, float s, size_t n);
+    /* out[0] += sum of x[i]^2 over finite elements, out[1] += count of non-finite elements;
+     * out is HOST memory, valid after sync. Sums are kept in double. */
+    void (*sumsq_nonfinite)(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t n,
+                            double out[2]);
+} zt_ops;
+
+/* The CPU table; always present. */
+const zt_ops *zt_ops_cpu(void);
+/* The CUDA table, or NULL when built without CUDA. */
+const zt_ops *zt_ops_cuda(void);
+
+#endif
