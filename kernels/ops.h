@@ -56,6 +56,8 @@ typedef struct zt_ops {
     void (*copy_h2d)(zt_kctx *ctx, void *dst, const void *src, size_t bytes);
     void (*copy_d2h)(zt_kctx *ctx, void *dst, const void *src, size_t bytes);
     void (*copy_d2d)(zt_kctx *ctx, void *dst, const void *src, size_t bytes);
+    /* The native stream handle (cudaStream_t on cuda, NULL on cpu), for the comm backend. */
+    void *(*stream)(zt_kctx *ctx);
     /* Waits for everything queued on the context; reports an asynchronous failure. */
     zt_status (*sync)(zt_kctx *ctx, zt_err *err);
 
