@@ -1,0 +1,7 @@
+# Tests of common/jobfile.c (job file + DeepSpeed config) and common/json_locate.c.
+zt_add_test(NAME test_json_locate SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_json_locate.c
+            LIBS zt_common LABELS unit TIMEOUT 60)
+zt_add_test(NAME test_jobfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_jobfile.c
+            LIBS zt_common LABELS unit TIMEOUT 60)
+target_compile_definitions(test_jobfile PRIVATE
+                           ZT_JOBFILES_DIR="${CMAKE_CURRENT_LIST_DIR}/jobfiles")
