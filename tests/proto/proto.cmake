@@ -1,0 +1,2 @@
+# tests/proto: the RPC layer (zt_rpc) in one process over loopback.
+zt_add_test(NAME test_rpc SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rpc.c LIBS zt_rpc LABELS unit TIMEOUT 120)
