@@ -1,0 +1,583 @@
+/* zerotrain: `zctl run --nproc N job.json` — trains locally with no coordinator, like
+ * `torchrun --standalone`: starts N zworker processes with a loopback rendezvous, keeps each
+ * rank's output in a log file, shows a progress bar on a terminal (otherwise passes rank 0's
+ * step lines through), and when a rank fails stops the others and reports the first failure. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/alloc.h"
+#include "common/jobfile.h"
+#include "common/timeutil.h"
+#include "engine/ckpt.h"
+
+ZT_COMMAND(run, zt_cmd_run, "train locally on N worker processes (no coordinator)")
+
+#define TAIL_LINES 12
+#define LINE_MAX_LEN 4096
+
+typedef struct rank_proc {
+    pid_t pid;
+    int out_fd, err_fd; /* read ends; -1 when closed */
+    FILE *log;
+    char *partial[2];   /* unterminated line per stream */
+    size_t partial_len[2];
+    char *tail[TAIL_LINES];
+    int tail_next;
+    int exited;
+    int status;
+} rank_proc;
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+    got_signal = sig;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zctl run [--nproc N] [--resume CKPT] [--log-dir DIR] [--timeout-ms MS] "
+            "JOB.json\n"
+            "\n"
+            "Trains the job locally on N worker processes (default: resources.ranks of the job)\n"
+            "that rendezvous on loopback; no coordinator is needed.\n"
+            "\n"
+            "  --nproc N        number of ranks (the batch triad is re-resolved for N)\n"
+            "  --resume CKPT    a checkpoint directory (its newest complete step) or a step_*\n"
+            "                   directory; may be written by another rank count or ZeRO stage\n"
+            "  --log-dir DIR    where rank_NNNNN.log files go (default CHECKPOINT_DIR/logs)\n"
+            "  --timeout-ms MS  collective timeout for the workers (default 300000)\n"
+            "\n"
+            "On a terminal a progress bar shows step, loss, tokens/s and ETA; otherwise rank 0's\n"
+            "'step=<n> loss=<x> ...' lines are printed as they come.\n");
+}
+
+static const char *find_worker(char *buf, size_t n)
+{
+    const char *env = getenv("ZT_WORKER");
+    if (env && *env)
+        return env;
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(buf, n, "%.*s/zworker", (int)(n - 16), self);
+            if (access(buf, X_OK) == 0)
+                return buf;
+        }
+    }
+    return "zworker"; /* from PATH */
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &al) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static int mkdirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* ---- progress ---- */
+
+typedef struct progress {
+    int tty;
+    int64_t total, step, start_step;
+    double loss, tok_s, val_loss;
+    double t0;
+    int drawn;
+} progress;
+
+static const char *kv(const char *line, const char *key, char *buf, size_t n)
+{
+    size_t kl = strlen(key);
+    for (const char *p = line; (p = strstr(p, key)) != NULL; p++) {
+        if ((p == line || p[-1] == ' ') && p[kl] == '=') {
+            const char *v = p + kl + 1;
+            size_t i = 0;
+            while (v[i] && v[i] != ' ' && i + 1 < n) {
+                buf[i] = v[i];
+                i++;
+            }
+            buf[i] = '\0';
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+static void fmt_duration(double s, char *buf, size_t n)
+{
+    if (s < 0 || s > 1e7) {
+        snprintf(buf, n, "--:--");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void progress_draw(progress *p)
+{
+    if (!p->tty || p->step <= 0)
+        return;
+    int width = 30;
+    double frac = p->total > 0 ? (double)p->step / (double)p->total : 0;
+    if (frac > 1)
+        frac = 1;
+    int filled = (int)(frac * width);
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+    bar[width] = '\0';
+    double el = zt_now_s() - p->t0;
+    int64_t done = p->step - p->start_step;
+    double eta = done > 0 ? el / (double)done * (double)(p->total - p->step) : -1;
+    char etas[32], els[32];
+    fmt_duration(eta, etas, sizeof(etas));
+    fmt_duration(el, els, sizeof(els));
+    fprintf(stdout, "\r\033[Kstep %lld/%lld [%s] %3.0f%% loss %.4f", (long long)p->step,
+            (long long)p->total, bar, frac * 100, p->loss);
+    if (p->val_loss >= 0)
+        fprintf(stdout, " val %.4f", p->val_loss);
+    fprintf(stdout, " | %.0f tok/s | %s elapsed | ETA %s", p->tok_s, els, etas);
+    fflush(stdout);
+    p->drawn = 1;
+}
+
+static void progress_clear(progress *p)
+{
+    if (p->tty && p->drawn) {
+        fprintf(stdout, "\r\033[K");
+        fflush(stdout);
+    }
+}
+
+static void progress_step_line(progress *p, const char *line)
+{
+    char b[64];
+    if (kv(line, "step", b, sizeof(b)))
+        p->step = atoll(b);
+    if (kv(line, "loss", b, sizeof(b)))
+        p->loss = atof(b);
+    if (kv(line, "tok_s", b, sizeof(b)))
+        p->tok_s = atof(b);
+    if (kv(line, "val_loss", b, sizeof(b)))
+        p->val_loss = atof(b);
+    if (p->start_step < 0)
+        p->start_step = p->step - 1;
+}
+
+/* ---- output handling ---- */
+
+static void keep_tail(rank_proc *r, const char *line)
+{
+    zt_free(r->tail[r->tail_next]);
+    r->tail[r->tail_next] = zt_strdup(line);
+    r->tail_next = (r->tail_next + 1) % TAIL_LINES;
+}
+
+static void handle_line(rank_proc *r, int rank, int stream, const char *line, progress *p)
+{
+    if (r->log) {
+        fprintf(r->log, "%s\n", line);
+        fflush(r->log);
+    }
+    keep_tail(r, line);
+    bool is_step = stream == 0 && strncmp(line, "step=", 5) == 0;
+    if (rank == 0 && is_step) {
+        progress_step_line(p, line);
+        if (p->tty) {
+            progress_draw(p);
+        } else {
+            fprintf(stdout, "%s\n", line);
+            fflush(stdout);
+        }
+        return;
+    }
+    /* logs: on a terminal only warnings and errors (above the bar); otherwise rank 0's log
+     * and every rank's warnings and errors */
+    bool important = strstr(line, " WARN ") || strstr(line, " ERROR ");
+    if (p->tty ? important : (rank == 0 || important)) {
+        progress_clear(p);
+        fprintf(stderr, "%s\n", line);
+        fflush(stderr);
+        progress_draw(p);
+    }
+}
+
+/* Reads what is available on fd; returns 0 at EOF or error. */
+static int drain(rank_proc *r, int rank, int stream, int fd, progress *p)
+{
+    char buf[8192];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return 1;
+    if (n <= 0) {
+        if (r->partial_len[stream]) {
+            r->partial[stream][r->partial_len[stream]] = '\0';
+            handle_line(r, rank, stream, r->partial[stream], p);
+            r->partial_len[stream] = 0;
+        }
+        return 0;
+    }
+    for (ssize_t i = 0; i < n; i++) {
+        char c = buf[i];
+        if (!r->partial[stream])
+            r->partial[stream] = zt_malloc(LINE_MAX_LEN + 1);
+        if (!r->partial[stream])
+            return 1;
+        if (c == '\n' || r->partial_len[stream] == LINE_MAX_LEN) {
+            r->partial[stream][r->partial_len[stream]] = '\0';
+            handle_line(r, rank, stream, r->partial[stream], p);
+            r->partial_len[stream] = 0;
+            if (c == '\n')
+                continue;
+        }
+        r->partial[stream][r->partial_len[stream]++] = c;
+    }
+    return 1;
+}
+
+static void describe_exit(int status, char *buf, size_t n)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, n, "exited with code %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, n, "ended with status %d", status);
+}
+
+static pid_t spawn(const char *worker, const char *job, const char *resume, int rank, int world,
+                   const char *rdzv, const char *session, const char *timeout, int out[2],
+                   int errp[2])
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    /* child */
+    dup2(out[1], 1);
+    dup2(errp[1], 2);
+    close(out[0]);
+    close(out[1]);
+    close(errp[0]);
+    close(errp[1]);
+    char rs[16], ws[16];
+    snprintf(rs, sizeof(rs), "%d", rank);
+    snprintf(ws, sizeof(ws), "%d", world);
+    setenv("ZT_RANK", rs, 1);
+    setenv("ZT_LOCAL_RANK", rs, 1);
+    setenv("ZT_WORLD_SIZE", ws, 1);
+    setenv("ZT_RENDEZVOUS", rdzv, 1);
+    setenv("ZT_SESSION", session, 1);
+    if (timeout)
+        setenv("ZT_COMM_TIMEOUT_MS", timeout, 1);
+    unsetenv("ZT_REPORT_FD");
+    if (resume)
+        execlp(worker, worker, "--resume", resume, job, (char *)NULL);
+    else
+        execlp(worker, worker, job, (char *)NULL);
+    fprintf(stderr, "zctl run: cannot start the worker %s: %s (set ZT_WORKER to its path)\n",
+            worker, strerror(errno));
+    _exit(127);
+}
+
+int zt_cmd_run(int argc, char **argv)
+{
+    int nproc = 0;
+    const char *job_path = NULL, *resume = NULL, *log_dir = NULL, *timeout = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if ((strcmp(a, "--nproc") == 0 || strcmp(a, "-n") == 0) && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 4096) {
+                zt_cli_error("--nproc takes a rank count from 1 to 4096, not \"%s\"", argv[i]);
+                return 2;
+            }
+            nproc = (int)v;
+        } else if (strncmp(a, "--nproc=", 8) == 0) {
+            nproc = atoi(a + 8);
+        } else if (strcmp(a, "--resume") == 0 && i + 1 < argc) {
+            resume = argv[++i];
+        } else if (strcmp(a, "--log-dir") == 0 && i + 1 < argc) {
+            log_dir = argv[++i];
+        } else if (strcmp(a, "--timeout-ms") == 0 && i + 1 < argc) {
+            timeout = argv[++i];
+        } else if (a[0] == '-') {
+            zt_cli_error("run: unknown option %s; see 'zctl run --help'", a);
+            return 2;
+        } else if (!job_path) {
+            job_path = a;
+        } else {
+            zt_cli_error("run: one job file only (got %s and %s)", job_path, a);
+            return 2;
+        }
+    }
+    if (!job_path) {
+        usage(stderr);
+        return 2;
+    }
+    /* validate everything we can before starting processes */
+    zt_err err;
+    zt_err_clear(&err);
+    zt_job *job = zt_calloc(1, sizeof(*job));
+    if (!job) {
+        zt_cli_error("out of memory");
+        return 1;
+    }
+    if (zt_job_load(job, job_path, &err) != ZT_OK) {
+        zt_cli_error("%s", zt_err_msg(&err));
+        zt_free(job);
+        return 2;
+    }
+    if (nproc == 0)
+        nproc = job->resources.ranks;
+    char step_dir[ZT_PATH_MAX];
+    if (resume) {
+        if (zt_ckpt_resolve(resume, step_dir, sizeof(step_dir), &err) != ZT_OK ||
+            zt_ckpt_adapt_job(job, step_dir, nproc, &err) != ZT_OK) {
+            zt_cli_error("%s", zt_err_msg(&err));
+            zt_free(job);
+            return 2;
+        }
+        resume = step_dir;
+    } else if (zt_job_resolve_batch(job, nproc, &err) != ZT_OK) {
+        zt_cli_error("%s", zt_err_msg(&err));
+        zt_free(job);
+        return 2;
+    }
+    char logs[ZT_PATH_MAX + 16];
+    if (log_dir)
+        snprintf(logs, sizeof(logs), "%s", log_dir);
+    else
+        snprintf(logs, sizeof(logs), "%.*s/logs", ZT_PATH_MAX - 8, job->train.checkpoint_dir);
+    if (mkdirs(logs) != 0) {
+        zt_cli_error("cannot create the log directory %s: %s; pass --log-dir", logs,
+                     strerror(errno));
+        zt_free(job);
+        return 1;
+    }
+    int64_t total_steps = job->train.steps;
+    zt_free(job);
+
+    char wbuf[PATH_MAX];
+    const char *worker = find_worker(wbuf, sizeof(wbuf));
+    int port = free_port();
+    if (port < 0) {
+        zt_cli_error("cannot find a free loopback port for the rendezvous: %s", strerror(errno));
+        return 1;
+    }
+    char rdzv[64], session[64];
+    snprintf(rdzv, sizeof(rdzv), "tcp://127.0.0.1:%d", port);
+    snprintf(session, sizeof(session), "run-%d-%lld", (int)getpid(), (long long)zt_wall_ms());
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rank_proc *rp = zt_calloc((size_t)nproc, sizeof(*rp));
+    if (!rp) {
+        zt_cli_error("out of memory");
+        return 1;
+    }
+    progress prog = {.tty = isatty(1), .total = total_steps, .start_step = -1, .val_loss = -1,
+                     .t0 = zt_now_s()};
+    int started = 0, rc = 0;
+    for (int r = 0; r < nproc; r++) {
+        int out[2], errp[2];
+        if (pipe(out) != 0 || pipe(errp) != 0) {
+            zt_cli_error("cannot create pipes: %s", strerror(errno));
+            rc = 1;
+            break;
+        }
+        char lp[ZT_PATH_MAX + 64];
+        snprintf(lp, sizeof(lp), "%s/rank_%05d.log", logs, r);
+        rp[r].log = fopen(lp, "w");
+        rp[r].pid = spawn(worker, job_path, resume, r, nproc, rdzv, session, timeout, out, errp);
+        close(out[1]);
+        close(errp[1]);
+        if (rp[r].pid < 0) {
+            zt_cli_error("cannot start rank %d: %s", r, strerror(errno));
+            close(out[0]);
+            close(errp[0]);
+            rc = 1;
+            break;
+        }
+        rp[r].out_fd = out[0];
+        rp[r].err_fd = errp[0];
+        fcntl(out[0], F_SETFD, FD_CLOEXEC);
+        fcntl(errp[0], F_SETFD, FD_CLOEXEC);
+        started++;
+    }
+
+    int first_fail = -1, failed_status = 0;
+    double kill_deadline = 0;
+    int alive = started;
+    struct pollfd *pfd = zt_calloc((size_t)nproc * 2, sizeof(*pfd));
+    while (alive > 0 && pfd) {
+        if (got_signal && kill_deadline == 0) {
+            progress_clear(&prog);
+            fprintf(stderr, "zctl run: interrupted; stopping the workers\n");
+            for (int r = 0; r < started; r++)
+                if (!rp[r].exited)
+                    kill(rp[r].pid, SIGTERM);
+            kill_deadline = zt_now_s() + 5;
+            rc = 130;
+        }
+        if (kill_deadline > 0 && zt_now_s() > kill_deadline) {
+            for (int r = 0; r < started; r++)
+                if (!rp[r].exited)
+                    kill(rp[r].pid, SIGKILL);
+        }
+        int np = 0;
+        int map[2 * 4096][2];
+        for (int r = 0; r < started; r++) {
+            int fds[2] = {rp[r].out_fd, rp[r].err_fd};
+            for (int s = 0; s < 2; s++) {
+                if (fds[s] < 0)
+                    continue;
+                pfd[np].fd = fds[s];
+                pfd[np].events = POLLIN;
+                map[np][0] = r;
+                map[np][1] = s;
+                np++;
+            }
+        }
+        if (np > 0) {
+            int pr = poll(pfd, (nfds_t)np, 200);
+            if (pr > 0) {
+                for (int i = 0; i < np; i++) {
+                    if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                        continue;
+                    int r = map[i][0], s = map[i][1];
+                    if (!drain(&rp[r], r, s, pfd[i].fd, &prog)) {
+                        close(pfd[i].fd);
+                        if (s == 0)
+                            rp[r].out_fd = -1;
+                        else
+                            rp[r].err_fd = -1;
+                    }
+                }
+            }
+        } else {
+            zt_sleep_ms(50);
+        }
+        /* reap */
+        for (int r = 0; r < started; r++) {
+            if (rp[r].exited)
+                continue;
+            int status;
+            pid_t w = waitpid(rp[r].pid, &status, WNOHANG);
+            if (w != rp[r].pid)
+                continue;
+            /* collect what is left in its pipes */
+            while (rp[r].out_fd >= 0 && drain(&rp[r], r, 0, rp[r].out_fd, &prog)) {
+            }
+            while (rp[r].err_fd >= 0 && drain(&rp[r], r, 1, rp[r].err_fd, &prog)) {
+            }
+            if (rp[r].out_fd >= 0)
+                close(rp[r].out_fd);
+            if (rp[r].err_fd >= 0)
+                close(rp[r].err_fd);
+            rp[r].out_fd = rp[r].err_fd = -1;
+            rp[r].exited = 1;
+            rp[r].status = status;
+            alive--;
+            bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            if (!ok && first_fail < 0 && kill_deadline == 0) {
+                first_fail = r;
+                failed_status = status;
+                for (int o = 0; o < started; o++)
+                    if (!rp[o].exited)
+                        kill(rp[o].pid, SIGTERM);
+                kill_deadline = zt_now_s() + 10;
+            }
+        }
+    }
+    progress_clear(&prog);
+    if (prog.tty && prog.step > 0)
+        fprintf(stdout, "step %lld/%lld loss %.6f%s\n", (long long)prog.step,
+                (long long)prog.total, prog.loss, first_fail < 0 ? "" : " (failed)");
+    if (first_fail >= 0) {
+        char how[128];
+        describe_exit(failed_status, how, sizeof(how));
+        fprintf(stderr, "zctl run: rank %d %s; the other ranks were stopped.\n", first_fail, how);
+        fprintf(stderr, "last lines of rank %d (full log: %s/rank_%05d.log):\n", first_fail, logs,
+                first_fail);
+        rank_proc *f = &rp[first_fail];
+        for (int i = 0; i < TAIL_LINES; i++) {
+            const char *l = f->tail[(f->tail_next + i) % TAIL_LINES];
+            if (l)
+                fprintf(stderr, "  %s\n", l);
+        }
+        rc = WIFEXITED(failed_status) ? WEXITSTATUS(failed_status) : 128 + WTERMSIG(failed_status);
+        if (rc == 0)
+            rc = 1;
+    } else if (rc == 0 && started < nproc) {
+        rc = 1;
+    }
+    for (int r = 0; r < nproc; r++) {
+        if (rp[r].log)
+            fclose(rp[r].log);
+        for (int i = 0; i < TAIL_LINES; i++)
+            zt_free(rp[r].tail[i]);
+        zt_free(rp[r].partial[0]);
+        zt_free(rp[r].partial[1]);
+    }
+    zt_free(pfd);
+    zt_free(rp);
+    return rc;
+}

@@ -1,0 +1,1439 @@
+/* zerotrain: the training engine of one rank (see engine.h). One code path for every ZeRO
+ * stage: parameters live in per-unit padded flat buffers; a unit's compute copy is obtained
+ * with param_acquire (a pointer into the parameters, a 16-bit widening, or a stage-3 gather)
+ * and its gradient with grad_acquire/grad_finish (accumulated in place, or reduce-scattered
+ * unit by unit as backward produces it). The optimizer updates only this rank's region. */
+#define _POSIX_C_SOURCE 200809L
+#include "engine_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/log.h"
+#include "../common/timeutil.h"
+#include "ckpt.h"
+#include "modelfile.h"
+
+#define CHECK(expr, label)                                                                         \
+    do {                                                                                           \
+        st = (expr);                                                                               \
+        if (st != ZT_OK)                                                                           \
+            goto label;                                                                            \
+    } while (0)
+
+static size_t round_up(size_t x, size_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+/* ---- backend memory with accounting ---- */
+
+static void *balloc(zt_engine *e, zt_mem_category cat, size_t bytes)
+{
+    void *p = e->ops->alloc(e->k, bytes ? bytes : 1);
+    if (p) {
+        e->ops->memset0(e->k, p, bytes ? bytes : 1);
+        zt_memacct_charge(&e->mem, cat, (int64_t)bytes);
+    }
+    return p;
+}
+
+static void bfree(zt_engine *e, zt_mem_category cat, void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    e->ops->free(e->k, p);
+    zt_memacct_charge(&e->mem, cat, -(int64_t)bytes);
+}
+
+static void *halloc(zt_engine *e, zt_mem_category cat, size_t bytes)
+{
+    void *p = e->ops->host_alloc(e->k, bytes ? bytes : 1);
+    if (p) {
+        memset(p, 0, bytes ? bytes : 1);
+        zt_memacct_charge(&e->mem, cat, (int64_t)bytes);
+    }
+    return p;
+}
+
+void *zt_engine_comm_alloc(zt_engine *e, size_t bytes)
+{
+    return balloc(e, ZT_MEM_COMM, bytes);
+}
+
+void zt_engine_comm_free(zt_engine *e, void *p, size_t bytes)
+{
+    bfree(e, ZT_MEM_COMM, p, bytes);
+}
+
+static void hfree(zt_engine *e, zt_mem_category cat, void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    e->ops->host_free(e->k, p);
+    zt_memacct_charge(&e->mem, cat, -(int64_t)bytes);
+}
+
+/* ---- partition geometry ---- */
+
+static size_t psize(const zt_engine *e)
+{
+    return zt_dtype_size(e->pdt);
+}
+
+static size_t gsize(const zt_engine *e)
+{
+    return zt_dtype_size(e->gdt);
+}
+
+/* Element j of unit u's optimizer region, in the parameter buffer. */
+static void *param_loc(zt_engine *e, int u, size_t j)
+{
+    size_t idx = e->stage < 3 ? e->foff[u] + e->base[u] + j : e->soff[u] + j;
+    return (char *)e->params + idx * psize(e);
+}
+
+/* Element j of unit u's optimizer region, in the (reduced) gradient buffer. */
+static void *grad_loc(zt_engine *e, int u, size_t j)
+{
+    size_t idx = e->stage < 2 ? e->foff[u] + e->base[u] + j : e->soff[u] + j;
+    return (char *)e->grads + idx * gsize(e);
+}
+
+/* Real (unpadded) elements of unit u's optimizer region. */
+size_t zt_engine_region_len(const zt_engine *e, int u)
+{
+    size_t n = e->lay.unit_numel[u];
+    size_t olen = e->stage == 0 ? e->P[u] : e->S[u];
+    if (e->base[u] >= n)
+        return 0;
+    size_t r = n - e->base[u];
+    return r < olen ? r : olen;
+}
+
+float *zt_engine_master_ptr(zt_engine *e, int u, size_t j)
+{
+    size_t gi = e->ooff[u] + j;
+    if (gi >= e->dev_n)
+        return e->h_master + (gi - e->dev_n);
+    if (e->mixed)
+        return e->master + gi;
+    return (float *)param_loc(e, u, j);
+}
+
+/* Copies fp32 values of region elements [j, j+len) of unit u out of (get) or into (set) the
+ * optimizer's truth: the master weights (mixed), or the parameters and the host copy. */
+static void region_io(zt_engine *e, int u, size_t j, size_t len, float *buf, bool set)
+{
+    while (len > 0) {
+        size_t gi = e->ooff[u] + j;
+        size_t n = len;
+        if (gi < e->dev_n && gi + n > e->dev_n)
+            n = e->dev_n - gi;
+        float *loc = zt_engine_master_ptr(e, u, j);
+        bool host = gi >= e->dev_n;
+        if (set) {
+            if (host)
+                memcpy(loc, buf, n * sizeof(float));
+            else
+                e->ops->copy_h2d(e->k, loc, buf, n * sizeof(float));
+        } else {
+            if (host)
+                memcpy(buf, loc, n * sizeof(float));
+            else
+                e->ops->copy_d2h(e->k, buf, loc, n * sizeof(float));
+        }
+        buf += n;
+        j += n;
+        len -= n;
+    }
+}
+
+void zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out)
+{
+    region_io(e, u, j, len, out, false);
+}
+
+void zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in)
+{
+    region_io(e, u, j, len, (float *)in, true);
+}
+
+/* Moments of region elements [j, j+len) of unit u: get or set (m and v side by side). */
+static void moments_io(zt_engine *e, int u, size_t j, size_t len, float *m, float *v, bool set)
+{
+    while (len > 0) {
+        size_t gi = e->ooff[u] + j;
+        size_t n = len;
+        if (gi < e->dev_n && gi + n > e->dev_n)
+            n = e->dev_n - gi;
+        bool host = gi >= e->dev_n;
+        float *lm = host ? e->h_m + (gi - e->dev_n) : e->m + gi;
+        float *lv = host ? e->h_v + (gi - e->dev_n) : e->v + gi;
+        if (host) {
+            if (set) {
+                memcpy(lm, m, n * 4);
+                memcpy(lv, v, n * 4);
+            } else {
+                memcpy(m, lm, n * 4);
+                memcpy(v, lv, n * 4);
+            }
+        } else if (set) {
+            e->ops->copy_h2d(e->k, lm, m, n * 4);
+            e->ops->copy_h2d(e->k, lv, v, n * 4);
+        } else {
+            e->ops->copy_d2h(e->k, m, lm, n * 4);
+            e->ops->copy_d2h(e->k, v, lv, n * 4);
+        }
+        m += n;
+        v += n;
+        j += n;
+        len -= n;
+    }
+}
+
+void zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v)
+{
+    moments_io(e, u, j, len, m, v, false);
+}
+
+void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
+                           const float *v)
+{
+    moments_io(e, u, j, len, (float *)m, (float *)v, true);
+}
+
+/* Writes the full fp32 values of unit u (P_u elements, host) into this rank's parameters
+ * (cast to the parameter dtype) and optimizer truth. */
+zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *err)
+{
+    size_t n_own = e->stage < 3 ? e->P[u] : e->S[u];
+    const float *src = e->stage < 3 ? vals : vals + (size_t)e->rank * e->S[u];
+    void *tmp = zt_malloc(n_own * psize(e));
+    if (!tmp)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory loading unit %d", u);
+    for (size_t i = 0; i < n_own; i++)
+        zt_store_f32(tmp, e->pdt, i, src[i]);
+    void *dst = (char *)e->params + (e->stage < 3 ? e->foff[u] : e->soff[u]) * psize(e);
+    e->ops->copy_h2d(e->k, dst, tmp, n_own * psize(e));
+    zt_free(tmp);
+    size_t rl = zt_engine_region_len(e, u);
+    if (rl)
+        zt_engine_region_set(e, u, 0, rl, vals + e->base[u]);
+    return ZT_OK;
+}
+
+/* ---- parameter slots: compute copies of units ---- */
+
+static bool params_direct(const zt_engine *e)
+{
+    return e->stage < 3 && e->pdt == ZT_F32;
+}
+
+static zt_pslot *pslot_find(zt_engine *e, int u)
+{
+    for (int i = 0; i < e->npslots; i++)
+        if (e->pslots[i].unit == u)
+            return &e->pslots[i];
+    return NULL;
+}
+
+static zt_status pslot_wait(zt_engine *e, zt_pslot *s, zt_err *err)
+{
+    if (!s->gathering)
+        return ZT_OK;
+    uint64_t t0 = zt_now_ns();
+    zt_status st = zt_comm_wait(e->comm, s->req, err);
+    e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
+    s->gathering = 0;
+    s->req = NULL;
+    if (st != ZT_OK) {
+        s->unit = -1;
+        return st;
+    }
+    if (s->cbuf != (float *)s->gbuf)
+        e->ops->cast(e->k, s->cbuf, ZT_F32, s->gbuf, e->pdt, e->P[s->unit]);
+    return ZT_OK;
+}
+
+/* Starts filling slot s with unit u (stage 3: async all-gather; else a synchronous cast). */
+static zt_status pslot_fill(zt_engine *e, zt_pslot *s, int u, zt_err *err)
+{
+    s->unit = u;
+    s->stamp = ++e->pstamp;
+    if (e->stage == 3) {
+        void *shard = (char *)e->params + e->soff[u] * psize(e);
+        void *mine = (char *)s->gbuf + (size_t)e->rank * e->S[u] * psize(e);
+        e->ops->copy_d2d(e->k, mine, shard, e->S[u] * psize(e));
+        s->gathering = 1;
+        zt_status st = zt_comm_allgather(e->comm, mine, s->gbuf, e->S[u], e->pdt, &s->req, err);
+        if (st != ZT_OK) {
+            s->gathering = 0;
+            s->unit = -1;
+        }
+        return st;
+    }
+    e->ops->cast(e->k, s->cbuf, ZT_F32, (char *)e->params + e->foff[u] * psize(e), e->pdt, e->P[u]);
+    return ZT_OK;
+}
+
+static zt_pslot *pslot_victim(zt_engine *e, int u)
+{
+    if (u == 0)
+        return e->pslots[0].busy ? NULL : &e->pslots[0];
+    zt_pslot *best = NULL;
+    for (int i = 1; i < e->npslots; i++) {
+        zt_pslot *s = &e->pslots[i];
+        if (s->busy)
+            continue;
+        if (!best || s->unit < 0 || (best->unit >= 0 && s->stamp < best->stamp))
+            best = s;
+        if (s->unit < 0)
+            break;
+    }
+    return best;
+}
+
+/* The fp32 compute copy of unit u's parameters; stays valid until param_release(u). */
+static zt_status param_acquire(zt_engine *e, int u, float **out, zt_err *err)
+{
+    zt_status st;
+    if (params_direct(e)) {
+        *out = (float *)e->params + e->foff[u];
+        return ZT_OK;
+    }
+    zt_pslot *s = pslot_find(e, u);
+    if (!s) {
+        s = pslot_victim(e, u);
+        if (!s)
+            return zt_err_set(err, ZT_ERR_INTERNAL, "no free parameter slot for unit %d", u);
+        if ((st = pslot_wait(e, s, err)) != ZT_OK)
+            return st;
+        if ((st = pslot_fill(e, s, u, err)) != ZT_OK)
+            return st;
+    }
+    if ((st = pslot_wait(e, s, err)) != ZT_OK)
+        return st;
+    s->busy++;
+    s->stamp = ++e->pstamp;
+    *out = s->cbuf;
+    return ZT_OK;
+}
+
+/* Starts gathering unit u ahead of use (stage 3); a no-op otherwise or without a free slot. */
+static zt_status param_prefetch(zt_engine *e, int u, zt_err *err)
+{
+    if (e->stage != 3 || u < 0 || u >= e->nu || pslot_find(e, u))
+        return ZT_OK;
+    zt_pslot *s = pslot_victim(e, u);
+    if (!s || s->gathering)
+        return ZT_OK;
+    return pslot_fill(e, s, u, err);
+}
+
+static void param_release(zt_engine *e, int u)
+{
+    if (params_direct(e))
+        return;
+    zt_pslot *s = pslot_find(e, u);
+    if (s && s->busy > 0)
+        s->busy--;
+}
+
+/* Parameters changed: every cached compute copy is stale. */
+static zt_status params_invalidate(zt_engine *e, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    for (int i = 0; i < e->npslots; i++) {
+        zt_status s2 = pslot_wait(e, &e->pslots[i], err);
+        if (s2 != ZT_OK && st == ZT_OK)
+            st = s2;
+        e->pslots[i].unit = -1;
+        e->pslots[i].busy = 0;
+    }
+    return st;
+}
+
+/* ---- gradient slots ---- */
+
+static bool grads_direct(const zt_engine *e)
+{
+    return e->stage < 2 && e->gdt == ZT_F32;
+}
+
+static zt_gslot *gslot_find(zt_engine *e, int u)
+{
+    for (int i = 0; i < e->ngslots; i++)
+        if (e->gslots[i].unit == u)
+            return &e->gslots[i];
+    return NULL;
+}
+
+/* Completes a pending reduce-scatter: adds this rank's reduced chunk into its gradient shard. */
+static zt_status gslot_complete(zt_engine *e, zt_gslot *g, zt_err *err)
+{
+    if (!g->pending) {
+        g->unit = -1;
+        return ZT_OK;
+    }
+    int u = g->unit;
+    uint64_t t0 = zt_now_ns();
+    zt_status st = zt_comm_wait(e->comm, g->req, err);
+    e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
+    g->pending = 0;
+    g->req = NULL;
+    g->unit = -1;
+    if (st != ZT_OK)
+        return st;
+    size_t off = (size_t)e->rank * e->S[u];
+    float *chunk = g->buf + off;
+    if (e->gdt != ZT_F32)
+        e->ops->cast(e->k, chunk, ZT_F32, (char *)g->buf16 + off * 2, e->gdt, e->S[u]);
+    e->ops->accumulate(e->k, (char *)e->grads + e->soff[u] * gsize(e), e->gdt, chunk, 1.0f,
+                       e->S[u]);
+    return ZT_OK;
+}
+
+/* The fp32 buffer where unit u's backward accumulates its gradient this micro-step. */
+static zt_status grad_acquire(zt_engine *e, int u, float **out, zt_err *err)
+{
+    if (grads_direct(e)) {
+        *out = (float *)e->grads + e->foff[u];
+        return ZT_OK;
+    }
+    zt_gslot *g = gslot_find(e, u);
+    if (!g || g->pending) {
+        if (g) {
+            zt_status st = gslot_complete(e, g, err);
+            if (st != ZT_OK)
+                return st;
+        }
+        if (u == 0) {
+            g = &e->gslots[0];
+        } else {
+            /* the two general slots rotate, so the one taken holds the oldest reduction */
+            g = &e->gslots[e->gnext];
+            e->gnext = e->gnext == 1 ? 2 : 1;
+        }
+        if (g->unit >= 0) {
+            zt_status st = gslot_complete(e, g, err);
+            if (st != ZT_OK)
+                return st;
+        }
+        g->unit = u;
+        e->ops->memset0(e->k, g->buf, e->P[u] * sizeof(float));
+    }
+    *out = g->buf;
+    return ZT_OK;
+}
+
+/* Unit u's gradient for this micro-step is complete: fold it into the accumulation buffer,
+ * or start its reduce-scatter (stages 2-3). */
+static zt_status grad_finish(zt_engine *e, int u, zt_err *err)
+{
+    if (grads_direct(e))
+        return ZT_OK;
+    zt_gslot *g = gslot_find(e, u);
+    if (!g)
+        return zt_err_set(err, ZT_ERR_INTERNAL, "gradient of unit %d finished but not acquired", u);
+    if (e->stage < 2) {
+        e->ops->accumulate(e->k, (char *)e->grads + e->foff[u] * gsize(e), e->gdt, g->buf, 1.0f,
+                           e->lay.unit_numel[u]);
+        g->unit = -1;
+        return ZT_OK;
+    }
+    size_t off = (size_t)e->rank * e->S[u];
+    zt_status st;
+    if (e->gdt == ZT_F32) {
+        st = zt_comm_reduce_scatter(e->comm, g->buf, g->buf + off, e->S[u], ZT_F32, &g->req, err);
+    } else {
+        e->ops->cast(e->k, g->buf16, e->gdt, g->buf, ZT_F32, e->P[u]);
+        st = zt_comm_reduce_scatter(e->comm, g->buf16, (char *)g->buf16 + off * 2, e->S[u], e->gdt,
+                                    &g->req, err);
+    }
+    if (st != ZT_OK) {
+        g->unit = -1;
+        return st;
+    }
+    g->pending = 1;
+    return ZT_OK;
+}
+
+static zt_status grads_drain(zt_engine *e, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    for (int i = 0; i < e->ngslots; i++) {
+        if (e->gslots[i].unit < 0)
+            continue;
+        zt_status s2 = gslot_complete(e, &e->gslots[i], err);
+        if (s2 != ZT_OK && st == ZT_OK)
+            st = s2;
+    }
+    return st;
+}
+
+/* ---- forward / backward of one micro-batch ---- */
+
+static zt_gpt2_block_acts *block_acts(zt_engine *e, int l)
+{
+    return e->ckpt_act ? &e->acts[0] : &e->acts[l];
+}
+
+static float *xres(zt_engine *e, int l)
+{
+    return e->x + (size_t)l * e->B * e->T * e->lay.d.C;
+}
+
+/* Forward through the whole model. With dloss != 0 the head leaves dlogits for backward and
+ * units 0 and L+1 stay acquired; with dloss == 0 (evaluation) everything is released. */
+static zt_status forward(zt_engine *e, float dloss, zt_err *err)
+{
+    zt_status st;
+    const zt_gpt2_layout *lay = &e->lay;
+    int L = lay->d.L, B = e->B, T = e->T, uf = zt_gpt2_final_unit(lay);
+    float *p;
+    if ((st = param_acquire(e, 0, &p, err)) != ZT_OK)
+        return st;
+    if ((st = param_prefetch(e, 1, err)) != ZT_OK)
+        return st;
+    zt_gpt2_embed pe = zt_gpt2_embed_view(lay, p);
+    zt_gpt2_embed_forward(e->ops, e->k, lay, &pe, e->d_inp, xres(e, 0), B, T);
+    param_release(e, 0);
+    for (int l = 0; l < L; l++) {
+        int u = zt_gpt2_block_unit(l);
+        if ((st = param_acquire(e, u, &p, err)) != ZT_OK)
+            return st;
+        if ((st = param_prefetch(e, u + 1, err)) != ZT_OK)
+            return st;
+        zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
+        zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), xres(e, l), xres(e, l + 1),
+                              B, T);
+        param_release(e, u);
+    }
+    float *pf, *p0;
+    if ((st = param_acquire(e, uf, &pf, err)) != ZT_OK)
+        return st;
+    if ((st = param_acquire(e, 0, &p0, err)) != ZT_OK)
+        return st;
+    zt_gpt2_final fv = zt_gpt2_final_view(lay, pf);
+    zt_gpt2_embed ev = zt_gpt2_embed_view(lay, p0);
+    zt_gpt2_head_forward(e->ops, e->k, lay, &fv, ev.wte, &e->head, xres(e, L), e->d_tgt, dloss, B,
+                         T);
+    if (dloss == 0.0f) {
+        param_release(e, 0);
+        param_release(e, uf);
+    } else {
+        e->head_pf = pf; /* kept acquired for backward */
+        e->head_p0 = p0;
+    }
+    return ZT_OK;
+}
+
+static void maybe_inject(zt_engine *e, float *g)
+{
+    if (e->inject_step != e->steps_done + 1)
+        return;
+    float inf = INFINITY;
+    e->ops->copy_h2d(e->k, g, &inf, sizeof(inf));
+    ZT_WARN("engine", "test hook: injected a non-finite gradient at step %lld",
+            (long long)e->inject_step);
+}
+
+static zt_status backward(zt_engine *e, zt_err *err)
+{
+    zt_status st;
+    const zt_gpt2_layout *lay = &e->lay;
+    int L = lay->d.L, B = e->B, T = e->T, uf = zt_gpt2_final_unit(lay);
+    float *pf = e->head_pf, *p0 = e->head_p0, *gf, *g0; /* still acquired by forward */
+    if ((st = grad_acquire(e, uf, &gf, err)) != ZT_OK)
+        return st;
+    if ((st = grad_acquire(e, 0, &g0, err)) != ZT_OK)
+        return st;
+    if ((st = param_prefetch(e, zt_gpt2_block_unit(L - 1), err)) != ZT_OK)
+        return st;
+    zt_gpt2_final pfv = zt_gpt2_final_view(lay, pf), gfv = zt_gpt2_final_view(lay, gf);
+    zt_gpt2_embed pev = zt_gpt2_embed_view(lay, p0), gev = zt_gpt2_embed_view(lay, g0);
+    zt_gpt2_head_backward(e->ops, e->k, lay, &pfv, pev.wte, &gfv, gev.wte, &e->head, &e->scr,
+                          xres(e, L), e->dres, B, T);
+    maybe_inject(e, gf);
+    param_release(e, uf);
+    param_release(e, 0);
+    if ((st = grad_finish(e, uf, err)) != ZT_OK)
+        return st;
+    for (int l = L - 1; l >= 0; l--) {
+        int u = zt_gpt2_block_unit(l);
+        float *p, *g;
+        if ((st = param_acquire(e, u, &p, err)) != ZT_OK)
+            return st;
+        if (l > 0 && (st = param_prefetch(e, u - 1, err)) != ZT_OK)
+            return st;
+        zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
+        if (e->ckpt_act)
+            zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), xres(e, l), e->x_tmp,
+                                  B, T);
+        if ((st = grad_acquire(e, u, &g, err)) != ZT_OK)
+            return st;
+        zt_gpt2_block gb = zt_gpt2_block_view(lay, g);
+        zt_gpt2_block_backward(e->ops, e->k, lay, &pb, &gb, block_acts(e, l), &e->scr, xres(e, l),
+                               e->dres, B, T);
+        param_release(e, u);
+        if ((st = grad_finish(e, u, err)) != ZT_OK)
+            return st;
+    }
+    zt_gpt2_embed_backward(e->ops, e->k, lay, &gev, e->d_inp, e->dres, B, T);
+    return grad_finish(e, 0, err);
+}
+
+/* ---- set-up ---- */
+
+static zt_status setup_partition(zt_engine *e, zt_err *err)
+{
+    int nu = e->nu = e->lay.n_units;
+    size_t *arr = zt_calloc((size_t)nu * 6, sizeof(size_t));
+    if (!arr)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    e->P = arr;
+    e->S = arr + nu;
+    e->foff = arr + 2 * nu;
+    e->soff = arr + 3 * nu;
+    e->ooff = arr + 4 * nu;
+    e->base = arr + 5 * nu;
+    size_t align = (size_t)e->world * ZT_SHARD_ALIGN;
+    e->Ptot = e->Stot = e->Otot = e->max_unit_p = 0;
+    for (int u = 0; u < nu; u++) {
+        e->P[u] = round_up(e->lay.unit_numel[u], align);
+        e->S[u] = e->P[u] / (size_t)e->world;
+        e->foff[u] = e->Ptot;
+        e->soff[u] = e->Stot;
+        e->ooff[u] = e->Otot;
+        e->base[u] = e->stage == 0 ? 0 : (size_t)e->rank * e->S[u];
+        e->Ptot += e->P[u];
+        e->Stot += e->S[u];
+        e->Otot += e->stage == 0 ? e->P[u] : e->S[u];
+        if (u > 0 && e->P[u] > e->max_unit_p)
+            e->max_unit_p = e->P[u];
+    }
+    const zt_offload_cfg *off = &e->job.ds.zero.offload_optimizer;
+    e->dev_n = e->Otot;
+    if (off->enabled)
+        e->dev_n = (size_t)llround((double)e->Otot * (1.0 - off->ratio));
+    e->host_n = e->Otot - e->dev_n;
+
+    /* optimizer segments: tensor pieces of the region, split at the device/host boundary */
+    int cap = 0;
+    for (int u = 0; u < nu; u++)
+        cap += e->lay.unit_first_tensor[u + 1] - e->lay.unit_first_tensor[u] + 1;
+    e->segs = zt_calloc((size_t)cap, sizeof(*e->segs));
+    if (!e->segs)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    for (int u = 0; u < nu; u++) {
+        size_t lo = e->base[u], hi = e->base[u] + zt_engine_region_len(e, u);
+        for (int ti = e->lay.unit_first_tensor[u]; ti < e->lay.unit_first_tensor[u + 1]; ti++) {
+            const zt_gpt2_tensor *t = &e->lay.tensors[ti];
+            size_t a = t->offset > lo ? t->offset : lo;
+            size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+            while (a < b) {
+                size_t j = a - e->base[u];
+                size_t gi = e->ooff[u] + j;
+                size_t len = b - a;
+                bool host = gi >= e->dev_n;
+                if (!host && gi + len > e->dev_n)
+                    len = e->dev_n - gi;
+                if (e->nsegs == cap) {
+                    zt_optseg *ns = zt_realloc(e->segs, (size_t)cap * 2 * sizeof(*ns));
+                    if (!ns)
+                        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+                    e->segs = ns;
+                    cap *= 2;
+                }
+                zt_optseg *s = &e->segs[e->nsegs++];
+                s->unit = u;
+                s->j = j;
+                s->len = len;
+                s->decay = t->decay;
+                s->host = host;
+                s->side_off = host ? gi - e->dev_n : gi;
+                a += len;
+            }
+        }
+    }
+    return ZT_OK;
+}
+
+static zt_status setup_buffers(zt_engine *e, zt_err *err)
+{
+    const zt_gpt2_dims *d = &e->lay.d;
+    size_t pn = e->stage < 3 ? e->Ptot : e->Stot;
+    size_t gn = e->stage < 2 ? e->Ptot : e->Stot;
+    e->params = balloc(e, ZT_MEM_PARAMS, pn * psize(e));
+    e->grads = balloc(e, ZT_MEM_GRADS, gn * gsize(e));
+    if (e->mixed && e->dev_n)
+        e->master = balloc(e, ZT_MEM_MASTER, e->dev_n * 4);
+    e->m = balloc(e, ZT_MEM_OPTIM, e->dev_n * 4);
+    e->v = balloc(e, ZT_MEM_OPTIM, e->dev_n * 4);
+    if (!e->params || !e->grads || (e->mixed && e->dev_n && !e->master) || !e->m || !e->v)
+        goto oom;
+    if (e->host_n) {
+        e->h_master = halloc(e, ZT_MEM_HOST_OPTIM, e->host_n * 4);
+        e->h_m = halloc(e, ZT_MEM_HOST_OPTIM, e->host_n * 4);
+        e->h_v = halloc(e, ZT_MEM_HOST_OPTIM, e->host_n * 4);
+        e->h_grad = halloc(e, ZT_MEM_BUFFERS, e->host_n * gsize(e));
+        if (e->mixed)
+            e->h_lp = halloc(e, ZT_MEM_BUFFERS, e->host_n * psize(e));
+        if (!e->h_master || !e->h_m || !e->h_v || !e->h_grad || (e->mixed && !e->h_lp))
+            goto oom;
+    }
+    /* parameter slots */
+    e->npslots = params_direct(e) ? 0 : 4;
+    for (int i = 0; i < e->npslots; i++) {
+        zt_pslot *s = &e->pslots[i];
+        s->unit = -1;
+        s->cap = i == 0 ? e->P[0] : e->max_unit_p;
+        s->cbuf = balloc(e, ZT_MEM_BUFFERS, s->cap * 4);
+        if (!s->cbuf)
+            goto oom;
+        s->gbuf = s->cbuf;
+        if (e->stage == 3 && e->pdt != ZT_F32) {
+            s->gbuf = balloc(e, ZT_MEM_COMM, s->cap * psize(e));
+            if (!s->gbuf)
+                goto oom;
+        }
+    }
+    /* gradient slots */
+    e->ngslots = grads_direct(e) ? 0 : 3;
+    e->gnext = 1;
+    for (int i = 0; i < e->ngslots; i++) {
+        zt_gslot *g = &e->gslots[i];
+        g->unit = -1;
+        g->cap = i == 0 ? e->P[0] : e->max_unit_p;
+        g->buf = balloc(e, ZT_MEM_BUFFERS, g->cap * 4);
+        if (!g->buf)
+            goto oom;
+        if (e->stage >= 2 && e->gdt != ZT_F32) {
+            g->buf16 = balloc(e, ZT_MEM_COMM, g->cap * 2);
+            if (!g->buf16)
+                goto oom;
+        }
+    }
+    /* activations */
+    int B = e->B, T = e->T, L = d->L;
+    size_t BT = (size_t)B * T, BTC = BT * d->C;
+    int nacts = e->ckpt_act ? 1 : L;
+    size_t per = zt_gpt2_block_acts_floats(d, B, T);
+    e->acts = zt_calloc((size_t)(nacts > 0 ? nacts : 1), sizeof(*e->acts));
+    e->acts_mem = balloc(e, ZT_MEM_ACTIVATIONS, per * (size_t)nacts * 4);
+    e->x = balloc(e, ZT_MEM_ACTIVATIONS, BTC * (size_t)(L + 1) * 4);
+    e->head_mem = balloc(e, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T) * 4);
+    e->scr_mem = balloc(e, ZT_MEM_BUFFERS, zt_gpt2_scratch_floats(d, B, T) * 4);
+    e->dres = balloc(e, ZT_MEM_BUFFERS, BTC * 4);
+    e->d_inp = balloc(e, ZT_MEM_ACTIVATIONS, BT * 4);
+    e->d_tgt = balloc(e, ZT_MEM_ACTIVATIONS, BT * 4);
+    e->h_inp = zt_calloc(BT, 4);
+    e->h_tgt = zt_calloc(BT, 4);
+    e->h_losses = zt_calloc(BT, 4);
+    if (e->ckpt_act)
+        e->x_tmp = balloc(e, ZT_MEM_BUFFERS, BTC * 4);
+    e->d_red = balloc(e, ZT_MEM_COMM, 16);
+    if (!e->acts || !e->acts_mem || !e->x || !e->head_mem || !e->scr_mem || !e->dres ||
+        !e->d_inp || !e->d_tgt || !e->h_inp || !e->h_tgt || !e->h_losses ||
+        (e->ckpt_act && !e->x_tmp) || !e->d_red)
+        goto oom;
+    for (int i = 0; i < nacts; i++)
+        zt_gpt2_block_acts_carve(&e->acts[i], d, B, T, e->acts_mem + per * (size_t)i);
+    zt_gpt2_head_acts_carve(&e->head, d, B, T, e->head_mem);
+    zt_gpt2_scratch_carve(&e->scr, d, B, T, e->scr_mem);
+    return ZT_OK;
+oom:
+    return zt_err_set(err, ZT_ERR_NOMEM,
+                      "out of memory allocating rank %d's buffers (%.1f MiB in use: %s); run "
+                      "'zctl plan' on the job to see what each ZeRO stage needs",
+                      e->rank, (double)e->mem.total_cur / 1048576.0,
+                      "params, gradients, optimizer states, activations");
+}
+
+static void free_buffers(zt_engine *e)
+{
+    const zt_gpt2_dims *d = &e->lay.d;
+    size_t pn = e->stage < 3 ? e->Ptot : e->Stot;
+    size_t gn = e->stage < 2 ? e->Ptot : e->Stot;
+    bfree(e, ZT_MEM_PARAMS, e->params, pn * psize(e));
+    bfree(e, ZT_MEM_GRADS, e->grads, gn * gsize(e));
+    bfree(e, ZT_MEM_MASTER, e->master, e->dev_n * 4);
+    bfree(e, ZT_MEM_OPTIM, e->m, e->dev_n * 4);
+    bfree(e, ZT_MEM_OPTIM, e->v, e->dev_n * 4);
+    hfree(e, ZT_MEM_HOST_OPTIM, e->h_master, e->host_n * 4);
+    hfree(e, ZT_MEM_HOST_OPTIM, e->h_m, e->host_n * 4);
+    hfree(e, ZT_MEM_HOST_OPTIM, e->h_v, e->host_n * 4);
+    hfree(e, ZT_MEM_BUFFERS, e->h_grad, e->host_n * gsize(e));
+    hfree(e, ZT_MEM_BUFFERS, e->h_lp, e->host_n * psize(e));
+    for (int i = 0; i < e->npslots; i++) {
+        zt_pslot *s = &e->pslots[i];
+        if (s->gbuf != s->cbuf)
+            bfree(e, ZT_MEM_COMM, s->gbuf, s->cap * psize(e));
+        bfree(e, ZT_MEM_BUFFERS, s->cbuf, s->cap * 4);
+    }
+    for (int i = 0; i < e->ngslots; i++) {
+        bfree(e, ZT_MEM_BUFFERS, e->gslots[i].buf, e->gslots[i].cap * 4);
+        bfree(e, ZT_MEM_COMM, e->gslots[i].buf16, e->gslots[i].cap * 2);
+    }
+    int B = e->B, T = e->T, L = d->L;
+    size_t BT = (size_t)B * T, BTC = BT * d->C;
+    int nacts = e->ckpt_act ? 1 : L;
+    bfree(e, ZT_MEM_ACTIVATIONS, e->acts_mem, zt_gpt2_block_acts_floats(d, B, T) * (size_t)nacts * 4);
+    bfree(e, ZT_MEM_ACTIVATIONS, e->x, BTC * (size_t)(L + 1) * 4);
+    bfree(e, ZT_MEM_ACTIVATIONS, e->head_mem, zt_gpt2_head_acts_floats(d, B, T) * 4);
+    bfree(e, ZT_MEM_BUFFERS, e->scr_mem, zt_gpt2_scratch_floats(d, B, T) * 4);
+    bfree(e, ZT_MEM_BUFFERS, e->dres, BTC * 4);
+    bfree(e, ZT_MEM_BUFFERS, e->x_tmp, BTC * 4);
+    bfree(e, ZT_MEM_COMM, e->d_red, 16);
+    bfree(e, ZT_MEM_ACTIVATIONS, e->d_inp, BT * 4);
+    bfree(e, ZT_MEM_ACTIVATIONS, e->d_tgt, BT * 4);
+    zt_free(e->acts);
+    zt_free(e->h_inp);
+    zt_free(e->h_tgt);
+    zt_free(e->h_losses);
+}
+
+/* llm.c file offsets of each tensor kind (element offsets into the file's parameter array). */
+static void llmc_kind_offsets(const zt_model_shape *s, size_t off[ZT_T_KIND_COUNT],
+                              size_t per_layer[ZT_T_KIND_COUNT])
+{
+    size_t sizes[ZT_MODELFILE_NUM_TENSORS];
+    zt_modelfile_tensor_sizes(s, sizes);
+    size_t o = 0;
+    for (int i = 0; i < ZT_T_KIND_COUNT; i++) {
+        off[i] = o;
+        o += sizes[i];
+        bool layered = i != ZT_T_WTE && i != ZT_T_WPE && i != ZT_T_LNFW && i != ZT_T_LNFB;
+        per_layer[i] = layered ? sizes[i] / (size_t)s->num_layers : sizes[i];
+    }
+}
+
+static zt_status init_params(zt_engine *e, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    const zt_gpt2_layout *lay = &e->lay;
+    float *file = NULL, *unit = NULL;
+    zt_model_shape shape;
+    size_t koff[ZT_T_KIND_COUNT], kper[ZT_T_KIND_COUNT];
+    if (!e->job.model.init_random) {
+        CHECK(zt_modelfile_read(e->job.model.init_path, &shape, &file, err), out);
+        CHECK(zt_modelfile_check_shape(&shape, &e->job.model, e->job.model.init_path, err), out);
+        llmc_kind_offsets(&shape, koff, kper);
+    }
+    size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
+    unit = zt_calloc(maxp, sizeof(float));
+    if (!unit) {
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory initialising the model");
+        goto out;
+    }
+    for (int u = 0; u < e->nu; u++) {
+        memset(unit, 0, e->P[u] * sizeof(float));
+        if (!file) {
+            zt_gpt2_init_unit(lay, u, e->job.model.seed, unit);
+        } else {
+            for (int ti = lay->unit_first_tensor[u]; ti < lay->unit_first_tensor[u + 1]; ti++) {
+                const zt_gpt2_tensor *t = &lay->tensors[ti];
+                size_t src = koff[t->kind] + (t->layer >= 0 ? (size_t)t->layer * kper[t->kind] : 0);
+                /* wpe may have more rows in the file than block_size: take the first T */
+                memcpy(unit + t->offset, file + src, t->numel * sizeof(float));
+            }
+        }
+        CHECK(zt_engine_load_unit(e, u, unit, err), out);
+    }
+out:
+    zt_free(file);
+    zt_free(unit);
+    return st;
+}
+
+static zt_precision precision_of(const zt_job *job)
+{
+    return job->ds.fp16.enabled ? ZT_PREC_FP16 : job->ds.bf16 ? ZT_PREC_BF16 : ZT_PREC_FP32;
+}
+
+zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
+                           zt_err *err)
+{
+    zt_status st;
+    *out = NULL;
+    zt_engine *e = zt_calloc(1, sizeof(*e));
+    if (!e)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    e->job = *job;
+    e->opts = *opts;
+    e->rank = opts->rank;
+    e->world = opts->world_size > 0 ? opts->world_size : 1;
+    e->stage = job->ds.zero.stage;
+    e->ckpt_act = job->ds.activation_checkpointing.enabled;
+    zt_precision prec = precision_of(job);
+    e->pdt = prec == ZT_PREC_FP16 ? ZT_F16 : prec == ZT_PREC_BF16 ? ZT_BF16 : ZT_F32;
+    e->mixed = e->pdt != ZT_F32;
+    e->gdt = job->ds.grad_accum_fp32 ? ZT_F32 : e->pdt;
+    e->B = (int)job->ds.micro_batch;
+    e->T = job->model.block_size;
+    e->inject_step = -1;
+    e->last_ckpt_step = -1;
+    const char *inj = getenv("ZT_INJECT_NONFINITE");
+    if (inj) {
+        int r = -1;
+        long long s = -1;
+        if (sscanf(inj, "%d:%lld", &r, &s) == 2 && r == e->rank)
+            e->inject_step = s;
+    }
+    const char *pk = getenv("ZT_PEAK_TFLOPS");
+    e->peak_flops = pk ? atof(pk) * 1e12 : 0.0;
+
+    if (job->ds.world_size != e->world) {
+        st = zt_err_set(err, ZT_ERR_CONFIG,
+                        "the batch sizes were resolved for %d ranks but the run has %d; call "
+                        "zt_job_resolve_batch first",
+                        job->ds.world_size, e->world);
+        goto fail;
+    }
+    if (job->resources.device == ZT_DEVICE_CUDA) {
+        e->ops = zt_ops_cuda();
+        if (!e->ops) {
+            st = zt_err_set(err, ZT_ERR_NO_DEVICE,
+                            "the job asks for device \"cuda\" but this zworker was built without "
+                            "CUDA; rebuild with nvcc available or set resources.device to \"cpu\"");
+            goto fail;
+        }
+    } else {
+        e->ops = zt_ops_cpu();
+    }
+    CHECK(e->ops->ctx_create(&e->k, opts->local_rank, err), fail);
+
+    zt_gpt2_dims d = {job->model.n_layer, job->model.n_embd, job->model.n_head,
+                      job->model.block_size, job->model.vocab_size, job->model.padded_vocab_size};
+    if (zt_gpt2_layout_init(&e->lay, &d) != ZT_OK) {
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    zt_loss_scaler_init(&e->scaler, &job->ds.fp16);
+
+    CHECK(zt_dataset_open(&e->train_ds, job->data.train, job->model.block_size,
+                          job->model.vocab_size, err),
+          fail);
+    if (job->data.val[0] && job->train.eval_every > 0)
+        CHECK(zt_dataset_open(&e->val_ds, job->data.val, job->model.block_size,
+                              job->model.vocab_size, err),
+              fail);
+
+    zt_comm_opts co = {0};
+    co.rank = e->rank;
+    co.world_size = e->world;
+    co.rendezvous = opts->rendezvous;
+    co.session = opts->session;
+    co.timeout_ms = opts->comm_timeout_ms;
+    co.kctx = e->k;
+    co.device = opts->local_rank;
+    const zt_comm_backend *cb =
+        job->resources.device == ZT_DEVICE_CUDA ? zt_comm_backend_nccl() : zt_comm_backend_tcp();
+    CHECK(zt_comm_create(&e->comm, cb, &co, err), fail);
+
+    CHECK(setup_partition(e, err), fail);
+    CHECK(setup_buffers(e, err), fail);
+    if (opts->resume && opts->resume[0]) {
+        CHECK(zt_ckpt_load(e, opts->resume, err), fail);
+    } else {
+        CHECK(init_params(e, err), fail);
+    }
+    CHECK(e->ops->sync(e->k, err), fail);
+    *out = e;
+    return ZT_OK;
+fail:
+    zt_engine_destroy(e);
+    return st;
+}
+
+void zt_engine_destroy(zt_engine *e)
+{
+    if (!e)
+        return;
+    zt_ckpt_save_abandon(e);
+    if (e->k && e->P) {
+        params_invalidate(e, NULL);
+        grads_drain(e, NULL);
+        free_buffers(e);
+    }
+    zt_comm_destroy(e->comm);
+    zt_dataset_close(e->train_ds);
+    zt_dataset_close(e->val_ds);
+    zt_free(e->P);
+    zt_free(e->segs);
+    zt_gpt2_layout_free(&e->lay);
+    if (e->ops)
+        e->ops->ctx_destroy(e->k);
+    zt_free(e);
+}
+
+int64_t zt_engine_steps_done(const zt_engine *e)
+{
+    return e->steps_done;
+}
+
+/* ---- the optimizer step ---- */
+
+typedef struct host_job {
+    zt_engine *e;
+    const zt_adamw_args *args;
+    const zt_ops *ops;
+    zt_kctx *k;
+} host_job;
+
+static void adamw_segments(zt_engine *e, const zt_ops *ops, zt_kctx *k, bool host,
+                           const zt_adamw_args *base)
+{
+    for (int i = 0; i < e->nsegs; i++) {
+        const zt_optseg *s = &e->segs[i];
+        if (s->host != host)
+            continue;
+        zt_adamw_args a = *base;
+        if (!s->decay)
+            a.weight_decay = 0.0f;
+        if (host) {
+            ops->adamw(k, e->h_master + s->side_off, (char *)e->h_grad + s->side_off * gsize(e),
+                       e->gdt, e->h_m + s->side_off, e->h_v + s->side_off, s->len, &a,
+                       e->mixed ? (char *)e->h_lp + s->side_off * psize(e) : NULL, e->pdt);
+        } else {
+            float *p = e->mixed ? e->master + s->side_off : (float *)param_loc(e, s->unit, s->j);
+            ops->adamw(k, p, grad_loc(e, s->unit, s->j), e->gdt, e->m + s->side_off,
+                       e->v + s->side_off, s->len, &a,
+                       e->mixed ? param_loc(e, s->unit, s->j) : NULL, e->pdt);
+        }
+    }
+}
+
+static void *host_adamw_main(void *arg)
+{
+    host_job *hj = arg;
+    adamw_segments(hj->e, hj->ops, hj->k, true, hj->args);
+    return NULL;
+}
+
+static zt_status optimizer_step(zt_engine *e, float grad_scale, double lr, zt_err *err)
+{
+    const zt_optim_cfg *oc = &e->job.ds.optimizer;
+    double t = (double)(e->applied_steps + 1);
+    zt_adamw_args a = {
+        .lr = (float)lr,
+        .beta1 = (float)oc->beta1,
+        .beta2 = (float)oc->beta2,
+        .eps = (float)oc->eps,
+        .weight_decay = (float)oc->weight_decay,
+        .bc1 = (float)(1.0 - pow(oc->beta1, t)),
+        .bc2 = (float)(1.0 - pow(oc->beta2, t)),
+        .grad_scale = grad_scale,
+        .l2_mode = !oc->adam_w_mode,
+    };
+    pthread_t th;
+    bool threaded = false;
+    zt_kctx *hk = NULL;
+    const zt_ops *hops = zt_ops_cpu();
+    host_job hj = {e, &a, hops, NULL};
+    if (e->host_n) {
+        /* the host part's gradients travel to host memory first */
+        for (int i = 0; i < e->nsegs; i++) {
+            const zt_optseg *s = &e->segs[i];
+            if (s->host)
+                e->ops->copy_d2h(e->k, (char *)e->h_grad + s->side_off * gsize(e),
+                                 grad_loc(e, s->unit, s->j), s->len * gsize(e));
+        }
+        zt_status st = e->ops->sync(e->k, err);
+        if (st != ZT_OK)
+            return st;
+        if (hops->ctx_create(&hk, 0, err) != ZT_OK)
+            return zt_err_prefix(err, "host optimizer");
+        hj.k = hk;
+        threaded = pthread_create(&th, NULL, host_adamw_main, &hj) == 0;
+        if (!threaded)
+            host_adamw_main(&hj);
+    }
+    adamw_segments(e, e->ops, e->k, false, &a);
+    if (e->host_n) {
+        if (threaded)
+            pthread_join(th, NULL);
+        hops->ctx_destroy(hk);
+        for (int i = 0; i < e->nsegs; i++) {
+            const zt_optseg *s = &e->segs[i];
+            if (!s->host)
+                continue;
+            const void *src = e->mixed ? (const void *)((char *)e->h_lp + s->side_off * psize(e))
+                                       : (const void *)(e->h_master + s->side_off);
+            e->ops->copy_h2d(e->k, param_loc(e, s->unit, s->j), src, s->len * psize(e));
+        }
+    }
+    return ZT_OK;
+}
+
+/* Stage 0/1 reductions at the accumulation boundary. */
+static zt_status reduce_at_boundary(zt_engine *e, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    if (e->world == 1 || e->stage >= 2)
+        return ZT_OK;
+    uint64_t t0 = zt_now_ns();
+    if (e->stage == 0) {
+        st = zt_comm_allreduce(e->comm, e->grads, e->Ptot, e->gdt, NULL, err);
+    } else {
+        zt_comm_req **reqs = zt_calloc((size_t)e->nu, sizeof(*reqs));
+        if (!reqs)
+            return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        for (int u = 0; u < e->nu && st == ZT_OK; u++) {
+            char *full = (char *)e->grads + e->foff[u] * gsize(e);
+            st = zt_comm_reduce_scatter(e->comm, full, full + e->base[u] * gsize(e), e->S[u],
+                                        e->gdt, &reqs[u], err);
+        }
+        for (int u = 0; u < e->nu; u++) {
+            if (!reqs[u])
+                continue;
+            zt_status s2 = zt_comm_wait(e->comm, reqs[u], err);
+            if (s2 != ZT_OK && st == ZT_OK)
+                st = s2;
+        }
+        zt_free(reqs);
+    }
+    e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
+    return st;
+}
+
+/* Stage 1/2: every rank's updated region back to all ranks. */
+static zt_status gather_params(zt_engine *e, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    if (e->world == 1 || e->stage == 0 || e->stage == 3)
+        return ZT_OK;
+    uint64_t t0 = zt_now_ns();
+    zt_comm_req **reqs = zt_calloc((size_t)e->nu, sizeof(*reqs));
+    if (!reqs)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    for (int u = 0; u < e->nu && st == ZT_OK; u++) {
+        char *full = (char *)e->params + e->foff[u] * psize(e);
+        st = zt_comm_allgather(e->comm, full + e->base[u] * psize(e), full, e->S[u], e->pdt,
+                               &reqs[u], err);
+    }
+    for (int u = 0; u < e->nu; u++) {
+        if (!reqs[u])
+            continue;
+        zt_status s2 = zt_comm_wait(e->comm, reqs[u], err);
+        if (s2 != ZT_OK && st == ZT_OK)
+            st = s2;
+    }
+    zt_free(reqs);
+    e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
+    return st;
+}
+
+/* Sum of squares and non-finite count of this rank's part of the reduced gradient. */
+static void grad_stats(zt_engine *e, double out[2])
+{
+    out[0] = out[1] = 0.0;
+    for (int u = 0; u < e->nu; u++) {
+        size_t idx = e->stage < 2 ? e->foff[u] + (size_t)e->rank * e->S[u] : e->soff[u];
+        e->ops->sumsq_nonfinite(e->k, (char *)e->grads + idx * gsize(e), e->gdt, e->S[u], out);
+    }
+}
+
+static zt_status load_micro(zt_engine *e, zt_dataset *ds, int64_t step, int micro, zt_err *err)
+{
+    zt_status st = zt_dataset_micro_batch(ds, step, e->job.ds.train_batch_size, e->world, e->rank,
+                                          micro, e->B, e->h_inp, e->h_tgt, err);
+    if (st != ZT_OK)
+        return st;
+    size_t bytes = (size_t)e->B * e->T * sizeof(int32_t);
+    e->ops->copy_h2d(e->k, e->d_inp, e->h_inp, bytes);
+    e->ops->copy_h2d(e->k, e->d_tgt, e->h_tgt, bytes);
+    return ZT_OK;
+}
+
+static double sum_losses(zt_engine *e)
+{
+    size_t n = (size_t)e->B * e->T;
+    e->ops->copy_d2h(e->k, e->h_losses, e->head.losses, n * sizeof(float));
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += e->h_losses[i];
+    return s;
+}
+
+zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
+{
+    zt_status st;
+    zt_step_stats s;
+    memset(&s, 0, sizeof(s));
+    s.val_loss = -1.0;
+    zt_memacct_reset_peaks(&e->mem);
+    zt_comm_stats cs0, cs1;
+    zt_comm_get_stats(e->comm, &cs0);
+    e->t_fwd = e->t_bwd = e->t_opt = e->t_comm = 0.0;
+    uint64_t t_start = zt_now_ns();
+
+    const zt_ds_cfg *ds = &e->job.ds;
+    double denom = (double)ds->train_batch_size * (double)e->T;
+    double loss_scale = e->scaler.scale;
+    float dloss = (float)(loss_scale / denom);
+    double local_loss = 0.0;
+
+    size_t gn = e->stage < 2 ? e->Ptot : e->Stot;
+    e->ops->memset0(e->k, e->grads, gn * gsize(e));
+    for (int micro = 0; micro < ds->grad_accum; micro++) {
+        CHECK(load_micro(e, e->train_ds, e->steps_done, micro, err), out);
+        uint64_t t0 = zt_now_ns();
+        CHECK(forward(e, dloss, err), out);
+        local_loss += sum_losses(e);
+        uint64_t t1 = zt_now_ns();
+        CHECK(backward(e, err), out);
+        CHECK(e->ops->sync(e->k, err), out);
+        uint64_t t2 = zt_now_ns();
+        e->t_fwd += (double)(t1 - t0) * 1e-9;
+        e->t_bwd += (double)(t2 - t1) * 1e-9;
+    }
+    CHECK(grads_drain(e, err), out);
+    CHECK(reduce_at_boundary(e, err), out);
+
+    uint64_t t_opt0 = zt_now_ns();
+    double comm_before_opt = e->t_comm;
+    double gs[2];
+    grad_stats(e, gs);
+    CHECK(e->ops->sync(e->k, err), out);
+    float red[3] = {(float)gs[0], (float)gs[1], (float)(local_loss / denom)};
+    {
+        uint64_t t0 = zt_now_ns();
+        e->ops->copy_h2d(e->k, e->d_red, red, sizeof(red));
+        CHECK(zt_comm_allreduce(e->comm, e->d_red, 3, ZT_F32, NULL, err), out);
+        e->ops->copy_d2h(e->k, red, e->d_red, sizeof(red));
+        e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
+    }
+    double norm = sqrt((double)red[0]) / loss_scale;
+    bool nonfinite = red[1] > 0.0f || !isfinite(red[0]);
+    s.loss = red[2];
+    s.loss_scale = loss_scale;
+    s.lr = zt_sched_lr(&ds->scheduler, ds->optimizer.lr, e->applied_steps);
+    if (nonfinite) {
+        s.skipped = true;
+        e->skipped_total++;
+        s.grad_norm = NAN;
+        if (e->rank == 0)
+            ZT_WARN("engine",
+                    "step %lld skipped: non-finite gradient (%.0f values)%s; %lld steps skipped so "
+                    "far",
+                    (long long)e->steps_done + 1, (double)red[1],
+                    e->scaler.dynamic ? ", loss scale halved or hysteresis spent" : "",
+                    (long long)e->skipped_total);
+    } else {
+        s.grad_norm = norm;
+        double coef = 1.0;
+        if (ds->gradient_clipping > 0.0 && norm > ds->gradient_clipping)
+            coef = ds->gradient_clipping / (norm + 1e-6);
+        CHECK(optimizer_step(e, (float)(coef / loss_scale), s.lr, err), out);
+        e->applied_steps++;
+        CHECK(e->ops->sync(e->k, err), out);
+        CHECK(gather_params(e, err), out);
+        CHECK(params_invalidate(e, err), out);
+    }
+    if (zt_loss_scaler_update(&e->scaler, nonfinite) != ZT_OK) {
+        st = zt_err_set(err, ZT_ERR_NONFINITE,
+                        "step %lld: the fp16 loss scale is already at its minimum (%g) and the "
+                        "gradients still overflow; the run cannot make progress. Lower the "
+                        "learning rate, use bf16, or lower fp16.min_loss_scale",
+                        (long long)e->steps_done + 1, e->scaler.min_scale);
+        goto out;
+    }
+    e->steps_done++;
+    uint64_t t_end = zt_now_ns();
+    e->t_opt = (double)(t_end - t_opt0) * 1e-9 - (e->t_comm - comm_before_opt);
+
+    zt_comm_get_stats(e->comm, &cs1);
+    s.step = e->steps_done;
+    s.skipped_total = e->skipped_total;
+    s.step_s = (double)(t_end - t_start) * 1e-9;
+    s.fwd_s = e->t_fwd;
+    s.bwd_s = e->t_bwd;
+    s.opt_s = e->t_opt;
+    s.comm_s = e->t_comm;
+    s.comm_bytes = cs1.bytes_sent - cs0.bytes_sent;
+    double tokens = denom;
+    s.tokens_per_s = tokens / s.step_s;
+    const zt_gpt2_dims *d = &e->lay.d;
+    double fpt = 6.0 * (double)e->lay.num_params + 6.0 * d->L * (double)d->C * (double)e->T;
+    s.tflops = fpt * s.tokens_per_s / e->world / 1e12;
+    s.mfu = e->peak_flops > 0 ? s.tflops * 1e12 / e->peak_flops : 0.0;
+    for (int i = 0; i < ZT_MEM_CATEGORY_COUNT; i++)
+        s.mem[i] = e->mem.cur[i];
+    s.mem_peak = e->mem.total_peak;
+    s.model_state_bytes = zt_memacct_model_states(&e->mem);
+    st = ZT_OK;
+out:
+    if (out)
+        *out = s;
+    return st;
+}
+
+zt_status zt_engine_eval(zt_engine *e, double *loss, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    *loss = NAN;
+    if (!e->val_ds)
+        return zt_err_set(err, ZT_ERR_CONFIG, "no validation data (data.val) to evaluate on");
+    const zt_ds_cfg *ds = &e->job.ds;
+    double local = 0.0;
+    int64_t nsteps = e->job.train.eval_steps > 0 ? e->job.train.eval_steps : 1;
+    for (int64_t s = 0; s < nsteps; s++) {
+        for (int micro = 0; micro < ds->grad_accum; micro++) {
+            CHECK(load_micro(e, e->val_ds, s, micro, err), out);
+            CHECK(forward(e, 0.0f, err), out);
+            local += sum_losses(e);
+        }
+    }
+    double denom = (double)nsteps * (double)ds->train_batch_size * (double)e->T;
+    float red = (float)(local / denom);
+    e->ops->copy_h2d(e->k, e->d_red, &red, sizeof(red));
+    CHECK(zt_comm_allreduce(e->comm, e->d_red, 1, ZT_F32, NULL, err), out);
+    e->ops->copy_d2h(e->k, &red, e->d_red, sizeof(red));
+    *loss = red;
+out:
+    return st;
+}
+
+/* ---- reporting ---- */
+
+static int format_step_line(const zt_engine *e, const zt_step_stats *s, char *buf, size_t n)
+{
+    int w = snprintf(buf, n, "step=%lld loss=%.6f lr=%.4e grad_norm=%.6f", (long long)s->step,
+                     s->loss, s->lr, s->grad_norm);
+    if (e->job.ds.fp16.enabled)
+        w += snprintf(buf + w, n - (size_t)w, " loss_scale=%g", s->loss_scale);
+    w += snprintf(buf + w, n - (size_t)w,
+                  " skipped=%lld tok_s=%.0f step_ms=%.2f fwd_ms=%.2f bwd_ms=%.2f opt_ms=%.2f "
+                  "comm_ms=%.2f tflops=%.4f",
+                  (long long)s->skipped_total, s->tokens_per_s, s->step_s * 1e3, s->fwd_s * 1e3,
+                  s->bwd_s * 1e3, s->opt_s * 1e3, s->comm_s * 1e3, s->tflops);
+    if (s->mfu > 0)
+        w += snprintf(buf + w, n - (size_t)w, " mfu=%.4f", s->mfu);
+    w += snprintf(buf + w, n - (size_t)w, " comm_bytes=%llu", (unsigned long long)s->comm_bytes);
+    for (int i = 0; i < ZT_MEM_CATEGORY_COUNT; i++)
+        w += snprintf(buf + w, n - (size_t)w, " mem_%s=%lld", zt_mem_category_name((zt_mem_category)i),
+                      (long long)s->mem[i]);
+    w += snprintf(buf + w, n - (size_t)w, " mem_model_states=%lld mem_peak=%lld",
+                  (long long)s->model_state_bytes, (long long)s->mem_peak);
+    if (s->val_loss >= 0)
+        w += snprintf(buf + w, n - (size_t)w, " val_loss=%.6f", s->val_loss);
+    return w;
+}
+
+static void report_line(zt_engine *e, const char *line)
+{
+    if (e->opts.report_fd >= 0) {
+        char buf[4200];
+        int n = snprintf(buf, sizeof(buf), "rank=%d %s\n", e->rank, line);
+        if (n > 0) {
+            ssize_t w = write(e->opts.report_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+            (void)w;
+        }
+    }
+}
+
+zt_status zt_engine_train(zt_engine *e, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    const zt_train_cfg *tc = &e->job.train;
+    int64_t spp = e->job.ds.steps_per_print > 0 ? e->job.ds.steps_per_print : 10;
+    while (e->steps_done < tc->steps) {
+        zt_step_stats s;
+        CHECK(zt_engine_step(e, &s, err), out);
+        if (e->val_ds && tc->eval_every > 0 &&
+            (s.step % tc->eval_every == 0 || s.step == tc->steps)) {
+            CHECK(zt_engine_eval(e, &s.val_loss, err), out);
+        }
+        char line[4096];
+        format_step_line(e, &s, line, sizeof(line));
+        if (e->rank == 0 && e->opts.step_out) {
+            fprintf(e->opts.step_out, "%s\n", line);
+            fflush(e->opts.step_out);
+        }
+        report_line(e, line);
+        if (e->rank == 0 && (s.step % spp == 0 || s.step == 1))
+            ZT_INFO("engine", "step %lld/%lld loss %.4f lr %.3e %.0f tok/s", (long long)s.step,
+                    (long long)tc->steps, s.loss, s.lr, s.tokens_per_s);
+        /* a checkpoint started one step ago commits now: its write overlapped this step */
+        CHECK(zt_ckpt_save_finish(e, err), out);
+        if (tc->checkpoint_every > 0 && s.step % tc->checkpoint_every == 0 && s.step < tc->steps)
+            CHECK(zt_ckpt_save_begin(e, err), out);
+    }
+    CHECK(zt_ckpt_save_finish(e, err), out);
+    if (!e->opts.no_final_save && e->last_ckpt_step != e->steps_done)
+        CHECK(zt_engine_save(e, err), out);
+out:
+    return st;
+}
+
+zt_status zt_engine_save(zt_engine *e, zt_err *err)
+{
+    zt_status st = zt_ckpt_save_begin(e, err);
+    if (st != ZT_OK)
+        return st;
+    return zt_ckpt_save_finish(e, err);
+}
+
+/* ---- export ---- */
+
+/* Gathers the fp32 values of unit u (P_u elements) from every rank's region into out. */
+zt_status zt_engine_gather_unit(zt_engine *e, int u, float *out, zt_err *err)
+{
+    size_t S = e->S[u];
+    size_t r0 = (size_t)e->rank * S;
+    memset(out, 0, e->P[u] * sizeof(float));
+    /* this rank's chunk [r*S, (r+1)*S) of the unit, from wherever its truth lives */
+    size_t n = e->lay.unit_numel[u];
+    size_t len = r0 >= n ? 0 : (n - r0 < S ? n - r0 : S);
+    if (len)
+        zt_engine_region_get(e, u, r0 - e->base[u], len, out + r0);
+    if (e->world == 1)
+        return ZT_OK;
+    float *dev = balloc(e, ZT_MEM_COMM, e->P[u] * sizeof(float));
+    if (!dev)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory gathering unit %d", u);
+    e->ops->copy_h2d(e->k, dev + r0, out + r0, S * sizeof(float));
+    zt_status st = zt_comm_allgather(e->comm, dev + r0, dev, S, ZT_F32, NULL, err);
+    if (st == ZT_OK)
+        e->ops->copy_d2h(e->k, out, dev, e->P[u] * sizeof(float));
+    bfree(e, ZT_MEM_COMM, dev, e->P[u] * sizeof(float));
+    return st;
+}
+
+zt_status zt_engine_gather_llmc(zt_engine *e, float **out, size_t *n, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    const zt_gpt2_layout *lay = &e->lay;
+    zt_model_shape shape = {lay->d.T, lay->d.V, lay->d.Vp, lay->d.L, lay->d.NH, lay->d.C};
+    size_t koff[ZT_T_KIND_COUNT], kper[ZT_T_KIND_COUNT];
+    llmc_kind_offsets(&shape, koff, kper);
+    size_t sizes[ZT_MODELFILE_NUM_TENSORS];
+    size_t total = zt_modelfile_tensor_sizes(&shape, sizes);
+    float *all = zt_calloc(total, sizeof(float));
+    size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
+    float *unit = zt_calloc(maxp, sizeof(float));
+    if (!all || !unit) {
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory gathering the model");
+        goto out;
+    }
+    for (int u = 0; u < e->nu; u++) {
+        CHECK(zt_engine_gather_unit(e, u, unit, err), out);
+        for (int ti = lay->unit_first_tensor[u]; ti < lay->unit_first_tensor[u + 1]; ti++) {
+            const zt_gpt2_tensor *t = &lay->tensors[ti];
+            size_t dst = koff[t->kind] + (t->layer >= 0 ? (size_t)t->layer * kper[t->kind] : 0);
+            memcpy(all + dst, unit + t->offset, t->numel * sizeof(float));
+        }
+    }
+    *out = all;
+    *n = total;
+    all = NULL;
+out:
+    zt_free(all);
+    zt_free(unit);
+    return st;
+}

@@ -1,0 +1,68 @@
+/* zerotrain: the training engine of one rank — GPT-2 with ZeRO stages 0-3, mixed precision,
+ * optimizer offload, activation checkpointing, evaluation and checkpoints. zworker wraps it
+ * in a process; tests drive it in-process. One engine per thread; not thread-safe. */
+#ifndef ZT_ENGINE_ENGINE_H
+#define ZT_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/jobfile.h"
+#include "../common/status.h"
+#include "memacct.h"
+
+typedef struct zt_engine zt_engine;
+
+typedef struct zt_engine_opts {
+    int rank, world_size, local_rank;
+    const char *rendezvous; /* tcp://host:port; NULL for world_size 1 */
+    const char *session;    /* run attempt id, may be NULL */
+    int comm_timeout_ms;    /* <= 0: default */
+    const char *resume;     /* checkpoint dir or step dir to resume from, or NULL */
+    FILE *step_out;         /* where rank 0 prints its step lines (NULL = none) */
+    int report_fd;          /* machine-readable lines for the agent, -1 = none */
+    bool no_final_save;     /* skip the save at the end of training (tests) */
+} zt_engine_opts;
+
+/* What one optimizer step did (rank-local values unless noted). */
+typedef struct zt_step_stats {
+    int64_t step;         /* 1-based optimizer step */
+    double loss;          /* mean over every target token of the global batch (all ranks) */
+    double lr;
+    double grad_norm;     /* global, unscaled, before clipping */
+    double loss_scale;
+    bool skipped;         /* non-finite gradient: not applied */
+    int64_t skipped_total;
+    double val_loss;      /* < 0 when no evaluation ran this step */
+    double step_s, fwd_s, bwd_s, opt_s, comm_s;
+    double tokens_per_s;
+    double tflops, mfu;
+    uint64_t comm_bytes;  /* bytes this rank sent in collectives this step */
+    int64_t mem[ZT_MEM_CATEGORY_COUNT]; /* current bytes by category */
+    int64_t mem_peak;     /* peak total bytes this step */
+    int64_t model_state_bytes;
+} zt_step_stats;
+
+/* Builds the engine: joins the collective group, allocates model states for the ZeRO stage,
+ * initialises (random, llm.c file, or checkpoint) and opens the data. The job is copied. */
+zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
+                           zt_err *err);
+void zt_engine_destroy(zt_engine *e); /* NULL is a no-op */
+
+/* Runs one optimizer step (gradient accumulation included). */
+zt_status zt_engine_step(zt_engine *e, zt_step_stats *st, zt_err *err);
+/* Mean validation loss over train.eval_steps batches (same samples every time). */
+zt_status zt_engine_eval(zt_engine *e, double *loss, zt_err *err);
+/* Runs the remaining steps with evaluation, step lines, checkpoints and the final save. */
+zt_status zt_engine_train(zt_engine *e, zt_err *err);
+/* Steps completed so far (including skipped ones). */
+int64_t zt_engine_steps_done(const zt_engine *e);
+
+/* The full model in llm.c tensor order (fp32), gathered from all ranks. Collective: every
+ * rank must call it; *out (zt_malloc'd, caller frees) is filled on every rank. */
+zt_status zt_engine_gather_llmc(zt_engine *e, float **out, size_t *n, zt_err *err);
+/* Writes a checkpoint of the current state (collective). */
+zt_status zt_engine_save(zt_engine *e, zt_err *err);
+
+#endif

@@ -1,0 +1,154 @@
+/* zerotrain: what only engine*.c and ckpt*.c may see — the engine's state: ZeRO partition,
+ * model-state buffers, working slots, activations, counters. */
+#ifndef ZT_ENGINE_ENGINE_INT_H
+#define ZT_ENGINE_ENGINE_INT_H
+
+#include <pthread.h>
+
+#include "comm.h"
+#include "dataloader.h"
+#include "engine.h"
+#include "gpt2.h"
+#include "memacct.h"
+#include "optim.h"
+
+/* Elements of padding granularity per rank: shards start 64-byte aligned. */
+#define ZT_SHARD_ALIGN 16
+
+/* A working copy of one unit's parameters in fp32 (stage 3 gathers, 16-bit widening). */
+typedef struct zt_pslot {
+    int unit;      /* -1: empty */
+    int busy;      /* acquired, not released */
+    int gathering; /* an all-gather into gbuf is in flight */
+    zt_comm_req *req;
+    void *gbuf;    /* stage 3: gathered unit in the parameter dtype (P_u elements) */
+    float *cbuf;   /* fp32 compute copy (== gbuf when the parameter dtype is fp32) */
+    size_t cap;    /* elements */
+    uint64_t stamp;
+} zt_pslot;
+
+/* Scratch where one unit's backward accumulates its fp32 gradient. */
+typedef struct zt_gslot {
+    int unit;       /* -1: free */
+    int pending;    /* a reduce-scatter is in flight */
+    zt_comm_req *req;
+    float *buf;     /* P_u fp32 */
+    void *buf16;    /* P_u in the 16-bit gradient dtype (16-bit reduce-scatter) */
+    size_t cap;
+} zt_gslot;
+
+/* A contiguous run of optimizer elements inside one tensor. */
+typedef struct zt_optseg {
+    int unit;
+    size_t j;       /* offset inside the unit's optimizer region (region starts at base_u) */
+    size_t len;
+    bool decay;
+    bool host;      /* updated on the host side (offload) */
+    size_t side_off;/* offset into that side's master/moment arrays */
+} zt_optseg;
+
+struct zt_engine {
+    zt_job job;
+    zt_engine_opts opts;
+    int rank, world;
+    const zt_ops *ops;
+    zt_kctx *k;
+    zt_comm *comm;
+    zt_gpt2_layout lay;
+    zt_memacct mem;
+    zt_dataset *train_ds, *val_ds;
+
+    /* precision */
+    zt_dtype pdt;   /* compute parameter storage */
+    zt_dtype gdt;   /* gradient accumulation */
+    bool mixed;     /* fp32 master copy kept (pdt != fp32) */
+    int stage;
+    bool ckpt_act;  /* activation checkpointing */
+
+    /* partition: unit u is padded to P[u] = S[u] * world elements */
+    int nu;
+    size_t *P, *S, *foff, *soff, *ooff, *base;
+    size_t Ptot, Stot, Otot;  /* full, shard, optimizer-region totals */
+    size_t max_unit_p;        /* max P[u] over blocks and the final unit */
+
+    /* model states (backend memory) */
+    void *params;   /* stage < 3: full (Ptot, pdt); stage 3: shard (Stot, pdt) */
+    void *grads;    /* stage < 2: full (Ptot, gdt); else shard (Stot, gdt) */
+    float *master;  /* device-side fp32 master for the optimizer region (mixed only) */
+    float *m, *v;   /* device-side moments */
+    size_t dev_n;   /* optimizer elements updated on the device side */
+    /* offload (host memory) */
+    size_t host_n;
+    float *h_master, *h_m, *h_v;
+    void *h_grad;   /* host copy of the host part's gradients (gdt) */
+    void *h_lp;     /* updated 16-bit values to copy back (mixed) */
+
+    zt_optseg *segs;
+    int nsegs;
+
+    /* working buffers */
+    zt_pslot pslots[4]; /* [0] for unit 0, [1..3] for the rest */
+    int npslots;
+    uint64_t pstamp;
+    zt_gslot gslots[3]; /* [0] for unit 0, [1..2] for the rest, in rotation */
+    int ngslots;
+    int gnext;          /* the general gradient slot taken next (1 or 2) */
+    float *head_pf, *head_p0; /* units L+1 and 0, acquired from head forward to head backward */
+    float *d_red;       /* backend buffer for the small per-step all-reduce */
+
+    /* activations for one micro-batch */
+    int B, T;
+    int32_t *d_inp, *d_tgt;      /* backend (B,T) */
+    int32_t *h_inp, *h_tgt;      /* host (B,T) */
+    float *x;                    /* (L+1, B,T,C) residual stream */
+    float *x_tmp;                /* (B,T,C) recompute output */
+    zt_gpt2_block_acts *acts;    /* L sets, or 1 with activation checkpointing */
+    float *acts_mem;
+    zt_gpt2_head_acts head;
+    float *head_mem;
+    zt_gpt2_scratch scr;
+    float *scr_mem;
+    float *dres;                 /* (B,T,C) */
+    float *h_losses;             /* host (B,T) */
+
+    /* training state */
+    int64_t steps_done;          /* optimizer steps taken (skipped ones included) */
+    int64_t applied_steps;       /* steps whose update was applied */
+    int64_t skipped_total;
+    zt_loss_scaler scaler;
+    double peak_flops;           /* device peak for MFU, 0 = unknown */
+    double t_fwd, t_bwd, t_opt, t_comm; /* per-step accumulators */
+    int64_t inject_step;         /* test hook: ZT_INJECT_NONFINITE=rank:step */
+    int64_t last_ckpt_step;
+
+    /* the checkpoint being written in the background (ckpt.c) */
+    struct ckpt_writer *ck_writer;
+    pthread_t ck_thread;
+    bool ck_threaded;
+    uint32_t ck_crc;
+    int64_t ck_step, ck_applied, ck_skipped;
+    zt_loss_scaler ck_scaler;
+    double ck_blocked_s;
+};
+
+/* Engine internals shared with ckpt.c. Region = this rank's optimizer elements of a unit,
+ * starting at unit position base[u]; j indexes inside the region. */
+float *zt_engine_master_ptr(zt_engine *e, int unit, size_t j);
+/* fp32 truth (master weights, or parameters) of region elements [j, j+len) of unit u. */
+void zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out);
+/* Sets them (and nothing else: call zt_engine_params_from_master after). */
+void zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in);
+void zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v);
+void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
+                           const float *v);
+/* Loads the full fp32 values of unit u (P_u, host) into this rank's parameters and region. */
+zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *err);
+/* Real elements of unit u's optimizer region on this rank. */
+size_t zt_engine_region_len(const zt_engine *e, int u);
+/* Backend memory for communication, charged to the comm category. */
+void *zt_engine_comm_alloc(zt_engine *e, size_t bytes);
+void zt_engine_comm_free(zt_engine *e, void *p, size_t bytes);
+/* All fp32 values of unit u (P_u) gathered from every rank (collective). */
+zt_status zt_engine_gather_unit(zt_engine *e, int u, float *out, zt_err *err);
+
+#endif

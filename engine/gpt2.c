@@ -1,0 +1,335 @@
+/* zerotrain: GPT-2 in ZeRO units — layout, initialisation and per-unit forward/backward
+ * through the op table (see gpt2.h). */
+#include "gpt2.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../common/rng.h"
+
+/* Per-block tensor kinds in unit order, with their shapes in units of C. */
+static const int block_kinds[12] = {ZT_T_LN1W,     ZT_T_LN1B,     ZT_T_QKVW, ZT_T_QKVB,
+                                    ZT_T_ATTPROJW, ZT_T_ATTPROJB, ZT_T_LN2W, ZT_T_LN2B,
+                                    ZT_T_FCW,      ZT_T_FCB,      ZT_T_FCPROJW, ZT_T_FCPROJB};
+
+static size_t kind_numel(const zt_gpt2_dims *d, int kind)
+{
+    size_t C = (size_t)d->C;
+    switch (kind) {
+    case ZT_T_WTE: return (size_t)d->Vp * C;
+    case ZT_T_WPE: return (size_t)d->T * C;
+    case ZT_T_LN1W: case ZT_T_LN1B: case ZT_T_ATTPROJB: case ZT_T_LN2W: case ZT_T_LN2B:
+    case ZT_T_FCPROJB: case ZT_T_LNFW: case ZT_T_LNFB: return C;
+    case ZT_T_QKVW: return 3 * C * C;
+    case ZT_T_QKVB: return 3 * C;
+    case ZT_T_ATTPROJW: return C * C;
+    case ZT_T_FCW: return 4 * C * C;
+    case ZT_T_FCB: return 4 * C;
+    case ZT_T_FCPROJW: return 4 * C * C;
+    default: return 0;
+    }
+}
+
+static bool kind_decays(int kind)
+{
+    return kind == ZT_T_WTE || kind == ZT_T_WPE || kind == ZT_T_QKVW || kind == ZT_T_ATTPROJW ||
+           kind == ZT_T_FCW || kind == ZT_T_FCPROJW;
+}
+
+zt_status zt_gpt2_layout_init(zt_gpt2_layout *lay, const zt_gpt2_dims *d)
+{
+    memset(lay, 0, sizeof(*lay));
+    lay->d = *d;
+    lay->n_units = d->L + 2;
+    lay->n_tensors = 2 + 12 * d->L + 2;
+    lay->unit_numel = zt_calloc((size_t)lay->n_units, sizeof(*lay->unit_numel));
+    lay->tensors = zt_calloc((size_t)lay->n_tensors, sizeof(*lay->tensors));
+    lay->unit_first_tensor = zt_calloc((size_t)lay->n_units + 1, sizeof(*lay->unit_first_tensor));
+    if (!lay->unit_numel || !lay->tensors || !lay->unit_first_tensor) {
+        zt_gpt2_layout_free(lay);
+        return ZT_ERR_NOMEM;
+    }
+    int ti = 0;
+    for (int u = 0; u < lay->n_units; u++) {
+        lay->unit_first_tensor[u] = ti;
+        int kinds[12], nk = 0, layer = -1;
+        if (u == 0) {
+            kinds[nk++] = ZT_T_WTE;
+            kinds[nk++] = ZT_T_WPE;
+        } else if (u == lay->n_units - 1) {
+            kinds[nk++] = ZT_T_LNFW;
+            kinds[nk++] = ZT_T_LNFB;
+        } else {
+            layer = u - 1;
+            for (int i = 0; i < 12; i++)
+                kinds[nk++] = block_kinds[i];
+        }
+        size_t off = 0;
+        for (int i = 0; i < nk; i++) {
+            zt_gpt2_tensor *t = &lay->tensors[ti++];
+            t->kind = kinds[i];
+            t->layer = layer;
+            t->unit = u;
+            t->offset = off;
+            t->numel = kind_numel(d, kinds[i]);
+            t->decay = kind_decays(kinds[i]);
+            off += t->numel;
+        }
+        lay->unit_numel[u] = off;
+        lay->num_params += off;
+    }
+    lay->unit_first_tensor[lay->n_units] = ti;
+    return ZT_OK;
+}
+
+void zt_gpt2_layout_free(zt_gpt2_layout *lay)
+{
+    if (!lay)
+        return;
+    zt_free(lay->unit_numel);
+    zt_free(lay->tensors);
+    zt_free(lay->unit_first_tensor);
+    lay->unit_numel = NULL;
+    lay->tensors = NULL;
+    lay->unit_first_tensor = NULL;
+}
+
+size_t zt_gpt2_num_params_unpadded(const zt_gpt2_layout *lay)
+{
+    return lay->num_params - (size_t)(lay->d.Vp - lay->d.V) * (size_t)lay->d.C;
+}
+
+static float *tensor_ptr(const zt_gpt2_layout *lay, float *unit, int u, int idx)
+{
+    return unit + lay->tensors[lay->unit_first_tensor[u] + idx].offset;
+}
+
+zt_gpt2_embed zt_gpt2_embed_view(const zt_gpt2_layout *lay, float *unit)
+{
+    zt_gpt2_embed e = {tensor_ptr(lay, unit, 0, 0), tensor_ptr(lay, unit, 0, 1)};
+    return e;
+}
+
+zt_gpt2_block zt_gpt2_block_view(const zt_gpt2_layout *lay, float *unit)
+{
+    zt_gpt2_block b;
+    float **slots[12] = {&b.ln1w, &b.ln1b, &b.qkvw, &b.qkvb, &b.attprojw, &b.attprojb,
+                         &b.ln2w, &b.ln2b, &b.fcw,  &b.fcb,  &b.fcprojw,  &b.fcprojb};
+    for (int i = 0; i < 12; i++)
+        *slots[i] = tensor_ptr(lay, unit, 1, i);
+    return b;
+}
+
+zt_gpt2_final zt_gpt2_final_view(const zt_gpt2_layout *lay, float *unit)
+{
+    int u = lay->n_units - 1;
+    zt_gpt2_final f = {tensor_ptr(lay, unit, u, 0), tensor_ptr(lay, unit, u, 1)};
+    return f;
+}
+
+void zt_gpt2_init_unit(const zt_gpt2_layout *lay, int u, uint64_t seed, float *out)
+{
+    const zt_gpt2_dims *d = &lay->d;
+    double std_resid = 0.02 / sqrt(2.0 * (double)d->L);
+    for (int ti = lay->unit_first_tensor[u]; ti < lay->unit_first_tensor[u + 1]; ti++) {
+        const zt_gpt2_tensor *t = &lay->tensors[ti];
+        float *p = out + t->offset;
+        /* one stream per (kind, layer): a tensor's values do not depend on the unit split */
+        zt_rng rng;
+        zt_rng_seed(&rng, seed, (uint64_t)t->kind * 100003u + (uint64_t)(t->layer + 1));
+        switch (t->kind) {
+        case ZT_T_LN1W: case ZT_T_LN2W: case ZT_T_LNFW:
+            for (size_t i = 0; i < t->numel; i++)
+                p[i] = 1.0f;
+            break;
+        case ZT_T_WTE: {
+            size_t real = (size_t)d->V * (size_t)d->C;
+            for (size_t i = 0; i < t->numel; i++)
+                p[i] = i < real ? (float)(0.02 * zt_rng_normal(&rng)) : 0.0f;
+            break;
+        }
+        case ZT_T_WPE: case ZT_T_QKVW: case ZT_T_FCW:
+            for (size_t i = 0; i < t->numel; i++)
+                p[i] = (float)(0.02 * zt_rng_normal(&rng));
+            break;
+        case ZT_T_ATTPROJW: case ZT_T_FCPROJW:
+            for (size_t i = 0; i < t->numel; i++)
+                p[i] = (float)(std_resid * zt_rng_normal(&rng));
+            break;
+        default: /* biases */
+            memset(p, 0, t->numel * sizeof(float));
+            break;
+        }
+    }
+}
+
+void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, size_t *offset,
+                    size_t *numel)
+{
+    int u = 0;
+    if (kind == ZT_T_LNFW || kind == ZT_T_LNFB)
+        u = lay->n_units - 1;
+    else if (kind != ZT_T_WTE && kind != ZT_T_WPE)
+        u = 1 + layer;
+    for (int ti = lay->unit_first_tensor[u]; ti < lay->unit_first_tensor[u + 1]; ti++) {
+        if (lay->tensors[ti].kind == kind) {
+            *unit = u;
+            *offset = lay->tensors[ti].offset;
+            *numel = lay->tensors[ti].numel;
+            return;
+        }
+    }
+    *unit = -1;
+    *offset = 0;
+    *numel = 0;
+}
+
+/* ---- activations ---- */
+
+size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T)
+{
+    size_t BT = (size_t)B * T, C = (size_t)d->C;
+    return BT * C * 6 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T * T + BT * 4 * C * 2;
+}
+
+void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
+                              float *m)
+{
+    size_t BT = (size_t)B * T, C = (size_t)d->C;
+    a->ln1 = m; m += BT * C;
+    a->ln1_mean = m; m += BT;
+    a->ln1_rstd = m; m += BT;
+    a->qkv = m; m += BT * 3 * C;
+    a->atty = m; m += BT * C;
+    a->att = m; m += (size_t)B * d->NH * T * T;
+    a->attproj = m; m += BT * C;
+    a->res2 = m; m += BT * C;
+    a->ln2 = m; m += BT * C;
+    a->ln2_mean = m; m += BT;
+    a->ln2_rstd = m; m += BT;
+    a->fch = m; m += BT * 4 * C;
+    a->fch_gelu = m; m += BT * 4 * C;
+    a->fcproj = m;
+}
+
+size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T)
+{
+    size_t BT = (size_t)B * T, C = (size_t)d->C;
+    return BT * C * 2 + BT * 3 * C + BT * 4 * C * 2 + (size_t)B * d->NH * T * T;
+}
+
+void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int T, float *m)
+{
+    size_t BT = (size_t)B * T, C = (size_t)d->C;
+    s->d_btc = m; m += BT * C;
+    s->d_btc2 = m; m += BT * C;
+    s->d_qkv = m; m += BT * 3 * C;
+    s->d_fch = m; m += BT * 4 * C;
+    s->d_fch2 = m; m += BT * 4 * C;
+    s->d_att = m;
+}
+
+size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T)
+{
+    size_t BT = (size_t)B * T;
+    return BT * d->C + BT * 2 + BT * d->Vp + BT;
+}
+
+void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B, int T,
+                             float *m)
+{
+    size_t BT = (size_t)B * T;
+    a->lnf = m; m += BT * d->C;
+    a->lnf_mean = m; m += BT;
+    a->lnf_rstd = m; m += BT;
+    a->logits = m; m += BT * d->Vp;
+    a->losses = m;
+}
+
+/* ---- forward / backward ---- */
+
+void zt_gpt2_embed_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                           const zt_gpt2_embed *p, const int32_t *inputs, float *x0, int B, int T)
+{
+    ops->encoder_forward(k, x0, inputs, p->wte, p->wpe, B, T, lay->d.C);
+}
+
+void zt_gpt2_embed_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                            const zt_gpt2_embed *g, const int32_t *inputs, const float *dx0,
+                            int B, int T)
+{
+    ops->encoder_backward(k, g->wte, g->wpe, dx0, inputs, B, T, lay->d.C);
+}
+
+void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                           const zt_gpt2_block *p, zt_gpt2_block_acts *a, const float *x_in,
+                           float *x_out, int B, int T)
+{
+    int C = lay->d.C, NH = lay->d.NH, N = B * T;
+    size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C;
+    ops->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
+    ops->matmul_forward(k, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
+    ops->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
+    ops->matmul_forward(k, a->attproj, a->atty, p->attprojw, p->attprojb, N, C, C);
+    ops->residual_forward(k, a->res2, x_in, a->attproj, nC);
+    ops->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
+    ops->matmul_forward(k, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
+    ops->gelu_forward(k, a->fch_gelu, a->fch, n4C);
+    ops->matmul_forward(k, a->fcproj, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
+    ops->residual_forward(k, x_out, a->res2, a->fcproj, nC);
+}
+
+void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                            const zt_gpt2_block *p, const zt_gpt2_block *g,
+                            const zt_gpt2_block_acts *a, const zt_gpt2_scratch *s,
+                            const float *x_in, float *dres, int B, int T)
+{
+    int C = lay->d.C, NH = lay->d.NH, N = B * T;
+    size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C, n3C = (size_t)N * 3 * C;
+    /* x_out = res2 + fcproj: dres already is d(res2) from the residual path and d(fcproj) */
+    ops->memset0(k, s->d_fch2, n4C * sizeof(float));
+    ops->matmul_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N,
+                         4 * C, C);
+    ops->memset0(k, s->d_fch, n4C * sizeof(float));
+    ops->gelu_backward(k, s->d_fch, a->fch, s->d_fch2, n4C);
+    ops->memset0(k, s->d_btc, nC * sizeof(float));
+    ops->matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch, a->ln2, p->fcw, N, C, 4 * C);
+    ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
+                            a->ln2_rstd, N, C);
+    /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
+    ops->memset0(k, s->d_btc2, nC * sizeof(float));
+    ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C,
+                         C);
+    ops->memset0(k, s->d_qkv, n3C * sizeof(float));
+    ops->attention_backward(k, s->d_qkv, s->d_att, s->d_btc2, a->qkv, a->att, B, T, C, NH);
+    ops->memset0(k, s->d_btc, nC * sizeof(float));
+    ops->matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, a->ln1, p->qkvw, N, C, 3 * C);
+    ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,
+                            a->ln1_rstd, N, C);
+}
+
+void zt_gpt2_head_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                          const zt_gpt2_final *pf, const float *wte, zt_gpt2_head_acts *a,
+                          const float *x_L, const int32_t *targets, float dloss, int B, int T)
+{
+    int C = lay->d.C, N = B * T;
+    ops->layernorm_forward(k, a->lnf, a->lnf_mean, a->lnf_rstd, x_L, pf->lnfw, pf->lnfb, N, C);
+    ops->matmul_forward(k, a->logits, a->lnf, wte, NULL, N, C, lay->d.Vp);
+    ops->crossentropy_forward_backward(k, a->losses, dloss != 0.0f ? a->logits : NULL, a->logits,
+                                       targets, N, lay->d.V, lay->d.Vp, dloss);
+}
+
+void zt_gpt2_head_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                           const zt_gpt2_final *pf, const float *wte, const zt_gpt2_final *gf,
+                           float *dwte, const zt_gpt2_head_acts *a, const zt_gpt2_scratch *s,
+                           const float *x_L, float *dres, int B, int T)
+{
+    int C = lay->d.C, N = B * T;
+    size_t nC = (size_t)N * C;
+    ops->memset0(k, s->d_btc, nC * sizeof(float));
+    ops->matmul_backward(k, s->d_btc, dwte, NULL, a->logits, a->lnf, wte, N, C, lay->d.Vp);
+    ops->memset0(k, dres, nC * sizeof(float));
+    ops->layernorm_backward(k, dres, gf->lnfw, gf->lnfb, s->d_btc, x_L, pf->lnfw, a->lnf_mean,
+                            a->lnf_rstd, N, C);
+}

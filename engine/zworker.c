@@ -1,0 +1,140 @@
+/* zerotrain: zworker, one rank of a training run. Started by zagent or `zctl run`, configured
+ * by the environment (ZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_RENDEZVOUS, ZT_SESSION,
+ * ZT_REPORT_FD), it loads the job file, builds the engine and trains. Rank 0 prints one
+ * `step=<n> loss=<x> ...` line per optimizer step on stdout; logs go to stderr. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jobfile.h"
+#include "common/log.h"
+#include "engine/ckpt.h"
+#include "engine/engine.h"
+
+/* Exit codes (the agent and zctl classify them): */
+#define ZW_EXIT_OK 0
+#define ZW_EXIT_FAIL 1     /* runtime failure, retryable (I/O, internal) */
+#define ZW_EXIT_CONFIG 2   /* bad job, data, init or checkpoint: retrying cannot help */
+#define ZW_EXIT_PEER 3     /* another rank died or hung: retryable */
+#define ZW_EXIT_NOMEM 4    /* out of memory: retrying with the same plan cannot help */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zworker [--resume CKPT] JOB.json\n"
+               "\n"
+               "One rank of a zerotrain run, normally started by zagent or 'zctl run'.\n"
+               "Environment: ZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_RENDEZVOUS "
+               "(tcp://host:port),\n"
+               "ZT_SESSION (run attempt id), ZT_REPORT_FD (fd for machine-readable reports),\n"
+               "ZT_COMM_TIMEOUT_MS, ZT_LOG_LEVEL.\n"
+               "Exit codes: 0 done, 1 runtime failure, 2 bad job/data/checkpoint, 3 a peer "
+               "failed, 4 out of memory.\n");
+}
+
+static int env_int(const char *name, int dflt, int *ok)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < 0 || x > 1 << 24) {
+        fprintf(stderr, "zworker: %s=\"%s\" is not a valid non-negative integer\n", name, v);
+        *ok = 0;
+        return dflt;
+    }
+    return (int)x;
+}
+
+static int exit_code_for(zt_status st)
+{
+    switch (st) {
+    case ZT_OK: return ZW_EXIT_OK;
+    case ZT_ERR_CONFIG: case ZT_ERR_INVALID: case ZT_ERR_FORMAT: case ZT_ERR_NOT_FOUND:
+    case ZT_ERR_CORRUPT: case ZT_ERR_UNSUPPORTED: case ZT_ERR_NO_DEVICE: case ZT_ERR_NONFINITE:
+        return ZW_EXIT_CONFIG;
+    case ZT_ERR_PEER: case ZT_ERR_TIMEOUT: return ZW_EXIT_PEER;
+    case ZT_ERR_NOMEM: return ZW_EXIT_NOMEM;
+    default: return ZW_EXIT_FAIL;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *job_path = NULL, *resume = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc) {
+            resume = argv[++i];
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "zworker: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return ZW_EXIT_CONFIG;
+        } else if (!job_path) {
+            job_path = argv[i];
+        } else {
+            fprintf(stderr, "zworker: more than one job file given (%s, %s)\n", job_path, argv[i]);
+            return ZW_EXIT_CONFIG;
+        }
+    }
+    if (!job_path) {
+        usage(stderr);
+        return ZW_EXIT_CONFIG;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int ok = 1;
+    int rank = env_int("ZT_RANK", 0, &ok);
+    int world = env_int("ZT_WORLD_SIZE", 1, &ok);
+    int local_rank = env_int("ZT_LOCAL_RANK", 0, &ok);
+    int report_fd = env_int("ZT_REPORT_FD", -1, &ok);
+    if (!ok)
+        return ZW_EXIT_CONFIG;
+    if (!getenv("ZT_REPORT_FD"))
+        report_fd = -1;
+    if (world < 1 || rank >= world) {
+        fprintf(stderr, "zworker: ZT_RANK %d is not below ZT_WORLD_SIZE %d\n", rank, world);
+        return ZW_EXIT_CONFIG;
+    }
+    zt_log_set_identity(NULL, rank);
+
+    zt_err err;
+    zt_err_clear(&err);
+    zt_job job;
+    zt_status st = zt_job_load(&job, job_path, &err);
+    char step_dir[ZT_PATH_MAX];
+    if (st == ZT_OK && resume) {
+        st = zt_ckpt_resolve(resume, step_dir, sizeof(step_dir), &err);
+        if (st == ZT_OK)
+            st = zt_ckpt_adapt_job(&job, step_dir, world, &err);
+    } else if (st == ZT_OK && job.ds.world_size != world) {
+        st = zt_job_resolve_batch(&job, world, &err);
+    }
+    zt_engine *e = NULL;
+    if (st == ZT_OK) {
+        zt_engine_opts o = {0};
+        o.rank = rank;
+        o.world_size = world;
+        o.local_rank = local_rank;
+        o.rendezvous = getenv("ZT_RENDEZVOUS");
+        o.session = getenv("ZT_SESSION");
+        o.comm_timeout_ms = env_int("ZT_COMM_TIMEOUT_MS", 0, &ok);
+        o.resume = resume ? step_dir : NULL;
+        o.step_out = rank == 0 ? stdout : NULL;
+        o.report_fd = report_fd;
+        st = zt_engine_create(&e, &job, &o, &err);
+    }
+    if (st == ZT_OK)
+        st = zt_engine_train(e, &err);
+    zt_engine_destroy(e);
+    if (st != ZT_OK) {
+        ZT_ERROR("worker", "%s", zt_err_msg(&err));
+        return exit_code_for(st);
+    }
+    return ZW_EXIT_OK;
+}
