@@ -96,11 +96,10 @@ int main(int argc, char **argv)
             zt_cli.token_file = a + 13;
             continue;
         }
-        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (i + 1 >= argc || (strcmp(argv[i + 1], "json") != 0 && strcmp(argv[i + 1], "text") != 0)) {
-                zt_cli_error("%s takes 'json' or 'text'", a);
-                return 2;
-            }
+        /* "-o json|text" is the global output format; "-o FILE" belongs to the command
+         * (zctl ckpt export ... -o FILE) */
+        if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && i + 1 < argc &&
+            (strcmp(argv[i + 1], "json") == 0 || strcmp(argv[i + 1], "text") == 0)) {
             zt_cli.json = strcmp(argv[++i], "json") == 0;
             continue;
         }
