@@ -1,0 +1,237 @@
+/* zerotrain: the CPU ops built on oneDNN's dnnl_sgemm: the linear layer (forward, backward)
+ * and causal self-attention, whose Q K^T, P V and their gradients are sgemms on strided views
+ * of the (B, T, 3C) qkv tensor. Causal blocks above the diagonal are never computed. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "cpu_int.h"
+#include "vmath.h"
+
+/* Row-major C = alpha op(A) op(B) + beta C through oneDNN. oneDNN runs it on the OpenMP
+ * threads of the calling thread, or on this thread alone inside a parallel region. */
+static void sgemm(char ta, char tb, size_t M, size_t N, size_t K, float alpha, const float *A,
+                  size_t lda, const float *B, size_t ldb, float beta, float *C, size_t ldc)
+{
+    if (M == 0 || N == 0 || (K == 0 && beta == 1.0f)) return;
+    dnnl_status_t st = dnnl_sgemm(ta, tb, (dnnl_dim_t)M, (dnnl_dim_t)N, (dnnl_dim_t)K, alpha, A,
+                                  (dnnl_dim_t)lda, B, (dnnl_dim_t)ldb, beta, C, (dnnl_dim_t)ldc);
+    if (st != dnnl_success) {
+        /* clang-format off */
+        ZT_ERROR("kernels",
+                 "dnnl_sgemm(%c, %c, M=%zu, N=%zu, K=%zu, lda=%zu, ldb=%zu, ldc=%zu) failed with oneDNN status %d; the result is wrong, report this as a bug",
+                 ta, tb, M, N, K, lda, ldb, ldc, (int)st);
+        /* clang-format on */
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* linear layer */
+
+void zt_cpu_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int C, int OC)
+{
+    size_t Ns = (size_t)N, OCs = (size_t)OC;
+    float beta = 0.0f;
+    if (bias) {
+        /* start from the bias and let sgemm add onto it: one pass fewer than adding after */
+        int nt = zt_cpu_threads_for(ctx, Ns * OCs);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+        for (size_t i = 0; i < Ns; i++)
+            memcpy(out + i * OCs, bias, OCs * sizeof(float));
+        beta = 1.0f;
+    }
+    sgemm('N', 'T', Ns, OCs, (size_t)C, 1.0f, inp, (size_t)C, weight, (size_t)C, beta, out, OCs);
+}
+
+/* Column block of the bias gradient: dbias[c0,c1) += sum over rows of dout[:, c0:c1), summed in
+ * blocks of rows so that float rounding stays near that of a pairwise sum. */
+#define ZT_COLSUM_COLS 256
+#define ZT_COLSUM_ROWS 64
+
+static void colsum_block(float *dbias, const float *dout, size_t N, size_t OC, size_t c0, size_t c1)
+{
+    float acc[ZT_COLSUM_COLS], blk[ZT_COLSUM_COLS];
+    for (size_t cb = c0; cb < c1; cb += ZT_COLSUM_COLS) {
+        size_t w = c1 - cb < ZT_COLSUM_COLS ? c1 - cb : ZT_COLSUM_COLS;
+        memset(acc, 0, w * sizeof(float));
+        for (size_t r0 = 0; r0 < N; r0 += ZT_COLSUM_ROWS) {
+            size_t r1 = r0 + ZT_COLSUM_ROWS < N ? r0 + ZT_COLSUM_ROWS : N;
+            memset(blk, 0, w * sizeof(float));
+            for (size_t r = r0; r < r1; r++) {
+                const float *restrict d = dout + r * OC + cb;
+#pragma omp simd
+                for (size_t c = 0; c < w; c++)
+                    blk[c] += d[c];
+            }
+#pragma omp simd
+            for (size_t c = 0; c < w; c++)
+                acc[c] += blk[c];
+        }
+        float *restrict db = dbias + cb;
+#pragma omp simd
+        for (size_t c = 0; c < w; c++)
+            db[c] += acc[c];
+    }
+}
+
+void zt_cpu_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N, int C,
+                            int OC)
+{
+    size_t Ns = (size_t)N, Cs = (size_t)C, OCs = (size_t)OC;
+    if (dinp) /* dinp += dout W */
+        sgemm('N', 'N', Ns, Cs, OCs, 1.0f, dout, OCs, weight, Cs, 1.0f, dinp, Cs);
+    if (dweight) /* dW += dout^T inp */
+        sgemm('T', 'N', OCs, Cs, Ns, 1.0f, dout, OCs, inp, Cs, 1.0f, dweight, Cs);
+    if (dbias) {
+        int nt = zt_cpu_threads_for(ctx, Ns * OCs);
+        if ((size_t)nt * 64 > OCs) nt = 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            /* threads own column ranges (multiples of 16 floats) */
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            size_t blocks = (OCs + 15) / 16;
+            size_t c0 = blocks * (size_t)tid / (size_t)nth * 16;
+            size_t c1 = blocks * (size_t)(tid + 1) / (size_t)nth * 16;
+            c0 = c0 < OCs ? c0 : OCs;
+            c1 = c1 < OCs ? c1 : OCs;
+            colsum_block(dbias, dout, Ns, OCs, c0, c1);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* attention. For one (b, h): Q, K, V are T x hs views of qkv with row stride 3C; P is the
+ * T x T probability matrix (att). Rows are processed in blocks [i0, i1); a block only needs
+ * keys 0..i1-1, so the causal upper triangle costs at most one diagonal block per row block. */
+
+typedef struct attn_shape {
+    size_t T, C, C3, hs, NH, bs;
+    float scale;
+} attn_shape;
+
+/* Causal softmax of row i of S in place over j <= i; zeros for j > i up to T. */
+static void causal_softmax_row(float *restrict s, size_t i, size_t T)
+{
+    size_t n = i + 1;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (size_t j = 0; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (size_t j = 0; j < n; j++) {
+        float e = zt_v_expf(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (size_t j = 0; j < n; j++)
+        s[j] *= inv;
+    if (n < T) memset(s + n, 0, (T - n) * sizeof(float));
+}
+
+static void attn_forward_pair(const attn_shape *sh, float *out, float *att, const float *qkv,
+                              size_t b, size_t h)
+{
+    size_t T = sh->T, C = sh->C, C3 = sh->C3, hs = sh->hs;
+    const float *q = qkv + b * T * C3 + h * hs;
+    const float *k = q + C;
+    const float *v = q + 2 * C;
+    float *P = att + (b * sh->NH + h) * T * T;
+    float *o = out + b * T * C + h * hs;
+    for (size_t i0 = 0; i0 < T; i0 += sh->bs) {
+        size_t i1 = i0 + sh->bs < T ? i0 + sh->bs : T;
+        size_t m = i1 - i0;
+        /* S = scale Q K^T for rows [i0, i1), keys [0, i1) */
+        sgemm('N', 'T', m, i1, hs, sh->scale, q + i0 * C3, C3, k, C3, 0.0f, P + i0 * T, T);
+        for (size_t i = i0; i < i1; i++)
+            causal_softmax_row(P + i * T, i, T);
+        /* out = P V */
+        sgemm('N', 'N', m, hs, i1, 1.0f, P + i0 * T, T, v, C3, 0.0f, o + i0 * C, C);
+    }
+}
+
+void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                              int C, int NH)
+{
+    attn_shape sh = {.T = (size_t)T,
+                     .C = (size_t)C,
+                     .C3 = 3 * (size_t)C,
+                     .hs = (size_t)(C / NH),
+                     .NH = (size_t)NH,
+                     .bs = (size_t)ctx->attn_block};
+    sh.scale = 1.0f / sqrtf((float)sh.hs);
+    size_t pairs = (size_t)B * sh.NH;
+    int nt = ctx->attn_mode == ZT_CPU_ATTN_OUTER && pairs > 1 ? ctx->nthreads : 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (size_t p = 0; p < pairs; p++)
+        attn_forward_pair(&sh, out, att, qkv, p / sh.NH, p % sh.NH);
+}
+
+static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, size_t b, size_t h)
+{
+    size_t T = sh->T, C = sh->C, C3 = sh->C3, hs = sh->hs;
+    const float *q = qkv + b * T * C3 + h * hs;
+    const float *k = q + C;
+    const float *v = q + 2 * C;
+    float *dq = dqkv + b * T * C3 + h * hs;
+    float *dk = dq + C;
+    float *dv = dq + 2 * C;
+    const float *dO = dout + b * T * C + h * hs;
+    const float *P = att + (b * sh->NH + h) * T * T;
+    float *D = scratch + (b * sh->NH + h) * T * T;
+    for (size_t i0 = 0; i0 < T; i0 += sh->bs) {
+        size_t i1 = i0 + sh->bs < T ? i0 + sh->bs : T;
+        size_t m = i1 - i0;
+        const float *Pb = P + i0 * T;
+        float *Db = D + i0 * T;
+        /* dP = dO V^T */
+        sgemm('N', 'T', m, i1, hs, 1.0f, dO + i0 * C, C, v, C3, 0.0f, Db, T);
+        /* dV[0:i1] += P^T dO (P is zero above the diagonal) */
+        sgemm('T', 'N', i1, hs, m, 1.0f, Pb, T, dO + i0 * C, C, 1.0f, dv, C3);
+        /* dS = P * (dP - rowsum(dP * P)) * scale, zero above the diagonal */
+        for (size_t i = i0; i < i1; i++) {
+            const float *restrict pr = P + i * T;
+            float *restrict dr = D + i * T;
+            size_t n = i + 1;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (size_t j = 0; j < n; j++)
+                s += dr[j] * pr[j];
+            float sc = sh->scale;
+#pragma omp simd
+            for (size_t j = 0; j < n; j++)
+                dr[j] = pr[j] * (dr[j] - s) * sc;
+            if (n < i1) memset(dr + n, 0, (i1 - n) * sizeof(float));
+        }
+        /* dQ += dS K ; dK[0:i1] += dS^T Q */
+        sgemm('N', 'N', m, hs, i1, 1.0f, Db, T, k, C3, 1.0f, dq + i0 * C3, C3);
+        sgemm('T', 'N', i1, hs, m, 1.0f, Db, T, q + i0 * C3, C3, 1.0f, dk, C3);
+    }
+}
+
+void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH)
+{
+    if (!dqkv) return;
+    attn_shape sh = {.T = (size_t)T,
+                     .C = (size_t)C,
+                     .C3 = 3 * (size_t)C,
+                     .hs = (size_t)(C / NH),
+                     .NH = (size_t)NH,
+                     .bs = (size_t)ctx->attn_block};
+    sh.scale = 1.0f / sqrtf((float)sh.hs);
+    size_t pairs = (size_t)B * sh.NH;
+    int nt = ctx->attn_mode == ZT_CPU_ATTN_OUTER && pairs > 1 ? ctx->nthreads : 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (size_t p = 0; p < pairs; p++)
+        attn_backward_pair(&sh, dqkv, scratch, dout, qkv, att, p / sh.NH, p % sh.NH);
+}

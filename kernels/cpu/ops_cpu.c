@@ -1,0 +1,178 @@
+/* zerotrain: the CPU op table. Holds the context (thread count, attention settings, scratch)
+ * and host memory; the compute ops live in gpt2_cpu.c, matmul_cpu.c and optim_cpu.c.
+ * Everything runs synchronously on the calling thread plus OpenMP workers. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "cpu_int.h"
+
+#define ZT_CPU_ALIGN 256
+/* Default ctx->par_min: below this many items a parallel region costs more than it saves. */
+#define ZT_CPU_PAR_MIN 32768
+/* memset/memcpy are split over threads in chunks of this many bytes. */
+#define ZT_CPU_COPY_CHUNK ((size_t)1 << 20)
+
+int zt_cpu_threads_for(const zt_kctx *ctx, size_t n)
+{
+    return (ctx->nthreads > 1 && n >= ctx->par_min) ? ctx->nthreads : 1;
+}
+
+float *zt_cpu_scratch(zt_kctx *ctx, size_t nfloats)
+{
+    if (nfloats <= ctx->scratch_floats) return ctx->scratch;
+    if (nfloats > SIZE_MAX / sizeof(float)) return NULL;
+    float *p = zt_aligned_alloc(64, nfloats * sizeof(float));
+    if (!p) return NULL;
+    zt_free(ctx->scratch);
+    ctx->scratch = p;
+    ctx->scratch_floats = nfloats;
+    return p;
+}
+
+/* Reads a positive integer from the environment; def when unset, out of range, or not a
+ * number (with a warning, since a typo would otherwise silently change the speed). */
+static int env_int(const char *name, int def, int lo, int hi)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v < lo || v > hi) {
+        ZT_WARN("kernels", "ignoring %s=%s: expected an integer in [%d, %d]; using %d", name, s, lo,
+                hi, def);
+        return def;
+    }
+    return (int)v;
+}
+
+static zt_status cpu_ctx_create(zt_kctx **out, int device, zt_err *err)
+{
+    (void)device;
+    *out = NULL;
+    zt_kctx *ctx = zt_calloc(1, sizeof(*ctx));
+    if (!ctx) {
+        /* clang-format off */
+        return zt_err_set(err, ZT_ERR_NOMEM,
+                          "cannot allocate the CPU kernel context: out of memory; free memory or lower the batch size");
+        /* clang-format on */
+    }
+    int nt = omp_get_max_threads();
+    ctx->nthreads = nt > 0 ? nt : 1;
+    ctx->attn_mode = ZT_CPU_ATTN_OUTER;
+    const char *mode = getenv("ZT_CPU_ATTN");
+    if (mode && strcmp(mode, "inner") == 0)
+        ctx->attn_mode = ZT_CPU_ATTN_INNER;
+    else if (mode && *mode && strcmp(mode, "outer") != 0)
+        ZT_WARN("kernels", "ignoring ZT_CPU_ATTN=%s: expected 'outer' or 'inner'", mode);
+    ctx->par_min = ZT_CPU_PAR_MIN;
+    ctx->attn_block = env_int("ZT_CPU_ATTN_BLOCK", 64, 8, 1 << 20);
+    *out = ctx;
+    return ZT_OK;
+}
+
+static void cpu_ctx_destroy(zt_kctx *ctx)
+{
+    if (!ctx) return;
+    zt_free(ctx->scratch);
+    zt_free(ctx);
+}
+
+static void *cpu_alloc(zt_kctx *ctx, size_t bytes)
+{
+    (void)ctx;
+    /* round up so that vector loops may touch a whole last cache line */
+    size_t n = bytes ? (bytes + ZT_CPU_ALIGN - 1) / ZT_CPU_ALIGN * ZT_CPU_ALIGN : ZT_CPU_ALIGN;
+    if (n < bytes) return NULL;
+    return zt_aligned_alloc(ZT_CPU_ALIGN, n);
+}
+
+static void cpu_free(zt_kctx *ctx, void *p)
+{
+    (void)ctx;
+    zt_free(p);
+}
+
+static void cpu_memset0(zt_kctx *ctx, void *p, size_t bytes)
+{
+    size_t nchunks = (bytes + ZT_CPU_COPY_CHUNK - 1) / ZT_CPU_COPY_CHUNK;
+    int nt = (ctx->nthreads > 1 && nchunks >= 4) ? ctx->nthreads : 1;
+    char *c = p;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t off = k * ZT_CPU_COPY_CHUNK;
+        size_t len = bytes - off < ZT_CPU_COPY_CHUNK ? bytes - off : ZT_CPU_COPY_CHUNK;
+        memset(c + off, 0, len);
+    }
+}
+
+static void cpu_copy(zt_kctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (dst == src || bytes == 0) return;
+    size_t nchunks = (bytes + ZT_CPU_COPY_CHUNK - 1) / ZT_CPU_COPY_CHUNK;
+    int nt = (ctx->nthreads > 1 && nchunks >= 4) ? ctx->nthreads : 1;
+    char *d = dst;
+    const char *s = src;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t off = k * ZT_CPU_COPY_CHUNK;
+        size_t len = bytes - off < ZT_CPU_COPY_CHUNK ? bytes - off : ZT_CPU_COPY_CHUNK;
+        memcpy(d + off, s + off, len);
+    }
+}
+
+static void *cpu_stream(zt_kctx *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
+static zt_status cpu_sync(zt_kctx *ctx, zt_err *err)
+{
+    (void)ctx;
+    (void)err;
+    return ZT_OK;
+}
+
+static const zt_ops cpu_ops = {
+    .name = "cpu",
+    .ctx_create = cpu_ctx_create,
+    .ctx_destroy = cpu_ctx_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .memset0 = cpu_memset0,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .stream = cpu_stream,
+    .sync = cpu_sync,
+    .encoder_forward = zt_cpu_encoder_forward,
+    .encoder_backward = zt_cpu_encoder_backward,
+    .layernorm_forward = zt_cpu_layernorm_forward,
+    .layernorm_backward = zt_cpu_layernorm_backward,
+    .matmul_forward = zt_cpu_matmul_forward,
+    .matmul_backward = zt_cpu_matmul_backward,
+    .attention_forward = zt_cpu_attention_forward,
+    .attention_backward = zt_cpu_attention_backward,
+    .gelu_forward = zt_cpu_gelu_forward,
+    .gelu_backward = zt_cpu_gelu_backward,
+    .residual_forward = zt_cpu_residual_forward,
+    .residual_backward = zt_cpu_residual_backward,
+    .crossentropy_forward_backward = zt_cpu_crossentropy_forward_backward,
+    .adamw = zt_cpu_adamw,
+    .cast = zt_cpu_cast,
+    .accumulate = zt_cpu_accumulate,
+    .scale = zt_cpu_scale,
+    .sumsq_nonfinite = zt_cpu_sumsq_nonfinite,
+};
+
+const zt_ops *zt_ops_cpu(void)
+{
+    return &cpu_ops;
+}

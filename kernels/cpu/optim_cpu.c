@@ -1,0 +1,227 @@
+/* zerotrain: the optimizer and precision ops on the CPU: AdamW / Adam-with-L2 over fp32 master
+ * weights with fp32, bf16 or fp16 gradients, dtype casts, scaled accumulation and the squared
+ * norm with a non-finite count. Work is cut into L1-sized chunks spread over OpenMP threads. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "cpu_int.h"
+#include "vmath.h"
+
+/* Elements per chunk: three float temporaries of this size stay in L1. */
+#define ZT_CHUNK 2048
+
+static size_t nchunks(size_t n)
+{
+    return (n + ZT_CHUNK - 1) / ZT_CHUNK;
+}
+
+/* dst[0,n) = src[off, off+n) widened to float. */
+static void load_f32(float *restrict dst, const void *src, zt_dtype t, size_t off, size_t n)
+{
+    if (t == ZT_F32) {
+        memcpy(dst, (const float *)src + off, n * sizeof(float));
+    } else if (t == ZT_BF16) {
+        const uint16_t *restrict s = (const uint16_t *)src + off;
+#pragma omp simd
+        for (size_t i = 0; i < n; i++)
+            dst[i] = zt_v_f32_from_bf16(s[i]);
+    } else {
+        const uint16_t *restrict s = (const uint16_t *)src + off;
+#pragma omp simd
+        for (size_t i = 0; i < n; i++)
+            dst[i] = zt_v_f32_from_f16(s[i]);
+    }
+}
+
+/* dst[off, off+n) = src[0,n) rounded to t (nearest even). */
+static void store_f32(void *dst, zt_dtype t, size_t off, const float *restrict src, size_t n)
+{
+    if (t == ZT_F32) {
+        memcpy((float *)dst + off, src, n * sizeof(float));
+    } else if (t == ZT_BF16) {
+        uint16_t *restrict d = (uint16_t *)dst + off;
+#pragma omp simd
+        for (size_t i = 0; i < n; i++)
+            d[i] = zt_v_bf16_from_f32(src[i]);
+    } else {
+        uint16_t *restrict d = (uint16_t *)dst + off;
+#pragma omp simd
+        for (size_t i = 0; i < n; i++)
+            d[i] = zt_v_f16_from_f32(src[i]);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* AdamW. The fp32 arithmetic follows torch.optim.AdamW's single-tensor path step by step
+ * (decay multiply, lerp for m, addcmul for v, sqrt(v)/sqrt(bc2) + eps, addcdiv with
+ * -lr/bc1) so that rounding matches it; l2_mode follows DeepSpeed's Adam (g += wd p,
+ * m = b1 m + (1-b1) g). */
+
+typedef struct adam_consts {
+    float b1, omb1, b2, omb2, eps, wd, gs, step, bc2_sqrt, decay;
+} adam_consts;
+
+static void adamw_chunk(const adam_consts *k, int l2_mode, float *restrict p,
+                        const float *restrict g, float *restrict m, float *restrict v, size_t n)
+{
+    if (l2_mode) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] * k->gs + k->wd * p[i];
+            float mi = k->b1 * m[i] + k->omb1 * gi;
+            float vi = v[i] * k->b2 + k->omb2 * (gi * gi);
+            m[i] = mi;
+            v[i] = vi;
+            float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+            p[i] = p[i] + (k->step * mi) / denom;
+        }
+    } else {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] * k->gs;
+            float pi = p[i] * k->decay;
+            float mi = m[i] + k->omb1 * (gi - m[i]);
+            float vi = v[i] * k->b2 + k->omb2 * (gi * gi);
+            m[i] = mi;
+            v[i] = vi;
+            float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+            p[i] = pi + (k->step * mi) / denom;
+        }
+    }
+}
+
+void zt_cpu_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
+                  float *v, size_t n, const zt_adamw_args *args, void *param_lp, zt_dtype lp_dtype)
+{
+    adam_consts k = {
+        .b1 = args->beta1,
+        .omb1 = (float)(1.0 - (double)args->beta1),
+        .b2 = args->beta2,
+        .omb2 = (float)(1.0 - (double)args->beta2),
+        .eps = args->eps,
+        .wd = args->weight_decay,
+        .gs = args->grad_scale,
+        .step = (float)(-(double)args->lr / (double)args->bc1),
+        .bc2_sqrt = (float)sqrt((double)args->bc2),
+        .decay = (float)(1.0 - (double)args->lr * (double)args->weight_decay),
+    };
+    size_t nc = nchunks(n);
+    int nt = zt_cpu_threads_for(ctx, n);
+    int l2 = args->l2_mode;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        float gbuf[ZT_CHUNK];
+        size_t off = c * ZT_CHUNK;
+        size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
+        const float *g;
+        if (grad_dtype == ZT_F32) {
+            g = (const float *)grad + off;
+        } else {
+            load_f32(gbuf, grad, grad_dtype, off, len);
+            g = gbuf;
+        }
+        adamw_chunk(&k, l2, param + off, g, m + off, v + off, len);
+        if (param_lp) store_f32(param_lp, lp_dtype, off, param + off, len);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* cast, accumulate, scale */
+
+void zt_cpu_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype,
+                 size_t n)
+{
+    size_t nc = nchunks(n);
+    int nt = zt_cpu_threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t off = c * ZT_CHUNK;
+        size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
+        size_t es = zt_dtype_size(dst_dtype);
+        if (dst_dtype == src_dtype) {
+            if (dst != src) memcpy((char *)dst + off * es, (const char *)src + off * es, len * es);
+        } else if (dst_dtype == ZT_F32) {
+            load_f32((float *)dst + off, src, src_dtype, off, len);
+        } else if (src_dtype == ZT_F32) {
+            store_f32(dst, dst_dtype, off, (const float *)src + off, len);
+        } else { /* bf16 <-> fp16 through float: widening is exact, so one rounding */
+            float buf[ZT_CHUNK];
+            load_f32(buf, src, src_dtype, off, len);
+            store_f32(dst, dst_dtype, off, buf, len);
+        }
+    }
+}
+
+void zt_cpu_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src, float scale,
+                       size_t n)
+{
+    size_t nc = nchunks(n);
+    int nt = zt_cpu_threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t off = c * ZT_CHUNK;
+        size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
+        const float *restrict s = src + off;
+        if (dst_dtype == ZT_F32) {
+            float *restrict d = (float *)dst + off;
+#pragma omp simd
+            for (size_t i = 0; i < len; i++)
+                d[i] = fmaf(scale, s[i], d[i]);
+        } else {
+            float buf[ZT_CHUNK];
+            load_f32(buf, dst, dst_dtype, off, len);
+#pragma omp simd
+            for (size_t i = 0; i < len; i++)
+                buf[i] = fmaf(scale, s[i], buf[i]);
+            store_f32(dst, dst_dtype, off, buf, len);
+        }
+    }
+}
+
+void zt_cpu_scale(zt_kctx *ctx, float *x, float s, size_t n)
+{
+    int nt = zt_cpu_threads_for(ctx, n);
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* squared norm and non-finite count */
+
+void zt_cpu_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t n, double out[2])
+{
+    size_t nc = nchunks(n);
+    int nt = zt_cpu_threads_for(ctx, n);
+    double sum = 0.0;
+    uint64_t bad = 0;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : sum, bad) if (nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t off = c * ZT_CHUNK;
+        size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
+        float buf[ZT_CHUNK];
+        const float *f;
+        if (dtype == ZT_F32) {
+            f = (const float *)x + off;
+        } else {
+            load_f32(buf, x, dtype, off, len); /* widening keeps inf and NaN */
+            f = buf;
+        }
+        double s = 0.0;
+        uint64_t b = 0;
+#pragma omp simd reduction(+ : s, b)
+        for (size_t i = 0; i < len; i++) {
+            int finite = (zt_v_bits(f[i]) & 0x7f800000u) != 0x7f800000u;
+            double d = finite ? (double)f[i] : 0.0;
+            s += d * d;
+            b += (uint64_t)!finite;
+        }
+        sum += s;
+        bad += b;
+    }
+    out[0] += sum;
+    out[1] += (double)bad;
+}

@@ -1,0 +1,960 @@
+/* zerotrain tests: the CPU GPT-2 ops (kernels/cpu) forward and backward against plain
+ * double-precision references written here llm.c-style, with finite-difference checks of each
+ * backward on the reference and on the op itself. Runs under OMP_NUM_THREADS=1 and 2; every
+ * check runs once with the default parallel threshold and once with threading forced. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_int.h"
+#include "kernels/ops.h"
+#include "tests/kernels/kcheck.h"
+
+static const zt_ops *OPS;
+static zt_kctx *CTX;
+
+/* Tolerances (relative to |want| + rms(want)) of float ops against double references. */
+#define RT_EXACT 1e-6
+#define RT_FWD 1e-5
+#define RT_BWD 3e-5
+/* finite differences: on the double reference, and directly on the float op */
+#define FD_H_REF 1e-5
+#define FD_RT_REF 1e-5
+#define FD_H_OP 1e-2f
+#define FD_RT_OP 2e-2
+#define FD_SAMPLES 24
+
+static void prefill(float *g, double *gd, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        g[i] = (float)kc_normal();
+        gd[i] = g[i];
+    }
+}
+
+/* ======================================================================================== */
+/* encoder */
+
+static void ref_encoder_forward(double *out, const int32_t *inp, const double *wte,
+                                const double *wpe, int B, int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++)
+                out[((size_t)b * T + t) * C + c] =
+                    wte[(size_t)inp[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+}
+
+static void ref_encoder_backward(double *dwte, double *dwpe, const double *dout, const int32_t *inp,
+                                 int B, int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                double d = dout[((size_t)b * T + t) * C + c];
+                dwte[(size_t)inp[b * T + t] * C + c] += d;
+                dwpe[(size_t)t * C + c] += d;
+            }
+}
+
+typedef struct {
+    int B, T, C;
+    const int32_t *inp;
+    double *wte_d, *wpe_d, *out_d;
+    float *wte, *wpe, *out;
+    const double *w;
+} enc_state;
+
+static double enc_loss_ref(void *p)
+{
+    enc_state *s = p;
+    ref_encoder_forward(s->out_d, s->inp, s->wte_d, s->wpe_d, s->B, s->T, s->C);
+    return kc_dot_dd(s->out_d, s->w, (size_t)s->B * s->T * s->C);
+}
+
+static double enc_loss_op(void *p)
+{
+    enc_state *s = p;
+    OPS->encoder_forward(CTX, s->out, s->inp, s->wte, s->wpe, s->B, s->T, s->C);
+    return kc_dot_fd(s->out, s->w, (size_t)s->B * s->T * s->C);
+}
+
+static void test_encoder(int B, int T, int C, int Vp)
+{
+    size_t N = (size_t)B * T, NC = N * C, VC = (size_t)Vp * C, TC = (size_t)T * C;
+    int32_t *inp = zt_calloc(N, sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) /* few distinct tokens: many rows hit the same wte row */
+        inp[i] = (int32_t)kc_index((size_t)(Vp < 5 ? Vp : 5));
+    inp[N - 1] = Vp - 1;
+    float *wte = kc_frandn(VC, 1.0), *wpe = kc_frandn(TC, 1.0), *out = kc_falloc(NC);
+    double *wte_d = kc_widen(wte, VC), *wpe_d = kc_widen(wpe, TC), *out_d = kc_dalloc(NC);
+
+    OPS->encoder_forward(CTX, out, inp, wte, wpe, B, T, C);
+    ref_encoder_forward(out_d, inp, wte_d, wpe_d, B, T, C);
+    kc_check_close("encoder_forward out", out, out_d, NC, RT_EXACT, 0);
+
+    float *dout = kc_frandn(NC, 1.0);
+    double *dout_d = kc_widen(dout, NC);
+    float *dwte = kc_falloc(VC), *dwpe = kc_falloc(TC);
+    double *dwte_d = kc_dalloc(VC), *dwpe_d = kc_dalloc(TC);
+    prefill(dwte, dwte_d, VC);
+    prefill(dwpe, dwpe_d, TC);
+    OPS->encoder_backward(CTX, dwte, dwpe, dout, inp, B, T, C);
+    ref_encoder_backward(dwte_d, dwpe_d, dout_d, inp, B, T, C);
+    kc_check_close("encoder_backward dwte (accumulated)", dwte, dwte_d, VC, RT_FWD, 0);
+    kc_check_close("encoder_backward dwpe (accumulated)", dwpe, dwpe_d, TC, RT_FWD, 0);
+
+    /* NULL outputs are skipped, the other one still accumulates */
+    float *dwpe2 = kc_falloc(TC);
+    double *dwpe2_d = kc_dalloc(TC), *scratch_d = kc_dalloc(VC);
+    prefill(dwpe2, dwpe2_d, TC);
+    OPS->encoder_backward(CTX, NULL, dwpe2, dout, inp, B, T, C);
+    ref_encoder_backward(scratch_d, dwpe2_d, dout_d, inp, B, T, C);
+    kc_check_close("encoder_backward dwpe with dwte NULL", dwpe2, dwpe2_d, TC, RT_FWD, 0);
+    OPS->encoder_backward(CTX, NULL, NULL, dout, inp, B, T, C);
+
+    /* finite differences of L = sum(dout * out) */
+    enc_state st = {B, T, C, inp, wte_d, wpe_d, out_d, wte, wpe, out, dout_d};
+    double *g_wte = kc_dalloc(VC), *g_wpe = kc_dalloc(TC);
+    ref_encoder_backward(g_wte, g_wpe, dout_d, inp, B, T, C);
+    kc_fd_check_d("encoder ref dwte", enc_loss_ref, &st, wte_d, g_wte, VC, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    kc_fd_check_d("encoder ref dwpe", enc_loss_ref, &st, wpe_d, g_wpe, TC, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    float *gf_wte = kc_falloc(VC), *gf_wpe = kc_falloc(TC);
+    memset(gf_wte, 0, VC * sizeof(float));
+    memset(gf_wpe, 0, TC * sizeof(float));
+    OPS->encoder_backward(CTX, gf_wte, gf_wpe, dout, inp, B, T, C);
+    kc_fd_check_f("encoder op dwte", enc_loss_op, &st, wte, gf_wte, VC, FD_SAMPLES, FD_H_OP,
+                  FD_RT_OP);
+    kc_fd_check_f("encoder op dwpe", enc_loss_op, &st, wpe, gf_wpe, TC, FD_SAMPLES, FD_H_OP,
+                  FD_RT_OP);
+
+    zt_free(inp), zt_free(wte), zt_free(wpe), zt_free(out), zt_free(wte_d), zt_free(wpe_d);
+    zt_free(out_d), zt_free(dout), zt_free(dout_d), zt_free(dwte), zt_free(dwpe);
+    zt_free(dwte_d), zt_free(dwpe_d), zt_free(dwpe2), zt_free(dwpe2_d), zt_free(scratch_d);
+    zt_free(g_wte), zt_free(g_wpe), zt_free(gf_wte), zt_free(gf_wpe);
+}
+
+/* ======================================================================================== */
+/* LayerNorm */
+
+static void ref_layernorm_forward(double *out, double *mean, double *rstd, const double *inp,
+                                  const double *w, const double *b, int N, int C)
+{
+    for (int i = 0; i < N; i++) {
+        const double *x = inp + (size_t)i * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++)
+            m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++)
+            v += (x[c] - m) * (x[c] - m);
+        v /= C;
+        double s = 1.0 / sqrt(v + 1e-5);
+        for (int c = 0; c < C; c++)
+            out[(size_t)i * C + c] = (x[c] - m) * s * w[c] + b[c];
+        if (mean) mean[i] = m;
+        if (rstd) rstd[i] = s;
+    }
+}
+
+static void ref_layernorm_backward(double *dinp, double *dw, double *db, const double *dout,
+                                   const double *inp, const double *w, int N, int C)
+{
+    for (int i = 0; i < N; i++) {
+        const double *x = inp + (size_t)i * C;
+        const double *dy = dout + (size_t)i * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++)
+            m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++)
+            v += (x[c] - m) * (x[c] - m);
+        v /= C;
+        double s = 1.0 / sqrt(v + 1e-5);
+        double a = 0.0, bb = 0.0;
+        for (int c = 0; c < C; c++) {
+            double n = (x[c] - m) * s;
+            a += w[c] * dy[c];
+            bb += w[c] * dy[c] * n;
+        }
+        a /= C;
+        bb /= C;
+        for (int c = 0; c < C; c++) {
+            double n = (x[c] - m) * s;
+            dinp[(size_t)i * C + c] += (w[c] * dy[c] - a - n * bb) * s;
+            dw[c] += n * dy[c];
+            db[c] += dy[c];
+        }
+    }
+}
+
+typedef struct {
+    int N, C;
+    double *inp_d, *w_d, *b_d, *out_d;
+    float *inp, *w, *b, *out, *mean, *rstd;
+    const double *wt;
+} ln_state;
+
+static double ln_loss_ref(void *p)
+{
+    ln_state *s = p;
+    ref_layernorm_forward(s->out_d, NULL, NULL, s->inp_d, s->w_d, s->b_d, s->N, s->C);
+    return kc_dot_dd(s->out_d, s->wt, (size_t)s->N * s->C);
+}
+
+static double ln_loss_op(void *p)
+{
+    ln_state *s = p;
+    OPS->layernorm_forward(CTX, s->out, s->mean, s->rstd, s->inp, s->w, s->b, s->N, s->C);
+    return kc_dot_fd(s->out, s->wt, (size_t)s->N * s->C);
+}
+
+static void test_layernorm(int N, int C)
+{
+    size_t NC = (size_t)N * C;
+    float *inp = kc_frandn(NC, 1.0), *w = kc_frandn(C, 1.0), *b = kc_frandn(C, 1.0);
+    for (size_t i = 0; i < NC; i++) /* rows with an offset: mean must really be removed */
+        inp[i] += (float)(i / C % 3);
+    float *out = kc_falloc(NC), *mean = kc_falloc(N), *rstd = kc_falloc(N);
+    double *inp_d = kc_widen(inp, NC), *w_d = kc_widen(w, C), *b_d = kc_widen(b, C);
+    double *out_d = kc_dalloc(NC), *mean_d = kc_dalloc(N), *rstd_d = kc_dalloc(N);
+
+    OPS->layernorm_forward(CTX, out, mean, rstd, inp, w, b, N, C);
+    ref_layernorm_forward(out_d, mean_d, rstd_d, inp_d, w_d, b_d, N, C);
+    kc_check_close("layernorm_forward out", out, out_d, NC, RT_FWD, 0);
+    kc_check_close("layernorm_forward mean", mean, mean_d, N, RT_FWD, 0);
+    kc_check_close("layernorm_forward rstd", rstd, rstd_d, N, RT_FWD, 0);
+
+    float *dout = kc_frandn(NC, 1.0);
+    double *dout_d = kc_widen(dout, NC);
+    float *dinp = kc_falloc(NC), *dw = kc_falloc(C), *db = kc_falloc(C);
+    double *dinp_d = kc_dalloc(NC), *dw_d = kc_dalloc(C), *db_d = kc_dalloc(C);
+    prefill(dinp, dinp_d, NC);
+    prefill(dw, dw_d, C);
+    prefill(db, db_d, C);
+    OPS->layernorm_backward(CTX, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    ref_layernorm_backward(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, C);
+    kc_check_close("layernorm_backward dinp (accumulated)", dinp, dinp_d, NC, RT_BWD, 0);
+    kc_check_close("layernorm_backward dweight (accumulated)", dw, dw_d, C, RT_BWD, 0);
+    kc_check_close("layernorm_backward dbias (accumulated)", db, db_d, C, RT_BWD, 0);
+
+    /* each gradient output alone (the others NULL) */
+    double *g_inp = kc_dalloc(NC), *g_w = kc_dalloc(C), *g_b = kc_dalloc(C);
+    ref_layernorm_backward(g_inp, g_w, g_b, dout_d, inp_d, w_d, N, C);
+    float *z = kc_falloc(NC);
+    memset(z, 0, NC * sizeof(float));
+    OPS->layernorm_backward(CTX, z, NULL, NULL, dout, inp, w, mean, rstd, N, C);
+    kc_check_close("layernorm_backward dinp alone", z, g_inp, NC, RT_BWD, 0);
+    memset(z, 0, NC * sizeof(float));
+    OPS->layernorm_backward(CTX, NULL, z, NULL, dout, inp, w, mean, rstd, N, C);
+    kc_check_close("layernorm_backward dweight alone", z, g_w, C, RT_BWD, 0);
+    memset(z, 0, NC * sizeof(float));
+    OPS->layernorm_backward(CTX, NULL, NULL, z, dout, inp, w, mean, rstd, N, C);
+    kc_check_close("layernorm_backward dbias alone", z, g_b, C, RT_BWD, 0);
+    OPS->layernorm_backward(CTX, NULL, NULL, NULL, dout, inp, w, mean, rstd, N, C);
+
+    ln_state st = {N, C, inp_d, w_d, b_d, out_d, inp, w, b, out, mean, rstd, dout_d};
+    kc_fd_check_d("layernorm ref dinp", ln_loss_ref, &st, inp_d, g_inp, NC, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    kc_fd_check_d("layernorm ref dweight", ln_loss_ref, &st, w_d, g_w, C, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    kc_fd_check_d("layernorm ref dbias", ln_loss_ref, &st, b_d, g_b, C, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    float *gi = kc_falloc(NC), *gw = kc_falloc(C), *gb = kc_falloc(C);
+    memset(gi, 0, NC * sizeof(float));
+    memset(gw, 0, C * sizeof(float));
+    memset(gb, 0, C * sizeof(float));
+    OPS->layernorm_forward(CTX, out, mean, rstd, inp, w, b, N, C);
+    OPS->layernorm_backward(CTX, gi, gw, gb, dout, inp, w, mean, rstd, N, C);
+    kc_fd_check_f("layernorm op dinp", ln_loss_op, &st, inp, gi, NC, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+    kc_fd_check_f("layernorm op dweight", ln_loss_op, &st, w, gw, C, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+    kc_fd_check_f("layernorm op dbias", ln_loss_op, &st, b, gb, C, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+
+    zt_free(inp), zt_free(w), zt_free(b), zt_free(out), zt_free(mean), zt_free(rstd);
+    zt_free(inp_d), zt_free(w_d), zt_free(b_d), zt_free(out_d), zt_free(mean_d), zt_free(rstd_d);
+    zt_free(dout), zt_free(dout_d), zt_free(dinp), zt_free(dw), zt_free(db), zt_free(dinp_d);
+    zt_free(dw_d), zt_free(db_d), zt_free(g_inp), zt_free(g_w), zt_free(g_b), zt_free(z);
+    zt_free(gi), zt_free(gw), zt_free(gb);
+}
+
+/* ======================================================================================== */
+/* matmul */
+
+static void ref_matmul_forward(double *out, const double *inp, const double *w, const double *b,
+                               int N, int C, int OC)
+{
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int c = 0; c < C; c++)
+                s += inp[(size_t)i * C + c] * w[(size_t)o * C + c];
+            out[(size_t)i * OC + o] = s;
+        }
+}
+
+static void ref_matmul_backward(double *dinp, double *dw, double *db, const double *dout,
+                                const double *inp, const double *w, int N, int C, int OC)
+{
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double d = dout[(size_t)i * OC + o];
+            for (int c = 0; c < C; c++) {
+                dinp[(size_t)i * C + c] += d * w[(size_t)o * C + c];
+                dw[(size_t)o * C + c] += d * inp[(size_t)i * C + c];
+            }
+            db[o] += d;
+        }
+}
+
+typedef struct {
+    int N, C, OC;
+    double *inp_d, *w_d, *b_d, *out_d;
+    float *inp, *w, *b, *out;
+    const double *wt;
+} mm_state;
+
+static double mm_loss_ref(void *p)
+{
+    mm_state *s = p;
+    ref_matmul_forward(s->out_d, s->inp_d, s->w_d, s->b_d, s->N, s->C, s->OC);
+    return kc_dot_dd(s->out_d, s->wt, (size_t)s->N * s->OC);
+}
+
+static double mm_loss_op(void *p)
+{
+    mm_state *s = p;
+    OPS->matmul_forward(CTX, s->out, s->inp, s->w, s->b, s->N, s->C, s->OC);
+    return kc_dot_fd(s->out, s->wt, (size_t)s->N * s->OC);
+}
+
+static void test_matmul(int N, int C, int OC)
+{
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NO = (size_t)N * OC;
+    float *inp = kc_frandn(NC, 1.0), *w = kc_frandn(OCC, 0.2), *b = kc_frandn(OC, 1.0);
+    float *out = kc_falloc(NO);
+    double *inp_d = kc_widen(inp, NC), *w_d = kc_widen(w, OCC), *b_d = kc_widen(b, OC);
+    double *out_d = kc_dalloc(NO);
+
+    OPS->matmul_forward(CTX, out, inp, w, b, N, C, OC);
+    ref_matmul_forward(out_d, inp_d, w_d, b_d, N, C, OC);
+    kc_check_close("matmul_forward out (bias)", out, out_d, NO, RT_FWD, 0);
+    OPS->matmul_forward(CTX, out, inp, w, NULL, N, C, OC);
+    ref_matmul_forward(out_d, inp_d, w_d, NULL, N, C, OC);
+    kc_check_close("matmul_forward out (no bias)", out, out_d, NO, RT_FWD, 0);
+
+    float *dout = kc_frandn(NO, 1.0);
+    double *dout_d = kc_widen(dout, NO);
+    float *dinp = kc_falloc(NC), *dw = kc_falloc(OCC), *db = kc_falloc(OC);
+    double *dinp_d = kc_dalloc(NC), *dw_d = kc_dalloc(OCC), *db_d = kc_dalloc(OC);
+    prefill(dinp, dinp_d, NC);
+    prefill(dw, dw_d, OCC);
+    prefill(db, db_d, OC);
+    OPS->matmul_backward(CTX, dinp, dw, db, dout, inp, w, N, C, OC);
+    ref_matmul_backward(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, C, OC);
+    kc_check_close("matmul_backward dinp (accumulated)", dinp, dinp_d, NC, RT_BWD, 0);
+    kc_check_close("matmul_backward dweight (accumulated)", dw, dw_d, OCC, RT_BWD, 0);
+    kc_check_close("matmul_backward dbias (accumulated)", db, db_d, OC, RT_BWD, 0);
+
+    double *g_inp = kc_dalloc(NC), *g_w = kc_dalloc(OCC), *g_b = kc_dalloc(OC);
+    ref_matmul_backward(g_inp, g_w, g_b, dout_d, inp_d, w_d, N, C, OC);
+    size_t zn = NC > OCC ? NC : OCC;
+    float *z = kc_falloc(zn);
+    memset(z, 0, zn * sizeof(float));
+    OPS->matmul_backward(CTX, z, NULL, NULL, dout, inp, w, N, C, OC);
+    kc_check_close("matmul_backward dinp alone", z, g_inp, NC, RT_BWD, 0);
+    memset(z, 0, zn * sizeof(float));
+    OPS->matmul_backward(CTX, NULL, z, NULL, dout, inp, w, N, C, OC);
+    kc_check_close("matmul_backward dweight alone", z, g_w, OCC, RT_BWD, 0);
+    memset(z, 0, zn * sizeof(float));
+    OPS->matmul_backward(CTX, NULL, NULL, z, dout, inp, w, N, C, OC);
+    kc_check_close("matmul_backward dbias alone", z, g_b, OC, RT_BWD, 0);
+
+    mm_state st = {N, C, OC, inp_d, w_d, b_d, out_d, inp, w, b, out, dout_d};
+    kc_fd_check_d("matmul ref dinp", mm_loss_ref, &st, inp_d, g_inp, NC, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    kc_fd_check_d("matmul ref dweight", mm_loss_ref, &st, w_d, g_w, OCC, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    kc_fd_check_d("matmul ref dbias", mm_loss_ref, &st, b_d, g_b, OC, FD_SAMPLES, FD_H_REF,
+                  FD_RT_REF);
+    float *gi = kc_falloc(NC), *gw = kc_falloc(OCC), *gb = kc_falloc(OC);
+    memset(gi, 0, NC * sizeof(float));
+    memset(gw, 0, OCC * sizeof(float));
+    memset(gb, 0, OC * sizeof(float));
+    OPS->matmul_backward(CTX, gi, gw, gb, dout, inp, w, N, C, OC);
+    kc_fd_check_f("matmul op dinp", mm_loss_op, &st, inp, gi, NC, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+    kc_fd_check_f("matmul op dweight", mm_loss_op, &st, w, gw, OCC, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+    kc_fd_check_f("matmul op dbias", mm_loss_op, &st, b, gb, OC, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+
+    zt_free(inp), zt_free(w), zt_free(b), zt_free(out), zt_free(inp_d), zt_free(w_d);
+    zt_free(b_d), zt_free(out_d), zt_free(dout), zt_free(dout_d), zt_free(dinp), zt_free(dw);
+    zt_free(db), zt_free(dinp_d), zt_free(dw_d), zt_free(db_d), zt_free(g_inp), zt_free(g_w);
+    zt_free(g_b), zt_free(z), zt_free(gi), zt_free(gw), zt_free(gb);
+}
+
+/* ======================================================================================== */
+/* attention (llm.c's loops, in double) */
+
+static void ref_attention_forward(double *out, double *att, const double *qkv, int B, int T, int C,
+                                  int NH)
+{
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    size_t C3 = 3 * (size_t)C;
+    double *pre = kc_dalloc(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                double mx = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const double *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    double s = 0.0;
+                    for (int i = 0; i < hs; i++)
+                        s += q[i] * k[i];
+                    pre[t2] = s * scale;
+                    if (pre[t2] > mx) mx = pre[t2];
+                }
+                double sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    pre[t2] = exp(pre[t2] - mx);
+                    sum += pre[t2];
+                }
+                double *a = att + (((size_t)b * NH + h) * T + t) * T;
+                for (int t2 = 0; t2 < T; t2++)
+                    a[t2] = t2 <= t ? pre[t2] / sum : 0.0;
+                double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int i = 0; i < hs; i++) {
+                    double s = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++)
+                        s += a[t2] * qkv[((size_t)b * T + t2) * C3 + 2 * C + (size_t)h * hs + i];
+                    o[i] = s;
+                }
+            }
+    zt_free(pre);
+}
+
+static void ref_attention_backward(double *dqkv, const double *dout, const double *qkv,
+                                   const double *att, int B, int T, int C, int NH)
+{
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    size_t C3 = 3 * (size_t)C;
+    double *datt = kc_dalloc(T), *dpre = kc_dalloc(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *a = att + (((size_t)b * NH + h) * T + t) * T;
+                const double *d = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    size_t row = ((size_t)b * T + t2) * C3 + (size_t)h * hs;
+                    double s = 0.0;
+                    for (int i = 0; i < hs; i++) {
+                        s += qkv[row + 2 * C + i] * d[i];
+                        dqkv[row + 2 * C + i] += a[t2] * d[i];
+                    }
+                    datt[t2] = s;
+                }
+                for (int t3 = 0; t3 <= t; t3++) {
+                    double s = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++)
+                        s += a[t2] * ((t2 == t3 ? 1.0 : 0.0) - a[t3]) * datt[t2];
+                    dpre[t3] = s;
+                }
+                size_t qrow = ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    size_t krow = ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dqkv[qrow + i] += qkv[krow + i] * dpre[t2] * scale;
+                        dqkv[krow + i] += qkv[qrow + i] * dpre[t2] * scale;
+                    }
+                }
+            }
+    zt_free(datt);
+    zt_free(dpre);
+}
+
+typedef struct {
+    int B, T, C, NH;
+    double *qkv_d, *out_d, *att_d;
+    float *qkv, *out, *att;
+    const double *wt;
+} att_state;
+
+static double att_loss_ref(void *p)
+{
+    att_state *s = p;
+    ref_attention_forward(s->out_d, s->att_d, s->qkv_d, s->B, s->T, s->C, s->NH);
+    return kc_dot_dd(s->out_d, s->wt, (size_t)s->B * s->T * s->C);
+}
+
+static double att_loss_op(void *p)
+{
+    att_state *s = p;
+    OPS->attention_forward(CTX, s->out, s->att, s->qkv, s->B, s->T, s->C, s->NH);
+    return kc_dot_fd(s->out, s->wt, (size_t)s->B * s->T * s->C);
+}
+
+static void test_attention(int B, int T, int C, int NH)
+{
+    size_t NQ = (size_t)B * T * 3 * C, NO = (size_t)B * T * C, NA = (size_t)B * NH * T * T;
+    float *qkv = kc_frandn(NQ, 1.0), *out = kc_falloc(NO), *att = kc_falloc(NA);
+    double *qkv_d = kc_widen(qkv, NQ), *out_d = kc_dalloc(NO), *att_d = kc_dalloc(NA);
+    float *dout = kc_frandn(NO, 1.0), *scratch = kc_falloc(NA), *dqkv = kc_falloc(NQ);
+    double *dout_d = kc_widen(dout, NO), *dqkv_d = kc_dalloc(NQ), *pre_d = kc_dalloc(NQ);
+    ref_attention_forward(out_d, att_d, qkv_d, B, T, C, NH);
+    prefill(dqkv, pre_d, NQ);
+    memcpy(dqkv_d, pre_d, NQ * sizeof(double));
+    ref_attention_backward(dqkv_d, dout_d, qkv_d, att_d, B, T, C, NH);
+
+    /* every threading mode and causal block size gives the same result */
+    static const int blocks[] = {64, 16, 5, 1 << 20};
+    zt_cpu_attn_mode saved_mode = CTX->attn_mode;
+    int saved_block = CTX->attn_block;
+    for (int mode = 0; mode < 2; mode++) {
+        for (size_t bi = 0; bi < sizeof(blocks) / sizeof(blocks[0]); bi++) {
+            CTX->attn_mode = mode ? ZT_CPU_ATTN_INNER : ZT_CPU_ATTN_OUTER;
+            CTX->attn_block = blocks[bi];
+            char what[160];
+            for (size_t i = 0; i < NA; i++) /* garbage where the op must write zeros */
+                att[i] = 1e30f;
+            OPS->attention_forward(CTX, out, att, qkv, B, T, C, NH);
+            snprintf(what, sizeof what, "attention_forward out (mode %d, block %d)", mode,
+                     blocks[bi]);
+            kc_check_close(what, out, out_d, NO, RT_FWD, 0);
+            snprintf(what, sizeof what, "attention_forward att (mode %d, block %d)", mode,
+                     blocks[bi]);
+            kc_check_close(what, att, att_d, NA, RT_FWD, 0);
+            for (size_t i = 0; i < NQ; i++)
+                dqkv[i] = (float)pre_d[i];
+            for (size_t i = 0; i < NA; i++)
+                scratch[i] = NAN; /* contents undefined on entry */
+            OPS->attention_backward(CTX, dqkv, scratch, dout, qkv, att, B, T, C, NH);
+            snprintf(what, sizeof what, "attention_backward dqkv accumulated (mode %d, block %d)",
+                     mode, blocks[bi]);
+            kc_check_close(what, dqkv, dqkv_d, NQ, RT_BWD, 0);
+        }
+    }
+    CTX->attn_mode = saved_mode;
+    CTX->attn_block = saved_block;
+    OPS->attention_backward(CTX, NULL, scratch, dout, qkv, att, B, T, C, NH); /* skipped */
+
+    double *g = kc_dalloc(NQ);
+    ref_attention_backward(g, dout_d, qkv_d, att_d, B, T, C, NH);
+    att_state st = {B, T, C, NH, qkv_d, out_d, att_d, qkv, out, att, dout_d};
+    kc_fd_check_d("attention ref dqkv", att_loss_ref, &st, qkv_d, g, NQ, FD_SAMPLES * 2, FD_H_REF,
+                  FD_RT_REF);
+    float *gf = kc_falloc(NQ);
+    memset(gf, 0, NQ * sizeof(float));
+    OPS->attention_forward(CTX, out, att, qkv, B, T, C, NH);
+    OPS->attention_backward(CTX, gf, scratch, dout, qkv, att, B, T, C, NH);
+    kc_fd_check_f("attention op dqkv", att_loss_op, &st, qkv, gf, NQ, FD_SAMPLES * 2, FD_H_OP,
+                  FD_RT_OP);
+
+    zt_free(qkv), zt_free(out), zt_free(att), zt_free(qkv_d), zt_free(out_d), zt_free(att_d);
+    zt_free(dout), zt_free(scratch), zt_free(dqkv), zt_free(dout_d), zt_free(dqkv_d);
+    zt_free(pre_d), zt_free(g), zt_free(gf);
+}
+
+/* ======================================================================================== */
+/* GELU and residual */
+
+#define GELU_K 0.7978845608028654 /* sqrt(2/pi) */
+
+/* 0.5 (1 + tanh(u)) in double. Written plainly it cancels for u << 0 (1 + tanh(-18) is
+ * below double's resolution of 1), so there it uses the equal 2 e^{2u} / (1 + e^{2u}) / 2. */
+static double ref_half_one_plus_tanh(double u)
+{
+    if (u >= 0.0) return 0.5 * (1.0 + tanh(u));
+    double e = exp(2.0 * u);
+    return e / (1.0 + e);
+}
+
+static double ref_gelu(double x)
+{
+    return x * ref_half_one_plus_tanh(GELU_K * (x + 0.044715 * x * x * x));
+}
+
+static double ref_gelu_grad(double x)
+{
+    double u = GELU_K * (x + 0.044715 * x * x * x);
+    double ch = cosh(u);
+    return ref_half_one_plus_tanh(u) +
+           x * 0.5 * (1.0 / (ch * ch)) * GELU_K * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+typedef struct {
+    size_t n;
+    double *x_d;
+    float *x, *out;
+    const double *wt;
+} gelu_state;
+
+static double gelu_loss_ref(void *p)
+{
+    gelu_state *s = p;
+    double l = 0.0;
+    for (size_t i = 0; i < s->n; i++)
+        l += ref_gelu(s->x_d[i]) * s->wt[i];
+    return l;
+}
+
+static double gelu_loss_op(void *p)
+{
+    gelu_state *s = p;
+    OPS->gelu_forward(CTX, s->out, s->x, s->n);
+    return kc_dot_fd(s->out, s->wt, s->n);
+}
+
+static void test_gelu(size_t n)
+{
+    float *x = kc_frandn(n, 3.0), *out = kc_falloc(n);
+    if (n > 8) { /* far tails and exact zero */
+        x[0] = 0.0f, x[1] = -12.0f, x[2] = 12.0f, x[3] = -30.0f, x[4] = 50.0f, x[5] = -1e-30f;
+        x[6] = 1e-6f, x[7] = -5.5f;
+    }
+    double *x_d = kc_widen(x, n), *want = kc_dalloc(n);
+    OPS->gelu_forward(CTX, out, x, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = ref_gelu(x_d[i]);
+    /* accurate to float precision element by element: a few ulp, plus what rounding u to
+     * float costs through exp (condition number |2u|), as in any float evaluation */
+    for (size_t i = 0; i < n; i++) {
+        double u = GELU_K * (x_d[i] + 0.044715 * x_d[i] * x_d[i] * x_d[i]);
+        ASSERT_NEAR(out[i], want[i], 6e-8 * (8.0 + 8.0 * fabs(u)), 1e-30);
+    }
+
+    float *dout = kc_frandn(n, 1.0), *dinp = kc_falloc(n);
+    double *dinp_d = kc_dalloc(n), *g = kc_dalloc(n), *dout_d = kc_widen(dout, n);
+    prefill(dinp, dinp_d, n);
+    for (size_t i = 0; i < n; i++) {
+        g[i] = ref_gelu_grad(x_d[i]);
+        dinp_d[i] += g[i] * dout_d[i];
+    }
+    OPS->gelu_backward(CTX, dinp, x, dout, n);
+    kc_check_close("gelu_backward dinp (accumulated)", dinp, dinp_d, n, 2e-6, 0);
+    for (size_t i = 0; i < n; i++) /* the local derivative itself, element by element */
+        g[i] *= dout_d[i];
+    OPS->gelu_backward(CTX, NULL, x, dout, n);
+
+    gelu_state st = {n, x_d, x, out, dout_d};
+    kc_fd_check_d("gelu ref dinp", gelu_loss_ref, &st, x_d, g, n, FD_SAMPLES, FD_H_REF, FD_RT_REF);
+    memset(dinp, 0, n * sizeof(float));
+    OPS->gelu_backward(CTX, dinp, x, dout, n);
+    kc_fd_check_f("gelu op dinp", gelu_loss_op, &st, x, dinp, n, FD_SAMPLES, 1e-3f, FD_RT_OP);
+
+    zt_free(x), zt_free(out), zt_free(x_d), zt_free(want), zt_free(dout), zt_free(dinp);
+    zt_free(dinp_d), zt_free(g), zt_free(dout_d);
+}
+
+typedef struct {
+    size_t n;
+    float *a, *b, *out;
+    const double *wt;
+} res_state;
+
+static double res_loss_op(void *p)
+{
+    res_state *s = p;
+    OPS->residual_forward(CTX, s->out, s->a, s->b, s->n);
+    return kc_dot_fd(s->out, s->wt, s->n);
+}
+
+static void test_residual(size_t n)
+{
+    float *a = kc_frandn(n, 1.0), *b = kc_frandn(n, 1.0), *out = kc_falloc(n);
+    double *want = kc_dalloc(n);
+    OPS->residual_forward(CTX, out, a, b, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (double)(a[i] + b[i]); /* exactly the float sum */
+    kc_check_close("residual_forward", out, want, n, 0, 0);
+
+    float *dout = kc_frandn(n, 1.0), *da = kc_falloc(n), *db = kc_falloc(n);
+    double *da_d = kc_dalloc(n), *db_d = kc_dalloc(n), *dout_d = kc_widen(dout, n);
+    prefill(da, da_d, n);
+    prefill(db, db_d, n);
+    for (size_t i = 0; i < n; i++) {
+        da_d[i] += dout_d[i];
+        db_d[i] += dout_d[i];
+    }
+    OPS->residual_backward(CTX, da, db, dout, n);
+    kc_check_close("residual_backward da (accumulated)", da, da_d, n, RT_EXACT, 0);
+    kc_check_close("residual_backward db (accumulated)", db, db_d, n, RT_EXACT, 0);
+    OPS->residual_backward(CTX, NULL, db, dout, n);
+    for (size_t i = 0; i < n; i++)
+        db_d[i] += dout_d[i];
+    kc_check_close("residual_backward db with da NULL", db, db_d, n, RT_EXACT, 0);
+    OPS->residual_backward(CTX, da, NULL, dout, n);
+    for (size_t i = 0; i < n; i++)
+        da_d[i] += dout_d[i];
+    kc_check_close("residual_backward da with db NULL", da, da_d, n, RT_EXACT, 0);
+    OPS->residual_backward(CTX, NULL, NULL, dout, n);
+
+    /* finite differences (the reference of a sum is the sum: check the op only) */
+    res_state st = {n, a, b, out, dout_d};
+    float *ga = kc_falloc(n), *gb = kc_falloc(n);
+    memset(ga, 0, n * sizeof(float));
+    memset(gb, 0, n * sizeof(float));
+    OPS->residual_backward(CTX, ga, gb, dout, n);
+    kc_fd_check_f("residual op da", res_loss_op, &st, a, ga, n, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+    kc_fd_check_f("residual op db", res_loss_op, &st, b, gb, n, FD_SAMPLES, FD_H_OP, FD_RT_OP);
+
+    zt_free(a), zt_free(b), zt_free(out), zt_free(want), zt_free(dout), zt_free(da);
+    zt_free(db), zt_free(da_d), zt_free(db_d), zt_free(dout_d), zt_free(ga), zt_free(gb);
+}
+
+/* ======================================================================================== */
+/* cross-entropy */
+
+static void ref_crossentropy(double *losses, double *dlogits, const double *logits,
+                             const int32_t *targets, int N, int V, int Vp, double dloss)
+{
+    for (int i = 0; i < N; i++) {
+        const double *l = logits + (size_t)i * Vp;
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < V; j++)
+            mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < V; j++)
+            sum += exp(l[j] - mx);
+        losses[i] = -(l[targets[i]] - mx - log(sum));
+        if (dlogits)
+            for (int j = 0; j < Vp; j++)
+                dlogits[(size_t)i * Vp + j] =
+                    j < V ? (exp(l[j] - mx) / sum - (j == targets[i] ? 1.0 : 0.0)) * dloss : 0.0;
+    }
+}
+
+typedef struct {
+    int N, V, Vp;
+    float dloss;
+    const int32_t *targets;
+    double *logits_d, *losses_d;
+    float *logits, *losses;
+} ce_state;
+
+static double ce_loss_ref(void *p)
+{
+    ce_state *s = p;
+    ref_crossentropy(s->losses_d, NULL, s->logits_d, s->targets, s->N, s->V, s->Vp, 1.0);
+    double l = 0.0;
+    for (int i = 0; i < s->N; i++)
+        l += s->losses_d[i] * s->dloss;
+    return l;
+}
+
+static double ce_loss_op(void *p)
+{
+    ce_state *s = p;
+    OPS->crossentropy_forward_backward(CTX, s->losses, NULL, s->logits, s->targets, s->N, s->V,
+                                       s->Vp, s->dloss);
+    double l = 0.0;
+    for (int i = 0; i < s->N; i++)
+        l += (double)s->losses[i] * s->dloss;
+    return l;
+}
+
+static void test_crossentropy(int N, int V, int Vp)
+{
+    size_t NV = (size_t)N * Vp;
+    float dloss = 1.0f / (float)N;
+    float *logits = kc_frandn(NV, 2.0);
+    for (int i = 0; i < N; i++) /* huge padded logits must not enter the softmax */
+        for (int j = V; j < Vp; j++)
+            logits[(size_t)i * Vp + j] = (j & 1) ? 3e38f : -3e38f;
+    logits[3] += 40.0f; /* a row with one dominant logit */
+    int32_t *targets = zt_calloc(N, sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        targets[i] = (int32_t)kc_index((size_t)V);
+    targets[0] = V - 1;
+    double *logits_d = kc_widen(logits, NV), *losses_d = kc_dalloc(N), *dl_d = kc_dalloc(NV);
+    float *losses = kc_falloc(N), *dl = kc_falloc(NV);
+    for (size_t i = 0; i < NV; i++)
+        dl[i] = NAN; /* must be fully written, padding included */
+    ref_crossentropy(losses_d, dl_d, logits_d, targets, N, V, Vp, dloss);
+    OPS->crossentropy_forward_backward(CTX, losses, dl, logits, targets, N, V, Vp, dloss);
+    kc_check_close("crossentropy losses", losses, losses_d, N, RT_FWD, 0);
+    kc_check_close("crossentropy dlogits", dl, dl_d, NV, RT_FWD, 0);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++)
+            if (dl[(size_t)i * Vp + j] != 0.0f)
+                ZT_FAIL("crossentropy: padded dlogits[%d][%d] = %g, want 0", i, j,
+                        (double)dl[(size_t)i * Vp + j]);
+
+    /* losses only */
+    float *losses2 = kc_falloc(N);
+    OPS->crossentropy_forward_backward(CTX, losses2, NULL, logits, targets, N, V, Vp, dloss);
+    kc_check_close("crossentropy losses without dlogits", losses2, losses_d, N, RT_FWD, 0);
+
+    /* in place: dlogits == logits */
+    float *inplace = kc_fcopy(logits, NV);
+    OPS->crossentropy_forward_backward(CTX, losses2, inplace, inplace, targets, N, V, Vp, dloss);
+    kc_check_close("crossentropy losses (in place)", losses2, losses_d, N, RT_FWD, 0);
+    kc_check_close("crossentropy dlogits (in place)", inplace, dl_d, NV, RT_FWD, 0);
+
+    /* finite differences of sum(dloss * losses) with respect to the real logits */
+    ce_state st = {N, V, Vp, dloss, targets, logits_d, losses_d, logits, losses2};
+    double *g = kc_dalloc(NV);
+    ref_crossentropy(losses_d, g, logits_d, targets, N, V, Vp, dloss);
+    /* sample only columns < V (the padded ones are +-3e38, no finite step exists there) */
+    for (int s = 0; s < FD_SAMPLES; s++) {
+        size_t i = kc_index((size_t)N) * Vp + kc_index((size_t)V);
+        double x0 = logits_d[i];
+        logits_d[i] = x0 + FD_H_REF;
+        double lp = ce_loss_ref(&st);
+        logits_d[i] = x0 - FD_H_REF;
+        double lm = ce_loss_ref(&st);
+        logits_d[i] = x0;
+        ASSERT_NEAR((lp - lm) / (2 * FD_H_REF), g[i], 1e-5, 1e-7 * dloss);
+        float f0 = logits[i];
+        logits[i] = f0 + 1e-2f;
+        lp = ce_loss_op(&st);
+        logits[i] = f0 - 1e-2f;
+        lm = ce_loss_op(&st);
+        logits[i] = f0;
+        ASSERT_NEAR((lp - lm) / ((double)(f0 + 1e-2f) - (double)(f0 - 1e-2f)), dl[i], 2e-2,
+                    2e-3 * dloss);
+    }
+
+    /* an out-of-range target gives a NaN loss for that row, not a crash */
+    targets[1] = V;
+    OPS->crossentropy_forward_backward(CTX, losses2, dl, logits, targets, N, V, Vp, dloss);
+    ASSERT_TRUE(isnan(losses2[1]));
+    ASSERT_NEAR(losses2[0], losses_d[0], RT_FWD, 0);
+
+    zt_free(logits), zt_free(targets), zt_free(logits_d), zt_free(losses_d), zt_free(dl_d);
+    zt_free(losses), zt_free(dl), zt_free(losses2), zt_free(inplace), zt_free(g);
+}
+
+/* ======================================================================================== */
+/* table, memory */
+
+static void test_table_and_memory(void)
+{
+    const zt_ops *o = OPS;
+    ASSERT_STREQ(o->name, "cpu");
+#define CHECK_FN(f)                                                                                \
+    do {                                                                                           \
+        if (!o->f) ZT_FAIL("op table entry %s is NULL", #f);                                       \
+    } while (0)
+    CHECK_FN(ctx_create);
+    CHECK_FN(ctx_destroy);
+    CHECK_FN(alloc);
+    CHECK_FN(free);
+    CHECK_FN(host_alloc);
+    CHECK_FN(host_free);
+    CHECK_FN(memset0);
+    CHECK_FN(copy_h2d);
+    CHECK_FN(copy_d2h);
+    CHECK_FN(copy_d2d);
+    CHECK_FN(stream);
+    CHECK_FN(sync);
+    CHECK_FN(encoder_forward);
+    CHECK_FN(encoder_backward);
+    CHECK_FN(layernorm_forward);
+    CHECK_FN(layernorm_backward);
+    CHECK_FN(matmul_forward);
+    CHECK_FN(matmul_backward);
+    CHECK_FN(attention_forward);
+    CHECK_FN(attention_backward);
+    CHECK_FN(gelu_forward);
+    CHECK_FN(gelu_backward);
+    CHECK_FN(residual_forward);
+    CHECK_FN(residual_backward);
+    CHECK_FN(crossentropy_forward_backward);
+    CHECK_FN(adamw);
+    CHECK_FN(cast);
+    CHECK_FN(accumulate);
+    CHECK_FN(scale);
+    CHECK_FN(sumsq_nonfinite);
+#undef CHECK_FN
+
+    ASSERT_TRUE(o->stream(CTX) == NULL);
+    zt_err err;
+    ASSERT_OK(o->sync(CTX, &err));
+    o->ctx_destroy(NULL);
+
+    size_t sizes[] = {0, 1, 255, 257, (size_t)9 << 20};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        size_t n = sizes[s];
+        unsigned char *a = o->alloc(CTX, n), *h = o->host_alloc(CTX, n), *c = o->alloc(CTX, n);
+        ASSERT_TRUE(a && h && c);
+        ASSERT_EQ_INT((uintptr_t)a % 256, 0);
+        ASSERT_EQ_INT((uintptr_t)h % 256, 0);
+        for (size_t i = 0; i < n; i++)
+            h[i] = (unsigned char)(i * 7 + 1);
+        o->copy_h2d(CTX, a, h, n);
+        o->copy_d2d(CTX, c, a, n);
+        memset(h, 0, n);
+        o->copy_d2h(CTX, h, c, n);
+        for (size_t i = 0; i < n; i++)
+            if (h[i] != (unsigned char)(i * 7 + 1))
+                ZT_FAIL("copy of %zu bytes: byte %zu is %d, want %d", n, i, h[i],
+                        (unsigned char)(i * 7 + 1));
+        o->memset0(CTX, c, n);
+        for (size_t i = 0; i < n; i++)
+            if (c[i] != 0) ZT_FAIL("memset0 of %zu bytes: byte %zu is %d", n, i, c[i]);
+        o->free(CTX, a);
+        o->free(CTX, c);
+        o->host_free(CTX, h);
+    }
+    o->free(CTX, NULL);
+    o->host_free(CTX, NULL);
+}
+
+/* ======================================================================================== */
+
+static void run_all(void)
+{
+    test_encoder(2, 7, 48, 11);
+    test_encoder(3, 37, 96, 64);
+    test_encoder(1, 1, 16, 1);
+
+    test_layernorm(7, 48);
+    test_layernorm(37, 256);
+    test_layernorm(300, 200);
+    test_layernorm(1, 1);
+
+    test_matmul(7, 48, 144);
+    test_matmul(37, 64, 19);
+    test_matmul(300, 96, 130);
+    test_matmul(1, 3, 1);
+
+    test_attention(2, 7, 48, 3);
+    test_attention(1, 70, 48, 3);
+    test_attention(2, 33, 32, 2);
+    test_attention(1, 1, 8, 1);
+
+    test_gelu(1000);
+    test_gelu(100003);
+    test_gelu(3);
+
+    test_residual(1001);
+    test_residual(70001);
+
+    test_crossentropy(7, 50, 64);
+    test_crossentropy(37, 256, 256);
+    test_crossentropy(130, 300, 384);
+}
+
+int main(void)
+{
+    OPS = zt_ops_cpu();
+    ASSERT_TRUE(OPS != NULL);
+    zt_err err;
+    ASSERT_OK(OPS->ctx_create(&CTX, 0, &err));
+    printf("cpu ops: %d thread(s)\n", CTX->nthreads);
+    test_table_and_memory();
+    run_all();
+    if (CTX->nthreads > 1) {
+        /* again with every op going parallel, whatever its size */
+        CTX->par_min = 1;
+        run_all();
+    }
+    OPS->ctx_destroy(CTX);
+    printf("ok\n");
+    return 0;
+}
