@@ -443,30 +443,34 @@ static bool contains_ci(const char *hay, const char *needle)
     return false;
 }
 
-/* The candidate closest to `key`, or NULL when none is reasonably close: a small edit
- * distance (about a third of the length), else one name containing the other. */
+/* The candidate closest to `key`, or NULL when none is reasonably close. In order of
+ * preference: one edit away (a typo), a name that contains the key (a truncation, e.g.
+ * "train_micro_batch_size"), a few edits away (about a third of the length), a name that the
+ * key contains. Ties go to the first (edits) or the shortest (containment) candidate. */
 static const char *closest(const char *key, const char *const *names, size_t n)
 {
     size_t len = strlen(key);
     size_t limit = len <= 3 ? 1 : len <= 8 ? 2 : len / 3;
-    const char *best = NULL;
+    const char *by_edit = NULL, *within = NULL, *inside = NULL;
     size_t best_d = (size_t)-1;
     for (size_t i = 0; i < n; i++) {
         size_t d = edit_distance(key, names[i]);
         if (d <= limit && d < best_d) {
-            best = names[i];
+            by_edit = names[i];
             best_d = d;
         }
+        if (len >= 4 && contains_ci(names[i], key) &&
+            (!within || strlen(names[i]) < strlen(within)))
+            within = names[i];
+        if (strlen(names[i]) >= 4 && contains_ci(key, names[i]) &&
+            (!inside || strlen(names[i]) < strlen(inside)))
+            inside = names[i];
     }
-    if (best || len < 4)
-        return best;
-    for (size_t i = 0; i < n; i++) {
-        if (strlen(names[i]) >= 4 && (contains_ci(names[i], key) || contains_ci(key, names[i]))) {
-            if (!best || strlen(names[i]) < strlen(best))
-                best = names[i];
-        }
-    }
-    return best;
+    if (by_edit && best_d <= 1)
+        return by_edit;
+    if (within)
+        return within;
+    return by_edit ? by_edit : inside;
 }
 
 static bool allowed_value(const keyspec *ks, const json_t *v)
@@ -551,7 +555,7 @@ static zt_status check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n,
 
 /* ------------------------------------------------------------------------------------------ */
 /* Paths. Relative paths resolve against the job file's directory; the result is absolute and
- * lexically cleaned ("//" and "." removed; ".." kept, since it may cross a symlink). */
+ * lexically cleaned like Python's os.path.abspath: "//" and "." dropped, "x/.." removed. */
 
 static bool clean_path(const char *in, char *out, size_t cap)
 {
@@ -567,7 +571,13 @@ static bool clean_path(const char *in, char *out, size_t cap)
         while (*e && *e != '/')
             e++;
         size_t k = (size_t)(e - p);
-        if (k > 0 && !(k == 1 && p[0] == '.')) {
+        if (k == 2 && p[0] == '.' && p[1] == '.') {
+            while (used > 0 && out[used - 1] != '/')
+                used--;
+            if (used > 0)
+                used--; /* the slash; ".." of the root is the root */
+            out[used] = '\0';
+        } else if (k > 0 && !(k == 1 && p[0] == '.')) {
             if (used + 1 + k + 1 > cap)
                 return false;
             out[used++] = '/';
@@ -589,16 +599,11 @@ static bool absolute_path(const char *base, const char *p, char *out, size_t cap
 {
     if (p[0] == '/')
         return clean_path(p, out, cap);
-    size_t nb = strlen(base), np = strlen(p);
-    char *tmp = zt_malloc(nb + np + 2);
-    if (!tmp)
+    char tmp[2 * ZT_PATH_MAX + 2];
+    int n = snprintf(tmp, sizeof(tmp), "%s/%s", base, p);
+    if (n < 0 || (size_t)n >= sizeof(tmp))
         return false;
-    memcpy(tmp, base, nb);
-    tmp[nb] = '/';
-    memcpy(tmp + nb + 1, p, np + 1);
-    bool ok = clean_path(tmp, out, cap);
-    zt_free(tmp);
-    return ok;
+    return clean_path(tmp, out, cap);
 }
 
 static zt_status cwd_path(char *out, size_t cap, zt_err *err)
@@ -616,8 +621,11 @@ static zt_status get_path(pctx *c, json_t *obj, const char *key, const char *bas
                           bool *present)
 {
     char raw[ZT_PATH_MAX];
-    zt_status st = get_str(c, obj, key, raw, sizeof(raw), present);
-    if (st != ZT_OK || (present && !*present))
+    bool given;
+    zt_status st = get_str(c, obj, key, raw, sizeof(raw), &given);
+    if (present)
+        *present = given;
+    if (st != ZT_OK || !given)
         return st;
     if (!absolute_path(base_dir, raw, out, ZT_PATH_MAX))
         return fail_key(c, key, "path is too long once resolved against %s (at most %d bytes); use a shorter path", base_dir, ZT_PATH_MAX - 1);
@@ -706,7 +714,10 @@ static zt_status load_json(const char *text, size_t len, const char *origin, con
         if (json_error_code(&je) == json_error_duplicate_key &&
             zt_json_find_duplicate(text, len, path, sizeof(path), &first, &second))
             return zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: %s: duplicate key (first at line %d, column %d); keep only one", origin, second.line, second.col, path, first.line, first.col);
-        return zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: %s", origin, je.line, je.column, je.text);
+        /* jansson says column 0 at the start of a line (e.g. at end of file); columns are
+         * 1-based everywhere else. */
+        return zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: %s", origin, je.line,
+                          je.column > 0 ? je.column : 1, je.text);
     }
     if (!json_is_object(root)) {
         zt_json_loc loc = zt_json_offset_loc(text, len, k);
@@ -1205,13 +1216,15 @@ static bool in_list_ci(const char *s, const char *const *list, size_t n)
 
 static zt_status parse_fp16(pctx *c, json_t *ds, zt_fp16_cfg *f)
 {
-    *f = (zt_fp16_cfg){.enabled = false,
-                       .loss_scale = 0,
-                       .initial_scale_power = 16,
-                       .loss_scale_window = 1000,
-                       .hysteresis = 2,
-                       .consecutive_hysteresis = false,
-                       .min_loss_scale = 1};
+    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
+    static const zt_fp16_cfg defaults = {.enabled = false,
+                           .loss_scale = 0,
+                           .initial_scale_power = 16,
+                           .loss_scale_window = 1000,
+                           .hysteresis = 2,
+                           .consecutive_hysteresis = false,
+                           .min_loss_scale = 1};
+    memcpy(f, &defaults, sizeof(*f));
     json_t *o;
     zt_status st = get_obj(c, ds, "fp16", &o);
     if (st != ZT_OK || !o)
@@ -1260,7 +1273,7 @@ static zt_status parse_betas(pctx *c, json_t *params, zt_optim_cfg *opt)
     if (!json_is_array(v) || json_array_size(v) != 2) {
         char got[64];
         if (json_is_array(v))
-            snprintf(got, sizeof(got), "%zu numbers", json_array_size(v));
+            snprintf(got, sizeof(got), "a list of %zu", json_array_size(v));
         else
             describe(v, got, sizeof(got));
         return fail_key(c, "betas", "must be a list of two numbers [beta1, beta2], each in [0, 1) (got %s)", got);
@@ -1289,13 +1302,15 @@ static zt_status parse_betas(pctx *c, json_t *params, zt_optim_cfg *opt)
 
 static zt_status parse_optimizer(pctx *c, json_t *ds, zt_optim_cfg *opt)
 {
-    *opt = (zt_optim_cfg){.type = ZT_OPTIM_ADAMW,
-                          .lr = 1e-3,
-                          .beta1 = 0.9,
-                          .beta2 = 0.999,
-                          .eps = 1e-8,
-                          .weight_decay = 0,
-                          .adam_w_mode = true};
+    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
+    static const zt_optim_cfg defaults = {.type = ZT_OPTIM_ADAMW,
+                              .lr = 1e-3,
+                              .beta1 = 0.9,
+                              .beta2 = 0.999,
+                              .eps = 1e-8,
+                              .weight_decay = 0,
+                              .adam_w_mode = true};
+    memcpy(opt, &defaults, sizeof(*opt));
     json_t *o, *p;
     zt_status st = get_obj(c, ds, "optimizer", &o);
     if (st != ZT_OK || !o)
@@ -1408,14 +1423,16 @@ out:
 
 static zt_status parse_scheduler(pctx *c, json_t *ds, zt_sched_cfg *s, const zt_job *job)
 {
-    *s = (zt_sched_cfg){.type = ZT_SCHED_NONE,
-                        .warmup_min_lr = 0,
-                        .warmup_max_lr = 0.001,
-                        .warmup_num_steps = 1000,
-                        .warmup_type = ZT_WARMUP_LOG,
-                        .total_num_steps = 0,
-                        .warmup_min_ratio = 0,
-                        .cos_min_ratio = 1e-4};
+    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
+    static const zt_sched_cfg defaults = {.type = ZT_SCHED_NONE,
+                            .warmup_min_lr = 0,
+                            .warmup_max_lr = 0.001,
+                            .warmup_num_steps = 1000,
+                            .warmup_type = ZT_WARMUP_LOG,
+                            .total_num_steps = 0,
+                            .warmup_min_ratio = 0,
+                            .cos_min_ratio = 1e-4};
+    memcpy(s, &defaults, sizeof(*s));
     json_t *o, *p;
     zt_status st = get_obj(c, ds, "scheduler", &o);
     if (st != ZT_OK || !o)
@@ -1492,15 +1509,17 @@ out:
 
 static zt_status parse_zero(pctx *c, json_t *ds, zt_zero_cfg *z)
 {
-    *z = (zt_zero_cfg){.stage = 0,
-                       .reduce_bucket_size = 500000000,
-                       .allgather_bucket_size = 500000000,
-                       .overlap_comm = false,
-                       .contiguous_gradients = true,
-                       .offload_optimizer = {false, false, 1.0},
-                       .offload_param = {false, false, 1.0},
-                       .stage3_prefetch_bucket_size = 50000000,
-                       .stage3_param_persistence_threshold = 100000};
+    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
+    static const zt_zero_cfg defaults = {.stage = 0,
+                           .reduce_bucket_size = 500000000,
+                           .allgather_bucket_size = 500000000,
+                           .overlap_comm = false,
+                           .contiguous_gradients = true,
+                           .offload_optimizer = {false, false, 1.0},
+                           .offload_param = {false, false, 1.0},
+                           .stage3_prefetch_bucket_size = 50000000,
+                           .stage3_param_persistence_threshold = 100000};
+    memcpy(z, &defaults, sizeof(*z));
     json_t *v = member(ds, "zero_optimization");
     if (v && json_is_boolean(v)) { /* legacy form: true means stage 1 */
         z->stage = json_is_true(v) ? 1 : 0;
@@ -1539,7 +1558,9 @@ out:
 
 static zt_status parse_actckpt(pctx *c, json_t *ds, zt_actckpt_cfg *a)
 {
-    *a = (zt_actckpt_cfg){false, false, false};
+    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
+    static const zt_actckpt_cfg defaults = {false, false, false};
+    memcpy(a, &defaults, sizeof(*a));
     json_t *o;
     zt_status st = get_obj(c, ds, "activation_checkpointing", &o);
     if (st != ZT_OK || !o)
@@ -1608,9 +1629,9 @@ static zt_status parse_ds(pctx *c, json_t *ds, zt_job *job)
     zt_ds_cfg *d = &job->ds;
     zt_status st;
     TRY(check_keys(c, ds, ds_keys, NKEYS(ds_keys), NULL, NULL), out);
-    TRY(get_i64(c, ds, "train_batch_size", 1, INT_MAX, &d->given_train_batch_size), out);
-    TRY(get_i64(c, ds, "train_micro_batch_size_per_gpu", 1, INT_MAX, &d->given_micro_batch), out);
-    TRY(get_i64(c, ds, "gradient_accumulation_steps", 1, INT_MAX, &d->given_grad_accum), out);
+    TRY(get_int_max(c, ds, "train_batch_size", 1, INT_MAX, INT_MAX, &d->given_train_batch_size), out);
+    TRY(get_int_max(c, ds, "train_micro_batch_size_per_gpu", 1, INT_MAX, INT_MAX, &d->given_micro_batch), out);
+    TRY(get_int_max(c, ds, "gradient_accumulation_steps", 1, INT_MAX, INT_MAX, &d->given_grad_accum), out);
     d->steps_per_print = 10;
     TRY(get_i64(c, ds, "steps_per_print", 1, INT64_MAX, &d->steps_per_print), out);
     d->gradient_clipping = 0;
@@ -1764,12 +1785,11 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
     if (st == ZT_OK && !absolute_path(cwd, path, job->job_path, sizeof(job->job_path)))
         st = zt_err_set(err, ZT_ERR_INVALID, "%s: the absolute path of the job file is longer than %d bytes; move it to a shorter path", path, ZT_PATH_MAX - 1);
     if (st == ZT_OK) {
-        memcpy(job->base_dir, job->job_path, sizeof(job->base_dir));
-        char *slash = strrchr(job->base_dir, '/');
-        if (slash == job->base_dir)
-            slash[1] = '\0';
-        else if (slash)
-            *slash = '\0';
+        /* base_dir is still all zeros: copy only the directory part, so no bytes of the
+         * file name linger after its NUL (parsed jobs compare equal with memcmp). */
+        const char *slash = strrchr(job->job_path, '/');
+        size_t k = slash == job->job_path ? 1 : (size_t)(slash - job->job_path);
+        memcpy(job->base_dir, job->job_path, k);
         st = parse_job(job, text, len, path, err);
     }
     zt_free(text);
