@@ -1,0 +1,7 @@
+# Tests of the data path: token shards and the loader, llm.c model files, corpus generation.
+zt_add_test(NAME test_dataloader SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dataloader.c
+            LIBS ztengine LABELS unit TIMEOUT 60)
+zt_add_test(NAME test_modelfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_modelfile.c
+            LIBS ztengine LABELS unit TIMEOUT 60)
+zt_add_test(NAME test_datagen SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_datagen.c
+            LIBS ztengine LABELS unit TIMEOUT 120)
