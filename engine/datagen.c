@@ -720,7 +720,7 @@ zt_status zt_datagen_tokenize(const zt_tokenize_opts *o, zt_datagen_result *r, z
                         o->input);
         goto out;
     }
-    uint64_t val = (uint64_t)((double)size * o->val_fraction);
+    uint64_t val = (uint64_t)floor((double)size * o->val_fraction + 0.5);
     if (val >= size)
         val = size - 1;
     uint64_t train = size - val;

@@ -98,7 +98,7 @@ typedef struct zt_tokenize_opts {
 void zt_tokenize_opts_default(zt_tokenize_opts *o);
 
 /* Byte-level tokenization (token = byte value, vocab 256): the first
- * size - floor(size * val_fraction) bytes go to OUT/PREFIX_train_NNN.bin, the rest to
+ * size - round(size * val_fraction) bytes go to OUT/PREFIX_train_NNN.bin, the rest to
  * OUT/PREFIX_val_NNN.bin, in shards of at most shard_tokens tokens; stale higher-numbered
  * shards of the same names are removed. Errors: missing input (ZT_ERR_NOT_FOUND), empty input
  * or bad options (ZT_ERR_INVALID), unwritable output (ZT_ERR_NOT_FOUND / ZT_ERR_IO /

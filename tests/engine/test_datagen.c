@@ -344,14 +344,14 @@ static void test_tokenize(void)
     o.out_dir = path_of("tok");
     o.shard_tokens = 3000;
     ASSERT_OK(zt_datagen_tokenize(&o, &r, &err));
-    /* val = floor(10007 * 0.1) = 1000, train = 9007 -> shards 3000, 3000, 3000, 7. */
-    ASSERT_EQ_INT(r.val_tokens, 1000);
-    ASSERT_EQ_INT(r.train_tokens, 9007);
+    /* val = round(10007 * 0.1) = 1001, train = 9006 -> shards 3000, 3000, 3000, 6. */
+    ASSERT_EQ_INT(r.val_tokens, 1001);
+    ASSERT_EQ_INT(r.train_tokens, 9006);
     ASSERT_EQ_INT(r.input_bytes, n);
     ASSERT_EQ_INT(r.num_files, 5);
     ASSERT_STREQ(r.files[0].path, path_of("tok/corpus_train_000.bin"));
     ASSERT_STREQ(r.files[3].path, path_of("tok/corpus_train_003.bin"));
-    ASSERT_EQ_INT(r.files[3].tokens, 7);
+    ASSERT_EQ_INT(r.files[3].tokens, 6);
     ASSERT_STREQ(r.files[4].path, path_of("tok/corpus_val_000.bin"));
     /* Bytes back = the file. */
     long at = 0;
