@@ -37,8 +37,7 @@ typedef struct pctx {
 
 static void push(pctx *c, const char *key)
 {
-    if (c->depth < CTX_DEPTH)
-        c->seg[c->depth] = (zt_json_seg){key, 0};
+    if (c->depth < CTX_DEPTH) c->seg[c->depth] = (zt_json_seg){key, 0};
     c->depth++;
 }
 
@@ -50,10 +49,8 @@ static void pop(pctx *c)
 static void append(char *out, size_t cap, size_t *used, const char *s)
 {
     size_t k = strlen(s);
-    if (*used + 1 >= cap)
-        return;
-    if (k > cap - 1 - *used)
-        k = cap - 1 - *used;
+    if (*used + 1 >= cap) return;
+    if (k > cap - 1 - *used) k = cap - 1 - *used;
     memcpy(out + *used, s, k);
     *used += k;
     out[*used] = '\0';
@@ -65,8 +62,7 @@ static void path_text(const zt_json_seg *segs, size_t n, char *out, size_t cap)
     out[0] = '\0';
     for (size_t d = 0; d < n; d++) {
         if (segs[d].key) {
-            if (d > 0)
-                append(out, cap, &used, ".");
+            if (d > 0) append(out, cap, &used, ".");
             append(out, cap, &used, segs[d].key);
         } else {
             char idx[32];
@@ -74,6 +70,15 @@ static void path_text(const zt_json_seg *segs, size_t n, char *out, size_t cap)
             append(out, cap, &used, idx);
         }
     }
+}
+
+/* Keeps a message on one line: control characters from keys and values become '?'. */
+static zt_status one_line(zt_err *err, zt_status st)
+{
+    if (err)
+        for (char *p = err->msg; *p; p++)
+            if ((unsigned char)*p < 0x20) *p = '?';
+    return st;
 }
 
 /* Sets the error for member `key` (or element `index` when key is NULL and index >= 0) of the
@@ -100,9 +105,10 @@ static zt_status failv(pctx *c, zt_status st, const char *key, long index, const
         have = zt_json_locate(c->text, c->len, segs, d, &loc, NULL);
     const char *sep = path[0] ? ": " : "";
     if (have)
-        return zt_err_set(c->err, st, "%s:%d:%d: %s%s%s", c->origin, loc.line, loc.col, path, sep,
-                          what);
-    return zt_err_set(c->err, st, "%s: %s%s%s", c->origin, path, sep, what);
+        zt_err_set(c->err, st, "%s:%d:%d: %s%s%s", c->origin, loc.line, loc.col, path, sep, what);
+    else
+        zt_err_set(c->err, st, "%s: %s%s%s", c->origin, path, sep, what);
+    return one_line(c->err, st);
 }
 
 static zt_status fail_key(pctx *c, const char *key, const char *fmt, ...)
@@ -154,8 +160,7 @@ static void format_double(double d, char *out, size_t cap)
 {
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(out, cap, "%.*g", prec, d);
-        if (strtod(out, NULL) == d)
-            return;
+        if (strtod(out, NULL) == d) return;
     }
 }
 
@@ -164,11 +169,26 @@ static void describe(const json_t *v, char *out, size_t cap)
 {
     switch (json_typeof(v)) {
     case JSON_STRING: {
+        /* quoted, control characters shown as '?', long strings cut (at a character start)
+         * so that a message stays on one line and readable */
         const char *s = json_string_value(v);
-        if (strlen(s) > 48)
-            snprintf(out, cap, "\"%.45s...\"", s);
-        else
-            snprintf(out, cap, "\"%s\"", s);
+        size_t used = 0, limit = cap > 8 ? cap - 6 : 0;
+        if (cap < 3) {
+            out[0] = '\0';
+            break;
+        }
+        out[used++] = '"';
+        for (; *s && used < limit; s++)
+            out[used++] = (unsigned char)*s < 0x20 ? '?' : *s;
+        if (*s) {
+            while (used > 1 && ((unsigned char)out[used - 1] & 0xC0) == 0x80)
+                used--;
+            if (used > 1 && (unsigned char)out[used - 1] >= 0xC0) used--;
+            memcpy(out + used, "...", 3);
+            used += 3;
+        }
+        out[used++] = '"';
+        out[used] = '\0';
         break;
     }
     case JSON_INTEGER:
@@ -226,8 +246,7 @@ static zt_status get_int_max(pctx *c, json_t *obj, const char *key, int64_t lo, 
                              int64_t type_max, int64_t *out)
 {
     json_t *v = member(obj, key);
-    if (!v)
-        return ZT_OK;
+    if (!v) return ZT_OK;
     char rule[96], got[64];
     int_rule(lo, hi, type_max, rule, sizeof(rule));
     describe(v, got, sizeof(got));
@@ -243,8 +262,7 @@ static zt_status get_int_max(pctx *c, json_t *obj, const char *key, int64_t lo, 
     } else {
         return fail_key(c, key, "must be %s (got %s)", rule, got);
     }
-    if (x < lo || x > hi)
-        return fail_key(c, key, "must be %s (got %s)", rule, got);
+    if (x < lo || x > hi) return fail_key(c, key, "must be %s (got %s)", rule, got);
     *out = x;
     return ZT_OK;
 }
@@ -259,8 +277,7 @@ static zt_status get_int(pctx *c, json_t *obj, const char *key, int lo, int hi, 
 {
     int64_t x = *out;
     zt_status st = get_int_max(c, obj, key, lo, hi, INT_MAX, &x);
-    if (st == ZT_OK)
-        *out = (int)x;
+    if (st == ZT_OK) *out = (int)x;
     return st;
 }
 
@@ -296,10 +313,8 @@ static zt_status check_num(pctx *c, const char *key, long index, double x, doubl
         snprintf(want, sizeof(want), "a number >= %s", lo_s);
         break;
     }
-    if (ok)
-        return ZT_OK;
-    if (key)
-        return fail_key(c, key, "must be %s (got %s)", want, got);
+    if (ok) return ZT_OK;
+    if (key) return fail_key(c, key, "must be %s (got %s)", want, got);
     return fail_index(c, index, "must be %s (got %s)", want, got);
 }
 
@@ -307,24 +322,20 @@ static zt_status get_num(pctx *c, json_t *obj, const char *key, double lo, doubl
                          double *out)
 {
     json_t *v = member(obj, key);
-    if (!v)
-        return ZT_OK;
+    if (!v) return ZT_OK;
     char got[64];
     describe(v, got, sizeof(got));
-    if (!json_is_number(v))
-        return fail_key(c, key, "must be a number (got %s)", got);
+    if (!json_is_number(v)) return fail_key(c, key, "must be a number (got %s)", got);
     double x = json_number_value(v);
     zt_status st = check_num(c, key, -1, x, lo, hi, rule, got);
-    if (st == ZT_OK)
-        *out = x;
+    if (st == ZT_OK) *out = x;
     return st;
 }
 
 static zt_status get_bool(pctx *c, json_t *obj, const char *key, bool *out)
 {
     json_t *v = member(obj, key);
-    if (!v)
-        return ZT_OK;
+    if (!v) return ZT_OK;
     if (!json_is_boolean(v)) {
         char got[64];
         describe(v, got, sizeof(got));
@@ -339,19 +350,14 @@ static zt_status get_str(pctx *c, json_t *obj, const char *key, char *out, size_
                          bool *present)
 {
     json_t *v = member(obj, key);
-    if (present)
-        *present = v != NULL;
-    if (!v)
-        return ZT_OK;
+    if (present) *present = v != NULL;
+    if (!v) return ZT_OK;
     char got[64];
     describe(v, got, sizeof(got));
-    if (!json_is_string(v))
-        return fail_key(c, key, "must be a string (got %s)", got);
+    if (!json_is_string(v)) return fail_key(c, key, "must be a string (got %s)", got);
     size_t k = json_string_length(v);
-    if (k == 0)
-        return fail_key(c, key, "must be a non-empty string");
-    if (k >= cap)
-        return fail_key(c, key, "is too long (%zu bytes, at most %zu)", k, cap - 1);
+    if (k == 0) return fail_key(c, key, "must be a non-empty string");
+    if (k >= cap) return fail_key(c, key, "is too long (%zu bytes, at most %zu)", k, cap - 1);
     if (strlen(json_string_value(v)) != k)
         return fail_key(c, key, "must not contain NUL characters");
     memcpy(out, json_string_value(v), k + 1);
@@ -363,8 +369,7 @@ static zt_status get_obj(pctx *c, json_t *obj, const char *key, json_t **sub)
 {
     json_t *v = member(obj, key);
     *sub = NULL;
-    if (!v)
-        return ZT_OK;
+    if (!v) return ZT_OK;
     if (!json_is_object(v)) {
         char got[64];
         describe(v, got, sizeof(got));
@@ -396,8 +401,14 @@ typedef struct keyspec {
     const char *hint; /* what to do instead, for unsupported keys */
 } keyspec;
 
-#define SUP(name) {name, KEY_OK, 0, 0, NULL}
-#define UNSUP(name, allow, num, hint) {name, KEY_UNSUPPORTED, allow, num, hint}
+#define SUP(name)                                                                                  \
+    {                                                                                              \
+        name, KEY_OK, 0, 0, NULL                                                                   \
+    }
+#define UNSUP(name, allow, num, hint)                                                              \
+    {                                                                                              \
+        name, KEY_UNSUPPORTED, allow, num, hint                                                    \
+    }
 #define NKEYS(t) (sizeof(t) / sizeof((t)[0]))
 
 /* Optimal string alignment distance, case-insensitive, for short keys. */
@@ -405,8 +416,7 @@ static size_t edit_distance(const char *a, const char *b)
 {
     enum { MAXK = 64 };
     size_t n = strlen(a), m = strlen(b);
-    if (n >= MAXK || m >= MAXK)
-        return (size_t)-1;
+    if (n >= MAXK || m >= MAXK) return (size_t)-1;
     size_t d[MAXK + 1][MAXK + 1];
     for (size_t i = 0; i <= n; i++)
         d[i][0] = i;
@@ -417,10 +427,8 @@ static size_t edit_distance(const char *a, const char *b)
             int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
             size_t cost = ca != cb;
             size_t best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (d[i - 1][j - 1] + cost < best)
-                best = d[i - 1][j - 1] + cost;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
             if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
                 tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < best)
                 best = d[i - 2][j - 2] + 1;
@@ -437,8 +445,7 @@ static bool contains_ci(const char *hay, const char *needle)
         size_t k = 0;
         while (k < m && tolower((unsigned char)hay[i + k]) == tolower((unsigned char)needle[k]))
             k++;
-        if (k == m)
-            return true;
+        if (k == m) return true;
     }
     return false;
 }
@@ -466,21 +473,16 @@ static const char *closest(const char *key, const char *const *names, size_t n)
             (!inside || strlen(names[i]) < strlen(inside)))
             inside = names[i];
     }
-    if (by_edit && best_d <= 1)
-        return by_edit;
-    if (within)
-        return within;
+    if (by_edit && best_d <= 1) return by_edit;
+    if (within) return within;
     return by_edit ? by_edit : inside;
 }
 
 static bool allowed_value(const keyspec *ks, const json_t *v)
 {
-    if ((ks->allow & ALLOW_FALSE) && json_is_false(v))
-        return true;
-    if ((ks->allow & ALLOW_TRUE) && json_is_true(v))
-        return true;
-    if ((ks->allow & ALLOW_NULL) && json_is_null(v))
-        return true;
+    if ((ks->allow & ALLOW_FALSE) && json_is_false(v)) return true;
+    if ((ks->allow & ALLOW_TRUE) && json_is_true(v)) return true;
+    if ((ks->allow & ALLOW_NULL) && json_is_null(v)) return true;
     if ((ks->allow & ALLOW_NUM) && json_is_number(v) && json_number_value(v) == ks->num)
         return true;
     if ((ks->allow & ALLOW_DISABLED) && json_is_object(v)) {
@@ -515,29 +517,25 @@ static zt_status check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n,
 {
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         const keyspec *spec = NULL;
         for (size_t i = 0; i < n && !spec; i++)
-            if (strcmp(ks[i].name, key) == 0)
-                spec = &ks[i];
+            if (strcmp(ks[i].name, key) == 0) spec = &ks[i];
         if (!spec) {
             const char *names[64];
             size_t nn = 0;
             for (size_t i = 0; i < n && nn < 64; i++)
-                if (ks[i].kind == KEY_OK)
-                    names[nn++] = ks[i].name;
+                if (ks[i].kind == KEY_OK) names[nn++] = ks[i].name;
             const char *hint = hint_fn ? hint_fn(key, hint_arg) : NULL;
-            if (hint)
-                return fail_key(c, key, "unknown key; %s", hint);
+            if (hint) return fail_key(c, key, "unknown key; %s", hint);
             const char *near = closest(key, names, nn);
-            if (near)
-                return fail_key(c, key, "unknown key; did you mean \"%s\"?", near);
+            if (near) return fail_key(c, key, "unknown key; did you mean \"%s\"?", near);
             char list[512];
             size_t used = 0;
             list[0] = '\0';
             for (size_t i = 0; i < nn; i++) {
-                if (i)
-                    append(list, sizeof(list), &used, ", ");
+                if (i) append(list, sizeof(list), &used, ", ");
                 append(list, sizeof(list), &used, names[i]);
             }
             return fail_key(c, key, "unknown key; remove it (keys allowed here: %s)", list);
@@ -545,9 +543,10 @@ static zt_status check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n,
         if (spec->kind == KEY_UNSUPPORTED && !is_auto(v) && !allowed_value(spec, v)) {
             char allow[64];
             allowed_text(spec, allow, sizeof(allow));
-            return fail_key(c, key,
-                            "\"%s\" is a DeepSpeed key that zerotrain does not support; remove it%s%s%s",
-                            key, allow, spec->hint ? "; " : "", spec->hint ? spec->hint : "");
+            return fail_key(
+                c, key,
+                "\"%s\" is a DeepSpeed key that zerotrain does not support; remove it%s%s%s", key,
+                allow, spec->hint ? "; " : "", spec->hint ? spec->hint : "");
         }
     }
     return ZT_OK;
@@ -561,8 +560,7 @@ static bool clean_path(const char *in, char *out, size_t cap)
 {
     size_t used = 0;
     const char *p = in;
-    if (cap < 2)
-        return false;
+    if (cap < 2) return false;
     out[0] = '\0';
     while (*p) {
         while (*p == '/')
@@ -574,12 +572,10 @@ static bool clean_path(const char *in, char *out, size_t cap)
         if (k == 2 && p[0] == '.' && p[1] == '.') {
             while (used > 0 && out[used - 1] != '/')
                 used--;
-            if (used > 0)
-                used--; /* the slash; ".." of the root is the root */
+            if (used > 0) used--; /* the slash; ".." of the root is the root */
             out[used] = '\0';
         } else if (k > 0 && !(k == 1 && p[0] == '.')) {
-            if (used + 1 + k + 1 > cap)
-                return false;
+            if (used + 1 + k + 1 > cap) return false;
             out[used++] = '/';
             memcpy(out + used, p, k);
             used += k;
@@ -597,12 +593,10 @@ static bool clean_path(const char *in, char *out, size_t cap)
 /* Joins base (absolute) and p unless p is absolute. False when the result does not fit. */
 static bool absolute_path(const char *base, const char *p, char *out, size_t cap)
 {
-    if (p[0] == '/')
-        return clean_path(p, out, cap);
+    if (p[0] == '/') return clean_path(p, out, cap);
     char tmp[2 * ZT_PATH_MAX + 2];
     int n = snprintf(tmp, sizeof(tmp), "%s/%s", base, p);
-    if (n < 0 || (size_t)n >= sizeof(tmp))
-        return false;
+    if (n < 0 || (size_t)n >= sizeof(tmp)) return false;
     return clean_path(tmp, out, cap);
 }
 
@@ -611,7 +605,10 @@ static zt_status cwd_path(char *out, size_t cap, zt_err *err)
     if (!getcwd(out, cap)) {
         char why[128];
         strerror_r(errno, why, sizeof(why));
-        return zt_err_set(err, ZT_ERR_IO, "job file: cannot read the current directory: %s; run from a directory that exists or pass an absolute base directory", why);
+        return zt_err_set(
+            err, ZT_ERR_IO,
+            "job file: cannot read the current directory: %s; run from a directory that exists or pass an absolute base directory",
+            why);
     }
     return ZT_OK;
 }
@@ -623,12 +620,13 @@ static zt_status get_path(pctx *c, json_t *obj, const char *key, const char *bas
     char raw[ZT_PATH_MAX];
     bool given;
     zt_status st = get_str(c, obj, key, raw, sizeof(raw), &given);
-    if (present)
-        *present = given;
-    if (st != ZT_OK || !given)
-        return st;
+    if (present) *present = given;
+    if (st != ZT_OK || !given) return st;
     if (!absolute_path(base_dir, raw, out, ZT_PATH_MAX))
-        return fail_key(c, key, "path is too long once resolved against %s (at most %d bytes); use a shorter path", base_dir, ZT_PATH_MAX - 1);
+        return fail_key(
+            c, key,
+            "path is too long once resolved against %s (at most %d bytes); use a shorter path",
+            base_dir, ZT_PATH_MAX - 1);
     return ZT_OK;
 }
 
@@ -649,7 +647,8 @@ static zt_status read_text(const char *path, const char *shown, const char *what
     zt_status st = ZT_OK;
     struct stat sb;
     if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        st = zt_err_set(err, ZT_ERR_IO, "%s: is a directory, not a %s; give the path of a JSON file", shown, what);
+        st = zt_err_set(err, ZT_ERR_IO,
+                        "%s: is a directory, not a %s; give the path of a JSON file", shown, what);
         goto close_file;
     }
     size_t cap = 4096, len = 0;
@@ -660,8 +659,11 @@ static zt_status read_text(const char *path, const char *shown, const char *what
     }
     for (;;) {
         if (len + 1 >= cap) {
-            if (cap > JOB_MAX_BYTES) {
-                st = zt_err_set(err, ZT_ERR_CONFIG, "%s: the %s is larger than %u MiB; a job file is a small JSON object", shown, what, JOB_MAX_BYTES >> 20);
+            if (cap >= JOB_MAX_BYTES) {
+                st = zt_err_set(
+                    err, ZT_ERR_CONFIG,
+                    "%s: the %s is larger than %u MiB; a job file is a small JSON object", shown,
+                    what, JOB_MAX_BYTES >> 20);
                 goto free_buf;
             }
             char *nb = zt_realloc(buf, cap * 2);
@@ -705,7 +707,8 @@ static zt_status load_json(const char *text, size_t len, const char *origin, con
     while (k < len && isspace((unsigned char)text[k]))
         k++;
     if (k == len)
-        return zt_err_set(err, ZT_ERR_CONFIG, "%s: the %s is empty; it must hold one JSON object {...}", origin, what);
+        return zt_err_set(err, ZT_ERR_CONFIG,
+                          "%s: the %s is empty; it must hold one JSON object {...}", origin, what);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
@@ -713,16 +716,23 @@ static zt_status load_json(const char *text, size_t len, const char *origin, con
         zt_json_loc first, second;
         if (json_error_code(&je) == json_error_duplicate_key &&
             zt_json_find_duplicate(text, len, path, sizeof(path), &first, &second))
-            return zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: %s: duplicate key (first at line %d, column %d); keep only one", origin, second.line, second.col, path, first.line, first.col);
+            return one_line(
+                err, zt_err_set(
+                         err, ZT_ERR_CONFIG,
+                         "%s:%d:%d: %s: duplicate key (first at line %d, column %d); keep only one",
+                         origin, second.line, second.col, path, first.line, first.col));
         /* jansson says column 0 at the start of a line (e.g. at end of file); columns are
          * 1-based everywhere else. */
-        return zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: %s", origin, je.line,
-                          je.column > 0 ? je.column : 1, je.text);
+        zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: %s", origin, je.line,
+                   je.column > 0 ? je.column : 1, je.text);
+        return one_line(err, ZT_ERR_CONFIG);
     }
     if (!json_is_object(root)) {
         zt_json_loc loc = zt_json_offset_loc(text, len, k);
         json_decref(root);
-        return zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: the %s must be a JSON object {...}, not an array", origin, loc.line, loc.col, what);
+        return zt_err_set(err, ZT_ERR_CONFIG,
+                          "%s:%d:%d: the %s must be a JSON object {...}, not an array", origin,
+                          loc.line, loc.col, what);
     }
     *out = root;
     return ZT_OK;
@@ -732,14 +742,13 @@ static zt_status load_json(const char *text, size_t len, const char *origin, con
 /* Key tables. */
 
 static const keyspec job_keys[] = {
-    SUP("name"), SUP("model"), SUP("data"), SUP("train"), SUP("resources"), SUP("max_restarts"),
-    SUP("deepspeed"),
+    SUP("name"),      SUP("model"),        SUP("data"),      SUP("train"),
+    SUP("resources"), SUP("max_restarts"), SUP("deepspeed"),
 };
 
 static const keyspec model_keys[] = {
-    SUP("arch"),       SUP("n_layer"),    SUP("n_head"),           SUP("n_embd"),
-    SUP("block_size"), SUP("vocab_size"), SUP("padded_vocab_size"), SUP("init"),
-    SUP("seed"),
+    SUP("arch"),       SUP("n_layer"),           SUP("n_head"), SUP("n_embd"), SUP("block_size"),
+    SUP("vocab_size"), SUP("padded_vocab_size"), SUP("init"),   SUP("seed"),
 };
 
 static const keyspec data_keys[] = {SUP("train"), SUP("val")};
@@ -773,10 +782,13 @@ static const keyspec ds_keys[] = {
     UNSUP("sparse_gradients", ALLOW_FALSE, 0, NULL),
     UNSUP("disable_allgather", ALLOW_FALSE, 0, NULL),
     UNSUP("dataloader_drop_last", ALLOW_FALSE, 0, NULL),
-    UNSUP("zero_allow_untested_optimizer", ALLOW_FALSE, 0, "zerotrain implements Adam and AdamW only"),
-    UNSUP("tensorboard", ALLOW_DISABLED, 0, "zerotrain reports metrics to its coordinator and /metrics"),
+    UNSUP("zero_allow_untested_optimizer", ALLOW_FALSE, 0,
+          "zerotrain implements Adam and AdamW only"),
+    UNSUP("tensorboard", ALLOW_DISABLED, 0,
+          "zerotrain reports metrics to its coordinator and /metrics"),
     UNSUP("wandb", ALLOW_DISABLED, 0, "zerotrain reports metrics to its coordinator and /metrics"),
-    UNSUP("csv_monitor", ALLOW_DISABLED, 0, "zerotrain reports metrics to its coordinator and /metrics"),
+    UNSUP("csv_monitor", ALLOW_DISABLED, 0,
+          "zerotrain reports metrics to its coordinator and /metrics"),
     UNSUP("comet", ALLOW_DISABLED, 0, "zerotrain reports metrics to its coordinator and /metrics"),
     UNSUP("comms_logger", ALLOW_DISABLED, 0, NULL),
     UNSUP("flops_profiler", ALLOW_DISABLED, 0, "zerotrain reports TFLOP/s and MFU every step"),
@@ -826,7 +838,8 @@ static const keyspec fp16_keys[] = {
 static const keyspec bf16_keys[] = {
     SUP("enabled"),
     UNSUP("immediate_grad_update", ALLOW_FALSE, 0, NULL),
-    UNSUP("check_grad_overflow", ALLOW_TRUE, 0, "zerotrain always checks gradients for non-finite values"),
+    UNSUP("check_grad_overflow", ALLOW_TRUE, 0,
+          "zerotrain always checks gradients for non-finite values"),
 };
 
 static const keyspec optimizer_keys[] = {
@@ -841,7 +854,8 @@ static const keyspec adam_keys[] = {
     SUP("eps"),
     SUP("weight_decay"),
     SUP("adam_w_mode"),
-    UNSUP("max_grad_norm", 0, 0, "DeepSpeed rejects it too (ValueError); use the top-level \"gradient_clipping\" instead"),
+    UNSUP("max_grad_norm", 0, 0,
+          "DeepSpeed rejects it too (ValueError); use the top-level \"gradient_clipping\" instead"),
     UNSUP("amsgrad", ALLOW_FALSE, 0, NULL),
     UNSUP("torch_adam", ALLOW_FALSE, 0, NULL),
     UNSUP("bias_correction", ALLOW_TRUE, 0, "zerotrain's Adam always corrects the moments' bias"),
@@ -864,31 +878,64 @@ typedef struct sched_info {
 } sched_info;
 
 static const sched_info sched_table[] = {
-    {"WarmupLR", ZT_SCHED_WARMUP_LR,
+    {"WarmupLR",
+     ZT_SCHED_WARMUP_LR,
      {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration"}},
-    {"WarmupDecayLR", ZT_SCHED_WARMUP_DECAY_LR,
+    {"WarmupDecayLR",
+     ZT_SCHED_WARMUP_DECAY_LR,
      {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
       "last_batch_iteration"}},
-    {"WarmupCosineLR", ZT_SCHED_WARMUP_COSINE_LR,
+    {"WarmupCosineLR",
+     ZT_SCHED_WARMUP_COSINE_LR,
      {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type",
       "last_batch_iteration"}},
 };
 
 static const char *const unsupported_schedulers[] = {
-    "OneCycle", "LRRangeTest",
+    "OneCycle",
+    "LRRangeTest",
     /* torch.optim.lr_scheduler, which DeepSpeed falls back to */
-    "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",
-    "ExponentialLR", "SequentialLR", "CosineAnnealingLR", "ChainedScheduler",
-    "ReduceLROnPlateau", "CyclicLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR",
+    "LambdaLR",
+    "MultiplicativeLR",
+    "StepLR",
+    "MultiStepLR",
+    "ConstantLR",
+    "LinearLR",
+    "ExponentialLR",
+    "SequentialLR",
+    "CosineAnnealingLR",
+    "ChainedScheduler",
+    "ReduceLROnPlateau",
+    "CyclicLR",
+    "CosineAnnealingWarmRestarts",
+    "OneCycleLR",
+    "PolynomialLR",
 };
 
 static const char *const unsupported_optimizers[] = {
     /* DeepSpeed's own (lowercased) */
-    "lamb", "onebitadam", "zerooneadam", "onebitlamb", "adagrad", "lion", "muadam", "muadamw",
-    "musgd", "muon",
+    "lamb",
+    "onebitadam",
+    "zerooneadam",
+    "onebitlamb",
+    "adagrad",
+    "lion",
+    "muadam",
+    "muadamw",
+    "musgd",
+    "muon",
     /* torch.optim, which DeepSpeed falls back to */
-    "sgd", "rmsprop", "adadelta", "adamax", "asgd", "lbfgs", "nadam", "radam", "rprop",
-    "sparseadam", "adafactor",
+    "sgd",
+    "rmsprop",
+    "adadelta",
+    "adamax",
+    "asgd",
+    "lbfgs",
+    "nadam",
+    "radam",
+    "rprop",
+    "sparseadam",
+    "adafactor",
 };
 
 static const keyspec zero_keys[] = {
@@ -932,7 +979,8 @@ static const keyspec zero_keys[] = {
     UNSUP("log_trace_cache_warnings", ALLOW_FALSE, 0, NULL),
     UNSUP("cpu_offload", ALLOW_FALSE, 0, "use \"offload_optimizer\": {\"device\": \"cpu\"}"),
     UNSUP("cpu_offload_param", ALLOW_FALSE, 0, "use \"offload_param\": {\"device\": \"cpu\"}"),
-    UNSUP("cpu_offload_use_pin_memory", ALLOW_FALSE, 0, "use \"pin_memory\" inside offload_optimizer"),
+    UNSUP("cpu_offload_use_pin_memory", ALLOW_FALSE, 0,
+          "use \"pin_memory\" inside offload_optimizer"),
 };
 
 static const keyspec offload_optimizer_keys[] = {
@@ -976,22 +1024,16 @@ static const char *job_key_hint(const char *key, const void *arg)
     return NULL;
 }
 
-/* A schedule parameter given to the wrong schedule says which one takes it. */
+/* A schedule parameter given to the wrong schedule says which schedules take it. */
 static const char *sched_key_hint(const char *key, const void *arg)
 {
-    const sched_info *mine = arg;
-    static const char *const belongs[] = {
-        "it is a parameter of WarmupLR and WarmupDecayLR, not of this schedule",
-        "it is a parameter of WarmupDecayLR and WarmupCosineLR, not of this schedule",
-        "it is a parameter of WarmupCosineLR, not of this schedule",
-    };
-    (void)mine;
+    (void)arg;
     if (strcmp(key, "warmup_min_lr") == 0 || strcmp(key, "warmup_max_lr") == 0)
-        return belongs[0];
+        return "it is a parameter of WarmupLR and WarmupDecayLR, not of this schedule";
     if (strcmp(key, "total_num_steps") == 0)
-        return belongs[1];
+        return "it is a parameter of WarmupDecayLR and WarmupCosineLR, not of this schedule";
     if (strcmp(key, "warmup_min_ratio") == 0 || strcmp(key, "cos_min_ratio") == 0)
-        return belongs[2];
+        return "it is a parameter of WarmupCosineLR, not of this schedule";
     return NULL;
 }
 
@@ -1001,24 +1043,20 @@ static const char *sched_key_hint(const char *key, const void *arg)
 #define TRY(expr, label)                                                                           \
     do {                                                                                           \
         st = (expr);                                                                               \
-        if (st != ZT_OK)                                                                           \
-            goto label;                                                                            \
+        if (st != ZT_OK) goto label;                                                               \
     } while (0)
 
 static zt_status require(pctx *c, json_t *obj, const char *key, const char *what)
 {
-    if (member(obj, key))
-        return ZT_OK;
+    if (member(obj, key)) return ZT_OK;
     return fail_key(c, key, "missing; add it (%s)", what);
 }
 
 static bool valid_name(const char *s)
 {
-    if (!isalnum((unsigned char)s[0]))
-        return false;
+    if (!isalnum((unsigned char)s[0])) return false;
     for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' && *s != '.')
-            return false;
+        if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' && *s != '.') return false;
     return true;
 }
 
@@ -1029,30 +1067,30 @@ static void default_name(const zt_job *job, char *out, size_t cap)
     base = base ? base + 1 : job->job_path;
     size_t k = strlen(base);
     const char *dot = strrchr(base, '.');
-    if (dot && dot != base)
-        k = (size_t)(dot - base);
+    if (dot && dot != base) k = (size_t)(dot - base);
     if (k == 0 || k >= cap) {
         snprintf(out, cap, "job");
         return;
     }
     memcpy(out, base, k);
     out[k] = '\0';
-    if (!valid_name(out))
-        snprintf(out, cap, "job");
+    if (!valid_name(out)) snprintf(out, cap, "job");
 }
 
 static zt_status parse_name(pctx *c, json_t *root, zt_job *job)
 {
     bool present;
     zt_status st = get_str(c, root, "name", job->name, sizeof(job->name), &present);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     if (!present) {
         default_name(job, job->name, sizeof(job->name));
         return ZT_OK;
     }
     if (!valid_name(job->name))
-        return fail_key(c, "name", "must start with a letter or digit and hold only letters, digits, '-', '_' and '.' (got \"%s\")", job->name);
+        return fail_key(
+            c, "name",
+            "must start with a letter or digit and hold only letters, digits, '-', '_' and '.' (got \"%s\")",
+            job->name);
     return ZT_OK;
 }
 
@@ -1061,16 +1099,19 @@ static zt_status parse_model(pctx *c, json_t *root, zt_job *job)
     zt_model_cfg *m = &job->model;
     json_t *o;
     zt_status st = get_obj(c, root, "model", &o);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     if (!o)
-        return fail_key(c, "model", "missing; add the model, e.g. \"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 128, \"block_size\": 128, \"vocab_size\": 256}");
+        return fail_key(
+            c, "model",
+            "missing; add the model, e.g. \"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 128, \"block_size\": 128, \"vocab_size\": 256}");
     push(c, "model");
     TRY(check_keys(c, o, model_keys, NKEYS(model_keys), NULL, NULL), out);
     snprintf(m->arch, sizeof(m->arch), "gpt2");
     TRY(get_str(c, o, "arch", m->arch, sizeof(m->arch), NULL), out);
     if (strcmp(m->arch, "gpt2") != 0) {
-        st = fail_key(c, "arch", "unsupported architecture \"%s\"; zerotrain implements \"gpt2\" only", m->arch);
+        st = fail_key(c, "arch",
+                      "unsupported architecture \"%s\"; zerotrain implements \"gpt2\" only",
+                      m->arch);
         goto out;
     }
     static const char *const required[] = {"n_layer", "n_head", "n_embd", "block_size",
@@ -1081,7 +1122,9 @@ static zt_status parse_model(pctx *c, json_t *root, zt_job *job)
     TRY(get_int(c, o, "n_head", 1, INT_MAX, &m->n_head), out);
     TRY(get_int(c, o, "n_embd", 1, INT_MAX, &m->n_embd), out);
     if (m->n_embd % m->n_head != 0) {
-        st = fail_key(c, "n_head", "must be a positive integer that divides n_embd (got %d for n_embd %d)", m->n_head, m->n_embd);
+        st = fail_key(c, "n_head",
+                      "must be a positive integer that divides n_embd (got %d for n_embd %d)",
+                      m->n_head, m->n_embd);
         goto out;
     }
     TRY(get_int(c, o, "block_size", 1, INT_MAX, &m->block_size), out);
@@ -1090,15 +1133,17 @@ static zt_status parse_model(pctx *c, json_t *root, zt_job *job)
     m->padded_vocab_size = (int)(((int64_t)m->vocab_size + 127) / 128 * 128);
     TRY(get_int(c, o, "padded_vocab_size", 1, INT_MAX, &m->padded_vocab_size), out);
     if (m->padded_vocab_size < m->vocab_size) {
-        st = fail_key(c, "padded_vocab_size", "must be >= vocab_size (got %d for vocab_size %d); leave it out to get a multiple of 128", m->padded_vocab_size, m->vocab_size);
+        st = fail_key(
+            c, "padded_vocab_size",
+            "must be >= vocab_size (got %d for vocab_size %d); leave it out to get a multiple of 128",
+            m->padded_vocab_size, m->vocab_size);
         goto out;
     }
     char init[ZT_PATH_MAX];
     bool present;
     TRY(get_str(c, o, "init", init, sizeof(init), &present), out);
     m->init_random = !present || strcmp(init, "random") == 0;
-    if (!m->init_random)
-        TRY(get_path(c, o, "init", job->base_dir, m->init_path, NULL), out);
+    if (!m->init_random) TRY(get_path(c, o, "init", job->base_dir, m->init_path, NULL), out);
     int64_t seed = 1337;
     TRY(get_i64(c, o, "seed", 0, INT64_MAX, &seed), out);
     m->seed = (uint64_t)seed;
@@ -1111,10 +1156,11 @@ static zt_status parse_data(pctx *c, json_t *root, zt_job *job)
 {
     json_t *o;
     zt_status st = get_obj(c, root, "data", &o);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     if (!o)
-        return fail_key(c, "data", "missing; add the token shards, e.g. \"data\": {\"train\": \"data/train_*.bin\"}");
+        return fail_key(
+            c, "data",
+            "missing; add the token shards, e.g. \"data\": {\"train\": \"data/train_*.bin\"}");
     push(c, "data");
     TRY(check_keys(c, o, data_keys, NKEYS(data_keys), NULL, NULL), out);
     TRY(require(c, o, "train", "a glob of training shards, e.g. \"data/train_*.bin\""), out);
@@ -1134,10 +1180,8 @@ static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
     t->keep_checkpoints = 3;
     json_t *o;
     zt_status st = get_obj(c, root, "train", &o);
-    if (st != ZT_OK)
-        return st;
-    if (!o)
-        return fail_key(c, "train", "missing; add at least \"train\": {\"steps\": N}");
+    if (st != ZT_OK) return st;
+    if (!o) return fail_key(c, "train", "missing; add at least \"train\": {\"steps\": N}");
     push(c, "train");
     TRY(check_keys(c, o, train_keys, NKEYS(train_keys), NULL, NULL), out);
     TRY(require(c, o, "steps", "the number of optimizer steps, a positive integer"), out);
@@ -1152,7 +1196,9 @@ static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
         char rel[ZT_NAME_MAX + 8];
         snprintf(rel, sizeof(rel), "ckpt/%s", job->name);
         if (!absolute_path(job->base_dir, rel, t->checkpoint_dir, sizeof(t->checkpoint_dir))) {
-            st = fail_here(c, ZT_ERR_CONFIG, "the default checkpoint_dir %s/%s is too long; set \"checkpoint_dir\"", job->base_dir, rel);
+            st = fail_here(c, ZT_ERR_CONFIG,
+                           "the default checkpoint_dir %s/%s is too long; set \"checkpoint_dir\"",
+                           job->base_dir, rel);
             goto out;
         }
     }
@@ -1178,7 +1224,8 @@ static zt_status parse_resources(pctx *c, json_t *root, zt_job *job)
     r->ranks_per_node = r->ranks;
     TRY(get_int(c, o, "ranks_per_node", 1, INT_MAX, &r->ranks_per_node), out);
     if (r->ranks_per_node > r->ranks) {
-        st = fail_key(c, "ranks_per_node", "must be at most ranks (got %d for ranks %d)", r->ranks_per_node, r->ranks);
+        st = fail_key(c, "ranks_per_node", "must be at most ranks (got %d for ranks %d)",
+                      r->ranks_per_node, r->ranks);
         goto out;
     }
     char dev[64];
@@ -1208,8 +1255,7 @@ static bool in_list_ci(const char *s, const char *const *list, size_t n)
         size_t k = 0;
         while (s[k] && tolower((unsigned char)s[k]) == tolower((unsigned char)list[i][k]))
             k++;
-        if (s[k] == '\0' && list[i][k] == '\0')
-            return true;
+        if (s[k] == '\0' && list[i][k] == '\0') return true;
     }
     return false;
 }
@@ -1218,17 +1264,16 @@ static zt_status parse_fp16(pctx *c, json_t *ds, zt_fp16_cfg *f)
 {
     /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
     static const zt_fp16_cfg defaults = {.enabled = false,
-                           .loss_scale = 0,
-                           .initial_scale_power = 16,
-                           .loss_scale_window = 1000,
-                           .hysteresis = 2,
-                           .consecutive_hysteresis = false,
-                           .min_loss_scale = 1};
+                                         .loss_scale = 0,
+                                         .initial_scale_power = 16,
+                                         .loss_scale_window = 1000,
+                                         .hysteresis = 2,
+                                         .consecutive_hysteresis = false,
+                                         .min_loss_scale = 1};
     memcpy(f, &defaults, sizeof(*f));
     json_t *o;
     zt_status st = get_obj(c, ds, "fp16", &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     push(c, "fp16");
     TRY(check_keys(c, o, fp16_keys, NKEYS(fp16_keys), NULL, NULL), out);
     TRY(get_bool(c, o, "enabled", &f->enabled), out);
@@ -1250,13 +1295,12 @@ static zt_status parse_bf16(pctx *c, json_t *ds, bool *enabled, const char **key
     *key_out = "bf16";
     bool have_bf16 = member(ds, "bf16") != NULL, have_alias = member(ds, "bfloat16") != NULL;
     if (have_bf16 && have_alias)
-        return fail_key(c, "bfloat16", "is an alias of \"bf16\", which is also given; keep only one of them");
-    if (have_alias)
-        *key_out = "bfloat16";
+        return fail_key(c, "bfloat16",
+                        "is an alias of \"bf16\", which is also given; keep only one of them");
+    if (have_alias) *key_out = "bfloat16";
     json_t *o;
     zt_status st = get_obj(c, ds, *key_out, &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     push(c, *key_out);
     TRY(check_keys(c, o, bf16_keys, NKEYS(bf16_keys), NULL, NULL), out);
     TRY(get_bool(c, o, "enabled", enabled), out);
@@ -1268,15 +1312,16 @@ out:
 static zt_status parse_betas(pctx *c, json_t *params, zt_optim_cfg *opt)
 {
     json_t *v = member(params, "betas");
-    if (!v)
-        return ZT_OK;
+    if (!v) return ZT_OK;
     if (!json_is_array(v) || json_array_size(v) != 2) {
         char got[64];
         if (json_is_array(v))
             snprintf(got, sizeof(got), "a list of %zu", json_array_size(v));
         else
             describe(v, got, sizeof(got));
-        return fail_key(c, "betas", "must be a list of two numbers [beta1, beta2], each in [0, 1) (got %s)", got);
+        return fail_key(c, "betas",
+                        "must be a list of two numbers [beta1, beta2], each in [0, 1) (got %s)",
+                        got);
     }
     double b[2];
     zt_status st = ZT_OK;
@@ -1289,8 +1334,7 @@ static zt_status parse_betas(pctx *c, json_t *params, zt_optim_cfg *opt)
             st = fail_index(c, (long)i, "must be a number (got %s)", got);
         else
             st = check_num(c, NULL, (long)i, json_number_value(e), 0, 1, NUM_RANGE_HO, got);
-        if (st == ZT_OK)
-            b[i] = json_number_value(e);
+        if (st == ZT_OK) b[i] = json_number_value(e);
     }
     pop(c);
     if (st == ZT_OK) {
@@ -1304,17 +1348,16 @@ static zt_status parse_optimizer(pctx *c, json_t *ds, zt_optim_cfg *opt)
 {
     /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
     static const zt_optim_cfg defaults = {.type = ZT_OPTIM_ADAMW,
-                              .lr = 1e-3,
-                              .beta1 = 0.9,
-                              .beta2 = 0.999,
-                              .eps = 1e-8,
-                              .weight_decay = 0,
-                              .adam_w_mode = true};
+                                          .lr = 1e-3,
+                                          .beta1 = 0.9,
+                                          .beta2 = 0.999,
+                                          .eps = 1e-8,
+                                          .weight_decay = 0,
+                                          .adam_w_mode = true};
     memcpy(opt, &defaults, sizeof(*opt));
     json_t *o, *p;
     zt_status st = get_obj(c, ds, "optimizer", &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     push(c, "optimizer");
     TRY(check_keys(c, o, optimizer_keys, NKEYS(optimizer_keys), NULL, NULL), out);
     TRY(require(c, o, "type", "\"AdamW\" or \"Adam\""), out);
@@ -1326,7 +1369,10 @@ static zt_status parse_optimizer(pctx *c, json_t *ds, zt_optim_cfg *opt)
     } else if (in_list_ci(type, (const char *const[]){"adamw"}, 1)) {
         named_adamw = true;
     } else if (in_list_ci(type, unsupported_optimizers, NKEYS(unsupported_optimizers))) {
-        st = fail_key(c, "type", "\"%s\" is a DeepSpeed optimizer that zerotrain does not support; use \"AdamW\" or \"Adam\"", type);
+        st = fail_key(
+            c, "type",
+            "\"%s\" is a DeepSpeed optimizer that zerotrain does not support; use \"AdamW\" or \"Adam\"",
+            type);
         goto out;
     } else {
         const char *near = closest(type, (const char *const[]){"Adam", "AdamW"}, 2);
@@ -1340,19 +1386,13 @@ static zt_status parse_optimizer(pctx *c, json_t *ds, zt_optim_cfg *opt)
     if (p) {
         push(c, "params");
         st = check_keys(c, p, adam_keys, NKEYS(adam_keys), NULL, NULL);
-        if (st == ZT_OK)
-            st = get_num(c, p, "lr", 0, 0, NUM_GE, &opt->lr);
-        if (st == ZT_OK)
-            st = parse_betas(c, p, opt);
-        if (st == ZT_OK)
-            st = get_num(c, p, "eps", 0, 0, NUM_GT, &opt->eps);
-        if (st == ZT_OK)
-            st = get_num(c, p, "weight_decay", 0, 0, NUM_GE, &opt->weight_decay);
-        if (st == ZT_OK)
-            st = get_bool(c, p, "adam_w_mode", &opt->adam_w_mode);
+        if (st == ZT_OK) st = get_num(c, p, "lr", 0, 0, NUM_GE, &opt->lr);
+        if (st == ZT_OK) st = parse_betas(c, p, opt);
+        if (st == ZT_OK) st = get_num(c, p, "eps", 0, 0, NUM_GT, &opt->eps);
+        if (st == ZT_OK) st = get_num(c, p, "weight_decay", 0, 0, NUM_GE, &opt->weight_decay);
+        if (st == ZT_OK) st = get_bool(c, p, "adam_w_mode", &opt->adam_w_mode);
         pop(c);
-        if (st != ZT_OK)
-            goto out;
+        if (st != ZT_OK) goto out;
     }
     /* DeepSpeed: decoupled decay when the type is adamw or adam_w_mode is set (default). */
     opt->type = named_adamw || opt->adam_w_mode ? ZT_OPTIM_ADAMW : ZT_OPTIM_ADAM;
@@ -1365,8 +1405,7 @@ out:
 static bool sched_has(const sched_info *info, const char *param)
 {
     for (size_t i = 0; i < NKEYS(info->params) && info->params[i]; i++)
-        if (strcmp(info->params[i], param) == 0)
-            return true;
+        if (strcmp(info->params[i], param) == 0) return true;
     return false;
 }
 
@@ -1377,13 +1416,13 @@ static zt_status parse_sched_params(pctx *c, json_t *p, const sched_info *info, 
     size_t n = 0;
     for (size_t i = 0; i < NKEYS(info->params) && info->params[i]; i++) {
         if (strcmp(info->params[i], "last_batch_iteration") == 0)
-            ks[n++] = (keyspec)UNSUP("last_batch_iteration", ALLOW_NUM, -1, "zerotrain restores the schedule from its checkpoints");
+            ks[n++] = (keyspec)UNSUP("last_batch_iteration", ALLOW_NUM, -1,
+                                     "zerotrain restores the schedule from its checkpoints");
         else
             ks[n++] = (keyspec)SUP(info->params[i]);
     }
     zt_status st = ZT_OK;
-    if (p)
-        TRY(check_keys(c, p, ks, n, sched_key_hint, info), out);
+    if (p) TRY(check_keys(c, p, ks, n, sched_key_hint, NULL), out);
     if (sched_has(info, "warmup_min_lr")) {
         TRY(get_num(c, p, "warmup_min_lr", 0, 0, NUM_GE, &s->warmup_min_lr), out);
         TRY(get_num(c, p, "warmup_max_lr", 0, 0, NUM_GE, &s->warmup_max_lr), out);
@@ -1398,13 +1437,19 @@ static zt_status parse_sched_params(pctx *c, json_t *p, const sched_info *info, 
         } else if (strcmp(wt, "linear") == 0) {
             s->warmup_type = ZT_WARMUP_LINEAR;
         } else {
-            st = fail_key(c, "warmup_type", "must be \"log\" or \"linear\" (got \"%s\"); DeepSpeed would fall back to \"log\" with a warning", wt);
+            st = fail_key(
+                c, "warmup_type",
+                "must be \"log\" or \"linear\" (got \"%s\"); DeepSpeed would fall back to \"log\" with a warning",
+                wt);
             goto out;
         }
     }
     if (sched_has(info, "total_num_steps")) {
         if (!member(p, "total_num_steps")) {
-            st = fail_key(c, "total_num_steps", "missing; %s needs the step where the schedule ends, e.g. the job's train.steps (%lld)", info->name, (long long)job->train.steps);
+            st = fail_key(
+                c, "total_num_steps",
+                "missing; %s needs the step where the schedule ends, e.g. the job's train.steps (%lld)",
+                info->name, (long long)job->train.steps);
             goto out;
         }
         TRY(get_i64(c, p, "total_num_steps", 1, INT64_MAX, &s->total_num_steps), out);
@@ -1413,7 +1458,11 @@ static zt_status parse_sched_params(pctx *c, json_t *p, const sched_info *info, 
         TRY(get_num(c, p, "warmup_min_ratio", 0, 1, NUM_RANGE, &s->warmup_min_ratio), out);
         TRY(get_num(c, p, "cos_min_ratio", 0, 1, NUM_RANGE, &s->cos_min_ratio), out);
         if (s->total_num_steps <= s->warmup_num_steps) {
-            st = fail_key(c, "total_num_steps", "must be greater than warmup_num_steps (got %lld <= %lld%s); lower warmup_num_steps or raise total_num_steps", (long long)s->total_num_steps, (long long)s->warmup_num_steps, member(p, "warmup_num_steps") ? "" : ", the default");
+            st = fail_key(
+                c, "total_num_steps",
+                "must be greater than warmup_num_steps (got %lld <= %lld%s); lower warmup_num_steps or raise total_num_steps",
+                (long long)s->total_num_steps, (long long)s->warmup_num_steps,
+                member(p, "warmup_num_steps") ? "" : ", the default");
             goto out;
         }
     }
@@ -1425,18 +1474,17 @@ static zt_status parse_scheduler(pctx *c, json_t *ds, zt_sched_cfg *s, const zt_
 {
     /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
     static const zt_sched_cfg defaults = {.type = ZT_SCHED_NONE,
-                            .warmup_min_lr = 0,
-                            .warmup_max_lr = 0.001,
-                            .warmup_num_steps = 1000,
-                            .warmup_type = ZT_WARMUP_LOG,
-                            .total_num_steps = 0,
-                            .warmup_min_ratio = 0,
-                            .cos_min_ratio = 1e-4};
+                                          .warmup_min_lr = 0,
+                                          .warmup_max_lr = 0.001,
+                                          .warmup_num_steps = 1000,
+                                          .warmup_type = ZT_WARMUP_LOG,
+                                          .total_num_steps = 0,
+                                          .warmup_min_ratio = 0,
+                                          .cos_min_ratio = 1e-4};
     memcpy(s, &defaults, sizeof(*s));
     json_t *o, *p;
     zt_status st = get_obj(c, ds, "scheduler", &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     push(c, "scheduler");
     TRY(check_keys(c, o, scheduler_keys, NKEYS(scheduler_keys), NULL, NULL), out);
     TRY(require(c, o, "type", "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\""), out);
@@ -1444,17 +1492,22 @@ static zt_status parse_scheduler(pctx *c, json_t *ds, zt_sched_cfg *s, const zt_
     TRY(get_str(c, o, "type", type, sizeof(type), NULL), out);
     const sched_info *info = NULL;
     for (size_t i = 0; i < NKEYS(sched_table) && !info; i++)
-        if (strcmp(sched_table[i].name, type) == 0)
-            info = &sched_table[i];
+        if (strcmp(sched_table[i].name, type) == 0) info = &sched_table[i];
     if (!info) {
         const char *names[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
         const char *near = closest(type, names, NKEYS(names));
         if (near)
             st = fail_key(c, "type", "unknown scheduler \"%s\"; did you mean \"%s\"?", type, near);
         else if (in_list_ci(type, unsupported_schedulers, NKEYS(unsupported_schedulers)))
-            st = fail_key(c, "type", "\"%s\" is a DeepSpeed scheduler that zerotrain does not support; use \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"", type);
+            st = fail_key(
+                c, "type",
+                "\"%s\" is a DeepSpeed scheduler that zerotrain does not support; use \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"",
+                type);
         else
-            st = fail_key(c, "type", "unknown scheduler \"%s\"; use \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"", type);
+            st = fail_key(
+                c, "type",
+                "unknown scheduler \"%s\"; use \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"",
+                type);
         goto out;
     }
     s->type = info->type;
@@ -1473,14 +1526,15 @@ static zt_status parse_offload_device(pctx *c, json_t *o, bool *enabled)
     char dev[64];
     bool present;
     zt_status st = get_str(c, o, "device", dev, sizeof(dev), &present);
-    if (st != ZT_OK || !present)
-        return st;
+    if (st != ZT_OK || !present) return st;
     if (strcmp(dev, "none") == 0)
         *enabled = false;
     else if (strcmp(dev, "cpu") == 0)
         *enabled = true;
     else if (strcmp(dev, "nvme") == 0)
-        return fail_key(c, "device", "\"nvme\" is a DeepSpeed offload device that zerotrain does not support; use \"cpu\" or \"none\"");
+        return fail_key(
+            c, "device",
+            "\"nvme\" is a DeepSpeed offload device that zerotrain does not support; use \"cpu\" or \"none\"");
     else
         return fail_key(c, "device", "must be \"none\" or \"cpu\" (got \"%s\")", dev);
     return ZT_OK;
@@ -1491,17 +1545,16 @@ static zt_status parse_offload(pctx *c, json_t *zo, const char *key, zt_offload_
     bool is_opt = strcmp(key, "offload_optimizer") == 0;
     json_t *o;
     zt_status st = get_obj(c, zo, key, &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     push(c, key);
     if (is_opt)
-        TRY(check_keys(c, o, offload_optimizer_keys, NKEYS(offload_optimizer_keys), NULL, NULL), out);
+        TRY(check_keys(c, o, offload_optimizer_keys, NKEYS(offload_optimizer_keys), NULL, NULL),
+            out);
     else
         TRY(check_keys(c, o, offload_param_keys, NKEYS(offload_param_keys), NULL, NULL), out);
     TRY(parse_offload_device(c, o, &off->enabled), out);
     TRY(get_bool(c, o, "pin_memory", &off->pin_memory), out);
-    if (is_opt)
-        TRY(get_num(c, o, "ratio", 0, 1, NUM_RANGE, &off->ratio), out);
+    if (is_opt) TRY(get_num(c, o, "ratio", 0, 1, NUM_RANGE, &off->ratio), out);
 out:
     pop(c);
     return st;
@@ -1511,14 +1564,14 @@ static zt_status parse_zero(pctx *c, json_t *ds, zt_zero_cfg *z)
 {
     /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
     static const zt_zero_cfg defaults = {.stage = 0,
-                           .reduce_bucket_size = 500000000,
-                           .allgather_bucket_size = 500000000,
-                           .overlap_comm = false,
-                           .contiguous_gradients = true,
-                           .offload_optimizer = {false, false, 1.0},
-                           .offload_param = {false, false, 1.0},
-                           .stage3_prefetch_bucket_size = 50000000,
-                           .stage3_param_persistence_threshold = 100000};
+                                         .reduce_bucket_size = 500000000,
+                                         .allgather_bucket_size = 500000000,
+                                         .overlap_comm = false,
+                                         .contiguous_gradients = true,
+                                         .offload_optimizer = {false, false, 1.0},
+                                         .offload_param = {false, false, 1.0},
+                                         .stage3_prefetch_bucket_size = 50000000,
+                                         .stage3_param_persistence_threshold = 100000};
     memcpy(z, &defaults, sizeof(*z));
     json_t *v = member(ds, "zero_optimization");
     if (v && json_is_boolean(v)) { /* legacy form: true means stage 1 */
@@ -1527,15 +1580,17 @@ static zt_status parse_zero(pctx *c, json_t *ds, zt_zero_cfg *z)
     }
     json_t *o;
     zt_status st = get_obj(c, ds, "zero_optimization", &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     push(c, "zero_optimization");
     TRY(check_keys(c, o, zero_keys, NKEYS(zero_keys), NULL, NULL), out);
     TRY(get_int(c, o, "stage", 0, 3, &z->stage), out);
     TRY(get_i64(c, o, "reduce_bucket_size", 1, INT64_MAX, &z->reduce_bucket_size), out);
     TRY(get_i64(c, o, "allgather_bucket_size", 1, INT64_MAX, &z->allgather_bucket_size), out);
     if (z->allgather_bucket_size % 2 != 0) {
-        st = fail_key(c, "allgather_bucket_size", "must be even (got %lld); DeepSpeed requires a multiple of nccl_start_alignment_factor, 2", (long long)z->allgather_bucket_size);
+        st = fail_key(
+            c, "allgather_bucket_size",
+            "must be even (got %lld); DeepSpeed requires a multiple of nccl_start_alignment_factor, 2",
+            (long long)z->allgather_bucket_size);
         goto out;
     }
     z->overlap_comm = z->stage == 3;
@@ -1545,12 +1600,18 @@ static zt_status parse_zero(pctx *c, json_t *ds, zt_zero_cfg *z)
     TRY(parse_offload(c, o, "offload_param", &z->offload_param), out);
     if (z->offload_param.enabled && z->stage != 3) {
         push(c, "offload_param");
-        st = fail_key(c, "device", "offloading parameters needs zero_optimization.stage 3 (stage is %d); remove offload_param or set \"stage\": 3", z->stage);
+        st = fail_key(
+            c, "device",
+            "offloading parameters needs zero_optimization.stage 3 (stage is %d); remove offload_param or set \"stage\": 3",
+            z->stage);
         pop(c);
         goto out;
     }
-    TRY(get_i64(c, o, "stage3_prefetch_bucket_size", 0, INT64_MAX, &z->stage3_prefetch_bucket_size), out);
-    TRY(get_i64(c, o, "stage3_param_persistence_threshold", 0, INT64_MAX, &z->stage3_param_persistence_threshold), out);
+    TRY(get_i64(c, o, "stage3_prefetch_bucket_size", 0, INT64_MAX, &z->stage3_prefetch_bucket_size),
+        out);
+    TRY(get_i64(c, o, "stage3_param_persistence_threshold", 0, INT64_MAX,
+                &z->stage3_param_persistence_threshold),
+        out);
 out:
     pop(c);
     return st;
@@ -1563,8 +1624,7 @@ static zt_status parse_actckpt(pctx *c, json_t *ds, zt_actckpt_cfg *a)
     memcpy(a, &defaults, sizeof(*a));
     json_t *o;
     zt_status st = get_obj(c, ds, "activation_checkpointing", &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     a->enabled = true;
     push(c, "activation_checkpointing");
     TRY(check_keys(c, o, actckpt_keys, NKEYS(actckpt_keys), NULL, NULL), out);
@@ -1586,15 +1646,13 @@ static zt_status parse_data_types(pctx *c, json_t *ds, zt_ds_cfg *d)
     d->grad_accum_fp32 = d->precision != ZT_PREC_FP16;
     json_t *o;
     zt_status st = get_obj(c, ds, "data_types", &o);
-    if (st != ZT_OK || !o)
-        return st;
+    if (st != ZT_OK || !o) return st;
     push(c, "data_types");
     TRY(check_keys(c, o, data_types_keys, NKEYS(data_types_keys), NULL, NULL), out);
     char dt[64];
     bool present;
     TRY(get_str(c, o, "grad_accum_dtype", dt, sizeof(dt), &present), out);
-    if (!present)
-        goto out;
+    if (!present) goto out;
     static const char *const fp32_names[] = {"fp32", "float32", "float", "torch.float32"};
     static const char *const fp16_names[] = {"fp16", "float16", "half", "torch.float16"};
     static const char *const bf16_names[] = {"bf16", "bfloat16", "torch.bfloat16"};
@@ -1607,14 +1665,20 @@ static zt_status parse_data_types(pctx *c, json_t *ds, zt_ds_cfg *d)
     } else if (in_list_ci(dt, bf16_names, NKEYS(bf16_names))) {
         want = ZT_PREC_BF16;
     } else {
-        st = fail_key(c, "grad_accum_dtype", "must be \"fp32\", \"fp16\" or \"bf16\" (got \"%s\")", dt);
+        st = fail_key(c, "grad_accum_dtype", "must be \"fp32\", \"fp16\" or \"bf16\" (got \"%s\")",
+                      dt);
         goto out;
     }
     if (want != d->precision) {
         if (d->precision == ZT_PREC_FP32)
-            st = fail_key(c, "grad_accum_dtype", "\"%s\" needs %s training, but neither fp16 nor bf16 is enabled; use \"fp32\" or enable %s", dt, precision_name(want), precision_name(want));
+            st = fail_key(
+                c, "grad_accum_dtype",
+                "\"%s\" needs %s training, but neither fp16 nor bf16 is enabled; use \"fp32\" or enable %s",
+                dt, precision_name(want), precision_name(want));
         else
-            st = fail_key(c, "grad_accum_dtype", "\"%s\" does not match the training precision %s; use \"fp32\" or \"%s\"", dt, precision_name(d->precision), precision_name(d->precision));
+            st = fail_key(c, "grad_accum_dtype",
+                          "\"%s\" does not match the training precision %s; use \"fp32\" or \"%s\"",
+                          dt, precision_name(d->precision), precision_name(d->precision));
         goto out;
     }
     d->grad_accum_fp32 = false;
@@ -1629,9 +1693,14 @@ static zt_status parse_ds(pctx *c, json_t *ds, zt_job *job)
     zt_ds_cfg *d = &job->ds;
     zt_status st;
     TRY(check_keys(c, ds, ds_keys, NKEYS(ds_keys), NULL, NULL), out);
-    TRY(get_int_max(c, ds, "train_batch_size", 1, INT_MAX, INT_MAX, &d->given_train_batch_size), out);
-    TRY(get_int_max(c, ds, "train_micro_batch_size_per_gpu", 1, INT_MAX, INT_MAX, &d->given_micro_batch), out);
-    TRY(get_int_max(c, ds, "gradient_accumulation_steps", 1, INT_MAX, INT_MAX, &d->given_grad_accum), out);
+    TRY(get_int_max(c, ds, "train_batch_size", 1, INT_MAX, INT_MAX, &d->given_train_batch_size),
+        out);
+    TRY(get_int_max(c, ds, "train_micro_batch_size_per_gpu", 1, INT_MAX, INT_MAX,
+                    &d->given_micro_batch),
+        out);
+    TRY(get_int_max(c, ds, "gradient_accumulation_steps", 1, INT_MAX, INT_MAX,
+                    &d->given_grad_accum),
+        out);
     d->steps_per_print = 10;
     TRY(get_i64(c, ds, "steps_per_print", 1, INT64_MAX, &d->steps_per_print), out);
     d->gradient_clipping = 0;
@@ -1641,7 +1710,9 @@ static zt_status parse_ds(pctx *c, json_t *ds, zt_job *job)
     TRY(parse_bf16(c, ds, &d->bf16, &bf16_key), out);
     if (d->fp16.enabled && d->bf16) {
         push(c, bf16_key);
-        st = fail_key(c, "enabled", "fp16 and bf16 cannot both be enabled (DeepSpeed: \"bfloat16 and fp16 modes cannot be simultaneously enabled\"); enable at most one");
+        st = fail_key(
+            c, "enabled",
+            "fp16 and bf16 cannot both be enabled (DeepSpeed: \"bfloat16 and fp16 modes cannot be simultaneously enabled\"); enable at most one");
         pop(c);
         goto out;
     }
@@ -1664,8 +1735,7 @@ static zt_status parse_ds(pctx *c, json_t *ds, zt_job *job)
         zt_json_seg segs[CTX_DEPTH + 1];
         size_t n = c->depth < CTX_DEPTH ? c->depth : CTX_DEPTH;
         memcpy(segs, c->seg, n * sizeof(segs[0]));
-        if (key)
-            segs[n++] = (zt_json_seg){key, 0};
+        if (key) segs[n++] = (zt_json_seg){key, 0};
         zt_json_loc loc;
         if (zt_json_locate(c->text, c->len, segs, n, &loc, NULL))
             st = zt_err_set(c->err, st, "%s:%d:%d: %s", c->origin, loc.line, loc.col, berr.msg);
@@ -1680,7 +1750,9 @@ static zt_status parse_deepspeed(pctx *c, json_t *root, zt_job *job)
 {
     json_t *v = member(root, "deepspeed");
     if (!v)
-        return fail_key(c, "deepspeed", "missing; add the DeepSpeed config (an object, or the path of a DeepSpeed JSON file) with at least \"train_micro_batch_size_per_gpu\"");
+        return fail_key(
+            c, "deepspeed",
+            "missing; add the DeepSpeed config (an object, or the path of a DeepSpeed JSON file) with at least \"train_micro_batch_size_per_gpu\"");
     if (json_is_object(v)) {
         push(c, "deepspeed");
         zt_status st = parse_ds(c, v, job);
@@ -1690,19 +1762,21 @@ static zt_status parse_deepspeed(pctx *c, json_t *root, zt_job *job)
     if (!json_is_string(v)) {
         char got[64];
         describe(v, got, sizeof(got));
-        return fail_key(c, "deepspeed", "must be an object {...} or the path of a DeepSpeed JSON file (got %s)", got);
+        return fail_key(c, "deepspeed",
+                        "must be an object {...} or the path of a DeepSpeed JSON file (got %s)",
+                        got);
     }
     char path[ZT_PATH_MAX];
     zt_status st = get_path(c, root, "deepspeed", job->base_dir, path, NULL);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     char *text = NULL;
     size_t len = 0;
     zt_err ferr;
     zt_err_clear(&ferr);
     st = read_text(path, path, "DeepSpeed config", &text, &len, &ferr);
     if (st != ZT_OK)
-        return fail_key_code(c, st, "deepspeed", "%s (relative paths resolve against %s)", ferr.msg, job->base_dir);
+        return fail_key_code(c, st, "deepspeed", "%s (relative paths resolve against %s)", ferr.msg,
+                             job->base_dir);
     json_t *ds = NULL;
     st = load_json(text, len, path, "DeepSpeed config", &ds, c->err);
     if (st == ZT_OK) {
@@ -1723,8 +1797,7 @@ static zt_status parse_job(zt_job *job, const char *text, size_t len, const char
 {
     json_t *root;
     zt_status st = load_json(text, len, origin, "job file", &root, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     pctx c = {.origin = origin, .text = text, .len = len, .depth = 0, .err = err};
     TRY(check_keys(&c, root, job_keys, NKEYS(job_keys), job_key_hint, NULL), out);
     TRY(parse_name(&c, root, job), out);
@@ -1745,13 +1818,14 @@ static zt_status set_base_dir(zt_job *job, const char *base_dir, zt_err *err)
     char cwd[ZT_PATH_MAX] = "/";
     if (!base_dir || base_dir[0] != '/') {
         zt_status st = cwd_path(cwd, sizeof(cwd), err);
-        if (st != ZT_OK)
-            return st;
+        if (st != ZT_OK) return st;
     }
     bool ok = base_dir ? absolute_path(cwd, base_dir, job->base_dir, sizeof(job->base_dir))
                        : clean_path(cwd, job->base_dir, sizeof(job->base_dir));
     if (!ok)
-        return zt_err_set(err, ZT_ERR_INVALID, "job file: base directory %s is longer than %d bytes; use a shorter path", base_dir ? base_dir : cwd, ZT_PATH_MAX - 1);
+        return zt_err_set(err, ZT_ERR_INVALID,
+                          "job file: base directory %s is longer than %d bytes; use a shorter path",
+                          base_dir ? base_dir : cwd, ZT_PATH_MAX - 1);
     return ZT_OK;
 }
 
@@ -1762,10 +1836,8 @@ zt_status zt_job_parse(zt_job *job, const char *text, const char *origin, const 
         return zt_err_set(err, ZT_ERR_INVALID, "zt_job_parse: job and text must not be NULL");
     memset(job, 0, sizeof(*job));
     zt_status st = set_base_dir(job, base_dir, err);
-    if (st == ZT_OK)
-        st = parse_job(job, text, strlen(text), origin ? origin : "job", err);
-    if (st != ZT_OK)
-        memset(job, 0, sizeof(*job));
+    if (st == ZT_OK) st = parse_job(job, text, strlen(text), origin ? origin : "job", err);
+    if (st != ZT_OK) memset(job, 0, sizeof(*job));
     return st;
 }
 
@@ -1777,13 +1849,14 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
     char *text = NULL;
     size_t len = 0;
     zt_status st = read_text(path, path, "job file", &text, &len, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     char cwd[ZT_PATH_MAX] = "/";
-    if (path[0] != '/')
-        st = cwd_path(cwd, sizeof(cwd), err);
+    if (path[0] != '/') st = cwd_path(cwd, sizeof(cwd), err);
     if (st == ZT_OK && !absolute_path(cwd, path, job->job_path, sizeof(job->job_path)))
-        st = zt_err_set(err, ZT_ERR_INVALID, "%s: the absolute path of the job file is longer than %d bytes; move it to a shorter path", path, ZT_PATH_MAX - 1);
+        st = zt_err_set(
+            err, ZT_ERR_INVALID,
+            "%s: the absolute path of the job file is longer than %d bytes; move it to a shorter path",
+            path, ZT_PATH_MAX - 1);
     if (st == ZT_OK) {
         /* base_dir is still all zeros: copy only the directory part, so no bytes of the
          * file name linger after its NUL (parsed jobs compare equal with memcmp). */
@@ -1793,8 +1866,7 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
         st = parse_job(job, text, len, path, err);
     }
     zt_free(text);
-    if (st != ZT_OK)
-        memset(job, 0, sizeof(*job));
+    if (st != ZT_OK) memset(job, 0, sizeof(*job));
     return st;
 }
 
@@ -1804,35 +1876,44 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
 /* a * b, or -1 when it does not fit int64_t (a, b >= 0). */
 static int64_t mul_or_neg(int64_t a, int64_t b)
 {
-    if (a != 0 && b > INT64_MAX / a)
-        return -1;
+    if (a != 0 && b > INT64_MAX / a) return -1;
     return a * b;
 }
 
 zt_status zt_job_resolve_batch(zt_job *job, int world_size, zt_err *err)
 {
-    if (!job)
-        return zt_err_set(err, ZT_ERR_INVALID, "zt_job_resolve_batch: job must not be NULL");
+    if (!job) return zt_err_set(err, ZT_ERR_INVALID, "zt_job_resolve_batch: job must not be NULL");
     if (world_size < 1)
-        return zt_err_set(err, ZT_ERR_INVALID, "deepspeed: the world size must be at least 1 (got %d)", world_size);
+        return zt_err_set(err, ZT_ERR_INVALID,
+                          "deepspeed: the world size must be at least 1 (got %d)", world_size);
     zt_ds_cfg *d = &job->ds;
     int64_t ws = world_size;
     int64_t tb = d->given_train_batch_size, mb = d->given_micro_batch, gas = d->given_grad_accum;
     if (tb < 0 || mb < 0 || gas < 0)
-        return zt_err_set(err, ZT_ERR_INVALID, "deepspeed: given batch sizes must not be negative (train_batch_size %lld, train_micro_batch_size_per_gpu %lld, gradient_accumulation_steps %lld)", (long long)tb, (long long)mb, (long long)gas);
+        return zt_err_set(
+            err, ZT_ERR_INVALID,
+            "deepspeed: given batch sizes must not be negative (train_batch_size %lld, train_micro_batch_size_per_gpu %lld, gradient_accumulation_steps %lld)",
+            (long long)tb, (long long)mb, (long long)gas);
     bool dtb = false, dmb = false, dgas = false; /* derived, not given */
-    const char *advice = "make train_batch_size = micro * accumulation * ranks, or give only two of the three";
+    const char *advice =
+        "make train_batch_size = micro * accumulation * ranks, or give only two of the three";
     char buf[160];
     if (tb && mb && gas) {
     } else if (tb && mb) {
         gas = tb / mb / ws;
         dgas = true;
-        snprintf(buf, sizeof(buf), "train_batch_size must be a positive multiple of train_micro_batch_size_per_gpu * ranks = %lld", (long long)mul_or_neg(mb, ws));
+        snprintf(
+            buf, sizeof(buf),
+            "train_batch_size must be a positive multiple of train_micro_batch_size_per_gpu * ranks = %lld",
+            (long long)mul_or_neg(mb, ws));
         advice = buf;
     } else if (tb && gas) {
         mb = tb / ws / gas;
         dmb = true;
-        snprintf(buf, sizeof(buf), "train_batch_size must be a positive multiple of gradient_accumulation_steps * ranks = %lld", (long long)mul_or_neg(gas, ws));
+        snprintf(
+            buf, sizeof(buf),
+            "train_batch_size must be a positive multiple of gradient_accumulation_steps * ranks = %lld",
+            (long long)mul_or_neg(gas, ws));
         advice = buf;
     } else if (mb && gas) {
         tb = mul_or_neg(mul_or_neg(mb, gas), ws);
@@ -1841,19 +1922,26 @@ zt_status zt_job_resolve_batch(zt_job *job, int world_size, zt_err *err)
         gas = 1;
         mb = tb / ws;
         dgas = dmb = true;
-        snprintf(buf, sizeof(buf), "train_batch_size must be a positive multiple of ranks %lld", (long long)ws);
+        snprintf(buf, sizeof(buf), "train_batch_size must be a positive multiple of ranks %lld",
+                 (long long)ws);
         advice = buf;
     } else if (mb) {
         gas = 1;
         tb = mul_or_neg(mb, ws);
         dtb = dgas = true;
     } else {
-        return zt_err_set(err, ZT_ERR_CONFIG, "deepspeed: give train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed: \"Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided\"); e.g. \"train_micro_batch_size_per_gpu\": 4");
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "deepspeed: give train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed: \"Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided\"); e.g. \"train_micro_batch_size_per_gpu\": 4");
     }
     int64_t prod = mul_or_neg(mul_or_neg(mb, gas), ws);
     if (tb <= 0 || mb <= 0 || gas <= 0 || prod < 0 || tb != prod) {
         const char *mark = " (derived)";
-        return zt_err_set(err, ZT_ERR_CONFIG, "deepspeed: train_batch_size %lld%s != train_micro_batch_size_per_gpu %lld%s * gradient_accumulation_steps %lld%s * ranks %lld; %s", (long long)tb, dtb ? mark : "", (long long)mb, dmb ? mark : "", (long long)gas, dgas ? mark : "", (long long)ws, advice);
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "deepspeed: train_batch_size %lld%s != train_micro_batch_size_per_gpu %lld%s * gradient_accumulation_steps %lld%s * ranks %lld; %s",
+            (long long)tb, dtb ? mark : "", (long long)mb, dmb ? mark : "", (long long)gas,
+            dgas ? mark : "", (long long)ws, advice);
     }
     d->train_batch_size = tb;
     d->micro_batch = mb;

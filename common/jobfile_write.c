@@ -23,8 +23,7 @@ typedef struct emitter {
 
 static void put(emitter *e, const char *s, size_t k)
 {
-    if (e->oom)
-        return;
+    if (e->oom) return;
     if (e->len + k + 1 > e->cap) {
         size_t cap = e->cap ? e->cap : 1024;
         while (cap < e->len + k + 1)
@@ -55,8 +54,7 @@ static void putf(emitter *e, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
-    if (n > 0)
-        put(e, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+    if (n > 0) put(e, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
 static void put_string(emitter *e, const char *s)
@@ -84,8 +82,7 @@ static void newline(emitter *e)
 
 static void key(emitter *e, const char *k)
 {
-    if (!e->first)
-        puts_(e, ",");
+    if (!e->first) puts_(e, ",");
     e->first = false;
     newline(e);
     put_string(e, k);
@@ -94,8 +91,7 @@ static void key(emitter *e, const char *k)
 
 static void open_obj(emitter *e, const char *k)
 {
-    if (k)
-        key(e, k);
+    if (k) key(e, k);
     puts_(e, "{");
     e->depth++;
     e->first = true;
@@ -104,8 +100,7 @@ static void open_obj(emitter *e, const char *k)
 static void close_obj(emitter *e)
 {
     e->depth--;
-    if (!e->first)
-        newline(e);
+    if (!e->first) newline(e);
     puts_(e, "}");
     e->first = false;
 }
@@ -144,8 +139,7 @@ static void put_double(emitter *e, double v)
     }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v)
-            break;
+        if (strtod(tmp, NULL) == v) break;
     }
     puts_(e, tmp);
 }
@@ -173,8 +167,7 @@ static const char *sched_name(zt_sched_type t)
 static void write_scheduler(emitter *e, const zt_sched_cfg *s)
 {
     const char *name = sched_name(s->type);
-    if (!name)
-        return;
+    if (!name) return;
     open_obj(e, "scheduler");
     kv_str(e, "type", name);
     open_obj(e, "params");
@@ -184,8 +177,7 @@ static void write_scheduler(emitter *e, const zt_sched_cfg *s)
     }
     kv_int(e, "warmup_num_steps", s->warmup_num_steps);
     kv_str(e, "warmup_type", s->warmup_type == ZT_WARMUP_LINEAR ? "linear" : "log");
-    if (s->type != ZT_SCHED_WARMUP_LR)
-        kv_int(e, "total_num_steps", s->total_num_steps);
+    if (s->type != ZT_SCHED_WARMUP_LR) kv_int(e, "total_num_steps", s->total_num_steps);
     if (s->type == ZT_SCHED_WARMUP_COSINE_LR) {
         kv_num(e, "warmup_min_ratio", s->warmup_min_ratio);
         kv_num(e, "cos_min_ratio", s->cos_min_ratio);
@@ -199,8 +191,7 @@ static void write_offload(emitter *e, const char *k, const zt_offload_cfg *o, bo
     open_obj(e, k);
     kv_str(e, "device", o->enabled ? "cpu" : "none");
     kv_bool(e, "pin_memory", o->pin_memory);
-    if (with_ratio)
-        kv_num(e, "ratio", o->ratio);
+    if (with_ratio) kv_num(e, "ratio", o->ratio);
     close_obj(e);
 }
 
@@ -208,12 +199,9 @@ static void write_deepspeed(emitter *e, const zt_ds_cfg *d)
 {
     open_obj(e, "deepspeed");
     /* The triad as given, so that it can be re-resolved for another world size. */
-    if (d->given_train_batch_size)
-        kv_int(e, "train_batch_size", d->given_train_batch_size);
-    if (d->given_micro_batch)
-        kv_int(e, "train_micro_batch_size_per_gpu", d->given_micro_batch);
-    if (d->given_grad_accum)
-        kv_int(e, "gradient_accumulation_steps", d->given_grad_accum);
+    if (d->given_train_batch_size) kv_int(e, "train_batch_size", d->given_train_batch_size);
+    if (d->given_micro_batch) kv_int(e, "train_micro_batch_size_per_gpu", d->given_micro_batch);
+    if (d->given_grad_accum) kv_int(e, "gradient_accumulation_steps", d->given_grad_accum);
     kv_int(e, "steps_per_print", d->steps_per_print);
     kv_num(e, "gradient_clipping", d->gradient_clipping);
 
@@ -269,8 +257,7 @@ static void write_deepspeed(emitter *e, const zt_ds_cfg *d)
     }
     open_obj(e, "data_types");
     const char *accum = "fp32";
-    if (!d->grad_accum_fp32)
-        accum = d->precision == ZT_PREC_BF16 ? "bf16" : "fp16";
+    if (!d->grad_accum_fp32) accum = d->precision == ZT_PREC_BF16 ? "bf16" : "fp16";
     kv_str(e, "grad_accum_dtype", accum);
     close_obj(e);
     close_obj(e);
@@ -278,8 +265,7 @@ static void write_deepspeed(emitter *e, const zt_ds_cfg *d)
 
 char *zt_job_to_json(const zt_job *job)
 {
-    if (!job)
-        return NULL;
+    if (!job) return NULL;
     emitter e = {.first = true};
     open_obj(&e, NULL);
     kv_str(&e, "name", job->name);
@@ -299,8 +285,7 @@ char *zt_job_to_json(const zt_job *job)
 
     open_obj(&e, "data");
     kv_str(&e, "train", job->data.train);
-    if (job->data.val[0])
-        kv_str(&e, "val", job->data.val);
+    if (job->data.val[0]) kv_str(&e, "val", job->data.val);
     close_obj(&e);
 
     const zt_train_cfg *t = &job->train;

@@ -29,8 +29,7 @@ static bool sb_put(strbuf *b, const char *src, size_t k)
         while (cap < b->len + k + 1)
             cap *= 2;
         char *p = zt_realloc(b->p, cap);
-        if (!p)
-            return false;
+        if (!p) return false;
         b->p = p;
         b->cap = cap;
     }
@@ -70,8 +69,7 @@ static void skip_ws(scanner *sc)
 {
     while (sc->i < sc->n) {
         char c = sc->s[sc->i];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-            break;
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
         sc->i++;
     }
 }
@@ -84,33 +82,27 @@ static bool peek_is(const scanner *sc, char c)
 static bool expect(scanner *sc, char c)
 {
     skip_ws(sc);
-    if (!peek_is(sc, c))
-        return false;
+    if (!peek_is(sc, c)) return false;
     sc->i++;
     return true;
 }
 
 static int hexval(char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
 }
 
 /* Reads 4 hex digits at sc->i. */
 static bool scan_hex4(scanner *sc, uint32_t *out)
 {
-    if (sc->n - sc->i < 4)
-        return false;
+    if (sc->n - sc->i < 4) return false;
     uint32_t v = 0;
     for (int k = 0; k < 4; k++) {
         int h = hexval(sc->s[sc->i + (size_t)k]);
-        if (h < 0)
-            return false;
+        if (h < 0) return false;
         v = v * 16 + (uint32_t)h;
     }
     sc->i += 4;
@@ -122,8 +114,7 @@ static bool scan_hex4(scanner *sc, uint32_t *out)
  * is not NULL. */
 static bool scan_string(scanner *sc, strbuf *out)
 {
-    if (!peek_is(sc, '"'))
-        return false;
+    if (!peek_is(sc, '"')) return false;
     sc->i++;
     while (sc->i < sc->n) {
         char c = sc->s[sc->i];
@@ -131,32 +122,44 @@ static bool scan_string(scanner *sc, strbuf *out)
             sc->i++;
             return out ? sb_put(out, "", 0) : true;
         }
-        if ((unsigned char)c < 0x20)
-            return false;
+        if ((unsigned char)c < 0x20) return false;
         if (c != '\\') {
-            if (out && !sb_put(out, &c, 1))
-                return false;
+            if (out && !sb_put(out, &c, 1)) return false;
             sc->i++;
             continue;
         }
-        if (sc->i + 1 >= sc->n)
-            return false;
+        if (sc->i + 1 >= sc->n) return false;
         char e = sc->s[sc->i + 1];
         sc->i += 2;
         char lit;
         switch (e) {
-        case '"': lit = '"'; break;
-        case '\\': lit = '\\'; break;
-        case '/': lit = '/'; break;
-        case 'b': lit = '\b'; break;
-        case 'f': lit = '\f'; break;
-        case 'n': lit = '\n'; break;
-        case 'r': lit = '\r'; break;
-        case 't': lit = '\t'; break;
+        case '"':
+            lit = '"';
+            break;
+        case '\\':
+            lit = '\\';
+            break;
+        case '/':
+            lit = '/';
+            break;
+        case 'b':
+            lit = '\b';
+            break;
+        case 'f':
+            lit = '\f';
+            break;
+        case 'n':
+            lit = '\n';
+            break;
+        case 'r':
+            lit = '\r';
+            break;
+        case 't':
+            lit = '\t';
+            break;
         case 'u': {
             uint32_t cp;
-            if (!scan_hex4(sc, &cp))
-                return false;
+            if (!scan_hex4(sc, &cp)) return false;
             if (cp >= 0xD800 && cp < 0xDC00 && sc->n - sc->i >= 6 && sc->s[sc->i] == '\\' &&
                 sc->s[sc->i + 1] == 'u') {
                 scanner look = *sc;
@@ -167,15 +170,13 @@ static bool scan_string(scanner *sc, strbuf *out)
                     sc->i = look.i;
                 }
             }
-            if (out && !sb_put_utf8(out, cp))
-                return false;
+            if (out && !sb_put_utf8(out, cp)) return false;
             continue;
         }
         default:
             return false;
         }
-        if (out && !sb_put(out, &lit, 1))
-            return false;
+        if (out && !sb_put(out, &lit, 1)) return false;
     }
     return false;
 }
@@ -184,18 +185,15 @@ static bool scan_string(scanner *sc, strbuf *out)
 static bool skip_value(scanner *sc)
 {
     skip_ws(sc);
-    if (sc->i >= sc->n)
-        return false;
+    if (sc->i >= sc->n) return false;
     char c = sc->s[sc->i];
-    if (c == '"')
-        return scan_string(sc, NULL);
+    if (c == '"') return scan_string(sc, NULL);
     if (c == '{' || c == '[') {
         size_t depth = 0;
         while (sc->i < sc->n) {
             c = sc->s[sc->i];
             if (c == '"') {
-                if (!scan_string(sc, NULL))
-                    return false;
+                if (!scan_string(sc, NULL)) return false;
                 continue;
             }
             if (c == '{' || c == '[') {
@@ -235,57 +233,46 @@ zt_json_loc zt_json_offset_loc(const char *text, size_t len, size_t offset)
 /* Moves sc to the value of member `key` of the object at sc->i. */
 static bool find_member(scanner *sc, const char *key, strbuf *kb, size_t *key_off)
 {
-    if (!expect(sc, '{'))
-        return false;
+    if (!expect(sc, '{')) return false;
     skip_ws(sc);
-    if (peek_is(sc, '}'))
-        return false;
+    if (peek_is(sc, '}')) return false;
     size_t klen = strlen(key);
     for (;;) {
         skip_ws(sc);
         size_t ko = sc->i;
         kb->len = 0;
-        if (!scan_string(sc, kb) || !expect(sc, ':'))
-            return false;
+        if (!scan_string(sc, kb) || !expect(sc, ':')) return false;
         skip_ws(sc);
         if (kb->len == klen && memcmp(kb->p, key, klen) == 0) {
             *key_off = ko;
             return true;
         }
-        if (!skip_value(sc))
-            return false;
-        if (!expect(sc, ','))
-            return false;
+        if (!skip_value(sc)) return false;
+        if (!expect(sc, ',')) return false;
     }
 }
 
 /* Moves sc to element `index` of the array at sc->i. */
 static bool find_element(scanner *sc, long index)
 {
-    if (index < 0 || !expect(sc, '['))
-        return false;
+    if (index < 0 || !expect(sc, '[')) return false;
     skip_ws(sc);
-    if (peek_is(sc, ']'))
-        return false;
+    if (peek_is(sc, ']')) return false;
     for (long k = 0;; k++) {
         skip_ws(sc);
-        if (k == index)
-            return true;
-        if (!skip_value(sc) || !expect(sc, ','))
-            return false;
+        if (k == index) return true;
+        if (!skip_value(sc) || !expect(sc, ',')) return false;
     }
 }
 
 bool zt_json_locate(const char *text, size_t len, const zt_json_seg *path, size_t depth,
                     zt_json_loc *key_loc, zt_json_loc *value_loc)
 {
-    if (!text)
-        return false;
+    if (!text) return false;
     scanner sc = {text, len, 0};
     strbuf kb = {0};
     skip_ws(&sc);
-    if (sc.i >= len)
-        return false;
+    if (sc.i >= len) return false;
     size_t key_off = sc.i;
     bool ok = true;
     for (size_t d = 0; d < depth && ok; d++) {
@@ -297,12 +284,9 @@ bool zt_json_locate(const char *text, size_t len, const zt_json_seg *path, size_
         }
     }
     zt_free(kb.p);
-    if (!ok || sc.i >= len)
-        return false;
-    if (key_loc)
-        *key_loc = zt_json_offset_loc(text, len, key_off);
-    if (value_loc)
-        *value_loc = zt_json_offset_loc(text, len, sc.i);
+    if (!ok || sc.i >= len) return false;
+    if (key_loc) *key_loc = zt_json_offset_loc(text, len, key_off);
+    if (value_loc) *value_loc = zt_json_offset_loc(text, len, sc.i);
     return true;
 }
 
@@ -324,10 +308,8 @@ typedef struct dupwalk {
 static void path_append(char *out, size_t size, size_t *used, const char *s)
 {
     size_t k = strlen(s);
-    if (*used + 1 >= size)
-        return;
-    if (k > size - 1 - *used)
-        k = size - 1 - *used;
+    if (*used + 1 >= size) return;
+    if (k > size - 1 - *used) k = size - 1 - *used;
     memcpy(out + *used, s, k);
     *used += k;
     out[*used] = '\0';
@@ -336,13 +318,11 @@ static void path_append(char *out, size_t size, size_t *used, const char *s)
 static void write_path(dupwalk *w, size_t depth)
 {
     size_t used = 0;
-    if (w->path_size == 0)
-        return;
+    if (w->path_size == 0) return;
     w->path[0] = '\0';
     for (size_t d = 0; d < depth; d++) {
         if (w->stack[d].key) {
-            if (d > 0)
-                path_append(w->path, w->path_size, &used, ".");
+            if (d > 0) path_append(w->path, w->path_size, &used, ".");
             path_append(w->path, w->path_size, &used, w->stack[d].key);
         } else {
             char idx[32];
@@ -369,8 +349,7 @@ static int walk(dupwalk *w, size_t depth)
 {
     scanner *sc = &w->sc;
     skip_ws(sc);
-    if (depth >= ZT_JSON_MAX_DEPTH)
-        return -1;
+    if (depth >= ZT_JSON_MAX_DEPTH) return -1;
     if (peek_is(sc, '[')) {
         sc->i++;
         skip_ws(sc);
@@ -381,19 +360,16 @@ static int walk(dupwalk *w, size_t depth)
         for (long k = 0;; k++) {
             w->stack[depth] = (zt_json_seg){NULL, k};
             int r = walk(w, depth + 1);
-            if (r != 0)
-                return r;
+            if (r != 0) return r;
             skip_ws(sc);
             if (peek_is(sc, ']')) {
                 sc->i++;
                 return 0;
             }
-            if (!expect(sc, ','))
-                return -1;
+            if (!expect(sc, ',')) return -1;
         }
     }
-    if (!peek_is(sc, '{'))
-        return skip_value(sc) ? 0 : -1;
+    if (!peek_is(sc, '{')) return skip_value(sc) ? 0 : -1;
     sc->i++;
     keyrec *keys = NULL;
     size_t nkeys = 0, cap = 0;
@@ -433,8 +409,7 @@ static int walk(dupwalk *w, size_t depth)
             cap = ncap;
         }
         keys[nkeys++] = (keyrec){kb.p, kb.len, ko};
-        if (!expect(sc, ':'))
-            goto free_keys;
+        if (!expect(sc, ':')) goto free_keys;
         w->stack[depth] = (zt_json_seg){kb.p, 0};
         int r = walk(w, depth + 1);
         if (r != 0) {
@@ -447,8 +422,7 @@ static int walk(dupwalk *w, size_t depth)
             result = 0;
             goto free_keys;
         }
-        if (!expect(sc, ','))
-            goto free_keys;
+        if (!expect(sc, ',')) goto free_keys;
     }
 free_keys:
     for (size_t k = 0; k < nkeys; k++)
@@ -460,22 +434,17 @@ free_keys:
 bool zt_json_find_duplicate(const char *text, size_t len, char *path, size_t path_size,
                             zt_json_loc *first, zt_json_loc *second)
 {
-    if (!text)
-        return false;
+    if (!text) return false;
     dupwalk *w = zt_calloc(1, sizeof(*w));
-    if (!w)
-        return false;
+    if (!w) return false;
     w->sc = (scanner){text, len, 0};
     w->path = path;
     w->path_size = path ? path_size : 0;
-    if (path && path_size)
-        path[0] = '\0';
+    if (path && path_size) path[0] = '\0';
     bool found = walk(w, 0) == 1;
     if (found) {
-        if (first)
-            *first = zt_json_offset_loc(text, len, w->first);
-        if (second)
-            *second = zt_json_offset_loc(text, len, w->second);
+        if (first) *first = zt_json_offset_loc(text, len, w->first);
+        if (second) *second = zt_json_offset_loc(text, len, w->second);
     }
     zt_free(w);
     return found;

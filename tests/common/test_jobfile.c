@@ -22,13 +22,16 @@
 #endif
 
 /* ---- building blocks for small job texts (each section on its own line) ---- */
-#define BASE_MODEL "\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"
+#define BASE_MODEL                                                                                 \
+    "\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"
 #define L_MODEL "  \"model\": {" BASE_MODEL "},\n"
 #define L_DATA "  \"data\": {\"train\": \"d/train_*.bin\"},\n"
 #define L_TRAIN "  \"train\": {\"steps\": 10},\n"
 #define L_DS "  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2}\n"
 /* a job whose deepspeed object holds `body` after a valid micro batch */
-#define DS(body) "{\n" L_MODEL L_DATA L_TRAIN "  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2" body "\n  }\n}\n"
+#define DS(body)                                                                                   \
+    "{\n" L_MODEL L_DATA L_TRAIN "  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2" body    \
+    "\n  }\n}\n"
 /* a job whose deepspeed object is exactly `body` */
 #define DSRAW(body) "{\n" L_MODEL L_DATA L_TRAIN "  \"deepspeed\": {" body "}\n}\n"
 /* a job whose model section is `m` */
@@ -48,243 +51,519 @@ typedef struct bad_case {
 static const bad_case bad_cases[] = {
     /* ---- syntax ---- */
     {"trailing comma", "{\n  \"name\": \"x\",\n@}\n", ZT_ERR_CONFIG, {"string or '}' expected"}},
-    {"bad literal", DS(",\n    \"fp16\": {\"enabled\": tr@u}"), ZT_ERR_CONFIG, {"invalid token near 'tru'"}},
+    {"bad literal",
+     DS(",\n    \"fp16\": {\"enabled\": tr@u}"),
+     ZT_ERR_CONFIG,
+     {"invalid token near 'tru'"}},
     {"unclosed", "{\n  \"name\": \"x\"\n@", ZT_ERR_CONFIG, {"end of file"}},
-    {"duplicate top", "{\n  \"name\": \"a\",\n" L_MODEL "  @\"name\": \"b\"\n}", ZT_ERR_CONFIG,
+    {"duplicate top",
+     "{\n  \"name\": \"a\",\n" L_MODEL "  @\"name\": \"b\"\n}",
+     ZT_ERR_CONFIG,
      {": name: duplicate key (first at line 2, column 3); keep only one"}},
     {"duplicate nested",
-     DS(",\n    \"zero_optimization\": {\"stage\": 1,\n       @\"stage\": 2}"), ZT_ERR_CONFIG,
+     DS(",\n    \"zero_optimization\": {\"stage\": 1,\n       @\"stage\": 2}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.stage: duplicate key (first at line 6, column 27)"}},
     {"empty", "", ZT_ERR_CONFIG, {"t.json: the job file is empty; it must hold one JSON object"}},
     {"blank", " \n\t \n", ZT_ERR_CONFIG, {"the job file is empty"}},
-    {"array root", "\n  @[1, 2]", ZT_ERR_CONFIG, {"the job file must be a JSON object {...}, not an array"}},
-    {"big integer", TOP("  \"max_restarts\": 9999999999999999999@9,\n"), ZT_ERR_CONFIG, {"too big integer"}},
+    {"array root",
+     "\n  @[1, 2]",
+     ZT_ERR_CONFIG,
+     {"the job file must be a JSON object {...}, not an array"}},
+    {"big integer",
+     TOP("  \"max_restarts\": 9999999999999999999@9,\n"),
+     ZT_ERR_CONFIG,
+     {"too big integer"}},
 
     /* ---- unknown keys, with suggestions, at several depths ---- */
-    {"unknown top", "{\n  @\"modle\": {},\n" L_DATA L_TRAIN L_DS "}", ZT_ERR_CONFIG,
+    {"unknown top",
+     "{\n  @\"modle\": {},\n" L_DATA L_TRAIN L_DS "}",
+     ZT_ERR_CONFIG,
      {": modle: unknown key; did you mean \"model\"?"}},
-    {"unknown top no match", TOP("  @\"colour\": \"blue\",\n"), ZT_ERR_CONFIG,
+    {"unknown top no match",
+     TOP("  @\"colour\": \"blue\",\n"),
+     ZT_ERR_CONFIG,
      {": colour: unknown key; remove it (keys allowed here: name, model, data, train, resources, max_restarts, deepspeed)"}},
-    {"deepspeed key at top", TOP("  @\"train_batch_size\": 8,\n"), ZT_ERR_CONFIG,
+    {"deepspeed key at top",
+     TOP("  @\"train_batch_size\": 8,\n"),
+     ZT_ERR_CONFIG,
      {": train_batch_size: unknown key; it is a DeepSpeed key; move it inside \"deepspeed\""}},
-    {"unknown model", MODEL(BASE_MODEL ", @\"n_embed\": 8"), ZT_ERR_CONFIG,
+    {"unknown model",
+     MODEL(BASE_MODEL ", @\"n_embed\": 8"),
+     ZT_ERR_CONFIG,
      {": model.n_embed: unknown key; did you mean \"n_embd\"?"}},
-    {"unknown model case", MODEL(BASE_MODEL ", @\"Seed\": 8"), ZT_ERR_CONFIG,
+    {"unknown model case",
+     MODEL(BASE_MODEL ", @\"Seed\": 8"),
+     ZT_ERR_CONFIG,
      {": model.Seed: unknown key; did you mean \"seed\"?"}},
-    {"unknown data", "{\n" L_MODEL "  \"data\": {@\"training\": \"x\"},\n" L_TRAIN L_DS "}",
-     ZT_ERR_CONFIG, {": data.training: unknown key; did you mean \"train\"?"}},
-    {"unknown train", "{\n" L_MODEL L_DATA "  \"train\": {@\"step\": 10},\n" L_DS "}",
-     ZT_ERR_CONFIG, {": train.step: unknown key; did you mean \"steps\"?"}},
-    {"unknown resources", TOP("  \"resources\": {@\"rank\": 2},\n"), ZT_ERR_CONFIG,
+    {"unknown data",
+     "{\n" L_MODEL "  \"data\": {@\"training\": \"x\"},\n" L_TRAIN L_DS "}",
+     ZT_ERR_CONFIG,
+     {": data.training: unknown key; did you mean \"train\"?"}},
+    {"unknown train",
+     "{\n" L_MODEL L_DATA "  \"train\": {@\"step\": 10},\n" L_DS "}",
+     ZT_ERR_CONFIG,
+     {": train.step: unknown key; did you mean \"steps\"?"}},
+    {"unknown resources",
+     TOP("  \"resources\": {@\"rank\": 2},\n"),
+     ZT_ERR_CONFIG,
      {": resources.rank: unknown key; did you mean \"ranks\"?"}},
-    {"unknown ds", DS(",\n    @\"gradient_accumulation\": 2"), ZT_ERR_CONFIG,
+    {"unknown ds",
+     DS(",\n    @\"gradient_accumulation\": 2"),
+     ZT_ERR_CONFIG,
      {": deepspeed.gradient_accumulation: unknown key; did you mean \"gradient_accumulation_steps\"?"}},
-    {"unknown ds micro", DSRAW("\n    @\"train_micro_batch_size\": 2"), ZT_ERR_CONFIG,
+    {"unknown ds micro",
+     DSRAW("\n    @\"train_micro_batch_size\": 2"),
+     ZT_ERR_CONFIG,
      {"did you mean \"train_micro_batch_size_per_gpu\"?"}},
-    {"unknown zero", DS(",\n    \"zero_optimization\": {\n      \"stage\": 1,\n      @\"stag\": 2}"),
-     ZT_ERR_CONFIG, {": deepspeed.zero_optimization.stag: unknown key; did you mean \"stage\"?"}},
-    {"unknown offload", DS(",\n    \"zero_optimization\": {\"offload_optimizer\": {@\"devic\": \"cpu\"}}"),
-     ZT_ERR_CONFIG, {": deepspeed.zero_optimization.offload_optimizer.devic: unknown key; did you mean \"device\"?"}},
-    {"unknown adam param", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"weight_decy\": 0.1}}"),
-     ZT_ERR_CONFIG, {": deepspeed.optimizer.params.weight_decy: unknown key; did you mean \"weight_decay\"?"}},
-    {"unknown fp16", DS(",\n    \"fp16\": {@\"initial_scale\": 8}"), ZT_ERR_CONFIG,
+    {"unknown zero",
+     DS(",\n    \"zero_optimization\": {\n      \"stage\": 1,\n      @\"stag\": 2}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.zero_optimization.stag: unknown key; did you mean \"stage\"?"}},
+    {"unknown offload",
+     DS(",\n    \"zero_optimization\": {\"offload_optimizer\": {@\"devic\": \"cpu\"}}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.zero_optimization.offload_optimizer.devic: unknown key; did you mean \"device\"?"}},
+    {"unknown adam param",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"weight_decy\": 0.1}}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.optimizer.params.weight_decy: unknown key; did you mean \"weight_decay\"?"}},
+    {"unknown fp16",
+     DS(",\n    \"fp16\": {@\"initial_scale\": 8}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.fp16.initial_scale: unknown key; did you mean \"initial_scale_power\"?"}},
-    {"unknown actckpt", DS(",\n    \"activation_checkpointing\": {@\"partition_activation\": true}"), ZT_ERR_CONFIG,
+    {"unknown actckpt",
+     DS(",\n    \"activation_checkpointing\": {@\"partition_activation\": true}"),
+     ZT_ERR_CONFIG,
      {"did you mean \"partition_activations\"?"}},
     {"sched param of other type",
      DS(",\n    \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 10, @\"warmup_max_lr\": 0.1}}"),
-     ZT_ERR_CONFIG, {": deepspeed.scheduler.params.warmup_max_lr: unknown key; it is a parameter of WarmupLR and WarmupDecayLR"}},
-    {"sched total for WarmupLR", DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"total_num_steps\": 10}}"),
-     ZT_ERR_CONFIG, {"unknown key; it is a parameter of WarmupDecayLR and WarmupCosineLR"}},
+     ZT_ERR_CONFIG,
+     {": deepspeed.scheduler.params.warmup_max_lr: unknown key; it is a parameter of WarmupLR and WarmupDecayLR"}},
+    {"sched total for WarmupLR",
+     DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"total_num_steps\": 10}}"),
+     ZT_ERR_CONFIG,
+     {"unknown key; it is a parameter of WarmupDecayLR and WarmupCosineLR"}},
 
     /* ---- known DeepSpeed keys that zerotrain does not support ---- */
-    {"amp", DS(",\n    @\"amp\": {\"enabled\": true}"), ZT_ERR_CONFIG,
+    {"amp",
+     DS(",\n    @\"amp\": {\"enabled\": true}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.amp: \"amp\" is a DeepSpeed key that zerotrain does not support; remove it or set \"enabled\": false"}},
-    {"pipeline", DS(",\n    @\"pipeline\": {}"), ZT_ERR_CONFIG,
+    {"pipeline",
+     DS(",\n    @\"pipeline\": {}"),
+     ZT_ERR_CONFIG,
      {"\"pipeline\" is a DeepSpeed key that zerotrain does not support; remove it"}},
-    {"tensorboard on", DS(",\n    @\"tensorboard\": {\"enabled\": true}"), ZT_ERR_CONFIG,
+    {"tensorboard on",
+     DS(",\n    @\"tensorboard\": {\"enabled\": true}"),
+     ZT_ERR_CONFIG,
      {"\"tensorboard\" is a DeepSpeed key that zerotrain does not support"}},
-    {"checkpoint", DS(",\n    @\"checkpoint\": {\"load_universal\": true}"), ZT_ERR_CONFIG,
+    {"checkpoint",
+     DS(",\n    @\"checkpoint\": {\"load_universal\": true}"),
+     ZT_ERR_CONFIG,
      {"does not support; remove it; checkpointing is set in the job's \"train\" section"}},
-    {"wall clock on", DS(",\n    @\"wall_clock_breakdown\": true"), ZT_ERR_CONFIG,
+    {"wall clock on",
+     DS(",\n    @\"wall_clock_breakdown\": true"),
+     ZT_ERR_CONFIG,
      {"\"wall_clock_breakdown\" is a DeepSpeed key that zerotrain does not support; remove it or set it to false"}},
-    {"prescale on", DS(",\n    @\"prescale_gradients\": true"), ZT_ERR_CONFIG, {"\"prescale_gradients\" is a DeepSpeed key"}},
-    {"predivide", DS(",\n    @\"gradient_predivide_factor\": 1.0"), ZT_ERR_CONFIG, {"\"gradient_predivide_factor\" is a DeepSpeed key"}},
-    {"comm dtype", DS(",\n    @\"communication_data_type\": \"fp16\""), ZT_ERR_CONFIG, {"\"communication_data_type\" is a DeepSpeed key"}},
-    {"sub_group_size", DS(",\n    \"zero_optimization\": {\"stage\": 3, @\"sub_group_size\": 1e9}"), ZT_ERR_CONFIG,
+    {"prescale on",
+     DS(",\n    @\"prescale_gradients\": true"),
+     ZT_ERR_CONFIG,
+     {"\"prescale_gradients\" is a DeepSpeed key"}},
+    {"predivide",
+     DS(",\n    @\"gradient_predivide_factor\": 1.0"),
+     ZT_ERR_CONFIG,
+     {"\"gradient_predivide_factor\" is a DeepSpeed key"}},
+    {"comm dtype",
+     DS(",\n    @\"communication_data_type\": \"fp16\""),
+     ZT_ERR_CONFIG,
+     {"\"communication_data_type\" is a DeepSpeed key"}},
+    {"sub_group_size",
+     DS(",\n    \"zero_optimization\": {\"stage\": 3, @\"sub_group_size\": 1e9}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.sub_group_size: \"sub_group_size\" is a DeepSpeed key that zerotrain does not support"}},
-    {"round robin on", DS(",\n    \"zero_optimization\": {@\"round_robin_gradients\": true}"), ZT_ERR_CONFIG,
+    {"round robin on",
+     DS(",\n    \"zero_optimization\": {@\"round_robin_gradients\": true}"),
+     ZT_ERR_CONFIG,
      {"\"round_robin_gradients\" is a DeepSpeed key that zerotrain does not support; remove it or set it to false"}},
-    {"hpz", DS(",\n    \"zero_optimization\": {@\"zero_hpz_partition_size\": 8}"), ZT_ERR_CONFIG,
+    {"hpz",
+     DS(",\n    \"zero_optimization\": {@\"zero_hpz_partition_size\": 8}"),
+     ZT_ERR_CONFIG,
      {"does not support; remove it or set it to 1"}},
-    {"quantized weights", DS(",\n    \"zero_optimization\": {@\"zero_quantized_weights\": true}"), ZT_ERR_CONFIG,
+    {"quantized weights",
+     DS(",\n    \"zero_optimization\": {@\"zero_quantized_weights\": true}"),
+     ZT_ERR_CONFIG,
      {"\"zero_quantized_weights\" is a DeepSpeed key"}},
-    {"cpu_offload legacy", DS(",\n    \"zero_optimization\": {@\"cpu_offload\": true}"), ZT_ERR_CONFIG,
+    {"cpu_offload legacy",
+     DS(",\n    \"zero_optimization\": {@\"cpu_offload\": true}"),
+     ZT_ERR_CONFIG,
      {"use \"offload_optimizer\": {\"device\": \"cpu\"}"}},
-    {"nvme", DS(",\n    \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {@\"device\": \"nvme\"}}"), ZT_ERR_CONFIG,
+    {"nvme",
+     DS(",\n    \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {@\"device\": \"nvme\"}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.offload_optimizer.device: \"nvme\" is a DeepSpeed offload device that zerotrain does not support; use \"cpu\" or \"none\""}},
-    {"nvme path", DS(",\n    \"zero_optimization\": {\"offload_param\": {@\"nvme_path\": \"/nvme\"}}"), ZT_ERR_CONFIG,
+    {"nvme path",
+     DS(",\n    \"zero_optimization\": {\"offload_param\": {@\"nvme_path\": \"/nvme\"}}"),
+     ZT_ERR_CONFIG,
      {"\"nvme_path\" is a DeepSpeed key"}},
-    {"lamb", DS(",\n    \"optimizer\": {@\"type\": \"Lamb\"}"), ZT_ERR_CONFIG,
+    {"lamb",
+     DS(",\n    \"optimizer\": {@\"type\": \"Lamb\"}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.optimizer.type: \"Lamb\" is a DeepSpeed optimizer that zerotrain does not support; use \"AdamW\" or \"Adam\""}},
-    {"onebitadam", DS(",\n    \"optimizer\": {@\"type\": \"OneBitAdam\"}"), ZT_ERR_CONFIG, {"\"OneBitAdam\" is a DeepSpeed optimizer"}},
-    {"lion", DS(",\n    \"optimizer\": {@\"type\": \"Lion\"}"), ZT_ERR_CONFIG, {"\"Lion\" is a DeepSpeed optimizer"}},
-    {"typo optimizer", DS(",\n    \"optimizer\": {@\"type\": \"Adamm\"}"), ZT_ERR_CONFIG,
+    {"onebitadam",
+     DS(",\n    \"optimizer\": {@\"type\": \"OneBitAdam\"}"),
+     ZT_ERR_CONFIG,
+     {"\"OneBitAdam\" is a DeepSpeed optimizer"}},
+    {"lion",
+     DS(",\n    \"optimizer\": {@\"type\": \"Lion\"}"),
+     ZT_ERR_CONFIG,
+     {"\"Lion\" is a DeepSpeed optimizer"}},
+    {"typo optimizer",
+     DS(",\n    \"optimizer\": {@\"type\": \"Adamm\"}"),
+     ZT_ERR_CONFIG,
      {"unknown optimizer \"Adamm\"; did you mean \"Adam\"?"}},
-    {"max_grad_norm", DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {@\"max_grad_norm\": 1.0}}"), ZT_ERR_CONFIG,
-     {": deepspeed.optimizer.params.max_grad_norm: \"max_grad_norm\" is a DeepSpeed key", "use the top-level \"gradient_clipping\" instead"}},
-    {"amsgrad", DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {@\"amsgrad\": true}}"), ZT_ERR_CONFIG,
+    {"max_grad_norm",
+     DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {@\"max_grad_norm\": 1.0}}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.optimizer.params.max_grad_norm: \"max_grad_norm\" is a DeepSpeed key",
+      "use the top-level \"gradient_clipping\" instead"}},
+    {"amsgrad",
+     DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {@\"amsgrad\": true}}"),
+     ZT_ERR_CONFIG,
      {"\"amsgrad\" is a DeepSpeed key that zerotrain does not support; remove it or set it to false"}},
-    {"torch_adam", DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {@\"torch_adam\": true}}"), ZT_ERR_CONFIG,
+    {"torch_adam",
+     DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {@\"torch_adam\": true}}"),
+     ZT_ERR_CONFIG,
      {"\"torch_adam\" is a DeepSpeed key"}},
-    {"legacy_fusion", DS(",\n    \"optimizer\": {\"type\": \"Adam\", @\"legacy_fusion\": true}"), ZT_ERR_CONFIG,
+    {"legacy_fusion",
+     DS(",\n    \"optimizer\": {\"type\": \"Adam\", @\"legacy_fusion\": true}"),
+     ZT_ERR_CONFIG,
      {"\"legacy_fusion\" is a DeepSpeed key"}},
-    {"onecycle", DS(",\n    \"scheduler\": {@\"type\": \"OneCycle\", \"params\": {}}"), ZT_ERR_CONFIG,
+    {"onecycle",
+     DS(",\n    \"scheduler\": {@\"type\": \"OneCycle\", \"params\": {}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.scheduler.type: \"OneCycle\" is a DeepSpeed scheduler that zerotrain does not support"}},
-    {"lrrangetest", DS(",\n    \"scheduler\": {@\"type\": \"LRRangeTest\"}"), ZT_ERR_CONFIG, {"\"LRRangeTest\" is a DeepSpeed scheduler"}},
-    {"scheduler case", DS(",\n    \"scheduler\": {@\"type\": \"warmuplr\"}"), ZT_ERR_CONFIG,
+    {"lrrangetest",
+     DS(",\n    \"scheduler\": {@\"type\": \"LRRangeTest\"}"),
+     ZT_ERR_CONFIG,
+     {"\"LRRangeTest\" is a DeepSpeed scheduler"}},
+    {"scheduler case",
+     DS(",\n    \"scheduler\": {@\"type\": \"warmuplr\"}"),
+     ZT_ERR_CONFIG,
      {"unknown scheduler \"warmuplr\"; did you mean \"WarmupLR\"?"}},
-    {"last_batch_iteration", DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"last_batch_iteration\": 5}}"),
-     ZT_ERR_CONFIG, {"\"last_batch_iteration\" is a DeepSpeed key", "or set it to -1"}},
-    {"auto_cast on", DS(",\n    \"fp16\": {\"enabled\": true, @\"auto_cast\": true}"), ZT_ERR_CONFIG,
+    {"last_batch_iteration",
+     DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"last_batch_iteration\": 5}}"),
+     ZT_ERR_CONFIG,
+     {"\"last_batch_iteration\" is a DeepSpeed key", "or set it to -1"}},
+    {"auto_cast on",
+     DS(",\n    \"fp16\": {\"enabled\": true, @\"auto_cast\": true}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.fp16.auto_cast: \"auto_cast\" is a DeepSpeed key"}},
-    {"bf16 immediate", DS(",\n    \"bf16\": {@\"immediate_grad_update\": true}"), ZT_ERR_CONFIG,
+    {"bf16 immediate",
+     DS(",\n    \"bf16\": {@\"immediate_grad_update\": true}"),
+     ZT_ERR_CONFIG,
      {"\"immediate_grad_update\" is a DeepSpeed key"}},
-    {"bf16 and alias", DS(",\n    \"bf16\": {\"enabled\": true},\n    @\"bfloat16\": {\"enabled\": true}"), ZT_ERR_CONFIG,
+    {"bf16 and alias",
+     DS(",\n    \"bf16\": {\"enabled\": true},\n    @\"bfloat16\": {\"enabled\": true}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.bfloat16: is an alias of \"bf16\", which is also given; keep only one of them"}},
 
     /* ---- types ---- */
-    {"n_layer string", MODEL("@\"n_layer\": \"2\", \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"),
-     ZT_ERR_CONFIG, {": model.n_layer: must be a positive integer (got \"2\")"}},
-    {"n_layer fraction", MODEL("@\"n_layer\": 2.5, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"),
-     ZT_ERR_CONFIG, {": model.n_layer: must be a positive integer (got 2.5)"}},
-    {"steps huge", "{\n" L_MODEL L_DATA "  \"train\": {@\"steps\": 1e30},\n" L_DS "}", ZT_ERR_CONFIG,
+    {"n_layer string",
+     MODEL(
+         "@\"n_layer\": \"2\", \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"),
+     ZT_ERR_CONFIG,
+     {": model.n_layer: must be a positive integer (got \"2\")"}},
+    {"n_layer fraction",
+     MODEL(
+         "@\"n_layer\": 2.5, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"),
+     ZT_ERR_CONFIG,
+     {": model.n_layer: must be a positive integer (got 2.5)"}},
+    {"steps huge",
+     "{\n" L_MODEL L_DATA "  \"train\": {@\"steps\": 1e30},\n" L_DS "}",
+     ZT_ERR_CONFIG,
      {": train.steps: must be a positive integer (got 1e+30)"}},
-    {"model not object", "{\n  @\"model\": \"gpt2\",\n" L_DATA L_TRAIN L_DS "}", ZT_ERR_CONFIG,
+    {"long string value",
+     MODEL(
+         "@\"n_layer\": \"0123456789012345678901234567890123456789012345678901234567890123456789\", \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"),
+     ZT_ERR_CONFIG,
+     {"model.n_layer: must be a positive integer (got \"012345678901234567890123456789012345678901234567890123456...\")"}},
+    {"control chars in value",
+     TOP("  \"resources\": {@\"device\": \"g\\tp\\nu\"},\n"),
+     ZT_ERR_CONFIG,
+     {"resources.device: must be \"cpu\" or \"cuda\" (got \"g?p?u\")"}},
+    {"control chars in key",
+     TOP("  \"resources\": {@\"ra\\nks\": 1},\n"),
+     ZT_ERR_CONFIG,
+     {": resources.ra?ks: unknown key; did you mean \"ranks\"?"}},
+    {"model not object",
+     "{\n  @\"model\": \"gpt2\",\n" L_DATA L_TRAIN L_DS "}",
+     ZT_ERR_CONFIG,
      {": model: must be an object {...} (got \"gpt2\")"}},
-    {"overlap string", DS(",\n    \"zero_optimization\": {@\"overlap_comm\": \"yes\"}"), ZT_ERR_CONFIG,
+    {"overlap string",
+     DS(",\n    \"zero_optimization\": {@\"overlap_comm\": \"yes\"}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.overlap_comm: must be true or false (got \"yes\")"}},
-    {"fp16 enabled 1", DS(",\n    \"fp16\": {@\"enabled\": 1}"), ZT_ERR_CONFIG, {"fp16.enabled: must be true or false (got 1)"}},
-    {"lr string", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"lr\": \"fast\"}}"), ZT_ERR_CONFIG,
+    {"fp16 enabled 1",
+     DS(",\n    \"fp16\": {@\"enabled\": 1}"),
+     ZT_ERR_CONFIG,
+     {"fp16.enabled: must be true or false (got 1)"}},
+    {"lr string",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"lr\": \"fast\"}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.optimizer.params.lr: must be a number (got \"fast\")"}},
-    {"betas short", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"betas\": [0.9]}}"), ZT_ERR_CONFIG,
+    {"betas short",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"betas\": [0.9]}}"),
+     ZT_ERR_CONFIG,
      {"params.betas: must be a list of two numbers [beta1, beta2], each in [0, 1) (got a list of 1)"}},
-    {"betas element type", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, @\"x\"]}}"), ZT_ERR_CONFIG,
+    {"betas element type",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, @\"x\"]}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.optimizer.params.betas[1]: must be a number (got \"x\")"}},
-    {"deepspeed number", "{\n" L_MODEL L_DATA L_TRAIN "  @\"deepspeed\": 3\n}", ZT_ERR_CONFIG,
+    {"deepspeed number",
+     "{\n" L_MODEL L_DATA L_TRAIN "  @\"deepspeed\": 3\n}",
+     ZT_ERR_CONFIG,
      {": deepspeed: must be an object {...} or the path of a DeepSpeed JSON file (got 3)"}},
-    {"zero_optimization list", DS(",\n    @\"zero_optimization\": [1]"), ZT_ERR_CONFIG, {"must be an object {...} (got an array)"}},
+    {"zero_optimization list",
+     DS(",\n    @\"zero_optimization\": [1]"),
+     ZT_ERR_CONFIG,
+     {"must be an object {...} (got an array)"}},
     {"name type", TOP("  @\"name\": 7,\n"), ZT_ERR_CONFIG, {": name: must be a string (got 7)"}},
-    {"init empty", MODEL(BASE_MODEL ", @\"init\": \"\""), ZT_ERR_CONFIG, {"model.init: must be a non-empty string"}},
+    {"init empty",
+     MODEL(BASE_MODEL ", @\"init\": \"\""),
+     ZT_ERR_CONFIG,
+     {"model.init: must be a non-empty string"}},
 
     /* ---- out of range ---- */
-    {"n_layer zero", MODEL("@\"n_layer\": 0, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"),
-     ZT_ERR_CONFIG, {"model.n_layer: must be a positive integer (got 0)"}},
-    {"n_head divides", MODEL("\"n_layer\": 2, @\"n_head\": 5, \"n_embd\": 128, \"block_size\": 16, \"vocab_size\": 100"),
-     ZT_ERR_CONFIG, {": model.n_head: must be a positive integer that divides n_embd (got 5 for n_embd 128)"}},
-    {"vocab too big", MODEL("\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, @\"vocab_size\": 70000"),
-     ZT_ERR_CONFIG, {": model.vocab_size: must be an integer from 1 to 65536 (got 70000)"}},
-    {"padded too small", MODEL(BASE_MODEL ", @\"padded_vocab_size\": 64"), ZT_ERR_CONFIG,
+    {"n_layer zero",
+     MODEL(
+         "@\"n_layer\": 0, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, \"vocab_size\": 100"),
+     ZT_ERR_CONFIG,
+     {"model.n_layer: must be a positive integer (got 0)"}},
+    {"n_head divides",
+     MODEL(
+         "\"n_layer\": 2, @\"n_head\": 5, \"n_embd\": 128, \"block_size\": 16, \"vocab_size\": 100"),
+     ZT_ERR_CONFIG,
+     {": model.n_head: must be a positive integer that divides n_embd (got 5 for n_embd 128)"}},
+    {"vocab too big",
+     MODEL(
+         "\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"block_size\": 16, @\"vocab_size\": 70000"),
+     ZT_ERR_CONFIG,
+     {": model.vocab_size: must be an integer from 1 to 65536 (got 70000)"}},
+    {"padded too small",
+     MODEL(BASE_MODEL ", @\"padded_vocab_size\": 64"),
+     ZT_ERR_CONFIG,
      {": model.padded_vocab_size: must be >= vocab_size (got 64 for vocab_size 100)"}},
-    {"arch", MODEL(BASE_MODEL ", @\"arch\": \"llama\""), ZT_ERR_CONFIG,
+    {"arch",
+     MODEL(BASE_MODEL ", @\"arch\": \"llama\""),
+     ZT_ERR_CONFIG,
      {": model.arch: unsupported architecture \"llama\"; zerotrain implements \"gpt2\" only"}},
-    {"seed negative", MODEL(BASE_MODEL ", @\"seed\": -1"), ZT_ERR_CONFIG, {"model.seed: must be a non-negative integer (got -1)"}},
-    {"steps negative", "{\n" L_MODEL L_DATA "  \"train\": {@\"steps\": -1},\n" L_DS "}", ZT_ERR_CONFIG,
+    {"seed negative",
+     MODEL(BASE_MODEL ", @\"seed\": -1"),
+     ZT_ERR_CONFIG,
+     {"model.seed: must be a non-negative integer (got -1)"}},
+    {"steps negative",
+     "{\n" L_MODEL L_DATA "  \"train\": {@\"steps\": -1},\n" L_DS "}",
+     ZT_ERR_CONFIG,
      {"train.steps: must be a positive integer (got -1)"}},
-    {"keep negative", "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"keep_checkpoints\": -2},\n" L_DS "}", ZT_ERR_CONFIG,
+    {"keep negative",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"keep_checkpoints\": -2},\n" L_DS "}",
+     ZT_ERR_CONFIG,
      {"train.keep_checkpoints: must be a non-negative integer (got -2)"}},
-    {"eval_steps zero", "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"eval_steps\": 0},\n" L_DS "}", ZT_ERR_CONFIG,
+    {"eval_steps zero",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"eval_steps\": 0},\n" L_DS "}",
+     ZT_ERR_CONFIG,
      {"train.eval_steps: must be a positive integer (got 0)"}},
-    {"max_restarts negative", TOP("  @\"max_restarts\": -1,\n"), ZT_ERR_CONFIG, {": max_restarts: must be a non-negative integer (got -1)"}},
-    {"ranks zero", TOP("  \"resources\": {@\"ranks\": 0},\n"), ZT_ERR_CONFIG, {"resources.ranks: must be a positive integer (got 0)"}},
-    {"ranks_per_node", TOP("  \"resources\": {\"ranks\": 2, @\"ranks_per_node\": 4},\n"), ZT_ERR_CONFIG,
+    {"max_restarts negative",
+     TOP("  @\"max_restarts\": -1,\n"),
+     ZT_ERR_CONFIG,
+     {": max_restarts: must be a non-negative integer (got -1)"}},
+    {"ranks zero",
+     TOP("  \"resources\": {@\"ranks\": 0},\n"),
+     ZT_ERR_CONFIG,
+     {"resources.ranks: must be a positive integer (got 0)"}},
+    {"ranks_per_node",
+     TOP("  \"resources\": {\"ranks\": 2, @\"ranks_per_node\": 4},\n"),
+     ZT_ERR_CONFIG,
      {": resources.ranks_per_node: must be at most ranks (got 4 for ranks 2)"}},
-    {"device", TOP("  \"resources\": {@\"device\": \"gpu\"},\n"), ZT_ERR_CONFIG,
+    {"device",
+     TOP("  \"resources\": {@\"device\": \"gpu\"},\n"),
+     ZT_ERR_CONFIG,
      {": resources.device: must be \"cpu\" or \"cuda\" (got \"gpu\")"}},
-    {"name chars", TOP("  @\"name\": \"my job\",\n"), ZT_ERR_CONFIG,
+    {"name chars",
+     TOP("  @\"name\": \"my job\",\n"),
+     ZT_ERR_CONFIG,
      {": name: must start with a letter or digit and hold only letters, digits, '-', '_' and '.' (got \"my job\")"}},
-    {"stage 4", DS(",\n    \"zero_optimization\": {@\"stage\": 4}"), ZT_ERR_CONFIG,
+    {"stage 4",
+     DS(",\n    \"zero_optimization\": {@\"stage\": 4}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.stage: must be an integer from 0 to 3 (got 4)"}},
-    {"bucket zero", DS(",\n    \"zero_optimization\": {@\"reduce_bucket_size\": 0}"), ZT_ERR_CONFIG,
+    {"bucket zero",
+     DS(",\n    \"zero_optimization\": {@\"reduce_bucket_size\": 0}"),
+     ZT_ERR_CONFIG,
      {"reduce_bucket_size: must be a positive integer (got 0)"}},
-    {"allgather odd", DS(",\n    \"zero_optimization\": {@\"allgather_bucket_size\": 5}"), ZT_ERR_CONFIG,
+    {"allgather odd",
+     DS(",\n    \"zero_optimization\": {@\"allgather_bucket_size\": 5}"),
+     ZT_ERR_CONFIG,
      {"allgather_bucket_size: must be even (got 5)"}},
-    {"ratio", DS(",\n    \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", @\"ratio\": 1.5}}"), ZT_ERR_CONFIG,
+    {"ratio",
+     DS(",\n    \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", @\"ratio\": 1.5}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.offload_optimizer.ratio: must be a number in [0, 1] (got 1.5)"}},
-    {"offload_param stage 2", DS(",\n    \"zero_optimization\": {\"stage\": 2, \"offload_param\": {@\"device\": \"cpu\"}}"), ZT_ERR_CONFIG,
+    {"offload_param stage 2",
+     DS(",\n    \"zero_optimization\": {\"stage\": 2, \"offload_param\": {@\"device\": \"cpu\"}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.offload_param.device: offloading parameters needs zero_optimization.stage 3 (stage is 2)"}},
-    {"offload device", DS(",\n    \"zero_optimization\": {\"offload_optimizer\": {@\"device\": \"gpu\"}}"), ZT_ERR_CONFIG,
+    {"offload device",
+     DS(",\n    \"zero_optimization\": {\"offload_optimizer\": {@\"device\": \"gpu\"}}"),
+     ZT_ERR_CONFIG,
      {"must be \"none\" or \"cpu\" (got \"gpu\")"}},
-    {"lr negative", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"lr\": -0.1}}"), ZT_ERR_CONFIG,
+    {"lr negative",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"lr\": -0.1}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.optimizer.params.lr: must be a number >= 0 (got -0.1)"}},
-    {"eps zero", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"eps\": 0}}"), ZT_ERR_CONFIG,
+    {"eps zero",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"eps\": 0}}"),
+     ZT_ERR_CONFIG,
      {"params.eps: must be a number > 0 (got 0)"}},
-    {"weight decay negative", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"weight_decay\": -1}}"), ZT_ERR_CONFIG,
+    {"weight decay negative",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"weight_decay\": -1}}"),
+     ZT_ERR_CONFIG,
      {"must be a number >= 0 (got -1)"}},
-    {"beta2 one", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, @1.0]}}"), ZT_ERR_CONFIG,
+    {"beta2 one",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, @1.0]}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.optimizer.params.betas[1]: must be a number in [0, 1) (got 1)"}},
-    {"beta1 negative", DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [@-0.1, 0.9]}}"), ZT_ERR_CONFIG,
+    {"beta1 negative",
+     DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [@-0.1, 0.9]}}"),
+     ZT_ERR_CONFIG,
      {"betas[0]: must be a number in [0, 1) (got -0.1)"}},
-    {"hysteresis", DS(",\n    \"fp16\": {\"enabled\": true, @\"hysteresis\": 0}"), ZT_ERR_CONFIG,
+    {"hysteresis",
+     DS(",\n    \"fp16\": {\"enabled\": true, @\"hysteresis\": 0}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.fp16.hysteresis: must be a positive integer (got 0)"}},
-    {"min loss scale", DS(",\n    \"fp16\": {\"enabled\": true, @\"min_loss_scale\": 0}"), ZT_ERR_CONFIG,
+    {"min loss scale",
+     DS(",\n    \"fp16\": {\"enabled\": true, @\"min_loss_scale\": 0}"),
+     ZT_ERR_CONFIG,
      {"fp16.min_loss_scale: must be a number > 0 (got 0)"}},
-    {"loss scale negative", DS(",\n    \"fp16\": {@\"loss_scale\": -1}"), ZT_ERR_CONFIG, {"fp16.loss_scale: must be a number >= 0"}},
-    {"scale power", DS(",\n    \"fp16\": {@\"initial_scale_power\": 100}"), ZT_ERR_CONFIG,
+    {"loss scale negative",
+     DS(",\n    \"fp16\": {@\"loss_scale\": -1}"),
+     ZT_ERR_CONFIG,
+     {"fp16.loss_scale: must be a number >= 0"}},
+    {"scale power",
+     DS(",\n    \"fp16\": {@\"initial_scale_power\": 100}"),
+     ZT_ERR_CONFIG,
      {"must be an integer from 0 to 64 (got 100)"}},
-    {"clipping negative", DS(",\n    @\"gradient_clipping\": -1"), ZT_ERR_CONFIG, {": deepspeed.gradient_clipping: must be a number >= 0 (got -1)"}},
-    {"steps_per_print", DS(",\n    @\"steps_per_print\": 0"), ZT_ERR_CONFIG, {"steps_per_print: must be a positive integer (got 0)"}},
-    {"warmup negative", DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"warmup_num_steps\": -5}}"), ZT_ERR_CONFIG,
+    {"clipping negative",
+     DS(",\n    @\"gradient_clipping\": -1"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.gradient_clipping: must be a number >= 0 (got -1)"}},
+    {"steps_per_print",
+     DS(",\n    @\"steps_per_print\": 0"),
+     ZT_ERR_CONFIG,
+     {"steps_per_print: must be a positive integer (got 0)"}},
+    {"warmup negative",
+     DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"warmup_num_steps\": -5}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.scheduler.params.warmup_num_steps: must be a non-negative integer (got -5)"}},
-    {"warmup type", DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"warmup_type\": \"cosine\"}}"), ZT_ERR_CONFIG,
+    {"warmup type",
+     DS(",\n    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {@\"warmup_type\": \"cosine\"}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.scheduler.params.warmup_type: must be \"log\" or \"linear\" (got \"cosine\")"}},
-    {"decay without total", DS(",\n    \"scheduler\": {\"type\": \"WarmupDecayLR\", @\"params\": {\"warmup_num_steps\": 5}}"), ZT_ERR_CONFIG,
+    {"decay without total",
+     DS(",\n    \"scheduler\": {\"type\": \"WarmupDecayLR\", @\"params\": {\"warmup_num_steps\": 5}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.scheduler.params.total_num_steps: missing; WarmupDecayLR needs the step where the schedule ends, e.g. the job's train.steps (10)"}},
-    {"cosine without params", DS(",\n    @\"scheduler\": {\"type\": \"WarmupCosineLR\"}"), ZT_ERR_CONFIG,
+    {"cosine without params",
+     DS(",\n    @\"scheduler\": {\"type\": \"WarmupCosineLR\"}"),
+     ZT_ERR_CONFIG,
      {"scheduler.params.total_num_steps: missing; WarmupCosineLR needs"}},
-    {"cosine total <= warmup", DS(",\n    \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {@\"total_num_steps\": 100}}"), ZT_ERR_CONFIG,
+    {"cosine total <= warmup",
+     DS(",\n    \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {@\"total_num_steps\": 100}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.scheduler.params.total_num_steps: must be greater than warmup_num_steps (got 100 <= 1000, the default)"}},
-    {"cos ratio", DS(",\n    \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 10, \"warmup_num_steps\": 1, @\"cos_min_ratio\": 2}}"),
-     ZT_ERR_CONFIG, {"cos_min_ratio: must be a number in [0, 1] (got 2)"}},
-    {"scheduler no type", DS(",\n    @\"scheduler\": {\"params\": {}}"), ZT_ERR_CONFIG,
+    {"cos ratio",
+     DS(",\n    \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 10, \"warmup_num_steps\": 1, @\"cos_min_ratio\": 2}}"),
+     ZT_ERR_CONFIG,
+     {"cos_min_ratio: must be a number in [0, 1] (got 2)"}},
+    {"scheduler no type",
+     DS(",\n    @\"scheduler\": {\"params\": {}}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.scheduler.type: missing; add it (\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\")"}},
-    {"optimizer no type", DS(",\n    @\"optimizer\": {}"), ZT_ERR_CONFIG, {": deepspeed.optimizer.type: missing; add it"}},
+    {"optimizer no type",
+     DS(",\n    @\"optimizer\": {}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.optimizer.type: missing; add it"}},
 
     /* ---- precision ---- */
-    {"fp16 and bf16", DS(",\n    \"fp16\": {\"enabled\": true},\n    \"bf16\": {@\"enabled\": true}"), ZT_ERR_CONFIG,
+    {"fp16 and bf16",
+     DS(",\n    \"fp16\": {\"enabled\": true},\n    \"bf16\": {@\"enabled\": true}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.bf16.enabled: fp16 and bf16 cannot both be enabled", "enable at most one"}},
-    {"fp16 and bfloat16", DS(",\n    \"bfloat16\": {@\"enabled\": true},\n    \"fp16\": {\"enabled\": true}"), ZT_ERR_CONFIG,
+    {"fp16 and bfloat16",
+     DS(",\n    \"bfloat16\": {@\"enabled\": true},\n    \"fp16\": {\"enabled\": true}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.bfloat16.enabled: fp16 and bf16 cannot both be enabled"}},
-    {"accum bf16 under fp16", DS(",\n    \"fp16\": {\"enabled\": true},\n    \"data_types\": {@\"grad_accum_dtype\": \"bf16\"}"), ZT_ERR_CONFIG,
+    {"accum bf16 under fp16",
+     DS(",\n    \"fp16\": {\"enabled\": true},\n    \"data_types\": {@\"grad_accum_dtype\": \"bf16\"}"),
+     ZT_ERR_CONFIG,
      {": deepspeed.data_types.grad_accum_dtype: \"bf16\" does not match the training precision fp16; use \"fp32\" or \"fp16\""}},
-    {"accum fp16 under fp32", DS(",\n    \"data_types\": {@\"grad_accum_dtype\": \"fp16\"}"), ZT_ERR_CONFIG,
+    {"accum fp16 under fp32",
+     DS(",\n    \"data_types\": {@\"grad_accum_dtype\": \"fp16\"}"),
+     ZT_ERR_CONFIG,
      {"\"fp16\" needs fp16 training, but neither fp16 nor bf16 is enabled; use \"fp32\" or enable fp16"}},
-    {"accum dtype", DS(",\n    \"data_types\": {@\"grad_accum_dtype\": \"int8\"}"), ZT_ERR_CONFIG,
+    {"accum dtype",
+     DS(",\n    \"data_types\": {@\"grad_accum_dtype\": \"int8\"}"),
+     ZT_ERR_CONFIG,
      {"must be \"fp32\", \"fp16\" or \"bf16\" (got \"int8\")"}},
 
     /* ---- missing sections and keys ---- */
-    {"no model", "@{\n" L_DATA L_TRAIN L_DS "}", ZT_ERR_CONFIG, {"t.json:1:1: model: missing; add the model"}},
+    {"no model",
+     "@{\n" L_DATA L_TRAIN L_DS "}",
+     ZT_ERR_CONFIG,
+     {"t.json:1:1: model: missing; add the model"}},
     {"no data", "@{\n" L_MODEL L_TRAIN L_DS "}", ZT_ERR_CONFIG, {"t.json:1:1: data: missing"}},
-    {"no data.train", "{\n" L_MODEL "  @\"data\": {\"val\": \"v.bin\"},\n" L_TRAIN L_DS "}", ZT_ERR_CONFIG,
+    {"no data.train",
+     "{\n" L_MODEL "  @\"data\": {\"val\": \"v.bin\"},\n" L_TRAIN L_DS "}",
+     ZT_ERR_CONFIG,
      {": data.train: missing; add it (a glob of training shards"}},
-    {"no steps", "{\n" L_MODEL L_DATA "  @\"train\": {\"eval_every\": 5},\n" L_DS "}", ZT_ERR_CONFIG,
+    {"no steps",
+     "{\n" L_MODEL L_DATA "  @\"train\": {\"eval_every\": 5},\n" L_DS "}",
+     ZT_ERR_CONFIG,
      {": train.steps: missing; add it"}},
-    {"no n_embd", "{\n  @\"model\": {\"n_layer\": 2, \"n_head\": 2, \"block_size\": 16, \"vocab_size\": 100},\n" L_DATA L_TRAIN L_DS "}",
-     ZT_ERR_CONFIG, {": model.n_embd: missing; add it (a positive integer)"}},
-    {"no deepspeed", "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 10}\n}", ZT_ERR_CONFIG,
+    {"no n_embd",
+     "{\n  @\"model\": {\"n_layer\": 2, \"n_head\": 2, \"block_size\": 16, \"vocab_size\": 100},\n" L_DATA
+         L_TRAIN L_DS "}",
+     ZT_ERR_CONFIG,
+     {": model.n_embd: missing; add it (a positive integer)"}},
+    {"no deepspeed",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 10}\n}",
+     ZT_ERR_CONFIG,
      {"t.json:1:1: deepspeed: missing; add the DeepSpeed config"}},
-    {"no batch", DSRAW("\n    @\"gradient_accumulation_steps\": 2"), ZT_ERR_CONFIG,
+    {"no batch",
+     DSRAW("\n    @\"gradient_accumulation_steps\": 2"),
+     ZT_ERR_CONFIG,
      {"deepspeed: give train_batch_size or train_micro_batch_size_per_gpu"}},
-    {"empty deepspeed", "{\n" L_MODEL L_DATA L_TRAIN "  @\"deepspeed\": {}\n}", ZT_ERR_CONFIG,
+    {"empty deepspeed",
+     "{\n" L_MODEL L_DATA L_TRAIN "  @\"deepspeed\": {}\n}",
+     ZT_ERR_CONFIG,
      {"deepspeed: give train_batch_size or train_micro_batch_size_per_gpu"}},
-    {"batch zero", DSRAW("\n    @\"train_batch_size\": 0"), ZT_ERR_CONFIG,
+    {"batch zero",
+     DSRAW("\n    @\"train_batch_size\": 0"),
+     ZT_ERR_CONFIG,
      {": deepspeed.train_batch_size: must be a positive integer (got 0)"}},
 
     /* ---- the batch triad (ranks 2) ---- */
-    {"triad all three", "{\n" L_MODEL L_DATA L_TRAIN "  \"resources\": {\"ranks\": 2},\n  \"deepspeed\": {@\"train_batch_size\": 33, \"train_micro_batch_size_per_gpu\": 17, \"gradient_accumulation_steps\": 2}\n}",
-     ZT_ERR_CONFIG, {": deepspeed: train_batch_size 33 != train_micro_batch_size_per_gpu 17 * gradient_accumulation_steps 2 * ranks 2; make train_batch_size = micro * accumulation * ranks, or give only two of the three"}},
-    {"triad derived zero", "{\n" L_MODEL L_DATA L_TRAIN "  \"resources\": {\"ranks\": 2},\n  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 17, @\"train_batch_size\": 33}\n}",
-     ZT_ERR_CONFIG, {"deepspeed: train_batch_size 33 != train_micro_batch_size_per_gpu 17 * gradient_accumulation_steps 0 (derived) * ranks 2; train_batch_size must be a positive multiple of train_micro_batch_size_per_gpu * ranks = 34"}},
+    {"triad all three",
+     "{\n" L_MODEL L_DATA L_TRAIN
+     "  \"resources\": {\"ranks\": 2},\n  \"deepspeed\": {@\"train_batch_size\": 33, \"train_micro_batch_size_per_gpu\": 17, \"gradient_accumulation_steps\": 2}\n}",
+     ZT_ERR_CONFIG,
+     {": deepspeed: train_batch_size 33 != train_micro_batch_size_per_gpu 17 * gradient_accumulation_steps 2 * ranks 2; make train_batch_size = micro * accumulation * ranks, or give only two of the three"}},
+    {"triad derived zero",
+     "{\n" L_MODEL L_DATA L_TRAIN
+     "  \"resources\": {\"ranks\": 2},\n  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 17, @\"train_batch_size\": 33}\n}",
+     ZT_ERR_CONFIG,
+     {"deepspeed: train_batch_size 33 != train_micro_batch_size_per_gpu 17 * gradient_accumulation_steps 0 (derived) * ranks 2; train_batch_size must be a positive multiple of train_micro_batch_size_per_gpu * ranks = 34"}},
 };
 
 /* Finds the '@' marker: copies text without it into out and returns its line:col (0:0 when
@@ -336,8 +615,8 @@ static void test_bad_cases(void)
                     prefix);
         for (int k = 0; k < 3 && bc->want[k]; k++)
             if (!strstr(err.msg, bc->want[k]))
-                ZT_FAIL("case \"%s\": message \"%s\" does not contain \"%s\"", bc->name,
-                        err.msg, bc->want[k]);
+                ZT_FAIL("case \"%s\": message \"%s\" does not contain \"%s\"", bc->name, err.msg,
+                        bc->want[k]);
         /* a failed parse leaves no half-filled job behind */
         zt_job zero;
         memset(&zero, 0, sizeof(zero));
@@ -355,8 +634,7 @@ static void parse_ok(zt_job *job, const char *text, const char *base)
     zt_err err;
     zt_err_clear(&err);
     zt_status st = zt_job_parse(job, text, "t.json", base, &err);
-    if (st != ZT_OK)
-        ZT_FAIL("parse failed: %s\n%s", err.msg, text);
+    if (st != ZT_OK) ZT_FAIL("parse failed: %s\n%s", err.msg, text);
 }
 
 /* zt_job_to_json, then zt_job_parse of that text, gives back the same struct, and writing it
@@ -369,8 +647,7 @@ static void check_round_trip(const zt_job *job)
     zt_err err;
     zt_err_clear(&err);
     zt_status st = zt_job_parse(&back, json, "roundtrip", job->base_dir, &err);
-    if (st != ZT_OK)
-        ZT_FAIL("re-parse failed: %s\n%s", err.msg, json);
+    if (st != ZT_OK) ZT_FAIL("re-parse failed: %s\n%s", err.msg, json);
     zt_job a = *job;
     memset(a.job_path, 0, sizeof(a.job_path));
     if (memcmp(&a, &back, sizeof(a)) != 0) {
@@ -489,8 +766,7 @@ static void test_full_fixture(void)
     char path[ZT_PATH_MAX], want[3 * ZT_PATH_MAX];
     snprintf(path, sizeof(path), "%s/full.json", dir);
     zt_status st = zt_job_load(&job, path, &err);
-    if (st != ZT_OK)
-        ZT_FAIL("load %s: %s", path, err.msg);
+    if (st != ZT_OK) ZT_FAIL("load %s: %s", path, err.msg);
     ASSERT_STREQ(job.job_path, path);
     ASSERT_STREQ(job.base_dir, dir);
     ASSERT_STREQ(job.name, "full-run_1");
@@ -574,7 +850,9 @@ static void test_full_fixture(void)
     ASSERT_EQ_INT(d->world_size, 8);
     ASSERT_EQ_INT(d->given_micro_batch, 0);
     ASSERT_EQ_INT(zt_job_resolve_batch(&job, 3, &err), ZT_ERR_CONFIG);
-    ASSERT_CONTAINS(err.msg, "deepspeed: train_batch_size 64 != train_micro_batch_size_per_gpu 10 (derived) * gradient_accumulation_steps 2 * ranks 3");
+    ASSERT_CONTAINS(
+        err.msg,
+        "deepspeed: train_batch_size 64 != train_micro_batch_size_per_gpu 10 (derived) * gradient_accumulation_steps 2 * ranks 3");
     ASSERT_CONTAINS(err.msg, "multiple of gradient_accumulation_steps * ranks = 6");
     ASSERT_EQ_INT(d->micro_batch, 4); /* a failed resolution changes nothing */
     ASSERT_EQ_INT(d->world_size, 8);
@@ -599,8 +877,7 @@ static void test_dsfile(void)
     ASSERT_TRUE(chdir(ZT_JOBFILES_DIR "/ds") == 0);
     zt_status st = zt_job_load(&job, "../with_dsfile.json", &err);
     ASSERT_TRUE(chdir(cwd) == 0);
-    if (st != ZT_OK)
-        ZT_FAIL("load with_dsfile.json: %s", err.msg);
+    if (st != ZT_OK) ZT_FAIL("load with_dsfile.json: %s", err.msg);
     snprintf(want, sizeof(want), "%s/with_dsfile.json", ZT_JOBFILES_DIR);
     ASSERT_STREQ(job.job_path, want);
     ASSERT_STREQ(job.base_dir, ZT_JOBFILES_DIR);
@@ -636,23 +913,30 @@ static void test_dsfile(void)
     /* an error inside the DeepSpeed file names that file and its own line:col */
     snprintf(path, sizeof(path), "%s/bad_dsfile.json", ZT_JOBFILES_DIR);
     ASSERT_EQ_INT(zt_job_load(&job, path, &err), ZT_ERR_CONFIG);
-    snprintf(want, sizeof(want), "%s/ds/bad.json:5:8: zero_optimization.stag: unknown key; did you mean \"stage\"?", ZT_JOBFILES_DIR);
+    snprintf(want, sizeof(want),
+             "%s/ds/bad.json:5:8: zero_optimization.stag: unknown key; did you mean \"stage\"?",
+             ZT_JOBFILES_DIR);
     ASSERT_STREQ(err.msg, want);
 
     snprintf(path, sizeof(path), "%s/syntax_dsfile.json", ZT_JOBFILES_DIR);
     ASSERT_EQ_INT(zt_job_load(&job, path, &err), ZT_ERR_CONFIG);
-    snprintf(want, sizeof(want), "%s/ds/syntax.json:3:25: invalid token near 'tru'", ZT_JOBFILES_DIR);
+    snprintf(want, sizeof(want), "%s/ds/syntax.json:3:25: invalid token near 'tru'",
+             ZT_JOBFILES_DIR);
     ASSERT_STREQ(err.msg, want);
 
     /* a missing DeepSpeed file points at the "deepspeed" key of the job file */
     snprintf(path, sizeof(path), "%s/missing_dsfile.json", ZT_JOBFILES_DIR);
     ASSERT_EQ_INT(zt_job_load(&job, path, &err), ZT_ERR_NOT_FOUND);
-    snprintf(want, sizeof(want), "%s:5:3: deepspeed: %s/ds/nope.json: cannot open DeepSpeed config: No such file or directory", path, ZT_JOBFILES_DIR);
+    snprintf(
+        want, sizeof(want),
+        "%s:5:3: deepspeed: %s/ds/nope.json: cannot open DeepSpeed config: No such file or directory",
+        path, ZT_JOBFILES_DIR);
     ASSERT_CONTAINS(err.msg, want);
     ASSERT_CONTAINS(err.msg, "relative paths resolve against " ZT_JOBFILES_DIR);
 
     /* a DeepSpeed path in a job parsed from text resolves against the given base_dir */
-    parse_ok(&job, "{\n" L_MODEL L_DATA L_TRAIN "  \"deepspeed\": \"ds/zero3_offload.json\"\n}", ZT_JOBFILES_DIR);
+    parse_ok(&job, "{\n" L_MODEL L_DATA L_TRAIN "  \"deepspeed\": \"ds/zero3_offload.json\"\n}",
+             ZT_JOBFILES_DIR);
     ASSERT_EQ_INT(job.ds.zero.stage, 3);
 }
 
@@ -662,10 +946,13 @@ static void test_load_errors(void)
     zt_err err;
     zt_err_clear(&err);
     ASSERT_EQ_INT(zt_job_load(&job, "/nonexistent/dir/job.json", &err), ZT_ERR_NOT_FOUND);
-    ASSERT_STREQ(err.msg, "/nonexistent/dir/job.json: cannot open job file: No such file or directory; check the path");
+    ASSERT_STREQ(
+        err.msg,
+        "/nonexistent/dir/job.json: cannot open job file: No such file or directory; check the path");
 
     ASSERT_EQ_INT(zt_job_load(&job, ZT_JOBFILES_DIR "/empty.json", &err), ZT_ERR_CONFIG);
-    ASSERT_STREQ(err.msg, ZT_JOBFILES_DIR "/empty.json: the job file is empty; it must hold one JSON object {...}");
+    ASSERT_STREQ(err.msg, ZT_JOBFILES_DIR
+                 "/empty.json: the job file is empty; it must hold one JSON object {...}");
     ASSERT_EQ_INT(zt_job_load(&job, ZT_JOBFILES_DIR "/blank.json", &err), ZT_ERR_CONFIG);
     ASSERT_CONTAINS(err.msg, "blank.json: the job file is empty");
 
@@ -677,6 +964,35 @@ static void test_load_errors(void)
     ASSERT_EQ_INT(zt_job_parse(&job, NULL, "x", NULL, &err), ZT_ERR_INVALID);
     /* a NULL error record is allowed */
     ASSERT_EQ_INT(zt_job_parse(&job, "{}", "x", NULL, NULL), ZT_ERR_CONFIG);
+
+    /* columns count characters like jansson's: "é" is two bytes but one column */
+    ASSERT_EQ_INT(
+        zt_job_parse(&job, "{\"name\": \"\xc3\xa9\", \"modle\": {}}", "t.json", "/", &err),
+        ZT_ERR_CONFIG);
+    ASSERT_STREQ(err.msg, "t.json:1:15: modle: unknown key; did you mean \"model\"?");
+    ASSERT_EQ_INT(zt_job_parse(&job, "{\"name\": \"\xc3\xa9\", x}", "t.json", "/", &err),
+                  ZT_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "t.json:1:15: ");
+
+    /* a file far larger than any job file is refused before it is parsed */
+    char tmpd[] = "/tmp/zt_jobfile_XXXXXX";
+    ASSERT_TRUE(mkdtemp(tmpd) != NULL);
+    char big[ZT_PATH_MAX];
+    snprintf(big, sizeof(big), "%s/big.json", tmpd);
+    FILE *bf = fopen(big, "w");
+    ASSERT_TRUE(bf != NULL);
+    fputc('{', bf);
+    static char spaces[1 << 16];
+    memset(spaces, ' ', sizeof(spaces));
+    for (int i = 0; i < 17 * 16; i++)
+        fwrite(spaces, 1, sizeof(spaces), bf);
+    fputc('}', bf);
+    fclose(bf);
+    zt_status bst = zt_job_load(&job, big, &err);
+    unlink(big);
+    rmdir(tmpd);
+    ASSERT_EQ_INT(bst, ZT_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "big.json: the job file is larger than 16 MiB");
 
     /* an unreadable file (skipped when running as root, who can read anything) */
     if (geteuid() != 0) {
@@ -711,7 +1027,7 @@ static void test_triad(void)
     static const triad_case cases[] = {
         {32, 16, 1, {1, 1, 1, 1}},
         {32, 8, 2, {1, 1, 1, 1}},
-        {33, 17, 2, {0, 0, 0, -1}}, /* mb+gas gives tb 68 */
+        {33, 17, 2, {0, 0, 0, -1}},  /* mb+gas gives tb 68 */
         {32, 18, 1, {0, 0, -1, -1}}, /* tb+gas gives mb 16; mb+gas gives tb 36 */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -729,10 +1045,11 @@ static void test_triad(void)
                          job.ds.micro_batch == tc->mb && job.ds.grad_accum == tc->gas;
             int got = st != ZT_OK ? 0 : exact ? 1 : -1;
             if (got != tc->outcome[s])
-                ZT_FAIL("triad %lld/%lld/%lld subset %d: outcome %d, want %d (%s; got %lld/%lld/%lld)",
-                        (long long)tc->tb, (long long)tc->mb, (long long)tc->gas, s, got,
-                        tc->outcome[s], err.msg, (long long)job.ds.train_batch_size,
-                        (long long)job.ds.micro_batch, (long long)job.ds.grad_accum);
+                ZT_FAIL(
+                    "triad %lld/%lld/%lld subset %d: outcome %d, want %d (%s; got %lld/%lld/%lld)",
+                    (long long)tc->tb, (long long)tc->mb, (long long)tc->gas, s, got,
+                    tc->outcome[s], err.msg, (long long)job.ds.train_batch_size,
+                    (long long)job.ds.micro_batch, (long long)job.ds.grad_accum);
             if (st != ZT_OK) {
                 ASSERT_EQ_INT(st, ZT_ERR_CONFIG);
                 /* the message names all three values and the world size */
@@ -743,8 +1060,7 @@ static void test_triad(void)
                 ASSERT_EQ_INT(job.ds.world_size, 0);
             } else {
                 ASSERT_EQ_INT(job.ds.world_size, 2);
-                ASSERT_EQ_INT(job.ds.train_batch_size,
-                              job.ds.micro_batch * job.ds.grad_accum * 2);
+                ASSERT_EQ_INT(job.ds.train_batch_size, job.ds.micro_batch * job.ds.grad_accum * 2);
             }
         }
         /* single values: tb only gives gas 1, mb = tb / ws; mb only gives tb = mb * ws */
@@ -777,7 +1093,11 @@ static void test_triad(void)
     job.ds.given_micro_batch = INT64_MAX / 2;
     ASSERT_EQ_INT(zt_job_resolve_batch(&job, 4, &err), ZT_ERR_CONFIG);
     /* the parser resolves for resources.ranks */
-    parse_ok(&job, "{\n" L_MODEL L_DATA L_TRAIN "  \"resources\": {\"ranks\": 2},\n  \"deepspeed\": {\"train_batch_size\": 32, \"gradient_accumulation_steps\": 2}\n}", "/b");
+    parse_ok(
+        &job,
+        "{\n" L_MODEL L_DATA L_TRAIN
+        "  \"resources\": {\"ranks\": 2},\n  \"deepspeed\": {\"train_batch_size\": 32, \"gradient_accumulation_steps\": 2}\n}",
+        "/b");
     ASSERT_EQ_INT(job.ds.micro_batch, 8);
     ASSERT_EQ_INT(job.ds.world_size, 2);
     check_round_trip(&job);
@@ -787,19 +1107,22 @@ static void test_triad(void)
 static void test_accepted(void)
 {
     zt_job job;
-    parse_ok(&job, DSRAW("\n    \"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4,\n"
-                         "    \"gradient_accumulation_steps\": \"auto\", \"gradient_clipping\": \"auto\",\n"
-                         "    \"steps_per_print\": \"auto\", \"wall_clock_breakdown\": false,\n"
-                         "    \"memory_breakdown\": false, \"dump_state\": false, \"prescale_gradients\": false,\n"
-                         "    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"betas\": \"auto\", \"eps\": \"auto\", \"weight_decay\": \"auto\"}},\n"
-                         "    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": \"auto\", \"warmup_max_lr\": \"auto\", \"warmup_num_steps\": \"auto\"}},\n"
-                         "    \"fp16\": {\"enabled\": \"auto\", \"auto_cast\": false, \"loss_scale_window\": \"auto\"},\n"
-                         "    \"bf16\": {\"enabled\": \"auto\"},\n"
-                         "    \"zero_optimization\": {\"stage\": \"auto\", \"sub_group_size\": \"auto\", \"reduce_bucket_size\": \"auto\",\n"
-                         "                          \"stage3_gather_16bit_weights_on_model_save\": false, \"zero_hpz_partition_size\": 1},\n"
-                         "    \"flops_profiler\": {\"enabled\": false, \"profile_step\": 1},\n"
-                         "    \"comms_logger\": {\"enabled\": false}\n  "),
-             "/b");
+    parse_ok(
+        &job,
+        DSRAW(
+            "\n    \"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4,\n"
+            "    \"gradient_accumulation_steps\": \"auto\", \"gradient_clipping\": \"auto\",\n"
+            "    \"steps_per_print\": \"auto\", \"wall_clock_breakdown\": false,\n"
+            "    \"memory_breakdown\": false, \"dump_state\": false, \"prescale_gradients\": false,\n"
+            "    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"betas\": \"auto\", \"eps\": \"auto\", \"weight_decay\": \"auto\"}},\n"
+            "    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": \"auto\", \"warmup_max_lr\": \"auto\", \"warmup_num_steps\": \"auto\"}},\n"
+            "    \"fp16\": {\"enabled\": \"auto\", \"auto_cast\": false, \"loss_scale_window\": \"auto\"},\n"
+            "    \"bf16\": {\"enabled\": \"auto\"},\n"
+            "    \"zero_optimization\": {\"stage\": \"auto\", \"sub_group_size\": \"auto\", \"reduce_bucket_size\": \"auto\",\n"
+            "                          \"stage3_gather_16bit_weights_on_model_save\": false, \"zero_hpz_partition_size\": 1},\n"
+            "    \"flops_profiler\": {\"enabled\": false, \"profile_step\": 1},\n"
+            "    \"comms_logger\": {\"enabled\": false}\n  "),
+        "/b");
     ASSERT_EQ_INT(job.ds.given_train_batch_size, 0);
     ASSERT_EQ_INT(job.ds.given_grad_accum, 0);
     ASSERT_EQ_INT(job.ds.train_batch_size, 4);
@@ -816,9 +1139,10 @@ static void test_accepted(void)
 
     /* legacy "zero_optimization": true is stage 1; "bfloat16" is bf16; "Adam" is AdamW;
      * bf16 may accumulate in bf16 */
-    parse_ok(&job, DS(",\n    \"zero_optimization\": true, \"bfloat16\": {\"enabled\": true},\n"
-                      "    \"optimizer\": {\"type\": \"Adam\", \"params\": {\"weight_decay\": 0.1}},\n"
-                      "    \"data_types\": {\"grad_accum_dtype\": \"bf16\"}, \"gradient_clipping\": 0.5"),
+    parse_ok(&job,
+             DS(",\n    \"zero_optimization\": true, \"bfloat16\": {\"enabled\": true},\n"
+                "    \"optimizer\": {\"type\": \"Adam\", \"params\": {\"weight_decay\": 0.1}},\n"
+                "    \"data_types\": {\"grad_accum_dtype\": \"bf16\"}, \"gradient_clipping\": 0.5"),
              "/b");
     ASSERT_EQ_INT(job.ds.zero.stage, 1);
     ASSERT_TRUE(!job.ds.zero.overlap_comm);
@@ -832,10 +1156,12 @@ static void test_accepted(void)
 
     /* "AdamW" stays decoupled even with adam_w_mode false (DeepSpeed's rule); fp16 accumulates
      * in fp16 by default; WarmupLR with every parameter */
-    parse_ok(&job, DS(",\n    \"optimizer\": {\"type\": \"ADAMW\", \"params\": {\"adam_w_mode\": false, \"lr\": 0.1, \"betas\": [0, 0.5]}},\n"
-                      "    \"fp16\": {\"enabled\": true, \"loss_scale\": 128},\n"
-                      "    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.01, \"warmup_max_lr\": 0.1, \"warmup_num_steps\": 0, \"warmup_type\": \"log\", \"last_batch_iteration\": -1}}"),
-             "/b");
+    parse_ok(
+        &job,
+        DS(",\n    \"optimizer\": {\"type\": \"ADAMW\", \"params\": {\"adam_w_mode\": false, \"lr\": 0.1, \"betas\": [0, 0.5]}},\n"
+           "    \"fp16\": {\"enabled\": true, \"loss_scale\": 128},\n"
+           "    \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.01, \"warmup_max_lr\": 0.1, \"warmup_num_steps\": 0, \"warmup_type\": \"log\", \"last_batch_iteration\": -1}}"),
+        "/b");
     ASSERT_EQ_INT(job.ds.optimizer.type, ZT_OPTIM_ADAMW);
     ASSERT_TRUE(job.ds.optimizer.adam_w_mode);
     ASSERT_NEAR(job.ds.optimizer.beta1, 0, 0, 0);
@@ -848,13 +1174,16 @@ static void test_accepted(void)
 
     /* zero_optimization stage 3 with offload_param and an explicit overlap_comm false;
      * model.init path and a name; awkward doubles survive the round trip */
-    parse_ok(&job, "{\n  \"name\": \"r.2\",\n  \"model\": {" BASE_MODEL ", \"init\": \"/abs/m.bin\", \"seed\": 9007199254740993},\n"
-                   L_DATA "  \"train\": {\"steps\": 3, \"checkpoint_dir\": \"c\\\"q\\\\d\"},\n"
-                   "  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,\n"
-                   "    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.1, \"eps\": 1.0000000000000002e-300, \"weight_decay\": -0.0}},\n"
-                   "    \"zero_optimization\": {\"stage\": 3, \"overlap_comm\": false, \"offload_param\": {\"device\": \"none\"}},\n"
-                   "    \"activation_checkpointing\": {}}\n}",
-             "/b");
+    parse_ok(
+        &job,
+        "{\n  \"name\": \"r.2\",\n  \"model\": {" BASE_MODEL
+        ", \"init\": \"/abs/m.bin\", \"seed\": 9007199254740993},\n" L_DATA
+        "  \"train\": {\"steps\": 3, \"checkpoint_dir\": \"c\\\"q\\\\d\"},\n"
+        "  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,\n"
+        "    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.1, \"eps\": 1.0000000000000002e-300, \"weight_decay\": -0.0}},\n"
+        "    \"zero_optimization\": {\"stage\": 3, \"overlap_comm\": false, \"offload_param\": {\"device\": \"none\"}},\n"
+        "    \"activation_checkpointing\": {}}\n}",
+        "/b");
     ASSERT_STREQ(job.name, "r.2");
     ASSERT_TRUE(!job.model.init_random);
     ASSERT_STREQ(job.model.init_path, "/abs/m.bin");

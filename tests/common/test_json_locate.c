@@ -6,8 +6,14 @@
 
 #include "tests/test.h"
 
-#define SEG(k) {k, 0}
-#define IDX(i) {NULL, i}
+#define SEG(k)                                                                                     \
+    {                                                                                              \
+        k, 0                                                                                       \
+    }
+#define IDX(i)                                                                                     \
+    {                                                                                              \
+        NULL, i                                                                                    \
+    }
 
 static void expect_at(const char *text, const zt_json_seg *path, size_t depth, int kl, int kc,
                       int vl, int vc)
@@ -101,15 +107,21 @@ static void test_tricky_text(void)
     expect_at(x, ab, 2, 3, 3, 3, 8);
 
     /* Truncated or broken text: no crash, no match past the end. */
-    const char *broken[] = {"{\"a\": ", "{\"a\": \"unterminated", "{\"a\" 1}", "{\"a\": [1, 2",
-                            "{\"a\": {\"b\": \"\\u12\"}}", "[", "{\"a\": \"\\", "{\"\\x\": 1}"};
+    const char *broken[] = {"{\"a\": ",
+                            "{\"a\": \"unterminated",
+                            "{\"a\" 1}",
+                            "{\"a\": [1, 2",
+                            "{\"a\": {\"b\": \"\\u12\"}}",
+                            "[",
+                            "{\"a\": \"\\",
+                            "{\"\\x\": 1}"};
     for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
         zt_json_seg deep[] = {SEG("a"), SEG("b"), IDX(3)};
         zt_json_loc loc;
         ASSERT_TRUE(!zt_json_locate(broken[i], strlen(broken[i]), deep, 3, &loc, NULL));
         char path[64];
-        ASSERT_TRUE(!zt_json_find_duplicate(broken[i], strlen(broken[i]), path, sizeof(path),
-                                            NULL, NULL));
+        ASSERT_TRUE(
+            !zt_json_find_duplicate(broken[i], strlen(broken[i]), path, sizeof(path), NULL, NULL));
     }
     /* the length bounds the scan even if the buffer continues */
     const char *longer = "{\"a\": 1, \"b\": 2}";
