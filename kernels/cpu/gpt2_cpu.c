@@ -35,7 +35,7 @@ void zt_cpu_encoder_forward(zt_kctx *ctx, float *out, const int32_t *inp, const 
     size_t N = (size_t)B * (size_t)T;
     size_t Cs = (size_t)C;
     int nt = zt_cpu_threads_for(ctx, N * Cs);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t i = 0; i < N; i++) {
         float *restrict o = out + i * Cs;
         const float *restrict we = wte + (size_t)inp[i] * Cs; /* ids checked by the loader */
@@ -53,7 +53,7 @@ void zt_cpu_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const float
     int nt = zt_cpu_threads_for(ctx, Bs * Ts * Cs);
     if ((size_t)nt * 32 > Cs) nt = 1;
         /* Threads own column ranges, so rows that share a token never race. */
-#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (parallel : nt > 1)
     {
         size_t c0, c1;
         split_range(Cs, 16, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -88,7 +88,7 @@ void zt_cpu_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd
 {
     size_t Cs = (size_t)C;
     int nt = zt_cpu_threads_for(ctx, (size_t)N * Cs);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (int i = 0; i < N; i++) {
         const float *restrict x = inp + (size_t)i * Cs;
         float *restrict o = out + (size_t)i * Cs;
@@ -172,7 +172,7 @@ void zt_cpu_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float 
         layernorm_backward_rows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, 0, Ns, Cs);
         return;
     }
-#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (parallel : nt > 1)
     {
         int tid = omp_get_thread_num();
         size_t b0, b1;
@@ -221,7 +221,7 @@ static inline float gelu_e(float x)
 void zt_cpu_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
 {
     int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = x / (1.0f + gelu_e(x));
@@ -232,7 +232,7 @@ void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const flo
 {
     if (!dinp) return;
     int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float e = gelu_e(x);
@@ -249,7 +249,7 @@ void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const flo
 void zt_cpu_residual_forward(zt_kctx *ctx, float *out, const float *a, const float *b, size_t n)
 {
     int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }
@@ -258,14 +258,14 @@ void zt_cpu_residual_backward(zt_kctx *ctx, float *da, float *db, const float *d
 {
     int nt = zt_cpu_threads_for(ctx, n);
     if (da && db) {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
         for (size_t i = 0; i < n; i++) {
             da[i] += dout[i];
             db[i] += dout[i];
         }
     } else if (da || db) {
         float *d = da ? da : db;
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
         for (size_t i = 0; i < n; i++)
             d[i] += dout[i];
     }
@@ -280,7 +280,7 @@ void zt_cpu_crossentropy_forward_backward(zt_kctx *ctx, float *losses, float *dl
 {
     size_t Vs = (size_t)V, Vps = (size_t)Vp;
     int nt = zt_cpu_threads_for(ctx, (size_t)N * Vs);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (int i = 0; i < N; i++) {
         /* no restrict: dlogits may alias logits; every loop reads index j before writing it */
         const float *l = logits + (size_t)i * Vps;

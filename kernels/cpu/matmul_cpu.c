@@ -40,7 +40,7 @@ void zt_cpu_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const flo
     if (bias) {
         /* start from the bias and let sgemm add onto it: one pass fewer than adding after */
         int nt = zt_cpu_threads_for(ctx, Ns * OCs);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
         for (size_t i = 0; i < Ns; i++)
             memcpy(out + i * OCs, bias, OCs * sizeof(float));
         beta = 1.0f;
@@ -91,7 +91,7 @@ void zt_cpu_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *db
     if (dbias) {
         int nt = zt_cpu_threads_for(ctx, Ns * OCs);
         if ((size_t)nt * 64 > OCs) nt = 1;
-#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (parallel : nt > 1)
         {
             /* threads own column ranges (multiples of 16 floats) */
             int tid = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -170,7 +170,7 @@ void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *att, const float 
     sh.scale = 1.0f / sqrtf((float)sh.hs);
     size_t pairs = (size_t)B * sh.NH;
     int nt = ctx->attn_mode == ZT_CPU_ATTN_OUTER && pairs > 1 ? ctx->nthreads : 1;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (parallel : nt > 1)
     for (size_t p = 0; p < pairs; p++)
         attn_forward_pair(&sh, out, att, qkv, p / sh.NH, p % sh.NH);
 }
@@ -231,7 +231,7 @@ void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const 
     sh.scale = 1.0f / sqrtf((float)sh.hs);
     size_t pairs = (size_t)B * sh.NH;
     int nt = ctx->attn_mode == ZT_CPU_ATTN_OUTER && pairs > 1 ? ctx->nthreads : 1;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (parallel : nt > 1)
     for (size_t p = 0; p < pairs; p++)
         attn_backward_pair(&sh, dqkv, scratch, dout, qkv, att, p / sh.NH, p % sh.NH);
 }

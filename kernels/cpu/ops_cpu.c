@@ -102,7 +102,7 @@ static void cpu_memset0(zt_kctx *ctx, void *p, size_t bytes)
     size_t nchunks = (bytes + ZT_CPU_COPY_CHUNK - 1) / ZT_CPU_COPY_CHUNK;
     int nt = (ctx->nthreads > 1 && nchunks >= 4) ? ctx->nthreads : 1;
     char *c = p;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t k = 0; k < nchunks; k++) {
         size_t off = k * ZT_CPU_COPY_CHUNK;
         size_t len = bytes - off < ZT_CPU_COPY_CHUNK ? bytes - off : ZT_CPU_COPY_CHUNK;
@@ -117,7 +117,7 @@ static void cpu_copy(zt_kctx *ctx, void *dst, const void *src, size_t bytes)
     int nt = (ctx->nthreads > 1 && nchunks >= 4) ? ctx->nthreads : 1;
     char *d = dst;
     const char *s = src;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t k = 0; k < nchunks; k++) {
         size_t off = k * ZT_CPU_COPY_CHUNK;
         size_t len = bytes - off < ZT_CPU_COPY_CHUNK ? bytes - off : ZT_CPU_COPY_CHUNK;

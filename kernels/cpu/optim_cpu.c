@@ -75,7 +75,7 @@ static void adamw_chunk(const adam_consts *k, int l2_mode, float *restrict p,
             float vi = v[i] * k->b2 + k->omb2 * (gi * gi);
             m[i] = mi;
             v[i] = vi;
-            float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+            float denom = zt_v_sqrtf(vi) / k->bc2_sqrt + k->eps;
             p[i] = p[i] + (k->step * mi) / denom;
         }
     } else {
@@ -87,7 +87,7 @@ static void adamw_chunk(const adam_consts *k, int l2_mode, float *restrict p,
             float vi = v[i] * k->b2 + k->omb2 * (gi * gi);
             m[i] = mi;
             v[i] = vi;
-            float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+            float denom = zt_v_sqrtf(vi) / k->bc2_sqrt + k->eps;
             p[i] = pi + (k->step * mi) / denom;
         }
     }
@@ -111,7 +111,7 @@ void zt_cpu_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dt
     size_t nc = nchunks(n);
     int nt = zt_cpu_threads_for(ctx, n);
     int l2 = args->l2_mode;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t c = 0; c < nc; c++) {
         float gbuf[ZT_CHUNK];
         size_t off = c * ZT_CHUNK;
@@ -136,7 +136,7 @@ void zt_cpu_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, z
 {
     size_t nc = nchunks(n);
     int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t off = c * ZT_CHUNK;
         size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
@@ -160,7 +160,7 @@ void zt_cpu_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float 
 {
     size_t nc = nchunks(n);
     int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t off = c * ZT_CHUNK;
         size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
@@ -184,7 +184,7 @@ void zt_cpu_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float 
 void zt_cpu_scale(zt_kctx *ctx, float *x, float s, size_t n)
 {
     int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t i = 0; i < n; i++)
         x[i] *= s;
 }
@@ -198,7 +198,7 @@ void zt_cpu_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t 
     int nt = zt_cpu_threads_for(ctx, n);
     double sum = 0.0;
     uint64_t bad = 0;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : sum, bad) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : sum, bad) if (parallel : nt > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t off = c * ZT_CHUNK;
         size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
@@ -211,13 +211,16 @@ void zt_cpu_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t 
             f = buf;
         }
         double s = 0.0;
-        uint64_t b = 0;
+        uint32_t b = 0; /* at most ZT_CHUNK */
 #pragma omp simd reduction(+ : s, b)
         for (size_t i = 0; i < len; i++) {
-            int finite = (zt_v_bits(f[i]) & 0x7f800000u) != 0x7f800000u;
-            double d = finite ? (double)f[i] : 0.0;
+            /* mask the bits rather than select floats: gcc will not if-convert a float->double
+             * conversion of a possible NaN (it may trap) and would keep the loop scalar */
+            uint32_t u = zt_v_bits(f[i]);
+            uint32_t nonfinite = (u & 0x7f800000u) == 0x7f800000u;
+            double d = (double)zt_v_float(u & (nonfinite - 1u));
             s += d * d;
-            b += (uint64_t)!finite;
+            b += nonfinite;
         }
         sum += s;
         bad += b;

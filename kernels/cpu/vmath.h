@@ -52,6 +52,27 @@ static inline float zt_v_expf(float x)
     return x < ZT_V_EXP_LO ? 0.0f : y;
 }
 
+/* sqrt(x), correctly rounded (checked against sqrtf for every non-negative float, subnormals,
+ * 0 and inf included), for x >= 0 or NaN; NaN for x < 0. libm's sqrtf would do, but with
+ * errno semantics gcc will not vectorize it. Newton steps on 1/sqrt from the exponent-halving
+ * guess, then one fused residual correction. Tiny x is scaled by 2^100 so the guess is sane. */
+static inline float zt_v_sqrtf(float x)
+{
+    int tiny = x < 7.88860905e-31f;           /* 2^-100 */
+    float xs = tiny ? x * 1.26765060e30f : x; /* 2^100 */
+    float r = zt_v_float(0x5f375a86u - (zt_v_bits(xs) >> 1));
+    float hx = 0.5f * xs;
+    r = r * (1.5f - hx * r * r);
+    r = r * (1.5f - hx * r * r);
+    r = r * (1.5f - hx * r * r);
+    float y = xs * r;
+    float e = fmaf(-y, y, xs); /* exact residual x - y^2 */
+    y = fmaf(e, 0.5f * r, y);
+    y = tiny ? y * 8.88178420e-16f : y; /* 2^-50 */
+    y = (xs == INFINITY || xs == 0.0f) ? x : y;
+    return x < 0.0f ? NAN : y;
+}
+
 /* float -> bf16 bits, round to nearest even, NaN stays a quiet NaN (as zt_bf16_from_f32). */
 static inline uint16_t zt_v_bf16_from_f32(float f)
 {
