@@ -5,3 +5,5 @@ zt_add_test(NAME test_modelfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_modelfile
             LIBS ztengine LABELS unit TIMEOUT 60)
 zt_add_test(NAME test_datagen SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_datagen.c
             LIBS ztengine LABELS unit TIMEOUT 120)
+zt_add_test(NAME bench_dataloader SOURCES ${CMAKE_CURRENT_LIST_DIR}/bench_dataloader.c
+            LIBS ztengine LABELS bench TIMEOUT 120)
