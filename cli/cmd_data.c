@@ -203,9 +203,11 @@ static int cmd_synth(int argc, char **argv)
             if (rc > 0 && parse_int("--shards", v, &o.shards) != 0)
                 return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--seed", &v)) != 0) {
-            if (rc > 0 && parse_u64("--seed", v, INT64_MAX, &u) != 0)
-                return 2;
-            o.seed = u;
+            if (rc > 0) {
+                if (parse_u64("--seed", v, INT64_MAX, &u) != 0)
+                    return 2;
+                o.seed = u;
+            }
         } else {
             zt_cli_error("data synth: unknown option '%s'; see 'zctl data synth --help'",
                          argv[i]);
