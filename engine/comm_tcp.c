@@ -27,7 +27,7 @@
 #define DATA_MAGIC 0x5a54434du /* "ZTCM" */
 #define HDR_LEN 48
 #define CTL_MAGIC 0x5a544346u /* "ZTCF" */
-#define CTL_HDR 40
+#define CTL_HDR 48
 #define CTL_FAIL 1u
 #define CTL_WAITING 2u
 #define CTL_DESC_MAX 200
@@ -45,7 +45,8 @@ typedef struct blame {
     int origin;   /* the rank held responsible */
     int detector; /* the rank that saw it first */
     zt_status st;
-    uint64_t seq;
+    uint64_t seq;      /* the detector's collective */
+    uint64_t fail_seq; /* the first collective the sender of a FAIL frame did not complete */
     char desc[CTL_DESC_MAX];     /* the detector's collective, "" if none */
     char detail[CTL_DETAIL_MAX]; /* what happened */
 } blame;
@@ -68,6 +69,7 @@ typedef struct tcp_impl {
     zt_comm_req *running;         /* under c->lock */
     bool stop;                    /* under c->lock */
     atomic_int aborted;
+    _Atomic uint64_t done_seq; /* last collective completed here */
 
     pthread_mutex_t ctl_lock; /* serialises control frames written by any thread */
     bool fail_sent;           /* under ctl_lock */
@@ -140,7 +142,7 @@ static void ctl_write_locked(ctl_chan *ch, const unsigned char *frame, size_t le
     }
 }
 
-static size_t ctl_encode(unsigned char *f, uint32_t type, const blame *b)
+static size_t ctl_encode(unsigned char *f, uint32_t type, const blame *b, uint64_t fail_seq)
 {
     size_t dl = b ? strnlen(b->desc, CTL_DESC_MAX - 1) : 0;
     size_t tl = b ? strnlen(b->detail, CTL_DETAIL_MAX - 1) : 0;
@@ -153,6 +155,7 @@ static size_t ctl_encode(unsigned char *f, uint32_t type, const blame *b)
     zt_comm_put_u32(f + 20, (uint32_t)dl);
     zt_comm_put_u32(f + 24, (uint32_t)tl);
     zt_comm_put_u64(f + 32, b ? b->seq : 0);
+    zt_comm_put_u64(f + 40, fail_seq);
     if (dl)
         memcpy(f + CTL_HDR, b->desc, dl);
     if (tl)
@@ -161,14 +164,16 @@ static size_t ctl_encode(unsigned char *f, uint32_t type, const blame *b)
 }
 
 /* Tells both neighbours why this communicator broke (once), then shuts the data sockets so
- * that a neighbour blocked on them wakes up at once. Any thread. */
-static void tell_peers_and_close(tcp_impl *t, const blame *b)
+ * that a neighbour blocked on them wakes up at once. fail_seq is the first collective this
+ * rank did not complete: a neighbour still finishing an earlier one may complete it (its data
+ * is already on the way). Any thread. */
+static void tell_peers_and_close(tcp_impl *t, const blame *b, uint64_t fail_seq)
 {
     unsigned char f[CTL_BUF];
     pthread_mutex_lock(&t->ctl_lock);
     if (!t->fail_sent) {
         t->fail_sent = true;
-        size_t n = ctl_encode(f, CTL_FAIL, b);
+        size_t n = ctl_encode(f, CTL_FAIL, b, fail_seq);
         ctl_write_locked(&t->ctl_next, f, n);
         ctl_write_locked(&t->ctl_prev, f, n);
         if (t->ctl_next.fd >= 0)
@@ -189,7 +194,7 @@ static void send_waiting(tcp_impl *t, uint64_t seq)
     blame b;
     memset(&b, 0, sizeof(b));
     b.seq = seq;
-    size_t n = ctl_encode(f, CTL_WAITING, &b);
+    size_t n = ctl_encode(f, CTL_WAITING, &b, seq);
     pthread_mutex_lock(&t->ctl_lock);
     if (!t->fail_sent)
         ctl_write_locked(&t->ctl_next, f, n);
@@ -231,6 +236,7 @@ static void ctl_read(tcp_impl *t, ctl_chan *ch, int from)
                 uint32_t st = zt_comm_get_u32(f + 16);
                 b->st = st > ZT_OK && st < ZT_STATUS_COUNT ? (zt_status)st : ZT_ERR_PEER;
                 b->seq = zt_comm_get_u64(f + 32);
+                b->fail_seq = zt_comm_get_u64(f + 40);
                 memcpy(b->desc, f + CTL_HDR, dl);
                 b->desc[dl] = '\0';
                 memcpy(b->detail, f + CTL_HDR + dl, tl);
@@ -332,6 +338,7 @@ static void set_blame(blame *b, const zt_comm *c, const zt_comm_req *r, int orig
     b->detector = c->rank;
     b->st = st;
     b->seq = r ? r->seq : 0;
+    b->fail_seq = b->seq;
     if (r)
         zt_comm_req_describe(r, b->desc, sizeof(b->desc));
     else
@@ -389,6 +396,13 @@ static zt_status check_hdr(zt_comm *c, tcp_impl *t, const zt_comm_req *r, const 
         return ZT_ERR_INTERNAL;
     }
     return ZT_OK;
+}
+
+/* A neighbour's FAIL frame breaks the collective running here unless the neighbour had
+ * completed it (then its data is still on the way and this rank may complete it too). */
+static bool remote_applies(const tcp_impl *t, const zt_comm_req *r)
+{
+    return t->have_remote && t->remote.fail_seq <= r->seq;
 }
 
 /* This rank aborted (zt_comm_abort, or destroy with work pending): report its reason. */
@@ -546,7 +560,7 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
     while (!send_done(x) || !recv_done(x)) {
         if (atomic_load(&t->aborted))
             return aborted_blame(c, r, b);
-        if (t->have_remote)
+        if (remote_applies(t, r))
             return t->remote.st;
         bool sending = !send_done(x);
         bool receiving = !recv_done(x);
@@ -580,7 +594,7 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
             ctl_read(t, &t->ctl_next, t->next);
         if (p[3].revents)
             ctl_read(t, &t->ctl_prev, t->prev);
-        if (t->have_remote)
+        if (remote_applies(t, r))
             return t->remote.st;
         if (sending && (p[0].revents & POLLOUT)) {
             int e = do_send(t, r, x, &progress);
@@ -856,9 +870,11 @@ static void *progress_main(void *arg)
                 blame_to_err(c, r, why, &e);
                 st = e.status;
                 ZT_DEBUG("comm", "%s", e.msg);
-                tell_peers_and_close(t, why);
+                tell_peers_and_close(t, why, r->seq);
             }
         }
+        if (st == ZT_OK)
+            atomic_store(&t->done_seq, r->seq);
         /* no longer pending for destroy; once finished, r may be freed by its waiter */
         pthread_mutex_lock(&c->lock);
         t->running = NULL;
@@ -1009,6 +1025,7 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
         return zt_err_set(err, ZT_ERR_NOMEM, "comm tcp: out of memory");
     t->data_next = t->data_prev = t->ctl_next.fd = t->ctl_prev.fd = -1;
     atomic_init(&t->aborted, 0);
+    atomic_init(&t->done_seq, 0);
     if (pthread_mutex_init(&t->ctl_lock, NULL) != 0) {
         zt_free(t);
         return zt_err_set(err, ZT_ERR_INTERNAL, "comm tcp: pthread_mutex_init failed");
@@ -1118,7 +1135,7 @@ static void tcp_abort(zt_comm *c, const zt_err *why)
     atomic_store(&t->aborted, 1);
     if (c->world > 1) {
         blame b = abort_blame(c, why);
-        tell_peers_and_close(t, &b);
+        tell_peers_and_close(t, &b, atomic_load(&t->done_seq) + 1);
     }
     pthread_mutex_lock(&c->lock);
     pthread_cond_broadcast(&c->cond);

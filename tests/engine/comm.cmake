@@ -18,3 +18,9 @@ endforeach()
 foreach(part stall mismatch session no_rank0 late_rank0 abort destroy_pending)
   zt_comm_test_part(test_comm_tcp_fail ${part})
 endforeach()
+
+# NCCL backend on real GPUs (skips with exit 77 when there is none).
+if(ZT_HAVE_CUDA)
+  zt_add_test(NAME test_comm_nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_comm_nccl.c
+              LIBS ztengine CUDA::cudart LABELS gpu TIMEOUT 600)
+endif()
