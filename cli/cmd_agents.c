@@ -1,0 +1,122 @@
+/* zerotrain: `zctl agents` (nodes, slots, free memory, last heartbeat) and the list part of
+ * `zctl ckpt` (zt_cli_ckpt_list, called by cmd_ckpt.c for `zctl ckpt list ID`). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/rpc_cli.h"
+#include "common/alloc.h"
+#include "proto/pbjson.h"
+
+ZT_COMMAND(agents, zt_cmd_agents, "list the coordinator's agents: slots, free memory, heartbeats")
+
+int zt_cmd_agents(int argc, char **argv)
+{
+    if (zt_cli_wants_help(argc, argv) || argc > 1) {
+        printf("usage: zctl agents\n\nLists the agents the coordinator knows: state, device, "
+               "slots (free/total),\nworkers, GPU memory and the last heartbeat.\n");
+        return argc > 1 && !zt_cli_wants_help(argc, argv) ? ZT_CLI_EXIT_USAGE : 0;
+    }
+    zt_rpc_client *c = zt_cli_connect();
+    if (!c)
+        return 1;
+    Zt__V1__ListAgentsRequest q = ZT__V1__LIST_AGENTS_REQUEST__INIT;
+    Zt__V1__ListAgentsReply *r = NULL;
+    int rc = 1;
+    if (zt_cli_call(c, "ListAgents", &q.base, &zt__v1__list_agents_reply__descriptor, (void **)&r, NULL) != ZT_OK)
+        goto out;
+    rc = 0;
+    if (zt_cli.json) {
+        zt_cli_print_json(&r->base, false);
+        goto out;
+    }
+    if (!r->n_agents) {
+        printf("no agents registered: start one with 'zagent --coordinator %s --slots cpu:2'\n",
+               zt_cli.coordinator);
+        goto out;
+    }
+    printf("%-16s %-6s %-6s %-10s %-8s %-14s %s\n", "NAME", "STATE", "DEVICE", "SLOTS", "WORKERS",
+           "HEARTBEAT", "GPUS (free/total)");
+    for (size_t i = 0; i < r->n_agents; i++) {
+        const Zt__V1__Agent *a = r->agents[i];
+        char slots[24], ago[32], gpus[256] = "";
+        snprintf(slots, sizeof(slots), "%d/%d free", a->free_slots, a->slots);
+        zt_cli_fmt_ago(a->last_heartbeat_ms, ago, sizeof(ago));
+        size_t n = 0;
+        for (size_t g = 0; g < a->n_gpus && n < sizeof(gpus); g++) {
+            char fr[24], tot[24];
+            n += (size_t)snprintf(gpus + n, sizeof(gpus) - n, "%s%d:%s/%s", g ? " " : "",
+                                  a->gpus[g]->index,
+                                  zt_cli_fmt_bytes(a->gpus[g]->memory_free, fr, sizeof(fr)),
+                                  zt_cli_fmt_bytes(a->gpus[g]->memory_total, tot, sizeof(tot)));
+        }
+        printf("%-16.16s %-6s %-6s %-10s %-8zu %-14s %s\n", a->name,
+               zt_pb_enum_short_name(&zt__v1__agent_state__descriptor, a->state),
+               zt_pb_enum_short_name(&zt__v1__device__descriptor, a->device), slots, a->n_workers,
+               ago, gpus[0] ? gpus : "-");
+    }
+out:
+    zt_pb_free(r);
+    zt_rpc_client_destroy(c);
+    return rc;
+}
+
+int zt_cli_ckpt_list(int argc, char **argv)
+{
+    if (zt_cli_wants_help(argc, argv)) {
+        printf("usage: zctl ckpt list JOB_ID [--all]\n\nLists a job's committed checkpoints "
+               "(every rank's shard recorded), newest first;\n--all adds partial ones.\n");
+        return 0;
+    }
+    Zt__V1__ListCheckpointsRequest q = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--all") == 0)
+            q.include_partial = true;
+        else if (!q.job_id && argv[i][0] != '-') {
+            if (!(q.job_id = zt_cli_parse_job_id(argv[i])))
+                return ZT_CLI_EXIT_USAGE;
+        } else {
+            zt_cli_error("ckpt list: unexpected argument '%s'; see 'zctl ckpt list --help'", argv[i]);
+            return ZT_CLI_EXIT_USAGE;
+        }
+    }
+    if (!q.job_id) {
+        zt_cli_error("usage: zctl ckpt list JOB_ID [--all]");
+        return ZT_CLI_EXIT_USAGE;
+    }
+    zt_rpc_client *c = zt_cli_connect();
+    if (!c)
+        return 1;
+    Zt__V1__ListCheckpointsReply *r = NULL;
+    int rc = 1;
+    if (zt_cli_call(c, "ListCheckpoints", &q.base, &zt__v1__list_checkpoints_reply__descriptor,
+                    (void **)&r, NULL) != ZT_OK)
+        goto out;
+    rc = 0;
+    if (zt_cli.json) {
+        zt_cli_print_json(&r->base, false);
+        goto out;
+    }
+    if (!r->n_checkpoints) {
+        printf("job %lld has no %scheckpoints yet\n", (long long)q.job_id,
+               q.include_partial ? "" : "committed ");
+        goto out;
+    }
+    printf("%-10s %-10s %-8s %-10s %-20s %s\n", "STEP", "STATE", "SHARDS", "SIZE", "WRITTEN", "PATH");
+    for (size_t i = 0; i < r->n_checkpoints; i++) {
+        const Zt__V1__Checkpoint *k = r->checkpoints[i];
+        char sh[24], sz[24], t[32];
+        snprintf(sh, sizeof(sh), "%d/%d", k->shards, k->world_size);
+        printf("%-10lld %-10s %-8s %-10s %-20s %s\n", (long long)k->step,
+               zt_pb_enum_short_name(&zt__v1__checkpoint_state__descriptor, k->state), sh,
+               zt_cli_fmt_bytes(k->bytes, sz, sizeof(sz)),
+               zt_cli_fmt_time(k->committed_ms ? k->committed_ms : k->created_ms, t, sizeof(t)),
+               k->path);
+    }
+out:
+    zt_pb_free(r);
+    zt_rpc_client_destroy(c);
+    return rc;
+}

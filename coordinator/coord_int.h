@@ -1,0 +1,250 @@
+/* zerotrain: what only coordinator/coord*.c may see — the live model and the two work
+ * queues. Locking: `mu` guards the whole model (jobs, attempts, agents, watchers). The
+ * state thread is the only writer of the store and the only thread that changes job and
+ * attempt state; poller threads take `mu` briefly for heartbeats and views. Lock order:
+ * mu, then a call's own lock inside zt_rpc (never the other way). */
+#ifndef ZT_COORDINATOR_COORD_INT_H
+#define ZT_COORDINATOR_COORD_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coordinator/coord.h"
+#include "coordinator/model.h"
+#include "coordinator/store.h"
+#include "proto/health.pb-c.h"
+#include "proto/rpc.h"
+#include "proto/zerotrain.pb-c.h"
+
+/* A worker as its agent last reported it (the fields of zt.v1.WorkerStatus). */
+typedef struct c_report {
+    int64_t job_id, attempt_id;
+    int rank, pid, phase;
+    int64_t step, collective_seq, memory_bytes, peak_memory_bytes;
+    double tokens_per_s, loss;
+    int exit_code, exit_signal, device_index;
+    int64_t started_ms;
+} c_report;
+
+typedef struct c_gpu {
+    int index;
+    char name[64];
+    int64_t memory_total, memory_free;
+} c_gpu;
+
+typedef struct c_agent {
+    char *name, *hostname, *address, *version;
+    int device, slots;
+    c_gpu *gpus;
+    int n_gpus;
+    int64_t incarnation;
+    zt_agent_state state;        /* as stored */
+    int64_t registered_ms, last_seen_ms;
+    uint64_t last_seen_ns;       /* monotonic */
+    c_report *reports;           /* last heartbeat's workers */
+    int n_reports, cap_reports;
+    bool reports_changed;        /* the state thread has not looked at them yet */
+    bool revived;                /* a LOST agent heartbeats again */
+    bool desired_dirty;          /* rebuild the published desired set after this batch */
+    uint8_t *desired;            /* packed HeartbeatReply, published after commit */
+    size_t desired_len;
+    int64_t desired_version;
+    struct c_agent *hnext;       /* hash chain */
+} c_agent;
+
+typedef struct c_rank {
+    int rank, local_rank, slot, device_index;
+    c_agent *agent;
+    bool seen;       /* the agent reported this worker alive */
+    bool exited;
+    int exit_code, exit_signal;
+    int pid;
+    int64_t step, seq; /* live */
+    int phase;
+    double loss, tokens_per_s;
+    int64_t memory_bytes, peak_memory_bytes, started_ms;
+} c_rank;
+
+typedef struct c_waiter {
+    zt_rpc_call *call;
+    int wait; /* zt.v1.RendezvousRequest.Wait */
+    uint64_t until_ns;
+    struct c_waiter *next;
+} c_waiter;
+
+typedef struct c_job c_job;
+
+typedef struct c_attempt {
+    int64_t id;
+    c_job *job;
+    int number;
+    zt_attempt_state state;
+    char *reason;
+    int world_size;
+    char *resume_path;
+    int64_t resume_step;
+    int64_t created_ms, started_ms, ended_ms;
+    c_rank *ranks; /* [world_size] */
+    /* rendezvous entries by rank */
+    uint8_t **rdzv;
+    size_t *rdzv_len;
+    bool rdzv_changed;
+    c_waiter *waiters;
+    /* progress (hang detection, ETA) */
+    int64_t progress_sig;
+    uint64_t progress_ns;
+    int64_t eta_step0;
+    uint64_t eta_ns0;
+} c_attempt;
+
+/* A state change waiting for the commit that makes it visible to watchers. */
+typedef struct c_event {
+    zt_event_rec rec; /* strings owned */
+    struct c_event *next;
+} c_event;
+
+typedef struct c_watcher {
+    zt_rpc_call *call;
+    struct c_watcher *next;
+} c_watcher;
+
+struct c_job {
+    int64_t id;
+    char *name, *user, *spec_json, *spec_hash, *spec_dir, *reason;
+    zt_job_state state;
+    int priority, ranks, ranks_per_node, device, max_restarts, restarts;
+    int64_t total_steps, last_step, submitted_ms, started_ms, ended_ms, attempt_id;
+    int64_t metrics_stride, metrics_count, log_count;
+    c_attempt *att;            /* the active attempt (STARTING/RUNNING), NULL otherwise */
+    uint64_t eligible_ns;      /* restart backoff: not placed before this */
+    char pending[256];         /* QUEUED: why it is not placed */
+    /* live progress */
+    int64_t step;
+    double loss, tokens_per_s, eta_s;
+    int64_t metrics_step;
+    char *metrics_kv;          /* rank 0's latest metrics */
+    bool progress_dirty, metrics_dirty;
+    int64_t notified_step;
+    /* state changes of this batch, for watchers */
+    c_event *events, *events_tail;
+    c_watcher *watchers;
+    zt_job_state pub_state;    /* the last state watchers were told (committed) */
+    bool done;                 /* terminal: removed from memory after the commit */
+};
+
+/* One unit of work for the state thread (embedded first in bigger structs). run() executes
+ * inside the batch transaction with mu held; done() runs after the commit (committed =
+ * false when the batch was rolled back) without mu, answers the call and frees the op. */
+typedef struct c_op c_op;
+struct c_op {
+    c_op *next;
+    void (*run)(zt_coord *c, c_op *op);
+    void (*done)(zt_coord *c, c_op *op, bool committed);
+    zt_rpc_call *call;
+};
+
+/* A read for the reader thread (its own read-only store handle), embedded likewise. */
+typedef struct c_task c_task;
+struct c_task {
+    c_task *next;
+    void (*run)(zt_coord *c, c_task *t, zt_store *rs);
+    zt_rpc_call *call;
+};
+
+struct zt_coord {
+    zt_coord_config cfg;
+    zt_store *store; /* the writer: state thread (and open/close) only */
+    pthread_mutex_t mu;
+
+    /* ---- model (mu) ---- */
+    c_job **jobs; /* live jobs, by id */
+    size_t n_jobs, cap_jobs;
+    c_attempt **atts; /* active attempts */
+    size_t n_atts, cap_atts;
+    c_agent **agent_hash;
+    size_t agent_buckets;
+    c_agent **agents; /* by registration */
+    size_t n_agents, cap_agents;
+    int64_t desired_seq;
+    bool sched_dirty;
+    c_attempt **grave; /* attempts that ended in this batch (freed after publishing) */
+    size_t n_grave, cap_grave;
+    c_watcher *health_watchers;
+
+    /* ---- the current batch (state thread) ---- */
+    bool batch_failed;
+    zt_err batch_err;
+
+    /* ---- state thread queue (qmu) ---- */
+    pthread_t state_thread;
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    c_op *q_head, *q_tail;
+    bool reports_pending;
+    bool stop;
+
+    /* ---- reader thread (rmu) ---- */
+    pthread_t reader_thread;
+    pthread_mutex_t rmu;
+    pthread_cond_t rcv;
+    c_task *r_head, *r_tail;
+    bool rstop;
+    zt_store *rstore;
+
+    /* ---- log streams ---- */
+    pthread_mutex_t lmu;
+    pthread_cond_t lcv; /* broadcast after a commit that added log lines */
+    int log_streams;
+    int64_t log_seq;
+
+    atomic_bool serving;
+    uint64_t started_ns;
+};
+
+/* ---- coord.c: model and state thread ---- */
+void coord_enqueue(zt_coord *c, c_op *op);
+void coord_enqueue_read(zt_coord *c, c_task *t);
+void coord_wake_reports(zt_coord *c);
+c_job *coord_job_find(zt_coord *c, int64_t id);
+c_agent *coord_agent_find(zt_coord *c, const char *name);
+c_attempt *coord_attempt_find(zt_coord *c, int64_t id);
+/* Records a failed store call of the current batch (the batch will be rolled back). */
+void coord_db_failed(zt_coord *c, const zt_err *err);
+int64_t coord_now_ms(void);
+
+/* Transitions (state thread, mu held, inside the batch). */
+void coord_job_event(zt_coord *c, c_job *j, int64_t attempt_id, const char *agent, const char *kind,
+                     const char *from, const char *to, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+void coord_job_set_state(zt_coord *c, c_job *j, zt_job_state to, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retryable,
+                       const char *reason);
+void coord_save_job(zt_coord *c, c_job *j);
+c_job *coord_job_from_rec(const zt_job_rec *r);
+void coord_job_add(zt_coord *c, c_job *j);
+void coord_agent_mark_dirty(zt_coord *c, c_agent *a);
+c_agent *coord_agent_new(zt_coord *c, const char *name);
+void coord_agent_save(zt_coord *c, c_agent *a);
+int coord_agent_free_slots(zt_coord *c, c_agent *a);
+
+/* Views (mu held): fill wire messages whose strings point into the model. */
+void coord_job_to_pb(const c_job *j, Zt__V1__Job *out);
+void coord_rec_to_pb(const zt_job_rec *r, Zt__V1__Job *out);
+/* Sends u to j's watchers, dropping watchers that are gone or too slow. */
+void coord_watchers_send(zt_coord *c, c_job *j, const Zt__V1__JobUpdate *u, bool final);
+
+/* ---- coord_rpc.c ---- */
+size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap);
+void coord_rdzv_reply(c_attempt *a, zt_rpc_call *call, bool complete);
+bool coord_rdzv_complete(const c_attempt *a, int wait);
+
+/* ---- coord_read.c ---- */
+void *coord_reader_main(void *arg);
+void coord_logs_start(zt_coord *c, zt_rpc_call *call, const Zt__V1__GetLogsRequest *q);
+void coord_logs_wake(zt_coord *c);
+void coord_logs_stop(zt_coord *c);
+
+#endif

@@ -1,0 +1,403 @@
+/* zerotrain: zcoord, the coordinator process. Reads its settings (one table feeds flags,
+ * ZT_* environment variables and --help), opens the store, serves gRPC (and a small HTTP
+ * health page), and shuts down cleanly on SIGTERM or SIGINT. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "coordinator/coord.h"
+#include "coordinator/http.h"
+#include "proto/rpc.h"
+
+typedef enum { T_STR, T_DURATION, T_INT, T_SIZE } setting_type;
+
+typedef struct setting {
+    const char *name; /* flag without "--"; the environment variable is ZT_<NAME> */
+    const char *env;
+    setting_type type;
+    const char *def;
+    int64_t min, max; /* T_DURATION in ms, T_SIZE in bytes */
+    const char *help;
+    const char *sval;
+    int64_t ival;
+} setting;
+
+enum {
+    S_DB, S_GRPC, S_HTTP, S_TOKEN_FILE, S_TLS_CERT, S_TLS_KEY, S_HB_INTERVAL, S_HB_TIMEOUT,
+    S_HANG_TIMEOUT, S_BACKOFF, S_BACKOFF_MAX, S_MAX_MESSAGE, S_POLLERS, S_METRICS_POINTS,
+    S_LOG_LINES, S_READY_FILE, S_LOG_LEVEL, S_COUNT
+};
+
+static setting settings[S_COUNT] = {
+    [S_DB] = {"db", "ZT_DB", T_STR, "zerotrain.db", 0, 0, "SQLite database file", NULL, 0},
+    [S_GRPC] = {"grpc", "ZT_GRPC_ADDR", T_STR, "127.0.0.1:50051", 0, 0,
+                "gRPC listen address (port 0 picks one)", NULL, 0},
+    [S_HTTP] = {"http", "ZT_HTTP_ADDR", T_STR, "127.0.0.1:8080", 0, 0,
+                "HTTP listen address for /healthz ('off' = none)", NULL, 0},
+    [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", T_STR, "", 0, 0,
+                      "file holding the API token (or set ZT_TOKEN); none = loopback only", NULL, 0},
+    [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", T_STR, "", 0, 0, "PEM certificate chain: serve TLS",
+                    NULL, 0},
+    [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", T_STR, "", 0, 0, "PEM private key for --tls-cert", NULL,
+                   0},
+    [S_HB_INTERVAL] = {"heartbeat-interval", "ZT_HEARTBEAT_INTERVAL", T_DURATION, "1s", 50,
+                       60000, "how often agents heartbeat", NULL, 0},
+    [S_HB_TIMEOUT] = {"heartbeat-timeout", "ZT_HEARTBEAT_TIMEOUT", T_DURATION, "10s", 200,
+                      3600000, "silence after which an agent is LOST and its attempts fail", NULL,
+                      0},
+    [S_HANG_TIMEOUT] = {"hang-timeout", "ZT_HANG_TIMEOUT", T_DURATION, "10m", 500, 86400000,
+                        "no step progress after which an attempt fails as hung", NULL, 0},
+    [S_BACKOFF] = {"restart-backoff", "ZT_RESTART_BACKOFF", T_DURATION, "2s", 0, 3600000,
+                   "delay before the first restart (doubles each restart)", NULL, 0},
+    [S_BACKOFF_MAX] = {"restart-backoff-max", "ZT_RESTART_BACKOFF_MAX", T_DURATION, "5m", 0,
+                       86400000, "longest restart delay", NULL, 0},
+    [S_MAX_MESSAGE] = {"max-message", "ZT_MAX_MESSAGE", T_SIZE, "4MiB", 4096, 1 << 30,
+                       "largest RPC message accepted (larger: RESOURCE_EXHAUSTED)", NULL, 0},
+    [S_POLLERS] = {"pollers", "ZT_POLLERS", T_INT, "2", 1, 64,
+                   "threads polling the gRPC completion queue", NULL, 0},
+    [S_METRICS_POINTS] = {"metrics-max-points", "ZT_METRICS_MAX_POINTS", T_INT, "2000", 10,
+                          10000000, "stored metric rows per job before downsampling", NULL, 0},
+    [S_LOG_LINES] = {"logs-max-lines", "ZT_LOGS_MAX_LINES", T_INT, "100000", 100, 100000000,
+                     "stored log lines per job (oldest dropped)", NULL, 0},
+    [S_READY_FILE] = {"ready-file", "ZT_READY_FILE", T_STR, "", 0, 0,
+                      "write {\"grpc\":ADDR,\"http\":ADDR,\"pid\":N} here once serving", NULL, 0},
+    [S_LOG_LEVEL] = {"log-level", "ZT_LOG_LEVEL", T_STR, "info", 0, 0, "error|warn|info|debug",
+                     NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zcoord [options]\n\n"
+               "The zerotrain coordinator: stores jobs in SQLite, schedules them on agents and "
+               "serves the gRPC API\n(zt.v1.Coordinator, zt.v1.AgentControl, grpc.health.v1.Health). "
+               "SIGTERM or SIGINT stop it cleanly.\n\noptions (each also from its environment "
+               "variable):\n");
+    for (int i = 0; i < S_COUNT; i++) {
+        const setting *s = &settings[i];
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s %s", s->name,
+                 s->type == T_DURATION ? "DUR" : s->type == T_SIZE ? "SIZE" : s->type == T_INT ? "N" : "VAL");
+        fprintf(f, "  %-28s %s (%s", flag, s->help, s->env);
+        if (s->def[0])
+            fprintf(f, ", default %s", s->def);
+        fprintf(f, ")\n");
+    }
+    fprintf(f, "\nDurations take ms, s, m or h (default s); sizes take KiB, MiB, GiB.\n"
+               "The token may also come from ZT_TOKEN. Without a token zcoord binds loopback only.\n");
+}
+
+static bool parse_number(const char *v, double *num, const char **unit)
+{
+    char *end;
+    errno = 0;
+    *num = strtod(v, &end);
+    if (end == v || errno != 0 || *num < 0)
+        return false;
+    *unit = end;
+    return true;
+}
+
+/* Parses s->sval into s->ival for numeric settings; message in err. */
+static bool parse_setting(setting *s, const char *origin, zt_err *err)
+{
+    if (s->type == T_STR)
+        return true;
+    double num;
+    const char *unit;
+    if (!parse_number(s->sval, &num, &unit)) {
+        zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is not a %s", origin, s->sval,
+                   s->type == T_DURATION ? "duration (e.g. 10s, 500ms, 2m)"
+                   : s->type == T_SIZE   ? "size (e.g. 4MiB)"
+                                         : "number");
+        return false;
+    }
+    double mult = 1;
+    if (s->type == T_DURATION) {
+        if (!*unit || strcmp(unit, "s") == 0)
+            mult = 1000;
+        else if (strcmp(unit, "ms") == 0)
+            mult = 1;
+        else if (strcmp(unit, "m") == 0)
+            mult = 60000;
+        else if (strcmp(unit, "h") == 0)
+            mult = 3600000;
+        else
+            unit = NULL;
+    } else if (s->type == T_SIZE) {
+        if (!*unit || strcmp(unit, "B") == 0)
+            mult = 1;
+        else if (strcmp(unit, "KiB") == 0 || strcmp(unit, "K") == 0)
+            mult = 1024;
+        else if (strcmp(unit, "MiB") == 0 || strcmp(unit, "M") == 0)
+            mult = 1024 * 1024;
+        else if (strcmp(unit, "GiB") == 0 || strcmp(unit, "G") == 0)
+            mult = 1024.0 * 1024 * 1024;
+        else
+            unit = NULL;
+    } else if (*unit) {
+        unit = NULL;
+    }
+    if (!unit) {
+        zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' has an unknown unit", origin, s->sval);
+        return false;
+    }
+    double v = num * mult;
+    if (v < (double)s->min || v > (double)s->max) {
+        zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is out of range [%" PRId64 ", %" PRId64 "]%s",
+                   origin, s->sval, s->min, s->max,
+                   s->type == T_DURATION ? " ms" : s->type == T_SIZE ? " bytes" : "");
+        return false;
+    }
+    s->ival = (int64_t)v;
+    return true;
+}
+
+static char *read_file(const char *path, size_t max, zt_err *err, const char *what)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        zt_err_set(err, ZT_ERR_IO, "cannot read %s %s: %s", what, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = zt_malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max, f) : 0;
+    fclose(f);
+    if (!buf) {
+        zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static bool is_loopback(const char *addr)
+{
+    if (strncmp(addr, "unix:", 5) == 0)
+        return true;
+    return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "localhost:", 10) == 0 ||
+           strncmp(addr, "[::1]:", 6) == 0 || strncmp(addr, "ipv4:127.", 9) == 0;
+}
+
+static bool health(void *arg)
+{
+    (void)arg;
+    return true;
+}
+
+static int write_ready(const char *path, const char *grpc, const char *http)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "{\"grpc\": \"%s\", \"http\": \"%s\", \"pid\": %d}\n", grpc, http, (int)getpid());
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    return rename(tmp, path);
+}
+
+int main(int argc, char **argv)
+{
+    zt_log_set_identity(NULL, -1);
+    /* flags first (they win over the environment) */
+    const char *flag_vals[S_COUNT] = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "zcoord: unexpected argument '%s'; see zcoord --help\n", a);
+            return 2;
+        }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        int found = -1;
+        for (int k = 0; k < S_COUNT; k++)
+            if (strlen(settings[k].name) == nlen && strncmp(settings[k].name, name, nlen) == 0)
+                found = k;
+        if (found < 0) {
+            fprintf(stderr, "zcoord: unknown option '%s'; see zcoord --help\n", a);
+            return 2;
+        }
+        if (eq) {
+            flag_vals[found] = eq + 1;
+        } else if (i + 1 < argc) {
+            flag_vals[found] = argv[++i];
+        } else {
+            fprintf(stderr, "zcoord: %s needs a value\n", a);
+            return 2;
+        }
+    }
+    zt_err err = {0};
+    for (int k = 0; k < S_COUNT; k++) {
+        setting *s = &settings[k];
+        char origin[96];
+        if (flag_vals[k]) {
+            s->sval = flag_vals[k];
+            snprintf(origin, sizeof(origin), "--%s", s->name);
+        } else if (getenv(s->env) && getenv(s->env)[0]) {
+            s->sval = getenv(s->env);
+            snprintf(origin, sizeof(origin), "%s", s->env);
+        } else {
+            s->sval = s->def;
+            snprintf(origin, sizeof(origin), "default of --%s", s->name);
+        }
+        if (!parse_setting(s, origin, &err)) {
+            fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+            return 2;
+        }
+    }
+    int lvl = zt_log_parse_level(settings[S_LOG_LEVEL].sval);
+    if (lvl < 0) {
+        fprintf(stderr, "zcoord: --log-level '%s' is not error, warn, info or debug\n",
+                settings[S_LOG_LEVEL].sval);
+        return 2;
+    }
+    zt_log_set_level((zt_log_level)lvl);
+
+    char *token = NULL, *cert = NULL, *key = NULL;
+    int rc = 1;
+    if (settings[S_TOKEN_FILE].sval[0]) {
+        token = read_file(settings[S_TOKEN_FILE].sval, 4096, &err, "the token file");
+        if (!token)
+            goto usage_error;
+        size_t n = strlen(token);
+        while (n > 0 && (token[n - 1] == '\n' || token[n - 1] == '\r' || token[n - 1] == ' '))
+            token[--n] = '\0';
+        if (!n) {
+            zt_err_set(&err, ZT_ERR_CONFIG, "the token file %s is empty",
+                       settings[S_TOKEN_FILE].sval);
+            goto usage_error;
+        }
+    } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
+        token = zt_strdup(getenv("ZT_TOKEN"));
+    }
+    const char *grpc_addr = settings[S_GRPC].sval;
+    const char *http_addr = settings[S_HTTP].sval;
+    bool http_on = http_addr[0] && strcmp(http_addr, "off") != 0;
+    if (!token && (!is_loopback(grpc_addr) || (http_on && !is_loopback(http_addr)))) {
+        zt_err_set(&err, ZT_ERR_CONFIG,
+                   "refusing to listen on %s without a token: anyone who can reach it could run "
+                   "jobs; set --token-file (or ZT_TOKEN), or bind 127.0.0.1",
+                   !is_loopback(grpc_addr) ? grpc_addr : http_addr);
+        goto usage_error;
+    }
+    if (!!settings[S_TLS_CERT].sval[0] != !!settings[S_TLS_KEY].sval[0]) {
+        zt_err_set(&err, ZT_ERR_CONFIG, "--tls-cert and --tls-key go together: give both or neither");
+        goto usage_error;
+    }
+    if (settings[S_TLS_CERT].sval[0]) {
+        cert = read_file(settings[S_TLS_CERT].sval, 1 << 20, &err, "the TLS certificate");
+        key = cert ? read_file(settings[S_TLS_KEY].sval, 1 << 20, &err, "the TLS key") : NULL;
+        if (!cert || !key)
+            goto usage_error;
+    }
+
+    /* signals: handled by sigwait in this thread; every thread started later blocks them */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    zt_coord_config cc = {.db_path = settings[S_DB].sval,
+                          .heartbeat_interval_ms = settings[S_HB_INTERVAL].ival,
+                          .heartbeat_timeout_ms = settings[S_HB_TIMEOUT].ival,
+                          .hang_timeout_ms = settings[S_HANG_TIMEOUT].ival,
+                          .restart_backoff_ms = settings[S_BACKOFF].ival,
+                          .restart_backoff_max_ms = settings[S_BACKOFF_MAX].ival,
+                          .metrics_max_points = (int)settings[S_METRICS_POINTS].ival,
+                          .logs_max_lines = settings[S_LOG_LINES].ival,
+                          .version = ZT_VERSION};
+    zt_coord *coord = NULL;
+    zt_rpc_server *srv = NULL;
+    zt_http *http = NULL;
+    if (zt_coord_open(&coord, &cc, &err) != ZT_OK) {
+        fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+        goto cleanup;
+    }
+    zt_rpc_method methods[32];
+    size_t nm = zt_coord_methods(coord, methods, 32);
+    zt_rpc_server_config sc = {.addr = grpc_addr,
+                               .token = token,
+                               .tls_cert_pem = cert,
+                               .tls_key_pem = key,
+                               .max_message_bytes = (size_t)settings[S_MAX_MESSAGE].ival,
+                               .pollers = (int)settings[S_POLLERS].ival};
+    if (zt_rpc_server_create(&srv, &sc, methods, nm, &err) != ZT_OK) {
+        fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+        goto cleanup;
+    }
+    char grpc_bound[300], http_bound[300] = "off";
+    snprintf(grpc_bound, sizeof(grpc_bound), "%s", grpc_addr);
+    char *colon = strrchr(grpc_bound, ':');
+    if (colon && strncmp(grpc_addr, "unix:", 5) != 0)
+        snprintf(colon + 1, sizeof(grpc_bound) - (size_t)(colon + 1 - grpc_bound), "%d",
+                 zt_rpc_server_port(srv));
+    if (http_on) {
+        if (zt_http_start(&http, http_addr, health, NULL, &err) != ZT_OK) {
+            fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+            goto cleanup;
+        }
+        snprintf(http_bound, sizeof(http_bound), "%s", http_addr);
+        colon = strrchr(http_bound, ':');
+        if (colon)
+            snprintf(colon + 1, sizeof(http_bound) - (size_t)(colon + 1 - http_bound), "%d",
+                     zt_http_port(http));
+    }
+    if (settings[S_READY_FILE].sval[0] &&
+        write_ready(settings[S_READY_FILE].sval, grpc_bound, http_bound) != 0) {
+        fprintf(stderr, "zcoord: cannot write the ready file %s: %s\n", settings[S_READY_FILE].sval,
+                strerror(errno));
+        goto cleanup;
+    }
+    printf("zcoord %s: serving gRPC on %s%s, HTTP on %s, database %s\n", ZT_VERSION, grpc_bound,
+           cert ? " (TLS)" : "", http_bound, cc.db_path);
+    fflush(stdout);
+    ZT_INFO("zcoord", "serving gRPC on %s%s (%s), HTTP on %s", grpc_bound, cert ? " with TLS" : "",
+            token ? "token required" : "no token: loopback only", http_bound);
+
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0) {
+    }
+    ZT_INFO("zcoord", "signal %d: shutting down", sig);
+    rc = 0;
+
+cleanup:
+    zt_http_stop(http);
+    zt_coord_stop_serving(coord);
+    if (srv)
+        zt_rpc_server_shutdown(srv, 2000);
+    zt_coord_drain(coord);
+    zt_rpc_server_destroy(srv);
+    zt_coord_close(coord);
+    zt_free(token);
+    zt_free(cert);
+    zt_free(key);
+    if (rc == 0)
+        ZT_INFO("zcoord", "stopped");
+    return rc;
+
+usage_error:
+    fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+    zt_free(token);
+    zt_free(cert);
+    zt_free(key);
+    return 2;
+}

@@ -1,0 +1,39 @@
+/* zerotrain: checks of decoded RPC requests that need no state — missing fields, values out
+ * of range, oversized lists — so every handler refuses bad input the same way (with
+ * INVALID_ARGUMENT and the message written here) and the fuzz target can run them on
+ * arbitrary bytes. Each returns true when the request is acceptable; otherwise why (cap
+ * bytes) says what is wrong and what to do. Thread-safe. */
+#ifndef ZT_COORDINATOR_VALIDATE_H
+#define ZT_COORDINATOR_VALIDATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "proto/zerotrain.pb-c.h"
+
+#define ZT_MAX_PRIORITY 1000
+#define ZT_MAX_AGENT_SLOTS 4096
+#define ZT_MAX_WORKERS_PER_HEARTBEAT 4096
+#define ZT_MAX_BATCH_ENTRIES 10000
+#define ZT_MAX_LOG_LINE 8192
+#define ZT_MAX_RDZV_VALUE 65536
+#define ZT_MAX_RDZV_WAIT_MS 60000
+
+/* A name for agents: 1..128 of [A-Za-z0-9._-]. */
+bool zt_valid_name(const char *s);
+/* A metric key: 1..64 of [A-Za-z0-9_.]. */
+bool zt_valid_metric_key(const char *s);
+
+bool zt_check_submit(const Zt__V1__SubmitJobRequest *q, char *why, size_t cap);
+bool zt_check_job_id(int64_t id, char *why, size_t cap);
+bool zt_check_list_jobs(const Zt__V1__ListJobsRequest *q, char *why, size_t cap);
+bool zt_check_get_metrics(const Zt__V1__GetMetricsRequest *q, char *why, size_t cap);
+bool zt_check_get_logs(const Zt__V1__GetLogsRequest *q, char *why, size_t cap);
+bool zt_check_register(const Zt__V1__RegisterAgentRequest *q, char *why, size_t cap);
+bool zt_check_heartbeat(const Zt__V1__HeartbeatRequest *q, char *why, size_t cap);
+bool zt_check_report_metrics(const Zt__V1__ReportMetricsRequest *q, char *why, size_t cap);
+bool zt_check_report_checkpoint(const Zt__V1__ReportCheckpointRequest *q, char *why, size_t cap);
+bool zt_check_report_logs(const Zt__V1__ReportLogsRequest *q, char *why, size_t cap);
+bool zt_check_rendezvous(const Zt__V1__RendezvousRequest *q, char *why, size_t cap);
+
+#endif
