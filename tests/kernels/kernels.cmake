@@ -11,3 +11,8 @@ endfunction()
 
 zt_kernels_cpu_test(test_kernels_cpu_gpt2 test_kernels_cpu_gpt2.c)
 zt_kernels_cpu_test(test_kernels_cpu_optim test_kernels_cpu_optim.c)
+
+# against the real torch.optim (skipped when /usr/bin/python3 has no torch)
+zt_add_test(NAME test_kernels_cpu_adamw_torch
+            SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_cpu_adamw_torch.c
+            LIBS zt_kernels zt_common LABELS unit TIMEOUT 120)

@@ -907,37 +907,39 @@ static void test_table_and_memory(void)
 
 /* ======================================================================================== */
 
-static void run_all(void)
+/* big: also the shapes large enough to go parallel by default (skipped in the second pass,
+ * where every shape is forced parallel) */
+static void run_all(int big)
 {
     test_encoder(2, 7, 48, 11);
-    test_encoder(3, 37, 96, 64);
     test_encoder(1, 1, 16, 1);
+    if (big) test_encoder(3, 37, 96, 64);
 
     test_layernorm(7, 48);
-    test_layernorm(37, 256);
-    test_layernorm(300, 200);
     test_layernorm(1, 1);
+    test_layernorm(37, 256);
+    if (big) test_layernorm(300, 200);
 
     test_matmul(7, 48, 144);
     test_matmul(37, 64, 19);
-    test_matmul(300, 96, 130);
     test_matmul(1, 3, 1);
+    if (big) test_matmul(300, 96, 130);
 
     test_attention(2, 7, 48, 3);
-    test_attention(1, 70, 48, 3);
     test_attention(2, 33, 32, 2);
     test_attention(1, 1, 8, 1);
+    if (big) test_attention(1, 70, 48, 3);
 
     test_gelu(1000);
-    test_gelu(100003);
     test_gelu(3);
+    if (big) test_gelu(100003);
 
     test_residual(1001);
-    test_residual(70001);
+    if (big) test_residual(70001);
 
     test_crossentropy(7, 50, 64);
     test_crossentropy(37, 256, 256);
-    test_crossentropy(130, 300, 384);
+    if (big) test_crossentropy(130, 300, 384);
 }
 
 int main(void)
@@ -948,11 +950,11 @@ int main(void)
     ASSERT_OK(OPS->ctx_create(&CTX, 0, &err));
     printf("cpu ops: %d thread(s)\n", CTX->nthreads);
     test_table_and_memory();
-    run_all();
+    run_all(1);
     if (CTX->nthreads > 1) {
         /* again with every op going parallel, whatever its size */
         CTX->par_min = 1;
-        run_all();
+        run_all(0);
     }
     OPS->ctx_destroy(CTX);
     printf("ok\n");
