@@ -51,8 +51,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: zctl run [--nproc N] [--resume CKPT] [--log-dir DIR] [--timeout-ms MS] "
-            "JOB.json\n"
+            "usage: zctl run [--nproc N] [--resume CKPT] [--log-dir DIR] [--timeout-ms MS] JOB.json\n"
             "\n"
             "Trains the job locally on N worker processes (default: resources.ranks of the job)\n"
             "that rendezvous on loopback; no coordinator is needed.\n"

@@ -91,8 +91,7 @@ zt_status zt_ckpt_resolve(const char *path, char *step_dir, size_t len, zt_err *
     DIR *d = opendir(path);
     if (!d)
         return zt_err_set(err, errno == ENOENT ? ZT_ERR_NOT_FOUND : ZT_ERR_IO,
-                          "checkpoint %s: %s; give a checkpoint directory or one of its step_* "
-                          "directories",
+                          "checkpoint %s: %s; give a checkpoint directory or one of its step_* directories",
                           path, strerror(errno));
     int64_t best = -1;
     bool incomplete = false;
@@ -113,8 +112,7 @@ zt_status zt_ckpt_resolve(const char *path, char *step_dir, size_t len, zt_err *
     if (best < 0) {
         if (parse_step_name(strrchr(path, '/') ? strrchr(path, '/') + 1 : path) >= 0)
             return zt_err_set(err, ZT_ERR_CORRUPT,
-                              "checkpoint %s is incomplete: it has no %s (the save did not "
-                              "finish); resume from an earlier step",
+                              "checkpoint %s is incomplete: it has no %s (the save did not finish); resume from an earlier step",
                               path, META_NAME);
         return zt_err_set(err, ZT_ERR_NOT_FOUND, "no complete checkpoint in %s%s", path,
                           incomplete ? " (only incomplete step directories without meta.json)"
@@ -236,8 +234,7 @@ static zt_status meta_get_int(json_t *o, const char *key, int64_t *v, const char
     json_t *x = json_object_get(o, key);
     if (!json_is_integer(x))
         return zt_err_set(err, ZT_ERR_CORRUPT,
-                          "%s: \"%s\" is missing or not an integer; the checkpoint metadata is "
-                          "damaged",
+                          "%s: \"%s\" is missing or not an integer; the checkpoint metadata is damaged",
                           path, key);
     *v = json_integer_value(x);
     return ZT_OK;
@@ -308,8 +305,7 @@ static zt_status meta_read(ckpt_meta *m, const char *step_dir, zt_err *err)
         json_array_size(units) != (size_t)(m->dims.L + 2) ||
         json_array_size(shards) != (size_t)m->world || m->dims.L < 1 || m->dims.C < 1) {
         st = zt_err_set(err, ZT_ERR_CORRUPT,
-                        "%s: the unit or shard lists do not match the model and world size it "
-                        "records; the checkpoint metadata is damaged",
+                        "%s: the unit or shard lists do not match the model and world size it records; the checkpoint metadata is damaged",
                         path);
         goto out;
     }
@@ -406,8 +402,7 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
     for (int u = 0; u < c->m.n_units; u++) {
         if (c->lay.unit_numel[u] != c->m.numel[u]) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "%s/%s: unit %d records %zu elements but its model has %zu; the "
-                            "metadata disagrees with itself",
+                            "%s/%s: unit %d records %zu elements but its model has %zu; the metadata disagrees with itself",
                             c->dir, META_NAME, u, c->m.numel[u], c->lay.unit_numel[u]);
             goto fail;
         }
@@ -432,8 +427,7 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
         c->fds[r] = open(file, O_RDONLY | O_CLOEXEC);
         if (c->fds[r] < 0) {
             st = zt_err_set(err, errno == ENOENT ? ZT_ERR_NOT_FOUND : ZT_ERR_IO,
-                            "checkpoint shard %s: %s; the checkpoint is incomplete, resume from "
-                            "another step",
+                            "checkpoint shard %s: %s; the checkpoint is incomplete, resume from another step",
                             file, strerror(errno));
             goto fail;
         }
@@ -441,8 +435,7 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
         if (fstat(c->fds[r], &sb) != 0 || (uint64_t)sb.st_size != c->m.bytes[r] ||
             (size_t)sb.st_size != expect) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s has %lld bytes but %s records %llu and the "
-                            "layout needs %zu; the file is truncated or from another checkpoint",
+                            "checkpoint shard %s has %lld bytes but %s records %llu and the layout needs %zu; the file is truncated or from another checkpoint",
                             file, (long long)sb.st_size, META_NAME,
                             (unsigned long long)c->m.bytes[r], expect);
             goto fail;
@@ -455,8 +448,7 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
         uint32_t hcrc = zt_crc32c(0, &h, offsetof(zt_shard_header, header_crc32c));
         if (memcmp(h.magic, ZT_CKPT_SHARD_MAGIC, 8) != 0 || hcrc != h.header_crc32c) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s: bad header (magic or header checksum); the file "
-                            "is corrupted",
+                            "checkpoint shard %s: bad header (magic or header checksum); the file is corrupted",
                             file);
             goto fail;
         }
@@ -465,9 +457,7 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
             h.n_units != (uint32_t)c->m.n_units || h.payload_bytes != payload_bytes(&c->m) ||
             h.payload_crc32c != c->m.crc[r]) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s disagrees with %s (header says rank %u of %u, step "
-                            "%llu, crc32c %08x; meta.json says rank %d of %d, step %lld, crc32c "
-                            "%08x)",
+                            "checkpoint shard %s disagrees with %s (header says rank %u of %u, step %llu, crc32c %08x; meta.json says rank %d of %d, step %lld, crc32c %08x)",
                             file, META_NAME, h.rank, h.world, (unsigned long long)h.step,
                             h.payload_crc32c, r, c->m.world, (long long)c->m.step, c->m.crc[r]);
             goto fail;
@@ -509,8 +499,7 @@ static zt_status verify_shard(zt_ckpt *c, int r, zt_err *err)
     zt_free(buf);
     if (st == ZT_OK && crc != c->m.crc[r])
         st = zt_err_set(err, ZT_ERR_CORRUPT,
-                        "%s/rank_%05d.zts: checksum mismatch (crc32c %08x, expected %08x); the "
-                        "shard is corrupted, resume from another checkpoint",
+                        "%s/rank_%05d.zts: checksum mismatch (crc32c %08x, expected %08x); the shard is corrupted, resume from another checkpoint",
                         c->dir, r, crc, c->m.crc[r]);
     return st;
 }
@@ -764,8 +753,7 @@ zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
     }
     if (st == ZT_OK && failed >= 0)
         st = zt_err_set(err, ZT_ERR_IO,
-                        "checkpoint step %lld: rank %d could not write its shard (see its log); "
-                        "the checkpoint does not count",
+                        "checkpoint step %lld: rank %d could not write its shard (see its log); the checkpoint does not count",
                         (long long)e->ck_step, failed);
     char dir[ZT_PATH_MAX + 32];
     step_dir_of(e, e->ck_step, dir, sizeof(dir));
@@ -870,9 +858,7 @@ zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
     if (a->L != b->L || a->C != b->C || a->NH != b->NH || a->T != b->T || a->V != b->V ||
         a->Vp != b->Vp) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
-                        "checkpoint %s holds a model with n_layer %d n_head %d n_embd %d "
-                        "block_size %d vocab %d (padded %d) but the job has %d %d %d %d %d (%d); "
-                        "resume with the job that wrote it",
+                        "checkpoint %s holds a model with n_layer %d n_head %d n_embd %d block_size %d vocab %d (padded %d) but the job has %d %d %d %d %d (%d); resume with the job that wrote it",
                         c->dir, a->L, a->NH, a->C, a->T, a->V, a->Vp, b->L, b->NH, b->C, b->T,
                         b->V, b->Vp);
         goto out;
@@ -932,9 +918,7 @@ zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err
         m.dims.T != mc->block_size || m.dims.V != mc->vocab_size ||
         m.dims.Vp != mc->padded_vocab_size) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
-                        "checkpoint %s holds a model with n_layer %d n_head %d n_embd %d "
-                        "block_size %d vocab_size %d but the job asks for %d %d %d %d %d; resume "
-                        "with the job that wrote it",
+                        "checkpoint %s holds a model with n_layer %d n_head %d n_embd %d block_size %d vocab_size %d but the job asks for %d %d %d %d %d; resume with the job that wrote it",
                         step_dir, m.dims.L, m.dims.NH, m.dims.C, m.dims.T, m.dims.V, mc->n_layer,
                         mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size);
         goto out;
@@ -944,9 +928,7 @@ zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err
     int64_t micro = job->ds.given_micro_batch ? job->ds.given_micro_batch : job->ds.micro_batch;
     if (micro <= 0 || tb % (micro * world) != 0) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
-                        "cannot resume %s on %d ranks: its train_batch_size %lld is not a "
-                        "multiple of train_micro_batch_size_per_gpu %lld * %d ranks; pick a rank "
-                        "count and micro batch whose product divides %lld",
+                        "cannot resume %s on %d ranks: its train_batch_size %lld is not a multiple of train_micro_batch_size_per_gpu %lld * %d ranks; pick a rank count and micro batch whose product divides %lld",
                         step_dir, world, (long long)tb, (long long)micro, world, (long long)tb);
         goto out;
     }
@@ -1185,9 +1167,7 @@ zt_status zt_ckpt_inspect(const char *path, FILE *out, bool json, zt_err *err)
         params += m->numel[u];
     if (json) {
         fprintf(out,
-                "{\"dir\":\"%s\",\"step\":%lld,\"applied_steps\":%lld,\"skipped_steps\":%lld,"
-                "\"world\":%d,\"stage\":%d,\"precision\":\"%s\",\"params\":%zu,"
-                "\"train_batch_size\":%lld,\"verified\":%s,\"shards\":[",
+                "{\"dir\":\"%s\",\"step\":%lld,\"applied_steps\":%lld,\"skipped_steps\":%lld,\"world\":%d,\"stage\":%d,\"precision\":\"%s\",\"params\":%zu,\"train_batch_size\":%lld,\"verified\":%s,\"shards\":[",
                 c->dir, (long long)m->step, (long long)m->applied_steps,
                 (long long)m->skipped_steps, m->world, m->stage, zt_dtype_name(m->precision),
                 params, (long long)m->train_batch_size, vst == ZT_OK ? "true" : "false");

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../common/alloc.h"
+#include "../common/crc32c.h"
 #include "../common/log.h"
 #include "../common/timeutil.h"
 #include "ckpt.h"
@@ -748,8 +749,7 @@ static zt_status setup_buffers(zt_engine *e, zt_err *err)
     return ZT_OK;
 oom:
     return zt_err_set(err, ZT_ERR_NOMEM,
-                      "out of memory allocating rank %d's buffers (%.1f MiB in use: %s); run "
-                      "'zctl plan' on the job to see what each ZeRO stage needs",
+                      "out of memory allocating rank %d's buffers (%.1f MiB in use: %s); run 'zctl plan' on the job to see what each ZeRO stage needs",
                       e->rank, (double)e->mem.total_cur / 1048576.0,
                       "params, gradients, optimizer states, activations");
 }
@@ -889,8 +889,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
 
     if (job->ds.world_size != e->world) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
-                        "the batch sizes were resolved for %d ranks but the run has %d; call "
-                        "zt_job_resolve_batch first",
+                        "the batch sizes were resolved for %d ranks but the run has %d; call zt_job_resolve_batch first",
                         job->ds.world_size, e->world);
         goto fail;
     }
@@ -898,8 +897,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
         e->ops = zt_ops_cuda();
         if (!e->ops) {
             st = zt_err_set(err, ZT_ERR_NO_DEVICE,
-                            "the job asks for device \"cuda\" but this zworker was built without "
-                            "CUDA; rebuild with nvcc available or set resources.device to \"cpu\"");
+                            "the job asks for device \"cuda\" but this zworker was built without CUDA; rebuild with nvcc available or set resources.device to \"cpu\"");
             goto fail;
         }
     } else {
@@ -1217,13 +1215,9 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
         s.skipped = true;
         e->skipped_total++;
         s.grad_norm = NAN;
-        if (e->rank == 0)
-            ZT_WARN("engine",
-                    "step %lld skipped: non-finite gradient (%.0f values)%s; %lld steps skipped so "
-                    "far",
-                    (long long)e->steps_done + 1, (double)red[1],
-                    e->scaler.dynamic ? ", loss scale halved or hysteresis spent" : "",
-                    (long long)e->skipped_total);
+        ZT_WARN("engine", "step %lld skipped on every rank: %.0f non-finite gradient values (loss scale %g); %lld skipped so far",
+                (long long)e->steps_done + 1, (double)red[1], loss_scale,
+                (long long)e->skipped_total);
     } else {
         s.grad_norm = norm;
         double coef = 1.0;
@@ -1237,9 +1231,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     }
     if (zt_loss_scaler_update(&e->scaler, nonfinite) != ZT_OK) {
         st = zt_err_set(err, ZT_ERR_NONFINITE,
-                        "step %lld: the fp16 loss scale is already at its minimum (%g) and the "
-                        "gradients still overflow; the run cannot make progress. Lower the "
-                        "learning rate, use bf16, or lower fp16.min_loss_scale",
+                        "step %lld: the fp16 loss scale is already at its minimum (%g) and the gradients still overflow; the run cannot make progress. Lower the learning rate, use bf16, or lower fp16.min_loss_scale",
                         (long long)e->steps_done + 1, e->scaler.min_scale);
         goto out;
     }
@@ -1308,8 +1300,7 @@ static int format_step_line(const zt_engine *e, const zt_step_stats *s, char *bu
     if (e->job.ds.fp16.enabled)
         w += snprintf(buf + w, n - (size_t)w, " loss_scale=%g", s->loss_scale);
     w += snprintf(buf + w, n - (size_t)w,
-                  " skipped=%lld tok_s=%.0f step_ms=%.2f fwd_ms=%.2f bwd_ms=%.2f opt_ms=%.2f "
-                  "comm_ms=%.2f tflops=%.4f",
+                  " skipped=%lld tok_s=%.0f step_ms=%.2f fwd_ms=%.2f bwd_ms=%.2f opt_ms=%.2f comm_ms=%.2f tflops=%.4f",
                   (long long)s->skipped_total, s->tokens_per_s, s->step_s * 1e3, s->fwd_s * 1e3,
                   s->bwd_s * 1e3, s->opt_s * 1e3, s->comm_s * 1e3, s->tflops);
     if (s->mfu > 0)
@@ -1435,5 +1426,32 @@ zt_status zt_engine_gather_llmc(zt_engine *e, float **out, size_t *n, zt_err *er
 out:
     zt_free(all);
     zt_free(unit);
+    return st;
+}
+
+zt_status zt_engine_param_digest(zt_engine *e, uint32_t *crc, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
+    void *host = zt_malloc(maxp * psize(e));
+    if (!host)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    uint32_t c = 0;
+    for (int u = 0; u < e->nu && st == ZT_OK; u++) {
+        size_t bytes = e->lay.unit_numel[u] * psize(e);
+        if (e->stage < 3) {
+            e->ops->copy_d2h(e->k, host, (char *)e->params + e->foff[u] * psize(e), bytes);
+        } else {
+            float *p;
+            if ((st = param_acquire(e, u, &p, err)) != ZT_OK)
+                break;
+            e->ops->copy_d2h(e->k, host, pslot_find(e, u)->gbuf, bytes);
+            param_release(e, u);
+        }
+        if ((st = e->ops->sync(e->k, err)) == ZT_OK)
+            c = zt_crc32c(c, host, bytes);
+    }
+    zt_free(host);
+    *crc = c;
     return st;
 }

@@ -131,6 +131,12 @@ int main(int argc, char **argv)
     }
     if (st == ZT_OK)
         st = zt_engine_train(e, &err);
+    if (st == ZT_OK && getenv("ZT_PARAM_DIGEST")) {
+        uint32_t crc = 0;
+        st = zt_engine_param_digest(e, &crc, &err);
+        if (st == ZT_OK)
+            ZT_INFO("worker", "param_digest=%08x", crc);
+    }
     zt_engine_destroy(e);
     if (st != ZT_OK) {
         ZT_ERROR("worker", "%s", zt_err_msg(&err));

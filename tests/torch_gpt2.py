@@ -4,87 +4,13 @@ documents them. Used by the equivalence tests and the CPU benchmark. Run with /u
 (Debian's python3-torch)."""
 import math
 import os
-import struct
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-KINDS = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
-DECAY = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
-
-
-def shapes(L, C, T, Vp):
-    return {"wte": (Vp, C), "wpe": (T, C), "ln1w": (L, C), "ln1b": (L, C),
-            "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C),
-            "attprojb": (L, C), "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C),
-            "fcb": (L, 4 * C), "fcprojw": (L, C, 4 * C), "fcprojb": (L, C),
-            "lnfw": (C,), "lnfb": (C,)}
-
-
-def write_shard(path, tokens):
-    tokens = np.asarray(tokens, dtype=np.uint16)
-    header = np.zeros(256, dtype=np.int32)
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(tokens.tobytes())
-
-
-def read_shard(path):
-    with open(path, "rb") as f:
-        header = np.frombuffer(f.read(1024), dtype=np.int32)
-        assert header[0] == 20240520, path
-        return np.frombuffer(f.read(), dtype=np.uint16)[: header[2]].astype(np.int64)
-
-
-def write_model(path, cfg, params):
-    """params: dict kind -> float32 numpy array (llm.c shapes)."""
-    L, NH, C, T, V, Vp = (cfg[k] for k in ("L", "NH", "C", "T", "V", "Vp"))
-    header = np.zeros(256, dtype=np.int32)
-    header[:8] = [20240326, 3, T, V, L, NH, C, Vp]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        for k in KINDS:
-            f.write(np.ascontiguousarray(params[k], dtype=np.float32).tobytes())
-
-
-def read_model(path):
-    with open(path, "rb") as f:
-        header = np.frombuffer(f.read(1024), dtype=np.int32)
-        assert header[0] == 20240326, path
-        assert header[1] in (3, 5), header[1]
-        T, V, L, NH, C, Vp = (int(x) for x in header[2:8])
-        cfg = dict(L=L, NH=NH, C=C, T=T, V=V, Vp=Vp)
-        if header[1] == 3:
-            flat = np.frombuffer(f.read(), dtype=np.float32)
-        else:
-            raw = np.frombuffer(f.read(), dtype=np.uint16).astype(np.uint32) << 16
-            flat = raw.view(np.float32)
-    out, off = {}, 0
-    for k, shp in shapes(L, C, T, Vp).items():
-        n = int(np.prod(shp))
-        out[k] = flat[off:off + n].reshape(shp).copy()
-        off += n
-    assert off == len(flat), (off, len(flat))
-    return cfg, out
-
-
-def random_model(cfg, seed):
-    rng = np.random.default_rng(seed)
-    L, C, T, V, Vp = cfg["L"], cfg["C"], cfg["T"], cfg["V"], cfg["Vp"]
-    p = {}
-    for k, shp in shapes(L, C, T, Vp).items():
-        if k in ("ln1w", "ln2w", "lnfw"):
-            p[k] = np.ones(shp, np.float32)
-        elif k in DECAY:
-            std = 0.02 / math.sqrt(2 * L) if k in ("attprojw", "fcprojw") else 0.02
-            p[k] = (rng.standard_normal(shp) * std).astype(np.float32)
-        else:  # biases: small random values so that their gradients matter in tests
-            p[k] = (rng.standard_normal(shp) * 0.01).astype(np.float32)
-    p["wte"][V:] = 0.0
-    return p
+from ztutil import *  # noqa: F401,F403  (formats and helpers)
+from ztutil import DECAY, KINDS, read_shard  # noqa: F401
 
 
 class Data:
@@ -218,22 +144,3 @@ def blas_info():
         if "BLAS_INFO" in line or "LAPACK_INFO" in line:
             return line.strip()
     return "unknown"
-
-
-def parse_step_lines(text):
-    out = []
-    for line in text.splitlines():
-        if line.startswith("step="):
-            kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
-            out.append(kv)
-    return out
-
-
-def rel_l2(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    nb = np.linalg.norm(b)
-    return np.linalg.norm(a - b) / (nb if nb > 0 else 1.0)
-
-
-def zt_bin(name):
-    return os.path.join(os.environ.get("ZT_BIN", "build/bin"), name)

@@ -1,4 +1,8 @@
-# Engine tests: against PyTorch, across ZeRO stages and rank counts, checkpoints.
+# Engine tests: against PyTorch, across ZeRO stages and rank counts, precision, checkpoints.
 zt_add_test(NAME test_optim SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_optim.c LIBS ztengine LABELS unit)
 zt_add_script_test(NAME engine_vs_torch COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_vs_torch.py
-                   LABELS integration TIMEOUT 600)
+                   LABELS integration TIMEOUT 900)
+zt_add_script_test(NAME engine_zero_matrix COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_zero_matrix.py
+                   LABELS integration TIMEOUT 1200)
+zt_add_script_test(NAME engine_precision COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_precision.py
+                   LABELS integration TIMEOUT 900)
