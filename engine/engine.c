@@ -1373,7 +1373,7 @@ zt_status zt_engine_save(zt_engine *e, zt_err *err)
 /* ---- export ---- */
 
 /* Gathers the fp32 values of unit u (P_u elements) from every rank's region into out. */
-zt_status zt_engine_gather_unit(zt_engine *e, int u, float *out, zt_err *err)
+zt_status zt_engine_gather_unit(zt_engine *e, int u, int section, float *out, zt_err *err)
 {
     size_t S = e->S[u];
     size_t r0 = (size_t)e->rank * S;
@@ -1381,8 +1381,16 @@ zt_status zt_engine_gather_unit(zt_engine *e, int u, float *out, zt_err *err)
     /* this rank's chunk [r*S, (r+1)*S) of the unit, from wherever its truth lives */
     size_t n = e->lay.unit_numel[u];
     size_t len = r0 >= n ? 0 : (n - r0 < S ? n - r0 : S);
-    if (len)
+    if (len && section == 0) {
         zt_engine_region_get(e, u, r0 - e->base[u], len, out + r0);
+    } else if (len) {
+        float *tmp = zt_malloc(len * sizeof(float));
+        if (!tmp)
+            return zt_err_set(err, ZT_ERR_NOMEM, "out of memory gathering unit %d", u);
+        zt_engine_moments_get(e, u, r0 - e->base[u], len, section == 1 ? out + r0 : tmp,
+                              section == 1 ? tmp : out + r0);
+        zt_free(tmp);
+    }
     if (e->world == 1)
         return ZT_OK;
     float *dev = balloc(e, ZT_MEM_COMM, e->P[u] * sizeof(float));
@@ -1393,6 +1401,36 @@ zt_status zt_engine_gather_unit(zt_engine *e, int u, float *out, zt_err *err)
     if (st == ZT_OK)
         e->ops->copy_d2h(e->k, out, dev, e->P[u] * sizeof(float));
     bfree(e, ZT_MEM_COMM, dev, e->P[u] * sizeof(float));
+    return st;
+}
+
+zt_status zt_engine_dump_state(zt_engine *e, const char *path, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
+    float *buf = zt_malloc(maxp * sizeof(float));
+    FILE *f = NULL;
+    if (!buf)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    if (e->rank == 0 && !(f = fopen(path, "wb"))) {
+        st = zt_err_set(err, ZT_ERR_IO, "cannot write %s", path);
+        /* keep going: the gathers are collective */
+    }
+    for (int u = 0; u < e->nu; u++) {
+        for (int sec = 0; sec < 3; sec++) {
+            zt_status s2 = zt_engine_gather_unit(e, u, sec, buf, err);
+            if (s2 != ZT_OK) {
+                st = s2;
+                goto out;
+            }
+            if (f && fwrite(buf, sizeof(float), e->lay.unit_numel[u], f) != e->lay.unit_numel[u])
+                st = zt_err_set(err, ZT_ERR_IO, "cannot write %s", path);
+        }
+    }
+out:
+    if (f && fclose(f) != 0 && st == ZT_OK)
+        st = zt_err_set(err, ZT_ERR_IO, "cannot write %s", path);
+    zt_free(buf);
     return st;
 }
 
@@ -1413,7 +1451,7 @@ zt_status zt_engine_gather_llmc(zt_engine *e, float **out, size_t *n, zt_err *er
         goto out;
     }
     for (int u = 0; u < e->nu; u++) {
-        CHECK(zt_engine_gather_unit(e, u, unit, err), out);
+        CHECK(zt_engine_gather_unit(e, u, 0, unit, err), out);
         for (int ti = lay->unit_first_tensor[u]; ti < lay->unit_first_tensor[u + 1]; ti++) {
             const zt_gpt2_tensor *t = &lay->tensors[ti];
             size_t dst = koff[t->kind] + (t->layer >= 0 ? (size_t)t->layer * kper[t->kind] : 0);

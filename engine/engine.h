@@ -65,6 +65,9 @@ zt_status zt_engine_gather_llmc(zt_engine *e, float **out, size_t *n, zt_err *er
 /* CRC32C of this rank's full compute-precision parameters as it holds them (stage 3: as it
  * gathers them). Every rank must get the same value (collective in stage 3). */
 zt_status zt_engine_param_digest(zt_engine *e, uint32_t *crc, zt_err *err);
+/* Test hook (collective): rank 0 writes every unit's master weights, exp_avg and exp_avg_sq
+ * (unpadded fp32, unit after unit) to path. */
+zt_status zt_engine_dump_state(zt_engine *e, const char *path, zt_err *err);
 /* Writes a checkpoint of the current state (collective). */
 zt_status zt_engine_save(zt_engine *e, zt_err *err);
 

@@ -148,7 +148,8 @@ size_t zt_engine_region_len(const zt_engine *e, int u);
 /* Backend memory for communication, charged to the comm category. */
 void *zt_engine_comm_alloc(zt_engine *e, size_t bytes);
 void zt_engine_comm_free(zt_engine *e, void *p, size_t bytes);
-/* All fp32 values of unit u (P_u) gathered from every rank (collective). */
-zt_status zt_engine_gather_unit(zt_engine *e, int u, float *out, zt_err *err);
+/* All P_u values of unit u gathered from every rank (collective): section 0 the fp32 master
+ * weights, 1 exp_avg, 2 exp_avg_sq. */
+zt_status zt_engine_gather_unit(zt_engine *e, int u, int section, float *out, zt_err *err);
 
 #endif

@@ -129,6 +129,8 @@ int main(int argc, char **argv)
         o.report_fd = report_fd;
         st = zt_engine_create(&e, &job, &o, &err);
     }
+    if (st == ZT_OK && getenv("ZT_DUMP_STATE_AFTER_LOAD"))
+        st = zt_engine_dump_state(e, getenv("ZT_DUMP_STATE_AFTER_LOAD"), &err);
     if (st == ZT_OK)
         st = zt_engine_train(e, &err);
     if (st == ZT_OK && getenv("ZT_PARAM_DIGEST")) {

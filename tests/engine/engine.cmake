@@ -6,3 +6,5 @@ zt_add_script_test(NAME engine_zero_matrix COMMAND /usr/bin/python3 ${CMAKE_CURR
                    LABELS integration TIMEOUT 1200)
 zt_add_script_test(NAME engine_precision COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_precision.py
                    LABELS integration TIMEOUT 900)
+zt_add_script_test(NAME engine_ckpt COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ckpt.py
+                   LABELS integration TIMEOUT 900)
