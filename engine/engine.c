@@ -664,133 +664,124 @@ static zt_status setup_partition(zt_engine *e, zt_err *err)
     return ZT_OK;
 }
 
-static zt_status setup_buffers(zt_engine *e, zt_err *err)
+/* One backend or host buffer of the engine: where its pointer goes, what it is charged to and
+ * its size. The same table drives allocation, freeing and `zctl plan`'s prediction. */
+typedef struct buf_spec {
+    void **slot;
+    zt_mem_category cat;
+    size_t bytes;
+    bool host;
+} buf_spec;
+
+#define ZT_MAX_BUF_SPECS 40
+
+static int buffer_specs(zt_engine *e, buf_spec *sp)
 {
     const zt_gpt2_dims *d = &e->lay.d;
-    size_t pn = e->stage < 3 ? e->Ptot : e->Stot;
-    size_t gn = e->stage < 2 ? e->Ptot : e->Stot;
-    e->params = balloc(e, ZT_MEM_PARAMS, pn * psize(e));
-    e->grads = balloc(e, ZT_MEM_GRADS, gn * gsize(e));
+    int n = 0;
+#define SPEC(ptr, c, b, h) (sp[n++] = (buf_spec){(void **)(ptr), (c), (b), (h)})
+    SPEC(&e->params, ZT_MEM_PARAMS, (e->stage < 3 ? e->Ptot : e->Stot) * psize(e), false);
+    SPEC(&e->grads, ZT_MEM_GRADS, (e->stage < 2 ? e->Ptot : e->Stot) * gsize(e), false);
     if (e->mixed && e->dev_n)
-        e->master = balloc(e, ZT_MEM_MASTER, e->dev_n * 4);
-    e->m = balloc(e, ZT_MEM_OPTIM, e->dev_n * 4);
-    e->v = balloc(e, ZT_MEM_OPTIM, e->dev_n * 4);
-    if (!e->params || !e->grads || (e->mixed && e->dev_n && !e->master) || !e->m || !e->v)
-        goto oom;
+        SPEC(&e->master, ZT_MEM_MASTER, e->dev_n * 4, false);
+    SPEC(&e->m, ZT_MEM_OPTIM, e->dev_n * 4, false);
+    SPEC(&e->v, ZT_MEM_OPTIM, e->dev_n * 4, false);
     if (e->host_n) {
-        e->h_master = halloc(e, ZT_MEM_HOST_OPTIM, e->host_n * 4);
-        e->h_m = halloc(e, ZT_MEM_HOST_OPTIM, e->host_n * 4);
-        e->h_v = halloc(e, ZT_MEM_HOST_OPTIM, e->host_n * 4);
-        e->h_grad = halloc(e, ZT_MEM_BUFFERS, e->host_n * gsize(e));
+        SPEC(&e->h_master, ZT_MEM_HOST_OPTIM, e->host_n * 4, true);
+        SPEC(&e->h_m, ZT_MEM_HOST_OPTIM, e->host_n * 4, true);
+        SPEC(&e->h_v, ZT_MEM_HOST_OPTIM, e->host_n * 4, true);
+        SPEC(&e->h_grad, ZT_MEM_BUFFERS, e->host_n * gsize(e), true);
         if (e->mixed)
-            e->h_lp = halloc(e, ZT_MEM_BUFFERS, e->host_n * psize(e));
-        if (!e->h_master || !e->h_m || !e->h_v || !e->h_grad || (e->mixed && !e->h_lp))
-            goto oom;
+            SPEC(&e->h_lp, ZT_MEM_BUFFERS, e->host_n * psize(e), true);
     }
-    /* parameter slots */
+    /* parameter slots: compute copies of units (16-bit widening, stage-3 gathers) */
     e->npslots = params_direct(e) ? 0 : 4;
     for (int i = 0; i < e->npslots; i++) {
         zt_pslot *s = &e->pslots[i];
-        s->unit = -1;
         s->cap = i == 0 ? e->P[0] : e->max_unit_p;
-        s->cbuf = balloc(e, ZT_MEM_BUFFERS, s->cap * 4);
-        if (!s->cbuf)
-            goto oom;
-        s->gbuf = s->cbuf;
-        if (e->stage == 3 && e->pdt != ZT_F32) {
-            s->gbuf = balloc(e, ZT_MEM_COMM, s->cap * psize(e));
-            if (!s->gbuf)
-                goto oom;
-        }
+        SPEC(&s->cbuf, ZT_MEM_BUFFERS, s->cap * 4, false);
+        if (e->stage == 3 && e->pdt != ZT_F32)
+            SPEC(&s->gbuf, ZT_MEM_COMM, s->cap * psize(e), false);
     }
-    /* gradient slots */
+    /* gradient slots: a unit's fp32 gradient before accumulation or reduce-scatter */
     e->ngslots = grads_direct(e) ? 0 : 3;
-    e->gnext = 1;
     for (int i = 0; i < e->ngslots; i++) {
         zt_gslot *g = &e->gslots[i];
-        g->unit = -1;
         g->cap = i == 0 ? e->P[0] : e->max_unit_p;
-        g->buf = balloc(e, ZT_MEM_BUFFERS, g->cap * 4);
-        if (!g->buf)
-            goto oom;
-        if (e->stage >= 2 && e->gdt != ZT_F32) {
-            g->buf16 = balloc(e, ZT_MEM_COMM, g->cap * 2);
-            if (!g->buf16)
-                goto oom;
-        }
+        SPEC(&g->buf, ZT_MEM_BUFFERS, g->cap * 4, false);
+        if (e->stage >= 2 && e->gdt != ZT_F32)
+            SPEC(&g->buf16, ZT_MEM_COMM, g->cap * 2, false);
     }
-    /* activations */
+    /* activations of one micro-batch */
     int B = e->B, T = e->T, L = d->L;
     size_t BT = (size_t)B * T, BTC = BT * d->C;
-    int nacts = e->ckpt_act ? 1 : L;
-    size_t per = zt_gpt2_block_acts_floats(d, B, T);
+    size_t nacts = e->ckpt_act ? 1 : (size_t)L;
+    SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_block_acts_floats(d, B, T) * nacts * 4, false);
+    SPEC(&e->x, ZT_MEM_ACTIVATIONS, BTC * (size_t)(L + 1) * 4, false);
+    SPEC(&e->head_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T) * 4, false);
+    SPEC(&e->d_inp, ZT_MEM_ACTIVATIONS, BT * 4, false);
+    SPEC(&e->d_tgt, ZT_MEM_ACTIVATIONS, BT * 4, false);
+    SPEC(&e->scr_mem, ZT_MEM_BUFFERS, zt_gpt2_scratch_floats(d, B, T) * 4, false);
+    SPEC(&e->dres, ZT_MEM_BUFFERS, BTC * 4, false);
+    if (e->ckpt_act)
+        SPEC(&e->x_tmp, ZT_MEM_BUFFERS, BTC * 4, false);
+    SPEC(&e->d_red, ZT_MEM_COMM, 16, false);
+#undef SPEC
+    return n;
+}
+
+static zt_status setup_buffers(zt_engine *e, zt_err *err)
+{
+    const zt_gpt2_dims *d = &e->lay.d;
+    buf_spec sp[ZT_MAX_BUF_SPECS];
+    int n = buffer_specs(e, sp);
+    for (int i = 0; i < n; i++) {
+        *sp[i].slot = sp[i].host ? halloc(e, sp[i].cat, sp[i].bytes) : balloc(e, sp[i].cat, sp[i].bytes);
+        if (!*sp[i].slot)
+            return zt_err_set(err, ZT_ERR_NOMEM,
+                              "out of memory allocating %zu bytes of %s on rank %d (%.1f MiB already in use); run 'zctl plan' on the job to see what each ZeRO stage and offload choice needs",
+                              sp[i].bytes, zt_mem_category_name(sp[i].cat), e->rank,
+                              (double)e->mem.total_cur / 1048576.0);
+    }
+    for (int i = 0; i < e->npslots; i++) {
+        e->pslots[i].unit = -1;
+        if (!e->pslots[i].gbuf)
+            e->pslots[i].gbuf = e->pslots[i].cbuf;
+    }
+    for (int i = 0; i < e->ngslots; i++)
+        e->gslots[i].unit = -1;
+    e->gnext = 1;
+    int B = e->B, T = e->T;
+    size_t BT = (size_t)B * T;
+    int nacts = e->ckpt_act ? 1 : d->L;
     e->acts = zt_calloc((size_t)(nacts > 0 ? nacts : 1), sizeof(*e->acts));
-    e->acts_mem = balloc(e, ZT_MEM_ACTIVATIONS, per * (size_t)nacts * 4);
-    e->x = balloc(e, ZT_MEM_ACTIVATIONS, BTC * (size_t)(L + 1) * 4);
-    e->head_mem = balloc(e, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T) * 4);
-    e->scr_mem = balloc(e, ZT_MEM_BUFFERS, zt_gpt2_scratch_floats(d, B, T) * 4);
-    e->dres = balloc(e, ZT_MEM_BUFFERS, BTC * 4);
-    e->d_inp = balloc(e, ZT_MEM_ACTIVATIONS, BT * 4);
-    e->d_tgt = balloc(e, ZT_MEM_ACTIVATIONS, BT * 4);
     e->h_inp = zt_calloc(BT, 4);
     e->h_tgt = zt_calloc(BT, 4);
     e->h_losses = zt_calloc(BT, 4);
-    if (e->ckpt_act)
-        e->x_tmp = balloc(e, ZT_MEM_BUFFERS, BTC * 4);
-    e->d_red = balloc(e, ZT_MEM_COMM, 16);
-    if (!e->acts || !e->acts_mem || !e->x || !e->head_mem || !e->scr_mem || !e->dres ||
-        !e->d_inp || !e->d_tgt || !e->h_inp || !e->h_tgt || !e->h_losses ||
-        (e->ckpt_act && !e->x_tmp) || !e->d_red)
-        goto oom;
+    if (!e->acts || !e->h_inp || !e->h_tgt || !e->h_losses)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    size_t per = zt_gpt2_block_acts_floats(d, B, T);
     for (int i = 0; i < nacts; i++)
         zt_gpt2_block_acts_carve(&e->acts[i], d, B, T, e->acts_mem + per * (size_t)i);
     zt_gpt2_head_acts_carve(&e->head, d, B, T, e->head_mem);
     zt_gpt2_scratch_carve(&e->scr, d, B, T, e->scr_mem);
     return ZT_OK;
-oom:
-    return zt_err_set(err, ZT_ERR_NOMEM,
-                      "out of memory allocating rank %d's buffers (%.1f MiB in use: %s); run 'zctl plan' on the job to see what each ZeRO stage needs",
-                      e->rank, (double)e->mem.total_cur / 1048576.0,
-                      "params, gradients, optimizer states, activations");
 }
 
 static void free_buffers(zt_engine *e)
 {
-    const zt_gpt2_dims *d = &e->lay.d;
-    size_t pn = e->stage < 3 ? e->Ptot : e->Stot;
-    size_t gn = e->stage < 2 ? e->Ptot : e->Stot;
-    bfree(e, ZT_MEM_PARAMS, e->params, pn * psize(e));
-    bfree(e, ZT_MEM_GRADS, e->grads, gn * gsize(e));
-    bfree(e, ZT_MEM_MASTER, e->master, e->dev_n * 4);
-    bfree(e, ZT_MEM_OPTIM, e->m, e->dev_n * 4);
-    bfree(e, ZT_MEM_OPTIM, e->v, e->dev_n * 4);
-    hfree(e, ZT_MEM_HOST_OPTIM, e->h_master, e->host_n * 4);
-    hfree(e, ZT_MEM_HOST_OPTIM, e->h_m, e->host_n * 4);
-    hfree(e, ZT_MEM_HOST_OPTIM, e->h_v, e->host_n * 4);
-    hfree(e, ZT_MEM_BUFFERS, e->h_grad, e->host_n * gsize(e));
-    hfree(e, ZT_MEM_BUFFERS, e->h_lp, e->host_n * psize(e));
-    for (int i = 0; i < e->npslots; i++) {
-        zt_pslot *s = &e->pslots[i];
-        if (s->gbuf != s->cbuf)
-            bfree(e, ZT_MEM_COMM, s->gbuf, s->cap * psize(e));
-        bfree(e, ZT_MEM_BUFFERS, s->cbuf, s->cap * 4);
+    buf_spec sp[ZT_MAX_BUF_SPECS];
+    for (int i = 0; i < e->npslots; i++)
+        if (e->pslots[i].gbuf == e->pslots[i].cbuf)
+            e->pslots[i].gbuf = NULL;
+    int n = buffer_specs(e, sp);
+    for (int i = n - 1; i >= 0; i--) {
+        if (sp[i].host)
+            hfree(e, sp[i].cat, *sp[i].slot, sp[i].bytes);
+        else
+            bfree(e, sp[i].cat, *sp[i].slot, sp[i].bytes);
+        *sp[i].slot = NULL;
     }
-    for (int i = 0; i < e->ngslots; i++) {
-        bfree(e, ZT_MEM_BUFFERS, e->gslots[i].buf, e->gslots[i].cap * 4);
-        bfree(e, ZT_MEM_COMM, e->gslots[i].buf16, e->gslots[i].cap * 2);
-    }
-    int B = e->B, T = e->T, L = d->L;
-    size_t BT = (size_t)B * T, BTC = BT * d->C;
-    int nacts = e->ckpt_act ? 1 : L;
-    bfree(e, ZT_MEM_ACTIVATIONS, e->acts_mem, zt_gpt2_block_acts_floats(d, B, T) * (size_t)nacts * 4);
-    bfree(e, ZT_MEM_ACTIVATIONS, e->x, BTC * (size_t)(L + 1) * 4);
-    bfree(e, ZT_MEM_ACTIVATIONS, e->head_mem, zt_gpt2_head_acts_floats(d, B, T) * 4);
-    bfree(e, ZT_MEM_BUFFERS, e->scr_mem, zt_gpt2_scratch_floats(d, B, T) * 4);
-    bfree(e, ZT_MEM_BUFFERS, e->dres, BTC * 4);
-    bfree(e, ZT_MEM_BUFFERS, e->x_tmp, BTC * 4);
-    bfree(e, ZT_MEM_COMM, e->d_red, 16);
-    bfree(e, ZT_MEM_ACTIVATIONS, e->d_inp, BT * 4);
-    bfree(e, ZT_MEM_ACTIVATIONS, e->d_tgt, BT * 4);
     zt_free(e->acts);
     zt_free(e->h_inp);
     zt_free(e->h_tgt);
@@ -855,18 +846,12 @@ static zt_precision precision_of(const zt_job *job)
     return job->ds.fp16.enabled ? ZT_PREC_FP16 : job->ds.bf16 ? ZT_PREC_BF16 : ZT_PREC_FP32;
 }
 
-zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
-                           zt_err *err)
+/* The fields every engine (and every plan) derives from the job and its place in the run. */
+static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
 {
-    zt_status st;
-    *out = NULL;
-    zt_engine *e = zt_calloc(1, sizeof(*e));
-    if (!e)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
     e->job = *job;
-    e->opts = *opts;
-    e->rank = opts->rank;
-    e->world = opts->world_size > 0 ? opts->world_size : 1;
+    e->rank = rank;
+    e->world = world;
     e->stage = job->ds.zero.stage;
     e->ckpt_act = job->ds.activation_checkpointing.enabled;
     zt_precision prec = precision_of(job);
@@ -875,6 +860,56 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     e->gdt = job->ds.grad_accum_fp32 ? ZT_F32 : e->pdt;
     e->B = (int)job->ds.micro_batch;
     e->T = job->model.block_size;
+    zt_gpt2_dims d = {job->model.n_layer, job->model.n_embd, job->model.n_head,
+                      job->model.block_size, job->model.vocab_size, job->model.padded_vocab_size};
+    e->dims = d;
+}
+
+zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    zt_engine *e = zt_calloc(1, sizeof(*e));
+    if (!e)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    init_fields(e, job, world, 0);
+    zt_status st = ZT_OK;
+    if (zt_gpt2_layout_init(&e->lay, &e->dims) != ZT_OK) {
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((st = setup_partition(e, err)) != ZT_OK)
+        goto out;
+    buf_spec sp[ZT_MAX_BUF_SPECS];
+    int n = buffer_specs(e, sp);
+    for (int i = 0; i < n; i++) {
+        out->bytes[sp[i].cat] += (int64_t)sp[i].bytes;
+        if (sp[i].host) {
+            out->host_bytes[sp[i].cat] += (int64_t)sp[i].bytes;
+            out->host_total += (int64_t)sp[i].bytes;
+        }
+        else
+            out->device_total += (int64_t)sp[i].bytes;
+    }
+    out->num_params = e->lay.num_params;
+    out->padded_params = e->Ptot;
+out:
+    zt_free(e->P);
+    zt_free(e->segs);
+    zt_gpt2_layout_free(&e->lay);
+    zt_free(e);
+    return st;
+}
+
+zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
+                           zt_err *err)
+{
+    zt_status st;
+    *out = NULL;
+    zt_engine *e = zt_calloc(1, sizeof(*e));
+    if (!e)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    e->opts = *opts;
+    init_fields(e, job, opts->world_size > 0 ? opts->world_size : 1, opts->rank);
     e->inject_step = -1;
     e->last_ckpt_step = -1;
     const char *inj = getenv("ZT_INJECT_NONFINITE");
@@ -905,9 +940,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     }
     CHECK(e->ops->ctx_create(&e->k, opts->local_rank, err), fail);
 
-    zt_gpt2_dims d = {job->model.n_layer, job->model.n_embd, job->model.n_head,
-                      job->model.block_size, job->model.vocab_size, job->model.padded_vocab_size};
-    if (zt_gpt2_layout_init(&e->lay, &d) != ZT_OK) {
+    if (zt_gpt2_layout_init(&e->lay, &e->dims) != ZT_OK) {
         st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
         goto fail;
     }

@@ -44,6 +44,18 @@ typedef struct zt_step_stats {
     int64_t model_state_bytes;
 } zt_step_stats;
 
+/* Memory one rank of the job will allocate, by category, computed from the same table the
+ * engine allocates from (no allocation, no I/O). world is the rank count. */
+typedef struct zt_mem_plan {
+    int64_t bytes[ZT_MEM_CATEGORY_COUNT];      /* device and host together */
+    int64_t host_bytes[ZT_MEM_CATEGORY_COUNT]; /* the host part of each */
+    int64_t device_total; /* everything on the device (all of it on the CPU path) */
+    int64_t host_total;   /* offloaded optimizer states and their staging buffers */
+    size_t num_params;    /* Psi, with the padded vocabulary rows */
+    size_t padded_params; /* with the per-unit padding to the rank count */
+} zt_mem_plan;
+zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err *err);
+
 /* Builds the engine: joins the collective group, allocates model states for the ZeRO stage,
  * initialises (random, llm.c file, or checkpoint) and opens the data. The job is copied. */
 zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,

@@ -54,6 +54,7 @@ struct zt_engine {
     const zt_ops *ops;
     zt_kctx *k;
     zt_comm *comm;
+    zt_gpt2_dims dims;
     zt_gpt2_layout lay;
     zt_memacct mem;
     zt_dataset *train_ds, *val_ds;

@@ -8,3 +8,5 @@ zt_add_script_test(NAME engine_precision COMMAND /usr/bin/python3 ${CMAKE_CURREN
                    LABELS integration TIMEOUT 900)
 zt_add_script_test(NAME engine_ckpt COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ckpt.py
                    LABELS integration TIMEOUT 900)
+zt_add_script_test(NAME engine_plan COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_plan.py
+                   LABELS integration TIMEOUT 300)

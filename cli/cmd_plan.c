@@ -1,0 +1,185 @@
+/* zerotrain: `zctl plan job.json` — before anything runs, the memory one rank will need for
+ * every ZeRO stage and offload choice of this job (model states, activations, buffers,
+ * communication), computed from the engine's own allocation table, and which of them fit a
+ * given device memory. */
+#define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/commands.h"
+#include "common/jobfile.h"
+#include "engine/engine.h"
+
+ZT_COMMAND(plan, zt_cmd_plan, "predict per-rank memory for each ZeRO stage and offload choice")
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zctl plan JOB.json [--nproc N] [--device-memory SIZE]\n"
+               "\n"
+               "Prints the memory one rank will allocate for every ZeRO stage (0-3) with and\n"
+               "without optimizer offload, for the job's model, precision, micro batch and rank\n"
+               "count (or --nproc N). The job's own configuration is marked with '*'.\n"
+               "--device-memory SIZE (e.g. 80GiB, 24GB, 512MiB) flags what does not fit.\n");
+}
+
+/* "80GiB", "80GB", "80G", "512MiB", "1e9" -> bytes; -1 on error. */
+static double parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0)
+        return -1;
+    while (isspace((unsigned char)*end))
+        end++;
+    struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},          {"b", 1},        {"k", 1e3},    {"kb", 1e3},
+                 {"kib", 1024.0},  {"m", 1e6},      {"mb", 1e6},   {"mib", 1048576.0},
+                 {"g", 1e9},       {"gb", 1e9},     {"gib", 1073741824.0},
+                 {"t", 1e12},      {"tb", 1e12},    {"tib", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcasecmp(end, units[i].suffix) == 0)
+            return v * units[i].mult;
+    return -1;
+}
+
+static double mib(int64_t b)
+{
+    return (double)b / 1048576.0;
+}
+
+/* Device bytes of a category. */
+static double dev(const zt_mem_plan *p, zt_mem_category c)
+{
+    return mib(p->bytes[c] - p->host_bytes[c]);
+}
+
+int zt_cmd_plan(int argc, char **argv)
+{
+    const char *job_path = NULL;
+    int nproc = 0;
+    double devmem = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) {
+            nproc = atoi(argv[++i]);
+            if (nproc < 1) {
+                zt_cli_error("plan: --nproc takes a positive rank count");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--device-memory") == 0 && i + 1 < argc) {
+            devmem = parse_size(argv[++i]);
+            if (devmem <= 0) {
+                zt_cli_error("plan: cannot read --device-memory \"%s\"; write it like 80GiB, 24GB or 512MiB", argv[i]);
+                return 2;
+            }
+        } else if (argv[i][0] == '-') {
+            zt_cli_error("plan: unknown option %s; see 'zctl plan --help'", argv[i]);
+            return 2;
+        } else if (!job_path) {
+            job_path = argv[i];
+        } else {
+            zt_cli_error("plan: one job file only");
+            return 2;
+        }
+    }
+    if (!job_path) {
+        usage(stderr);
+        return 2;
+    }
+    zt_err err;
+    zt_err_clear(&err);
+    zt_job *job = calloc(1, sizeof(*job));
+    if (!job) {
+        zt_cli_error("out of memory");
+        return 1;
+    }
+    if (zt_job_load(job, job_path, &err) != ZT_OK ||
+        (nproc && zt_job_resolve_batch(job, nproc, &err) != ZT_OK)) {
+        zt_cli_error("%s", zt_err_msg(&err));
+        free(job);
+        return 2;
+    }
+    int world = job->ds.world_size;
+    const zt_zero_cfg own = job->ds.zero;
+    const char *prec = job->ds.fp16.enabled ? "fp16" : job->ds.bf16 ? "bf16" : "fp32";
+    double ratios[3] = {-1, 1.0, own.offload_optimizer.enabled ? own.offload_optimizer.ratio : -2};
+    int nratios = own.offload_optimizer.enabled && own.offload_optimizer.ratio != 1.0 ? 3 : 2;
+    zt_mem_plan p;
+    int rc = 0;
+    if (!zt_cli.json) {
+        zt_job probe = *job;
+        if (zt_engine_plan(&probe, world, &p, &err) != ZT_OK) {
+            zt_cli_error("%s", zt_err_msg(&err));
+            free(job);
+            return 1;
+        }
+        printf("plan for %s: %.2fM parameters (Psi), %d ranks, %s, micro batch %lld x block %d%s\n",
+               job->name, (double)p.num_params / 1e6, world, prec, (long long)job->ds.micro_batch,
+               job->model.block_size,
+               job->ds.activation_checkpointing.enabled ? ", activation checkpointing" : "");
+        printf("MiB per rank    params  master   grads   optim  activ. buffers    comm |  device    host\n");
+    } else {
+        printf("{\"job\":\"%s\",\"ranks\":%d,\"precision\":\"%s\",\"rows\":[", job->name, world, prec);
+    }
+    int row = 0;
+    for (int stage = 0; stage < 4; stage++) {
+        for (int ri = 0; ri < nratios; ri++) {
+            zt_job v = *job;
+            v.ds.zero.stage = stage;
+            v.ds.zero.offload_optimizer.enabled = ratios[ri] >= 0;
+            if (ratios[ri] >= 0)
+                v.ds.zero.offload_optimizer.ratio = ratios[ri];
+            if (zt_engine_plan(&v, world, &p, &err) != ZT_OK) {
+                zt_cli_error("%s", zt_err_msg(&err));
+                free(job);
+                return 1;
+            }
+            bool mine = stage == own.stage &&
+                        (ratios[ri] < 0 ? !own.offload_optimizer.enabled
+                                        : own.offload_optimizer.enabled &&
+                                              own.offload_optimizer.ratio == ratios[ri]);
+            bool fits = devmem <= 0 || (double)p.device_total <= devmem;
+            char label[32];
+            if (ratios[ri] < 0)
+                snprintf(label, sizeof(label), "none");
+            else
+                snprintf(label, sizeof(label), "cpu %.2f", ratios[ri]);
+            if (zt_cli.json) {
+                printf("%s{\"stage\":%d,\"offload\":\"%s\",\"job\":%s,\"device_bytes\":%lld,\"host_bytes\":%lld,\"fits\":%s,\"bytes\":{",
+                       row ? "," : "", stage, label, mine ? "true" : "false",
+                       (long long)p.device_total, (long long)p.host_total, fits ? "true" : "false");
+                for (int c = 0; c < ZT_MEM_CATEGORY_COUNT; c++)
+                    printf("%s\"%s\":%lld", c ? "," : "", zt_mem_category_name((zt_mem_category)c),
+                           (long long)p.bytes[c]);
+                printf("}}");
+            } else {
+                printf("%c stage %d %-8s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f%s\n",
+                       mine ? '*' : ' ', stage, label, dev(&p, ZT_MEM_PARAMS),
+                       dev(&p, ZT_MEM_MASTER), dev(&p, ZT_MEM_GRADS), dev(&p, ZT_MEM_OPTIM),
+                       dev(&p, ZT_MEM_ACTIVATIONS), dev(&p, ZT_MEM_BUFFERS), dev(&p, ZT_MEM_COMM),
+                       mib(p.device_total), mib(p.host_total),
+                       fits ? "" : "  DOES NOT FIT");
+            }
+            if (mine && !fits)
+                rc = 1;
+            row++;
+        }
+    }
+    if (zt_cli.json) {
+        printf("]}\n");
+    } else {
+        printf("columns are device memory; host = offloaded master weights, moments and their staging buffers.\n");
+        if (devmem > 0)
+            printf("device memory %.1f MiB: the job's configuration %s\n", devmem / 1048576.0,
+                   rc ? "DOES NOT FIT; pick a higher stage, offload, or a smaller micro batch" : "fits");
+    }
+    free(job);
+    return rc;
+}
