@@ -51,28 +51,31 @@ void zt_cpu_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const float
 {
     size_t Ts = (size_t)T, Cs = (size_t)C, Bs = (size_t)B;
     int nt = zt_cpu_threads_for(ctx, Bs * Ts * Cs);
-    if ((size_t)nt * 32 > Cs) nt = 1;
-        /* Threads own column ranges, so rows that share a token never race. */
+    /* Threads own whole rows: token rows by token id modulo the thread count, position rows by
+     * range, so rows that share a token never race and every access is a full contiguous row
+     * (splitting columns instead was 3x slower on 2 threads). */
 #pragma omp parallel num_threads(nt) if (parallel : nt > 1)
     {
-        size_t c0, c1;
-        split_range(Cs, 16, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        uint32_t tid = (uint32_t)omp_get_thread_num(), nth = (uint32_t)omp_get_num_threads();
         if (dwte) {
             for (size_t i = 0; i < Bs * Ts; i++) {
+                if ((uint32_t)inp[i] % nth != tid) continue;
                 float *restrict dw = dwte + (size_t)inp[i] * Cs;
                 const float *restrict d = dout + i * Cs;
 #pragma omp simd
-                for (size_t c = c0; c < c1; c++)
+                for (size_t c = 0; c < Cs; c++)
                     dw[c] += d[c];
             }
         }
         if (dwpe) {
-            for (size_t t = 0; t < Ts; t++) {
+            size_t t0, t1;
+            split_range(Ts, 1, (int)tid, (int)nth, &t0, &t1);
+            for (size_t t = t0; t < t1; t++) {
                 float *restrict dp = dwpe + t * Cs;
                 for (size_t b = 0; b < Bs; b++) {
                     const float *restrict d = dout + (b * Ts + t) * Cs;
 #pragma omp simd
-                    for (size_t c = c0; c < c1; c++)
+                    for (size_t c = 0; c < Cs; c++)
                         dp[c] += d[c];
                 }
             }

@@ -906,6 +906,54 @@ static void test_table_and_memory(void)
 }
 
 /* ======================================================================================== */
+/* zero-sized work is a no-op, not a crash (buffers are sentinels that must stay untouched) */
+
+static void test_empty(void)
+{
+    float *buf = kc_falloc(64);
+    for (int i = 0; i < 64; i++)
+        buf[i] = 7.0f;
+    int32_t tok[4] = {0, 0, 0, 0};
+    double out[2] = {1.0, 2.0};
+    zt_adamw_args a = {.lr = 1e-3f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.999f,
+                       .eps = 1e-8f,
+                       .bc1 = 0.1f,
+                       .bc2 = 0.001f,
+                       .grad_scale = 1.0f};
+    OPS->encoder_forward(CTX, buf, tok, buf, buf, 0, 4, 8);
+    OPS->encoder_backward(CTX, buf, buf, buf, tok, 0, 4, 8);
+    OPS->layernorm_forward(CTX, buf, buf, buf, buf, buf, buf, 0, 8);
+    OPS->layernorm_backward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8);
+    OPS->matmul_forward(CTX, buf, buf, buf, buf, 0, 8, 8);
+    OPS->matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, 0, 8, 8);
+    OPS->attention_forward(CTX, buf, buf, buf, 0, 4, 8, 2);
+    OPS->attention_backward(CTX, buf, buf, buf, buf, buf, 0, 4, 8, 2);
+    OPS->gelu_forward(CTX, buf, buf, 0);
+    OPS->gelu_backward(CTX, buf, buf, buf, 0);
+    OPS->residual_forward(CTX, buf, buf, buf, 0);
+    OPS->residual_backward(CTX, buf, buf, buf, 0);
+    OPS->crossentropy_forward_backward(CTX, buf, buf, buf, tok, 0, 4, 8, 1.0f);
+    OPS->adamw(CTX, buf, buf, ZT_F32, buf, buf, 0, &a, buf, ZT_BF16);
+    OPS->cast(CTX, buf, ZT_F16, buf, ZT_F32, 0);
+    OPS->accumulate(CTX, buf, ZT_BF16, buf, 1.0f, 0);
+    OPS->scale(CTX, buf, 0.0f, 0);
+    OPS->sumsq_nonfinite(CTX, buf, ZT_F32, 0, out);
+    OPS->memset0(CTX, buf, 0);
+    OPS->copy_d2d(CTX, buf, buf + 8, 0);
+    for (int i = 0; i < 64; i++)
+        if (buf[i] != 7.0f) ZT_FAIL("a zero-sized op wrote element %d: %g", i, (double)buf[i]);
+    ASSERT_TRUE(out[0] == 1.0 && out[1] == 2.0);
+    /* matmul_backward with N = 0 still adds nothing to dweight and dbias */
+    OPS->matmul_backward(CTX, buf, buf, buf + 32, buf, buf, buf, 0, 4, 4);
+    for (int i = 0; i < 64; i++)
+        if (buf[i] != 7.0f)
+            ZT_FAIL("matmul_backward with N = 0 changed element %d: %g", i, (double)buf[i]);
+    zt_free(buf);
+}
+
+/* ======================================================================================== */
 
 /* big: also the shapes large enough to go parallel by default (skipped in the second pass,
  * where every shape is forced parallel) */
@@ -950,6 +998,7 @@ int main(void)
     ASSERT_OK(OPS->ctx_create(&CTX, 0, &err));
     printf("cpu ops: %d thread(s)\n", CTX->nthreads);
     test_table_and_memory();
+    test_empty();
     run_all(1);
     if (CTX->nthreads > 1) {
         /* again with every op going parallel, whatever its size */
