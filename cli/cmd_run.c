@@ -23,6 +23,7 @@
 #include "common/jobfile.h"
 #include "common/timeutil.h"
 #include "engine/ckpt.h"
+#include "engine/engine.h"
 
 ZT_COMMAND(run, zt_cmd_run, "train locally on N worker processes (no coordinator)")
 
@@ -391,6 +392,11 @@ int zt_cmd_run(int argc, char **argv)
         }
         resume = step_dir;
     } else if (zt_job_resolve_batch(job, nproc, &err) != ZT_OK) {
+        zt_cli_error("%s", zt_err_msg(&err));
+        zt_free(job);
+        return 2;
+    }
+    if (zt_engine_preflight(job, &err) != ZT_OK) {
         zt_cli_error("%s", zt_err_msg(&err));
         zt_free(job);
         return 2;

@@ -846,6 +846,30 @@ static zt_precision precision_of(const zt_job *job)
     return job->ds.fp16.enabled ? ZT_PREC_FP16 : job->ds.bf16 ? ZT_PREC_BF16 : ZT_PREC_FP32;
 }
 
+zt_status zt_engine_preflight(const zt_job *job, zt_err *err)
+{
+    zt_dataset *ds = NULL;
+    zt_status st = zt_dataset_open(&ds, job->data.train, job->model.block_size,
+                                   job->model.vocab_size, err);
+    zt_dataset_close(ds);
+    if (st != ZT_OK)
+        return st;
+    if (job->data.val[0] && job->train.eval_every > 0) {
+        st = zt_dataset_open(&ds, job->data.val, job->model.block_size, job->model.vocab_size, err);
+        zt_dataset_close(ds);
+        if (st != ZT_OK)
+            return st;
+    }
+    if (!job->model.init_random) {
+        zt_model_shape shape;
+        int dtype = 0;
+        st = zt_modelfile_read_header(job->model.init_path, &shape, &dtype, err);
+        if (st == ZT_OK)
+            st = zt_modelfile_check_shape(&shape, &job->model, job->model.init_path, err);
+    }
+    return st;
+}
+
 /* The fields every engine (and every plan) derives from the job and its place in the run. */
 static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
 {

@@ -56,6 +56,10 @@ typedef struct zt_mem_plan {
 } zt_mem_plan;
 zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err *err);
 
+/* Checks what a run will read before any process starts: the headers and sizes of the training
+ * (and validation) shards, and the init file's header against the model. */
+zt_status zt_engine_preflight(const zt_job *job, zt_err *err);
+
 /* Builds the engine: joins the collective group, allocates model states for the ZeRO stage,
  * initialises (random, llm.c file, or checkpoint) and opens the data. The job is copied. */
 zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
