@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/rpc_cli.h"
 #include "engine/ckpt.h"
 
 ZT_COMMAND(ckpt, zt_cmd_ckpt, "checkpoints: list, inspect, export (llmc, safetensors)")
@@ -96,6 +97,8 @@ int zt_cmd_ckpt(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "list") == 0)
+        return zt_cli_ckpt_list(argc - 1, argv + 1);
     if (zt_cli_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
