@@ -60,14 +60,12 @@ static int take_opt(int argc, char **argv, int *i, const char *name, const char 
 {
     size_t n = strlen(name);
     const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return 0;
+    if (strncmp(a, name, n) != 0) return 0;
     if (a[n] == '=') {
         *value = a + n + 1;
         return 1;
     }
-    if (a[n] != '\0')
-        return 0;
+    if (a[n] != '\0') return 0;
     if (*i + 1 >= argc) {
         zt_cli_error("%s needs a value", name);
         return -1;
@@ -81,11 +79,9 @@ static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out
 {
     char *end;
     errno = 0;
-    if (!*s || *s == '-' || *s == '+')
-        goto bad;
+    if (!*s || *s == '-' || *s == '+') goto bad;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        goto bad;
+    if (errno || end == s) goto bad;
     uint64_t mul = 1;
     if (*end == 'k' || *end == 'K')
         mul = 1000, end++;
@@ -93,8 +89,7 @@ static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out
         mul = 1000000, end++;
     else if (*end == 'G')
         mul = 1000000000, end++;
-    if (*end != '\0' || (mul > 1 && v > max / mul) || v * mul > max)
-        goto bad;
+    if (*end != '\0' || (mul > 1 && v > max / mul) || v * mul > max) goto bad;
     *out = v * mul;
     return 0;
 bad:
@@ -105,8 +100,7 @@ bad:
 static int parse_int(const char *opt, const char *s, int *out)
 {
     uint64_t v;
-    if (parse_u64(opt, s, 2147483647, &v) != 0)
-        return -1;
+    if (parse_u64(opt, s, 2147483647, &v) != 0) return -1;
     *out = (int)v;
     return 0;
 }
@@ -185,36 +179,28 @@ static int cmd_synth(int argc, char **argv)
         } else if ((rc = take_opt(argc, argv, &i, "--prefix", &v)) != 0) {
             o.prefix = v;
         } else if ((rc = take_opt(argc, argv, &i, "--vocab", &v)) != 0) {
-            if (rc > 0 && parse_int("--vocab", v, &o.vocab) != 0)
-                return 2;
+            if (rc > 0 && parse_int("--vocab", v, &o.vocab) != 0) return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--active-vocab", &v)) != 0) {
-            if (rc > 0 && parse_int("--active-vocab", v, &o.active_vocab) != 0)
-                return 2;
+            if (rc > 0 && parse_int("--active-vocab", v, &o.active_vocab) != 0) return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--successors", &v)) != 0) {
-            if (rc > 0 && parse_int("--successors", v, &o.successors) != 0)
-                return 2;
+            if (rc > 0 && parse_int("--successors", v, &o.successors) != 0) return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--train-tokens", &v)) != 0) {
             if (rc > 0 && parse_u64("--train-tokens", v, UINT64_MAX, &o.train_tokens) != 0)
                 return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--val-tokens", &v)) != 0) {
-            if (rc > 0 && parse_u64("--val-tokens", v, UINT64_MAX, &o.val_tokens) != 0)
-                return 2;
+            if (rc > 0 && parse_u64("--val-tokens", v, UINT64_MAX, &o.val_tokens) != 0) return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--shards", &v)) != 0) {
-            if (rc > 0 && parse_int("--shards", v, &o.shards) != 0)
-                return 2;
+            if (rc > 0 && parse_int("--shards", v, &o.shards) != 0) return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--seed", &v)) != 0) {
             if (rc > 0) {
-                if (parse_u64("--seed", v, INT64_MAX, &u) != 0)
-                    return 2;
+                if (parse_u64("--seed", v, INT64_MAX, &u) != 0) return 2;
                 o.seed = u;
             }
         } else {
-            zt_cli_error("data synth: unknown option '%s'; see 'zctl data synth --help'",
-                         argv[i]);
+            zt_cli_error("data synth: unknown option '%s'; see 'zctl data synth --help'", argv[i]);
             return 2;
         }
-        if (rc < 0)
-            return 2;
+        if (rc < 0) return 2;
     }
     zt_datagen_result r;
     zt_err err;
@@ -227,12 +213,12 @@ static int cmd_synth(int argc, char **argv)
     int rc = 0;
     if (zt_cli.json) {
         rc = print_json(json_pack(
-            "{s:s, s:o, s:o, s:s, s:f, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I}", "command",
-            "synth", "files", files_json(&r), "removed", removed_json(&r), "meta", r.meta_path,
+            "{s:s, s:o, s:o, s:s, s:f, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I}", "command", "synth",
+            "files", files_json(&r), "removed", removed_json(&r), "meta", r.meta_path,
             "entropy_floor_nats", r.entropy_floor, "unigram_entropy_nats", r.unigram_entropy,
             "uniform_entropy_nats", log((double)o.vocab), "vocab", o.vocab, "active_vocab",
-            o.active_vocab, "successors", o.successors, "seed", (json_int_t)o.seed,
-            "train_tokens", (json_int_t)r.train_tokens, "val_tokens", (json_int_t)r.val_tokens));
+            o.active_vocab, "successors", o.successors, "seed", (json_int_t)o.seed, "train_tokens",
+            (json_int_t)r.train_tokens, "val_tokens", (json_int_t)r.val_tokens));
     } else {
         print_files(&r);
         printf("wrote %s\n", r.meta_path);
@@ -261,8 +247,7 @@ static int cmd_tokenize(int argc, char **argv)
         } else if ((rc = take_opt(argc, argv, &i, "--prefix", &v)) != 0) {
             o.prefix = v;
         } else if ((rc = take_opt(argc, argv, &i, "--val-fraction", &v)) != 0) {
-            if (rc > 0 && parse_fraction("--val-fraction", v, &o.val_fraction) != 0)
-                return 2;
+            if (rc > 0 && parse_fraction("--val-fraction", v, &o.val_fraction) != 0) return 2;
         } else if ((rc = take_opt(argc, argv, &i, "--shard-tokens", &v)) != 0) {
             if (rc > 0 && parse_u64("--shard-tokens", v, UINT64_MAX, &o.shard_tokens) != 0)
                 return 2;
@@ -278,8 +263,7 @@ static int cmd_tokenize(int argc, char **argv)
             o.input = argv[i];
             rc = 1;
         }
-        if (rc < 0)
-            return 2;
+        if (rc < 0) return 2;
     }
     if (!o.input) {
         zt_cli_error("data tokenize: name the INPUT file; see 'zctl data tokenize --help'");
@@ -295,11 +279,11 @@ static int cmd_tokenize(int argc, char **argv)
     }
     int rc = 0;
     if (zt_cli.json) {
-        rc = print_json(json_pack("{s:s, s:s, s:I, s:o, s:o, s:I, s:I, s:i}", "command",
-                                  "tokenize", "input", o.input, "input_bytes",
-                                  (json_int_t)r.input_bytes, "files", files_json(&r), "removed",
-                                  removed_json(&r), "train_tokens", (json_int_t)r.train_tokens,
-                                  "val_tokens", (json_int_t)r.val_tokens, "vocab", 256));
+        rc = print_json(json_pack("{s:s, s:s, s:I, s:o, s:o, s:I, s:I, s:i}", "command", "tokenize",
+                                  "input", o.input, "input_bytes", (json_int_t)r.input_bytes,
+                                  "files", files_json(&r), "removed", removed_json(&r),
+                                  "train_tokens", (json_int_t)r.train_tokens, "val_tokens",
+                                  (json_int_t)r.val_tokens, "vocab", 256));
     } else {
         print_files(&r);
         printf("tokenized %s: %" PRIu64 " bytes -> %" PRIu64 " train + %" PRIu64
@@ -324,11 +308,10 @@ int zt_cmd_data(int argc, char **argv)
         fputs(data_usage, stdout);
         return 0;
     }
-    if (strcmp(argv[1], "synth") == 0)
-        return cmd_synth(argc - 1, argv + 1);
-    if (strcmp(argv[1], "tokenize") == 0)
-        return cmd_tokenize(argc - 1, argv + 1);
-    zt_cli_error("data: unknown subcommand '%s'; use 'synth' or 'tokenize' (see 'zctl data --help')",
-                 argv[1]);
+    if (strcmp(argv[1], "synth") == 0) return cmd_synth(argc - 1, argv + 1);
+    if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    zt_cli_error(
+        "data: unknown subcommand '%s'; use 'synth' or 'tokenize' (see 'zctl data --help')",
+        argv[1]);
     return 2;
 }

@@ -85,8 +85,7 @@ struct zt_datagen_chain {
 
 void zt_datagen_chain_destroy(zt_datagen_chain *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     zt_free(c->token);
     zt_free(c->state_of);
     zt_free(c->succ);
@@ -101,8 +100,7 @@ static bool stationary(zt_datagen_chain *c)
 {
     const int M = c->M, K = c->K;
     double *next = zt_malloc((size_t)M * sizeof(double));
-    if (!next)
-        return false;
+    if (!next) return false;
     for (int i = 0; i < M; i++)
         c->pi[i] = 1.0 / M;
     bool settled = false;
@@ -131,8 +129,8 @@ zt_status zt_datagen_chain_create(zt_datagen_chain **out, int vocab, int active_
 {
     *out = NULL;
     if (vocab < 2 || vocab > 65536)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "--vocab %d is outside 2..65536 (tokens are 16-bit)", vocab);
+        return zt_err_set(err, ZT_ERR_INVALID, "--vocab %d is outside 2..65536 (tokens are 16-bit)",
+                          vocab);
     if (active_vocab < 2 || active_vocab > vocab)
         return zt_err_set(err, ZT_ERR_INVALID,
                           "--active-vocab %d is outside 2..%d (the vocabulary size)", active_vocab,
@@ -146,8 +144,7 @@ zt_status zt_datagen_chain_create(zt_datagen_chain **out, int vocab, int active_
     zt_status st = ZT_OK;
     int32_t *mark = NULL;
     zt_datagen_chain *c = zt_calloc(1, sizeof(*c));
-    if (!c)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory building the Markov chain");
+    if (!c) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory building the Markov chain");
     c->vocab = vocab;
     c->M = M;
     c->K = K;
@@ -212,9 +209,10 @@ zt_status zt_datagen_chain_create(zt_datagen_chain **out, int vocab, int active_
         c->cum[(size_t)i * K + K - 1] = 1.0;
     }
     if (!stationary(c)) {
-        st = zt_err_set(err, ZT_ERR_INTERNAL,
-                        "the Markov chain's stationary distribution did not converge (vocab %d, active %d, successors %d); try another --seed",
-                        vocab, M, K);
+        st = zt_err_set(
+            err, ZT_ERR_INTERNAL,
+            "the Markov chain's stationary distribution did not converge (vocab %d, active %d, successors %d); try another --seed",
+            vocab, M, K);
         goto fail;
     }
     double fl = 0, uni = 0;
@@ -225,8 +223,7 @@ zt_status zt_datagen_chain_create(zt_datagen_chain **out, int vocab, int active_
             h -= q * log(q);
         }
         fl += c->pi[i] * h;
-        if (c->pi[i] > 0)
-            uni -= c->pi[i] * log(c->pi[i]);
+        if (c->pi[i] > 0) uni -= c->pi[i] * log(c->pi[i]);
     }
     c->floor_nats = fl;
     c->unigram_nats = uni;
@@ -252,21 +249,17 @@ double zt_datagen_chain_unigram_entropy(const zt_datagen_chain *c)
 
 double zt_datagen_chain_prob(const zt_datagen_chain *c, int a, int b)
 {
-    if (a < 0 || a >= c->vocab || b < 0 || b >= c->vocab)
-        return 0;
+    if (a < 0 || a >= c->vocab || b < 0 || b >= c->vocab) return 0;
     int sa = c->state_of[a], sb = c->state_of[b];
-    if (sa < 0 || sb < 0)
-        return 0;
+    if (sa < 0 || sb < 0) return 0;
     for (int j = 0; j < c->K; j++)
-        if (c->succ[(size_t)sa * c->K + j] == sb)
-            return c->prob[(size_t)sa * c->K + j];
+        if (c->succ[(size_t)sa * c->K + j] == sb) return c->prob[(size_t)sa * c->K + j];
     return 0;
 }
 
 double zt_datagen_chain_stationary(const zt_datagen_chain *c, int a)
 {
-    if (a < 0 || a >= c->vocab || c->state_of[a] < 0)
-        return 0;
+    if (a < 0 || a >= c->vocab || c->state_of[a] < 0) return 0;
     return c->pi[c->state_of[a]];
 }
 
@@ -307,8 +300,7 @@ void zt_datagen_chain_generate(zt_datagen_chain *c, uint16_t *out, size_t n)
 
 void zt_datagen_result_free(zt_datagen_result *r)
 {
-    if (!r)
-        return;
+    if (!r) return;
     for (int i = 0; i < r->num_files; i++)
         zt_free(r->files[i].path);
     zt_free(r->files);
@@ -333,30 +325,29 @@ static zt_status check_prefix(const char *prefix, zt_err *err)
 static zt_status make_dirs(const char *dir, zt_err *err)
 {
     char *p = zt_strdup(dir);
-    if (!p)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    if (!p) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
     zt_status st = ZT_OK;
     for (char *s = p + 1;; s++) {
         char c = *s;
-        if (c != '/' && c != '\0')
-            continue;
+        if (c != '/' && c != '\0') continue;
         *s = '\0';
         struct stat sb;
         if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            st = zt_err_set(err, errno == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO,
-                            "cannot create output directory %s: %s; choose a writable --out directory",
-                            p, strerror(errno));
+            st = zt_err_set(
+                err, errno == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO,
+                "cannot create output directory %s: %s; choose a writable --out directory", p,
+                strerror(errno));
             break;
         }
         if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = zt_err_set(err, ZT_ERR_IO,
-                            "cannot use %s as an output directory: it is not a directory; choose another --out",
-                            p);
+            st = zt_err_set(
+                err, ZT_ERR_IO,
+                "cannot use %s as an output directory: it is not a directory; choose another --out",
+                p);
             break;
         }
         *s = c;
-        if (c == '\0')
-            break;
+        if (c == '\0') break;
     }
     zt_free(p);
     return st;
@@ -387,8 +378,7 @@ static long shard_index(const char *name, const char *prefix, const char *split)
         return -1;
     const char *d = name + pl + sl + 2;
     size_t nd = strspn(d, "0123456789");
-    if (nd < 3 || nd > 9 || strcmp(d + nd, ".bin") != 0)
-        return -1;
+    if (nd < 3 || nd > 9 || strcmp(d + nd, ".bin") != 0) return -1;
     return strtol(d, NULL, 10);
 }
 
@@ -397,16 +387,15 @@ static zt_status remove_stale(const char *dir, const char *prefix, const char *s
                               zt_datagen_result *r, zt_err *err)
 {
     DIR *d = opendir(dir);
-    if (!d)
-        return ZT_OK;
+    if (!d) return ZT_OK;
     zt_status st = ZT_OK;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long idx = shard_index(e->d_name, prefix, split);
-        if (idx < keep)
-            continue;
+        if (idx < keep) continue;
         char *path = zt_asprintf("%s/%s", dir, e->d_name);
-        char **rm = path ? zt_realloc(r->removed, (size_t)(r->num_removed + 1) * sizeof(*rm)) : NULL;
+        char **rm =
+            path ? zt_realloc(r->removed, (size_t)(r->num_removed + 1) * sizeof(*rm)) : NULL;
         if (!rm) {
             zt_free(path);
             st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
@@ -414,9 +403,10 @@ static zt_status remove_stale(const char *dir, const char *prefix, const char *s
         }
         r->removed = rm;
         if (unlink(path) != 0) {
-            st = zt_err_set(err, ZT_ERR_IO,
-                            "cannot remove the stale shard %s (left from an earlier run, it would join this corpus): %s; remove it by hand",
-                            path, strerror(errno));
+            st = zt_err_set(
+                err, ZT_ERR_IO,
+                "cannot remove the stale shard %s (left from an earlier run, it would join this corpus): %s; remove it by hand",
+                path, strerror(errno));
             zt_free(path);
             break;
         }
@@ -440,14 +430,12 @@ static zt_status write_streamed(const char *path, uint64_t n, uint16_t *buf, siz
     header[2] = (int32_t)n;
     zt_outfile *f;
     zt_status st = zt_outfile_open(&f, path, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     st = zt_outfile_write(f, header, sizeof(header), err);
     for (uint64_t done = 0; st == ZT_OK && done < n;) {
         size_t m = n - done < cap ? (size_t)(n - done) : cap;
         st = fill(ctx, buf, m, err);
-        if (st == ZT_OK)
-            st = zt_outfile_write(f, buf, m * sizeof(uint16_t), err);
+        if (st == ZT_OK) st = zt_outfile_write(f, buf, m * sizeof(uint16_t), err);
         done += m;
     }
     if (st != ZT_OK) {
@@ -465,16 +453,14 @@ static zt_status write_split(const char *dir, const char *prefix, const char *sp
 {
     for (int i = 0; i < count; i++) {
         char *path = zt_asprintf("%s/%s_%s_%03d.bin", dir, prefix, split, i);
-        if (!path)
-            return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        if (!path) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
         zt_status st = write_streamed(path, sizes[i], buf, cap, fill, ctx, err);
         if (st != ZT_OK) {
             zt_free(path);
             return st;
         }
         st = add_file(r, path, split, sizes[i], err);
-        if (st != ZT_OK)
-            return st;
+        if (st != ZT_OK) return st;
     }
     return remove_stale(dir, prefix, split, count, r, err);
 }
@@ -500,50 +486,42 @@ void zt_synth_opts_default(zt_synth_opts *o)
     o->seed = 1337;
 }
 
-static zt_status write_meta(const zt_synth_opts *o, const zt_datagen_chain *c,
-                            zt_datagen_result *r, zt_err *err)
+static zt_status write_meta(const zt_synth_opts *o, const zt_datagen_chain *c, zt_datagen_result *r,
+                            zt_err *err)
 {
     zt_status st = ZT_OK;
     char *text = NULL;
     json_t *files = json_array();
     json_t *meta = json_object();
-    if (!files || !meta)
-        goto nomem;
+    if (!files || !meta) goto nomem;
     for (int i = 0; i < r->num_files; i++) {
         const char *slash = strrchr(r->files[i].path, '/');
         json_t *f = json_pack("{s:s, s:s, s:I}", "name", slash ? slash + 1 : r->files[i].path,
-                              "split", r->files[i].split, "tokens",
-                              (json_int_t)r->files[i].tokens);
-        if (!f || json_array_append_new(files, f) != 0)
-            goto nomem;
+                              "split", r->files[i].split, "tokens", (json_int_t)r->files[i].tokens);
+        if (!f || json_array_append_new(files, f) != 0) goto nomem;
     }
-    json_t *body = json_pack(
-        "{s:s, s:f, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:s}", "generator",
-        "markov1", "entropy_floor_nats", c->floor_nats, "unigram_entropy_nats", c->unigram_nats,
-        "uniform_entropy_nats", log((double)o->vocab), "vocab", o->vocab, "active_vocab",
-        o->active_vocab, "successors", o->successors, "seed", (json_int_t)o->seed,
-        "train_tokens", (json_int_t)o->train_tokens, "val_tokens", (json_int_t)o->val_tokens,
-        "train_shards", o->shards, "prefix", o->prefix);
+    json_t *body =
+        json_pack("{s:s, s:f, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:s}", "generator",
+                  "markov1", "entropy_floor_nats", c->floor_nats, "unigram_entropy_nats",
+                  c->unigram_nats, "uniform_entropy_nats", log((double)o->vocab), "vocab", o->vocab,
+                  "active_vocab", o->active_vocab, "successors", o->successors, "seed",
+                  (json_int_t)o->seed, "train_tokens", (json_int_t)o->train_tokens, "val_tokens",
+                  (json_int_t)o->val_tokens, "train_shards", o->shards, "prefix", o->prefix);
     if (!body || json_object_update(meta, body) != 0) {
         json_decref(body);
         goto nomem;
     }
     json_decref(body);
-    if (json_object_set(meta, "files", files) != 0)
-        goto nomem;
+    if (json_object_set(meta, "files", files) != 0) goto nomem;
     text = json_dumps(meta, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (!text)
-        goto nomem;
+    if (!text) goto nomem;
     r->meta_path = zt_asprintf("%s/%s_meta.json", o->out_dir, o->prefix);
-    if (!r->meta_path)
-        goto nomem;
+    if (!r->meta_path) goto nomem;
     zt_outfile *f;
     st = zt_outfile_open(&f, r->meta_path, err);
-    if (st != ZT_OK)
-        goto out;
+    if (st != ZT_OK) goto out;
     st = zt_outfile_write(f, text, strlen(text), err);
-    if (st == ZT_OK)
-        st = zt_outfile_write(f, "\n", 1, err);
+    if (st == ZT_OK) st = zt_outfile_write(f, "\n", 1, err);
     if (st != ZT_OK) {
         zt_outfile_abort(f);
         goto out;
@@ -563,26 +541,26 @@ zt_status zt_datagen_synth(const zt_synth_opts *o, zt_datagen_result *r, zt_err 
 {
     memset(r, 0, sizeof(*r));
     zt_status st = check_prefix(o->prefix, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     if (!o->out_dir || !*o->out_dir)
         return zt_err_set(err, ZT_ERR_INVALID, "--out is empty; give an output directory");
     if (o->shards < 1 || o->shards > 100000)
         return zt_err_set(err, ZT_ERR_INVALID, "--shards %d is outside 1..100000", o->shards);
     if (o->train_tokens < 2 * (uint64_t)o->shards)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "--train-tokens %llu is too few for %d shard(s): each needs at least 2 tokens (and block_size+1 to be trained on)",
-                          (unsigned long long)o->train_tokens, o->shards);
+        return zt_err_set(
+            err, ZT_ERR_INVALID,
+            "--train-tokens %llu is too few for %d shard(s): each needs at least 2 tokens (and block_size+1 to be trained on)",
+            (unsigned long long)o->train_tokens, o->shards);
     if ((o->train_tokens + (uint64_t)o->shards - 1) / (uint64_t)o->shards > ZT_SHARD_MAX_TOKENS)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "--train-tokens %llu over %d shard(s) exceeds %llu tokens per shard; raise --shards",
-                          (unsigned long long)o->train_tokens, o->shards,
-                          (unsigned long long)ZT_SHARD_MAX_TOKENS);
+        return zt_err_set(
+            err, ZT_ERR_INVALID,
+            "--train-tokens %llu over %d shard(s) exceeds %llu tokens per shard; raise --shards",
+            (unsigned long long)o->train_tokens, o->shards,
+            (unsigned long long)ZT_SHARD_MAX_TOKENS);
     if (o->val_tokens == 1 || o->val_tokens > ZT_SHARD_MAX_TOKENS)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "--val-tokens %llu must be 0 (no val shard) or 2..%llu",
-                          (unsigned long long)o->val_tokens,
-                          (unsigned long long)ZT_SHARD_MAX_TOKENS);
+        return zt_err_set(
+            err, ZT_ERR_INVALID, "--val-tokens %llu must be 0 (no val shard) or 2..%llu",
+            (unsigned long long)o->val_tokens, (unsigned long long)ZT_SHARD_MAX_TOKENS);
     if (o->seed > (uint64_t)INT64_MAX)
         return zt_err_set(err, ZT_ERR_INVALID, "--seed must be at most %lld", (long long)INT64_MAX);
 
@@ -590,11 +568,9 @@ zt_status zt_datagen_synth(const zt_synth_opts *o, zt_datagen_result *r, zt_err 
     uint16_t *buf = NULL;
     uint64_t *sizes = NULL;
     st = zt_datagen_chain_create(&c, o->vocab, o->active_vocab, o->successors, o->seed, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     st = make_dirs(o->out_dir, err);
-    if (st != ZT_OK)
-        goto out;
+    if (st != ZT_OK) goto out;
     buf = zt_malloc(ZT_DATAGEN_CHUNK * sizeof(*buf));
     sizes = zt_calloc((size_t)o->shards, sizeof(*sizes));
     if (!buf || !sizes) {
@@ -606,13 +582,11 @@ zt_status zt_datagen_synth(const zt_synth_opts *o, zt_datagen_result *r, zt_err 
                    ((uint64_t)i < o->train_tokens % (uint64_t)o->shards ? 1 : 0);
     st = write_split(o->out_dir, o->prefix, "train", sizes, o->shards, buf, ZT_DATAGEN_CHUNK,
                      fill_chain, c, r, err);
-    if (st != ZT_OK)
-        goto out;
+    if (st != ZT_OK) goto out;
     uint64_t val = o->val_tokens;
     st = write_split(o->out_dir, o->prefix, "val", &val, val > 0 ? 1 : 0, buf, ZT_DATAGEN_CHUNK,
                      fill_chain, c, r, err);
-    if (st != ZT_OK)
-        goto out;
+    if (st != ZT_OK) goto out;
     r->entropy_floor = c->floor_nats;
     r->unigram_entropy = c->unigram_nats;
     r->train_tokens = o->train_tokens;
@@ -659,8 +633,7 @@ static uint64_t *split_sizes(uint64_t total, uint64_t per, int *count)
     uint64_t n = (total + per - 1) / per;
     *count = (int)n;
     uint64_t *sizes = zt_calloc(n ? (size_t)n : 1, sizeof(*sizes));
-    if (!sizes)
-        return NULL;
+    if (!sizes) return NULL;
     for (uint64_t i = 0; i < n; i++)
         sizes[i] = i + 1 < n ? per : total - per * (n - 1);
     return sizes;
@@ -670,7 +643,8 @@ zt_status zt_datagen_tokenize(const zt_tokenize_opts *o, zt_datagen_result *r, z
 {
     memset(r, 0, sizeof(*r));
     if (!o->input || !*o->input)
-        return zt_err_set(err, ZT_ERR_INVALID, "no input file given; name the text file to tokenize");
+        return zt_err_set(err, ZT_ERR_INVALID,
+                          "no input file given; name the text file to tokenize");
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
         return zt_err_set(err, ZT_ERR_INVALID, "--val-fraction %g is outside [0, 1)",
                           o->val_fraction);
@@ -690,8 +664,7 @@ zt_status zt_datagen_tokenize(const zt_tokenize_opts *o, zt_datagen_result *r, z
         size_t len = strcspn(base + (base[0] == '.'), ".") + (base[0] == '.');
         prefix = base[0] == '.' || len == 0 ? zt_strdup("tokens") : zt_strndup(base, len);
     }
-    if (!prefix)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    if (!prefix) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
     zt_status st = check_prefix(prefix, err);
     if (st != ZT_OK) {
         zt_free(prefix);
@@ -709,9 +682,10 @@ zt_status zt_datagen_tokenize(const zt_tokenize_opts *o, zt_datagen_result *r, z
     }
     struct stat sb;
     if (fstat(fileno(br.f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = zt_err_set(err, ZT_ERR_INVALID,
-                        "input %s is not a regular file; give a text file (save a stream to a file first)",
-                        o->input);
+        st = zt_err_set(
+            err, ZT_ERR_INVALID,
+            "input %s is not a regular file; give a text file (save a stream to a file first)",
+            o->input);
         goto out;
     }
     uint64_t size = (uint64_t)sb.st_size;
@@ -721,8 +695,7 @@ zt_status zt_datagen_tokenize(const zt_tokenize_opts *o, zt_datagen_result *r, z
         goto out;
     }
     uint64_t val = (uint64_t)floor((double)size * o->val_fraction + 0.5);
-    if (val >= size)
-        val = size - 1;
+    if (val >= size) val = size - 1;
     uint64_t train = size - val;
     int ntrain, nval;
     train_sizes = split_sizes(train, o->shard_tokens, &ntrain);
@@ -735,16 +708,12 @@ zt_status zt_datagen_tokenize(const zt_tokenize_opts *o, zt_datagen_result *r, z
         goto out;
     }
     st = make_dirs(o->out_dir, err);
-    if (st != ZT_OK)
-        goto out;
-    st = write_split(o->out_dir, prefix, "train", train_sizes, ntrain, buf, cap, fill_bytes, &br,
-                     r, err);
-    if (st != ZT_OK)
-        goto out;
-    st = write_split(o->out_dir, prefix, "val", val_sizes, nval, buf, cap, fill_bytes, &br, r,
+    if (st != ZT_OK) goto out;
+    st = write_split(o->out_dir, prefix, "train", train_sizes, ntrain, buf, cap, fill_bytes, &br, r,
                      err);
-    if (st != ZT_OK)
-        goto out;
+    if (st != ZT_OK) goto out;
+    st = write_split(o->out_dir, prefix, "val", val_sizes, nval, buf, cap, fill_bytes, &br, r, err);
+    if (st != ZT_OK) goto out;
     r->train_tokens = train;
     r->val_tokens = val;
     r->input_bytes = size;
@@ -753,8 +722,7 @@ out:
     zt_free(val_sizes);
     zt_free(buf);
     zt_free(br.bytes);
-    if (br.f)
-        fclose(br.f);
+    if (br.f) fclose(br.f);
     zt_free(prefix);
     return st;
 }

@@ -58,7 +58,7 @@ typedef struct zt_datagen_result {
     double entropy_floor;   /* synth: nats/token */
     double unigram_entropy; /* synth: nats/token */
     uint64_t train_tokens, val_tokens;
-    uint64_t input_bytes;   /* tokenize */
+    uint64_t input_bytes; /* tokenize */
 } zt_datagen_result;
 
 /* Frees what the result holds (not r itself) and zeroes it; NULL ok. */

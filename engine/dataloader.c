@@ -36,7 +36,7 @@ _Static_assert(offsetof(zt_shard_header, num_tokens) == 8, "shard header [2] is 
 
 typedef struct zt_shard {
     char *path;
-    void *map;              /* the whole file */
+    void *map; /* the whole file */
     size_t map_len;
     const uint16_t *tokens; /* (num_tokens) inside map */
     uint64_t num_tokens;
@@ -65,8 +65,7 @@ struct zt_outfile {
 static zt_status errno_status(int e)
 {
 #ifdef EDQUOT
-    if (e == EDQUOT)
-        return ZT_ERR_NOSPACE;
+    if (e == EDQUOT) return ZT_ERR_NOSPACE;
 #endif
     return e == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO;
 }
@@ -86,18 +85,15 @@ static zt_status write_error(zt_err *err, int e, const char *what, const char *p
 static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
-    if (!slash)
-        return zt_strdup(".");
-    if (slash == path)
-        return zt_strdup("/");
+    if (!slash) return zt_strdup(".");
+    if (slash == path) return zt_strdup("/");
     return zt_strndup(path, (size_t)(slash - path));
 }
 
 static void fsync_dir(const char *path)
 {
     char *dir = dir_of(path);
-    if (!dir)
-        return;
+    if (!dir) return;
     int dfd = open(dir, O_RDONLY);
     if (dfd >= 0) {
         /* Some file systems refuse fsync on a directory (EINVAL); the rename still stands. */
@@ -114,12 +110,10 @@ zt_status zt_outfile_open(zt_outfile **out, const char *path, zt_err *err)
         return zt_err_set(err, ZT_ERR_INVALID, "output file name is empty; give a path");
     zt_status st = ZT_OK;
     zt_outfile *f = zt_calloc(1, sizeof(*f));
-    if (!f)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory opening %s", path);
+    if (!f) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory opening %s", path);
     f->fd = -1;
     f->path = zt_strdup(path);
-    if (!f->path)
-        goto fail_nomem;
+    if (!f->path) goto fail_nomem;
     struct stat sb;
     bool exists = stat(path, &sb) == 0;
     if (exists && S_ISDIR(sb.st_mode)) {
@@ -131,8 +125,7 @@ zt_status zt_outfile_open(zt_outfile **out, const char *path, zt_err *err)
         f->fd = open(path, O_WRONLY | O_CLOEXEC);
     } else {
         f->tmp = zt_asprintf("%s.tmp.%ld", path, (long)getpid());
-        if (!f->tmp)
-            goto fail_nomem;
+        if (!f->tmp) goto fail_nomem;
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
     if (f->fd < 0) {
@@ -140,8 +133,8 @@ zt_status zt_outfile_open(zt_outfile **out, const char *path, zt_err *err)
         if (e == ENOENT || e == ENOTDIR) {
             char *dir = dir_of(path);
             st = zt_err_set(err, ZT_ERR_NOT_FOUND,
-                            "cannot create %s: %s is not an existing directory; create it first", path,
-                            dir ? dir : "?");
+                            "cannot create %s: %s is not an existing directory; create it first",
+                            path, dir ? dir : "?");
             zt_free(dir);
         } else {
             st = write_error(err, e, "create", path);
@@ -167,12 +160,10 @@ zt_status zt_outfile_write(zt_outfile *f, const void *data, size_t n, zt_err *er
         size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
         ssize_t w = write(f->fd, p, chunk);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             return write_error(err, errno, "write", f->path);
         }
-        if (w == 0)
-            return write_error(err, ENOSPC, "write", f->path);
+        if (w == 0) return write_error(err, ENOSPC, "write", f->path);
         p += w;
         n -= (size_t)w;
         f->size += (uint64_t)w;
@@ -187,12 +178,9 @@ uint64_t zt_outfile_size(const zt_outfile *f)
 
 void zt_outfile_abort(zt_outfile *f)
 {
-    if (!f)
-        return;
-    if (f->fd >= 0)
-        close(f->fd);
-    if (f->tmp)
-        unlink(f->tmp);
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    if (f->tmp) unlink(f->tmp);
     zt_free(f->tmp);
     zt_free(f->path);
     zt_free(f);
@@ -228,9 +216,10 @@ out_abort:
 zt_status zt_shard_write(const char *path, const uint16_t *tokens, uint64_t n, zt_err *err)
 {
     if (n > ZT_SHARD_MAX_TOKENS)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "cannot write %s: %llu tokens exceed the shard format's limit of %llu; split them over several shards",
-                          path, (unsigned long long)n, (unsigned long long)ZT_SHARD_MAX_TOKENS);
+        return zt_err_set(
+            err, ZT_ERR_INVALID,
+            "cannot write %s: %llu tokens exceed the shard format's limit of %llu; split them over several shards",
+            path, (unsigned long long)n, (unsigned long long)ZT_SHARD_MAX_TOKENS);
     if (n > 0 && !tokens)
         return zt_err_set(err, ZT_ERR_INVALID, "cannot write %s: no token buffer given", path);
     zt_shard_header h;
@@ -240,11 +229,9 @@ zt_status zt_shard_write(const char *path, const uint16_t *tokens, uint64_t n, z
     h.num_tokens = (int32_t)n;
     zt_outfile *f = NULL;
     zt_status st = zt_outfile_open(&f, path, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     st = zt_outfile_write(f, &h, sizeof(h), err);
-    if (st == ZT_OK && n > 0)
-        st = zt_outfile_write(f, tokens, (size_t)n * sizeof(uint16_t), err);
+    if (st == ZT_OK && n > 0) st = zt_outfile_write(f, tokens, (size_t)n * sizeof(uint16_t), err);
     if (st != ZT_OK) {
         zt_outfile_abort(f);
         return st;
@@ -269,8 +256,7 @@ static zt_status map_shard(zt_shard *s, int block_size, zt_err *err)
     zt_status st = ZT_OK;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = zt_err_set(err, ZT_ERR_IO, "cannot stat token shard %s: %s", s->path,
-                        strerror(errno));
+        st = zt_err_set(err, ZT_ERR_IO, "cannot stat token shard %s: %s", s->path, strerror(errno));
         goto close_fd;
     }
     if (!S_ISREG(sb.st_mode)) {
@@ -281,9 +267,10 @@ static zt_status map_shard(zt_shard *s, int block_size, zt_err *err)
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < ZT_SHARD_HEADER_BYTES) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: truncated token shard: %llu bytes, shorter than the %d-byte header; regenerate it",
-                        s->path, (unsigned long long)size, ZT_SHARD_HEADER_BYTES);
+        st = zt_err_set(
+            err, ZT_ERR_FORMAT,
+            "%s: truncated token shard: %llu bytes, shorter than the %d-byte header; regenerate it",
+            s->path, (unsigned long long)size, ZT_SHARD_HEADER_BYTES);
         goto close_fd;
     }
     if (size > (uint64_t)SIZE_MAX) {
@@ -299,43 +286,47 @@ static zt_status map_shard(zt_shard *s, int block_size, zt_err *err)
     zt_shard_header h;
     memcpy(&h, map, sizeof(h));
     if (h.magic != ZT_SHARD_MAGIC) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: not a token shard (magic %d, expected %d); point the data pattern at shards from `zctl data synth`, `zctl data tokenize` or llm.c",
-                        s->path, (int)h.magic, ZT_SHARD_MAGIC);
+        st = zt_err_set(
+            err, ZT_ERR_FORMAT,
+            "%s: not a token shard (magic %d, expected %d); point the data pattern at shards from `zctl data synth`, `zctl data tokenize` or llm.c",
+            s->path, (int)h.magic, ZT_SHARD_MAGIC);
         goto unmap;
     }
     if (h.version != ZT_SHARD_VERSION) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: token shard version %d is not supported (expected %d); regenerate the shard",
-                        s->path, (int)h.version, ZT_SHARD_VERSION);
+        st = zt_err_set(
+            err, ZT_ERR_FORMAT,
+            "%s: token shard version %d is not supported (expected %d); regenerate the shard",
+            s->path, (int)h.version, ZT_SHARD_VERSION);
         goto unmap;
     }
     if (h.num_tokens < 0) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: corrupt token shard header: token count %d is negative; regenerate the shard",
-                        s->path, (int)h.num_tokens);
+        st = zt_err_set(
+            err, ZT_ERR_FORMAT,
+            "%s: corrupt token shard header: token count %d is negative; regenerate the shard",
+            s->path, (int)h.num_tokens);
         goto unmap;
     }
     uint64_t want = ZT_SHARD_HEADER_BYTES + 2 * (uint64_t)h.num_tokens;
     if (size < want) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: truncated token shard: the header says %d tokens, so the file should have %llu bytes, but it has %llu; regenerate or re-copy it",
-                        s->path, (int)h.num_tokens, (unsigned long long)want,
-                        (unsigned long long)size);
+        st = zt_err_set(
+            err, ZT_ERR_FORMAT,
+            "%s: truncated token shard: the header says %d tokens, so the file should have %llu bytes, but it has %llu; regenerate or re-copy it",
+            s->path, (int)h.num_tokens, (unsigned long long)want, (unsigned long long)size);
         goto unmap;
     }
     if (size > want) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: corrupt token shard: the header says %d tokens (%llu bytes) but the file has %llu bytes; regenerate it",
-                        s->path, (int)h.num_tokens, (unsigned long long)want,
-                        (unsigned long long)size);
+        st = zt_err_set(
+            err, ZT_ERR_FORMAT,
+            "%s: corrupt token shard: the header says %d tokens (%llu bytes) but the file has %llu bytes; regenerate it",
+            s->path, (int)h.num_tokens, (unsigned long long)want, (unsigned long long)size);
         goto unmap;
     }
     uint64_t n = (uint64_t)h.num_tokens;
     if (n < (uint64_t)block_size + 1) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: has %llu tokens, but a shard needs at least T+1 tokens (block_size T = %d, so %d); use a smaller block_size or a longer shard",
-                        s->path, (unsigned long long)n, block_size, block_size + 1);
+        st = zt_err_set(
+            err, ZT_ERR_FORMAT,
+            "%s: has %llu tokens, but a shard needs at least T+1 tokens (block_size T = %d, so %d); use a smaller block_size or a longer shard",
+            s->path, (unsigned long long)n, block_size, block_size + 1);
         goto unmap;
     }
     s->map = map;
@@ -364,23 +355,26 @@ zt_status zt_dataset_open(zt_dataset **out, const char *pattern, int block_size,
         return zt_err_set(err, ZT_ERR_INVALID,
                           "block_size %d is not positive; set model.block_size >= 1", block_size);
     if (vocab_size < 0 || vocab_size > 65536)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "vocab_size %d is outside 1..65536 (tokens are uint16); fix model.vocab_size",
-                          vocab_size);
+        return zt_err_set(
+            err, ZT_ERR_INVALID,
+            "vocab_size %d is outside 1..65536 (tokens are uint16); fix model.vocab_size",
+            vocab_size);
     glob_t g;
     memset(&g, 0, sizeof(g));
     int grc = glob(pattern, GLOB_NOSORT, NULL, &g);
     if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
         globfree(&g);
-        return zt_err_set(err, ZT_ERR_NOT_FOUND,
-                          "no files match the data pattern '%s'; check the path (relative paths in a job file resolve against its directory) or create shards with `zctl data synth`",
-                          pattern);
+        return zt_err_set(
+            err, ZT_ERR_NOT_FOUND,
+            "no files match the data pattern '%s'; check the path (relative paths in a job file resolve against its directory) or create shards with `zctl data synth`",
+            pattern);
     }
     if (grc != 0) {
         globfree(&g);
-        return zt_err_set(err, grc == GLOB_NOSPACE ? ZT_ERR_NOMEM : ZT_ERR_IO,
-                          "cannot list the files matching '%s' (glob error %d); check that its directories are readable",
-                          pattern, grc);
+        return zt_err_set(
+            err, grc == GLOB_NOSPACE ? ZT_ERR_NOMEM : ZT_ERR_IO,
+            "cannot list the files matching '%s' (glob error %d); check that its directories are readable",
+            pattern, grc);
     }
     if (g.gl_pathc > (size_t)INT_MAX) {
         globfree(&g);
@@ -390,22 +384,18 @@ zt_status zt_dataset_open(zt_dataset **out, const char *pattern, int block_size,
 
     zt_status st = ZT_OK;
     zt_dataset *ds = zt_calloc(1, sizeof(*ds));
-    if (!ds)
-        goto fail_nomem;
+    if (!ds) goto fail_nomem;
     ds->block_size = block_size;
     ds->vocab_size = vocab_size;
     ds->shards = zt_calloc(g.gl_pathc, sizeof(*ds->shards));
-    if (!ds->shards)
-        goto fail_nomem;
+    if (!ds->shards) goto fail_nomem;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         zt_shard *s = &ds->shards[i];
         s->path = zt_strdup(g.gl_pathv[i]);
-        if (!s->path)
-            goto fail_nomem;
+        if (!s->path) goto fail_nomem;
         ds->num_shards = (int)i + 1;
         st = map_shard(s, block_size, err);
-        if (st != ZT_OK)
-            goto fail;
+        if (st != ZT_OK) goto fail;
         s->first_sample = ds->num_samples;
         ds->num_samples += s->num_samples;
         ds->num_tokens += s->num_tokens;
@@ -424,11 +414,9 @@ fail:
 
 void zt_dataset_close(zt_dataset *ds)
 {
-    if (!ds)
-        return;
+    if (!ds) return;
     for (int i = 0; i < ds->num_shards; i++) {
-        if (ds->shards[i].map)
-            munmap(ds->shards[i].map, ds->shards[i].map_len);
+        if (ds->shards[i].map) munmap(ds->shards[i].map, ds->shards[i].map_len);
         zt_free(ds->shards[i].path);
     }
     zt_free(ds->shards);
@@ -506,11 +494,11 @@ zt_status zt_dataset_sample(const zt_dataset *ds, uint64_t k, int32_t *inputs, i
         for (int j = 0; j <= T; j++) {
             if (tok[j] >= (unsigned)ds->vocab_size) {
                 uint64_t idx = off + (uint64_t)j;
-                return zt_err_set(err, ZT_ERR_FORMAT,
-                                  "%s: token %u at token offset %llu (byte %llu) is >= vocab_size %d; the data was made for a larger vocabulary: raise model.vocab_size or regenerate the data",
-                                  s->path, (unsigned)tok[j], (unsigned long long)idx,
-                                  (unsigned long long)(ZT_SHARD_HEADER_BYTES + 2 * idx),
-                                  ds->vocab_size);
+                return zt_err_set(
+                    err, ZT_ERR_FORMAT,
+                    "%s: token %u at token offset %llu (byte %llu) is >= vocab_size %d; the data was made for a larger vocabulary: raise model.vocab_size or regenerate the data",
+                    s->path, (unsigned)tok[j], (unsigned long long)idx,
+                    (unsigned long long)(ZT_SHARD_HEADER_BYTES + 2 * idx), ds->vocab_size);
             }
         }
     }
@@ -520,13 +508,11 @@ zt_status zt_dataset_sample(const zt_dataset *ds, uint64_t k, int32_t *inputs, i
 /* (a * b) mod m for a, b < m, without overflow. */
 static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m)
 {
-    if (a <= UINT32_MAX && b <= UINT32_MAX)
-        return (a * b) % m;
+    if (a <= UINT32_MAX && b <= UINT32_MAX) return (a * b) % m;
     uint64_t r = 0;
     a %= m;
     while (b) {
-        if (b & 1)
-            r = r >= m - a ? r - (m - a) : r + a;
+        if (b & 1) r = r >= m - a ? r - (m - a) : r + a;
         a = a >= m - a ? a - (m - a) : a + a;
         b >>= 1;
     }
@@ -548,23 +534,23 @@ zt_status zt_dataset_micro_batch(const zt_dataset *ds, int64_t step, int64_t tra
 {
     if (step < 0 || train_batch_size < 1 || ranks < 1 || rank < 0 || rank >= ranks ||
         micro_step < 0 || micro < 1)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "bad micro-batch request: step %lld, train_batch_size %lld, rank %d of %d, micro_step %d, micro %d",
-                          (long long)step, (long long)train_batch_size, rank, ranks, micro_step,
-                          micro);
+        return zt_err_set(
+            err, ZT_ERR_INVALID,
+            "bad micro-batch request: step %lld, train_batch_size %lld, rank %d of %d, micro_step %d, micro %d",
+            (long long)step, (long long)train_batch_size, rank, ranks, micro_step, micro);
     int64_t first = ((int64_t)micro_step * ranks + rank) * (int64_t)micro;
     if (first > train_batch_size - micro)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "micro-step %d of rank %d (of %d) with micro-batch %d reaches batch position %lld, beyond train_batch_size %lld; check gradient_accumulation_steps",
-                          micro_step, rank, ranks, micro, (long long)(first + micro - 1),
-                          (long long)train_batch_size);
+        return zt_err_set(
+            err, ZT_ERR_INVALID,
+            "micro-step %d of rank %d (of %d) with micro-batch %d reaches batch position %lld, beyond train_batch_size %lld; check gradient_accumulation_steps",
+            micro_step, rank, ranks, micro, (long long)(first + micro - 1),
+            (long long)train_batch_size);
     const size_t T = (size_t)ds->block_size;
     for (int j = 0; j < micro; j++) {
         uint64_t k = zt_dataset_batch_sample(ds, step, train_batch_size, first + j);
-        zt_status st = zt_dataset_sample(ds, k, inputs + (size_t)j * T, targets + (size_t)j * T,
-                                         err);
-        if (st != ZT_OK)
-            return st;
+        zt_status st =
+            zt_dataset_sample(ds, k, inputs + (size_t)j * T, targets + (size_t)j * T, err);
+        if (st != ZT_OK) return st;
     }
     return ZT_OK;
 }

@@ -57,10 +57,9 @@ zt_status zt_modelfile_read(const char *path, zt_model_shape *shape, float **par
 typedef struct zt_modelfile_writer zt_modelfile_writer;
 zt_status zt_modelfile_writer_open(zt_modelfile_writer **out, const char *path,
                                    const zt_model_shape *s, zt_dtype dtype, zt_err *err);
-zt_status zt_modelfile_writer_put(zt_modelfile_writer *w, const float *data, size_t n,
-                                  zt_err *err);
+zt_status zt_modelfile_writer_put(zt_modelfile_writer *w, const float *data, size_t n, zt_err *err);
 zt_status zt_modelfile_writer_commit(zt_modelfile_writer *w, zt_err *err); /* frees w */
-void zt_modelfile_writer_abort(zt_modelfile_writer *w);                     /* NULL ok */
+void zt_modelfile_writer_abort(zt_modelfile_writer *w);                    /* NULL ok */
 
 /* Convenience: writes a whole parameter array (zt_modelfile_tensor_sizes total) at once. */
 zt_status zt_modelfile_write(const char *path, const zt_model_shape *s, const float *params,

@@ -25,15 +25,13 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 static void cleanup(void)
 {
-    if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/zt_bench_dataloader_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return 1;
+    if (!mkdtemp(tmpdir)) return 1;
     atexit(cleanup);
     const int nshards = 8;
     const size_t per = 2500000; /* 20M tokens, 40 MB */
@@ -85,11 +83,10 @@ int main(void)
         }
         (void)sink;
         double memcpy_us = (double)(zt_now_ns() - t0) / 1e3 / reps;
-        printf("micro-batch %3dx%-5d open %6.2f ms (%d shards, %llu tokens) | first pass %7.2f us"
-               " | warm %7.2f us (%.2f ns/token) | memcpy of the same bytes %7.2f us\n",
-               B, T, open_ms, zt_dataset_num_shards(ds),
-               (unsigned long long)zt_dataset_num_tokens(ds), first_us, warm_us,
-               warm_us * 1e3 / (double)n, memcpy_us);
+        printf(
+            "micro-batch %3dx%-5d open %6.2f ms (%d shards, %llu tokens) | first pass %7.2f us | warm %7.2f us (%.2f ns/token) | memcpy of the same bytes %7.2f us\n",
+            B, T, open_ms, zt_dataset_num_shards(ds), (unsigned long long)zt_dataset_num_tokens(ds),
+            first_us, warm_us, warm_us * 1e3 / (double)n, memcpy_us);
         free(in);
         free(tg);
         free(src);

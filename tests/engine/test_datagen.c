@@ -29,8 +29,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 static void cleanup(void)
 {
-    if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static char *path_of(const char *name)
@@ -45,8 +44,7 @@ static char *path_of(const char *name)
 static unsigned char *slurp(const char *p, long *n)
 {
     FILE *f = fopen(p, "rb");
-    if (!f)
-        ZT_FAIL("cannot open %s", p);
+    if (!f) ZT_FAIL("cannot open %s", p);
     fseek(f, 0, SEEK_END);
     *n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -137,8 +135,7 @@ static void test_chain(void)
     double emp = 0;
     for (int a = 0; a < V; a++)
         for (int b = 0; b < V; b++)
-            if (pair[a][b] > 0)
-                emp -= pair[a][b] / (double)(N - 1) * log(pair[a][b] / single[a]);
+            if (pair[a][b] > 0) emp -= pair[a][b] / (double)(N - 1) * log(pair[a][b] / single[a]);
     printf("  empirical conditional entropy over %zu tokens: %.6f (exact %.6f, %.3f%% off)\n", N,
            emp, floor, 100 * fabs(emp - floor) / floor);
     ASSERT_NEAR(emp, floor, 0.01, 0);
@@ -154,8 +151,7 @@ static void test_chain(void)
     zt_synth_opts_default(&o);
     ASSERT_OK(zt_datagen_chain_create(&c, o.vocab, o.active_vocab, o.successors, o.seed, &err));
     printf("  default chain: floor %.4f, unigram %.4f, uniform %.4f\n",
-           zt_datagen_chain_entropy_floor(c), zt_datagen_chain_unigram_entropy(c),
-           log(o.vocab));
+           zt_datagen_chain_entropy_floor(c), zt_datagen_chain_unigram_entropy(c), log(o.vocab));
     ASSERT_TRUE(zt_datagen_chain_entropy_floor(c) > 0.5);
     ASSERT_TRUE(zt_datagen_chain_entropy_floor(c) < zt_datagen_chain_unigram_entropy(c) - 1);
     zt_datagen_chain_destroy(c);
@@ -229,17 +225,17 @@ static void test_synth(void)
     json_error_t je;
     json_t *m = json_load_file(r.meta_path, 0, &je);
     ASSERT_TRUE(m != NULL);
-    ASSERT_NEAR(json_real_value(json_object_get(m, "entropy_floor_nats")), r.entropy_floor,
-                1e-15, 0);
+    ASSERT_NEAR(json_real_value(json_object_get(m, "entropy_floor_nats")), r.entropy_floor, 1e-15,
+                0);
     ASSERT_EQ_INT(json_integer_value(json_object_get(m, "vocab")), 256);
     ASSERT_EQ_INT(json_integer_value(json_object_get(m, "seed")), 1337);
     ASSERT_EQ_INT(json_integer_value(json_object_get(m, "active_vocab")), o.active_vocab);
     ASSERT_EQ_INT(json_integer_value(json_object_get(m, "successors")), o.successors);
     ASSERT_EQ_INT(json_integer_value(json_object_get(m, "train_tokens")), 30001);
     ASSERT_EQ_INT(json_array_size(json_object_get(m, "files")), 4);
-    ASSERT_STREQ(json_string_value(json_object_get(json_array_get(json_object_get(m, "files"), 3),
-                                                   "name")),
-                 "synth_val_000.bin");
+    ASSERT_STREQ(
+        json_string_value(json_object_get(json_array_get(json_object_get(m, "files"), 3), "name")),
+        "synth_val_000.bin");
     json_decref(m);
 
     /* The loader reads what synth wrote, in the job file's pattern. */

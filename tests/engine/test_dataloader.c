@@ -29,8 +29,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 static void cleanup(void)
 {
-    if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static char *path_of(const char *name)
@@ -70,8 +69,7 @@ static void write_raw(const char *path, int32_t magic, int32_t version, int32_t 
     FILE *f = fopen(path, "wb");
     ASSERT_TRUE(f != NULL);
     ASSERT_EQ_INT(fwrite(h, 4, 256, f), 256);
-    if (ntok)
-        ASSERT_EQ_INT(fwrite(tok, 2, ntok, f), ntok);
+    if (ntok) ASSERT_EQ_INT(fwrite(tok, 2, ntok, f), ntok);
     fclose(f);
 }
 
@@ -138,11 +136,10 @@ static void check_sample_raw(const shard_spec *sorted, int ns, int T, uint64_t k
         if (kk < cnt) {
             for (int j = 0; j < T; j++) {
                 if (in[j] != sorted[s].tok[kk * T + j] || tg[j] != sorted[s].tok[kk * T + j + 1])
-                    ZT_FAIL("sample %llu (shard %s, local %llu) position %d: got in=%d tg=%d, "
-                            "want in=%d tg=%d",
-                            (unsigned long long)k, sorted[s].name, (unsigned long long)kk, j,
-                            in[j], tg[j], sorted[s].tok[kk * T + j],
-                            sorted[s].tok[kk * T + j + 1]);
+                    ZT_FAIL(
+                        "sample %llu (shard %s, local %llu) position %d: got in=%d tg=%d, want in=%d tg=%d",
+                        (unsigned long long)k, sorted[s].name, (unsigned long long)kk, j, in[j],
+                        tg[j], sorted[s].tok[kk * T + j], sorted[s].tok[kk * T + j + 1]);
             }
             return;
         }
@@ -157,7 +154,9 @@ static void test_multi_shard_and_batches(void)
     /* Written in an order different from the sorted one; lengths give 62, 1, 8, 10 samples
      * (65 tokens is exactly one sample short of 2 plus the +1 remainder). */
     shard_spec spec[] = {
-        {"ms_c.bin", 1000, NULL}, {"ms_a.bin", 17, NULL}, {"ms_d.bin", 140, NULL},
+        {"ms_c.bin", 1000, NULL},
+        {"ms_a.bin", 17, NULL},
+        {"ms_d.bin", 140, NULL},
         {"ms_b.bin", 161, NULL},
     };
     const int ns = 4;
@@ -196,7 +195,7 @@ static void test_multi_shard_and_batches(void)
      * i = (m*ranks + r)*micro + j, is the global batch in order. */
     const int64_t B = 12;
     const int splits[][3] = {{1, 12, 1}, {1, 1, 12}, {2, 3, 2}, {3, 2, 2}, {4, 1, 3},
-                             {6, 2, 1}, {12, 1, 1}, {2, 1, 6}, {4, 3, 1}};
+                             {6, 2, 1},  {12, 1, 1}, {2, 1, 6}, {4, 3, 1}};
     int32_t *ref_in = malloc((size_t)B * T * sizeof(int32_t));
     int32_t *ref_tg = malloc((size_t)B * T * sizeof(int32_t));
     int32_t *got_in = malloc((size_t)B * T * sizeof(int32_t));
@@ -220,8 +219,8 @@ static void test_multi_shard_and_batches(void)
             memset(got_tg, 0xff, (size_t)B * T * sizeof(int32_t));
             for (int m = 0; m < accum; m++) {
                 for (int r = 0; r < ranks; r++) {
-                    ASSERT_OK(zt_dataset_micro_batch(ds, step, B, ranks, r, m, micro, mb_in,
-                                                     mb_tg, &err));
+                    ASSERT_OK(zt_dataset_micro_batch(ds, step, B, ranks, r, m, micro, mb_in, mb_tg,
+                                                     &err));
                     int64_t first = ((int64_t)m * ranks + r) * micro;
                     memcpy(got_in + first * T, mb_in, (size_t)micro * T * sizeof(int32_t));
                     memcpy(got_tg + first * T, mb_tg, (size_t)micro * T * sizeof(int32_t));
@@ -229,28 +228,27 @@ static void test_multi_shard_and_batches(void)
             }
             for (int64_t x = 0; x < B * T; x++) {
                 if (got_in[x] != ref_in[x] || got_tg[x] != ref_tg[x])
-                    ZT_FAIL("step %lld split ranks=%d micro=%d accum=%d: element %lld (batch "
-                            "position %lld) differs: %d/%d vs %d/%d",
-                            (long long)step, ranks, micro, accum, (long long)x,
-                            (long long)(x / T), got_in[x], got_tg[x], ref_in[x], ref_tg[x]);
+                    ZT_FAIL(
+                        "step %lld split ranks=%d micro=%d accum=%d: element %lld (batch position %lld) differs: %d/%d vs %d/%d",
+                        (long long)step, ranks, micro, accum, (long long)x, (long long)(x / T),
+                        got_in[x], got_tg[x], ref_in[x], ref_tg[x]);
             }
         }
     }
     /* Huge step numbers wrap without overflow. */
     int64_t big = INT64_MAX / 3;
-    uint64_t want = (uint64_t)(((big % (int64_t)total) * (B % (int64_t)total) + 5) %
-                               (int64_t)total);
+    uint64_t want =
+        (uint64_t)(((big % (int64_t)total) * (B % (int64_t)total) + 5) % (int64_t)total);
     ASSERT_EQ_INT(zt_dataset_batch_sample(ds, big, B, 5), want);
-    ASSERT_EQ_INT(zt_dataset_batch_sample(ds, INT64_MAX, INT64_MAX, INT64_MAX),
-                  (uint64_t)((((INT64_MAX % (int64_t)total) * (INT64_MAX % (int64_t)total)) %
-                              (int64_t)total +
-                              INT64_MAX % (int64_t)total) %
-                             (int64_t)total));
+    ASSERT_EQ_INT(
+        zt_dataset_batch_sample(ds, INT64_MAX, INT64_MAX, INT64_MAX),
+        (uint64_t)((((INT64_MAX % (int64_t)total) * (INT64_MAX % (int64_t)total)) % (int64_t)total +
+                    INT64_MAX % (int64_t)total) %
+                   (int64_t)total));
     ASSERT_OK(zt_dataset_micro_batch(ds, big, B, 2, 1, 1, 3, mb_in, mb_tg, &err));
 
     /* Bad requests. */
-    ASSERT_EQ_INT(zt_dataset_micro_batch(ds, 0, B, 2, 2, 0, 3, mb_in, mb_tg, &err),
-                  ZT_ERR_INVALID);
+    ASSERT_EQ_INT(zt_dataset_micro_batch(ds, 0, B, 2, 2, 0, 3, mb_in, mb_tg, &err), ZT_ERR_INVALID);
     ASSERT_EQ_INT(zt_dataset_micro_batch(ds, -1, B, 2, 0, 0, 3, mb_in, mb_tg, &err),
                   ZT_ERR_INVALID);
     ASSERT_EQ_INT(zt_dataset_micro_batch(ds, 0, B, 2, 1, 2, 3, mb_in, mb_tg, &err),
@@ -287,8 +285,7 @@ static void expect_open_error(const char *pattern, int T, int vocab, zt_status w
                 zt_status_name(want), err.msg);
     ASSERT_TRUE(ds == NULL);
     ASSERT_CONTAINS(err.msg, needle1);
-    if (needle2)
-        ASSERT_CONTAINS(err.msg, needle2);
+    if (needle2) ASSERT_CONTAINS(err.msg, needle2);
     printf("  ok: %s\n", err.msg);
 }
 
@@ -318,11 +315,9 @@ static void test_errors(void)
     expect_open_error(path_of("stub.bin"), 8, 256, ZT_ERR_FORMAT, "stub.bin", "100 bytes");
     /* Bytes beyond the tokens. */
     write_raw(path_of("oversize.bin"), 20240520, 1, 200, tok, 300);
-    expect_open_error(path_of("oversize.bin"), 8, 256, ZT_ERR_FORMAT, "oversize.bin",
-                      "1624 bytes");
+    expect_open_error(path_of("oversize.bin"), 8, 256, ZT_ERR_FORMAT, "oversize.bin", "1624 bytes");
     write_raw(path_of("negative.bin"), 20240520, 1, -5, tok, 0);
-    expect_open_error(path_of("negative.bin"), 8, 256, ZT_ERR_FORMAT, "negative.bin",
-                      "negative");
+    expect_open_error(path_of("negative.bin"), 8, 256, ZT_ERR_FORMAT, "negative.bin", "negative");
     /* Too short for one sample: 64 tokens, block 64 needs 65. */
     write_raw(path_of("short.bin"), 20240520, 1, 64, tok, 64);
     expect_open_error(path_of("short.bin"), 64, 256, ZT_ERR_FORMAT, "short.bin",
@@ -420,13 +415,11 @@ static int count_tmp_files(void)
 {
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "ls -a %s | grep -c '\\.tmp\\.' > %s/count.txt", tmpdir, tmpdir);
-    if (system(cmd) < 0)
-        return -1;
+    if (system(cmd) < 0) return -1;
     FILE *f = fopen(path_of("count.txt"), "r");
     int n = -1;
     if (f) {
-        if (fscanf(f, "%d", &n) != 1)
-            n = -1;
+        if (fscanf(f, "%d", &n) != 1) n = -1;
         fclose(f);
     }
     remove(path_of("count.txt"));
@@ -509,8 +502,7 @@ static void test_speed(void)
     for (int s = 0; s < iters; s++)
         ASSERT_OK(zt_dataset_micro_batch(ds, s, B, 1, 0, 0, B, in, tg, NULL));
     double us = (double)(zt_now_ns() - t0) / 1e3 / iters;
-    printf("  micro-batch %dx%d: %.1f us per call (%.2f ns/token)\n", B, T, us,
-           us * 1e3 / (B * T));
+    printf("  micro-batch %dx%d: %.1f us per call (%.2f ns/token)\n", B, T, us, us * 1e3 / (B * T));
     zt_dataset_close(ds);
     free(in);
     free(tg);

@@ -26,8 +26,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 static void cleanup(void)
 {
-    if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static char *path_of(const char *name)
@@ -78,9 +77,9 @@ static void test_sizes(void)
     size_t sz[16];
     size_t total = zt_modelfile_tensor_sizes(&small, sz);
     const size_t Vp = 16, T = 8, L = 2, C = 4;
-    const size_t want[16] = {Vp * C, T * C,     L * C,         L * C,     L * 3 * C * C, L * 3 * C,
-                             L * C * C, L * C,  L * C,         L * C,     L * 4 * C * C, L * 4 * C,
-                             L * C * 4 * C, L * C, C,          C};
+    const size_t want[16] = {Vp * C,        T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+                             L * C * C,     L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
+                             L * C * 4 * C, L * C, C,     C};
     size_t sum = 0;
     for (int i = 0; i < 16; i++) {
         ASSERT_EQ_INT(sz[i], want[i]);
@@ -90,8 +89,8 @@ static void test_sizes(void)
     /* GPT-2 124M as llm.c has it: 124,475,904 parameters with Vp = 50304. */
     zt_model_shape g = {1024, 50257, 50304, 12, 12, 768};
     ASSERT_EQ_INT(zt_modelfile_tensor_sizes(&g, sz), 124475904);
-    const char *names[16] = {"wte",  "wpe",  "ln1w", "ln1b",    "qkvw",    "qkvb",
-                             "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
+    const char *names[16] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
+                             "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
                              "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
     for (int i = 0; i < 16; i++)
         ASSERT_STREQ(zt_modelfile_tensor_name(i), names[i]);
@@ -132,12 +131,12 @@ static void test_round_trips(void)
     zt_free(q);
 
     /* bf16: values round to nearest even; reading widens exactly. */
-    p[0] = 1.0f + 1.0f / 256;        /* halfway between 1 and 1+2^-7: even is 1 */
-    p[1] = 1.0f + 3.0f / 256;        /* halfway between 1+2^-7 and 1+2^-6: even is 1+2^-6 */
+    p[0] = 1.0f + 1.0f / 256;         /* halfway between 1 and 1+2^-7: even is 1 */
+    p[1] = 1.0f + 3.0f / 256;         /* halfway between 1+2^-7 and 1+2^-6: even is 1+2^-6 */
     p[2] = 1.0f + 1.0f / 256 + 1e-6f; /* just above halfway: up */
-    p[3] = -2.0f - 1.0f / 128;       /* halfway below -2: even is -2 */
-    p[4] = 3.0f;                     /* exact */
-    p[5] = 1e-40f;                   /* subnormal: kept to bf16 precision */
+    p[3] = -2.0f - 1.0f / 128;        /* halfway below -2: even is -2 */
+    p[4] = 3.0f;                      /* exact */
+    p[5] = 1e-40f;                    /* subnormal: kept to bf16 precision */
     const float want[6] = {1.0f, 1.0f + 1.0f / 64, 1.0f + 1.0f / 128, -2.0f, 3.0f, 0.0f};
     const char *f16 = path_of("m16.bin");
     ASSERT_OK(zt_modelfile_write(f16, &small, p, ZT_BF16, &err));
@@ -174,13 +173,11 @@ static void expect_read_error(const char *name, const char *n1, const char *n2)
     zt_err err;
     zt_err_clear(&err);
     zt_status st = zt_modelfile_read(path_of(name), &s, &q, &err);
-    if (st == ZT_OK)
-        ZT_FAIL("%s: read succeeded, want an error containing '%s'", name, n1);
+    if (st == ZT_OK) ZT_FAIL("%s: read succeeded, want an error containing '%s'", name, n1);
     ASSERT_TRUE(q == NULL);
     ASSERT_CONTAINS(err.msg, name);
     ASSERT_CONTAINS(err.msg, n1);
-    if (n2)
-        ASSERT_CONTAINS(err.msg, n2);
+    if (n2) ASSERT_CONTAINS(err.msg, n2);
     int dt;
     ASSERT_EQ_INT(zt_modelfile_read_header(path_of(name), &s, &dt, &err), st);
     printf("  ok: %s\n", err.msg);
@@ -294,8 +291,12 @@ static void test_check_shape(void)
     ASSERT_CONTAINS(err.msg, "fix model.* in the job file or use an init file");
     ASSERT_TRUE(strstr(err.msg, "n_head") == NULL);
     ASSERT_TRUE(strstr(err.msg, "vocab_size 10") == NULL);
-    cfg = (zt_model_cfg){.n_layer = 2, .n_head = 1, .n_embd = 4, .block_size = 8,
-                         .vocab_size = 11, .padded_vocab_size = 16};
+    cfg = (zt_model_cfg){.n_layer = 2,
+                         .n_head = 1,
+                         .n_embd = 4,
+                         .block_size = 8,
+                         .vocab_size = 11,
+                         .padded_vocab_size = 16};
     ASSERT_EQ_INT(zt_modelfile_check_shape(&small, &cfg, "init.bin", &err), ZT_ERR_CONFIG);
     ASSERT_CONTAINS(err.msg, "n_head 2 (file) vs 1 (job)");
     ASSERT_CONTAINS(err.msg, "vocab_size 10 (file) vs 11 (job)");
@@ -306,14 +307,11 @@ static int count_entries(void)
     int n = 0;
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "ls -A %s | wc -l > /tmp/zt_mf_count_%d", tmpdir, (int)getpid());
-    if (system(cmd) != 0)
-        return -1;
+    if (system(cmd) != 0) return -1;
     snprintf(cmd, sizeof(cmd), "/tmp/zt_mf_count_%d", (int)getpid());
     FILE *f = fopen(cmd, "r");
-    if (!f || fscanf(f, "%d", &n) != 1)
-        n = -1;
-    if (f)
-        fclose(f);
+    if (!f || fscanf(f, "%d", &n) != 1) n = -1;
+    if (f) fclose(f);
     remove(cmd);
     return n;
 }
