@@ -118,6 +118,7 @@ static void agent_free(c_agent *a)
     zt_free(a->version);
     zt_free(a->gpus);
     zt_free(a->reports);
+    zt_free(a->exits);
     zt_free(a->desired);
     zt_free(a);
 }
@@ -620,6 +621,32 @@ static void attempt_check_running(zt_coord *c, c_attempt *a)
                             a->world_size, a->number);
 }
 
+/* A worker of active attempt t ended (once per rank). */
+static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const c_report *rp)
+{
+    if (rk->exited)
+        return;
+    rk->exited = true;
+    rk->pid = rp->pid;
+    rk->exit_code = rp->exit_code;
+    rk->exit_signal = rp->exit_signal;
+    if (rp->step > rk->step)
+        rk->step = rp->step;
+    char why[160];
+    zt_exit_class cls = zt_sched_classify_exit(rp->exit_code, rp->exit_signal, why, sizeof(why));
+    save_rank(c, t, rk);
+    coord_job_event(c, t->job, t->id, a->name, "rank", "RUNNING", "EXITED",
+                    "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid, why);
+    if (cls != ZT_EXIT_OK) {
+        char reason[400];
+        snprintf(reason, sizeof(reason), "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid,
+                 why);
+        coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, cls == ZT_EXIT_RETRYABLE, reason);
+    } else {
+        attempt_check_done(c, t);
+    }
+}
+
 static void process_agent_reports(zt_coord *c, c_agent *a)
 {
     if (a->revived) {
@@ -629,6 +656,14 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
         agent_event(c, a, "LOST", "ALIVE", "heartbeats resumed");
         c->sched_dirty = true;
     }
+    /* exits first: they may be missing from the latest report already */
+    for (int i = 0; i < a->n_exits; i++) {
+        const c_report *rp = &a->exits[i];
+        c_attempt *t = coord_attempt_find(c, rp->attempt_id);
+        if (t && rp->rank >= 0 && rp->rank < t->world_size && t->ranks[rp->rank].agent == a)
+            rank_exited(c, a, t, &t->ranks[rp->rank], rp);
+    }
+    a->n_exits = 0;
     for (int i = 0; i < a->n_reports; i++) {
         const c_report *rp = &a->reports[i];
         c_attempt *t = coord_attempt_find(c, rp->attempt_id);
@@ -646,24 +681,7 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
         rk->peak_memory_bytes = rp->peak_memory_bytes;
         rk->started_ms = rp->started_ms;
         if (rp->phase == ZT_PHASE_EXITED) {
-            if (rk->exited)
-                continue;
-            rk->exited = true;
-            rk->exit_code = rp->exit_code;
-            rk->exit_signal = rp->exit_signal;
-            char why[160];
-            zt_exit_class cls = zt_sched_classify_exit(rp->exit_code, rp->exit_signal, why, sizeof(why));
-            save_rank(c, t, rk);
-            coord_job_event(c, t->job, t->id, a->name, "rank", "RUNNING", "EXITED",
-                            "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid, why);
-            if (cls != ZT_EXIT_OK) {
-                char reason[400];
-                snprintf(reason, sizeof(reason), "rank %d on %s (pid %d) %s", rk->rank, a->name,
-                         rk->pid, why);
-                coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, cls == ZT_EXIT_RETRYABLE, reason);
-            } else {
-                attempt_check_done(c, t);
-            }
+            rank_exited(c, a, t, rk, rp);
         } else if (!rk->seen) {
             rk->seen = true;
             save_rank(c, t, rk);

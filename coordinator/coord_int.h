@@ -45,6 +45,9 @@ typedef struct c_agent {
     uint64_t last_seen_ns;       /* monotonic */
     c_report *reports;           /* last heartbeat's workers */
     int n_reports, cap_reports;
+    c_report *exits;             /* workers seen exiting, kept until the state thread saw them
+                                    (a later heartbeat may already omit them) */
+    int n_exits, cap_exits;
     bool reports_changed;        /* the state thread has not looked at them yet */
     bool revived;                /* a LOST agent heartbeats again */
     bool desired_dirty;          /* rebuild the published desired set after this batch */

@@ -579,6 +579,7 @@ static void register_run(zt_coord *c, c_op *op)
     a->registered_ms = a->last_seen_ms = coord_now_ms();
     a->last_seen_ns = zt_now_ns();
     a->n_reports = 0;         /* a new process: its earlier workers are gone */
+    a->n_exits = 0;
     a->reports_changed = true;
     a->desired_dirty = true;
     x->incarnation = a->incarnation;
@@ -680,6 +681,41 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
     }
     if (n != a->n_reports)
         changed = true;
+    /* remember exits until the state thread has seen them: the agent may drop an exited
+     * worker from its next heartbeat */
+    for (int i = 0; i < n; i++) {
+        const Zt__V1__WorkerStatus *w = q->workers[i];
+        if (w->phase != ZT__V1__WORKER_PHASE__WORKER_PHASE_EXITED)
+            continue;
+        bool known = false;
+        for (int k = 0; k < a->n_reports && !known; k++)
+            known = a->reports[k].attempt_id == w->attempt_id && a->reports[k].rank == w->rank &&
+                    a->reports[k].phase == ZT_PHASE_EXITED;
+        for (int k = 0; k < a->n_exits && !known; k++)
+            known = a->exits[k].attempt_id == w->attempt_id && a->exits[k].rank == w->rank;
+        if (known)
+            continue;
+        if (a->n_exits == a->cap_exits) {
+            int cap = a->cap_exits ? a->cap_exits * 2 : 8;
+            c_report *e = zt_realloc(a->exits, (size_t)cap * sizeof(*e));
+            if (!e)
+                continue; /* the level-triggered report still carries it */
+            a->exits = e;
+            a->cap_exits = cap;
+        }
+        c_report *e = &a->exits[a->n_exits++];
+        memset(e, 0, sizeof(*e));
+        e->job_id = w->job_id;
+        e->attempt_id = w->attempt_id;
+        e->rank = w->rank;
+        e->pid = w->pid;
+        e->phase = ZT_PHASE_EXITED;
+        e->step = w->step;
+        e->exit_code = w->exit_code;
+        e->exit_signal = w->exit_signal;
+        e->device_index = w->device_index;
+        changed = true;
+    }
     for (int i = 0; i < n; i++) {
         const Zt__V1__WorkerStatus *w = q->workers[i];
         c_report *r = &a->reports[i];

@@ -159,7 +159,7 @@ static zt_rpc_code ping(zt_rpc_client *c, char *msg, size_t cap)
         ASSERT_STREQ(r->version, "test");
     }
     if (msg)
-        snprintf(msg, cap, "%s", err.msg);
+        snprintf(msg, cap, "%.400s", err.msg);
     zt_pb_free(r);
     return code;
 }

@@ -1,0 +1,9 @@
+# tests/coordinator: the store and the scheduler on their own, then the real zcoord binary
+# on loopback (C agents and clients, zctl, a Python grpcio client, SIGKILL durability).
+zt_add_test(NAME test_store SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c LIBS zt_coord_store LABELS unit TIMEOUT 60)
+zt_add_test(NAME test_sched SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched.c LIBS zt_coord_store LABELS unit TIMEOUT 60)
+add_library(zt_test_zcoord_harness STATIC ${CMAKE_CURRENT_LIST_DIR}/zcoord_harness.c)
+target_include_directories(zt_test_zcoord_harness PUBLIC ${CMAKE_SOURCE_DIR})
+zt_add_test(NAME test_zcoord SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zcoord.c
+            LIBS zt_test_zcoord_harness zt_rpc LABELS integration TIMEOUT 300)
+add_dependencies(test_zcoord zcoord)

@@ -1,0 +1,1118 @@
+/* Integration test of zcoord: the real binary on loopback, driven by C clients that play
+ * the user and simulated agents (RegisterAgent, Heartbeat with worker reports). Covers the
+ * job lifecycle (gang placement, desired sets, rendezvous, metrics, checkpoints committed by
+ * the last shard, logs, WatchJob), failures and restarts from the newest committed
+ * checkpoint with backoff, the restart policy, lost agents, hangs, vanished workers, stale
+ * incarnations and attempts, state surviving SIGKILL, bearer-token auth, and bad input. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/timeutil.h"
+#include "proto/health.pb-c.h"
+#include "proto/rpc.h"
+#include "proto/zerotrain.pb-c.h"
+#include "tests/coordinator/zcoord_harness.h"
+#include "tests/test.h"
+
+#define C_ "/zt.v1.Coordinator/"
+#define A_ "/zt.v1.AgentControl/"
+
+static zt_zcoord_proc *current;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            if (current)                                                                           \
+                zt_zcoord_dump_log(current);                                                       \
+            ZT_FAIL("expected: %s", #cond);                                                        \
+        }                                                                                          \
+    } while (0)
+
+static zt_rpc_client *client(const zt_zcoord_proc *p, const char *token)
+{
+    zt_rpc_client_config cfg = {.target = p->addr, .token = token};
+    zt_rpc_client *c;
+    zt_err err = {0};
+    ASSERT_OK(zt_rpc_client_create(&c, &cfg, &err));
+    return c;
+}
+
+/* A unary call; returns the gRPC code, message in msg (optional). */
+static zt_rpc_code call(zt_rpc_client *c, const char *path, const ProtobufCMessage *req,
+                        const ProtobufCMessageDescriptor *rt, void **reply, char *msg, size_t cap)
+{
+    zt_rpc_code code;
+    zt_err err = {0};
+    void *r = NULL;
+    zt_rpc_unary(c, path, req, rt, &r, 10000, &code, &err);
+    if (msg)
+        snprintf(msg, cap, "%.900s", err.msg);
+    if (reply)
+        *reply = r;
+    else
+        zt_pb_free(r);
+    return code;
+}
+
+static char *job_text(const char *name, int ranks, int rpn, int max_restarts, int steps)
+{
+    return zt_asprintf("{\"name\": \"%s\", \"model\": {\"arch\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, "
+                       "\"n_embd\": 32, \"block_size\": 16, \"vocab_size\": 64}, \"data\": {\"train\": "
+                       "\"data/*.bin\"}, \"train\": {\"steps\": %d, \"checkpoint_every\": 5}, "
+                       "\"resources\": {\"ranks\": %d, \"ranks_per_node\": %d, \"device\": \"cpu\"}, "
+                       "\"max_restarts\": %d, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
+                       "\"gradient_accumulation_steps\": 1}}",
+                       name, steps, ranks, rpn, max_restarts);
+}
+
+static int64_t submit(zt_rpc_client *c, const char *name, int ranks, int rpn, int max_restarts)
+{
+    char *text = job_text(name, ranks, rpn, max_restarts, 100);
+    Zt__V1__SubmitJobRequest q = ZT__V1__SUBMIT_JOB_REQUEST__INIT;
+    q.job_text = text;
+    q.job_dir = "/tmp";
+    q.job_path = "job.json";
+    q.user = "tester";
+    Zt__V1__SubmitJobReply *r = NULL;
+    char msg[1024];
+    zt_rpc_code code = call(c, C_ "SubmitJob", &q.base, &zt__v1__submit_job_reply__descriptor,
+                            (void **)&r, msg, sizeof(msg));
+    if (code != ZT_RPC_OK)
+        ZT_FAIL("submit %s: %s: %s", name, zt_rpc_code_name(code), msg);
+    int64_t id = r->job_id;
+    zt_pb_free(r);
+    zt_free(text);
+    return id;
+}
+
+static Zt__V1__GetJobReply *get_job(zt_rpc_client *c, int64_t id)
+{
+    Zt__V1__GetJobRequest q = ZT__V1__GET_JOB_REQUEST__INIT;
+    q.job_id = id;
+    Zt__V1__GetJobReply *r = NULL;
+    char msg[1024];
+    zt_rpc_code code = call(c, C_ "GetJob", &q.base, &zt__v1__get_job_reply__descriptor, (void **)&r,
+                            msg, sizeof(msg));
+    if (code != ZT_RPC_OK)
+        ZT_FAIL("GetJob %lld: %s", (long long)id, msg);
+    return r;
+}
+
+static int job_state(zt_rpc_client *c, int64_t id, char *reason, size_t cap)
+{
+    Zt__V1__GetJobReply *r = get_job(c, id);
+    int st = r->job->state;
+    if (reason)
+        snprintf(reason, cap, "%s | %s", r->job->reason, r->job->pending_reason);
+    zt_pb_free(r);
+    return st;
+}
+
+/* Polls until the job is in state (or fails the test after timeout_ms). */
+static void wait_state(zt_rpc_client *c, int64_t id, int state, int timeout_ms)
+{
+    char reason[2048] = "";
+    int st = 0;
+    for (int t = 0; t < timeout_ms; t += 20) {
+        st = job_state(c, id, reason, sizeof(reason));
+        if (st == state)
+            return;
+        zt_sleep_ms(20);
+    }
+    if (current)
+        zt_zcoord_dump_log(current);
+    ZT_FAIL("job %lld: state %d (%s) after %d ms, wanted %d", (long long)id, st, reason, timeout_ms,
+            state);
+}
+
+static int64_t register_agent(zt_rpc_client *c, const char *name, int slots)
+{
+    Zt__V1__RegisterAgentRequest q = ZT__V1__REGISTER_AGENT_REQUEST__INIT;
+    q.name = (char *)name;
+    q.hostname = "testhost";
+    q.address = "127.0.0.1";
+    q.device = ZT__V1__DEVICE__DEVICE_CPU;
+    q.slots = slots;
+    q.version = "test";
+    Zt__V1__RegisterAgentReply *r = NULL;
+    char msg[1024];
+    zt_rpc_code code = call(c, A_ "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor,
+                            (void **)&r, msg, sizeof(msg));
+    if (code != ZT_RPC_OK)
+        ZT_FAIL("register %s: %s", name, msg);
+    int64_t inc = r->incarnation;
+    zt_pb_free(r);
+    return inc;
+}
+
+typedef struct sim {
+    int64_t job, attempt;
+    int rank, phase, code, sig;
+    int64_t step, seq;
+} sim;
+
+/* Heartbeat with workers; returns the reply (free it) or NULL with *code set. */
+static Zt__V1__HeartbeatReply *heartbeat(zt_rpc_client *c, const char *name, int64_t inc,
+                                         const sim *w, int n, zt_rpc_code *code_out, char *msg,
+                                         size_t cap)
+{
+    Zt__V1__HeartbeatRequest q = ZT__V1__HEARTBEAT_REQUEST__INIT;
+    Zt__V1__WorkerStatus ws[16], *wp[16];
+    for (int i = 0; i < n; i++) {
+        zt__v1__worker_status__init(&ws[i]);
+        ws[i].job_id = w[i].job;
+        ws[i].attempt_id = w[i].attempt;
+        ws[i].rank = w[i].rank;
+        ws[i].pid = 1000 + w[i].rank;
+        ws[i].phase = (Zt__V1__WorkerPhase)w[i].phase;
+        ws[i].step = w[i].step;
+        ws[i].collective_seq = w[i].seq;
+        ws[i].exit_code = w[i].code;
+        ws[i].exit_signal = w[i].sig;
+        ws[i].device_index = w[i].rank % 2;
+        ws[i].loss = 3.5;
+        wp[i] = &ws[i];
+    }
+    q.name = (char *)name;
+    q.incarnation = inc;
+    q.n_workers = (size_t)n;
+    q.workers = wp;
+    Zt__V1__HeartbeatReply *r = NULL;
+    zt_rpc_code code = call(c, A_ "Heartbeat", &q.base, &zt__v1__heartbeat_reply__descriptor,
+                            (void **)&r, msg, cap);
+    if (code_out)
+        *code_out = code;
+    else if (code != ZT_RPC_OK)
+        ZT_FAIL("heartbeat %s: %s: %s", name, zt_rpc_code_name(code), msg ? msg : "");
+    return r;
+}
+
+static Zt__V1__HeartbeatReply *hb(zt_rpc_client *c, const char *name, int64_t inc, const sim *w, int n)
+{
+    char msg[1024];
+    return heartbeat(c, name, inc, w, n, NULL, msg, sizeof(msg));
+}
+
+/* The attempt the agent is told to run (0 when none). */
+static int64_t desired_attempt(const Zt__V1__HeartbeatReply *r, int *n)
+{
+    *n = (int)r->n_workers;
+    return r->n_workers ? r->workers[0]->attempt_id : 0;
+}
+
+/* ---- WatchJob collector ------------------------------------------------------------------- */
+
+typedef struct watch {
+    zt_rpc_client *c;
+    int64_t id;
+    pthread_t th;
+    char states[1024]; /* "QUEUED,SCHEDULED,..." from events */
+    int updates, final_state;
+    bool got_final;
+    zt_rpc_code end_code;
+} watch;
+
+static void *watch_main(void *arg)
+{
+    watch *w = arg;
+    Zt__V1__WatchJobRequest q = ZT__V1__WATCH_JOB_REQUEST__INIT;
+    q.job_id = w->id;
+    zt_rpc_stream *s;
+    zt_err err = {0};
+    ASSERT_OK(zt_rpc_stream_open(w->c, C_ "WatchJob", &q.base, 60000, &s, &err));
+    for (;;) {
+        Zt__V1__JobUpdate *u = NULL;
+        zt_status st = zt_rpc_stream_next(s, &zt__v1__job_update__descriptor, (void **)&u,
+                                          &w->end_code, &err);
+        if (st != ZT_OK || !u)
+            break;
+        w->updates++;
+        if (u->event && strcmp(u->event->kind, "job") == 0) {
+            size_t n = strlen(w->states);
+            snprintf(w->states + n, sizeof(w->states) - n, "%s%s", n ? "," : "", u->event->to_state);
+        }
+        if (u->final) {
+            w->got_final = true;
+            w->final_state = u->job->state;
+        }
+        zt_pb_free(u);
+    }
+    zt_rpc_stream_close(s);
+    return NULL;
+}
+
+/* ---- Rendezvous --------------------------------------------------------------------------- */
+
+typedef struct rdzv_call {
+    zt_rpc_client *c;
+    int64_t attempt;
+    int rank, wait, wait_ms;
+    const char *value;
+    pthread_t th;
+    zt_rpc_code code;
+    bool complete;
+    int n_entries;
+    char rank0[128];
+    char msg[1024];
+} rdzv_call;
+
+static void *rdzv_main(void *arg)
+{
+    rdzv_call *r = arg;
+    Zt__V1__RendezvousRequest q = ZT__V1__RENDEZVOUS_REQUEST__INIT;
+    q.attempt_id = r->attempt;
+    q.rank = r->rank;
+    if (r->value) {
+        q.value.data = (uint8_t *)r->value;
+        q.value.len = strlen(r->value);
+    }
+    q.wait = (Zt__V1__RendezvousRequest__Wait)r->wait;
+    q.wait_ms = r->wait_ms;
+    Zt__V1__RendezvousReply *rep = NULL;
+    r->code = call(r->c, A_ "Rendezvous", &q.base, &zt__v1__rendezvous_reply__descriptor,
+                   (void **)&rep, r->msg, sizeof(r->msg));
+    if (rep) {
+        r->complete = rep->complete;
+        r->n_entries = (int)rep->n_entries;
+        for (size_t i = 0; i < rep->n_entries; i++)
+            if (rep->entries[i]->rank == 0)
+                snprintf(r->rank0, sizeof(r->rank0), "%.*s", (int)rep->entries[i]->value.len,
+                         (const char *)rep->entries[i]->value.data);
+        zt_pb_free(rep);
+    }
+    return NULL;
+}
+
+static void report_shard(zt_rpc_client *c, int64_t attempt, int rank, int64_t step, bool *committed)
+{
+    Zt__V1__ReportCheckpointRequest q = ZT__V1__REPORT_CHECKPOINT_REQUEST__INIT;
+    char dir[64], file[32];
+    snprintf(dir, sizeof(dir), "/ckpt/job/step_%08lld", (long long)step);
+    snprintf(file, sizeof(file), "rank_%05d.zts", rank);
+    q.agent = "n1";
+    q.attempt_id = attempt;
+    q.rank = rank;
+    q.step = step;
+    q.dir = dir;
+    q.file = file;
+    q.bytes = 1000;
+    q.crc32c = 42;
+    Zt__V1__ReportCheckpointReply *r = NULL;
+    char msg[1024];
+    zt_rpc_code code = call(c, A_ "ReportCheckpoint", &q.base,
+                            &zt__v1__report_checkpoint_reply__descriptor, (void **)&r, msg, sizeof(msg));
+    if (code != ZT_RPC_OK)
+        ZT_FAIL("ReportCheckpoint: %s", msg);
+    *committed = r->committed;
+    zt_pb_free(r);
+}
+
+static void report_metrics(zt_rpc_client *c, int64_t attempt, int64_t from, int64_t to)
+{
+    Zt__V1__ReportMetricsRequest q = ZT__V1__REPORT_METRICS_REQUEST__INIT;
+    Zt__V1__StepMetrics st[64], *sp[64];
+    Zt__V1__Metric m[64][2], *mp[64][2];
+    int n = 0;
+    for (int64_t s = from; s <= to && n < 64; s++, n++) {
+        zt__v1__step_metrics__init(&st[n]);
+        st[n].attempt_id = attempt;
+        st[n].rank = 0;
+        st[n].step = s;
+        zt__v1__metric__init(&m[n][0]);
+        m[n][0].key = "loss";
+        m[n][0].value = 5.0 - 0.1 * (double)s;
+        zt__v1__metric__init(&m[n][1]);
+        m[n][1].key = "tok_s";
+        m[n][1].value = 1000;
+        mp[n][0] = &m[n][0];
+        mp[n][1] = &m[n][1];
+        st[n].n_values = 2;
+        st[n].values = mp[n];
+        sp[n] = &st[n];
+    }
+    q.n_steps = (size_t)n;
+    q.steps = sp;
+    Zt__V1__ReportMetricsReply *r = NULL;
+    char msg[1024];
+    zt_rpc_code code = call(c, A_ "ReportMetrics", &q.base, &zt__v1__report_metrics_reply__descriptor,
+                            (void **)&r, msg, sizeof(msg));
+    if (code != ZT_RPC_OK)
+        ZT_FAIL("ReportMetrics: %s", msg);
+    ASSERT_EQ_INT(r->accepted, n);
+    zt_pb_free(r);
+}
+
+static char *get_logs(zt_rpc_client *c, int64_t id, int rank, bool follow)
+{
+    Zt__V1__GetLogsRequest q = ZT__V1__GET_LOGS_REQUEST__INIT;
+    int32_t ranks[1] = {rank};
+    q.job_id = id;
+    q.follow = follow;
+    if (rank >= 0) {
+        q.n_ranks = 1;
+        q.ranks = ranks;
+    }
+    zt_rpc_stream *s;
+    zt_err err = {0};
+    ASSERT_OK(zt_rpc_stream_open(c, C_ "GetLogs", &q.base, 20000, &s, &err));
+    size_t cap = 1 << 16, n = 0;
+    char *out = zt_calloc(1, cap);
+    zt_rpc_code code;
+    for (;;) {
+        Zt__V1__LogBatch *b = NULL;
+        zt_status st = zt_rpc_stream_next(s, &zt__v1__log_batch__descriptor, (void **)&b, &code, &err);
+        if (st != ZT_OK)
+            ZT_FAIL("GetLogs: %s", zt_err_msg(&err));
+        if (!b)
+            break;
+        for (size_t i = 0; i < b->n_entries; i++)
+            n += (size_t)snprintf(out + n, cap - n, "%d|%s\n", b->entries[i]->rank, b->entries[i]->text);
+        zt_pb_free(b);
+    }
+    zt_rpc_stream_close(s);
+    return out;
+}
+
+/* ---- scenarios ---------------------------------------------------------------------------- */
+
+static void test_lifecycle(void)
+{
+    zt_zcoord_proc p;
+    const char *args[] = {"--restart-backoff", "100ms", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t id = submit(c, "life", 4, 2, 1);
+    watch w = {.c = client(&p, NULL), .id = id};
+    pthread_create(&w.th, NULL, watch_main, &w);
+    for (int t = 0; t < 500 && w.updates == 0; t++)
+        zt_sleep_ms(10); /* the watch's snapshot (QUEUED) has arrived */
+    ASSERT_EQ_INT(w.updates, 1);
+    int64_t n1 = register_agent(c, "n1", 2), n2 = register_agent(c, "n2", 2);
+    ASSERT_EQ_INT(n1, 1);
+
+    /* gang placement: 2 ranks on each agent, told through the heartbeat replies */
+    Zt__V1__HeartbeatReply *r1 = NULL, *r2 = NULL;
+    int k1 = 0, k2 = 0;
+    for (int t = 0; t < 200 && (k1 < 2 || k2 < 2); t++) {
+        zt_pb_free(r1);
+        zt_pb_free(r2);
+        r1 = hb(c, "n1", n1, NULL, 0);
+        r2 = hb(c, "n2", n2, NULL, 0);
+        desired_attempt(r1, &k1);
+        desired_attempt(r2, &k2);
+        zt_sleep_ms(10);
+    }
+    CHECK(k1 == 2 && k2 == 2);
+    int64_t att = r1->workers[0]->attempt_id;
+    CHECK(att > 0 && r2->workers[0]->attempt_id == att);
+    ASSERT_EQ_INT(r1->workers[0]->world_size, 4);
+    ASSERT_EQ_INT(r1->workers[0]->local_world_size, 2);
+    int ranks_seen = 0;
+    for (int i = 0; i < 2; i++) {
+        ranks_seen |= 1 << r1->workers[i]->rank;
+        ranks_seen |= 1 << r2->workers[i]->rank;
+        ASSERT_EQ_INT(r1->workers[i]->local_rank, i);
+    }
+    ASSERT_EQ_INT(ranks_seen, 15);
+    char want[32];
+    snprintf(want, sizeof(want), "zcoord:%lld", (long long)att);
+    ASSERT_STREQ(r1->workers[0]->rendezvous, want);
+    ASSERT_STREQ(r1->workers[0]->job_name, "life");
+    zt_pb_free(r1);
+    zt_pb_free(r2);
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_SCHEDULED, 2000);
+
+    /* the resolved job for the agent */
+    Zt__V1__GetAttemptSpecRequest sq = ZT__V1__GET_ATTEMPT_SPEC_REQUEST__INIT;
+    sq.attempt_id = att;
+    Zt__V1__AttemptSpec *spec = NULL;
+    ASSERT_EQ_INT(call(c, A_ "GetAttemptSpec", &sq.base, &zt__v1__attempt_spec__descriptor,
+                       (void **)&spec, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_CONTAINS(spec->job_json, "\"life\"");
+    ASSERT_EQ_INT(spec->world_size, 4);
+    ASSERT_STREQ(spec->resume_path, "");
+    zt_pb_free(spec);
+
+    /* rendezvous: rank 1 waits for rank 0's address; rank 0 publishes it */
+    rdzv_call waiter = {.c = c, .attempt = att, .rank = 1, .wait = 1, .wait_ms = 10000};
+    pthread_create(&waiter.th, NULL, rdzv_main, &waiter);
+    zt_sleep_ms(150);
+    rdzv_call pub = {.c = c, .attempt = att, .rank = 0, .value = "tcp://127.0.0.1:29500", .wait = 0};
+    rdzv_main(&pub);
+    ASSERT_EQ_INT(pub.code, ZT_RPC_OK);
+    uint64_t t0 = zt_now_ns();
+    pthread_join(waiter.th, NULL);
+    ASSERT_EQ_INT(waiter.code, ZT_RPC_OK);
+    ASSERT_TRUE(waiter.complete);
+    ASSERT_STREQ(waiter.rank0, "tcp://127.0.0.1:29500");
+    ASSERT_TRUE((double)(zt_now_ns() - t0) * 1e-9 < 2.0);
+    /* waiting for every rank times out with complete = false after wait_ms */
+    rdzv_call all = {.c = c, .attempt = att, .rank = 2, .wait = 2, .wait_ms = 300};
+    t0 = zt_now_ns();
+    rdzv_main(&all);
+    ASSERT_EQ_INT(all.code, ZT_RPC_OK);
+    ASSERT_TRUE(!all.complete);
+    ASSERT_EQ_INT(all.n_entries, 1);
+    ASSERT_TRUE((double)(zt_now_ns() - t0) * 1e-9 >= 0.25);
+    /* a rank outside the world */
+    rdzv_call bad = {.c = c, .attempt = att, .rank = 9, .wait = 0};
+    rdzv_main(&bad);
+    ASSERT_EQ_INT(bad.code, ZT_RPC_INVALID_ARGUMENT);
+
+    /* every rank reports a live worker: RUNNING */
+    sim a1[2] = {{id, att, 0, 4, 0, 0, 1, 10}, {id, att, 1, 4, 0, 0, 1, 10}};
+    sim a2[2] = {{id, att, 2, 4, 0, 0, 1, 10}, {id, att, 3, 4, 0, 0, 1, 10}};
+    zt_pb_free(hb(c, "n1", n1, a1, 2));
+    zt_pb_free(hb(c, "n2", n2, a2, 2));
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 2000);
+
+    /* metrics, a checkpoint committed by its last shard, logs */
+    report_metrics(c, att, 1, 5);
+    Zt__V1__GetMetricsRequest mq = ZT__V1__GET_METRICS_REQUEST__INIT;
+    mq.job_id = id;
+    char *keys[] = {"loss"};
+    mq.n_keys = 1;
+    mq.keys = keys;
+    Zt__V1__GetMetricsReply *mr = NULL;
+    ASSERT_EQ_INT(call(c, C_ "GetMetrics", &mq.base, &zt__v1__get_metrics_reply__descriptor,
+                       (void **)&mr, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(mr->n_points, 5);
+    ASSERT_EQ_INT(mr->points[4]->step, 5);
+    ASSERT_EQ_INT(mr->points[4]->n_values, 1);
+    ASSERT_STREQ(mr->points[4]->values[0]->key, "loss");
+    ASSERT_NEAR(mr->points[4]->values[0]->value, 4.5, 1e-9, 1e-9);
+    zt_pb_free(mr);
+    Zt__V1__GetJobReply *gj = get_job(c, id);
+    ASSERT_EQ_INT(gj->job->step, 5);
+    ASSERT_NEAR(gj->job->loss, 4.5, 1e-9, 1e-9);
+    zt_pb_free(gj);
+    bool committed;
+    for (int r = 0; r < 4; r++) {
+        report_shard(c, att, r, 5, &committed);
+        ASSERT_EQ_INT(committed, r == 3);
+    }
+    Zt__V1__ListCheckpointsRequest lq = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+    lq.job_id = id;
+    Zt__V1__ListCheckpointsReply *lr = NULL;
+    ASSERT_EQ_INT(call(c, C_ "ListCheckpoints", &lq.base, &zt__v1__list_checkpoints_reply__descriptor,
+                       (void **)&lr, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(lr->n_checkpoints, 1);
+    ASSERT_EQ_INT(lr->checkpoints[0]->state, ZT__V1__CHECKPOINT_STATE__CHECKPOINT_STATE_COMMITTED);
+    ASSERT_EQ_INT(lr->checkpoints[0]->n_shard, 4);
+    ASSERT_EQ_INT(lr->checkpoints[0]->bytes, 4000);
+    zt_pb_free(lr);
+    Zt__V1__ReportLogsRequest rl = ZT__V1__REPORT_LOGS_REQUEST__INIT;
+    Zt__V1__LogEntry le[2], *lp[2] = {&le[0], &le[1]};
+    for (int i = 0; i < 2; i++) {
+        zt__v1__log_entry__init(&le[i]);
+        le[i].attempt_id = att;
+        le[i].rank = i * 2;
+        le[i].source = ZT__V1__LOG_SOURCE__LOG_SOURCE_STDOUT;
+        le[i].text = i ? "world from rank 2\n" : "hello from rank 0";
+    }
+    rl.n_entries = 2;
+    rl.entries = lp;
+    ASSERT_EQ_INT(call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor, NULL,
+                       NULL, 0),
+                  ZT_RPC_OK);
+    char *logs = get_logs(c, id, -1, false);
+    ASSERT_CONTAINS(logs, "0|hello from rank 0\n");
+    ASSERT_CONTAINS(logs, "2|world from rank 2\n");
+    ASSERT_CONTAINS(logs, "-1|[job] QUEUED -> SCHEDULED");
+    zt_free(logs);
+    logs = get_logs(c, id, 2, false);
+    ASSERT_TRUE(!strstr(logs, "hello"));
+    ASSERT_CONTAINS(logs, "world");
+    zt_free(logs);
+
+    /* rank 3 fails: the attempt fails, every rank is stopped (no longer desired), and the job
+     * restarts after the backoff from the committed checkpoint */
+    a2[1].phase = 7;
+    a2[1].code = 1;
+    zt_pb_free(hb(c, "n2", n2, a2, 2));
+    int64_t att2 = 0;
+    bool stopped1 = false, stopped2 = false;
+    for (int t = 0; t < 300 && (!att2 || att2 == att); t++) {
+        /* like real agents: report the workers until they are no longer desired, then stop
+         * them and report none */
+        Zt__V1__HeartbeatReply *x = hb(c, "n1", n1, stopped1 ? NULL : a1, stopped1 ? 0 : 2);
+        int n;
+        att2 = desired_attempt(x, &n);
+        stopped1 = att2 != att;
+        if (att2 == att)
+            att2 = 0;
+        zt_pb_free(x);
+        x = hb(c, "n2", n2, stopped2 ? NULL : a2, stopped2 ? 0 : 2);
+        stopped2 = desired_attempt(x, &n) != att;
+        zt_pb_free(x);
+        zt_sleep_ms(10);
+    }
+    CHECK(att2 > att);
+    gj = get_job(c, id);
+    ASSERT_EQ_INT(gj->job->restarts, 1);
+    ASSERT_EQ_INT(gj->n_attempts, 2);
+    ASSERT_EQ_INT(gj->attempts[0]->state, ZT__V1__ATTEMPT_STATE__ATTEMPT_STATE_FAILED);
+    ASSERT_CONTAINS(gj->attempts[0]->reason, "rank 3 on n2");
+    ASSERT_CONTAINS(gj->attempts[0]->reason, "exited with code 1");
+    ASSERT_STREQ(gj->attempts[1]->resume_path, "/ckpt/job/step_00000005");
+    ASSERT_EQ_INT(gj->attempts[1]->resume_step, 5);
+    zt_pb_free(gj);
+    sq.attempt_id = att2;
+    ASSERT_EQ_INT(call(c, A_ "GetAttemptSpec", &sq.base, &zt__v1__attempt_spec__descriptor,
+                       (void **)&spec, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_STREQ(spec->resume_path, "/ckpt/job/step_00000005");
+    zt_pb_free(spec);
+    /* the old attempt is stale now */
+    rdzv_call stale = {.c = c, .attempt = att, .rank = 0, .value = "x", .wait = 0};
+    rdzv_main(&stale);
+    ASSERT_EQ_INT(stale.code, ZT_RPC_FAILED_PRECONDITION);
+    ASSERT_CONTAINS(stale.msg, "stale");
+    rdzv_call unknown = {.c = c, .attempt = 99999, .rank = 0, .wait = 0};
+    rdzv_main(&unknown);
+    ASSERT_EQ_INT(unknown.code, ZT_RPC_NOT_FOUND);
+    sq.attempt_id = att;
+    char msg[1024];
+    ASSERT_EQ_INT(call(c, A_ "GetAttemptSpec", &sq.base, &zt__v1__attempt_spec__descriptor, NULL,
+                       msg, sizeof(msg)),
+                  ZT_RPC_FAILED_PRECONDITION);
+
+    /* attempt 2 runs and every rank exits 0: COMPLETED */
+    sim b1[2] = {{id, att2, 0, 4, 0, 0, 6, 1}, {id, att2, 1, 4, 0, 0, 6, 1}};
+    sim b2[2] = {{id, att2, 2, 4, 0, 0, 6, 1}, {id, att2, 3, 4, 0, 0, 6, 1}};
+    zt_pb_free(hb(c, "n1", n1, b1, 2));
+    zt_pb_free(hb(c, "n2", n2, b2, 2));
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 2000);
+    for (int i = 0; i < 2; i++) {
+        b1[i].phase = b2[i].phase = 7;
+        b1[i].step = b2[i].step = 100;
+    }
+    zt_pb_free(hb(c, "n1", n1, b1, 2));
+    zt_pb_free(hb(c, "n2", n2, b2, 2));
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_COMPLETED, 2000);
+    pthread_join(w.th, NULL);
+    ASSERT_TRUE(w.got_final);
+    ASSERT_EQ_INT(w.final_state, ZT__V1__JOB_STATE__JOB_STATE_COMPLETED);
+    ASSERT_EQ_INT(w.end_code, ZT_RPC_OK);
+    ASSERT_STREQ(w.states, "SCHEDULED,RUNNING,QUEUED,SCHEDULED,RUNNING,COMPLETED");
+    /* the desired set is empty again */
+    Zt__V1__HeartbeatReply *x = hb(c, "n1", n1, NULL, 0);
+    ASSERT_EQ_INT(x->n_workers, 0);
+    zt_pb_free(x);
+    /* watching an ended job: one final update */
+    watch w2 = {.c = c, .id = id};
+    watch_main(&w2);
+    ASSERT_EQ_INT(w2.updates, 1);
+    ASSERT_TRUE(w2.got_final);
+    /* follow-mode logs of an ended job end by themselves */
+    logs = get_logs(c, id, -1, true);
+    ASSERT_CONTAINS(logs, "COMPLETED");
+    zt_free(logs);
+    /* agents list */
+    Zt__V1__ListAgentsRequest aq = ZT__V1__LIST_AGENTS_REQUEST__INIT;
+    Zt__V1__ListAgentsReply *ar = NULL;
+    ASSERT_EQ_INT(call(c, C_ "ListAgents", &aq.base, &zt__v1__list_agents_reply__descriptor,
+                       (void **)&ar, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(ar->n_agents, 2);
+    ASSERT_EQ_INT(ar->agents[0]->free_slots, 2);
+    ASSERT_EQ_INT(ar->agents[0]->state, ZT__V1__AGENT_STATE__AGENT_STATE_ALIVE);
+    zt_pb_free(ar);
+
+    zt_rpc_client_destroy(w.c);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+static int64_t last_att; /* replies may still show an attempt that just ended: skip it */
+
+/* Waits until agent is told to run an attempt newer than the last one seen. */
+static int64_t next_attempt(zt_rpc_client *c, const char *agent, int64_t inc)
+{
+    int64_t att = 0;
+    for (int t = 0; t < 300 && att <= last_att; t++) {
+        Zt__V1__HeartbeatReply *x = hb(c, agent, inc, NULL, 0);
+        int n;
+        att = desired_attempt(x, &n);
+        zt_pb_free(x);
+        if (att <= last_att)
+            zt_sleep_ms(10);
+    }
+    CHECK(att > last_att);
+    last_att = att;
+    return att;
+}
+
+/* Places a 1-rank job on agent n and reports its worker running; returns the attempt. */
+static int64_t run_to_running(zt_rpc_client *c, const char *agent, int64_t inc, int64_t id)
+{
+    int64_t att = next_attempt(c, agent, inc);
+    sim s = {id, att, 0, 4, 0, 0, 1, 1};
+    zt_pb_free(hb(c, agent, inc, &s, 1));
+    return att;
+}
+
+/* Runs one 1-rank job on agent n to a worker exit. */
+static void run_to_exit(zt_rpc_client *c, const char *agent, int64_t inc, int64_t id, int code,
+                        int sig)
+{
+    int64_t att = next_attempt(c, agent, inc);
+    sim s = {id, att, 0, 4, 0, 0, 1, 1};
+    zt_pb_free(hb(c, agent, inc, &s, 1));
+    s.phase = 7;
+    s.code = code;
+    s.sig = sig;
+    zt_pb_free(hb(c, agent, inc, &s, 1));
+}
+
+static void test_restart_policy(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    const char *args[] = {"--restart-backoff", "50ms", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "solo", 1);
+    char reason[2048];
+
+    /* no restarts allowed: FAILED with the reason */
+    int64_t j1 = submit(c, "norestart", 1, 1, 0);
+    run_to_exit(c, "solo", inc, j1, 1, 0);
+    wait_state(c, j1, ZT__V1__JOB_STATE__JOB_STATE_FAILED, 2000);
+    job_state(c, j1, reason, sizeof(reason));
+    ASSERT_CONTAINS(reason, "no restarts left (max_restarts=0)");
+    zt_pb_free(hb(c, "solo", inc, NULL, 0));
+
+    /* a configuration error is not retried however many restarts remain */
+    int64_t j2 = submit(c, "fatal", 1, 1, 3);
+    run_to_exit(c, "solo", inc, j2, 78, 0);
+    wait_state(c, j2, ZT__V1__JOB_STATE__JOB_STATE_FAILED, 2000);
+    job_state(c, j2, reason, sizeof(reason));
+    ASSERT_CONTAINS(reason, "configuration error: not retryable");
+    Zt__V1__GetJobReply *g = get_job(c, j2);
+    ASSERT_EQ_INT(g->job->restarts, 0);
+    zt_pb_free(g);
+    zt_pb_free(hb(c, "solo", inc, NULL, 0));
+
+    /* a signal is retried until max_restarts is spent */
+    int64_t j3 = submit(c, "signal", 1, 1, 2);
+    for (int i = 0; i < 3; i++) {
+        run_to_exit(c, "solo", inc, j3, 0, 9);
+        zt_pb_free(hb(c, "solo", inc, NULL, 0));
+    }
+    wait_state(c, j3, ZT__V1__JOB_STATE__JOB_STATE_FAILED, 3000);
+    g = get_job(c, j3);
+    ASSERT_EQ_INT(g->job->restarts, 2);
+    ASSERT_EQ_INT(g->n_attempts, 3);
+    ASSERT_CONTAINS(g->job->reason, "signal 9");
+    zt_pb_free(g);
+
+    /* cancel: a queued job and a running one; cancelling twice is refused */
+    int64_t j4 = submit(c, "cancel-me", 1, 1, 0);
+    run_to_running(c, "solo", inc, j4);
+    wait_state(c, j4, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 2000);
+    Zt__V1__CancelJobRequest cq = ZT__V1__CANCEL_JOB_REQUEST__INIT;
+    cq.job_id = j4;
+    cq.reason = "testing";
+    Zt__V1__CancelJobReply *cr = NULL;
+    char msg[1024];
+    zt_rpc_code code = call(c, C_ "CancelJob", &cq.base, &zt__v1__cancel_job_reply__descriptor,
+                            (void **)&cr, msg, sizeof(msg));
+    if (code != ZT_RPC_OK)
+        ZT_FAIL("cancel: %s", msg);
+    ASSERT_EQ_INT(cr->job->state, ZT__V1__JOB_STATE__JOB_STATE_CANCELED);
+    ASSERT_CONTAINS(cr->job->reason, "canceled: testing");
+    zt_pb_free(cr);
+    /* its worker is no longer desired */
+    Zt__V1__HeartbeatReply *x = hb(c, "solo", inc, NULL, 0);
+    ASSERT_EQ_INT(x->n_workers, 0);
+    zt_pb_free(x);
+    g = get_job(c, j4);
+    ASSERT_EQ_INT(g->attempts[0]->state, ZT__V1__ATTEMPT_STATE__ATTEMPT_STATE_CANCELED);
+    zt_pb_free(g);
+    ASSERT_EQ_INT(call(c, C_ "CancelJob", &cq.base, &zt__v1__cancel_job_reply__descriptor, NULL,
+                       msg, sizeof(msg)),
+                  ZT_RPC_FAILED_PRECONDITION);
+    ASSERT_CONTAINS(msg, "already ended");
+    cq.job_id = 4242;
+    ASSERT_EQ_INT(call(c, C_ "CancelJob", &cq.base, &zt__v1__cancel_job_reply__descriptor, NULL,
+                       msg, sizeof(msg)),
+                  ZT_RPC_NOT_FOUND);
+
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+static void test_lost_hang_vanish(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    const char *args[] = {"--restart-backoff", "50ms", "--heartbeat-timeout", "700ms",
+                          "--hang-timeout", "1500ms", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    char reason[2048], msg[1024];
+
+    /* lost agent: its attempt fails and restarts; the agent comes back ALIVE */
+    int64_t inc = register_agent(c, "flaky", 1);
+    int64_t j1 = submit(c, "lost", 1, 1, 1);
+    run_to_exit(c, "flaky", inc, j1, 0, 0); /* exits 0 -> completes; use a fresh job below */
+    wait_state(c, j1, ZT__V1__JOB_STATE__JOB_STATE_COMPLETED, 2000);
+    zt_pb_free(hb(c, "flaky", inc, NULL, 0));
+    int64_t j2 = submit(c, "lost2", 1, 1, 1);
+    int64_t att = next_attempt(c, "flaky", inc);
+    sim s = {j2, att, 0, 4, 0, 0, 3, 3};
+    zt_pb_free(hb(c, "flaky", inc, &s, 1));
+    wait_state(c, j2, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 2000);
+    zt_sleep_ms(1200); /* silence */
+    wait_state(c, j2, ZT__V1__JOB_STATE__JOB_STATE_QUEUED, 2000);
+    job_state(c, j2, reason, sizeof(reason));
+    ASSERT_CONTAINS(reason, "agent flaky lost");
+    ASSERT_CONTAINS(reason, "no heartbeat for");
+    Zt__V1__ListAgentsRequest aq = ZT__V1__LIST_AGENTS_REQUEST__INIT;
+    Zt__V1__ListAgentsReply *ar = NULL;
+    ASSERT_EQ_INT(call(c, C_ "ListAgents", &aq.base, &zt__v1__list_agents_reply__descriptor,
+                       (void **)&ar, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(ar->agents[0]->state, ZT__V1__AGENT_STATE__AGENT_STATE_LOST);
+    ASSERT_EQ_INT(ar->agents[0]->free_slots, 0);
+    zt_pb_free(ar);
+    /* it heartbeats again (without the old worker): ALIVE, and the job is placed again */
+    int64_t att2 = next_attempt(c, "flaky", inc);
+    CHECK(att2 > att);
+
+    /* hang: the worker keeps reporting the same step */
+    s = (sim){j2, att2, 0, 4, 0, 0, 7, 70};
+    uint64_t t0 = zt_now_ns();
+    int st = 0;
+    while ((double)(zt_now_ns() - t0) * 1e-9 < 6.0) {
+        zt_pb_free(hb(c, "flaky", inc, &s, 1));
+        st = job_state(c, j2, reason, sizeof(reason));
+        if (st == ZT__V1__JOB_STATE__JOB_STATE_FAILED)
+            break;
+        zt_sleep_ms(100);
+    }
+    ASSERT_EQ_INT(st, ZT__V1__JOB_STATE__JOB_STATE_FAILED);
+    ASSERT_CONTAINS(reason, "hang: no progress for");
+    ASSERT_CONTAINS(reason, "rank 0 step 7 seq 70");
+    ASSERT_CONTAINS(reason, "no restarts left");
+    zt_pb_free(hb(c, "flaky", inc, NULL, 0));
+
+    /* a worker that vanishes from its agent's report */
+    int64_t j3 = submit(c, "vanish", 1, 1, 0);
+    int64_t att3 = next_attempt(c, "flaky", inc);
+    s = (sim){j3, att3, 0, 4, 0, 0, 1, 1};
+    zt_pb_free(hb(c, "flaky", inc, &s, 1));
+    wait_state(c, j3, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 2000);
+    zt_pb_free(hb(c, "flaky", inc, NULL, 0));
+    wait_state(c, j3, ZT__V1__JOB_STATE__JOB_STATE_FAILED, 2000);
+    job_state(c, j3, reason, sizeof(reason));
+    ASSERT_CONTAINS(reason, "vanished");
+
+    /* incarnations: a re-registration makes the old one stale; unknown agents are told so */
+    int64_t inc2 = register_agent(c, "flaky", 1);
+    ASSERT_EQ_INT(inc2, inc + 1);
+    zt_rpc_code code;
+    heartbeat(c, "flaky", inc, NULL, 0, &code, msg, sizeof(msg));
+    ASSERT_EQ_INT(code, ZT_RPC_FAILED_PRECONDITION);
+    ASSERT_CONTAINS(msg, "stale");
+    heartbeat(c, "ghost", 1, NULL, 0, &code, msg, sizeof(msg));
+    ASSERT_EQ_INT(code, ZT_RPC_NOT_FOUND);
+    ASSERT_CONTAINS(msg, "RegisterAgent");
+
+    /* pending reasons */
+    int64_t big = submit(c, "too-big", 4, 4, 0);
+    wait_state(c, big, ZT__V1__JOB_STATE__JOB_STATE_QUEUED, 1000);
+    for (int t = 0; t < 100; t++) {
+        job_state(c, big, reason, sizeof(reason));
+        if (strstr(reason, "cluster too small"))
+            break;
+        zt_sleep_ms(20);
+    }
+    ASSERT_CONTAINS(reason, "cluster too small: needs 4 cpu slots");
+
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+static void test_persistence(void)
+{
+    zt_zcoord_proc p;
+    const char *args[] = {"--heartbeat-timeout", "5s", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "keeper", 2);
+    int64_t id = submit(c, "durable", 2, 2, 0);
+    int64_t att = 0;
+    for (int t = 0; t < 200 && !att; t++) {
+        Zt__V1__HeartbeatReply *x = hb(c, "keeper", inc, NULL, 0);
+        int n;
+        att = desired_attempt(x, &n);
+        zt_pb_free(x);
+        zt_sleep_ms(10);
+    }
+    sim s[2] = {{id, att, 0, 4, 0, 0, 3, 3}, {id, att, 1, 4, 0, 0, 3, 3}};
+    zt_pb_free(hb(c, "keeper", inc, s, 2));
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 2000);
+    report_metrics(c, att, 1, 3);
+    int64_t queued = submit(c, "waiting", 2, 2, 0);
+
+    /* SIGKILL, restart on the same port and database */
+    zt_zcoord_kill(&p);
+    zt_zcoord_restart(&p, args);
+    /* the channel notices the new server on its next call */
+    Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
+    zt_rpc_code code = ZT_RPC_UNAVAILABLE;
+    for (int t = 0; t < 100 && code != ZT_RPC_OK; t++) {
+        code = call(c, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, NULL, 0);
+        if (code != ZT_RPC_OK)
+            zt_sleep_ms(50);
+    }
+    ASSERT_EQ_INT(code, ZT_RPC_OK);
+    Zt__V1__GetJobReply *g = get_job(c, id);
+    ASSERT_EQ_INT(g->job->state, ZT__V1__JOB_STATE__JOB_STATE_RUNNING);
+    ASSERT_EQ_INT(g->job->step, 3);
+    ASSERT_CONTAINS(g->spec_text, "\"durable\"");
+    ASSERT_EQ_INT(g->n_attempts, 1);
+    zt_pb_free(g);
+    ASSERT_EQ_INT(job_state(c, queued, NULL, 0), ZT__V1__JOB_STATE__JOB_STATE_QUEUED);
+    /* the agent's incarnation is still valid and it is told the same workers */
+    Zt__V1__HeartbeatReply *x = hb(c, "keeper", inc, s, 2);
+    int n;
+    ASSERT_EQ_INT(desired_attempt(x, &n), att);
+    ASSERT_EQ_INT(n, 2);
+    zt_pb_free(x);
+    /* the job finishes under the new coordinator; the queued one follows */
+    s[0].phase = s[1].phase = 7;
+    zt_pb_free(hb(c, "keeper", inc, s, 2));
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_COMPLETED, 2000);
+    zt_pb_free(hb(c, "keeper", inc, NULL, 0));
+    wait_state(c, queued, ZT__V1__JOB_STATE__JOB_STATE_SCHEDULED, 2000);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+static void test_auth(void)
+{
+    zt_zcoord_proc p;
+    char tokfile[256];
+    zt_zcoord_start(&p, NULL); /* to get a directory */
+    zt_zcoord_stop(&p);
+    snprintf(tokfile, sizeof(tokfile), "%s/token", p.dir);
+    FILE *f = fopen(tokfile, "w");
+    fputs("s3cret-token\n", f);
+    fclose(f);
+    const char *args[] = {"--token-file", tokfile, NULL};
+    zt_zcoord_restart(&p, args);
+    current = &p;
+    zt_rpc_client *none = client(&p, NULL), *wrong = client(&p, "nope"), *good = client(&p, "s3cret-token");
+    Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
+    char msg[1024];
+    ASSERT_EQ_INT(call(none, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg)),
+                  ZT_RPC_UNAUTHENTICATED);
+    ASSERT_CONTAINS(msg, "missing token");
+    ASSERT_EQ_INT(call(wrong, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg)),
+                  ZT_RPC_UNAUTHENTICATED);
+    ASSERT_CONTAINS(msg, "invalid token");
+    Zt__V1__HeartbeatRequest hq = ZT__V1__HEARTBEAT_REQUEST__INIT;
+    hq.name = "x";
+    ASSERT_EQ_INT(call(wrong, A_ "Heartbeat", &hq.base, &zt__v1__heartbeat_reply__descriptor, NULL,
+                       NULL, 0),
+                  ZT_RPC_UNAUTHENTICATED);
+    Grpc__Health__V1__HealthCheckRequest h = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    ASSERT_EQ_INT(call(none, "/grpc.health.v1.Health/Check", &h.base,
+                       &grpc__health__v1__health_check_response__descriptor, NULL, NULL, 0),
+                  ZT_RPC_UNAUTHENTICATED);
+    ASSERT_EQ_INT(call(good, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, NULL, 0),
+                  ZT_RPC_OK);
+    Grpc__Health__V1__HealthCheckResponse *hr = NULL;
+    ASSERT_EQ_INT(call(good, "/grpc.health.v1.Health/Check", &h.base,
+                       &grpc__health__v1__health_check_response__descriptor, (void **)&hr, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(hr->status, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+    zt_pb_free(hr);
+    zt_rpc_client_destroy(none);
+    zt_rpc_client_destroy(wrong);
+    zt_rpc_client_destroy(good);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+static atomic_int raw_done;
+static zt_rpc_code raw_codes[32];
+static char raw_msgs[32][256];
+
+static void on_raw(void *arg, zt_rpc_code code, const char *message, const uint8_t *reply, size_t len)
+{
+    (void)reply;
+    (void)len;
+    int i = (int)(intptr_t)arg;
+    raw_codes[i] = code;
+    snprintf(raw_msgs[i], sizeof(raw_msgs[i]), "%s", message);
+    atomic_fetch_add(&raw_done, 1);
+}
+
+static void expect(zt_rpc_client *c, const char *path, const ProtobufCMessage *req, zt_rpc_code want,
+                   const char *needle)
+{
+    char msg[1024];
+    zt_rpc_code got = call(c, path, req, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg));
+    if (got != want || (needle && !strstr(msg, needle)))
+        ZT_FAIL("%s: got %s \"%s\", want %s with \"%s\"", path, zt_rpc_code_name(got), msg,
+                zt_rpc_code_name(want), needle ? needle : "");
+}
+
+static void test_bad_input(void)
+{
+    zt_zcoord_proc p;
+    const char *args[] = {"--max-message", "64KiB", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+
+    Zt__V1__SubmitJobRequest sq = ZT__V1__SUBMIT_JOB_REQUEST__INIT;
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "job_text is empty");
+    sq.job_text = "{\"name\": \"x\",\n  \"train\": {\"steps\": 1},\n  \"deepspeed\": {\"zero_optimization\": {\"stag\": 1}}}";
+    sq.job_path = "typo.json";
+    sq.job_dir = "relative/dir";
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "not absolute");
+    sq.job_dir = "/tmp";
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "typo.json:");
+    sq.job_text = "{\"name\": ";
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "typo.json:1:");
+    char *valid = job_text("prio", 1, 1, 0, 10);
+    sq.job_text = valid;
+    sq.priority = 5000;
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "priority 5000");
+    sq.priority = 0;
+    /* over the configured size limit */
+    char *big = zt_malloc(100 * 1024);
+    memset(big, ' ', 100 * 1024 - 1);
+    big[100 * 1024 - 1] = '\0';
+    sq.job_text = big;
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_RESOURCE_EXHAUSTED, NULL);
+    zt_free(big);
+
+    /* unknown ids and out-of-range values */
+    Zt__V1__GetJobRequest gq = ZT__V1__GET_JOB_REQUEST__INIT;
+    expect(c, C_ "GetJob", &gq.base, ZT_RPC_INVALID_ARGUMENT, "job_id 0");
+    gq.job_id = 777;
+    expect(c, C_ "GetJob", &gq.base, ZT_RPC_NOT_FOUND, "job 777 not found");
+    Zt__V1__GetMetricsRequest mq = ZT__V1__GET_METRICS_REQUEST__INIT;
+    mq.job_id = 777;
+    expect(c, C_ "GetMetrics", &mq.base, ZT_RPC_NOT_FOUND, "job 777");
+    Zt__V1__ListCheckpointsRequest lq = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+    lq.job_id = 777;
+    expect(c, C_ "ListCheckpoints", &lq.base, ZT_RPC_NOT_FOUND, "job 777");
+    Zt__V1__ListJobsRequest ljq = ZT__V1__LIST_JOBS_REQUEST__INIT;
+    ljq.limit = 5000;
+    expect(c, C_ "ListJobs", &ljq.base, ZT_RPC_INVALID_ARGUMENT, "limit 5000");
+    Zt__V1__JobState badstate = (Zt__V1__JobState)42;
+    ljq.limit = 0;
+    ljq.n_states = 1;
+    ljq.states = &badstate;
+    expect(c, C_ "ListJobs", &ljq.base, ZT_RPC_INVALID_ARGUMENT, "not a job state");
+    Zt__V1__RegisterAgentRequest rq = ZT__V1__REGISTER_AGENT_REQUEST__INIT;
+    rq.name = "bad name!";
+    rq.device = ZT__V1__DEVICE__DEVICE_CPU;
+    expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "not valid");
+    rq.name = "ok";
+    rq.device = ZT__V1__DEVICE__DEVICE_UNSPECIFIED;
+    expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "device");
+    Zt__V1__RendezvousRequest zq = ZT__V1__RENDEZVOUS_REQUEST__INIT;
+    zq.attempt_id = 1;
+    zq.wait_ms = 1000000;
+    expect(c, A_ "Rendezvous", &zq.base, ZT_RPC_INVALID_ARGUMENT, "wait_ms");
+    Zt__V1__ReportCheckpointRequest cq = ZT__V1__REPORT_CHECKPOINT_REQUEST__INIT;
+    cq.attempt_id = 1;
+    cq.dir = "relative";
+    cq.file = "x";
+    expect(c, A_ "ReportCheckpoint", &cq.base, ZT_RPC_INVALID_ARGUMENT, "absolute");
+
+    /* malformed bytes and wrong field types, for every method */
+    const char *paths[] = {C_ "SubmitJob", C_ "GetJob", C_ "ListJobs", C_ "CancelJob",
+                           C_ "WatchJob", C_ "GetMetrics", C_ "ListCheckpoints", C_ "GetLogs",
+                           A_ "RegisterAgent", A_ "Heartbeat", A_ "ReportMetrics",
+                           A_ "ReportCheckpoint", A_ "ReportLogs", A_ "Rendezvous",
+                           A_ "GetAttemptSpec", "/grpc.health.v1.Health/Check"};
+    const uint8_t garbage[] = {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
+    zt_rpc_cq *q = zt_rpc_cq_create();
+    zt_err err = {0};
+    int n = (int)(sizeof(paths) / sizeof(paths[0]));
+    for (int i = 0; i < n; i++)
+        ASSERT_OK(zt_rpc_unary_async_bytes(c, q, paths[i], garbage, sizeof(garbage), 5000, on_raw,
+                                           (void *)(intptr_t)i, &err));
+    /* field 1 of GetJobRequest (int64) sent as a string */
+    const uint8_t wrongtype[] = {0x0a, 0x03, 'a', 'b', 'c'};
+    ASSERT_OK(zt_rpc_unary_async_bytes(c, q, C_ "GetJob", wrongtype, sizeof(wrongtype), 5000,
+                                       on_raw, (void *)(intptr_t)n, &err));
+    while (atomic_load(&raw_done) < n + 1)
+        zt_rpc_cq_poll(q, 1000);
+    zt_rpc_cq_destroy(q);
+    for (int i = 0; i <= n; i++) {
+        if (raw_codes[i] != ZT_RPC_INVALID_ARGUMENT)
+            ZT_FAIL("%s with garbage: %s (%s)", i < n ? paths[i] : "GetJob wrong type",
+                    zt_rpc_code_name(raw_codes[i]), raw_msgs[i]);
+        ASSERT_CONTAINS(raw_msgs[i], "cannot decode");
+    }
+    /* an unknown method */
+    Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
+    expect(c, C_ "Frobnicate", &pq.base, ZT_RPC_UNIMPLEMENTED, "unknown method");
+    /* and the server is unaffected */
+    expect(c, C_ "Ping", &pq.base, ZT_RPC_OK, NULL);
+    sq.job_text = valid;
+    Zt__V1__SubmitJobReply *sr = NULL;
+    ASSERT_EQ_INT(call(c, C_ "SubmitJob", &sq.base, &zt__v1__submit_job_reply__descriptor,
+                       (void **)&sr, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_TRUE(sr->job_id > 0);
+    zt_pb_free(sr);
+    zt_free(valid);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    alarm(240);
+#define RUN(t)                                                                                     \
+    do {                                                                                           \
+        if (!only || strcmp(only, #t) == 0) {                                                      \
+            fprintf(stderr, "-- %s\n", #t);                                                        \
+            t();                                                                                   \
+        }                                                                                          \
+    } while (0)
+    RUN(test_bad_input);
+    RUN(test_auth);
+    RUN(test_lifecycle);
+    RUN(test_restart_policy);
+    RUN(test_lost_hang_vanish);
+    RUN(test_persistence);
+    printf("test_zcoord: ok\n");
+    return 0;
+}
