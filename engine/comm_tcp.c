@@ -1089,14 +1089,6 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
     lfd = -1;
     zt_free(table);
     table = NULL;
-    {
-        const char *bs = getenv("ZT_COMM_SOCKBUF");
-        if (bs) {
-            int v = atoi(bs);
-            setsockopt(t->data_next, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
-            setsockopt(t->data_prev, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
-        }
-    }
 
     if (pthread_create(&t->thread, NULL, progress_main, c) != 0) {
         st = zt_err_set(err, ZT_ERR_INTERNAL, "comm tcp: cannot start the progress thread");
