@@ -9,9 +9,11 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -543,6 +545,9 @@ struct ckpt_writer {
     char path[ZT_PATH_MAX + 32];
     unsigned char *buf; /* header + payload */
     size_t bytes;
+    double write_s; /* checksum, open to durable rename, in the background thread */
+    uint32_t crc;   /* payload CRC32C, set by the writer thread */
+    atomic_int done;
     zt_status st;
     zt_err err;
 };
@@ -552,6 +557,13 @@ static void *writer_main(void *arg)
 {
     ckpt_writer *w = arg;
     zt_outfile *f = NULL;
+    double t0 = zt_now_s();
+    zt_shard_header h;
+    memcpy(&h, w->buf, sizeof(h));
+    h.payload_crc32c = zt_crc32c(0, w->buf + sizeof(h), h.payload_bytes);
+    h.header_crc32c = zt_crc32c(0, &h, offsetof(zt_shard_header, header_crc32c));
+    memcpy(w->buf, &h, sizeof(h));
+    w->crc = h.payload_crc32c;
     w->st = zt_outfile_open(&f, w->path, &w->err);
     if (w->st == ZT_OK)
         w->st = zt_outfile_write(f, w->buf, w->bytes, &w->err);
@@ -559,6 +571,8 @@ static void *writer_main(void *arg)
         w->st = zt_outfile_commit(f, &w->err);
     else
         zt_outfile_abort(f);
+    w->write_s = zt_now_s() - t0;
+    atomic_store(&w->done, 1);
     return NULL;
 }
 
@@ -603,16 +617,16 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     size_t payload = 0;
     for (int u = 0; u < e->nu; u++)
         payload += 12 * e->S[u];
-    if (!w || !(w->buf = zt_malloc(sizeof(zt_shard_header) + payload))) {
+    if (!w || (!e->ck_buf && zt_ckpt_prepare(e, err) != ZT_OK)) {
         zt_free(w);
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory for the checkpoint snapshot (%zu bytes)",
                           payload);
     }
+    w->buf = e->ck_buf;
     pathf(w->path, sizeof(w->path), "%s/rank_%05d.zts", dir, e->rank);
     w->bytes = sizeof(zt_shard_header) + payload;
-    /* snapshot: this rank's chunk of every unit (master, exp_avg, exp_avg_sq) */
+    /* snapshot: this rank's chunk of every unit (master, exp_avg, exp_avg_sq), padding zero */
     float *p = (float *)(w->buf + sizeof(zt_shard_header));
-    memset(p, 0, payload);
     for (int u = 0; u < e->nu; u++) {
         size_t S = e->S[u], r0 = (size_t)e->rank * S, n = e->lay.unit_numel[u];
         size_t len = r0 >= n ? 0 : (n - r0 < S ? n - r0 : S);
@@ -620,10 +634,11 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
             zt_engine_region_get(e, u, r0 - e->base[u], len, p);
             zt_engine_moments_get(e, u, r0 - e->base[u], len, p + S, p + 2 * S);
         }
+        for (int sec = 0; sec < 3; sec++)
+            memset(p + (size_t)sec * S + len, 0, (S - len) * sizeof(float));
         p += 3 * S;
     }
     if ((st = e->ops->sync(e->k, err)) != ZT_OK) {
-        zt_free(w->buf);
         zt_free(w);
         return st;
     }
@@ -638,10 +653,7 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     h.sections = 3;
     h.step = (uint64_t)e->steps_done;
     h.payload_bytes = payload;
-    h.payload_crc32c = zt_crc32c(0, w->buf + sizeof(h), payload);
-    h.header_crc32c = zt_crc32c(0, &h, offsetof(zt_shard_header, header_crc32c));
-    memcpy(w->buf, &h, sizeof(h));
-    e->ck_crc = h.payload_crc32c;
+    memcpy(w->buf, &h, sizeof(h)); /* the checksums are filled in by the writer thread */
     e->ck_step = e->steps_done;
     e->ck_applied = e->applied_steps;
     e->ck_skipped = e->skipped_total;
@@ -731,7 +743,7 @@ zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
     /* every rank's (ok, crc, bytes) to everyone: rank 0 commits only if all shards are durable */
     float *info = zt_calloc((size_t)e->world * 4, sizeof(float));
     float *dev = zt_engine_comm_alloc(e, (size_t)e->world * 4 * sizeof(float));
-    uint32_t mine[4] = {st == ZT_OK ? 1u : 0u, e->ck_crc, (uint32_t)(w->bytes & 0xffffffffu),
+    uint32_t mine[4] = {st == ZT_OK ? 1u : 0u, w->crc, (uint32_t)(w->bytes & 0xffffffffu),
                         (uint32_t)(w->bytes >> 32)};
     zt_status cst = ZT_OK;
     if (!info || !dev) {
@@ -757,10 +769,13 @@ zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
                         (long long)e->ck_step, failed);
     char dir[ZT_PATH_MAX + 32];
     step_dir_of(e, e->ck_step, dir, sizeof(dir));
+    if (st == ZT_OK)
+        ZT_INFO("ckpt", "shard %s: %zu bytes written and fsync'd in %.3f s", w->path, w->bytes,
+                w->write_s);
     if (st == ZT_OK && e->opts.report_fd >= 0) {
         char line[ZT_PATH_MAX + 128];
         int n = pathf(line, sizeof(line), "rank=%d ckpt step=%lld file=%s bytes=%zu crc32c=%08x\n",
-                         e->rank, (long long)e->ck_step, w->path, w->bytes, e->ck_crc);
+                         e->rank, (long long)e->ck_step, w->path, w->bytes, w->crc);
         if (n > 0 && write(e->opts.report_fd, line, (size_t)n) < 0) {
         }
     }
@@ -822,15 +837,20 @@ zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
     if (st == ZT_OK) {
         e->last_ckpt_step = e->ck_step;
         if (e->rank == 0)
-            ZT_INFO("ckpt", "checkpoint %s complete: %zu bytes per shard, training blocked %.1f ms",
-                    dir, w->bytes, e->ck_blocked_s * 1e3);
+            ZT_INFO("ckpt", "checkpoint %s complete: rank 0 wrote %zu bytes in %.3f s (%.3f GB/s, fsync'd), training blocked %.1f ms",
+                    dir, w->bytes, w->write_s, (double)w->bytes / (w->write_s > 0 ? w->write_s : 1e-9) / 1e9,
+                    e->ck_blocked_s * 1e3);
     }
 out:
     zt_engine_comm_free(e, dev, (size_t)e->world * 4 * sizeof(float));
     zt_free(info);
-    zt_free(w->buf);
     zt_free(w);
     return st != ZT_OK ? st : cst;
+}
+
+bool zt_ckpt_write_pending(const zt_engine *e)
+{
+    return e->ck_writer && !atomic_load(&e->ck_writer->done);
 }
 
 void zt_ckpt_save_abandon(zt_engine *e)
@@ -841,8 +861,35 @@ void zt_ckpt_save_abandon(zt_engine *e)
     if (e->ck_threaded)
         pthread_join(e->ck_thread, NULL);
     e->ck_writer = NULL;
-    zt_free(w->buf);
     zt_free(w);
+}
+
+zt_status zt_ckpt_prepare(zt_engine *e, zt_err *err)
+{
+    if (e->ck_buf)
+        return ZT_OK;
+    size_t bytes = sizeof(zt_shard_header);
+    for (int u = 0; u < e->nu; u++)
+        bytes += 12 * e->S[u];
+    /* huge pages where the kernel offers them, and touched now: faulting in a fresh buffer
+     * page by page during a save would block training for longer than the copy itself */
+    size_t huge = (size_t)2 << 20;
+    e->ck_buf_bytes = (bytes + huge - 1) / huge * huge;
+    e->ck_buf = zt_aligned_alloc(huge, e->ck_buf_bytes);
+    if (!e->ck_buf)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory for the checkpoint snapshot (%zu bytes)", bytes);
+#ifdef MADV_HUGEPAGE
+    madvise(e->ck_buf, e->ck_buf_bytes, MADV_HUGEPAGE);
+#endif
+    memset(e->ck_buf, 0, e->ck_buf_bytes);
+    return ZT_OK;
+}
+
+void zt_ckpt_release(zt_engine *e)
+{
+    zt_ckpt_save_abandon(e);
+    zt_free(e->ck_buf);
+    e->ck_buf = NULL;
 }
 
 /* ---- load ---- */

@@ -42,6 +42,13 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err);
 /* Waits for the background write, then rank 0 commits meta.json once every shard is durable,
  * and prunes old checkpoints (keep_checkpoints). A no-op when no save is pending. */
 zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err);
+/* Allocates and touches the host buffer that checkpoint snapshots go to (so the first save
+ * does not stall on page faults). Called at start-up when the job checkpoints. */
+zt_status zt_ckpt_prepare(zt_engine *e, zt_err *err);
+/* Abandons a pending write and frees the snapshot buffer (engine teardown). */
+void zt_ckpt_release(zt_engine *e);
+/* True while this rank's background shard write has not finished (no waiting). */
+bool zt_ckpt_write_pending(const zt_engine *e);
 /* Waits for a background write and drops it uncommitted (the engine is going away after an
  * error; no collective). */
 void zt_ckpt_save_abandon(zt_engine *e);

@@ -997,6 +997,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     } else {
         CHECK(init_params(e, err), fail);
     }
+    if (job->train.checkpoint_every > 0)
+        CHECK(zt_ckpt_prepare(e, err), fail);
     CHECK(e->ops->sync(e->k, err), fail);
     *out = e;
     return ZT_OK;
@@ -1009,7 +1011,7 @@ void zt_engine_destroy(zt_engine *e)
 {
     if (!e)
         return;
-    zt_ckpt_save_abandon(e);
+    zt_ckpt_release(e);
     if (e->k && e->P) {
         params_invalidate(e, NULL);
         grads_drain(e, NULL);
@@ -1255,16 +1257,20 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     double gs[2];
     grad_stats(e, gs);
     CHECK(e->ops->sync(e->k, err), out);
-    float red[3] = {(float)gs[0], (float)gs[1], (float)(local_loss / denom)};
+    /* one small all-reduce: gradient sum of squares, non-finite count, loss, and how many
+     * ranks are still writing a checkpoint shard in the background */
+    float red[4] = {(float)gs[0], (float)gs[1], (float)(local_loss / denom),
+                    zt_ckpt_write_pending(e) ? 1.0f : 0.0f};
     {
         uint64_t t0 = zt_now_ns();
         e->ops->copy_h2d(e->k, e->d_red, red, sizeof(red));
-        CHECK(zt_comm_allreduce(e->comm, e->d_red, 3, ZT_F32, NULL, err), out);
+        CHECK(zt_comm_allreduce(e->comm, e->d_red, 4, ZT_F32, NULL, err), out);
         e->ops->copy_d2h(e->k, red, e->d_red, sizeof(red));
         e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
     }
     double norm = sqrt((double)red[0]) / loss_scale;
     bool nonfinite = red[1] > 0.0f || !isfinite(red[0]);
+    e->ck_all_written = red[3] == 0.0f;
     s.loss = red[2];
     s.loss_scale = loss_scale;
     s.lr = zt_sched_lr(&ds->scheduler, ds->optimizer.lr, e->applied_steps);
@@ -1407,8 +1413,10 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
         if (e->rank == 0 && (s.step % spp == 0 || s.step == 1))
             ZT_INFO("engine", "step %lld/%lld loss %.4f lr %.3e %.0f tok/s", (long long)s.step,
                     (long long)tc->steps, s.loss, s.lr, s.tokens_per_s);
-        /* a checkpoint started one step ago commits now: its write overlapped this step */
-        CHECK(zt_ckpt_save_finish(e, err), out);
+        /* a checkpoint commits at the first step boundary where every rank's shard is
+         * durable (all ranks learn it from the step's all-reduce), so training never waits */
+        if (e->ck_all_written)
+            CHECK(zt_ckpt_save_finish(e, err), out);
         if (tc->checkpoint_every > 0 && s.step % tc->checkpoint_every == 0 && s.step < tc->steps)
             CHECK(zt_ckpt_save_begin(e, err), out);
     }

@@ -126,7 +126,9 @@ struct zt_engine {
     struct ckpt_writer *ck_writer;
     pthread_t ck_thread;
     bool ck_threaded;
-    uint32_t ck_crc;
+    unsigned char *ck_buf;  /* host snapshot of this rank's shard (header + payload) */
+    size_t ck_buf_bytes;
+    bool ck_all_written;  /* every rank's pending shard is durable (from the step's all-reduce) */
     int64_t ck_step, ck_applied, ck_skipped;
     zt_loss_scaler ck_scaler;
     double ck_blocked_s;

@@ -95,34 +95,28 @@ static int bench_rank(int rank, int world, const char *rdv, void *arg)
     size_t es = zt_dtype_size(b->dt);
     if (rank == 0) {
         printf("\n# world %d, %s, TCP ring over loopback\n", world, zt_dtype_name(b->dt));
-        printf("# %12s %12s %-15s %6s %12s %12s %12s\n", "size(B)", "count", "collective",
-               "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+        printf("# %12s %12s %-15s %6s %12s %12s %12s\n", "size(B)", "count", "collective", "iters",
+               "time(us)", "algbw(GB/s)", "busbw(GB/s)");
         fflush(stdout);
     }
     for (int k = 0; k < ZT_COLL_BARRIER; k++) {
-        if (!(b->kinds & (1u << k)))
-            continue;
+        if (!(b->kinds & (1u << k))) continue;
         for (size_t bytes = b->min_bytes; bytes <= b->max_bytes; bytes *= (size_t)b->factor) {
             /* whole elements per rank */
             size_t unit = es * (size_t)world;
             size_t sz = bytes / unit * unit;
-            if (sz == 0)
-                sz = unit;
+            if (sz == 0) sz = unit;
             int iters = (int)((size_t)(256u << 20) / sz);
             iters = iters < 5 ? 5 : iters > 200 ? 200 : iters;
             for (int w = 0; w < 2; w++)
-                if (run_once(c, (zt_coll_kind)k, big, small, sz, b->dt, &err) != ZT_OK)
-                    goto failed;
-            if (zt_comm_barrier(c, &err) != ZT_OK)
-                goto failed;
+                if (run_once(c, (zt_coll_kind)k, big, small, sz, b->dt, &err) != ZT_OK) goto failed;
+            if (zt_comm_barrier(c, &err) != ZT_OK) goto failed;
             double t0 = ct_now_ms();
             for (int i = 0; i < iters; i++)
-                if (run_once(c, (zt_coll_kind)k, big, small, sz, b->dt, &err) != ZT_OK)
-                    goto failed;
+                if (run_once(c, (zt_coll_kind)k, big, small, sz, b->dt, &err) != ZT_OK) goto failed;
             float mine = (float)((ct_now_ms() - t0) * 1e3 / iters);
             float all[CT_MAX_RANKS] = {0};
-            if (zt_comm_allgather(c, &mine, all, 1, ZT_F32, NULL, &err) != ZT_OK)
-                goto failed;
+            if (zt_comm_allgather(c, &mine, all, 1, ZT_F32, NULL, &err) != ZT_OK) goto failed;
             float us = 0;
             for (int r = 0; r < world; r++)
                 us = all[r] > us ? all[r] : us;
@@ -152,7 +146,8 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: comm_bw [-w 2,4] [-b 1K] [-e 64M] [-f 4] [-d fp32|bf16|fp16] [-c allreduce,reduce_scatter,allgather,broadcast]\n");
+            printf(
+                "usage: comm_bw [-w 2,4] [-b 1K] [-e 64M] [-f 4] [-d fp32|bf16|fp16] [-c allreduce,reduce_scatter,allgather,broadcast]\n");
             return 0;
         }
         if (!v) {
@@ -170,8 +165,7 @@ int main(int argc, char **argv)
                 }
                 worlds[n_worlds++] = w;
                 p = strchr(p, ',');
-                if (!p)
-                    break;
+                if (!p) break;
                 p++;
             }
         } else if (!strcmp(a, "-b")) {
@@ -203,7 +197,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < worlds[i]; r++)
             if (codes[r] != 0) {
                 fprintf(stderr, "comm_bw: world %d: rank %d exited with %d\n", worlds[i], r,
-                            codes[r]);
+                        codes[r]);
                 return 1;
             }
     }
