@@ -44,8 +44,7 @@ void zt_comm_req_describe(const zt_comm_req *r, char *buf, size_t len)
 uint64_t zt_comm_ring_bytes(zt_coll_kind kind, size_t count, zt_dtype dt, int root, int rank,
                             int world)
 {
-    if (world <= 1)
-        return 0;
+    if (world <= 1) return 0;
     uint64_t es = zt_dtype_size(dt);
     switch (kind) {
     case ZT_COLL_ALLREDUCE: {
@@ -112,8 +111,7 @@ void zt_comm_req_finish(zt_comm *c, zt_comm_req *r, zt_status st, const zt_err *
         e->state = r->state;
         e->status = st;
         e->t_end = zt_now_s();
-        if (e->t_start == 0)
-            e->t_start = e->t_end;
+        if (e->t_start == 0) e->t_start = e->t_end;
     }
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
@@ -137,8 +135,7 @@ bool zt_comm_get_broken(zt_comm *c, zt_err *out)
 {
     pthread_mutex_lock(&c->lock);
     bool b = c->broken;
-    if (b && out)
-        *out = c->first_err;
+    if (b && out) *out = c->first_err;
     pthread_mutex_unlock(&c->lock);
     return b;
 }
@@ -160,9 +157,10 @@ static zt_status resolve_timeout(const zt_comm_opts *opts, int *out, zt_err *err
     errno = 0;
     long v = strtol(env, &end, 10);
     if (errno || end == env || *end != '\0' || v <= 0 || v > INT_MAX)
-        return zt_err_set(err, ZT_ERR_CONFIG,
-                          "ZT_COMM_TIMEOUT_MS='%s' is not a positive number of milliseconds; set it to e.g. 300000 (5 minutes) or unset it",
-                          env);
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "ZT_COMM_TIMEOUT_MS='%s' is not a positive number of milliseconds; set it to e.g. 300000 (5 minutes) or unset it",
+            env);
     *out = (int)v;
     return ZT_OK;
 }
@@ -175,24 +173,25 @@ zt_status zt_comm_create(zt_comm **out, const zt_comm_backend *backend, const zt
         return zt_err_set(err, ZT_ERR_INVALID, "zt_comm_create: out and opts must not be NULL");
     *out = NULL;
     if (!backend)
-        return zt_err_set(err, ZT_ERR_UNSUPPORTED,
-                          "zt_comm_create: no collective backend (the NCCL backend is absent from builds without CUDA; use the tcp backend for CPU ranks)");
+        return zt_err_set(
+            err, ZT_ERR_UNSUPPORTED,
+            "zt_comm_create: no collective backend (the NCCL backend is absent from builds without CUDA; use the tcp backend for CPU ranks)");
     if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size)
-        return zt_err_set(err, ZT_ERR_CONFIG,
-                          "rank %d with world size %d: need world size >= 1 and 0 <= rank < world size (check ZT_RANK and ZT_WORLD_SIZE)",
-                          opts->rank, opts->world_size);
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "rank %d with world size %d: need world size >= 1 and 0 <= rank < world size (check ZT_RANK and ZT_WORLD_SIZE)",
+            opts->rank, opts->world_size);
     if (opts->world_size > 1 && (!opts->rendezvous || !*opts->rendezvous))
-        return zt_err_set(err, ZT_ERR_CONFIG,
-                          "rank %d of %d: no rendezvous address; set ZT_RENDEZVOUS=tcp://host:port (rank 0 listens there)",
-                          opts->rank, opts->world_size);
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "rank %d of %d: no rendezvous address; set ZT_RENDEZVOUS=tcp://host:port (rank 0 listens there)",
+            opts->rank, opts->world_size);
     int timeout_ms = 0;
     st = resolve_timeout(opts, &timeout_ms, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
 
     zt_comm *c = zt_calloc(1, sizeof(*c));
-    if (!c)
-        return zt_err_set(err, ZT_ERR_NOMEM, "zt_comm_create: out of memory");
+    if (!c) return zt_err_set(err, ZT_ERR_NOMEM, "zt_comm_create: out of memory");
     c->be = backend;
     c->rank = opts->rank;
     c->world = opts->world_size;
@@ -212,8 +211,7 @@ zt_status zt_comm_create(zt_comm **out, const zt_comm_backend *backend, const zt
         goto destroy_mutex;
     }
     st = backend->init(c, opts, err);
-    if (st != ZT_OK)
-        goto destroy_cond;
+    if (st != ZT_OK) goto destroy_cond;
     ZT_DEBUG("comm", "rank %d of %d joined (%s backend, timeout %d ms)", c->rank, c->world,
              backend->name, c->timeout_ms);
     *out = c;
@@ -236,22 +234,19 @@ static void live_unlink(zt_comm *c, zt_comm_req *r)
         r->live_prev->live_next = r->live_next;
     else
         c->live_head = r->live_next;
-    if (r->live_next)
-        r->live_next->live_prev = r->live_prev;
+    if (r->live_next) r->live_next->live_prev = r->live_prev;
     r->live_prev = r->live_next = NULL;
 }
 
 static void req_free(zt_comm *c, zt_comm_req *r)
 {
-    if (c->be->req_free)
-        c->be->req_free(c, r);
+    if (c->be->req_free) c->be->req_free(c, r);
     zt_free(r);
 }
 
 void zt_comm_destroy(zt_comm *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     c->be->fini(c);
     c->impl = NULL;
     while (c->live_head) {
@@ -268,11 +263,9 @@ void zt_comm_destroy(zt_comm *c)
 
 void zt_comm_abort(zt_comm *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     zt_err why;
-    zt_err_set(&why, ZT_ERR_CANCELED, "rank %d aborted the communicator (zt_comm_abort)",
-               c->rank);
+    zt_err_set(&why, ZT_ERR_CANCELED, "rank %d aborted the communicator (zt_comm_abort)", c->rank);
     zt_comm_set_broken(c, &why);
     c->be->abort(c, &why);
 }
@@ -295,20 +288,17 @@ static zt_status fail_issue(zt_comm *c, zt_status st, zt_err *err, const char *w
 {
     zt_err e;
     zt_err_set(&e, st, "%s", what);
-    if (zt_comm_set_broken(c, &e))
-        c->be->abort(c, &e);
+    if (zt_comm_set_broken(c, &e)) c->be->abort(c, &e);
     return zt_err_set(err, st, "%s", what);
 }
 
-static zt_status issue(zt_comm *c, zt_coll_kind kind, const void *send, void *recv,
-                       size_t count, zt_dtype dt, int root, zt_comm_req **req, zt_err *err)
+static zt_status issue(zt_comm *c, zt_coll_kind kind, const void *send, void *recv, size_t count,
+                       zt_dtype dt, int root, zt_comm_req **req, zt_err *err)
 {
     char what[ZT_ERRMSG_MAX];
-    if (req)
-        *req = NULL;
+    if (req) *req = NULL;
     if (!c)
-        return zt_err_set(err, ZT_ERR_INVALID, "%s: communicator is NULL",
-                          zt_coll_kind_name(kind));
+        return zt_err_set(err, ZT_ERR_INVALID, "%s: communicator is NULL", zt_coll_kind_name(kind));
 
     zt_err first;
     if (zt_comm_get_broken(c, &first)) {
@@ -322,18 +312,18 @@ static zt_status issue(zt_comm *c, zt_coll_kind kind, const void *send, void *re
     char d[160];
     describe(kind, c->seq + 1, count, dt, root, d, sizeof(d));
     if (kind != ZT_COLL_BROADCAST && kind != ZT_COLL_BARRIER && (unsigned)dt > ZT_F16) {
-        snprintf(what, sizeof(what), "%s on rank %d: unknown dtype %d (use fp32, bf16 or fp16)",
-                 d, c->rank, (int)dt);
+        snprintf(what, sizeof(what), "%s on rank %d: unknown dtype %d (use fp32, bf16 or fp16)", d,
+                 c->rank, (int)dt);
         return fail_issue(c, ZT_ERR_INVALID, err, what);
     }
     if (kind == ZT_COLL_BROADCAST && (root < 0 || root >= c->world)) {
-        snprintf(what, sizeof(what), "%s on rank %d: root %d is not a rank of this world of %d",
-                 d, c->rank, root, c->world);
+        snprintf(what, sizeof(what), "%s on rank %d: root %d is not a rank of this world of %d", d,
+                 c->rank, root, c->world);
         return fail_issue(c, ZT_ERR_INVALID, err, what);
     }
     size_t es = kind == ZT_COLL_BROADCAST ? 1 : zt_dtype_size(dt);
-    size_t mult = (kind == ZT_COLL_REDUCE_SCATTER || kind == ZT_COLL_ALLGATHER) ? (size_t)c->world
-                                                                               : 1;
+    size_t mult =
+        (kind == ZT_COLL_REDUCE_SCATTER || kind == ZT_COLL_ALLGATHER) ? (size_t)c->world : 1;
     if (count > SIZE_MAX / es / mult) {
         snprintf(what, sizeof(what), "%s on rank %d: buffer size overflows", d, c->rank);
         return fail_issue(c, ZT_ERR_INVALID, err, what);
@@ -342,8 +332,8 @@ static zt_status issue(zt_comm *c, zt_coll_kind kind, const void *send, void *re
         bool need_send = kind == ZT_COLL_REDUCE_SCATTER || kind == ZT_COLL_ALLGATHER;
         bool need_recv = kind != ZT_COLL_BARRIER;
         if ((need_send && !send) || (need_recv && !recv)) {
-            snprintf(what, sizeof(what), "%s on rank %d: NULL buffer for %zu elements", d,
-                     c->rank, count);
+            snprintf(what, sizeof(what), "%s on rank %d: NULL buffer for %zu elements", d, c->rank,
+                     count);
             return fail_issue(c, ZT_ERR_INVALID, err, what);
         }
     }
@@ -357,10 +347,11 @@ static zt_status issue(zt_comm *c, zt_coll_kind kind, const void *send, void *re
         uintptr_t big_end = big + chunk * (uintptr_t)c->world, small_end = small + chunk;
         bool overlap = small < big_end && big < small_end;
         if (overlap && small != big + chunk * (uintptr_t)c->rank) {
-            snprintf(what, sizeof(what),
-                     "%s on rank %d: send and receive buffers overlap without being in place (in place, the %s buffer must be chunk %d of the %s buffer)",
-                     d, c->rank, kind == ZT_COLL_REDUCE_SCATTER ? "receive" : "send", c->rank,
-                     kind == ZT_COLL_REDUCE_SCATTER ? "send" : "receive");
+            snprintf(
+                what, sizeof(what),
+                "%s on rank %d: send and receive buffers overlap without being in place (in place, the %s buffer must be chunk %d of the %s buffer)",
+                d, c->rank, kind == ZT_COLL_REDUCE_SCATTER ? "receive" : "send", c->rank,
+                kind == ZT_COLL_REDUCE_SCATTER ? "send" : "receive");
             return fail_issue(c, ZT_ERR_INVALID, err, what);
         }
     }
@@ -391,8 +382,7 @@ static zt_status issue(zt_comm *c, zt_coll_kind kind, const void *send, void *re
     e->state = ZT_REQ_QUEUED;
     e->t_issue = zt_now_s();
     r->live_next = c->live_head;
-    if (c->live_head)
-        c->live_head->live_prev = r;
+    if (c->live_head) c->live_head->live_prev = r;
     c->live_head = r;
     pthread_mutex_unlock(&c->lock);
 
@@ -443,14 +433,15 @@ zt_status zt_comm_barrier(zt_comm *c, zt_err *err)
 zt_status zt_comm_wait(zt_comm *c, zt_comm_req *r, zt_err *err)
 {
     if (!c || !r)
-        return zt_err_set(err, ZT_ERR_INVALID, "zt_comm_wait: communicator and request must not be NULL");
+        return zt_err_set(err, ZT_ERR_INVALID,
+                          "zt_comm_wait: communicator and request must not be NULL");
     if (r->comm != c)
-        return zt_err_set(err, ZT_ERR_INVALID, "zt_comm_wait: the request belongs to another communicator");
+        return zt_err_set(err, ZT_ERR_INVALID,
+                          "zt_comm_wait: the request belongs to another communicator");
     c->be->wait(c, r);
     pthread_mutex_lock(&c->lock);
     zt_status st = r->state == ZT_REQ_DONE ? ZT_OK : r->err.status;
-    if (st != ZT_OK && err)
-        *err = r->err;
+    if (st != ZT_OK && err) *err = r->err;
     live_unlink(c, r);
     pthread_mutex_unlock(&c->lock);
     req_free(c, r);
@@ -461,11 +452,9 @@ zt_status zt_comm_wait(zt_comm *c, zt_comm_req *r, zt_err *err)
 
 void zt_comm_get_stats(const zt_comm *c, zt_comm_stats *out)
 {
-    if (!out)
-        return;
+    if (!out) return;
     memset(out, 0, sizeof(*out));
-    if (!c)
-        return;
+    if (!c) return;
     zt_comm *m = (zt_comm *)c; /* the lock is not part of the logical state */
     pthread_mutex_lock(&m->lock);
     *out = m->stats;
@@ -474,8 +463,7 @@ void zt_comm_get_stats(const zt_comm *c, zt_comm_stats *out)
 
 uint64_t zt_comm_last_seq(const zt_comm *c)
 {
-    if (!c)
-        return 0;
+    if (!c) return 0;
     zt_comm *m = (zt_comm *)c;
     pthread_mutex_lock(&m->lock);
     uint64_t s = m->seq;
@@ -485,11 +473,9 @@ uint64_t zt_comm_last_seq(const zt_comm *c)
 
 size_t zt_comm_describe_recent(const zt_comm *c, char *buf, size_t len)
 {
-    if (!buf || len == 0)
-        return 0;
+    if (!buf || len == 0) return 0;
     buf[0] = '\0';
-    if (!c)
-        return 0;
+    if (!c) return 0;
     zt_comm *m = (zt_comm *)c;
     size_t used = 0;
     pthread_mutex_lock(&m->lock);
@@ -497,8 +483,7 @@ size_t zt_comm_describe_recent(const zt_comm *c, char *buf, size_t len)
     uint64_t first = m->seq >= ZT_COMM_RECENT ? m->seq - ZT_COMM_RECENT + 1 : 1;
     for (uint64_t s = first; s <= m->seq && used + 1 < len; s++) {
         const zt_comm_recent *e = &m->recent[s % ZT_COMM_RECENT];
-        if (e->seq != s)
-            continue;
+        if (e->seq != s) continue;
         char d[160], tail[96];
         describe(e->kind, e->seq, e->count, e->dt, e->root, d, sizeof(d));
         switch (e->state) {
@@ -517,8 +502,7 @@ size_t zt_comm_describe_recent(const zt_comm *c, char *buf, size_t len)
             break;
         }
         int n = snprintf(buf + used, len - used, "%s: %s\n", d, tail);
-        if (n < 0)
-            break;
+        if (n < 0) break;
         used += (size_t)n < len - used ? (size_t)n : len - used - 1;
     }
     pthread_mutex_unlock(&m->lock);

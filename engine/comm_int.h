@@ -42,9 +42,9 @@ struct zt_comm_req {
     uint64_t bytes_sent; /* payload bytes this rank sent for it */
     double busy_s;       /* time it spent running */
 
-    struct zt_comm_req *next_queued;          /* backend queue (tcp), under c->lock */
+    struct zt_comm_req *next_queued;           /* backend queue (tcp), under c->lock */
     struct zt_comm_req *live_prev, *live_next; /* every request not yet waited for */
-    void *backend_data;                       /* per-request backend state (nccl events) */
+    void *backend_data;                        /* per-request backend state (nccl events) */
 };
 
 typedef struct zt_comm_recent {

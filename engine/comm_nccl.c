@@ -76,11 +76,9 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t r, uint64_t deadline_ns
 {
     unsigned spins = 0;
     while (r == ncclInProgress) {
-        if (zt_now_ns() > deadline_ns)
-            return ncclInProgress;
+        if (zt_now_ns() > deadline_ns) return ncclInProgress;
         pause_briefly(&spins);
-        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
-            return ncclInternalError;
+        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return ncclInternalError;
     }
     return r;
 }
@@ -97,8 +95,7 @@ static zt_status nccl_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
 {
     zt_status st = ZT_OK;
     nccl_impl *n = zt_calloc(1, sizeof(*n));
-    if (!n)
-        return zt_err_set(err, ZT_ERR_NOMEM, "comm nccl: out of memory");
+    if (!n) return zt_err_set(err, ZT_ERR_NOMEM, "comm nccl: out of memory");
     atomic_init(&n->aborted, 0);
     n->device = opts->device;
     if (pthread_mutex_init(&n->lock, NULL) != 0) {
@@ -107,9 +104,10 @@ static zt_status nccl_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        st = zt_err_set(err, ZT_ERR_NO_DEVICE,
-                        "rank %d: no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver); use the tcp backend for CPU ranks",
-                        c->rank);
+        st = zt_err_set(
+            err, ZT_ERR_NO_DEVICE,
+            "rank %d: no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver); use the tcp backend for CPU ranks",
+            c->rank);
         goto free_impl;
     }
     if (opts->device < 0 || opts->device >= ndev) {
@@ -120,8 +118,7 @@ static zt_status nccl_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
     CUDA_TRY(cudaSetDevice(opts->device), free_impl);
     if (opts->kctx) {
         const zt_ops *ops = zt_ops_cuda();
-        if (ops && ops->stream)
-            n->compute = (cudaStream_t)ops->stream(opts->kctx);
+        if (ops && ops->stream) n->compute = (cudaStream_t)ops->stream(opts->kctx);
     }
     CUDA_TRY(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking), free_impl);
     CUDA_TRY(cudaEventCreateWithFlags(&n->compute_ready, cudaEventDisableTiming), destroy_stream);
@@ -139,21 +136,20 @@ static zt_status nccl_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
     }
     uint64_t deadline = zt_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
     if (c->world > 1) {
-        st = zt_comm_net_rendezvous(opts, c->session, c->timeout_ms, 0, &id, sizeof(id), NULL,
-                                    NULL, 0, err);
-        if (st != ZT_OK)
-            goto free_barrier;
+        st = zt_comm_net_rendezvous(opts, c->session, c->timeout_ms, 0, &id, sizeof(id), NULL, NULL,
+                                    0, err);
+        if (st != ZT_OK) goto free_barrier;
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* so that a missing rank cannot hang creation past the timeout */
     ncclResult_t r = ncclCommInitRankConfig(&n->comm, c->world, id, c->rank, &cfg);
-    if (r == ncclInProgress || r == ncclSuccess)
-        r = settle(n->comm, r, deadline);
+    if (r == ncclInProgress || r == ncclSuccess) r = settle(n->comm, r, deadline);
     if (r != ncclSuccess) {
         if (r == ncclInProgress)
-            st = zt_err_set(err, ZT_ERR_TIMEOUT,
-                            "rank %d: NCCL communicator creation (%d ranks) did not finish within %d ms; a rank is missing or cannot reach the others",
-                            c->rank, c->world, c->timeout_ms);
+            st = zt_err_set(
+                err, ZT_ERR_TIMEOUT,
+                "rank %d: NCCL communicator creation (%d ranks) did not finish within %d ms; a rank is missing or cannot reach the others",
+                c->rank, c->world, c->timeout_ms);
         else
             st = nccl_fail(err, r, n->comm, "ncclCommInitRankConfig");
         abort_locked(n);
@@ -178,8 +174,7 @@ static void nccl_abort(zt_comm *c, const zt_err *why)
 {
     (void)why; /* NCCL peers see the communicator fail; they cannot be told why */
     nccl_impl *n = c->impl;
-    if (!n)
-        return;
+    if (!n) return;
     atomic_store(&n->aborted, 1);
     pthread_mutex_lock(&n->lock);
     abort_locked(n);
@@ -189,15 +184,13 @@ static void nccl_abort(zt_comm *c, const zt_err *why)
 static void nccl_fini(zt_comm *c)
 {
     nccl_impl *n = c->impl;
-    if (!n)
-        return;
+    if (!n) return;
     cudaSetDevice(n->device);
     /* finalizing waits for queued work; with requests still pending, abandon them instead */
     bool pending = false;
     pthread_mutex_lock(&c->lock);
     for (zt_comm_req *r = c->live_head; r; r = r->live_next)
-        if (r->state == ZT_REQ_QUEUED || r->state == ZT_REQ_RUNNING)
-            pending = true;
+        if (r->state == ZT_REQ_QUEUED || r->state == ZT_REQ_RUNNING) pending = true;
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&n->lock);
     if (n->comm) {
@@ -207,8 +200,7 @@ static void nccl_fini(zt_comm *c)
             ncclResult_t r = ncclCommFinalize(n->comm);
             r = settle(n->comm, r, deadline);
             clean = r == ncclSuccess && ncclCommDestroy(n->comm) == ncclSuccess;
-            if (clean)
-                n->comm = NULL;
+            if (clean) n->comm = NULL;
         }
         abort_locked(n); /* pending work abandoned, or finalize failed */
     }
@@ -229,8 +221,7 @@ static zt_status nccl_submit(zt_comm *c, zt_comm_req *r, zt_err *err)
     char d[160];
     zt_comm_req_describe(r, d, sizeof(d));
     nccl_req *q = zt_calloc(1, sizeof(*q));
-    if (!q)
-        return zt_err_set(err, ZT_ERR_NOMEM, "%s: out of memory", d);
+    if (!q) return zt_err_set(err, ZT_ERR_NOMEM, "%s: out of memory", d);
     r->backend_data = q;
     CUDA_TRY(cudaEventCreate(&q->start), fail);
     CUDA_TRY(cudaEventCreate(&q->done), fail);
@@ -268,8 +259,8 @@ static zt_status nccl_submit(zt_comm *c, zt_comm_req *r, zt_err *err)
     res = settle(n->comm, res, zt_now_ns() + (uint64_t)c->timeout_ms * 1000000ull);
     if (res != ncclSuccess) {
         if (res == ncclInProgress)
-            st = zt_err_set(err, ZT_ERR_TIMEOUT, "%s: NCCL did not accept the call within %d ms",
-                            d, c->timeout_ms);
+            st = zt_err_set(err, ZT_ERR_TIMEOUT, "%s: NCCL did not accept the call within %d ms", d,
+                            c->timeout_ms);
         else
             st = nccl_fail(err, res, n->comm, d);
         pthread_mutex_unlock(&n->lock);
@@ -294,8 +285,7 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r)
     pthread_mutex_lock(&c->lock);
     bool finished = r->state == ZT_REQ_DONE || r->state == ZT_REQ_FAILED;
     pthread_mutex_unlock(&c->lock);
-    if (finished)
-        return;
+    if (finished) return;
     char d[160];
     zt_comm_req_describe(r, d, sizeof(d));
     uint64_t start = zt_now_ns();
@@ -306,8 +296,7 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r)
         cudaError_t ce = cudaEventQuery(q->done);
         if (ce == cudaSuccess) {
             float ms = 0;
-            if (cudaEventElapsedTime(&ms, q->start, q->done) == cudaSuccess)
-                r->busy_s = ms * 1e-3;
+            if (cudaEventElapsedTime(&ms, q->start, q->done) == cudaSuccess) r->busy_s = ms * 1e-3;
             /* later compute sees the result even if nobody synchronises the host */
             cudaStreamWaitEvent(n->compute, q->done, 0);
             break;
@@ -328,8 +317,7 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r)
                 st = zt_err_set(&e, ZT_ERR_CANCELED, "%s: the NCCL communicator was aborted", d);
             break;
         }
-        if (ncclCommGetAsyncError(n->comm, &ae) != ncclSuccess)
-            ae = ncclInternalError;
+        if (ncclCommGetAsyncError(n->comm, &ae) != ncclSuccess) ae = ncclInternalError;
         if (ae != ncclSuccess && ae != ncclInProgress) {
             st = nccl_fail(&e, ae, n->comm, d);
             if (ae == ncclRemoteError || ae == ncclSystemError) /* a peer died or failed */
@@ -339,9 +327,10 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r)
         }
         pthread_mutex_unlock(&n->lock);
         if (zt_now_ns() > deadline) {
-            st = zt_err_set(&e, ZT_ERR_TIMEOUT,
-                            "%s: not complete after %d ms; a rank is stalled, dead or issued a different collective (NCCL cannot say which; compare the ranks' recent collectives); the NCCL communicator was aborted",
-                            d, c->timeout_ms);
+            st = zt_err_set(
+                &e, ZT_ERR_TIMEOUT,
+                "%s: not complete after %d ms; a rank is stalled, dead or issued a different collective (NCCL cannot say which; compare the ranks' recent collectives); the NCCL communicator was aborted",
+                d, c->timeout_ms);
             break;
         }
         pause_briefly(&spins);
@@ -360,12 +349,9 @@ static void nccl_req_free(zt_comm *c, zt_comm_req *r)
 {
     (void)c;
     nccl_req *q = r->backend_data;
-    if (!q)
-        return;
-    if (q->start)
-        cudaEventDestroy(q->start);
-    if (q->done)
-        cudaEventDestroy(q->done);
+    if (!q) return;
+    if (q->start) cudaEventDestroy(q->start);
+    if (q->done) cudaEventDestroy(q->done);
     zt_free(q);
     r->backend_data = NULL;
 }

@@ -36,8 +36,7 @@
 int zt_comm_net_set_nonblock(int fd, int on)
 {
     int fl = fcntl(fd, F_GETFL);
-    if (fl < 0)
-        return -1;
+    if (fl < 0) return -1;
     fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
     return fcntl(fd, F_SETFL, fl);
 }
@@ -51,15 +50,13 @@ void zt_comm_net_nodelay(int fd)
 static void set_cloexec(int fd)
 {
     int fl = fcntl(fd, F_GETFD);
-    if (fl >= 0)
-        (void)fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+    if (fl >= 0) (void)fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 }
 
 static int ms_until(uint64_t deadline_ns)
 {
     uint64_t now = zt_now_ns();
-    if (now >= deadline_ns)
-        return 0;
+    if (now >= deadline_ns) return 0;
     uint64_t ms = (deadline_ns - now + 999999) / 1000000;
     return ms > 1000000000 ? 1000000000 : (int)ms;
 }
@@ -74,8 +71,7 @@ static void numeric_host(const struct sockaddr *sa, socklen_t len, char *out, si
         return;
     }
     const char *p = h;
-    if (strncmp(p, "::ffff:", 7) == 0 && strchr(p + 7, '.'))
-        p += 7;
+    if (strncmp(p, "::ffff:", 7) == 0 && strchr(p + 7, '.')) p += 7;
     snprintf(out, outlen, "%s", p);
 }
 
@@ -101,8 +97,7 @@ int zt_comm_net_write_all(int fd, const void *buf, size_t len, uint64_t deadline
             len -= (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
+        if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             int ms = ms_until(deadline_ns);
             if (ms == 0) {
@@ -135,8 +130,7 @@ int zt_comm_net_read_all(int fd, void *buf, size_t len, uint64_t deadline_ns, co
             zt_err_set(err, ZT_ERR_PEER, "%s closed the connection", who);
             return -1;
         }
-        if (errno == EINTR)
-            continue;
+        if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
             int ms = ms_until(deadline_ns);
             if (ms == 0) {
@@ -195,8 +189,7 @@ static int connect_once(const char *host, uint16_t port, uint64_t deadline_ns, c
                 errno = ETIMEDOUT;
             }
         }
-        if (rc == 0)
-            break;
+        if (rc == 0) break;
         snprintf(why, whylen, "%s", strerror(errno));
         close(fd);
         fd = -1;
@@ -220,8 +213,8 @@ int zt_comm_net_connect_retry(const char *host, uint16_t port, uint64_t deadline
         if (now >= deadline_ns) {
             zt_err_set(err, ZT_ERR_TIMEOUT,
                        "could not connect to %s at %s:%u within %llu ms (last error: %s)", who,
-                       host, (unsigned)port,
-                       (unsigned long long)((zt_now_ns() - start) / 1000000), why);
+                       host, (unsigned)port, (unsigned long long)((zt_now_ns() - start) / 1000000),
+                       why);
             return -1;
         }
         uint64_t left_ms = (deadline_ns - now) / 1000000ull;
@@ -235,16 +228,14 @@ int zt_comm_net_accept(int lfd, uint64_t deadline_ns, const char *who, zt_err *e
         int ms = ms_until(deadline_ns);
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
         int rc = ms > 0 ? poll(&pfd, 1, ms) : 0;
-        if (rc < 0 && errno == EINTR)
-            continue;
+        if (rc < 0 && errno == EINTR) continue;
         if (rc == 0) {
             zt_err_set(err, ZT_ERR_TIMEOUT, "%s did not connect before the deadline", who);
             return -1;
         }
         int fd = accept(lfd, NULL, NULL);
         if (fd < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ||
-                errno == ECONNABORTED)
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED)
                 continue;
             zt_err_set(err, ZT_ERR_IO, "accept while waiting for %s: %s", who, strerror(errno));
             return -1;
@@ -311,9 +302,9 @@ static zt_status parse_addr(const char *s, char *host, size_t hlen, uint16_t *po
     const char *scheme = strstr(s, "://");
     if (scheme) {
         if (strncmp(s, "tcp://", 6) != 0)
-            return zt_err_set(err, ZT_ERR_CONFIG,
-                              "rendezvous address '%s': only tcp:// is supported (write tcp://host:port)",
-                              s);
+            return zt_err_set(
+                err, ZT_ERR_CONFIG,
+                "rendezvous address '%s': only tcp:// is supported (write tcp://host:port)", s);
         p = s + 6;
     }
     const char *colon;
@@ -322,18 +313,19 @@ static zt_status parse_addr(const char *s, char *host, size_t hlen, uint16_t *po
     if (*p == '[') {
         const char *close_br = strchr(p, ']');
         if (!close_br || close_br[1] != ':')
-            return zt_err_set(err, ZT_ERR_CONFIG,
-                              "rendezvous address '%s': an IPv6 address needs the form tcp://[addr]:port",
-                              s);
+            return zt_err_set(
+                err, ZT_ERR_CONFIG,
+                "rendezvous address '%s': an IPv6 address needs the form tcp://[addr]:port", s);
         h = p + 1;
         n = (size_t)(close_br - h);
         colon = close_br + 1;
     } else {
         colon = strrchr(p, ':');
         if (!colon || strchr(p, ':') != colon)
-            return zt_err_set(err, ZT_ERR_CONFIG,
-                              "rendezvous address '%s': expected tcp://host:port (IPv6 addresses in brackets)",
-                              s);
+            return zt_err_set(
+                err, ZT_ERR_CONFIG,
+                "rendezvous address '%s': expected tcp://host:port (IPv6 addresses in brackets)",
+                s);
         n = (size_t)(colon - p);
     }
     if (n == 0 || n >= hlen)
@@ -376,9 +368,10 @@ static int listen_rendezvous(const char *host, uint16_t port, uint64_t deadline_
     hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
     int gai = getaddrinfo(host, ports, &hints, &res);
     if (gai != 0) {
-        zt_err_set(err, ZT_ERR_CONFIG,
-                   "rendezvous %s: rank 0 cannot resolve '%s' (%s); use a host name or address of rank 0's machine",
-                   addr, host, gai_strerror(gai));
+        zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "rendezvous %s: rank 0 cannot resolve '%s' (%s); use a host name or address of rank 0's machine",
+            addr, host, gai_strerror(gai));
         return -1;
     }
     char why[256] = "no usable address";
@@ -413,14 +406,14 @@ static int listen_rendezvous(const char *host, uint16_t port, uint64_t deadline_
             snprintf(why, sizeof(why), "%s", strerror(errno));
             close(fd);
         }
-        if (zt_now_ns() + 100000000ull >= deadline_ns)
-            break;
+        if (zt_now_ns() + 100000000ull >= deadline_ns) break;
         zt_sleep_ms(100);
     }
     freeaddrinfo(res);
-    zt_err_set(err, ZT_ERR_IO,
-               "rendezvous %s: rank 0 cannot listen there: %s (another process may hold the port; pick another port in ZT_RENDEZVOUS)",
-               addr, why);
+    zt_err_set(
+        err, ZT_ERR_IO,
+        "rendezvous %s: rank 0 cannot listen there: %s (another process may hold the port; pick another port in ZT_RENDEZVOUS)",
+        addr, why);
     return -1;
 }
 
@@ -437,8 +430,7 @@ static int send_reply(int fd, uint32_t type, zt_status st, const void *body, siz
     zt_comm_put_u32(h + 4, type);
     zt_comm_put_u32(h + 8, (uint32_t)st);
     zt_comm_put_u32(h + 12, (uint32_t)len);
-    if (zt_comm_net_write_all(fd, h, sizeof(h), deadline_ns, who, err) != 0)
-        return -1;
+    if (zt_comm_net_write_all(fd, h, sizeof(h), deadline_ns, who, err) != 0) return -1;
     return zt_comm_net_write_all(fd, body, len, deadline_ns, who, err);
 }
 
@@ -460,8 +452,7 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
     int world = opts->world_size;
     zt_status st = ZT_OK;
     int lfd = listen_rendezvous(host, port, deadline_ns, addr, err);
-    if (lfd < 0)
-        return err ? err->status : ZT_ERR_IO;
+    if (lfd < 0) return err ? err->status : ZT_ERR_IO;
     int *fds = zt_calloc((size_t)world, sizeof(int));
     zt_comm_peer_addr *tab = zt_calloc((size_t)world, sizeof(*tab));
     unsigned char *body = NULL;
@@ -489,10 +480,11 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
                 if (fds[r] < 0)
                     used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d",
                                              used ? ", " : "", r);
-            st = zt_err_set(err, ZT_ERR_TIMEOUT,
-                            "rendezvous %s: only %d of %d ranks joined within %d ms; missing rank(s) %s%s%s; start them with ZT_RENDEZVOUS=%s, or raise the timeout (ZT_COMM_TIMEOUT_MS)",
-                            addr, joined + 1, world, timeout_ms, missing,
-                            last_refusal[0] ? "; last refusal: " : "", last_refusal, addr);
+            st = zt_err_set(
+                err, ZT_ERR_TIMEOUT,
+                "rendezvous %s: only %d of %d ranks joined within %d ms; missing rank(s) %s%s%s; start them with ZT_RENDEZVOUS=%s, or raise the timeout (ZT_COMM_TIMEOUT_MS)",
+                addr, joined + 1, world, timeout_ms, missing,
+                last_refusal[0] ? "; last refusal: " : "", last_refusal, addr);
             goto free_all;
         }
         char who[96];
@@ -500,8 +492,7 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
         peer_host(fd, phost, sizeof(phost));
         snprintf(who, sizeof(who), "a joining rank at %s", phost);
         uint64_t conn_deadline = zt_now_ns() + 5000000000ull;
-        if (conn_deadline > deadline_ns)
-            conn_deadline = deadline_ns;
+        if (conn_deadline > deadline_ns) conn_deadline = deadline_ns;
         unsigned char h[RDV_HELLO_LEN];
         if (zt_comm_net_read_all(fd, h, sizeof(h), conn_deadline, who, &e) != 0) {
             ZT_WARN("comm", "rendezvous %s: dropped a connection: %s", addr, e.msg);
@@ -523,9 +514,10 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
         }
         char msg[900];
         if (hl->version != RDV_VERSION) {
-            snprintf(msg, sizeof(msg),
-                     "rendezvous protocol version %u does not match rank 0's %u; run the same zerotrain build on every rank",
-                     hl->version, RDV_VERSION);
+            snprintf(
+                msg, sizeof(msg),
+                "rendezvous protocol version %u does not match rank 0's %u; run the same zerotrain build on every rank",
+                hl->version, RDV_VERSION);
             refuse(fd, ZT_ERR_CONFIG, msg, last_refusal, sizeof(last_refusal));
             close(fd);
             continue;
@@ -539,24 +531,28 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
         hl->session[slen] = '\0';
         int r = (int)hl->rank;
         if ((int)hl->world != world) {
-            snprintf(msg, sizeof(msg),
-                     "rank %u from %s says the world has %u ranks but rank 0 has %d; give every rank the same ZT_WORLD_SIZE",
-                     hl->rank, phost, hl->world, world);
+            snprintf(
+                msg, sizeof(msg),
+                "rank %u from %s says the world has %u ranks but rank 0 has %d; give every rank the same ZT_WORLD_SIZE",
+                hl->rank, phost, hl->world, world);
             refuse(fd, ZT_ERR_CONFIG, msg, last_refusal, sizeof(last_refusal));
         } else if (r < 1 || r >= world) {
-            snprintf(msg, sizeof(msg),
-                     "rank %u from %s is not a valid joining rank for a world of %d (1..%d); check ZT_RANK",
-                     hl->rank, phost, world, world - 1);
+            snprintf(
+                msg, sizeof(msg),
+                "rank %u from %s is not a valid joining rank for a world of %d (1..%d); check ZT_RANK",
+                hl->rank, phost, world, world - 1);
             refuse(fd, ZT_ERR_CONFIG, msg, last_refusal, sizeof(last_refusal));
         } else if (strcmp(hl->session, session) != 0) {
-            snprintf(msg, sizeof(msg),
-                     "rank %d from %s presents session '%.200s' but rank 0 runs session '%.200s' (a rank of another run attempt?); start every rank of the run with the same session",
-                     r, phost, hl->session, session);
+            snprintf(
+                msg, sizeof(msg),
+                "rank %d from %s presents session '%.200s' but rank 0 runs session '%.200s' (a rank of another run attempt?); start every rank of the run with the same session",
+                r, phost, hl->session, session);
             refuse(fd, ZT_ERR_AUTH, msg, last_refusal, sizeof(last_refusal));
         } else if (hl->blob_len != blob_len) {
-            snprintf(msg, sizeof(msg),
-                     "rank %d from %s expects a %u-byte bootstrap blob but rank 0 sends %zu bytes (are the ranks using different collective backends?)",
-                     r, phost, hl->blob_len, blob_len);
+            snprintf(
+                msg, sizeof(msg),
+                "rank %d from %s expects a %u-byte bootstrap blob but rank 0 sends %zu bytes (are the ranks using different collective backends?)",
+                r, phost, hl->blob_len, blob_len);
             refuse(fd, ZT_ERR_CONFIG, msg, last_refusal, sizeof(last_refusal));
         } else if (fds[r] >= 0) {
             snprintf(msg, sizeof(msg),
@@ -568,8 +564,8 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
             snprintf(tab[r].host, sizeof(tab[r].host), "%s", phost);
             tab[r].port = (uint16_t)hl->port;
             joined++;
-            ZT_DEBUG("comm", "rendezvous: rank %d joined from %s (%d of %d)", r, phost,
-                     joined + 1, world);
+            ZT_DEBUG("comm", "rendezvous: rank %d joined from %s (%d of %d)", r, phost, joined + 1,
+                     world);
             continue;
         }
         close(fd);
@@ -585,27 +581,24 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
         memcpy(body + (size_t)r * RDV_TABLE_ENTRY, tab[r].host, sizeof(tab[r].host));
         zt_comm_put_u32(body + (size_t)r * RDV_TABLE_ENTRY + 64, tab[r].port);
     }
-    if (blob_len)
-        memcpy(body + (size_t)world * RDV_TABLE_ENTRY, blob, blob_len);
+    if (blob_len) memcpy(body + (size_t)world * RDV_TABLE_ENTRY, blob, blob_len);
     for (int r = 1; r < world; r++) {
         char who[64];
         zt_err e;
         snprintf(who, sizeof(who), "rank %d", r);
         if (send_reply(fds[r], RDV_TABLE, ZT_OK, body, body_len, deadline_ns, who, &e) != 0) {
             st = zt_err_set(err, ZT_ERR_PEER,
-                            "rendezvous %s: could not send the peer table to rank %d: %s", addr,
-                            r, e.msg);
+                            "rendezvous %s: could not send the peer table to rank %d: %s", addr, r,
+                            e.msg);
             goto free_all;
         }
     }
-    if (table)
-        memcpy(table, tab, (size_t)world * sizeof(*tab));
+    if (table) memcpy(table, tab, (size_t)world * sizeof(*tab));
 
 free_all:
     if (fds)
         for (int r = 0; r < world; r++)
-            if (fds[r] >= 0)
-                close(fds[r]);
+            if (fds[r] >= 0) close(fds[r]);
     zt_free(hl);
     zt_free(body);
     zt_free(tab);
@@ -617,8 +610,7 @@ free_all:
 static zt_status peer_join(const zt_comm_opts *opts, const char *session, const char *addr,
                            const char *host, uint16_t port, uint64_t deadline_ns, int timeout_ms,
                            uint16_t listen_port, void *blob, size_t blob_len,
-                           zt_comm_peer_addr *table, char *rank0_host, size_t host_len,
-                           zt_err *err)
+                           zt_comm_peer_addr *table, char *rank0_host, size_t host_len, zt_err *err)
 {
     int world = opts->world_size;
     zt_status st = ZT_OK;
@@ -627,14 +619,15 @@ static zt_status peer_join(const zt_comm_opts *opts, const char *session, const 
     snprintf(who, sizeof(who), "rank 0 (rendezvous %s)", addr);
     int fd = zt_comm_net_connect_retry(host, port, deadline_ns, who, &e);
     if (fd < 0)
-        return zt_err_set(err, e.status,
-                          "rendezvous: rank %d %s; is rank 0 running and listening there? (ZT_RENDEZVOUS)",
-                          opts->rank, e.msg);
+        return zt_err_set(
+            err, e.status,
+            "rendezvous: rank %d %s; is rank 0 running and listening there? (ZT_RENDEZVOUS)",
+            opts->rank, e.msg);
     size_t slen = strlen(session);
     unsigned char *hbuf = NULL, *body = NULL;
     if (slen > RDV_MAX_SESSION) {
-        st = zt_err_set(err, ZT_ERR_CONFIG, "rendezvous: the session string is longer than %d bytes",
-                        RDV_MAX_SESSION);
+        st = zt_err_set(err, ZT_ERR_CONFIG,
+                        "rendezvous: the session string is longer than %d bytes", RDV_MAX_SESSION);
         goto close_fd;
     }
     hbuf = zt_malloc(RDV_HELLO_LEN + slen);
@@ -657,9 +650,10 @@ static zt_status peer_join(const zt_comm_opts *opts, const char *session, const 
     unsigned char rh[RDV_REPLY_LEN];
     if (zt_comm_net_read_all(fd, rh, sizeof(rh), deadline_ns, who, &e) != 0) {
         if (e.status == ZT_ERR_TIMEOUT)
-            st = zt_err_set(err, ZT_ERR_TIMEOUT,
-                            "rendezvous %s: rank 0 took rank %d in but did not send the peer table within %d ms (are all %d ranks started?)",
-                            addr, opts->rank, timeout_ms, world);
+            st = zt_err_set(
+                err, ZT_ERR_TIMEOUT,
+                "rendezvous %s: rank 0 took rank %d in but did not send the peer table within %d ms (are all %d ranks started?)",
+                addr, opts->rank, timeout_ms, world);
         else
             st = zt_err_set(err, e.status, "rendezvous: rank %d: %s", opts->rank, e.msg);
         goto close_fd;
@@ -669,9 +663,10 @@ static zt_status peer_join(const zt_comm_opts *opts, const char *session, const 
     size_t want = (size_t)world * RDV_TABLE_ENTRY + blob_len;
     if (zt_comm_get_u32(rh) != RDV_MAGIC || (type != RDV_TABLE && type != RDV_REJECT) ||
         (type == RDV_TABLE && len != want) || (type == RDV_REJECT && len > 4096)) {
-        st = zt_err_set(err, ZT_ERR_PEER,
-                        "rendezvous %s: rank %d got a garbled reply (is something other than zerotrain's rank 0 listening there?)",
-                        addr, opts->rank);
+        st = zt_err_set(
+            err, ZT_ERR_PEER,
+            "rendezvous %s: rank %d got a garbled reply (is something other than zerotrain's rank 0 listening there?)",
+            addr, opts->rank);
         goto close_fd;
     }
     body = zt_malloc(len + 1);
@@ -696,10 +691,8 @@ static zt_status peer_join(const zt_comm_opts *opts, const char *session, const 
             table[r].host[sizeof(table[r].host) - 1] = '\0';
             table[r].port = (uint16_t)zt_comm_get_u32(body + (size_t)r * RDV_TABLE_ENTRY + 64);
         }
-    if (blob_len)
-        memcpy(blob, body + (size_t)world * RDV_TABLE_ENTRY, blob_len);
-    if (rank0_host && host_len)
-        peer_host(fd, rank0_host, host_len);
+    if (blob_len) memcpy(blob, body + (size_t)world * RDV_TABLE_ENTRY, blob_len);
+    if (rank0_host && host_len) peer_host(fd, rank0_host, host_len);
 
 close_fd:
     zt_free(body);
@@ -717,8 +710,7 @@ zt_status zt_comm_net_rendezvous(const zt_comm_opts *opts, const char *session, 
     uint16_t port = 0;
     const char *addr = opts->rendezvous ? opts->rendezvous : "";
     zt_status st = parse_addr(addr, host, sizeof(host), &port, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     if (blob_len > RDV_MAX_BLOB)
         return zt_err_set(err, ZT_ERR_INVALID, "rendezvous: blob of %zu bytes is too large",
                           blob_len);

@@ -45,9 +45,9 @@ typedef struct blame {
     int origin;   /* the rank held responsible */
     int detector; /* the rank that saw it first */
     zt_status st;
-    uint64_t seq;      /* the detector's collective */
-    uint64_t fail_seq; /* the first collective the sender of a FAIL frame did not complete */
-    char desc[CTL_DESC_MAX];     /* the detector's collective, "" if none */
+    uint64_t seq;            /* the detector's collective */
+    uint64_t fail_seq;       /* the first collective the sender of a FAIL frame did not complete */
+    char desc[CTL_DESC_MAX]; /* the detector's collective, "" if none */
     char detail[CTL_DETAIL_MAX]; /* what happened */
 } blame;
 
@@ -125,8 +125,7 @@ static void reduce_add(zt_dtype dt, unsigned char *out, const unsigned char *in,
 
 static void ctl_write_locked(ctl_chan *ch, const unsigned char *frame, size_t len)
 {
-    if (ch->fd < 0)
-        return;
+    if (ch->fd < 0) return;
     size_t off = 0;
     uint64_t deadline = zt_now_ns() + 200000000ull; /* best effort, never long */
     while (off < len && zt_now_ns() < deadline) {
@@ -156,10 +155,8 @@ static size_t ctl_encode(unsigned char *f, uint32_t type, const blame *b, uint64
     zt_comm_put_u32(f + 24, (uint32_t)tl);
     zt_comm_put_u64(f + 32, b ? b->seq : 0);
     zt_comm_put_u64(f + 40, fail_seq);
-    if (dl)
-        memcpy(f + CTL_HDR, b->desc, dl);
-    if (tl)
-        memcpy(f + CTL_HDR + dl, b->detail, tl);
+    if (dl) memcpy(f + CTL_HDR, b->desc, dl);
+    if (tl) memcpy(f + CTL_HDR + dl, b->detail, tl);
     return CTL_HDR + dl + tl;
 }
 
@@ -176,16 +173,12 @@ static void tell_peers_and_close(tcp_impl *t, const blame *b, uint64_t fail_seq)
         size_t n = ctl_encode(f, CTL_FAIL, b, fail_seq);
         ctl_write_locked(&t->ctl_next, f, n);
         ctl_write_locked(&t->ctl_prev, f, n);
-        if (t->ctl_next.fd >= 0)
-            shutdown(t->ctl_next.fd, SHUT_WR);
-        if (t->ctl_prev.fd >= 0)
-            shutdown(t->ctl_prev.fd, SHUT_WR);
+        if (t->ctl_next.fd >= 0) shutdown(t->ctl_next.fd, SHUT_WR);
+        if (t->ctl_prev.fd >= 0) shutdown(t->ctl_prev.fd, SHUT_WR);
     }
     pthread_mutex_unlock(&t->ctl_lock);
-    if (t->data_next >= 0)
-        shutdown(t->data_next, SHUT_RDWR);
-    if (t->data_prev >= 0)
-        shutdown(t->data_prev, SHUT_RDWR);
+    if (t->data_next >= 0) shutdown(t->data_next, SHUT_RDWR);
+    if (t->data_prev >= 0) shutdown(t->data_prev, SHUT_RDWR);
 }
 
 static void send_waiting(tcp_impl *t, uint64_t seq)
@@ -196,22 +189,18 @@ static void send_waiting(tcp_impl *t, uint64_t seq)
     b.seq = seq;
     size_t n = ctl_encode(f, CTL_WAITING, &b, seq);
     pthread_mutex_lock(&t->ctl_lock);
-    if (!t->fail_sent)
-        ctl_write_locked(&t->ctl_next, f, n);
+    if (!t->fail_sent) ctl_write_locked(&t->ctl_next, f, n);
     pthread_mutex_unlock(&t->ctl_lock);
 }
 
 /* Reads what a neighbour sent on its control channel (progress thread only). */
 static void ctl_read(tcp_impl *t, ctl_chan *ch, int from)
 {
-    if (ch->fd < 0 || ch->eof)
-        return;
+    if (ch->fd < 0 || ch->eof) return;
     for (;;) {
         ssize_t n = recv(ch->fd, ch->buf + ch->got, sizeof(ch->buf) - ch->got, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (n <= 0) {
             ch->eof = true;
             break;
@@ -226,8 +215,7 @@ static void ctl_read(tcp_impl *t, ctl_chan *ch, int from)
                 return;
             }
             size_t total = CTL_HDR + dl + tl;
-            if (ch->got < total)
-                break;
+            if (ch->got < total) break;
             uint32_t type = zt_comm_get_u32(f + 4);
             if (type == CTL_FAIL && !t->have_remote) {
                 blame *b = &t->remote;
@@ -272,8 +260,8 @@ typedef struct xfer {
     size_t r_hoff;
     uint32_t r_step;
     size_t r_len, r_off;
-    unsigned char *r_dst;       /* direct destination, or NULL to reduce: */
-    unsigned char *r_out;       /*   r_out[i] = received[i] + r_own[i] */
+    unsigned char *r_dst; /* direct destination, or NULL to reduce: */
+    unsigned char *r_out; /*   r_out[i] = received[i] + r_own[i] */
     const unsigned char *r_own;
     size_t r_fill, r_done_el;
 } xfer;
@@ -383,16 +371,18 @@ static zt_status check_hdr(zt_comm *c, tcp_impl *t, const zt_comm_req *r, const 
         char theirs[160], mine[160];
         describe_hdr(h, theirs, sizeof(theirs));
         zt_comm_req_describe(r, mine, sizeof(mine));
-        set_blame(b, c, r, t->prev, ZT_ERR_STATE,
-                  "rank %d sent %s but rank %d runs %s; every rank must issue the same collectives in the same order",
-                  t->prev, theirs, c->rank, mine);
+        set_blame(
+            b, c, r, t->prev, ZT_ERR_STATE,
+            "rank %d sent %s but rank %d runs %s; every rank must issue the same collectives in the same order",
+            t->prev, theirs, c->rank, mine);
         return ZT_ERR_STATE;
     }
     if (zt_comm_get_u32(h + 8) != x->r_step || zt_comm_get_u64(h + 40) != (uint64_t)x->r_len) {
-        set_blame(b, c, r, t->prev, ZT_ERR_INTERNAL,
-                  "rank %d sent ring step %u with %llu bytes but rank %d expects step %u with %zu bytes (internal error)",
-                  t->prev, zt_comm_get_u32(h + 8),
-                  (unsigned long long)zt_comm_get_u64(h + 40), c->rank, x->r_step, x->r_len);
+        set_blame(
+            b, c, r, t->prev, ZT_ERR_INTERNAL,
+            "rank %d sent ring step %u with %llu bytes but rank %d expects step %u with %zu bytes (internal error)",
+            t->prev, zt_comm_get_u32(h + 8), (unsigned long long)zt_comm_get_u64(h + 40), c->rank,
+            x->r_step, x->r_len);
         return ZT_ERR_INTERNAL;
     }
     return ZT_OK;
@@ -420,20 +410,17 @@ static zt_status aborted_blame(zt_comm *c, const zt_comm_req *r, blame *b)
 static zt_status peer_gone(zt_comm *c, tcp_impl *t, const zt_comm_req *r, int peer, int sys_errno,
                            blame *b)
 {
-    if (atomic_load(&t->aborted))
-        return aborted_blame(c, r, b);
+    if (atomic_load(&t->aborted)) return aborted_blame(c, r, b);
     ctl_chan *ch = peer == t->next ? &t->ctl_next : &t->ctl_prev;
     ctl_chan *other = ch == &t->ctl_next ? &t->ctl_prev : &t->ctl_next;
     uint64_t deadline = zt_now_ns() + (uint64_t)GRACE_MS * 1000000ull;
     while (!t->have_remote && !ch->eof && ch->fd >= 0 && zt_now_ns() < deadline) {
         struct pollfd p = {.fd = ch->fd, .events = POLLIN};
         int ms = (int)((deadline - zt_now_ns()) / 1000000ull) + 1;
-        if (poll(&p, 1, ms) > 0)
-            ctl_read(t, ch, peer);
+        if (poll(&p, 1, ms) > 0) ctl_read(t, ch, peer);
     }
     ctl_read(t, other, peer == t->next ? t->prev : t->next);
-    if (t->have_remote)
-        return t->remote.st;
+    if (t->have_remote) return t->remote.st;
     if (sys_errno == ECONNRESET || sys_errno == EPIPE)
         set_blame(b, c, r, peer, ZT_ERR_PEER, "rank %d reset the connection (it probably died)",
                   peer);
@@ -460,23 +447,19 @@ static int do_send(tcp_impl *t, zt_comm_req *r, xfer *x, bool *progress)
         }
         if (avail > x->s_off) {
             size_t want = avail - x->s_off;
-            if (want > BURST_BYTES)
-                want = BURST_BYTES;
+            if (want > BURST_BYTES) want = BURST_BYTES;
             iov[n_iov].iov_base = (void *)(x->s_src + x->s_off);
             iov[n_iov++].iov_len = want;
         }
-        if (n_iov == 0)
-            break; /* forwarding: wait for more to arrive */
+        if (n_iov == 0) break; /* forwarding: wait for more to arrive */
         struct msghdr m;
         memset(&m, 0, sizeof(m));
         m.msg_iov = iov;
         m.msg_iovlen = (size_t)n_iov;
         ssize_t n = sendmsg(t->data_next, &m, MSG_NOSIGNAL);
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
             return errno;
         }
         size_t k = (size_t)n;
@@ -494,8 +477,7 @@ static int do_send(tcp_impl *t, zt_comm_req *r, xfer *x, bool *progress)
 }
 
 /* Receives what has arrived. Returns ZT_OK, or a failure with *b set. */
-static zt_status do_recv(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, bool *progress,
-                         blame *b)
+static zt_status do_recv(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, bool *progress, blame *b)
 {
     size_t es = zt_dtype_size(r->dt);
     size_t burst = 0;
@@ -506,22 +488,18 @@ static zt_status do_recv(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, bool 
             n = recv(t->data_prev, x->r_hdr + x->r_hoff, HDR_LEN - x->r_hoff, 0);
         } else if (x->r_dst) {
             size_t want = x->r_len - x->r_off;
-            n = recv(t->data_prev, x->r_dst + x->r_off, want < BURST_BYTES ? want : BURST_BYTES,
-                     0);
+            n = recv(t->data_prev, x->r_dst + x->r_off, want < BURST_BYTES ? want : BURST_BYTES, 0);
         } else {
             size_t want = x->r_len - x->r_off;
             size_t room = STAGE_BYTES - x->r_fill;
             n = recv(t->data_prev, t->stage + x->r_fill, want < room ? want : room, 0);
         }
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
             return peer_gone(c, t, r, t->prev, errno, b);
         }
-        if (n == 0)
-            return peer_gone(c, t, r, t->prev, 0, b);
+        if (n == 0) return peer_gone(c, t, r, t->prev, 0, b);
         size_t k = (size_t)n;
         *progress = true;
         burst += k;
@@ -529,8 +507,7 @@ static zt_status do_recv(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, bool 
             x->r_hoff += k;
             if (x->r_hoff == HDR_LEN) {
                 zt_status st = check_hdr(c, t, r, x, b);
-                if (st != ZT_OK)
-                    return st;
+                if (st != ZT_OK) return st;
             }
             continue;
         }
@@ -542,8 +519,7 @@ static zt_status do_recv(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, bool 
                        el);
             x->r_done_el += el;
             size_t left = x->r_fill - el * es;
-            if (left)
-                memmove(t->stage, t->stage + el * es, left);
+            if (left) memmove(t->stage, t->stage + el * es, left);
             x->r_fill = left;
         }
     }
@@ -558,10 +534,8 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
     uint64_t extra = 0;
     bool waiting_sent = false, deferred = false;
     while (!send_done(x) || !recv_done(x)) {
-        if (atomic_load(&t->aborted))
-            return aborted_blame(c, r, b);
-        if (remote_applies(t, r))
-            return t->remote.st;
+        if (atomic_load(&t->aborted)) return aborted_blame(c, r, b);
+        if (remote_applies(t, r)) return t->remote.st;
         bool sending = !send_done(x);
         bool receiving = !recv_done(x);
         struct pollfd p[4];
@@ -579,27 +553,21 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
             p[i].revents = 0;
         uint64_t now = zt_now_ns();
         uint64_t due = last + tmo + extra;
-        if (receiving && !waiting_sent && last + tmo / 2 < due)
-            due = last + tmo / 2;
+        if (receiving && !waiting_sent && last + tmo / 2 < due) due = last + tmo / 2;
         uint64_t wait_ms = now >= due ? 0 : (due - now + 999999) / 1000000;
         int rc = poll(p, 4, wait_ms > 60000 ? 60000 : (int)wait_ms);
         if (rc < 0 && errno != EINTR) {
             set_blame(b, c, r, c->rank, ZT_ERR_IO, "poll failed: %s", strerror(errno));
             return ZT_ERR_IO;
         }
-        if (atomic_load(&t->aborted))
-            continue; /* reported at the top of the loop */
+        if (atomic_load(&t->aborted)) continue; /* reported at the top of the loop */
         bool progress = false;
-        if (p[2].revents)
-            ctl_read(t, &t->ctl_next, t->next);
-        if (p[3].revents)
-            ctl_read(t, &t->ctl_prev, t->prev);
-        if (remote_applies(t, r))
-            return t->remote.st;
+        if (p[2].revents) ctl_read(t, &t->ctl_next, t->next);
+        if (p[3].revents) ctl_read(t, &t->ctl_prev, t->prev);
+        if (remote_applies(t, r)) return t->remote.st;
         if (sending && (p[0].revents & POLLOUT)) {
             int e = do_send(t, r, x, &progress);
-            if (e)
-                return peer_gone(c, t, r, t->next, e, b);
+            if (e) return peer_gone(c, t, r, t->next, e, b);
         }
         if (sending && !send_done(x) && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
             /* next never writes on this socket: readable means closed or reset */
@@ -610,8 +578,7 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
         }
         if (receiving && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
             zt_status st = do_recv(c, t, r, x, &progress, b);
-            if (st != ZT_OK)
-                return st;
+            if (st != ZT_OK) return st;
         }
         now = zt_now_ns();
         if (progress) {
@@ -624,8 +591,7 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
             send_waiting(t, r->seq);
             waiting_sent = true;
         }
-        if (now < last + tmo + extra)
-            continue;
+        if (now < last + tmo + extra) continue;
         unsigned long long idle_ms = (unsigned long long)((now - last) / 1000000ull);
         if (!recv_done(x)) {
             bool prev_waits = t->prev_waiting_ns >= op_start;
@@ -637,17 +603,20 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
                 continue;
             }
             if (prev_waits)
-                set_blame(b, c, r, t->prev, ZT_ERR_TIMEOUT,
-                          "nothing received from rank %d for %llu ms; rank %d reports it is itself waiting for its predecessor, so a rank further back is stalled (ZT_COMM_TIMEOUT_MS sets the limit)",
-                          t->prev, idle_ms, t->prev);
+                set_blame(
+                    b, c, r, t->prev, ZT_ERR_TIMEOUT,
+                    "nothing received from rank %d for %llu ms; rank %d reports it is itself waiting for its predecessor, so a rank further back is stalled (ZT_COMM_TIMEOUT_MS sets the limit)",
+                    t->prev, idle_ms, t->prev);
             else
-                set_blame(b, c, r, t->prev, ZT_ERR_TIMEOUT,
-                          "nothing received from rank %d for %llu ms (it is stalled, hung, or has not called this collective; ZT_COMM_TIMEOUT_MS sets the limit)",
-                          t->prev, idle_ms);
+                set_blame(
+                    b, c, r, t->prev, ZT_ERR_TIMEOUT,
+                    "nothing received from rank %d for %llu ms (it is stalled, hung, or has not called this collective; ZT_COMM_TIMEOUT_MS sets the limit)",
+                    t->prev, idle_ms);
         } else {
-            set_blame(b, c, r, t->next, ZT_ERR_TIMEOUT,
-                      "rank %d accepted no data for %llu ms (it is stalled or hung; ZT_COMM_TIMEOUT_MS sets the limit)",
-                      t->next, idle_ms);
+            set_blame(
+                b, c, r, t->next, ZT_ERR_TIMEOUT,
+                "rank %d accepted no data for %llu ms (it is stalled or hung; ZT_COMM_TIMEOUT_MS sets the limit)",
+                t->next, idle_ms);
         }
         return ZT_ERR_TIMEOUT;
     }
@@ -668,13 +637,11 @@ static void op_chunk(const zt_comm_req *r, int world, int i, size_t *off, size_t
 
 static unsigned char *scratch_get(tcp_impl *t, size_t bytes)
 {
-    if (bytes <= t->scratch_cap)
-        return t->scratch;
+    if (bytes <= t->scratch_cap) return t->scratch;
     zt_free(t->scratch);
     t->scratch_cap = 0;
     t->scratch = zt_aligned_alloc(64, bytes);
-    if (t->scratch)
-        t->scratch_cap = bytes;
+    if (t->scratch) t->scratch_cap = bytes;
     return t->scratch;
 }
 
@@ -704,8 +671,7 @@ static zt_status rs_phase(zt_comm *c, tcp_impl *t, zt_comm_req *r, const unsigne
         xfer_send(&x, r, me, (uint32_t)s, s == 0 ? src + soff * es : prev_partial, slen * es);
         xfer_recv_reduce(&x, (uint32_t)s, rlen * es, out, src + roff * es);
         zt_status st = run_xfer(c, t, r, &x, op_start, b);
-        if (st != ZT_OK)
-            return st;
+        if (st != ZT_OK) return st;
         prev_partial = out;
     }
     return ZT_OK;
@@ -727,8 +693,7 @@ static zt_status ag_phase(zt_comm *c, tcp_impl *t, zt_comm_req *r, unsigned char
         xfer_send(&x, r, me, step0 + (uint32_t)s, buf + soff * es, slen * es);
         xfer_recv(&x, step0 + (uint32_t)s, rlen * es, buf + roff * es);
         zt_status st = run_xfer(c, t, r, &x, op_start, b);
-        if (st != ZT_OK)
-            return st;
+        if (st != ZT_OK) return st;
     }
     return ZT_OK;
 }
@@ -744,8 +709,7 @@ static zt_status run_req(zt_comm *c, tcp_impl *t, zt_comm_req *r, blame *b)
         size_t off, len;
         zt_comm_chunk(r->count, n, me, &off, &len);
         zt_status st = rs_phase(c, t, r, buf, buf + off * es, NULL, NULL, op_start, b);
-        if (st != ZT_OK)
-            return st;
+        if (st != ZT_OK) return st;
         return ag_phase(c, t, r, buf, (uint32_t)(n - 1), op_start, b);
     }
     case ZT_COLL_REDUCE_SCATTER: {
@@ -787,12 +751,10 @@ static zt_status run_req(zt_comm *c, tcp_impl *t, zt_comm_req *r, blame *b)
         int pos = mod(me - r->root, n);
         xfer x;
         memset(&x, 0, sizeof(x));
-        if (pos != 0)
-            xfer_recv(&x, 0, r->count, r->recv);
+        if (pos != 0) xfer_recv(&x, 0, r->count, r->recv);
         if (pos != n - 1) {
             xfer_send(&x, r, me, 0, r->recv, r->count);
-            if (pos != 0)
-                x.s_avail = &x.r_off;
+            if (pos != 0) x.s_avail = &x.r_off;
         }
         return run_xfer(c, t, r, &x, op_start, b);
     }
@@ -803,8 +765,7 @@ static zt_status run_req(zt_comm *c, tcp_impl *t, zt_comm_req *r, blame *b)
             xfer_send(&x, r, me, (uint32_t)s, NULL, 0);
             xfer_recv(&x, (uint32_t)s, 0, NULL);
             zt_status st = run_xfer(c, t, r, &x, op_start, b);
-            if (st != ZT_OK)
-                return st;
+            if (st != ZT_OK) return st;
         }
         return ZT_OK;
     default:
@@ -842,8 +803,7 @@ static void *progress_main(void *arg)
             break;
         }
         t->q_head = r->next_queued;
-        if (!t->q_head)
-            t->q_tail = NULL;
+        if (!t->q_head) t->q_tail = NULL;
         r->next_queued = NULL;
         t->running = r;
         bool broken = c->broken;
@@ -856,8 +816,8 @@ static void *progress_main(void *arg)
         if (broken) {
             char d[CTL_DESC_MAX];
             zt_comm_req_describe(r, d, sizeof(d));
-            st = zt_err_set(&e, first.status, "%s not run, the communicator failed earlier: %s",
-                            d, first.msg);
+            st = zt_err_set(&e, first.status, "%s not run, the communicator failed earlier: %s", d,
+                            first.msg);
         } else {
             zt_comm_req_started(c, r);
             blame b;
@@ -873,8 +833,7 @@ static void *progress_main(void *arg)
                 tell_peers_and_close(t, why, r->seq);
             }
         }
-        if (st == ZT_OK)
-            atomic_store(&t->done_seq, r->seq);
+        if (st == ZT_OK) atomic_store(&t->done_seq, r->seq);
         /* no longer pending for destroy; once finished, r may be freed by its waiter */
         pthread_mutex_lock(&c->lock);
         t->running = NULL;
@@ -906,26 +865,22 @@ static int ring_hello(int fd, const char *session, int from, int world, int chan
     zt_comm_put_u32(h + 8, (uint32_t)world);
     zt_comm_put_u32(h + 12, (uint32_t)channel);
     zt_comm_put_u32(h + 16, (uint32_t)sl);
-    if (zt_comm_net_write_all(fd, h, sizeof(h), deadline, who, err) != 0)
-        return -1;
+    if (zt_comm_net_write_all(fd, h, sizeof(h), deadline, who, err) != 0) return -1;
     return zt_comm_net_write_all(fd, session, sl, deadline, who, err);
 }
 
 static int ring_read_ack(int fd, uint64_t deadline, const char *who, int rank, zt_err *err)
 {
     unsigned char a[RING_ACK_LEN];
-    if (zt_comm_net_read_all(fd, a, sizeof(a), deadline, who, err) != 0)
-        return -1;
+    if (zt_comm_net_read_all(fd, a, sizeof(a), deadline, who, err) != 0) return -1;
     uint32_t st = zt_comm_get_u32(a + 4), len = zt_comm_get_u32(a + 8);
     if (zt_comm_get_u32(a) != RING_MAGIC || len > 2048) {
         zt_err_set(err, ZT_ERR_PEER, "%s answered the ring connection with garbage", who);
         return -1;
     }
-    if (st == ZT_OK)
-        return 0;
+    if (st == ZT_OK) return 0;
     char msg[2049];
-    if (zt_comm_net_read_all(fd, msg, len, deadline, who, err) != 0)
-        return -1;
+    if (zt_comm_net_read_all(fd, msg, len, deadline, who, err) != 0) return -1;
     msg[len] = '\0';
     zt_err_set(err, st < ZT_STATUS_COUNT ? (zt_status)st : ZT_ERR_PEER,
                "%s refused rank %d's ring connection: %s", who, rank, msg);
@@ -959,8 +914,8 @@ static zt_status ring_accept(zt_comm *c, tcp_impl *t, int lfd, uint64_t deadline
                               "rank %d: %s (its ring connection never came; did it fail to start?)",
                               c->rank, e.msg);
         unsigned char h[RING_HELLO_LEN];
-        uint64_t d2 = zt_now_ns() + 5000000000ull < deadline ? zt_now_ns() + 5000000000ull
-                                                             : deadline;
+        uint64_t d2 =
+            zt_now_ns() + 5000000000ull < deadline ? zt_now_ns() + 5000000000ull : deadline;
         if (zt_comm_net_read_all(fd, h, sizeof(h), d2, who, &e) != 0 ||
             zt_comm_get_u32(h) != RING_MAGIC || zt_comm_get_u32(h + 16) > 4096) {
             ZT_WARN("comm", "rank %d: dropped a stray connection on the ring port", c->rank);
@@ -1021,8 +976,7 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
 {
     zt_status st;
     tcp_impl *t = zt_calloc(1, sizeof(*t));
-    if (!t)
-        return zt_err_set(err, ZT_ERR_NOMEM, "comm tcp: out of memory");
+    if (!t) return zt_err_set(err, ZT_ERR_NOMEM, "comm tcp: out of memory");
     t->data_next = t->data_prev = t->ctl_next.fd = t->ctl_prev.fd = -1;
     atomic_init(&t->aborted, 0);
     atomic_init(&t->done_seq, 0);
@@ -1031,8 +985,7 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
         return zt_err_set(err, ZT_ERR_INTERNAL, "comm tcp: pthread_mutex_init failed");
     }
     c->impl = t;
-    if (c->world == 1)
-        return ZT_OK;
+    if (c->world == 1) return ZT_OK;
 
     int n = c->world, me = c->rank;
     t->next = (me + 1) % n;
@@ -1054,21 +1007,18 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
     char rank0_host[64] = "";
     st = zt_comm_net_rendezvous(opts, c->session, c->timeout_ms, port, NULL, 0, table, rank0_host,
                                 sizeof(rank0_host), err);
-    if (st != ZT_OK)
-        goto fail;
-    if (me != 0)
-        snprintf(table[0].host, sizeof(table[0].host), "%s", rank0_host);
+    if (st != ZT_OK) goto fail;
+    if (me != 0) snprintf(table[0].host, sizeof(table[0].host), "%s", rank0_host);
 
     uint64_t deadline = zt_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
     char who[96];
     snprintf(who, sizeof(who), "rank %d (ring successor)", t->next);
     zt_err e;
     for (int ch = 0; ch < 2; ch++) {
-        int fd = zt_comm_net_connect_retry(table[t->next].host, table[t->next].port, deadline, who,
-                                           &e);
+        int fd =
+            zt_comm_net_connect_retry(table[t->next].host, table[t->next].port, deadline, who, &e);
         if (fd < 0 || ring_hello(fd, c->session, me, n, ch, deadline, who, &e) != 0) {
-            if (fd >= 0)
-                close(fd);
+            if (fd >= 0) close(fd);
             st = zt_err_set(err, e.status, "ring setup: rank %d: %s", me, e.msg);
             goto fail;
         }
@@ -1078,8 +1028,7 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
             t->ctl_next.fd = fd;
     }
     st = ring_accept(c, t, lfd, deadline, err);
-    if (st != ZT_OK)
-        goto fail;
+    if (st != ZT_OK) goto fail;
     if (ring_read_ack(t->data_next, deadline, who, me, &e) != 0 ||
         ring_read_ack(t->ctl_next.fd, deadline, who, me, &e) != 0) {
         st = zt_err_set(err, e.status, "ring setup: %s", e.msg);
@@ -1098,17 +1047,12 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
     return ZT_OK;
 
 fail:
-    if (lfd >= 0)
-        close(lfd);
+    if (lfd >= 0) close(lfd);
     zt_free(table);
-    if (t->data_next >= 0)
-        close(t->data_next);
-    if (t->data_prev >= 0)
-        close(t->data_prev);
-    if (t->ctl_next.fd >= 0)
-        close(t->ctl_next.fd);
-    if (t->ctl_prev.fd >= 0)
-        close(t->ctl_prev.fd);
+    if (t->data_next >= 0) close(t->data_next);
+    if (t->data_prev >= 0) close(t->data_prev);
+    if (t->ctl_next.fd >= 0) close(t->ctl_next.fd);
+    if (t->ctl_prev.fd >= 0) close(t->ctl_prev.fd);
     zt_free(t->stage);
     pthread_mutex_destroy(&t->ctl_lock);
     zt_free(t);
@@ -1130,8 +1074,7 @@ static blame abort_blame(const zt_comm *c, const zt_err *why)
 static void tcp_abort(zt_comm *c, const zt_err *why)
 {
     tcp_impl *t = c->impl;
-    if (!t)
-        return;
+    if (!t) return;
     atomic_store(&t->aborted, 1);
     if (c->world > 1) {
         blame b = abort_blame(c, why);
@@ -1145,16 +1088,14 @@ static void tcp_abort(zt_comm *c, const zt_err *why)
 static void tcp_fini(zt_comm *c)
 {
     tcp_impl *t = c->impl;
-    if (!t)
-        return;
+    if (!t) return;
     if (t->thread_started) {
         pthread_mutex_lock(&c->lock);
         t->stop = true;
         int pending = 0;
         for (zt_comm_req *q = t->q_head; q; q = q->next_queued)
             pending++;
-        if (t->running)
-            pending++;
+        if (t->running) pending++;
         pthread_cond_broadcast(&c->cond);
         pthread_mutex_unlock(&c->lock);
         if (pending) {
@@ -1167,14 +1108,10 @@ static void tcp_fini(zt_comm *c)
         }
         pthread_join(t->thread, NULL);
     }
-    if (t->data_next >= 0)
-        close(t->data_next);
-    if (t->data_prev >= 0)
-        close(t->data_prev);
-    if (t->ctl_next.fd >= 0)
-        close(t->ctl_next.fd);
-    if (t->ctl_prev.fd >= 0)
-        close(t->ctl_prev.fd);
+    if (t->data_next >= 0) close(t->data_next);
+    if (t->data_prev >= 0) close(t->data_prev);
+    if (t->ctl_next.fd >= 0) close(t->ctl_next.fd);
+    if (t->ctl_prev.fd >= 0) close(t->ctl_prev.fd);
     zt_free(t->stage);
     zt_free(t->scratch);
     pthread_mutex_destroy(&t->ctl_lock);

@@ -80,7 +80,8 @@ static inline double ct_now_ms(void)
 
 static inline void ct_sleep_ms(double ms)
 {
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                          .tv_nsec = (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
@@ -92,7 +93,7 @@ typedef int (*ct_rank_fn)(int rank, int world, const char *rendezvous, void *arg
  * code of each lands in codes[] (128+signal when killed). Children still alive after
  * limit_ms are killed (code 124 style: reported as 128+SIGKILL). */
 static inline void ct_run_world_at(const char *host, int world, ct_rank_fn fn, void *arg,
-                            double limit_ms, int *codes)
+                                   double limit_ms, int *codes)
 {
     char rdv[128];
     snprintf(rdv, sizeof(rdv), "tcp://%s:%d", host ? host : "127.0.0.1", ct_free_port());
@@ -134,8 +135,7 @@ static inline void ct_run_world_at(const char *host, int world, ct_rank_fn fn, v
             fprintf(stderr, "ct_run_world: children still running after %.0f ms, killing them\n",
                     limit_ms);
             for (int r = 0; r < world; r++)
-                if (codes[r] < 0)
-                    kill(pids[r], SIGKILL);
+                if (codes[r] < 0) kill(pids[r], SIGKILL);
         }
         ct_sleep_ms(2);
     }
@@ -165,8 +165,7 @@ static inline void ct_expect_all_ok(const char *name, int world, const int *code
 static inline uint64_t ct_fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
-    if (h == 0)
-        h = 1469598103934665603ull;
+    if (h == 0) h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
         h ^= b[i];
         h *= 1099511628211ull;

@@ -16,16 +16,14 @@ static ct_shared *sh;
 #define CUDA_OK(call)                                                                              \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            ZT_FAIL("%s: %s", #call, cudaGetErrorString(e_));                                      \
+        if (e_ != cudaSuccess) ZT_FAIL("%s: %s", #call, cudaGetErrorString(e_));                   \
     } while (0)
 
 static int probe(int rank, int world, const char *rdv, void *arg)
 {
     (void)rank, (void)world, (void)rdv, (void)arg;
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess)
-        n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
     return n > 100 ? 100 : n;
 }
 
@@ -127,8 +125,7 @@ static int rank_collectives(int rank, int world, const char *rdv, void *arg)
     CUDA_OK(cudaMemcpy(hb, db, 4096, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 4096; i++)
         ASSERT_EQ_INT(hb[i], 0x77);
-    if (zt_comm_barrier(c, &err) != ZT_OK)
-        ZT_FAIL("barrier: %s", zt_err_msg(&err));
+    if (zt_comm_barrier(c, &err) != ZT_OK) ZT_FAIL("barrier: %s", zt_err_msg(&err));
     char recent[4096];
     zt_comm_describe_recent(c, recent, sizeof(recent));
     ASSERT_CONTAINS(recent, "done in");

@@ -38,8 +38,7 @@ static float round_dt(zt_dtype dt, float v)
 static float x_of(zt_dtype dt, int mode, int seed, int rank, size_t i)
 {
     uint64_t h = mix64(((uint64_t)seed << 48) ^ ((uint64_t)rank << 40) ^ (uint64_t)i);
-    if (mode == INTS)
-        return (float)((int)(h % 17) - 8);
+    if (mode == INTS) return (float)((int)(h % 17) - 8);
     static const float pow2[13] = {1.f / 64, 1.f / 32, 1.f / 16, 1.f / 8, 1.f / 4, 1.f / 2, 1.f,
                                    2.f,      4.f,      8.f,      16.f,    32.f,    64.f};
     float m = (float)((double)(h >> 11) / 9007199254740992.0 * 2.0 - 1.0);
@@ -58,8 +57,7 @@ static int chunk_of(size_t count, int world, size_t i)
 {
     size_t base = count / (size_t)world, rem = count % (size_t)world;
     size_t big = rem * (base + 1);
-    if (i < big)
-        return (int)(i / (base + 1));
+    if (i < big) return (int)(i / (base + 1));
     return (int)(rem + (i - big) / base);
 }
 
@@ -92,8 +90,8 @@ static double eps_of(zt_dtype dt)
 
 /* Checks one reduced element: bitwise against the fixed-order reference, and within rounding
  * of the exact sum (exactly equal for integer inputs). */
-static void check_sum(const char *what, const void *buf, zt_dtype dt, size_t j, int mode,
-                      int seed, int world, int chunk, size_t i)
+static void check_sum(const char *what, const void *buf, zt_dtype dt, size_t j, int mode, int seed,
+                      int world, int chunk, size_t i)
 {
     float got = zt_load_f32(buf, dt, j);
     double sum, abs_sum;
@@ -108,8 +106,7 @@ static void check_sum(const char *what, const void *buf, zt_dtype dt, size_t j, 
     ASSERT_NEAR(got, sum, 0.0, tol);
 }
 
-static zt_comm *make_comm(int rank, int world, const char *rdv, int timeout_ms,
-                          const char *session)
+static zt_comm *make_comm(int rank, int world, const char *rdv, int timeout_ms, const char *session)
 {
     zt_comm_opts o;
     memset(&o, 0, sizeof(o));
@@ -122,8 +119,7 @@ static zt_comm *make_comm(int rank, int world, const char *rdv, int timeout_ms,
     zt_err err;
     zt_err_clear(&err);
     zt_status st = zt_comm_create(&c, zt_comm_backend_tcp(), &o, &err);
-    if (st != ZT_OK)
-        ZT_FAIL("rank %d: zt_comm_create: %s", rank, zt_err_msg(&err));
+    if (st != ZT_OK) ZT_FAIL("rank %d: zt_comm_create: %s", rank, zt_err_msg(&err));
     ASSERT_EQ_INT(zt_comm_rank(c), rank);
     ASSERT_EQ_INT(zt_comm_world_size(c), world);
     return c;
@@ -141,8 +137,7 @@ static uint64_t bytes_sent(zt_comm *c)
         zt_err e_;                                                                                 \
         zt_err_clear(&e_);                                                                         \
         zt_status s_ = (call);                                                                     \
-        if (s_ != ZT_OK)                                                                           \
-            ZT_FAIL("%s failed: %s: %s", #call, zt_status_name(s_), zt_err_msg(&e_));              \
+        if (s_ != ZT_OK) ZT_FAIL("%s failed: %s: %s", #call, zt_status_name(s_), zt_err_msg(&e_)); \
     } while (0)
 #define E (&e_)
 
@@ -197,17 +192,16 @@ static void test_reduce_scatter(zt_comm *c, zt_dtype dt, size_t rc, int mode, in
     CHECK_OK(zt_comm_reduce_scatter(c, send, recv, rc, dt, NULL, E));
     ASSERT_EQ_INT(bytes_sent(c) - b0, (uint64_t)(world - 1) * rc * es);
     for (size_t j = 0; j < rc; j++)
-        check_sum(in_place ? "reduce_scatter(in place)" : "reduce_scatter", recv, dt, j, mode,
-                  seed, world, rank, (size_t)rank * rc + j);
-    if (!in_place)
-        ASSERT_EQ_INT(ct_fnv(0, send, total * es), send_digest);
+        check_sum(in_place ? "reduce_scatter(in place)" : "reduce_scatter", recv, dt, j, mode, seed,
+                  world, rank, (size_t)rank * rc + j);
+    if (!in_place) ASSERT_EQ_INT(ct_fnv(0, send, total * es), send_digest);
     *dg = ct_fnv(*dg, recv, rc * es);
     zt_free(own);
     zt_free(send);
 }
 
-static void test_allgather(zt_comm *c, zt_dtype dt, size_t sc, int seed, int in_place,
-                           uint64_t *dg, uint64_t *dg_same)
+static void test_allgather(zt_comm *c, zt_dtype dt, size_t sc, int seed, int in_place, uint64_t *dg,
+                           uint64_t *dg_same)
 {
     int rank = zt_comm_rank(c), world = zt_comm_world_size(c);
     size_t es = zt_dtype_size(dt), total = sc * (size_t)world;
@@ -267,25 +261,21 @@ static int rank_all(int rank, int world, const char *rdv, void *arg)
         zt_dtype dt = dts[d];
         for (size_t si = 0; si < N_SIZES; si++) {
             size_t n = sizes[si];
-            if (!cfg->full && n < 1001)
-                continue;
+            if (!cfg->full && n < 1001) continue;
             if (dt != ZT_F32 && n > 65539)
                 n = 262147; /* a few MB in fp32; 16-bit dtypes stay at half a MB */
             size_t per_rank = (n + (size_t)world - 1) / (size_t)world;
             for (int mode = INTS; mode <= FRACS; mode++) {
-                if (mode == INTS && (n > 65539 || !cfg->full))
-                    continue;
+                if (mode == INTS && (n > 65539 || !cfg->full)) continue;
                 int seed = cfg->seed + (int)si * 10 + d * 100 + mode;
                 test_allreduce(c, dt, n, mode, seed, &dg, &same);
                 issued++;
-                if (!cfg->full)
-                    continue;
+                if (!cfg->full) continue;
                 test_reduce_scatter(c, dt, per_rank, mode, seed, 0, &dg);
                 test_reduce_scatter(c, dt, per_rank, mode, seed + 1, 1, &dg);
                 issued += 2;
             }
-            if (!cfg->full)
-                continue;
+            if (!cfg->full) continue;
             test_allgather(c, dt, per_rank, cfg->seed + (int)si, 0, &dg, &same);
             test_allgather(c, dt, per_rank, cfg->seed + (int)si + 1, 1, &dg, &same);
             issued += 2;
@@ -336,9 +326,10 @@ static void run_worlds(void)
         ct_expect_all_ok(name, world, codes);
         for (int r = 1; r < world; r++)
             if (sh->digest[0][r][1] != sh->digest[0][0][1])
-                ZT_FAIL("world %d: rank %d's allreduce/allgather/broadcast results differ from rank 0's (digest %016llx vs %016llx)",
-                        world, r, (unsigned long long)sh->digest[0][r][1],
-                        (unsigned long long)sh->digest[0][0][1]);
+                ZT_FAIL(
+                    "world %d: rank %d's allreduce/allgather/broadcast results differ from rank 0's (digest %016llx vs %016llx)",
+                    world, r, (unsigned long long)sh->digest[0][r][1],
+                    (unsigned long long)sh->digest[0][0][1]);
         printf("ok: %s (%.0f ms)\n", name, ct_now_ms() - t0);
     }
 }
@@ -460,8 +451,7 @@ static int rank_small(int rank, int world, const char *rdv, void *arg)
 static int have_ipv6_loopback(void)
 {
     int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd < 0)
-        return 0;
+    if (fd < 0) return 0;
     struct sockaddr_in6 a;
     memset(&a, 0, sizeof(a));
     a.sin6_family = AF_INET6;
@@ -577,15 +567,10 @@ int main(int argc, char **argv)
     const char *only = argc > 1 ? argv[1] : NULL;
     sh = ct_shared_create();
     signal(SIGPIPE, SIG_DFL); /* the library must never raise it */
-    if (!only || !strcmp(only, "api"))
-        run_single_rank_api();
-    if (!only || !strcmp(only, "worlds"))
-        run_worlds();
-    if (!only || !strcmp(only, "determinism"))
-        run_determinism();
-    if (!only || !strcmp(only, "async"))
-        run_async();
-    if (!only || !strcmp(only, "addresses"))
-        run_addresses();
+    if (!only || !strcmp(only, "api")) run_single_rank_api();
+    if (!only || !strcmp(only, "worlds")) run_worlds();
+    if (!only || !strcmp(only, "determinism")) run_determinism();
+    if (!only || !strcmp(only, "async")) run_async();
+    if (!only || !strcmp(only, "addresses")) run_addresses();
     return 0;
 }

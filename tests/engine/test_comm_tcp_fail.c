@@ -58,8 +58,8 @@ static void show(const char *name, int world)
     printf("-- %s\n", name);
     for (int r = 0; r < world; r++)
         if (sh->msg[r][0])
-            printf("   rank %d: %s after %.0f ms: %s\n", r, zt_status_name((zt_status)sh->status[r]),
-                   sh->elapsed_ms[r], sh->msg[r]);
+            printf("   rank %d: %s after %.0f ms: %s\n", r,
+                   zt_status_name((zt_status)sh->status[r]), sh->elapsed_ms[r], sh->msg[r]);
 }
 
 static void reset_shared(void)
@@ -128,8 +128,7 @@ static int rank_stall(int rank, int world, const char *rdv, void *arg)
     float buf[1000] = {0};
     zt_err err;
     zt_err_clear(&err);
-    if (rank == 1)
-        ct_sleep_ms(4000);
+    if (rank == 1) ct_sleep_ms(4000);
     double t0 = ct_now_ms();
     zt_status st = zt_comm_allreduce(c, buf, 1000, ZT_F32, NULL, &err);
     record(rank, st, &err, t0);
@@ -182,8 +181,8 @@ static int rank_session(int rank, int world, const char *rdv, void *arg)
     zt_comm *c = NULL;
     zt_err err;
     double t0 = ct_now_ms();
-    zt_status st = try_create(&c, rank, world, rdv, 1500, rank == 1 ? "attempt-2" : "attempt-1",
-                              &err);
+    zt_status st =
+        try_create(&c, rank, world, rdv, 1500, rank == 1 ? "attempt-2" : "attempt-1", &err);
     record(rank, st, &err, t0);
     ASSERT_TRUE(c == NULL);
     if (rank == 1) {
@@ -205,8 +204,7 @@ static int rank_session(int rank, int world, const char *rdv, void *arg)
 static int rank_no_rank0(int rank, int world, const char *rdv, void *arg)
 {
     (void)arg;
-    if (rank == 0)
-        return 0;
+    if (rank == 0) return 0;
     zt_comm *c = NULL;
     zt_err err;
     double t0 = ct_now_ms();
@@ -223,8 +221,7 @@ static int rank_no_rank0(int rank, int world, const char *rdv, void *arg)
 static int rank_late_rank0(int rank, int world, const char *rdv, void *arg)
 {
     (void)arg;
-    if (rank == 0)
-        ct_sleep_ms(800);
+    if (rank == 0) ct_sleep_ms(800);
     zt_comm *c = make_comm(rank, world, rdv, 10000);
     warm_up(c);
     zt_comm_destroy(c);
@@ -249,10 +246,8 @@ static int rank_abort(int rank, int world, const char *rdv, void *arg)
     zt_err err;
     zt_err_clear(&err);
     pthread_t th;
-    if (rank == 1)
-        pthread_create(&th, NULL, aborter, c);
-    if (rank == 2)
-        ct_sleep_ms(1500);
+    if (rank == 1) pthread_create(&th, NULL, aborter, c);
+    if (rank == 2) ct_sleep_ms(1500);
     double t0 = ct_now_ms();
     zt_status st = zt_comm_allreduce(c, buf, 5000, ZT_F32, NULL, &err);
     record(rank, st, &err, t0);
@@ -321,8 +316,7 @@ int main(int argc, char **argv)
     int ran = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const fcase *f = &cases[i];
-        if (only && strcmp(only, f->name) != 0)
-            continue;
+        if (only && strcmp(only, f->name) != 0) continue;
         ran++;
         reset_shared();
         int codes[CT_MAX_RANKS];
@@ -335,7 +329,6 @@ int main(int argc, char **argv)
                         f->expect_code[r]);
         printf("ok: %s (%.0f ms)\n", f->name, ct_now_ms() - t0);
     }
-    if (!ran)
-        ZT_FAIL("no test case named '%s'", only);
+    if (!ran) ZT_FAIL("no test case named '%s'", only);
     return 0;
 }
