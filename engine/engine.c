@@ -30,6 +30,8 @@ static size_t round_up(size_t x, size_t m)
     return (x + m - 1) / m * m;
 }
 
+static void report_line(zt_engine *e, const char *line);
+
 /* ---- backend memory with accounting ---- */
 
 static void *balloc(zt_engine *e, zt_mem_category cat, size_t bytes)
@@ -988,7 +990,9 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     co.device = opts->local_rank;
     const zt_comm_backend *cb =
         job->resources.device == ZT_DEVICE_CUDA ? zt_comm_backend_nccl() : zt_comm_backend_tcp();
+    report_line(e, "phase=rendezvous");
     CHECK(zt_comm_create(&e->comm, cb, &co, err), fail);
+    report_line(e, "phase=loading");
 
     CHECK(setup_partition(e, err), fail);
     CHECK(setup_buffers(e, err), fail);
@@ -1379,6 +1383,7 @@ static int format_step_line(const zt_engine *e, const zt_step_stats *s, char *bu
     return w;
 }
 
+/* One line of the report protocol on ZT_REPORT_FD (see engine.h). */
 static void report_line(zt_engine *e, const char *line)
 {
     if (e->opts.report_fd >= 0) {
@@ -1396,19 +1401,25 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
     zt_status st = ZT_OK;
     const zt_train_cfg *tc = &e->job.train;
     int64_t spp = e->job.ds.steps_per_print > 0 ? e->job.ds.steps_per_print : 10;
+    report_line(e, "phase=training");
     while (e->steps_done < tc->steps) {
         zt_step_stats s;
         CHECK(zt_engine_step(e, &s, err), out);
         if (e->val_ds && tc->eval_every > 0 &&
             (s.step % tc->eval_every == 0 || s.step == tc->steps)) {
+            report_line(e, "phase=evaluating");
             CHECK(zt_engine_eval(e, &s.val_loss, err), out);
+            report_line(e, "phase=training");
         }
         char line[4096];
-        format_step_line(e, &s, line, sizeof(line));
+        int w = format_step_line(e, &s, line, sizeof(line));
         if (e->rank == 0 && e->opts.step_out) {
             fprintf(e->opts.step_out, "%s\n", line);
             fflush(e->opts.step_out);
         }
+        if (w > 0 && (size_t)w < sizeof(line) - 32)
+            snprintf(line + w, sizeof(line) - (size_t)w, " coll_seq=%llu",
+                     (unsigned long long)zt_comm_last_seq(e->comm));
         report_line(e, line);
         if (e->rank == 0 && (s.step % spp == 0 || s.step == 1))
             ZT_INFO("engine", "step %lld/%lld loss %.4f lr %.3e %.0f tok/s", (long long)s.step,
@@ -1421,8 +1432,10 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
             CHECK(zt_ckpt_save_begin(e, err), out);
     }
     CHECK(zt_ckpt_save_finish(e, err), out);
-    if (!e->opts.no_final_save && e->last_ckpt_step != e->steps_done)
+    if (!e->opts.no_final_save && e->last_ckpt_step != e->steps_done) {
+        report_line(e, "phase=checkpointing");
         CHECK(zt_engine_save(e, err), out);
+    }
 out:
     return st;
 }

@@ -21,7 +21,13 @@ typedef struct zt_engine_opts {
     int comm_timeout_ms;    /* <= 0: default */
     const char *resume;     /* checkpoint dir or step dir to resume from, or NULL */
     FILE *step_out;         /* where rank 0 prints its step lines (NULL = none) */
-    int report_fd;          /* machine-readable lines for the agent, -1 = none */
+    /* Machine-readable lines for the agent, -1 = none. Every line starts "rank=R " and is
+     * space-separated key=value pairs:
+     *   rank=R phase=rendezvous|loading|training|evaluating|checkpointing
+     *   rank=R step=N loss=X ... (the step line's fields) coll_seq=S      every rank, each step
+     *   rank=R ckpt step=N file=/abs/rank_0000R.zts bytes=B crc32c=XXXXXXXX  shard durable
+     *   rank=0 ckpt_commit step=N dir=/abs/step_0000000N                meta.json committed */
+    int report_fd;
     bool no_final_save;     /* skip the save at the end of training (tests) */
 } zt_engine_opts;
 
