@@ -469,6 +469,7 @@ int zt_cmd_run(int argc, char **argv)
     }
 
     int first_fail = -1, failed_status = 0;
+    bool interrupted = false;
     double kill_deadline = 0;
     int alive = started;
     struct pollfd *pfd = zt_calloc((size_t)nproc * 2, sizeof(*pfd));
@@ -480,6 +481,7 @@ int zt_cmd_run(int argc, char **argv)
                 if (!rp[r].exited)
                     kill(rp[r].pid, SIGTERM);
             kill_deadline = zt_now_s() + 5;
+            interrupted = true;
             rc = 130;
         }
         if (kill_deadline > 0 && zt_now_s() > kill_deadline) {
@@ -542,9 +544,16 @@ int zt_cmd_run(int argc, char **argv)
             rp[r].status = status;
             alive--;
             bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-            if (!ok && first_fail < 0 && kill_deadline == 0) {
+            /* zworker exits 3 when a peer failed: those are consequences; report the rank
+             * whose own failure started it when it shows up */
+            bool peer = WIFEXITED(status) && WEXITSTATUS(status) == 3;
+            bool first_was_peer = first_fail >= 0 && WIFEXITED(failed_status) &&
+                                  WEXITSTATUS(failed_status) == 3;
+            if (!ok && (first_fail < 0 || (first_was_peer && !peer)) && !interrupted) {
                 first_fail = r;
                 failed_status = status;
+            }
+            if (!ok && kill_deadline == 0) {
                 for (int o = 0; o < started; o++)
                     if (!rp[o].exited)
                         kill(rp[o].pid, SIGTERM);

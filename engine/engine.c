@@ -938,6 +938,14 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     init_fields(e, job, opts->world_size > 0 ? opts->world_size : 1, opts->rank);
     e->inject_step = -1;
     e->last_ckpt_step = -1;
+    e->crash_step = -1;
+    const char *crash = getenv("ZT_INJECT_CRASH"); /* test hook: "rank:step" dies mid-step */
+    if (crash) {
+        int r = -1;
+        long long s = -1;
+        if (sscanf(crash, "%d:%lld", &r, &s) == 2 && r == e->rank)
+            e->crash_step = s;
+    }
     const char *inj = getenv("ZT_INJECT_NONFINITE");
     if (inj) {
         int r = -1;
@@ -1245,6 +1253,11 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
         CHECK(load_micro(e, e->train_ds, e->steps_done, micro, err), out);
         uint64_t t0 = zt_now_ns();
         CHECK(forward(e, dloss, err), out);
+        if (e->crash_step == e->steps_done + 1) {
+            ZT_ERROR("engine", "test hook: rank %d dies in the middle of step %lld", e->rank,
+                     (long long)e->crash_step);
+            abort();
+        }
         local_loss += sum_losses(e);
         uint64_t t1 = zt_now_ns();
         CHECK(backward(e, err), out);

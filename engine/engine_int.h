@@ -120,6 +120,7 @@ struct zt_engine {
     double peak_flops;           /* device peak for MFU, 0 = unknown */
     double t_fwd, t_bwd, t_opt, t_comm; /* per-step accumulators */
     int64_t inject_step;         /* test hook: ZT_INJECT_NONFINITE=rank:step */
+    int64_t crash_step;          /* test hook: ZT_INJECT_CRASH=rank:step */
     int64_t last_ckpt_step;
 
     /* the checkpoint being written in the background (ckpt.c) */

@@ -10,3 +10,5 @@ zt_add_script_test(NAME engine_ckpt COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIS
                    LABELS integration TIMEOUT 900)
 zt_add_script_test(NAME engine_plan COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_plan.py
                    LABELS integration TIMEOUT 300)
+zt_add_script_test(NAME engine_rank_failure COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_rank_failure.py
+                   LABELS integration TIMEOUT 300)
