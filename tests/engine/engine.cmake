@@ -12,3 +12,5 @@ zt_add_script_test(NAME engine_plan COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIS
                    LABELS integration TIMEOUT 300)
 zt_add_script_test(NAME engine_rank_failure COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_rank_failure.py
                    LABELS integration TIMEOUT 300)
+zt_add_script_test(NAME engine_demo_floor COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_demo_floor.py
+                   LABELS "integration;slow" TIMEOUT 1800)
