@@ -32,6 +32,11 @@ static char *read_pem(const char *path)
 
 zt_rpc_client *zt_cli_connect(void)
 {
+    return zt_cli_connect_opts(false);
+}
+
+zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready)
+{
     char *ca = NULL;
     if (zt_cli.tls_ca) {
         ca = read_pem(zt_cli.tls_ca);
@@ -43,7 +48,10 @@ zt_rpc_client *zt_cli_connect(void)
             return NULL;
         }
     }
-    zt_rpc_client_config cfg = {.target = zt_cli.coordinator, .token = zt_cli.token, .tls_ca_pem = ca};
+    zt_rpc_client_config cfg = {.target = zt_cli.coordinator,
+                                .token = zt_cli.token,
+                                .tls_ca_pem = ca,
+                                .wait_for_ready = wait_for_ready};
     zt_rpc_client *c = NULL;
     zt_err err = {0};
     if (zt_rpc_client_create(&c, &cfg, &err) != ZT_OK)
@@ -259,6 +267,8 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
     double t0 = zt_now_s();
     double unavailable_since = 0;
     bool got_any = false;
+    zt_rpc_client *patient = NULL; /* a wait-for-ready client for reconnecting */
+    int rc = ZT_CLI_EXIT_FAILED;
     int64_t last_step_printed = -1;
     double last_progress_print = 0;
     Zt__V1__WatchJobRequest q = ZT__V1__WATCH_JOB_REQUEST__INIT;
@@ -274,10 +284,14 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
         zt_rpc_stream *s = NULL;
         zt_err err = {0};
         zt_rpc_code code = ZT_RPC_OK;
-        zt_status st = zt_rpc_stream_open(c, "/zt.v1.Coordinator/WatchJob", &q.base, remaining_ms, &s, &err);
+        if (unavailable_since && !patient) /* reconnecting: wait for the coordinator */
+            patient = zt_cli_connect_opts(true);
+        zt_status st = zt_rpc_stream_open(patient ? patient : c, "/zt.v1.Coordinator/WatchJob",
+                                          &q.base, remaining_ms,
+                                          &s, &err);
         if (st != ZT_OK) {
             zt_cli_rpc_error("WatchJob", st, ZT_RPC_INTERNAL, &err);
-            return ZT_CLI_EXIT_FAILED;
+            goto out;
         }
         for (;;) {
             Zt__V1__JobUpdate *u = NULL;
@@ -320,7 +334,8 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
                 fflush(stdout);
                 zt_pb_free(u);
                 zt_rpc_stream_close(s);
-                return exit_for(state);
+                rc = exit_for(state);
+                goto out;
             }
             zt_pb_free(u);
         }
@@ -337,18 +352,21 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
                 fprintf(stderr, "zctl: lost the coordinator (%s); reconnecting...\n", zt_err_msg(&err));
             } else if (now - unavailable_since > 60) {
                 zt_cli_rpc_error("WatchJob", st, code, &err);
-                return ZT_CLI_EXIT_FAILED;
+                goto out;
             }
-            zt_sleep_ms(500);
+            zt_sleep_ms(200);
             continue;
         }
         zt_cli_rpc_error("WatchJob", st, code, &err);
-        return ZT_CLI_EXIT_FAILED;
+        goto out;
     }
 timeout:
     if (tty && progress)
         fputs("\r\033[K", stdout);
     zt_cli_error("job %lld did not end within %.0f s; it keeps running ('zctl job %lld')",
                  (long long)job_id, timeout_s, (long long)job_id);
-    return ZT_CLI_EXIT_TIMEOUT;
+    rc = ZT_CLI_EXIT_TIMEOUT;
+out:
+    zt_rpc_client_destroy(patient);
+    return rc;
 }

@@ -64,11 +64,15 @@ int zt_cmd_logs(int argc, char **argv)
         return 1;
     int rc = 1;
     double unavailable_since = 0;
+    zt_rpc_client *patient = NULL; /* a wait-for-ready client for reconnecting */
     for (;;) {
         zt_rpc_stream *s = NULL;
         zt_err err = {0};
         zt_rpc_code code = ZT_RPC_OK;
-        zt_status st = zt_rpc_stream_open(c, "/zt.v1.Coordinator/GetLogs", &q.base, 0, &s, &err);
+        if (unavailable_since && !patient)
+            patient = zt_cli_connect_opts(true);
+        zt_status st = zt_rpc_stream_open(patient ? patient : c, "/zt.v1.Coordinator/GetLogs",
+                                          &q.base, 0, &s, &err);
         if (st != ZT_OK) {
             zt_cli_rpc_error("logs", st, ZT_RPC_INTERNAL, &err);
             break;
@@ -115,13 +119,14 @@ int zt_cmd_logs(int argc, char **argv)
             }
             if (now - unavailable_since < 60) {
                 q.tail = 0;
-                zt_sleep_ms(500);
+                zt_sleep_ms(200);
                 continue;
             }
         }
         zt_cli_rpc_error("logs", st, code, &err);
         break;
     }
+    zt_rpc_client_destroy(patient);
     zt_rpc_client_destroy(c);
     return rc;
 }

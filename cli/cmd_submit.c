@@ -132,7 +132,8 @@ int zt_cmd_submit(int argc, char **argv)
     make_key(key, sizeof(key));
     const char *user = getenv("USER");
 
-    zt_rpc_client *c = zt_cli_connect();
+    /* with --retry, calls wait for the coordinator to come (back) up */
+    zt_rpc_client *c = zt_cli_connect_opts(retry_s > 0);
     if (!c) {
         zt_free(text);
         return 1;
@@ -150,9 +151,11 @@ int zt_cmd_submit(int argc, char **argv)
     for (int attempt = 0;; attempt++) {
         zt_rpc_code code = ZT_RPC_OK;
         zt_err err = {0};
+        double left = retry_s - (zt_now_s() - t0);
+        int timeout_ms = left > 15 ? 15000 : left > 1 ? (int)(left * 1000) : 1000;
         zt_status st = zt_rpc_unary(c, "/zt.v1.Coordinator/SubmitJob", &q.base,
-                                    &zt__v1__submit_job_reply__descriptor, (void **)&r, 15000, &code,
-                                    &err);
+                                    &zt__v1__submit_job_reply__descriptor, (void **)&r, timeout_ms,
+                                    &code, &err);
         if (st == ZT_OK)
             break;
         bool transient = code == ZT_RPC_UNAVAILABLE || code == ZT_RPC_DEADLINE_EXCEEDED;
@@ -163,7 +166,7 @@ int zt_cmd_submit(int argc, char **argv)
         if (attempt == 0)
             fprintf(stderr, "zctl: the coordinator at %s is unavailable (%s); retrying for %.0f s\n",
                     zt_cli.coordinator, zt_err_msg(&err), retry_s);
-        zt_sleep_ms(attempt < 5 ? 100 : 500);
+        zt_sleep_ms(100);
     }
     if (zt_cli.json) {
         zt_cli_print_json(&r->base, false);

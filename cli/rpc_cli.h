@@ -22,6 +22,8 @@
 /* A client for zt_cli's coordinator; prints why and returns NULL on failure (e.g. an
  * unreadable --tls-ca file). Free with zt_rpc_client_destroy. */
 zt_rpc_client *zt_cli_connect(void);
+/* Same; wait_for_ready: calls wait for the coordinator until their deadline (retries). */
+zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready);
 
 /* One unary call on the Coordinator service ("SubmitJob"); on failure prints a message that
  * says what went wrong and what to do, and returns the zt_status. *code (optional) gets the

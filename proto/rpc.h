@@ -148,6 +148,8 @@ typedef struct zt_rpc_client_config {
     const char *tls_server_name; /* expected name in the server certificate; NULL = target host */
     size_t max_message_bytes;    /* 0 = 4 MiB */
     int keepalive_ms;            /* ping an idle connection this often; 0 = 20000 */
+    bool wait_for_ready;         /* calls wait (until their deadline) for the coordinator to be
+                                    reachable instead of failing at once with UNAVAILABLE */
 } zt_rpc_client_config;
 
 /* Creates a channel (connects lazily). Errors: ZT_ERR_INVALID (no target), ZT_ERR_NOMEM.

@@ -26,6 +26,7 @@ struct zt_rpc_client {
     grpc_channel *ch;
     char *target;
     char *auth_value; /* "Bearer <token>" or NULL */
+    uint32_t md_flags; /* flags of SEND_INITIAL_METADATA (wait for ready) */
     pthread_mutex_t mu;
     struct {
         char *path;
@@ -66,10 +67,13 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *
         return zt_err_set(err, ZT_ERR_NOMEM, "rpc client: out of memory");
     }
     pthread_mutex_init(&c->mu, NULL);
+    if (cfg->wait_for_ready)
+        c->md_flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+                      GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
     zt_rpc_init_logging();
     grpc_init();
     int max_msg = (int)(cfg->max_message_bytes ? cfg->max_message_bytes : ZT_RPC_DEFAULT_MAX_MESSAGE);
-    grpc_arg args[6];
+    grpc_arg args[9];
     size_t n = 0;
     memset(args, 0, sizeof(args));
     args[n].type = GRPC_ARG_INTEGER;
@@ -88,6 +92,13 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *
     args[n].type = GRPC_ARG_INTEGER;
     args[n].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
     args[n++].value.integer = 1;
+    /* a coordinator that restarts is back within a second: reconnect quickly */
+    args[n].type = GRPC_ARG_INTEGER;
+    args[n].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+    args[n++].value.integer = 100;
+    args[n].type = GRPC_ARG_INTEGER;
+    args[n].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+    args[n++].value.integer = 1000;
     if (cfg->tls_server_name && cfg->tls_server_name[0]) {
         args[n].type = GRPC_ARG_STRING;
         args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
@@ -256,6 +267,7 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = c->md_flags;
     if (c->auth_value) {
         set_auth(c, &auth);
         ops[0].data.send_initial_metadata.count = 1;
@@ -325,6 +337,7 @@ zt_status zt_rpc_stream_open(zt_rpc_client *c, const char *path, const ProtobufC
     grpc_op ops[4];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = c->md_flags;
     if (c->auth_value) {
         set_auth(c, &s->auth);
         ops[0].data.send_initial_metadata.count = 1;
@@ -473,6 +486,7 @@ static zt_status start_async(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = c->md_flags;
     if (c->auth_value) {
         set_auth(c, &a->auth);
         ops[0].data.send_initial_metadata.count = 1;

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Interop: a Python grpcio client built from the same zerotrain.proto (and the standard
+health.proto) talks to the real zcoord binary: every user RPC including both streams, the
+agent RPCs that move a job to COMPLETED, the health service (Check and Watch), bearer-token
+metadata, and status codes for bad input. Run with Debian's /usr/bin/python3."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+try:
+    import grpc
+    from grpc_tools import protoc
+except ImportError as e:  # not installed here: skip (ctest SKIP_RETURN_CODE)
+    print(f"test_interop: skipped, {e} (install python3-grpcio python3-grpc-tools)")
+    sys.exit(77)
+
+SRC = os.environ.get("ZT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("ZT_BIN", "./bin")
+TOKEN = "interop-token-1234"
+
+
+def build_stubs(out):
+    os.makedirs(out, exist_ok=True)
+    args = ["protoc", f"-I{SRC}/proto", f"--python_out={out}", f"--grpc_python_out={out}",
+            f"{SRC}/proto/zerotrain.proto", f"{SRC}/proto/health.proto"]
+    if protoc.main(args) != 0:
+        raise SystemExit("protoc (grpc_tools) failed to compile the .proto files")
+    sys.path.insert(0, out)
+
+
+def start_zcoord(tmp, extra=()):
+    ready = os.path.join(tmp, "ready.json")
+    tok = os.path.join(tmp, "token")
+    with open(tok, "w") as f:
+        f.write(TOKEN + "\n")
+    log = open(os.path.join(tmp, "zcoord.log"), "w")
+    proc = subprocess.Popen([os.path.join(BIN, "zcoord"), "--db", os.path.join(tmp, "zt.db"),
+                             "--grpc", "127.0.0.1:0", "--http", "off", "--token-file", tok,
+                             "--ready-file", ready, *extra], stdout=log, stderr=log)
+    for _ in range(2000):
+        if os.path.exists(ready):
+            with open(ready) as f:
+                return proc, json.load(f)["grpc"]
+        if proc.poll() is not None:
+            raise SystemExit(f"zcoord exited early: see {tmp}/zcoord.log")
+        time.sleep(0.01)
+    proc.kill()
+    raise SystemExit("zcoord did not become ready")
+
+
+def expect_code(fn, code, needle=None):
+    try:
+        fn()
+    except grpc.RpcError as e:
+        assert e.code() == code, f"got {e.code()} ({e.details()}), want {code}"
+        assert needle is None or needle in e.details(), f"{e.details()!r} lacks {needle!r}"
+        return e.details()
+    raise AssertionError(f"expected {code}, the call succeeded")
+
+
+JOB = json.dumps({
+    "name": "interop",
+    "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16,
+              "vocab_size": 64},
+    "data": {"train": "data/*.bin"},
+    "train": {"steps": 20},
+    "resources": {"ranks": 2, "device": "cpu"},
+    "max_restarts": 0,
+    "deepspeed": {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1},
+})
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="zt_interop_")
+    proc = None
+    try:
+        build_stubs(os.path.join(tmp, "py"))
+        import zerotrain_pb2 as pb
+        import zerotrain_pb2_grpc as rpc
+        import health_pb2
+        import health_pb2_grpc
+
+        proc, addr = start_zcoord(tmp)
+        channel = grpc.insecure_channel(addr)
+        md = [("authorization", f"Bearer {TOKEN}")]
+        user = rpc.CoordinatorStub(channel)
+        agent = rpc.AgentControlStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+
+        # auth: missing and wrong tokens
+        expect_code(lambda: user.Ping(pb.PingRequest()), grpc.StatusCode.UNAUTHENTICATED, "missing token")
+        expect_code(lambda: user.ListJobs(pb.ListJobsRequest(), metadata=[("authorization", "Bearer x")]),
+                    grpc.StatusCode.UNAUTHENTICATED, "invalid token")
+        expect_code(lambda: health.Check(health_pb2.HealthCheckRequest()), grpc.StatusCode.UNAUTHENTICATED)
+
+        # health
+        r = health.Check(health_pb2.HealthCheckRequest(service=""), metadata=md)
+        assert r.status == health_pb2.HealthCheckResponse.SERVING, r
+        r = health.Check(health_pb2.HealthCheckRequest(service="zt.v1.Coordinator"), metadata=md)
+        assert r.status == health_pb2.HealthCheckResponse.SERVING
+        expect_code(lambda: health.Check(health_pb2.HealthCheckRequest(service="nope"), metadata=md),
+                    grpc.StatusCode.NOT_FOUND)
+        watch = health.Watch(health_pb2.HealthCheckRequest(), metadata=md)
+        first = next(watch)
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+
+        assert user.Ping(pb.PingRequest(), metadata=md).version
+
+        # submit: invalid, then valid (idempotent with a key)
+        details = expect_code(lambda: user.SubmitJob(pb.SubmitJobRequest(
+            job_text='{"name": "x", "train": {"stepz": 3}}', job_dir="/tmp", job_path="bad.json"),
+            metadata=md), grpc.StatusCode.INVALID_ARGUMENT, "bad.json:")
+        print("invalid job refused:", details)
+        sub = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB, job_dir="/tmp", job_path="job.json",
+                                                 submit_key="py-1", user="python"), metadata=md)
+        again = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB, job_dir="/tmp", submit_key="py-1"),
+                               metadata=md)
+        assert again.existed and again.job_id == sub.job_id
+        job_id = sub.job_id
+
+        # WatchJob in the background
+        updates = []
+
+        def watcher():
+            for u in user.WatchJob(pb.WatchJobRequest(job_id=job_id), metadata=md, timeout=30):
+                updates.append(u)
+
+        wt = threading.Thread(target=watcher)
+        wt.start()
+
+        # an agent runs it
+        reg = agent.RegisterAgent(pb.RegisterAgentRequest(name="py-agent", hostname="h",
+                                                          device=pb.DEVICE_CPU, slots=2), metadata=md)
+        desired = []
+        for _ in range(200):
+            hb = agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation),
+                                 metadata=md)
+            desired = list(hb.workers)
+            if len(desired) == 2:
+                break
+            time.sleep(0.01)
+        assert len(desired) == 2, desired
+        att = desired[0].attempt_id
+        spec = agent.GetAttemptSpec(pb.GetAttemptSpecRequest(attempt_id=att), metadata=md)
+        assert '"interop"' in spec.job_json
+        rz = agent.Rendezvous(pb.RendezvousRequest(attempt_id=att, rank=0, value=b"tcp://127.0.0.1:9",
+                                                   wait=pb.RendezvousRequest.WAIT_RANK0, wait_ms=1000),
+                              metadata=md)
+        assert rz.complete and rz.entries[0].value == b"tcp://127.0.0.1:9"
+
+        def workers(phase, step, code=0):
+            return [pb.WorkerStatus(job_id=job_id, attempt_id=att, rank=d.rank, pid=100 + d.rank,
+                                    phase=phase, step=step, exit_code=code) for d in desired]
+
+        agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation,
+                                            workers=workers(pb.WORKER_PHASE_TRAINING, 1)), metadata=md)
+        steps = [pb.StepMetrics(attempt_id=att, rank=0, step=s,
+                                values=[pb.Metric(key="loss", value=4.0 - s * 0.1),
+                                        pb.Metric(key="tok_s", value=1234.0)]) for s in range(1, 11)]
+        assert agent.ReportMetrics(pb.ReportMetricsRequest(agent="py-agent", steps=steps),
+                                   metadata=md).accepted == 10
+        for rank in (0, 1):
+            ck = agent.ReportCheckpoint(pb.ReportCheckpointRequest(
+                agent="py-agent", attempt_id=att, rank=rank, step=10, dir="/ckpt/interop/step_00000010",
+                file=f"rank_{rank:05d}.zts", bytes=2048, crc32c=7), metadata=md)
+            assert ck.committed == (rank == 1), ck
+        agent.ReportLogs(pb.ReportLogsRequest(agent="py-agent", entries=[
+            pb.LogEntry(attempt_id=att, rank=0, source=pb.LOG_SOURCE_STDOUT, text="step=10 loss=3.000000"),
+            pb.LogEntry(attempt_id=att, rank=1, source=pb.LOG_SOURCE_STDERR, text="warning from rank 1"),
+        ]), metadata=md)
+
+        # GetLogs stream with follow, read in the background until the job ends
+        followed = []
+
+        def follower():
+            for batch in user.GetLogs(pb.GetLogsRequest(job_id=job_id, follow=True), metadata=md,
+                                      timeout=30):
+                followed.extend(e.text for e in batch.entries)
+
+        ft = threading.Thread(target=follower)
+        ft.start()
+
+        # user views while it runs
+        j = user.GetJob(pb.GetJobRequest(job_id=job_id), metadata=md)
+        assert j.job.step == 10 and abs(j.job.loss - 3.0) < 1e-9, j.job
+        assert j.spec_text == JOB and j.checkpoints == 1
+        lst = user.ListJobs(pb.ListJobsRequest(states=[pb.JOB_STATE_RUNNING, pb.JOB_STATE_SCHEDULED]),
+                            metadata=md)
+        assert [x.id for x in lst.jobs] == [job_id], lst
+        m = user.GetMetrics(pb.GetMetricsRequest(job_id=job_id, keys=["loss"], max_points=5),
+                            metadata=md)
+        assert 5 <= len(m.points) <= 6 and m.points[-1].step == 10, m
+        assert all(len(p.values) == 1 and p.values[0].key == "loss" for p in m.points)
+        ck = user.ListCheckpoints(pb.ListCheckpointsRequest(job_id=job_id), metadata=md)
+        assert len(ck.checkpoints) == 1 and ck.checkpoints[0].state == pb.CHECKPOINT_STATE_COMMITTED
+        ag = user.ListAgents(pb.ListAgentsRequest(), metadata=md)
+        assert ag.agents[0].name == "py-agent" and len(ag.agents[0].workers) == 2
+        logs = [e.text for b in user.GetLogs(pb.GetLogsRequest(job_id=job_id, ranks=[1]), metadata=md)
+                for e in b.entries]
+        assert "warning from rank 1" in logs and "step=10 loss=3.000000" not in logs, logs
+
+        # finish: both ranks exit 0
+        agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation,
+                                            workers=workers(pb.WORKER_PHASE_EXITED, 20)), metadata=md)
+        wt.join(30)
+        ft.join(30)
+        assert not wt.is_alive() and not ft.is_alive()
+        assert updates[-1].final and updates[-1].job.state == pb.JOB_STATE_COMPLETED, updates[-1]
+        events = [u.event.to_state for u in updates if u.event.kind == "job"]
+        assert events[-1] == "COMPLETED" and "RUNNING" in events, events
+        assert any(u.metrics_step == 10 for u in updates) or updates[-1].job.step >= 10
+        assert "step=10 loss=3.000000" in followed and any("COMPLETED" in t for t in followed), followed
+
+        # CancelJob on a new job, and the error codes for unknown ids
+        sub2 = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB.replace("interop", "cancel-me"),
+                                                  job_dir="/tmp"), metadata=md)
+        c = user.CancelJob(pb.CancelJobRequest(job_id=sub2.job_id, reason="from python"), metadata=md)
+        assert c.job.state == pb.JOB_STATE_CANCELED and "from python" in c.job.reason
+        expect_code(lambda: user.CancelJob(pb.CancelJobRequest(job_id=sub2.job_id), metadata=md),
+                    grpc.StatusCode.FAILED_PRECONDITION, "already ended")
+        expect_code(lambda: user.GetJob(pb.GetJobRequest(job_id=9999), metadata=md),
+                    grpc.StatusCode.NOT_FOUND, "9999")
+        expect_code(lambda: list(user.WatchJob(pb.WatchJobRequest(job_id=9999), metadata=md)),
+                    grpc.StatusCode.NOT_FOUND)
+        expect_code(lambda: list(user.GetLogs(pb.GetLogsRequest(job_id=9999), metadata=md)),
+                    grpc.StatusCode.NOT_FOUND)
+        expect_code(lambda: user.GetJob(pb.GetJobRequest(), metadata=md), grpc.StatusCode.INVALID_ARGUMENT)
+        final = list(user.WatchJob(pb.WatchJobRequest(job_id=sub2.job_id), metadata=md))
+        assert len(final) == 1 and final[0].final and final[0].job.state == pb.JOB_STATE_CANCELED
+
+        # SIGTERM: a clean stop
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(20)
+        assert rc == 0, f"zcoord exited {rc}"
+        proc = None
+        print("test_interop: ok")
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            with open(os.path.join(tmp, "zcoord.log")) as f:
+                sys.stderr.write(f.read()[-4000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
