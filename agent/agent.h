@@ -1,0 +1,88 @@
+/* zerotrain: zagent, the node agent. It registers with the coordinator, heartbeats the state
+ * of its workers and treats the desired set in each Heartbeat reply as the truth: it starts
+ * the zworker processes that are desired and not running (spec, rendezvous, spawn), stops the
+ * ones that are no longer desired, and forwards what workers report (step metrics, checkpoint
+ * shards, output lines). One libuv loop; RPCs are asynchronous, so a dead coordinator never
+ * stalls the loop. */
+#ifndef ZT_AGENT_AGENT_H
+#define ZT_AGENT_AGENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h"
+
+/* zt.v1.Device numbers. */
+#define ZT_AGENT_DEVICE_CPU 1
+#define ZT_AGENT_DEVICE_CUDA 2
+
+/* Exit codes of zagent (and of zt_agent_run). */
+#define ZT_AGENT_EXIT_OK 0     /* stopped by SIGTERM/SIGINT */
+#define ZT_AGENT_EXIT_FAIL 1   /* the coordinator refused us for good (token), or a fatal error */
+#define ZT_AGENT_EXIT_USAGE 2  /* bad flags or environment */
+
+typedef struct zt_agent_gpu {
+    int index;
+    char name[96];
+    int64_t memory_total, memory_free; /* bytes */
+} zt_agent_gpu;
+
+/* Everything zagent runs with; strings are owned (zt_malloc) and freed by
+ * zt_agent_config_free. */
+typedef struct zt_agent_config {
+    char *coordinator;    /* "host:port" or "unix:/path" */
+    char *token;          /* bearer token; NULL = none */
+    char *tls_ca_pem;     /* PEM roots: TLS to the coordinator; NULL = plaintext */
+    int device;           /* ZT_AGENT_DEVICE_CPU or ZT_AGENT_DEVICE_CUDA */
+    int slots;            /* CPU slots or GPUs */
+    zt_agent_gpu *gpus;   /* [n_gpus] (cuda) */
+    int n_gpus;
+    char *name;           /* unique per node, stable across restarts ([A-Za-z0-9._-]) */
+    char *hostname;
+    char *advertise_host; /* host peers reach this node's rank-0 worker at */
+    char *work_dir;       /* absolute; per-attempt job files and rank logs go below it */
+    char *worker;         /* absolute path of zworker */
+    char *exec_wrapper;   /* absolute path of zagent itself (runs `--exec-worker`); NULL = exec
+                             the worker directly (no parent-death signal) */
+    int heartbeat_ms;     /* 0 = the interval the coordinator asks for */
+    int stop_grace_ms;    /* SIGTERM to SIGKILL when a worker is stopped */
+    int log_queue_lines;  /* output lines queued for the coordinator before dropping */
+    char *status_file;    /* JSON status rewritten after each heartbeat; NULL = none */
+    int omp_threads;      /* OMP_NUM_THREADS for CPU workers (0 = leave the environment) */
+} zt_agent_config;
+
+/* Reads the settings from argv (flags win) and the environment (ZT_* variables), checks
+ * them, reads the token and CA files, detects GPUs for cuda slots and resolves paths.
+ * *help is set (and ZT_OK returned) for -h/--help. Errors (ZT_ERR_CONFIG, ZT_ERR_IO,
+ * ZT_ERR_NO_DEVICE) say which flag or variable was wrong and what to do. On failure cfg is
+ * left empty. Not thread-safe (reads the environment). */
+zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, bool *help,
+                                zt_err *err);
+/* Frees the strings of cfg and zeroes it; a zeroed cfg is a no-op. */
+void zt_agent_config_free(zt_agent_config *cfg);
+/* The --help text: every setting with its flag, variable and default. */
+void zt_agent_usage(FILE *f);
+
+/* Parses a --slots value: "cpu:N" (1..4096) sets *device and *slots; "cuda:auto" and
+ * "cuda:N" set *device to cuda and *slots to -1 (auto) or N (detection is the caller's). */
+zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err);
+
+typedef struct zt_agent zt_agent;
+
+/* Builds the agent (libuv loop, RPC client, signal handlers); takes ownership of cfg's
+ * strings (cfg is zeroed). Errors: ZT_ERR_IO (work dir), ZT_ERR_NOMEM, ZT_ERR_INTERNAL (libuv). */
+zt_status zt_agent_create(zt_agent **out, zt_agent_config *cfg, zt_err *err);
+/* Runs the loop until SIGTERM/SIGINT (workers stopped gracefully, exits reported) or a fatal
+ * refusal by the coordinator. Returns ZT_AGENT_EXIT_*. Call once, on the thread that created
+ * the agent (workers get a parent-death signal tied to it). */
+int zt_agent_run(zt_agent *a);
+/* Frees the agent; NULL is a no-op. Only after zt_agent_run returned (or instead of it). */
+void zt_agent_destroy(zt_agent *a);
+
+/* The hidden `zagent --exec-worker PPID WORKER ARGS...` mode: sets the parent-death signal
+ * (SIGKILL), checks that the agent PPID is still the parent, and execs WORKER. Returns only
+ * on failure, with the exit code to use (127 not found, 126 not executable, 1 otherwise). */
+int zt_agent_exec_worker(int argc, char **argv);
+
+#endif

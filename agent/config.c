@@ -1,0 +1,427 @@
+/* zerotrain: zagent's settings. One table (flag, environment variable, default, help) feeds
+ * the flags, the ZT_* environment fallbacks and --help; each value is then checked with a
+ * message that names where it came from. */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "agent/gpu.h"
+#include "common/alloc.h"
+#include "common/log.h"
+
+#define MAX_SLOTS 4096
+#define MAX_GPUS 256
+
+enum {
+    S_COORDINATOR, S_TOKEN_FILE, S_TLS_CA, S_SLOTS, S_NAME, S_WORK_DIR, S_WORKER, S_HEARTBEAT,
+    S_ADVERTISE, S_STOP_GRACE, S_LOG_QUEUE, S_STATUS_FILE, S_LOG_LEVEL, S_COUNT
+};
+
+typedef struct setting {
+    const char *name; /* the flag without "--" */
+    const char *env;
+    const char *def;  /* "" = none */
+    const char *arg;  /* metavariable in --help */
+    const char *help;
+} setting;
+
+static const setting settings[S_COUNT] = {
+    [S_COORDINATOR] = {"coordinator", "ZT_COORDINATOR", "127.0.0.1:50051", "ADDR",
+                       "the coordinator's gRPC address (host:port or unix:/path)"},
+    [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", "", "FILE",
+                      "file holding the API token (or put the token itself in ZT_TOKEN)"},
+    [S_TLS_CA] = {"tls-ca", "ZT_TLS_CA", "", "FILE",
+                  "PEM CA certificate: talk TLS to the coordinator and verify it"},
+    [S_SLOTS] = {"slots", "ZT_SLOTS", "cpu:1", "SPEC",
+                 "cpu:N (N CPU workers), cuda:auto (one per GPU found) or cuda:N"},
+    [S_NAME] = {"name", "ZT_AGENT_NAME", "", "NAME",
+                "agent name, unique per node and stable across restarts (default: hostname)"},
+    [S_WORK_DIR] = {"work-dir", "ZT_WORK_DIR", "zagent-work", "DIR",
+                    "per-attempt job files and rank logs (attempt_<id>/rank_NNNNN.log)"},
+    [S_WORKER] = {"worker", "ZT_WORKER", "", "PATH",
+                  "the zworker binary (default: zworker next to zagent)"},
+    [S_HEARTBEAT] = {"heartbeat-ms", "ZT_HEARTBEAT_MS", "0", "MS",
+                     "heartbeat interval in ms, 50..60000 (0: the coordinator's)"},
+    [S_ADVERTISE] = {"advertise-host", "ZT_ADVERTISE_HOST", "", "HOST",
+                     "address peers use to reach this node's rank-0 worker (default: 127.0.0.1 "
+                     "with a loopback coordinator, else the hostname)"},
+    [S_STOP_GRACE] = {"stop-grace", "ZT_STOP_GRACE", "10s", "DUR",
+                      "SIGTERM to SIGKILL when a worker is stopped (ms, s, m)"},
+    [S_LOG_QUEUE] = {"log-queue", "ZT_LOG_QUEUE", "10000", "N",
+                     "worker output lines queued for the coordinator before new ones are dropped"},
+    [S_STATUS_FILE] = {"status-file", "ZT_STATUS_FILE", "", "FILE",
+                       "rewrite this JSON file with the agent's state after each heartbeat"},
+    [S_LOG_LEVEL] = {"log-level", "ZT_LOG_LEVEL", "info", "LEVEL", "error, warn, info or debug"},
+};
+
+void zt_agent_usage(FILE *f)
+{
+    fprintf(f, "usage: zagent [options]\n\n"
+               "The zerotrain node agent: registers with the coordinator, starts and stops zworker "
+               "processes as\nthe coordinator's desired set says, and forwards their metrics, "
+               "checkpoints and output.\nSIGTERM or SIGINT stop the workers (SIGTERM, then SIGKILL "
+               "after --stop-grace) and exit 0.\n\noptions (each also from its environment "
+               "variable):\n");
+    for (int i = 0; i < S_COUNT; i++) {
+        const setting *s = &settings[i];
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s %s", s->name, s->arg);
+        fprintf(f, "  %-26s %s (%s", flag, s->help, s->env);
+        if (s->def[0])
+            fprintf(f, ", default %s", s->def);
+        fprintf(f, ")\n");
+    }
+    fprintf(f, "\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's "
+               "environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs "
+               "on this node in local-rank order.\nWorkers die with the agent (parent-death "
+               "signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error "
+               "(exit 2): use --slots cpu:N there.\nExit codes: 0 stopped by a signal, 1 the "
+               "coordinator refused the token, 2 bad flags or environment.\n");
+}
+
+zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err)
+{
+    const char *v = NULL;
+    if (strncmp(s, "cpu:", 4) == 0) {
+        *device = ZT_AGENT_DEVICE_CPU;
+        v = s + 4;
+    } else if (strncmp(s, "cuda:", 5) == 0) {
+        *device = ZT_AGENT_DEVICE_CUDA;
+        v = s + 5;
+        if (strcmp(v, "auto") == 0) {
+            *slots = -1;
+            return ZT_OK;
+        }
+    } else {
+        return zt_err_set(err, ZT_ERR_CONFIG,
+                          "'%s' is not a slot spec: write cpu:N (N CPU workers) or cuda:auto", s);
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || errno || n < 1 || n > MAX_SLOTS)
+        return zt_err_set(err, ZT_ERR_CONFIG, "'%s': the slot count must be a number from 1 to %d%s",
+                          s, MAX_SLOTS, *device == ZT_AGENT_DEVICE_CUDA ? " (or auto)" : "");
+    *slots = (int)n;
+    return ZT_OK;
+}
+
+static bool valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 128)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static char *read_small_file(const char *path, size_t max, const char *what, zt_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        zt_err_set(err, ZT_ERR_IO, "cannot read %s %s: %s", what, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = zt_malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (!buf) {
+        zt_err_set(err, ZT_ERR_NOMEM, "out of memory reading %s", path);
+        return NULL;
+    }
+    if (n > max) {
+        zt_free(buf);
+        zt_err_set(err, ZT_ERR_CONFIG, "%s %s is larger than %zu bytes", what, path, max);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static int mkdirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Parses a duration: plain ms, or a number with ms, s or m. */
+static bool parse_duration_ms(const char *v, long *ms)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || errno || x < 0)
+        return false;
+    double mult = strcmp(end, "ms") == 0 || !*end ? 1 : strcmp(end, "s") == 0 ? 1000
+                                                        : strcmp(end, "m") == 0 ? 60000
+                                                                                : -1;
+    if (mult < 0 || x * mult > 3600000)
+        return false;
+    *ms = (long)(x * mult);
+    return true;
+}
+
+static bool loopback_target(const char *t)
+{
+    return strncmp(t, "unix:", 5) == 0 || strncmp(t, "127.", 4) == 0 ||
+           strncmp(t, "localhost:", 10) == 0 || strncmp(t, "[::1]:", 6) == 0 ||
+           strncmp(t, "ipv4:127.", 9) == 0;
+}
+
+/* The directory of the running executable (for the default worker and the exec wrapper). */
+static bool self_exe(char *buf, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    return true;
+}
+
+void zt_agent_config_free(zt_agent_config *cfg)
+{
+    if (!cfg)
+        return;
+    zt_free(cfg->coordinator);
+    zt_free(cfg->token);
+    zt_free(cfg->tls_ca_pem);
+    zt_free(cfg->gpus);
+    zt_free(cfg->name);
+    zt_free(cfg->hostname);
+    zt_free(cfg->advertise_host);
+    zt_free(cfg->work_dir);
+    zt_free(cfg->worker);
+    zt_free(cfg->exec_wrapper);
+    zt_free(cfg->status_file);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        st = zt_err_set(err, __VA_ARGS__);                                                         \
+        goto fail;                                                                                 \
+    } while (0)
+
+zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, bool *help,
+                                zt_err *err)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    *help = false;
+    zt_status st = ZT_OK;
+    const char *val[S_COUNT] = {0};
+    char origin[S_COUNT][64];
+    /* flags first: they win over the environment */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            *help = true;
+            return ZT_OK;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return zt_err_set(err, ZT_ERR_CONFIG, "unexpected argument '%s'; see zagent --help", a);
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        int k = -1;
+        for (int j = 0; j < S_COUNT; j++)
+            if (strlen(settings[j].name) == nlen && strncmp(settings[j].name, name, nlen) == 0)
+                k = j;
+        if (k < 0)
+            return zt_err_set(err, ZT_ERR_CONFIG, "unknown option '%s'; see zagent --help", a);
+        if (eq)
+            val[k] = eq + 1;
+        else if (i + 1 < argc)
+            val[k] = argv[++i];
+        else
+            return zt_err_set(err, ZT_ERR_CONFIG, "%s needs a value; see zagent --help", a);
+        snprintf(origin[k], sizeof(origin[k]), "--%s", settings[k].name);
+    }
+    for (int k = 0; k < S_COUNT; k++) {
+        if (val[k])
+            continue;
+        const char *e = getenv(settings[k].env);
+        if (e && e[0]) {
+            val[k] = e;
+            snprintf(origin[k], sizeof(origin[k]), "%s", settings[k].env);
+        } else {
+            val[k] = settings[k].def;
+            snprintf(origin[k], sizeof(origin[k]), "the default of --%s", settings[k].name);
+        }
+    }
+
+    int lvl = zt_log_parse_level(val[S_LOG_LEVEL]);
+    if (lvl < 0)
+        return zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is not error, warn, info or debug",
+                          origin[S_LOG_LEVEL], val[S_LOG_LEVEL]);
+    zt_log_set_level((zt_log_level)lvl);
+
+    if (!val[S_COORDINATOR][0])
+        return zt_err_set(err, ZT_ERR_CONFIG, "%s is empty: give the coordinator's host:port",
+                          origin[S_COORDINATOR]);
+    cfg->coordinator = zt_strdup(val[S_COORDINATOR]);
+
+    /* token: the file wins over ZT_TOKEN */
+    if (val[S_TOKEN_FILE][0]) {
+        char *t = read_small_file(val[S_TOKEN_FILE], 4096, "the token file", err);
+        if (!t) {
+            st = err ? err->status : ZT_ERR_IO;
+            goto fail;
+        }
+        size_t n = strlen(t);
+        while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' '))
+            t[--n] = '\0';
+        if (!n) {
+            zt_free(t);
+            FAIL(ZT_ERR_CONFIG, "the token file %s (%s) is empty", val[S_TOKEN_FILE],
+                 origin[S_TOKEN_FILE]);
+        }
+        cfg->token = t;
+    } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
+        cfg->token = zt_strdup(getenv("ZT_TOKEN"));
+    }
+    if (val[S_TLS_CA][0]) {
+        cfg->tls_ca_pem = read_small_file(val[S_TLS_CA], 1 << 20, "the CA certificate", err);
+        if (!cfg->tls_ca_pem) {
+            st = err ? err->status : ZT_ERR_IO;
+            goto fail;
+        }
+        if (!strstr(cfg->tls_ca_pem, "-----BEGIN CERTIFICATE"))
+            FAIL(ZT_ERR_CONFIG, "%s (%s) holds no PEM certificate; give the CA that signed the "
+                 "coordinator's certificate",
+                 val[S_TLS_CA], origin[S_TLS_CA]);
+    }
+
+    /* slots */
+    st = zt_agent_parse_slots(val[S_SLOTS], &cfg->device, &cfg->slots, err);
+    if (st != ZT_OK) {
+        zt_err_prefix(err, "%s", origin[S_SLOTS]);
+        goto fail;
+    }
+    if (cfg->device == ZT_AGENT_DEVICE_CUDA) {
+        cfg->gpus = zt_calloc(MAX_GPUS, sizeof(*cfg->gpus));
+        if (!cfg->gpus)
+            FAIL(ZT_ERR_NOMEM, "out of memory");
+        zt_err gerr = {0};
+        if (zt_agent_gpu_detect(cfg->gpus, MAX_GPUS, &cfg->n_gpus, &gerr) != ZT_OK)
+            FAIL(ZT_ERR_NO_DEVICE, "%s '%s': no usable GPU on this node (%s); on a CPU-only node "
+                 "use --slots cpu:N",
+                 origin[S_SLOTS], val[S_SLOTS], zt_err_msg(&gerr));
+        if (cfg->slots < 0)
+            cfg->slots = cfg->n_gpus;
+        else if (cfg->slots > cfg->n_gpus)
+            FAIL(ZT_ERR_NO_DEVICE, "%s '%s': only %d GPU%s on this node", origin[S_SLOTS],
+                 val[S_SLOTS], cfg->n_gpus, cfg->n_gpus == 1 ? "" : "s");
+        cfg->n_gpus = cfg->slots;
+    } else {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        const char *omp = getenv("OMP_NUM_THREADS");
+        if (!(omp && omp[0]))
+            cfg->omp_threads = cpus > cfg->slots ? (int)(cpus / cfg->slots) : 1;
+    }
+
+    /* identity */
+    char host[256] = "localhost";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "localhost");
+    host[sizeof(host) - 1] = '\0';
+    cfg->hostname = zt_strdup(host);
+    if (val[S_NAME][0]) {
+        if (!valid_name(val[S_NAME]))
+            FAIL(ZT_ERR_CONFIG, "%s: agent name '%.64s' is not valid: use 1-128 letters, digits, "
+                 "'.', '_' or '-'",
+                 origin[S_NAME], val[S_NAME]);
+        cfg->name = zt_strdup(val[S_NAME]);
+    } else {
+        char nm[129];
+        snprintf(nm, sizeof(nm), "%s", host);
+        for (char *p = nm; *p; p++)
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                  (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'))
+                *p = '-';
+        cfg->name = zt_strdup(nm[0] ? nm : "agent");
+    }
+    if (val[S_ADVERTISE][0])
+        cfg->advertise_host = zt_strdup(val[S_ADVERTISE]);
+    else
+        cfg->advertise_host = zt_strdup(loopback_target(cfg->coordinator) ? "127.0.0.1" : host);
+
+    /* numbers */
+    char *end;
+    errno = 0;
+    long hb = strtol(val[S_HEARTBEAT], &end, 10);
+    if (errno || *end || !val[S_HEARTBEAT][0] || (hb != 0 && (hb < 50 || hb > 60000)))
+        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not 0 or a number of milliseconds from 50 to 60000",
+             origin[S_HEARTBEAT], val[S_HEARTBEAT]);
+    cfg->heartbeat_ms = (int)hb;
+    long grace;
+    if (!parse_duration_ms(val[S_STOP_GRACE], &grace))
+        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not a duration up to 1h (e.g. 10s, 500ms)",
+             origin[S_STOP_GRACE], val[S_STOP_GRACE]);
+    cfg->stop_grace_ms = (int)grace;
+    errno = 0;
+    long lq = strtol(val[S_LOG_QUEUE], &end, 10);
+    if (errno || *end || lq < 10 || lq > 10000000)
+        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not a line count from 10 to 10000000",
+             origin[S_LOG_QUEUE], val[S_LOG_QUEUE]);
+    cfg->log_queue_lines = (int)lq;
+    if (val[S_STATUS_FILE][0])
+        cfg->status_file = zt_strdup(val[S_STATUS_FILE]);
+
+    /* paths */
+    char exe[PATH_MAX];
+    bool have_exe = self_exe(exe, sizeof(exe));
+    if (have_exe)
+        cfg->exec_wrapper = zt_strdup(exe);
+    char wpath[PATH_MAX];
+    if (val[S_WORKER][0]) {
+        snprintf(wpath, sizeof(wpath), "%s", val[S_WORKER]);
+    } else {
+        if (!have_exe)
+            FAIL(ZT_ERR_CONFIG, "cannot find zagent's own path (/proc/self/exe): give --worker");
+        char *slash = strrchr(exe, '/');
+        snprintf(wpath, sizeof(wpath), "%.*s/zworker", (int)(slash - exe), exe);
+    }
+    char rp[PATH_MAX];
+    if (!realpath(wpath, rp) || access(rp, X_OK) != 0)
+        FAIL(ZT_ERR_CONFIG, "%s: the worker binary %s is not an executable file (%s); give "
+             "--worker PATH",
+             val[S_WORKER][0] ? origin[S_WORKER] : "zworker next to zagent", wpath,
+             strerror(errno));
+    cfg->worker = zt_strdup(rp);
+    if (mkdirs(val[S_WORK_DIR]) != 0 || !realpath(val[S_WORK_DIR], rp))
+        FAIL(ZT_ERR_IO, "%s: cannot create the work directory %s: %s", origin[S_WORK_DIR],
+             val[S_WORK_DIR], strerror(errno));
+    if (access(rp, W_OK) != 0)
+        FAIL(ZT_ERR_IO, "%s: the work directory %s is not writable: %s", origin[S_WORK_DIR], rp,
+             strerror(errno));
+    cfg->work_dir = zt_strdup(rp);
+
+    if (!cfg->coordinator || !cfg->hostname || !cfg->name || !cfg->advertise_host ||
+        !cfg->worker || !cfg->work_dir || (val[S_STATUS_FILE][0] && !cfg->status_file))
+        FAIL(ZT_ERR_NOMEM, "out of memory");
+    return ZT_OK;
+
+fail:
+    zt_agent_config_free(cfg);
+    return st;
+}
