@@ -307,11 +307,15 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
                 if (u->event) {
                     if (tty && progress)
                         fputs("\r\033[K", stdout);
-                    printf("job %lld: %s -> %s: %s\n", (long long)j->id, u->event->from_state,
-                           u->event->to_state, u->event->reason);
+                    const Zt__V1__Event *e = u->event;
+                    bool job_kind = strcmp(e->kind, "job") == 0;
+                    printf("job %lld: %s%s%s%s%s -> %s: %s\n", (long long)j->id,
+                           job_kind ? "" : "[", job_kind ? "" : e->kind, job_kind ? "" : "] ",
+                           e->from_state[0] ? e->from_state : "", e->from_state[0] ? "" : "(new)",
+                           e->to_state, e->reason);
                 } else if (last_step_printed < 0 && !u->final) {
-                    printf("job %lld (%s): %s%s%s\n", (long long)j->id, j->name,
-                           zt_cli_job_state(j->state), j->pending_reason[0] ? ": " : "",
+                    printf("job %lld (%s): %s: %s\n", (long long)j->id, j->name,
+                           zt_cli_job_state(j->state),
                            j->pending_reason[0] ? j->pending_reason : j->reason);
                     last_step_printed = j->step;
                 }

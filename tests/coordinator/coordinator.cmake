@@ -7,3 +7,10 @@ target_include_directories(zt_test_zcoord_harness PUBLIC ${CMAKE_SOURCE_DIR})
 zt_add_test(NAME test_zcoord SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zcoord.c
             LIBS zt_test_zcoord_harness zt_rpc LABELS integration TIMEOUT 300)
 add_dependencies(test_zcoord zcoord)
+# Python tests use Debian's interpreter (it sees python3-grpcio); they exit 77 without it.
+zt_add_script_test(NAME test_interop COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_interop.py
+                   LABELS integration TIMEOUT 180)
+zt_add_script_test(NAME test_zctl COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_zctl.py
+                   LABELS integration TIMEOUT 240)
+zt_add_script_test(NAME test_durability COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_durability.py
+                   LABELS integration slow TIMEOUT 600)

@@ -6,52 +6,18 @@ metadata, and status codes for bad input. Run with Debian's /usr/bin/python3."""
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-try:
-    import grpc
-    from grpc_tools import protoc
-except ImportError as e:  # not installed here: skip (ctest SKIP_RETURN_CODE)
-    print(f"test_interop: skipped, {e} (install python3-grpcio python3-grpc-tools)")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zt_testlib as T  # noqa: E402
 
-SRC = os.environ.get("ZT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.environ.get("ZT_BIN", "./bin")
+T.need_grpc()
+import grpc  # noqa: E402
+
 TOKEN = "interop-token-1234"
-
-
-def build_stubs(out):
-    os.makedirs(out, exist_ok=True)
-    args = ["protoc", f"-I{SRC}/proto", f"--python_out={out}", f"--grpc_python_out={out}",
-            f"{SRC}/proto/zerotrain.proto", f"{SRC}/proto/health.proto"]
-    if protoc.main(args) != 0:
-        raise SystemExit("protoc (grpc_tools) failed to compile the .proto files")
-    sys.path.insert(0, out)
-
-
-def start_zcoord(tmp, extra=()):
-    ready = os.path.join(tmp, "ready.json")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "w") as f:
-        f.write(TOKEN + "\n")
-    log = open(os.path.join(tmp, "zcoord.log"), "w")
-    proc = subprocess.Popen([os.path.join(BIN, "zcoord"), "--db", os.path.join(tmp, "zt.db"),
-                             "--grpc", "127.0.0.1:0", "--http", "off", "--token-file", tok,
-                             "--ready-file", ready, *extra], stdout=log, stderr=log)
-    for _ in range(2000):
-        if os.path.exists(ready):
-            with open(ready) as f:
-                return proc, json.load(f)["grpc"]
-        if proc.poll() is not None:
-            raise SystemExit(f"zcoord exited early: see {tmp}/zcoord.log")
-        time.sleep(0.01)
-    proc.kill()
-    raise SystemExit("zcoord did not become ready")
 
 
 def expect_code(fn, code, needle=None):
@@ -78,15 +44,19 @@ JOB = json.dumps({
 
 def main():
     tmp = tempfile.mkdtemp(prefix="zt_interop_")
-    proc = None
+    zc = None
     try:
-        build_stubs(os.path.join(tmp, "py"))
+        T.build_stubs(os.path.join(tmp, "py"))
         import zerotrain_pb2 as pb
         import zerotrain_pb2_grpc as rpc
         import health_pb2
         import health_pb2_grpc
 
-        proc, addr = start_zcoord(tmp)
+        tok = os.path.join(tmp, "token")
+        with open(tok, "w") as f:
+            f.write(TOKEN + "\n")
+        zc = T.Zcoord(tmp, ["--token-file", tok]).start()
+        addr = zc.addr
         channel = grpc.insecure_channel(addr)
         md = [("authorization", f"Bearer {TOKEN}")]
         user = rpc.CoordinatorStub(channel)
@@ -236,17 +206,16 @@ def main():
         assert len(final) == 1 and final[0].final and final[0].job.state == pb.JOB_STATE_CANCELED
 
         # SIGTERM: a clean stop
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(20)
+        rc = zc.stop()
         assert rc == 0, f"zcoord exited {rc}"
-        proc = None
         print("test_interop: ok")
+    except BaseException:
+        if zc is not None:
+            sys.stderr.write(f"---- zcoord log ----\n{zc.tail()}\n")
+        raise
     finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-            with open(os.path.join(tmp, "zcoord.log")) as f:
-                sys.stderr.write(f.read()[-4000:])
+        if zc is not None:
+            zc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

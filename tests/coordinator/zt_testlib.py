@@ -1,0 +1,130 @@
+"""Shared helpers of the coordinator's Python tests: Python stubs built from the project's
+.proto files with Debian's grpc_tools, a zcoord process on loopback that is always torn down,
+and a simulated agent."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+SRC = os.environ.get("ZT_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BIN = os.environ.get("ZT_BIN", "./bin")
+
+
+def need_grpc():
+    """Imports grpc and grpc_tools, or exits 77 (skip) saying what to install."""
+    try:
+        import grpc  # noqa: F401
+        from grpc_tools import protoc  # noqa: F401
+    except ImportError as e:
+        print(f"skipped: {e} (install python3-grpcio python3-grpc-tools)")
+        sys.exit(77)
+
+
+def build_stubs(out):
+    """Compiles zerotrain.proto and health.proto into out/ and makes them importable."""
+    from grpc_tools import protoc
+    os.makedirs(out, exist_ok=True)
+    args = ["protoc", f"-I{SRC}/proto", f"--python_out={out}", f"--grpc_python_out={out}",
+            f"{SRC}/proto/zerotrain.proto", f"{SRC}/proto/health.proto"]
+    if protoc.main(args) != 0:
+        raise SystemExit("protoc (grpc_tools) failed to compile the .proto files")
+    sys.path.insert(0, out)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Zcoord:
+    """A zcoord process in directory tmp; use as a context manager (killed on exit)."""
+
+    def __init__(self, tmp, args=(), port=0):
+        self.tmp, self.args, self.port, self.proc, self.addr = tmp, list(args), port, None, None
+        self.log = os.path.join(tmp, "zcoord.log")
+
+    def start(self):
+        ready = os.path.join(self.tmp, "ready.json")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        log = open(self.log, "a")
+        self.proc = subprocess.Popen([os.path.join(BIN, "zcoord"), "--db", os.path.join(self.tmp, "zt.db"),
+                                      "--grpc", f"127.0.0.1:{self.port}", "--http", "off",
+                                      "--ready-file", ready, *self.args], stdout=log, stderr=log)
+        for _ in range(2000):
+            if os.path.exists(ready):
+                with open(ready) as f:
+                    self.addr = json.load(f)["grpc"]
+                self.port = int(self.addr.rsplit(":", 1)[1])
+                return self
+            if self.proc.poll() is not None:
+                raise SystemExit(f"zcoord exited early:\n{self.tail()}")
+            time.sleep(0.01)
+        self.kill()
+        raise SystemExit("zcoord did not become ready")
+
+    def tail(self, n=4000):
+        try:
+            with open(self.log) as f:
+                return f.read()[-n:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self):
+        if self.proc is None:
+            return 0
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(30)
+        self.proc = None
+        return rc
+
+    def kill(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            sys.stderr.write(f"---- zcoord log ----\n{self.tail()}\n")
+        self.kill()
+        return False
+
+
+class Agent:
+    """A simulated zagent: registers, heartbeats with worker reports, reports logs."""
+
+    def __init__(self, pb, stub, name, slots=2, metadata=()):
+        self.pb, self.stub, self.name, self.md = pb, stub, name, list(metadata)
+        self.inc = stub.RegisterAgent(pb.RegisterAgentRequest(name=name, hostname="testhost",
+                                                              device=pb.DEVICE_CPU, slots=slots),
+                                      metadata=self.md).incarnation
+
+    def heartbeat(self, workers=()):
+        return self.stub.Heartbeat(self.pb.HeartbeatRequest(name=self.name, incarnation=self.inc,
+                                                            workers=list(workers)), metadata=self.md)
+
+    def wait_desired(self, n, newer_than=0, timeout=5.0):
+        """Heartbeats (without workers) until n workers of an attempt > newer_than are desired."""
+        end = time.time() + timeout
+        while time.time() < end:
+            hb = self.heartbeat()
+            ws = [w for w in hb.workers if w.attempt_id > newer_than]
+            if len(ws) == n:
+                return ws
+            time.sleep(0.01)
+        raise AssertionError(f"agent {self.name}: {n} desired workers did not come")
+
+    def status(self, desired, phase, step=0, code=0):
+        return [self.pb.WorkerStatus(job_id=d.job_id, attempt_id=d.attempt_id, rank=d.rank,
+                                     pid=1000 + d.rank, phase=phase, step=step, exit_code=code,
+                                     device_index=d.device_index) for d in desired]
