@@ -127,6 +127,11 @@ static inline void zt_comm_chunk(size_t count, int world, int i, size_t *off, si
  *     acc = x[i+1]; acc = acc + x[i+2]; ...; acc = acc + x[i]     (ranks mod world)
  * each addition in fp32 and rounded to the buffer's dtype (nearest even) after every hop. */
 
+/* out[i] = in[i] + own[i] in dtype dt: fp32 adds, 16-bit values widened to fp32, added and
+ * rounded to nearest even (common/dtype.h's bits exactly, whatever the CPU). out may alias
+ * in or own element for element. The one reduction of the TCP rings (comm_tcp.c). */
+void zt_comm_reduce_add(zt_dtype dt, void *out, const void *in, const void *own, size_t n);
+
 /* Textbook ring payload bytes one rank sends for a collective (what zt_comm_stats counts for
  * the TCP backend and estimates for NCCL). */
 uint64_t zt_comm_ring_bytes(zt_coll_kind kind, size_t count, zt_dtype dt, int root, int rank,

@@ -354,8 +354,8 @@ static bool is_loopback(const struct sockaddr *sa)
 
 /* Rank 0's rendezvous listener. A loopback host is bound as given; any other host is bound
  * on the wildcard address of its family, so that a host name resolving to a local alias
- * (Debian's 127.0.1.1) still accepts remote ranks. Retries "address in use" until the
- * deadline (a previous attempt may still hold the port). */
+ * (Debian's 127.0.1.1) still accepts remote ranks. Retries "address in use" for up to 10 s
+ * (a previous attempt may still hold the port). */
 static int listen_rendezvous(const char *host, uint16_t port, uint64_t deadline_ns,
                              const char *addr, zt_err *err)
 {
@@ -375,6 +375,8 @@ static int listen_rendezvous(const char *host, uint16_t port, uint64_t deadline_
         return -1;
     }
     char why[256] = "no usable address";
+    uint64_t bind_deadline = zt_now_ns() + 10000000000ull;
+    if (bind_deadline > deadline_ns) bind_deadline = deadline_ns;
     for (;;) {
         for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
             struct sockaddr_storage ss;
@@ -406,7 +408,9 @@ static int listen_rendezvous(const char *host, uint16_t port, uint64_t deadline_
             snprintf(why, sizeof(why), "%s", strerror(errno));
             close(fd);
         }
-        if (zt_now_ns() + 100000000ull >= deadline_ns) break;
+        /* a port still held by a previous attempt frees up within seconds; do not spend the
+         * whole rendezvous timeout on a port another program owns */
+        if (zt_now_ns() + 100000000ull >= bind_deadline) break;
         zt_sleep_ms(100);
     }
     freeaddrinfo(res);

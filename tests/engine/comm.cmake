@@ -12,7 +12,7 @@ function(zt_comm_test_part exe part)
   set_tests_properties(${exe}_${part} PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
                        ENVIRONMENT "ZT_SOURCE_DIR=${CMAKE_SOURCE_DIR};ZT_BUILD_DIR=${CMAKE_BINARY_DIR};ZT_BIN=${CMAKE_BINARY_DIR}/bin")
 endfunction()
-foreach(part api determinism async addresses)
+foreach(part api reduce determinism async addresses)
   zt_comm_test_part(test_comm_tcp ${part})
 endforeach()
 foreach(part stall mismatch session no_rank0 late_rank0 abort destroy_pending)

@@ -10,6 +10,7 @@
 #include "common/alloc.h"
 #include "common/dtype.h"
 #include "engine/comm.h"
+#include "engine/comm_int.h"
 #include "tests/engine/comm_test_util.h"
 #include "tests/test.h"
 
@@ -562,12 +563,71 @@ static void run_single_rank_api(void)
     printf("ok: single-rank API, argument and option errors\n");
 }
 
+/* ---- the reduction kernel against dtype.h, bit for bit (SIMD paths included) ---- */
+
+static uint16_t to16(zt_dtype dt, float v)
+{
+    uint16_t h[2] = {0, 0}; /* room for a float store as far as the compiler knows */
+    zt_store_f32(h, dt, 0, v);
+    return h[0];
+}
+
+/* C leaves open which NaN an addition of two NaNs returns: any NaN is right. */
+static int is_nan16(zt_dtype dt, uint16_t h)
+{
+    return dt == ZT_BF16 ? (h & 0x7f80) == 0x7f80 && (h & 0x7f)
+                         : (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+}
+
+static void run_reduce_kernel(void)
+{
+    const size_t n = 65536 + 5; /* every 16-bit pattern, plus a tail that is not a multiple of 8 */
+    uint16_t *a = zt_malloc(n * 2), *b = zt_malloc(n * 2), *o = zt_malloc(n * 2);
+    ASSERT_TRUE(a && b && o);
+    const zt_dtype dts[] = {ZT_BF16, ZT_F16};
+    for (int d = 0; d < 2; d++)
+        for (uint32_t k = 1; k < 65536; k += 251) {
+            for (size_t i = 0; i < n; i++) {
+                a[i] = (uint16_t)i;
+                b[i] = (uint16_t)((uint32_t)i * k + k);
+            }
+            zt_comm_reduce_add(dts[d], o, a, b, n);
+            for (size_t i = 0; i < n; i++) {
+                float sum = zt_load_f32(a, dts[d], i) + zt_load_f32(b, dts[d], i);
+                uint16_t want = to16(dts[d], sum);
+                if (o[i] != want && !(is_nan16(dts[d], want) && is_nan16(dts[d], o[i])))
+                    ZT_FAIL("%s: 0x%04x + 0x%04x gave 0x%04x, dtype.h gives 0x%04x",
+                            zt_dtype_name(dts[d]), a[i], b[i], o[i], want);
+            }
+            /* in place: out aliases own */
+            memcpy(o, b, n * 2);
+            zt_comm_reduce_add(dts[d], o, a, o, n);
+            for (size_t i = 0; i < n; i++) {
+                uint16_t want = to16(dts[d], zt_load_f32(a, dts[d], i) + zt_load_f32(b, dts[d], i));
+                if (!(is_nan16(dts[d], want) && is_nan16(dts[d], o[i]))) ASSERT_EQ_INT(o[i], want);
+            }
+        }
+    float x[19], y[19], z[19];
+    for (int i = 0; i < 19; i++) {
+        x[i] = (float)i * 0.1f;
+        y[i] = 1.0f / (float)(i + 1);
+    }
+    zt_comm_reduce_add(ZT_F32, z, x, y, 19);
+    for (int i = 0; i < 19; i++)
+        ASSERT_EQ_INT(zt_f32_bits(z[i]), zt_f32_bits(x[i] + y[i]));
+    zt_free(o);
+    zt_free(b);
+    zt_free(a);
+    printf("ok: reduction kernel matches dtype.h bit for bit\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
     sh = ct_shared_create();
     signal(SIGPIPE, SIG_DFL); /* the library must never raise it */
     if (!only || !strcmp(only, "api")) run_single_rank_api();
+    if (!only || !strcmp(only, "reduce")) run_reduce_kernel();
     if (!only || !strcmp(only, "worlds")) run_worlds();
     if (!only || !strcmp(only, "determinism")) run_determinism();
     if (!only || !strcmp(only, "async")) run_async();
