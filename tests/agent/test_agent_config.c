@@ -1,0 +1,262 @@
+/* Tests agent/config.c: zagent's settings from flags and ZT_* variables (flags win), their
+ * defaults, and one clear message per kind of bad value that names the flag or variable. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "tests/test.h"
+
+static char tmpdir[256];
+
+static const char *const env_names[] = {
+    "ZT_COORDINATOR", "ZT_TOKEN_FILE", "ZT_TOKEN", "ZT_TLS_CA", "ZT_SLOTS", "ZT_AGENT_NAME",
+    "ZT_WORK_DIR", "ZT_WORKER", "ZT_HEARTBEAT_MS", "ZT_ADVERTISE_HOST", "ZT_STOP_GRACE",
+    "ZT_LOG_QUEUE", "ZT_STATUS_FILE", "ZT_LOG_LEVEL", "OMP_NUM_THREADS"};
+
+static void clear_env(void)
+{
+    for (size_t i = 0; i < sizeof(env_names) / sizeof(env_names[0]); i++)
+        unsetenv(env_names[i]);
+    char wd[300];
+    snprintf(wd, sizeof(wd), "%s/work", tmpdir);
+    setenv("ZT_WORK_DIR", wd, 1);
+    setenv("ZT_WORKER", "/bin/true", 1);
+}
+
+/* Parses argv (NULL-terminated list after "zagent"); returns the status. */
+static zt_status parse(zt_agent_config *cfg, zt_err *err, const char *const *args)
+{
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = "zagent";
+    for (; args && *args && argc < 31; args++)
+        argv[argc++] = (char *)*args;
+    argv[argc] = NULL;
+    bool help = false;
+    zt_err_clear(err);
+    return zt_agent_config_parse(cfg, argc, argv, &help, err);
+}
+
+static void expect_error(const char *const *args, zt_status want, const char *needle)
+{
+    zt_agent_config cfg;
+    zt_err err;
+    zt_status st = parse(&cfg, &err, args);
+    if (st != want)
+        ZT_FAIL("args starting '%s': status %s (%s), expected %s", args[0] ? args[0] : "",
+                zt_status_name(st), err.msg, zt_status_name(want));
+    ASSERT_CONTAINS(err.msg, needle);
+    ASSERT_TRUE(cfg.coordinator == NULL && cfg.name == NULL); /* left empty */
+}
+
+static void test_defaults(void)
+{
+    clear_env();
+    zt_agent_config cfg;
+    zt_err err;
+    const char *none[] = {NULL};
+    ASSERT_OK(parse(&cfg, &err, none));
+    ASSERT_STREQ(cfg.coordinator, "127.0.0.1:50051");
+    ASSERT_EQ_INT(cfg.device, ZT_AGENT_DEVICE_CPU);
+    ASSERT_EQ_INT(cfg.slots, 1);
+    ASSERT_STREQ(cfg.advertise_host, "127.0.0.1"); /* loopback coordinator */
+    ASSERT_EQ_INT(cfg.heartbeat_ms, 0);
+    ASSERT_EQ_INT(cfg.stop_grace_ms, 10000);
+    ASSERT_EQ_INT(cfg.log_queue_lines, 10000);
+    ASSERT_TRUE(cfg.token == NULL && cfg.tls_ca_pem == NULL && cfg.status_file == NULL);
+    ASSERT_TRUE(cfg.work_dir[0] == '/');
+    ASSERT_CONTAINS(cfg.work_dir, "/work");
+    ASSERT_TRUE(strstr(cfg.worker, "true") != NULL);
+    ASSERT_TRUE(cfg.exec_wrapper && cfg.exec_wrapper[0] == '/');
+    char host[256];
+    gethostname(host, sizeof(host));
+    ASSERT_TRUE(cfg.name && cfg.name[0]);
+    ASSERT_EQ_INT(strlen(cfg.name), strlen(host) < 128 ? strlen(host) : 128);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ASSERT_EQ_INT(cfg.omp_threads, cpus);
+    zt_agent_config_free(&cfg);
+    ASSERT_TRUE(cfg.coordinator == NULL);
+    zt_agent_config_free(&cfg); /* twice is fine */
+}
+
+static void test_env_and_flags(void)
+{
+    clear_env();
+    setenv("ZT_COORDINATOR", "10.1.2.3:7000", 1);
+    setenv("ZT_SLOTS", "cpu:3", 1);
+    setenv("ZT_AGENT_NAME", "env-name", 1);
+    setenv("ZT_HEARTBEAT_MS", "250", 1);
+    setenv("ZT_TOKEN", "tok-from-env", 1);
+    setenv("OMP_NUM_THREADS", "5", 1);
+    zt_agent_config cfg;
+    zt_err err;
+    const char *none[] = {NULL};
+    ASSERT_OK(parse(&cfg, &err, none));
+    ASSERT_STREQ(cfg.coordinator, "10.1.2.3:7000");
+    ASSERT_EQ_INT(cfg.slots, 3);
+    ASSERT_STREQ(cfg.name, "env-name");
+    ASSERT_EQ_INT(cfg.heartbeat_ms, 250);
+    ASSERT_STREQ(cfg.token, "tok-from-env");
+    ASSERT_EQ_INT(cfg.omp_threads, 0); /* the environment sets OMP_NUM_THREADS already */
+    char host[256];
+    gethostname(host, sizeof(host));
+    ASSERT_STREQ(cfg.advertise_host, host); /* remote coordinator: peers need our name */
+    zt_agent_config_free(&cfg);
+
+    /* flags win, in both spellings */
+    const char *flags[] = {"--coordinator", "127.0.0.1:9", "--slots=cpu:2", "--name", "flag-name",
+                           "--heartbeat-ms=100", "--advertise-host", "node7", "--stop-grace",
+                           "2.5s", "--log-queue", "50", NULL};
+    ASSERT_OK(parse(&cfg, &err, flags));
+    ASSERT_STREQ(cfg.coordinator, "127.0.0.1:9");
+    ASSERT_EQ_INT(cfg.slots, 2);
+    ASSERT_STREQ(cfg.name, "flag-name");
+    ASSERT_EQ_INT(cfg.heartbeat_ms, 100);
+    ASSERT_STREQ(cfg.advertise_host, "node7");
+    ASSERT_EQ_INT(cfg.stop_grace_ms, 2500);
+    ASSERT_EQ_INT(cfg.log_queue_lines, 50);
+    zt_agent_config_free(&cfg);
+}
+
+static void test_token_file(void)
+{
+    clear_env();
+    setenv("ZT_TOKEN", "ignored-when-a-file-is-given", 1);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/token", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs("s3cret \r\n", f);
+    fclose(f);
+    zt_agent_config cfg;
+    zt_err err;
+    const char *args[] = {"--token-file", path, NULL};
+    ASSERT_OK(parse(&cfg, &err, args));
+    ASSERT_STREQ(cfg.token, "s3cret");
+    zt_agent_config_free(&cfg);
+    f = fopen(path, "w");
+    fputs("\n", f);
+    fclose(f);
+    expect_error(args, ZT_ERR_CONFIG, "is empty");
+    const char *missing[] = {"--token-file", "/nonexistent/token", NULL};
+    expect_error(missing, ZT_ERR_IO, "/nonexistent/token");
+    const char *badca[] = {"--tls-ca", path, NULL};
+    expect_error(badca, ZT_ERR_CONFIG, "no PEM certificate");
+}
+
+static void test_slots(void)
+{
+    int dev = 0, slots = 0;
+    zt_err err = {0};
+    ASSERT_OK(zt_agent_parse_slots("cpu:8", &dev, &slots, &err));
+    ASSERT_EQ_INT(dev, ZT_AGENT_DEVICE_CPU);
+    ASSERT_EQ_INT(slots, 8);
+    ASSERT_OK(zt_agent_parse_slots("cuda:auto", &dev, &slots, &err));
+    ASSERT_EQ_INT(dev, ZT_AGENT_DEVICE_CUDA);
+    ASSERT_EQ_INT(slots, -1);
+    ASSERT_OK(zt_agent_parse_slots("cuda:2", &dev, &slots, &err));
+    ASSERT_EQ_INT(slots, 2);
+    const char *bad[] = {"cpu:0", "cpu:4097", "cpu:", "cpu:2x", "gpu:1", "cpu", "", "cuda:-1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        zt_err_clear(&err);
+        if (zt_agent_parse_slots(bad[i], &dev, &slots, &err) != ZT_ERR_CONFIG)
+            ZT_FAIL("slots '%s' accepted", bad[i]);
+        ASSERT_CONTAINS(err.msg, bad[i]);
+    }
+    clear_env();
+    const char *a1[] = {"--slots", "gpu:2", NULL};
+    expect_error(a1, ZT_ERR_CONFIG, "--slots");
+    setenv("ZT_SLOTS", "cpu:many", 1);
+    const char *none[] = {NULL};
+    expect_error(none, ZT_ERR_CONFIG, "ZT_SLOTS");
+    /* cuda:auto: a clear error where no GPU is usable (here: no driver), else every GPU */
+    clear_env();
+    const char *cuda[] = {"--slots", "cuda:auto", NULL};
+    zt_agent_config cfg;
+    zt_status st = parse(&cfg, &err, cuda);
+    if (st == ZT_OK) {
+        ASSERT_TRUE(cfg.slots >= 1 && cfg.n_gpus == cfg.slots);
+        ASSERT_EQ_INT(cfg.omp_threads, 0);
+        printf("cuda:auto found %d GPU(s): %s\n", cfg.n_gpus, cfg.gpus[0].name);
+        zt_agent_config_free(&cfg);
+    } else {
+        ASSERT_EQ_INT(st, ZT_ERR_NO_DEVICE);
+        ASSERT_CONTAINS(err.msg, "no usable GPU");
+        ASSERT_CONTAINS(err.msg, "--slots cpu:N");
+        printf("cuda:auto here: %s\n", err.msg);
+    }
+}
+
+static void test_bad_values(void)
+{
+    clear_env();
+    const char *hb[] = {"--heartbeat-ms", "10", NULL};
+    expect_error(hb, ZT_ERR_CONFIG, "--heartbeat-ms");
+    setenv("ZT_HEARTBEAT_MS", "soon", 1);
+    const char *none[] = {NULL};
+    expect_error(none, ZT_ERR_CONFIG, "ZT_HEARTBEAT_MS");
+    clear_env();
+    const char *name[] = {"--name", "a b", NULL};
+    expect_error(name, ZT_ERR_CONFIG, "agent name 'a b' is not valid");
+    const char *grace[] = {"--stop-grace", "forever", NULL};
+    expect_error(grace, ZT_ERR_CONFIG, "--stop-grace");
+    const char *lq[] = {"--log-queue", "3", NULL};
+    expect_error(lq, ZT_ERR_CONFIG, "--log-queue");
+    const char *lvl[] = {"--log-level", "loud", NULL};
+    expect_error(lvl, ZT_ERR_CONFIG, "not error, warn, info or debug");
+    const char *coord[] = {"--coordinator=", NULL};
+    expect_error(coord, ZT_ERR_CONFIG, "--coordinator is empty");
+    const char *worker[] = {"--worker", "/nonexistent/zworker", NULL};
+    expect_error(worker, ZT_ERR_CONFIG, "/nonexistent/zworker is not an executable file");
+    const char *unknown[] = {"--colour", "red", NULL};
+    expect_error(unknown, ZT_ERR_CONFIG, "unknown option '--colour'");
+    const char *novalue[] = {"--slots", NULL};
+    expect_error(novalue, ZT_ERR_CONFIG, "--slots needs a value");
+    const char *positional[] = {"job.json", NULL};
+    expect_error(positional, ZT_ERR_CONFIG, "unexpected argument 'job.json'");
+    const char *wd[] = {"--work-dir", "/proc/self/zagent-cannot-be-here", NULL};
+    expect_error(wd, ZT_ERR_IO, "cannot create the work directory");
+}
+
+static void test_help(void)
+{
+    clear_env();
+    zt_agent_config cfg;
+    bool help = false;
+    zt_err err = {0};
+    char *argv[] = {"zagent", "--slots", "cpu:1", "--help", NULL};
+    ASSERT_OK(zt_agent_config_parse(&cfg, 4, argv, &help, &err));
+    ASSERT_TRUE(help);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    zt_agent_usage(f);
+    fclose(f);
+    const char *must[] = {"--coordinator", "ZT_COORDINATOR", "--token-file", "ZT_TOKEN", "--slots",
+                          "cuda:auto", "--work-dir", "--worker", "--heartbeat-ms",
+                          "--advertise-host", "--name", "--tls-ca", "Exit codes"};
+    for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
+        ASSERT_CONTAINS(buf, must[i]);
+    free(buf);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/zt_agent_config_XXXXXX");
+    if (!mkdtemp(tmpdir))
+        ZT_FAIL("mkdtemp failed");
+    test_defaults();
+    test_env_and_flags();
+    test_token_file();
+    test_slots();
+    test_bad_values();
+    test_help();
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    printf("test_agent_config: ok\n");
+    return 0;
+}
