@@ -8,7 +8,8 @@
  *    (1, 2, ...) and a peer that disagrees about kind/size/sequence is an error, not a hang.
  *  - Results are bitwise identical on every rank and from run to run (fixed reduction order).
  *  - Every collective has a timeout; a dead or silent peer gives ZT_ERR_PEER / ZT_ERR_TIMEOUT
- *    with a message naming the peer rank, the collective and its sequence number.
+ *    with a message naming the peer rank, the collective and its sequence number. The TCP
+ *    backend's timeout counts inactivity: a large transfer that keeps moving never expires.
  *  - Collectives may be asynchronous: pass a request pointer to get a handle and overlap work;
  *    pass NULL to wait for completion. Requests complete in issue order. After an error the
  *    communicator is broken: every later call fails fast with the first error.
@@ -56,7 +57,8 @@ const zt_comm_backend *zt_comm_backend_nccl(void); /* NULL when built without CU
  * world_size ranks have joined or the timeout passes. world_size 1 needs no rendezvous. */
 zt_status zt_comm_create(zt_comm **out, const zt_comm_backend *backend, const zt_comm_opts *opts,
                          zt_err *err);
-/* Closes connections and frees; pending requests are abandoned. NULL is a no-op. */
+/* Closes connections and frees, pending requests included (their handles become invalid).
+ * NULL is a no-op. */
 void zt_comm_destroy(zt_comm *c);
 /* Breaks the communicator now (other ranks see this rank as gone). Thread-safe. */
 void zt_comm_abort(zt_comm *c);
