@@ -1,0 +1,9 @@
+# tests/fuzz: the request-decoding fuzz target. fuzz_requests runs it without libFuzzer in
+# every build (seeded mutations for a few seconds); fuzz_requests_libfuzzer builds it with
+# clang's libFuzzer and runs it briefly (tests/fuzz/run_libfuzzer.sh; longer by hand).
+zt_add_test(NAME fuzz_requests
+            SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_main.c ${CMAKE_CURRENT_LIST_DIR}/fuzz_requests.c
+            LIBS zt_coord_store zt_rpc LABELS unit TIMEOUT 120)
+zt_add_script_test(NAME fuzz_requests_libfuzzer
+                   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run_libfuzzer.sh ${CMAKE_BINARY_DIR} 10
+                   LABELS unit TIMEOUT 300)

@@ -1,0 +1,154 @@
+/* Fuzz target: arbitrary bytes decoded as each request type zcoord accepts (the first byte
+ * picks the type), then what the server does with a decoded request before any state:
+ * the stateless checks of coordinator/validate.c, zt_job_parse of a submitted job file,
+ * the JSON view, and a re-encode/decode round trip. Built as a libFuzzer target with clang
+ * (tests/fuzz/run_libfuzzer.sh) and with fuzz_main.c as a plain test otherwise. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/jobfile.h"
+#include "coordinator/validate.h"
+#include "proto/health.pb-c.h"
+#include "proto/pbjson.h"
+#include "proto/rpc.h"
+#include "proto/zerotrain.pb-c.h"
+#include "tests/fuzz/fuzz_requests.h"
+
+typedef bool (*check_fn)(const void *msg, char *why, size_t cap);
+
+static bool check_submit(const void *m, char *why, size_t cap)
+{
+    const Zt__V1__SubmitJobRequest *q = m;
+    if (!zt_check_submit(q, why, cap))
+        return false;
+    /* the server parses the job file next */
+    zt_job *job = zt_calloc(1, sizeof(*job));
+    if (!job)
+        return false;
+    zt_err err = {0};
+    if (zt_job_parse(job, q->job_text, q->job_path[0] ? q->job_path : "job",
+                     q->job_dir[0] ? q->job_dir : "/", &err) == ZT_OK) {
+        char *json = zt_job_to_json(job);
+        zt_free(json);
+    }
+    zt_free(job);
+    return true;
+}
+
+#define ID_CHECK(fn, type, field)                                                                  \
+    static bool fn(const void *m, char *why, size_t cap)                                           \
+    {                                                                                              \
+        return zt_check_job_id(((const type *)m)->field, why, cap);                                \
+    }
+ID_CHECK(check_get_job, Zt__V1__GetJobRequest, job_id)
+ID_CHECK(check_cancel, Zt__V1__CancelJobRequest, job_id)
+ID_CHECK(check_watch, Zt__V1__WatchJobRequest, job_id)
+ID_CHECK(check_ckpts, Zt__V1__ListCheckpointsRequest, job_id)
+
+#define WRAP(fn, type, check)                                                                      \
+    static bool fn(const void *m, char *why, size_t cap)                                           \
+    {                                                                                              \
+        return check((const type *)m, why, cap);                                                   \
+    }
+WRAP(check_list_jobs, Zt__V1__ListJobsRequest, zt_check_list_jobs)
+WRAP(check_metrics, Zt__V1__GetMetricsRequest, zt_check_get_metrics)
+WRAP(check_logs, Zt__V1__GetLogsRequest, zt_check_get_logs)
+WRAP(check_register, Zt__V1__RegisterAgentRequest, zt_check_register)
+WRAP(check_heartbeat, Zt__V1__HeartbeatRequest, zt_check_heartbeat)
+WRAP(check_report_metrics, Zt__V1__ReportMetricsRequest, zt_check_report_metrics)
+WRAP(check_report_ckpt, Zt__V1__ReportCheckpointRequest, zt_check_report_checkpoint)
+WRAP(check_report_logs, Zt__V1__ReportLogsRequest, zt_check_report_logs)
+WRAP(check_rdzv, Zt__V1__RendezvousRequest, zt_check_rendezvous)
+
+static bool check_none(const void *m, char *why, size_t cap)
+{
+    (void)m;
+    (void)why;
+    (void)cap;
+    return true;
+}
+
+const zt_fuzz_type zt_fuzz_types[] = {
+    {"SubmitJob", &zt__v1__submit_job_request__descriptor, check_submit},
+    {"GetJob", &zt__v1__get_job_request__descriptor, check_get_job},
+    {"ListJobs", &zt__v1__list_jobs_request__descriptor, check_list_jobs},
+    {"CancelJob", &zt__v1__cancel_job_request__descriptor, check_cancel},
+    {"WatchJob", &zt__v1__watch_job_request__descriptor, check_watch},
+    {"GetMetrics", &zt__v1__get_metrics_request__descriptor, check_metrics},
+    {"ListCheckpoints", &zt__v1__list_checkpoints_request__descriptor, check_ckpts},
+    {"ListAgents", &zt__v1__list_agents_request__descriptor, check_none},
+    {"GetLogs", &zt__v1__get_logs_request__descriptor, check_logs},
+    {"Ping", &zt__v1__ping_request__descriptor, check_none},
+    {"RegisterAgent", &zt__v1__register_agent_request__descriptor, check_register},
+    {"Heartbeat", &zt__v1__heartbeat_request__descriptor, check_heartbeat},
+    {"GetAttemptSpec", &zt__v1__get_attempt_spec_request__descriptor, check_none},
+    {"ReportMetrics", &zt__v1__report_metrics_request__descriptor, check_report_metrics},
+    {"ReportCheckpoint", &zt__v1__report_checkpoint_request__descriptor, check_report_ckpt},
+    {"ReportLogs", &zt__v1__report_logs_request__descriptor, check_report_logs},
+    {"Rendezvous", &zt__v1__rendezvous_request__descriptor, check_rdzv},
+    {"Health", &grpc__health__v1__health_check_request__descriptor, check_none},
+};
+const size_t zt_fuzz_n_types = sizeof(zt_fuzz_types) / sizeof(zt_fuzz_types[0]);
+
+/* True when m or a message inside it carries unknown fields. */
+static bool has_unknown(const ProtobufCMessage *m)
+{
+    if (m->n_unknown_fields)
+        return true;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        const char *base = (const char *)m + f->offset;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+            ProtobufCMessage *const *arr = *(ProtobufCMessage *const *const *)base;
+            for (size_t k = 0; k < n; k++)
+                if (has_unknown(arr[k]))
+                    return true;
+        } else {
+            const ProtobufCMessage *sub = *(ProtobufCMessage *const *)base;
+            if (sub && has_unknown(sub))
+                return true;
+        }
+    }
+    return false;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    const zt_fuzz_type *t = &zt_fuzz_types[data[0] % zt_fuzz_n_types];
+    ProtobufCMessage *m = zt_pb_unpack(t->type, data + 1, size - 1);
+    if (!m)
+        return 0; /* the server answers INVALID_ARGUMENT */
+    char why[512];
+    ((check_fn)t->check)(m, why, sizeof(why));
+    json_t *j = zt_pb_to_json(m);
+    if (j) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        free(s);
+        json_decref(j);
+    }
+    size_t n = 0;
+    uint8_t *again = zt_pb_pack(m, &n);
+    if (again) {
+        /* what decoded must encode into what decodes again; protobuf-c keeps unknown
+         * fields verbatim, even malformed ones (field number 0), so only known ones count */
+        ProtobufCMessage *m2 = zt_pb_unpack(t->type, again, n);
+        if (!m2 && !has_unknown(m)) {
+            fprintf(stderr, "%s: a decoded message did not decode again after encoding\n", t->name);
+            abort();
+        }
+        zt_pb_free(m2);
+        zt_free(again);
+    }
+    zt_pb_free(m);
+    return 0;
+}
