@@ -21,11 +21,10 @@ static void sgemm(char ta, char tb, size_t M, size_t N, size_t K, float alpha, c
     dnnl_status_t st = dnnl_sgemm(ta, tb, (dnnl_dim_t)M, (dnnl_dim_t)N, (dnnl_dim_t)K, alpha, A,
                                   (dnnl_dim_t)lda, B, (dnnl_dim_t)ldb, beta, C, (dnnl_dim_t)ldc);
     if (st != dnnl_success) {
-        /* clang-format off */
-        ZT_ERROR("kernels",
-                 "dnnl_sgemm(%c, %c, M=%zu, N=%zu, K=%zu, lda=%zu, ldb=%zu, ldc=%zu) failed with oneDNN status %d; the result is wrong, report this as a bug",
-                 ta, tb, M, N, K, lda, ldb, ldc, (int)st);
-        /* clang-format on */
+        ZT_ERROR(
+            "kernels",
+            "dnnl_sgemm(%c, %c, M=%zu, N=%zu, K=%zu, lda=%zu, ldb=%zu, ldc=%zu) failed with oneDNN status %d; the result is wrong, report this as a bug",
+            ta, tb, M, N, K, lda, ldb, ldc, (int)st);
     }
 }
 

@@ -56,10 +56,9 @@ static zt_status cpu_ctx_create(zt_kctx **out, int device, zt_err *err)
     *out = NULL;
     zt_kctx *ctx = zt_calloc(1, sizeof(*ctx));
     if (!ctx) {
-        /* clang-format off */
-        return zt_err_set(err, ZT_ERR_NOMEM,
-                          "cannot allocate the CPU kernel context: out of memory; free memory or lower the batch size");
-        /* clang-format on */
+        return zt_err_set(
+            err, ZT_ERR_NOMEM,
+            "cannot allocate the CPU kernel context: out of memory; free memory or lower the batch size");
     }
     int nt = omp_get_max_threads();
     ctx->nthreads = nt > 0 ? nt : 1;

@@ -108,11 +108,10 @@ static inline void kc_check_close(const char *what, const float *got, const doub
         }
     }
     if (!(worst_ratio <= 1.0)) {
-        /* clang-format off */
-        ZT_FAIL("%s: element %zu of %zu: got %.9g, want %.9g (diff %.3g, tolerance rtol %g of |want| + rms %.3g, atol %g)",
-                what, worst, n, (double)got[worst], want[worst],
-                fabs((double)got[worst] - want[worst]), rtol, rms, atol);
-        /* clang-format on */
+        ZT_FAIL(
+            "%s: element %zu of %zu: got %.9g, want %.9g (diff %.3g, tolerance rtol %g of |want| + rms %.3g, atol %g)",
+            what, worst, n, (double)got[worst], want[worst], fabs((double)got[worst] - want[worst]),
+            rtol, rms, atol);
     }
 }
 
@@ -124,10 +123,8 @@ static inline void kc_check_close_d(const char *what, const double *got, const d
     for (size_t i = 0; i < n; i++) {
         double tol = rtol * (fabs(want[i]) + rms) + atol;
         if (!(fabs(got[i] - want[i]) <= tol)) {
-            /* clang-format off */
             ZT_FAIL("%s: element %zu of %zu: got %.12g, want %.12g (diff %.3g, tol %.3g)", what, i,
                     n, got[i], want[i], fabs(got[i] - want[i]), tol);
-            /* clang-format on */
         }
     }
 }
@@ -152,10 +149,9 @@ static inline void kc_fd_check_d(const char *what, kc_loss_fn loss, void *state,
         double fd = (lp - lm) / (2.0 * h);
         double tol = rtol * (fabs(grad[i]) + rms) + 1e-12;
         if (!(fabs(fd - grad[i]) <= tol)) {
-            /* clang-format off */
-            ZT_FAIL("%s: finite difference at element %zu: analytic %.10g, numeric %.10g (diff %.3g, tol %.3g)",
-                    what, i, grad[i], fd, fabs(fd - grad[i]), tol);
-            /* clang-format on */
+            ZT_FAIL(
+                "%s: finite difference at element %zu: analytic %.10g, numeric %.10g (diff %.3g, tol %.3g)",
+                what, i, grad[i], fd, fabs(fd - grad[i]), tol);
         }
     }
 }
@@ -177,10 +173,9 @@ static inline void kc_fd_check_f(const char *what, kc_loss_fn loss, void *state,
         double fd = (lp - lm) / step;
         double tol = rtol * (fabs(g[i]) + rms) + 1e-9;
         if (!(fabs(fd - g[i]) <= tol)) {
-            /* clang-format off */
-            ZT_FAIL("%s: finite difference on the op at element %zu: analytic %.8g, numeric %.8g (diff %.3g, tol %.3g)",
-                    what, i, g[i], fd, fabs(fd - g[i]), tol);
-            /* clang-format on */
+            ZT_FAIL(
+                "%s: finite difference on the op at element %zu: analytic %.8g, numeric %.8g (diff %.3g, tol %.3g)",
+                what, i, g[i], fd, fabs(fd - g[i]), tol);
         }
     }
     zt_free(g);
