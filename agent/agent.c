@@ -31,12 +31,13 @@ static void on_agent_handle_closed(uv_handle_t *h)
     a->handles--;
 }
 
+/* 200 ms doubling to 2 s: a coordinator that restarts is found again within 2 s */
 static uint64_t reg_backoff_ms(int failures)
 {
     uint64_t ms = 200;
-    for (int i = 1; i < failures && ms < 5000; i++)
+    for (int i = 1; i < failures && ms < 2000; i++)
         ms *= 2;
-    return ms < 5000 ? ms : 5000;
+    return ms < 2000 ? ms : 2000;
 }
 
 static int hb_deadline_ms(const zt_agent *a)
@@ -66,8 +67,7 @@ static void rtt_stats(const zt_agent *a, double *p50, double *p99, double *max)
 {
     int n = a->rtt_count < AG_RTT_RING ? (int)a->rtt_count : AG_RTT_RING;
     *p50 = *p99 = *max = 0;
-    if (!n)
-        return;
+    if (!n) return;
     uint64_t v[AG_RTT_RING];
     memcpy(v, a->rtt_ns, (size_t)n * sizeof(v[0]));
     qsort(v, (size_t)n, sizeof(v[0]), cmp_u64);
@@ -78,8 +78,7 @@ static void rtt_stats(const zt_agent *a, double *p50, double *p99, double *max)
 
 static void write_status(zt_agent *a)
 {
-    if (!a->cfg.status_file)
-        return;
+    if (!a->cfg.status_file) return;
     double p50, p99, max;
     rtt_stats(a, &p50, &p99, &max);
     json_t *ws = json_array();
@@ -92,24 +91,21 @@ static void write_status(zt_agent *a)
                           "rank", w->rank, "pid", w->pid, "state", ag_wstate_name(w->state),
                           "phase", (int)s.phase, "step", (json_int_t)s.step, "memory_bytes",
                           (json_int_t)s.memory_bytes, "loss", s.loss, "peak_memory_bytes",
-                          (json_int_t)s.peak_memory_bytes, "exit_code", s.exit_code,
-                          "exit_signal", s.exit_signal, "dir", w->dir));
+                          (json_int_t)s.peak_memory_bytes, "exit_code", s.exit_code, "exit_signal",
+                          s.exit_signal, "dir", w->dir));
     }
     json_t *j = json_pack(
-        "{s:s, s:s, s:i, s:b, s:I, s:i, s:I, s:I, s:{s:f, s:f, s:f, s:I}, s:o, s:{s:I, s:I, s:I, "
-        "s:I, s:I, s:I, s:I}}",
-        "name", a->cfg.name, "coordinator", a->cfg.coordinator, "pid", (int)getpid(),
-        "registered", a->reg == AG_REGISTERED, "incarnation", (json_int_t)a->incarnation,
-        "heartbeat_ms", a->hb_ms, "heartbeats_ok", (json_int_t)a->hb_ok, "heartbeats_failed",
-        (json_int_t)a->hb_failed, "heartbeat_rtt_ms", "p50", p50, "p99", p99, "max", max,
-        "samples", (json_int_t)a->rtt_count, "workers", ws ? ws : json_array(), "reports",
-        "logs_queued", (json_int_t)a->rep.log_count, "logs_sent", (json_int_t)a->rep.logs_sent,
-        "logs_dropped", (json_int_t)a->rep.logs_dropped, "steps_sent",
-        (json_int_t)a->rep.steps_sent, "steps_dropped", (json_int_t)a->rep.steps_dropped,
-        "ckpts_sent", (json_int_t)a->rep.ckpts_sent, "ckpts_pending",
-        (json_int_t)a->rep.ckpt_count);
-    if (!j)
-        return;
+        "{s:s, s:s, s:i, s:b, s:I, s:i, s:I, s:I, s:{s:f, s:f, s:f, s:I}, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+        "name", a->cfg.name, "coordinator", a->cfg.coordinator, "pid", (int)getpid(), "registered",
+        a->reg == AG_REGISTERED, "incarnation", (json_int_t)a->incarnation, "heartbeat_ms",
+        a->hb_ms, "heartbeats_ok", (json_int_t)a->hb_ok, "heartbeats_failed",
+        (json_int_t)a->hb_failed, "heartbeat_rtt_ms", "p50", p50, "p99", p99, "max", max, "samples",
+        (json_int_t)a->rtt_count, "workers", ws ? ws : json_array(), "reports", "logs_queued",
+        (json_int_t)a->rep.log_count, "logs_sent", (json_int_t)a->rep.logs_sent, "logs_dropped",
+        (json_int_t)a->rep.logs_dropped, "steps_sent", (json_int_t)a->rep.steps_sent,
+        "steps_dropped", (json_int_t)a->rep.steps_dropped, "ckpts_sent",
+        (json_int_t)a->rep.ckpts_sent, "ckpts_pending", (json_int_t)a->rep.ckpt_count);
+    if (!j) return;
     char tmp[AG_PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp", a->cfg.status_file);
     if (json_dump_file(j, tmp, JSON_INDENT(1)) != 0 || rename(tmp, a->cfg.status_file) != 0) {
@@ -147,17 +143,14 @@ static void on_hb_timer(uv_timer_t *t)
 
 void ag_heartbeat_soon(zt_agent *a, uint64_t delay_ms)
 {
-    if (a->closing)
-        return;
+    if (a->closing) return;
     if (a->hb_in_flight) {
         a->hb_kick = true;
         return;
     }
     /* coalesce the kicks of one burst (several ranks starting or exiting together) */
-    if (delay_ms < 20)
-        delay_ms = 20;
-    if (!uv_is_active((uv_handle_t *)&a->hb_timer) ||
-        uv_timer_get_due_in(&a->hb_timer) > delay_ms)
+    if (delay_ms < 20) delay_ms = 20;
+    if (!uv_is_active((uv_handle_t *)&a->hb_timer) || uv_timer_get_due_in(&a->hb_timer) > delay_ms)
         uv_timer_start(&a->hb_timer, on_hb_timer, delay_ms, 0);
 }
 
@@ -171,7 +164,8 @@ static void apply_desired(zt_agent *a, const Zt__V1__HeartbeatReply *r)
         w->desired = false;
     for (size_t i = 0; i < r->n_workers; i++) {
         const Zt__V1__DesiredWorker *d = r->workers[i];
-        if (d->attempt_id <= 0 || d->rank < 0 || d->rank >= (d->world_size > 0 ? d->world_size : 1)) {
+        if (d->attempt_id <= 0 || d->rank < 0 ||
+            d->rank >= (d->world_size > 0 ? d->world_size : 1)) {
             ZT_WARN("agent", "ignoring a desired worker with attempt %lld rank %d of %d",
                     (long long)d->attempt_id, d->rank, d->world_size);
             continue;
@@ -184,8 +178,7 @@ static void apply_desired(zt_agent *a, const Zt__V1__HeartbeatReply *r)
             continue;
         }
         w = ag_worker_new(a, d);
-        if (!w)
-            continue;
+        if (!w) continue;
         if (w->device == ZT_AGENT_DEVICE_CUDA) {
             /* the engine uses device local_rank: list this attempt's local GPUs in that order */
             size_t n = 0;
@@ -198,15 +191,13 @@ static void apply_desired(zt_agent *a, const Zt__V1__HeartbeatReply *r)
                         n += (size_t)snprintf(w->cuda_visible + n, sizeof(w->cuda_visible) - n,
                                               "%s%d", n ? "," : "", o->device_index);
                 }
-            if (!n)
-                snprintf(w->cuda_visible, sizeof(w->cuda_visible), "%d", d->device_index);
+            if (!n) snprintf(w->cuda_visible, sizeof(w->cuda_visible), "%d", d->device_index);
         }
     }
     ag_worker *next;
     for (ag_worker *w = a->workers; w; w = next) {
         next = w->next;
-        if (!w->desired)
-            ag_worker_undesired(w);
+        if (!w->desired) ag_worker_undesired(w);
     }
 }
 
@@ -214,18 +205,24 @@ static void warn_unreachable(zt_agent *a, const char *what, zt_rpc_code code, co
                              uint64_t *last_warn)
 {
     uint64_t now = zt_now_ns();
-    if (*last_warn && now - *last_warn < AG_WARN_EVERY_NS)
-        return;
+    if (*last_warn && now - *last_warn < AG_WARN_EVERY_NS) return;
     *last_warn = now;
     if (code == ZT_RPC_UNAUTHENTICATED)
-        ZT_ERROR("agent", "%s: the coordinator at %s refused our token (%s); give the token zcoord "
-                 "uses with --token-file or ZT_TOKEN",
-                 what, a->cfg.coordinator, msg);
+        ZT_ERROR(
+            "agent",
+            "%s: the coordinator at %s refused our token (%s); give the token zcoord uses with --token-file or ZT_TOKEN",
+            what, a->cfg.coordinator, msg);
+    else if ((code == ZT_RPC_UNAVAILABLE || code == ZT_RPC_DEADLINE_EXCEEDED) &&
+             worker_count(a, true))
+        ZT_WARN(
+            "agent",
+            "%s: cannot reach the coordinator at %s (%s: %s); is zcoord running there? (--coordinator or ZT_COORDINATOR). Retrying; the %d running workers keep training",
+            what, a->cfg.coordinator, zt_rpc_code_name(code), msg, worker_count(a, true));
     else if (code == ZT_RPC_UNAVAILABLE || code == ZT_RPC_DEADLINE_EXCEEDED)
-        ZT_WARN("agent", "%s: cannot reach the coordinator at %s (%s: %s); is zcoord running "
-                "there? (--coordinator or ZT_COORDINATOR). Retrying; %d worker%s keep running",
-                what, a->cfg.coordinator, zt_rpc_code_name(code), msg, worker_count(a, true),
-                worker_count(a, true) == 1 ? "" : "s");
+        ZT_WARN(
+            "agent",
+            "%s: cannot reach the coordinator at %s (%s: %s); is zcoord running there? (--coordinator or ZT_COORDINATOR). Retrying",
+            what, a->cfg.coordinator, zt_rpc_code_name(code), msg);
     else
         ZT_WARN("agent", "%s failed: %s: %s; retrying", what, zt_rpc_code_name(code), msg);
 }
@@ -255,8 +252,7 @@ static void on_heartbeat(zt_agent *a, void *ctx, zt_rpc_code code, const char *m
         send_heartbeat(a, true);
         return;
     }
-    if (final || a->stopping)
-        return; /* ag_check_stopped runs after this callback */
+    if (final || a->stopping) return; /* ag_check_stopped runs after this callback */
     const Zt__V1__HeartbeatReply *r = reply;
     uint64_t next = (uint64_t)a->hb_ms;
     if (code == ZT_RPC_OK) {
@@ -266,9 +262,10 @@ static void on_heartbeat(zt_agent *a, void *ctx, zt_rpc_code code, const char *m
         apply_desired(a, r);
         write_status(a);
     } else if (code == ZT_RPC_NOT_FOUND || code == ZT_RPC_FAILED_PRECONDITION) {
-        ZT_WARN("agent", "the coordinator no longer knows this agent's registration (%s: %s); "
-                "registering again",
-                zt_rpc_code_name(code), msg);
+        ZT_WARN(
+            "agent",
+            "the coordinator no longer knows this agent's registration (%s: %s); registering again",
+            zt_rpc_code_name(code), msg);
         a->reg = AG_UNREGISTERED;
         reg_start(a);
         write_status(a);
@@ -277,8 +274,7 @@ static void on_heartbeat(zt_agent *a, void *ctx, zt_rpc_code code, const char *m
         warn_unreachable(a, "heartbeat", code, msg, &a->hb_last_warn_ns);
         write_status(a);
     }
-    if (a->hb_kick)
-        next = 20;
+    if (a->hb_kick) next = 20;
     a->hb_kick = false;
     uv_timer_start(&a->hb_timer, on_hb_timer, next, 0);
 }
@@ -297,8 +293,7 @@ static void send_heartbeat(zt_agent *a, bool final)
     }
     size_t k = 0;
     for (ag_worker *w = a->workers; w; w = w->next) {
-        if (w->state == AGW_PREPARING)
-            continue; /* not a process yet */
+        if (w->state == AGW_PREPARING) continue; /* not a process yet */
         zt__v1__worker_status__init(&ws[k]);
         ag_worker_status(w, &ws[k]);
         wp[k] = &ws[k];
@@ -330,8 +325,7 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
     (void)ctx;
     (void)elapsed_ns;
     a->reg = AG_UNREGISTERED;
-    if (a->stopping)
-        return;
+    if (a->stopping) return;
     if (code == ZT_RPC_OK) {
         const Zt__V1__RegisterAgentReply *r = reply;
         a->reg = AG_REGISTERED;
@@ -340,15 +334,16 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
         if (!a->cfg.heartbeat_ms && r->heartbeat_interval_ms >= 50)
             a->hb_ms = r->heartbeat_interval_ms;
         if (a->hb_timeout_ms > 0 && a->hb_ms * 2 > a->hb_timeout_ms)
-            ZT_WARN("agent", "heartbeat every %d ms but the coordinator marks agents lost after "
-                    "%d ms of silence: lower --heartbeat-ms",
-                    a->hb_ms, a->hb_timeout_ms);
-        ZT_INFO("agent", "registered with the coordinator at %s as %s (incarnation %lld, %d %s "
-                "slot%s, rendezvous host %s); heartbeat every %d ms%s",
-                a->cfg.coordinator, a->cfg.name, (long long)a->incarnation, a->cfg.slots,
-                a->cfg.device == ZT_AGENT_DEVICE_CUDA ? "cuda" : "cpu",
-                a->cfg.slots == 1 ? "" : "s", a->cfg.advertise_host, a->hb_ms,
-                a->reg_failures ? " (it was unreachable before)" : "");
+            ZT_WARN(
+                "agent",
+                "heartbeat every %d ms but the coordinator marks agents lost after %d ms of silence: lower --heartbeat-ms",
+                a->hb_ms, a->hb_timeout_ms);
+        ZT_INFO(
+            "agent",
+            "registered with the coordinator at %s as %s (incarnation %lld, %d %s slot%s, rendezvous host %s); heartbeat every %d ms%s",
+            a->cfg.coordinator, a->cfg.name, (long long)a->incarnation, a->cfg.slots,
+            a->cfg.device == ZT_AGENT_DEVICE_CUDA ? "cuda" : "cpu", a->cfg.slots == 1 ? "" : "s",
+            a->cfg.advertise_host, a->hb_ms, a->reg_failures ? " (it was unreachable before)" : "");
         a->ever_registered = true;
         a->reg_failures = 0;
         a->reg_last_warn_ns = 0;
@@ -358,9 +353,10 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
     }
     a->reg_failures++;
     if (code == ZT_RPC_UNAUTHENTICATED && !a->ever_registered) {
-        ZT_ERROR("agent", "the coordinator at %s refused our token (%s); give the token zcoord "
-                 "uses with --token-file or ZT_TOKEN",
-                 a->cfg.coordinator, msg);
+        ZT_ERROR(
+            "agent",
+            "the coordinator at %s refused our token (%s); give the token zcoord uses with --token-file or ZT_TOKEN; exiting",
+            a->cfg.coordinator, msg);
         begin_stop(a, ZT_AGENT_EXIT_FAIL);
         return;
     }
@@ -376,8 +372,7 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
 
 static void reg_start(zt_agent *a)
 {
-    if (a->stopping || a->reg != AG_UNREGISTERED)
-        return;
+    if (a->stopping || a->reg != AG_UNREGISTERED) return;
     a->reg = AG_REGISTERING;
     Zt__V1__Gpu *g = NULL;
     Zt__V1__Gpu **gp = NULL;
@@ -432,26 +427,24 @@ static void on_stop_timer(uv_timer_t *t)
     ag_reports_free(a);
     uv_handle_t *hs[] = {(uv_handle_t *)&a->rpc_async, (uv_handle_t *)&a->hb_timer,
                          (uv_handle_t *)&a->reg_timer, (uv_handle_t *)&a->sigterm,
-                         (uv_handle_t *)&a->sigint, (uv_handle_t *)t};
+                         (uv_handle_t *)&a->sigint,    (uv_handle_t *)t};
     for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
         if (hs[i]->loop && !uv_is_closing(hs[i])) /* initialized and not closed yet */
             uv_close(hs[i], on_agent_handle_closed);
     double p50, p99, max;
     rtt_stats(a, &p50, &p99, &max);
-    ZT_INFO("agent", "stopped: %lld heartbeats (%lld failed), round trip p50 %.2f ms p99 %.2f ms "
-            "max %.2f ms; %lld output lines sent, %lld dropped; %lld step reports sent",
-            (long long)a->hb_ok, (long long)a->hb_failed, p50, p99, max,
-            (long long)a->rep.logs_sent, (long long)a->rep.logs_dropped,
-            (long long)a->rep.steps_sent);
+    ZT_INFO(
+        "agent",
+        "stopped: %lld heartbeats (%lld failed), round trip p50 %.2f ms p99 %.2f ms max %.2f ms; %lld output lines sent, %lld dropped; %lld step reports sent",
+        (long long)a->hb_ok, (long long)a->hb_failed, p50, p99, max, (long long)a->rep.logs_sent,
+        (long long)a->rep.logs_dropped, (long long)a->rep.steps_sent);
 }
 
 void ag_check_stopped(zt_agent *a)
 {
-    if (!a->stopping || a->closing)
-        return;
+    if (!a->stopping || a->closing) return;
     for (ag_worker *w = a->workers; w; w = w->next)
-        if (w->state != AGW_EXITED)
-            return; /* still stopping */
+        if (w->state != AGW_EXITED) return; /* still stopping */
     if (!a->final_sent) {
         a->final_sent = true;
         ag_reports_flush(a);
@@ -461,16 +454,14 @@ void ag_check_stopped(zt_agent *a)
         else if (a->reg == AG_REGISTERED)
             a->final_hb_pending = true;
     }
-    if (a->calls_in_flight > 0)
-        return;
+    if (a->calls_in_flight > 0) return;
     if (!uv_is_active((uv_handle_t *)&a->stop_timer))
         uv_timer_start(&a->stop_timer, on_stop_timer, 0, 0);
 }
 
 static void begin_stop(zt_agent *a, int code)
 {
-    if (a->stopping)
-        return;
+    if (a->stopping) return;
     a->stopping = true;
     a->exit_code = code;
     uv_timer_stop(&a->reg_timer);
@@ -506,8 +497,7 @@ zt_status zt_agent_create(zt_agent **out, zt_agent_config *cfg, zt_err *err)
 {
     *out = NULL;
     zt_agent *a = zt_calloc(1, sizeof(*a));
-    if (!a)
-        return zt_err_set(err, ZT_ERR_NOMEM, "zagent: out of memory");
+    if (!a) return zt_err_set(err, ZT_ERR_NOMEM, "zagent: out of memory");
     a->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     a->hb_ms = a->cfg.heartbeat_ms > 0 ? a->cfg.heartbeat_ms : 1000;
@@ -546,8 +536,8 @@ int zt_agent_run(zt_agent *a)
     ZT_INFO("agent", "zagent %s: %s, %d %s slot%s, work dir %s, worker %s, coordinator %s%s%s",
             ZT_VERSION, a->cfg.name, a->cfg.slots,
             a->cfg.device == ZT_AGENT_DEVICE_CUDA ? "cuda" : "cpu", a->cfg.slots == 1 ? "" : "s",
-            a->cfg.work_dir, a->cfg.worker, a->cfg.coordinator,
-            a->cfg.tls_ca_pem ? " (TLS)" : "", a->cfg.token ? " with a token" : "");
+            a->cfg.work_dir, a->cfg.worker, a->cfg.coordinator, a->cfg.tls_ca_pem ? " (TLS)" : "",
+            a->cfg.token ? " with a token" : "");
     reg_start(a);
     uv_timer_start(&a->hb_timer, on_hb_timer, (uint64_t)a->hb_ms, 0);
     uv_run(&a->loop, UV_RUN_DEFAULT);
@@ -556,8 +546,7 @@ int zt_agent_run(zt_agent *a)
 
 void zt_agent_destroy(zt_agent *a)
 {
-    if (!a)
-        return;
+    if (!a) return;
     if (!a->closing) {
         /* never ran (or the loop was left early): close everything and let it settle */
         a->stopping = true;
@@ -565,8 +554,7 @@ void zt_agent_destroy(zt_agent *a)
     }
     uv_run(&a->loop, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&a->loop);
-    if (rc != 0)
-        ZT_WARN("agent", "uv_loop_close: %s (a handle was left open)", uv_strerror(rc));
+    if (rc != 0) ZT_WARN("agent", "uv_loop_close: %s (a handle was left open)", uv_strerror(rc));
     pthread_mutex_destroy(&a->cmu);
     zt_agent_config_free(&a->cfg);
     zt_free(a);

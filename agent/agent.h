@@ -18,9 +18,9 @@
 #define ZT_AGENT_DEVICE_CUDA 2
 
 /* Exit codes of zagent (and of zt_agent_run). */
-#define ZT_AGENT_EXIT_OK 0     /* stopped by SIGTERM/SIGINT */
-#define ZT_AGENT_EXIT_FAIL 1   /* the coordinator refused us for good (token), or a fatal error */
-#define ZT_AGENT_EXIT_USAGE 2  /* bad flags or environment */
+#define ZT_AGENT_EXIT_OK 0    /* stopped by SIGTERM/SIGINT */
+#define ZT_AGENT_EXIT_FAIL 1  /* the coordinator refused us for good (token), or a fatal error */
+#define ZT_AGENT_EXIT_USAGE 2 /* bad flags or environment */
 
 typedef struct zt_agent_gpu {
     int index;
@@ -31,14 +31,14 @@ typedef struct zt_agent_gpu {
 /* Everything zagent runs with; strings are owned (zt_malloc) and freed by
  * zt_agent_config_free. */
 typedef struct zt_agent_config {
-    char *coordinator;    /* "host:port" or "unix:/path" */
-    char *token;          /* bearer token; NULL = none */
-    char *tls_ca_pem;     /* PEM roots: TLS to the coordinator; NULL = plaintext */
-    int device;           /* ZT_AGENT_DEVICE_CPU or ZT_AGENT_DEVICE_CUDA */
-    int slots;            /* CPU slots or GPUs */
-    zt_agent_gpu *gpus;   /* [n_gpus] (cuda) */
+    char *coordinator;  /* "host:port" or "unix:/path" */
+    char *token;        /* bearer token; NULL = none */
+    char *tls_ca_pem;   /* PEM roots: TLS to the coordinator; NULL = plaintext */
+    int device;         /* ZT_AGENT_DEVICE_CPU or ZT_AGENT_DEVICE_CUDA */
+    int slots;          /* CPU slots or GPUs */
+    zt_agent_gpu *gpus; /* [n_gpus] (cuda) */
     int n_gpus;
-    char *name;           /* unique per node, stable across restarts ([A-Za-z0-9._-]) */
+    char *name; /* unique per node, stable across restarts ([A-Za-z0-9._-]) */
     char *hostname;
     char *advertise_host; /* host peers reach this node's rank-0 worker at */
     char *work_dir;       /* absolute; per-attempt job files and rank logs go below it */

@@ -19,14 +19,14 @@
 #include "proto/zerotrain.pb-c.h"
 
 #define AG_PATH_MAX 4096
-#define AG_LINE_MAX 8192        /* longer output lines are split (the coordinator's limit) */
-#define AG_LOG_BATCH 1000       /* entries per ReportLogs call */
+#define AG_LINE_MAX 8192  /* longer output lines are split (the coordinator's limit) */
+#define AG_LOG_BATCH 1000 /* entries per ReportLogs call */
 #define AG_LOG_BATCH_BYTES (1 << 20)
-#define AG_METRICS_MAX 10000    /* queued steps before dropping */
+#define AG_METRICS_MAX 10000 /* queued steps before dropping */
 #define AG_METRICS_BATCH 1000
-#define AG_CKPT_MAX 4096        /* queued shard reports before dropping */
-#define AG_RDZV_WAIT_MS 5000    /* one Rendezvous WAIT_RANK0 call; repeated while desired */
-#define AG_EXIT_HOLD_MS 10000   /* longest wait for a worker's pipes and shard reports */
+#define AG_CKPT_MAX 4096      /* queued shard reports before dropping */
+#define AG_RDZV_WAIT_MS 5000  /* one Rendezvous WAIT_RANK0 call; repeated while desired */
+#define AG_EXIT_HOLD_MS 10000 /* longest wait for a worker's pipes and shard reports */
 #define AG_RTT_RING 512
 
 typedef struct ag_worker ag_worker;
@@ -100,11 +100,11 @@ struct ag_worker {
     ag_wstate state;
     ag_prep prep;
     int prep_failures;
-    bool prep_call;         /* a spec or rendezvous call is in flight */
-    char dir[AG_PATH_MAX];  /* work_dir/attempt_<id> */
+    bool prep_call;        /* a spec or rendezvous call is in flight */
+    char dir[AG_PATH_MAX]; /* work_dir/attempt_<id> */
     char job_path[AG_PATH_MAX + 16];
     char rendezvous[300];
-    uv_timer_t timer;       /* preparation retries, stop grace, exit hold */
+    uv_timer_t timer; /* preparation retries, stop grace, exit hold */
     uv_process_t proc;
     bool proc_started;
     ag_stream out, err, rep;

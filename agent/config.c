@@ -19,15 +19,27 @@
 #define MAX_GPUS 256
 
 enum {
-    S_COORDINATOR, S_TOKEN_FILE, S_TLS_CA, S_SLOTS, S_NAME, S_WORK_DIR, S_WORKER, S_HEARTBEAT,
-    S_ADVERTISE, S_STOP_GRACE, S_LOG_QUEUE, S_STATUS_FILE, S_LOG_LEVEL, S_COUNT
+    S_COORDINATOR,
+    S_TOKEN_FILE,
+    S_TLS_CA,
+    S_SLOTS,
+    S_NAME,
+    S_WORK_DIR,
+    S_WORKER,
+    S_HEARTBEAT,
+    S_ADVERTISE,
+    S_STOP_GRACE,
+    S_LOG_QUEUE,
+    S_STATUS_FILE,
+    S_LOG_LEVEL,
+    S_COUNT
 };
 
 typedef struct setting {
     const char *name; /* the flag without "--" */
     const char *env;
-    const char *def;  /* "" = none */
-    const char *arg;  /* metavariable in --help */
+    const char *def; /* "" = none */
+    const char *arg; /* metavariable in --help */
     const char *help;
 } setting;
 
@@ -48,9 +60,9 @@ static const setting settings[S_COUNT] = {
                   "the zworker binary (default: zworker next to zagent)"},
     [S_HEARTBEAT] = {"heartbeat-ms", "ZT_HEARTBEAT_MS", "0", "MS",
                      "heartbeat interval in ms, 50..60000 (0: the coordinator's)"},
-    [S_ADVERTISE] = {"advertise-host", "ZT_ADVERTISE_HOST", "", "HOST",
-                     "address peers use to reach this node's rank-0 worker (default: 127.0.0.1 "
-                     "with a loopback coordinator, else the hostname)"},
+    [S_ADVERTISE] =
+        {"advertise-host", "ZT_ADVERTISE_HOST", "", "HOST",
+         "address peers use to reach this node's rank-0 worker (default: 127.0.0.1 with a loopback coordinator, else the hostname)"},
     [S_STOP_GRACE] = {"stop-grace", "ZT_STOP_GRACE", "10s", "DUR",
                       "SIGTERM to SIGKILL when a worker is stopped (ms, s, m)"},
     [S_LOG_QUEUE] = {"log-queue", "ZT_LOG_QUEUE", "10000", "N",
@@ -62,27 +74,20 @@ static const setting settings[S_COUNT] = {
 
 void zt_agent_usage(FILE *f)
 {
-    fprintf(f, "usage: zagent [options]\n\n"
-               "The zerotrain node agent: registers with the coordinator, starts and stops zworker "
-               "processes as\nthe coordinator's desired set says, and forwards their metrics, "
-               "checkpoints and output.\nSIGTERM or SIGINT stop the workers (SIGTERM, then SIGKILL "
-               "after --stop-grace) and exit 0.\n\noptions (each also from its environment "
-               "variable):\n");
+    fprintf(
+        f,
+        "usage: zagent [options]\n\nThe zerotrain node agent: registers with the coordinator, starts and stops zworker processes as\nthe coordinator's desired set says, and forwards their metrics, checkpoints and output.\nSIGTERM or SIGINT stop the workers (SIGTERM, then SIGKILL after --stop-grace) and exit 0.\n\noptions (each also from its environment variable):\n");
     for (int i = 0; i < S_COUNT; i++) {
         const setting *s = &settings[i];
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s %s", s->name, s->arg);
         fprintf(f, "  %-26s %s (%s", flag, s->help, s->env);
-        if (s->def[0])
-            fprintf(f, ", default %s", s->def);
+        if (s->def[0]) fprintf(f, ", default %s", s->def);
         fprintf(f, ")\n");
     }
-    fprintf(f, "\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's "
-               "environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs "
-               "on this node in local-rank order.\nWorkers die with the agent (parent-death "
-               "signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error "
-               "(exit 2): use --slots cpu:N there.\nExit codes: 0 stopped by a signal, 1 the "
-               "coordinator refused the token, 2 bad flags or environment.\n");
+    fprintf(
+        f,
+        "\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs on this node in local-rank order.\nWorkers die with the agent (parent-death signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error (exit 2): use --slots cpu:N there.\nExit codes: 0 stopped by a signal, 1 the coordinator refused the token, 2 bad flags or environment.\n");
 }
 
 zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err)
@@ -106,8 +111,9 @@ zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *e
     errno = 0;
     long n = strtol(v, &end, 10);
     if (!*v || *end || errno || n < 1 || n > MAX_SLOTS)
-        return zt_err_set(err, ZT_ERR_CONFIG, "'%s': the slot count must be a number from 1 to %d%s",
-                          s, MAX_SLOTS, *device == ZT_AGENT_DEVICE_CUDA ? " (or auto)" : "");
+        return zt_err_set(err, ZT_ERR_CONFIG,
+                          "'%s': the slot count must be a number from 1 to %d%s", s, MAX_SLOTS,
+                          *device == ZT_AGENT_DEVICE_CUDA ? " (or auto)" : "");
     *slots = (int)n;
     return ZT_OK;
 }
@@ -115,8 +121,7 @@ zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *e
 static bool valid_name(const char *s)
 {
     size_t n = strlen(s);
-    if (n == 0 || n > 128)
-        return false;
+    if (n == 0 || n > 128) return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -156,8 +161,7 @@ static int mkdirs(const char *path)
     for (char *p = tmp + 1; *p; p++) {
         if (*p == '/') {
             *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
             *p = '/';
         }
     }
@@ -170,13 +174,12 @@ static bool parse_duration_ms(const char *v, long *ms)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || errno || x < 0)
-        return false;
-    double mult = strcmp(end, "ms") == 0 || !*end ? 1 : strcmp(end, "s") == 0 ? 1000
-                                                        : strcmp(end, "m") == 0 ? 60000
-                                                                                : -1;
-    if (mult < 0 || x * mult > 3600000)
-        return false;
+    if (end == v || errno || x < 0) return false;
+    double mult = strcmp(end, "ms") == 0 || !*end ? 1
+                  : strcmp(end, "s") == 0         ? 1000
+                  : strcmp(end, "m") == 0         ? 60000
+                                                  : -1;
+    if (mult < 0 || x * mult > 3600000) return false;
     *ms = (long)(x * mult);
     return true;
 }
@@ -192,16 +195,14 @@ static bool loopback_target(const char *t)
 static bool self_exe(char *buf, size_t cap)
 {
     ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
-    if (n <= 0)
-        return false;
+    if (n <= 0) return false;
     buf[n] = '\0';
     return true;
 }
 
 void zt_agent_config_free(zt_agent_config *cfg)
 {
-    if (!cfg)
-        return;
+    if (!cfg) return;
     zt_free(cfg->coordinator);
     zt_free(cfg->token);
     zt_free(cfg->tls_ca_pem);
@@ -257,8 +258,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         snprintf(origin[k], sizeof(origin[k]), "--%s", settings[k].name);
     }
     for (int k = 0; k < S_COUNT; k++) {
-        if (val[k])
-            continue;
+        if (val[k]) continue;
         const char *e = getenv(settings[k].env);
         if (e && e[0]) {
             val[k] = e;
@@ -306,9 +306,10 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
             goto fail;
         }
         if (!strstr(cfg->tls_ca_pem, "-----BEGIN CERTIFICATE"))
-            FAIL(ZT_ERR_CONFIG, "%s (%s) holds no PEM certificate; give the CA that signed the "
-                 "coordinator's certificate",
-                 val[S_TLS_CA], origin[S_TLS_CA]);
+            FAIL(
+                ZT_ERR_CONFIG,
+                "%s (%s) holds no PEM certificate; give the CA that signed the coordinator's certificate",
+                val[S_TLS_CA], origin[S_TLS_CA]);
     }
 
     /* slots */
@@ -319,12 +320,11 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     }
     if (cfg->device == ZT_AGENT_DEVICE_CUDA) {
         cfg->gpus = zt_calloc(MAX_GPUS, sizeof(*cfg->gpus));
-        if (!cfg->gpus)
-            FAIL(ZT_ERR_NOMEM, "out of memory");
+        if (!cfg->gpus) FAIL(ZT_ERR_NOMEM, "out of memory");
         zt_err gerr = {0};
         if (zt_agent_gpu_detect(cfg->gpus, MAX_GPUS, &cfg->n_gpus, &gerr) != ZT_OK)
-            FAIL(ZT_ERR_NO_DEVICE, "%s '%s': no usable GPU on this node (%s); on a CPU-only node "
-                 "use --slots cpu:N",
+            FAIL(ZT_ERR_NO_DEVICE,
+                 "%s '%s': no usable GPU on this node (%s); on a CPU-only node use --slots cpu:N",
                  origin[S_SLOTS], val[S_SLOTS], zt_err_msg(&gerr));
         if (cfg->slots < 0)
             cfg->slots = cfg->n_gpus;
@@ -335,20 +335,18 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     } else {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         const char *omp = getenv("OMP_NUM_THREADS");
-        if (!(omp && omp[0]))
-            cfg->omp_threads = cpus > cfg->slots ? (int)(cpus / cfg->slots) : 1;
+        if (!(omp && omp[0])) cfg->omp_threads = cpus > cfg->slots ? (int)(cpus / cfg->slots) : 1;
     }
 
     /* identity */
     char host[256] = "localhost";
-    if (gethostname(host, sizeof(host) - 1) != 0)
-        snprintf(host, sizeof(host), "localhost");
+    if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "localhost");
     host[sizeof(host) - 1] = '\0';
     cfg->hostname = zt_strdup(host);
     if (val[S_NAME][0]) {
         if (!valid_name(val[S_NAME]))
-            FAIL(ZT_ERR_CONFIG, "%s: agent name '%.64s' is not valid: use 1-128 letters, digits, "
-                 "'.', '_' or '-'",
+            FAIL(ZT_ERR_CONFIG,
+                 "%s: agent name '%.64s' is not valid: use 1-128 letters, digits, '.', '_' or '-'",
                  origin[S_NAME], val[S_NAME]);
         cfg->name = zt_strdup(val[S_NAME]);
     } else {
@@ -381,17 +379,15 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     errno = 0;
     long lq = strtol(val[S_LOG_QUEUE], &end, 10);
     if (errno || *end || lq < 10 || lq > 10000000)
-        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not a line count from 10 to 10000000",
-             origin[S_LOG_QUEUE], val[S_LOG_QUEUE]);
+        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not a line count from 10 to 10000000", origin[S_LOG_QUEUE],
+             val[S_LOG_QUEUE]);
     cfg->log_queue_lines = (int)lq;
-    if (val[S_STATUS_FILE][0])
-        cfg->status_file = zt_strdup(val[S_STATUS_FILE]);
+    if (val[S_STATUS_FILE][0]) cfg->status_file = zt_strdup(val[S_STATUS_FILE]);
 
     /* paths */
     char exe[PATH_MAX];
     bool have_exe = self_exe(exe, sizeof(exe));
-    if (have_exe)
-        cfg->exec_wrapper = zt_strdup(exe);
+    if (have_exe) cfg->exec_wrapper = zt_strdup(exe);
     char wpath[PATH_MAX];
     if (val[S_WORKER][0]) {
         snprintf(wpath, sizeof(wpath), "%s", val[S_WORKER]);
@@ -403,8 +399,8 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     }
     char rp[PATH_MAX];
     if (!realpath(wpath, rp) || access(rp, X_OK) != 0)
-        FAIL(ZT_ERR_CONFIG, "%s: the worker binary %s is not an executable file (%s); give "
-             "--worker PATH",
+        FAIL(ZT_ERR_CONFIG,
+             "%s: the worker binary %s is not an executable file (%s); give --worker PATH",
              val[S_WORKER][0] ? origin[S_WORKER] : "zworker next to zagent", wpath,
              strerror(errno));
     cfg->worker = zt_strdup(rp);
@@ -416,8 +412,8 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
              strerror(errno));
     cfg->work_dir = zt_strdup(rp);
 
-    if (!cfg->coordinator || !cfg->hostname || !cfg->name || !cfg->advertise_host ||
-        !cfg->worker || !cfg->work_dir || (val[S_STATUS_FILE][0] && !cfg->status_file))
+    if (!cfg->coordinator || !cfg->hostname || !cfg->name || !cfg->advertise_host || !cfg->worker ||
+        !cfg->work_dir || (val[S_STATUS_FILE][0] && !cfg->status_file))
         FAIL(ZT_ERR_NOMEM, "out of memory");
     return ZT_OK;
 

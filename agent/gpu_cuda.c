@@ -16,8 +16,7 @@ zt_status zt_agent_gpu_detect(zt_agent_gpu *gpus, int cap, int *n, zt_err *err)
     if (ce != cudaSuccess)
         return zt_err_set(err, ZT_ERR_NO_DEVICE, "cudaGetDeviceCount failed: %s (error %d)",
                           cudaGetErrorString(ce), (int)ce);
-    if (count <= 0)
-        return zt_err_set(err, ZT_ERR_NO_DEVICE, "the CUDA runtime sees no device");
+    if (count <= 0) return zt_err_set(err, ZT_ERR_NO_DEVICE, "the CUDA runtime sees no device");
     for (int i = 0; i < count && *n < cap; i++) {
         struct cudaDeviceProp prop;
         memset(&prop, 0, sizeof(prop));

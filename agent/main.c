@@ -11,8 +11,7 @@
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--exec-worker") == 0)
-        return zt_agent_exec_worker(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--exec-worker") == 0) return zt_agent_exec_worker(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     zt_agent_config cfg;
     bool help = false;

@@ -15,15 +15,14 @@ static const struct {
     const char *name;
     int phase;
 } phases[] = {
-    {"starting", 1},  {"rendezvous", 2},    {"loading", 3}, {"training", 4},
+    {"starting", 1},   {"rendezvous", 2},    {"loading", 3}, {"training", 4},
     {"evaluating", 5}, {"checkpointing", 6}, {"exited", 7},
 };
 
 int zt_reportline_phase(const char *name)
 {
     for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
-        if (strcmp(phases[i].name, name) == 0)
-            return phases[i].phase;
+        if (strcmp(phases[i].name, name) == 0) return phases[i].phase;
     return 0;
 }
 
@@ -35,15 +34,13 @@ static zt_status bad(zt_err *err, const char *line, const char *why)
 static bool parse_i64(const char *s, size_t n, int64_t *out)
 {
     char buf[32];
-    if (n == 0 || n >= sizeof(buf))
-        return false;
+    if (n == 0 || n >= sizeof(buf)) return false;
     memcpy(buf, s, n);
     buf[n] = '\0';
     char *end;
     errno = 0;
     long long v = strtoll(buf, &end, 10);
-    if (errno || *end)
-        return false;
+    if (errno || *end) return false;
     *out = v;
     return true;
 }
@@ -51,23 +48,20 @@ static bool parse_i64(const char *s, size_t n, int64_t *out)
 static bool parse_double(const char *s, size_t n, double *out)
 {
     char buf[64];
-    if (n == 0 || n >= sizeof(buf))
-        return false;
+    if (n == 0 || n >= sizeof(buf)) return false;
     memcpy(buf, s, n);
     buf[n] = '\0';
     char *end;
     errno = 0;
     double v = strtod(buf, &end);
-    if (*end || !isfinite(v))
-        return false;
+    if (*end || !isfinite(v)) return false;
     *out = v;
     return true;
 }
 
 static bool metric_key(const char *s, size_t n)
 {
-    if (n == 0 || n > ZT_REPORTLINE_KEY_MAX)
-        return false;
+    if (n == 0 || n > ZT_REPORTLINE_KEY_MAX) return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -83,8 +77,7 @@ static bool next_token(const char **p, const char **tok, size_t *len)
     const char *s = *p;
     while (*s == ' ')
         s++;
-    if (!*s)
-        return false;
+    if (!*s) return false;
     const char *e = s;
     while (*e && *e != ' ')
         e++;
@@ -98,8 +91,7 @@ static bool next_token(const char **p, const char **tok, size_t *len)
 static bool split_kv(const char *tok, size_t len, size_t *klen, const char **val, size_t *vlen)
 {
     const char *eq = memchr(tok, '=', len);
-    if (!eq)
-        return false;
+    if (!eq) return false;
     *klen = (size_t)(eq - tok);
     *val = eq + 1;
     *vlen = len - *klen - 1;
@@ -117,8 +109,7 @@ static zt_status parse_step(const char *line, const char *p, zt_reportline *out,
     size_t len, klen, vlen;
     bool have_step = false;
     while (next_token(&p, &tok, &len)) {
-        if (!split_kv(tok, len, &klen, &val, &vlen))
-            continue;
+        if (!split_kv(tok, len, &klen, &val, &vlen)) continue;
         if (key_is(tok, klen, "step")) {
             if (!parse_i64(val, vlen, &out->step) || out->step < 0)
                 return bad(err, line, "step is not a non-negative integer");
@@ -126,8 +117,7 @@ static zt_status parse_step(const char *line, const char *p, zt_reportline *out,
             continue;
         }
         double v;
-        if (!metric_key(tok, klen) || !parse_double(val, vlen, &v))
-            continue;
+        if (!metric_key(tok, klen) || !parse_double(val, vlen, &v)) continue;
         if (key_is(tok, klen, "loss"))
             out->loss = v;
         else if (key_is(tok, klen, "tok_s"))
@@ -145,8 +135,7 @@ static zt_status parse_step(const char *line, const char *p, zt_reportline *out,
             kv->value = v;
         }
     }
-    if (!have_step)
-        return bad(err, line, "no step=N");
+    if (!have_step) return bad(err, line, "no step=N");
     out->kind = ZT_REPORTLINE_STEP;
     return ZT_OK;
 }
@@ -157,8 +146,7 @@ static bool path_value(const char *p, const char *key, char *out, size_t cap)
     char pat[32];
     snprintf(pat, sizeof(pat), " %s=", key);
     const char *s = strstr(p, pat);
-    if (!s)
-        return false;
+    if (!s) return false;
     s += strlen(pat);
     const char *e = s;
     for (;;) {
@@ -177,8 +165,7 @@ static bool path_value(const char *p, const char *key, char *out, size_t cap)
         e = sp + 1;
     }
     size_t n = (size_t)(e - s);
-    if (n == 0 || n >= cap)
-        return false;
+    if (n == 0 || n >= cap) return false;
     memcpy(out, s, n);
     out[n] = '\0';
     return true;
@@ -189,8 +176,7 @@ static bool int_value(const char *p, const char *key, int64_t *out)
     char pat[32];
     snprintf(pat, sizeof(pat), " %s=", key);
     const char *s = strstr(p, pat);
-    if (!s)
-        return false;
+    if (!s) return false;
     s += strlen(pat);
     size_t n = strcspn(s, " ");
     return parse_i64(s, n, out);
@@ -209,21 +195,18 @@ zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err)
         return bad(err, line, "rank is not a non-negative integer");
     out->rank = (int)rank;
     const char *rest = p;
-    if (!next_token(&p, &tok, &len))
-        return bad(err, line, "nothing after the rank");
+    if (!next_token(&p, &tok, &len)) return bad(err, line, "nothing after the rank");
     if (len > 6 && memcmp(tok, "phase=", 6) == 0) {
         char name[32];
         size_t n = len - 6 < sizeof(name) - 1 ? len - 6 : sizeof(name) - 1;
         memcpy(name, tok + 6, n);
         name[n] = '\0';
         out->phase = zt_reportline_phase(name);
-        if (!out->phase)
-            return bad(err, line, "unknown phase");
+        if (!out->phase) return bad(err, line, "unknown phase");
         out->kind = ZT_REPORTLINE_PHASE;
         return ZT_OK;
     }
-    if (len > 5 && memcmp(tok, "step=", 5) == 0)
-        return parse_step(line, rest, out, err);
+    if (len > 5 && memcmp(tok, "step=", 5) == 0) return parse_step(line, rest, out, err);
     if (len == 4 && memcmp(tok, "ckpt", 4) == 0) {
         int64_t crc = 0;
         char hex[16];
@@ -232,14 +215,12 @@ zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err)
             !path_value(p, "file", out->path, sizeof(out->path)) || !c)
             return bad(err, line, "a ckpt line needs step=, file=, bytes= and crc32c=");
         size_t n = strcspn(c + 8, " ");
-        if (n == 0 || n > 8)
-            return bad(err, line, "crc32c is not 1-8 hex digits");
+        if (n == 0 || n > 8) return bad(err, line, "crc32c is not 1-8 hex digits");
         memcpy(hex, c + 8, n);
         hex[n] = '\0';
         char *end;
         crc = strtoll(hex, &end, 16);
-        if (*end)
-            return bad(err, line, "crc32c is not 1-8 hex digits");
+        if (*end) return bad(err, line, "crc32c is not 1-8 hex digits");
         if (out->step < 0 || out->bytes < 0 || out->path[0] != '/')
             return bad(err, line, "negative step or bytes, or a relative file");
         out->crc32c = (uint32_t)crc;
@@ -247,7 +228,8 @@ zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err)
         return ZT_OK;
     }
     if (len == 11 && memcmp(tok, "ckpt_commit", 11) == 0) {
-        if (!int_value(p, "step", &out->step) || !path_value(p, "dir", out->path, sizeof(out->path)))
+        if (!int_value(p, "step", &out->step) ||
+            !path_value(p, "dir", out->path, sizeof(out->path)))
             return bad(err, line, "a ckpt_commit line needs step= and dir=");
         out->kind = ZT_REPORTLINE_COMMIT;
         return ZT_OK;

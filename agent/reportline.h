@@ -28,19 +28,19 @@ typedef struct zt_reportline_value {
 typedef struct zt_reportline {
     zt_reportline_kind kind;
     int rank;
-    int phase;             /* PHASE: a zt.v1.WorkerPhase number */
-    int64_t step;          /* STEP, CKPT, COMMIT */
+    int phase;    /* PHASE: a zt.v1.WorkerPhase number */
+    int64_t step; /* STEP, CKPT, COMMIT */
     /* STEP: the numeric key=value pairs other than rank and step, in line order (keys that
      * are not metric keys, [A-Za-z0-9_.], and values that are not numbers are skipped) */
     zt_reportline_value values[ZT_REPORTLINE_MAX_VALUES];
     int n_values;
-    double loss, tokens_per_s; /* STEP: loss and tok_s (0 when absent) */
-    int64_t coll_seq;          /* STEP: coll_seq (0 when absent) */
-    int64_t mem_bytes;         /* STEP: the sum of the mem_<category> values but mem_peak */
-    int64_t mem_peak;          /* STEP: mem_peak */
+    double loss, tokens_per_s;         /* STEP: loss and tok_s (0 when absent) */
+    int64_t coll_seq;                  /* STEP: coll_seq (0 when absent) */
+    int64_t mem_bytes;                 /* STEP: the sum of the mem_<category> values but mem_peak */
+    int64_t mem_peak;                  /* STEP: mem_peak */
     char path[ZT_REPORTLINE_PATH_MAX]; /* CKPT: the shard file; COMMIT: the step directory */
-    int64_t bytes;             /* CKPT */
-    uint32_t crc32c;           /* CKPT */
+    int64_t bytes;                     /* CKPT */
+    uint32_t crc32c;                   /* CKPT */
 } zt_reportline;
 
 /* Parses one line (without its newline). ZT_OK fills *out; ZT_ERR_FORMAT (with a message

@@ -19,8 +19,7 @@
 static bool log_push(ag_reports *r, const ag_worker *w, int source, const char *text, size_t len)
 {
     ag_log_entry *e = zt_malloc(sizeof(*e) + len + 1);
-    if (!e)
-        return false;
+    if (!e) return false;
     e->next = NULL;
     e->attempt_id = w->attempt_id;
     e->rank = w->rank;
@@ -46,10 +45,10 @@ void ag_reports_log(zt_agent *a, ag_worker *w, int source, const char *text, siz
     bool room = r->log_count + 1 < max && r->log_bytes + len + 256 <= AG_LOG_QUEUE_BYTES;
     if (room && w->logs_dropped) {
         char mark[512];
-        int n = snprintf(mark, sizeof(mark),
-                         "[zagent] %lld output lines of rank %d were dropped here (the coordinator "
-                         "was unreachable or slow); the whole output is in %s/rank_%05d.log on %s",
-                         (long long)w->logs_dropped, w->rank, w->dir, w->rank, a->cfg.name);
+        int n = snprintf(
+            mark, sizeof(mark),
+            "[zagent] %lld output lines of rank %d were dropped here (the coordinator was unreachable or slow); the whole output is in %s/rank_%05d.log on %s",
+            (long long)w->logs_dropped, w->rank, w->dir, w->rank, a->cfg.name);
         if (log_push(r, w, 2, mark, (size_t)n < sizeof(mark) ? (size_t)n : sizeof(mark) - 1))
             w->logs_dropped = 0;
     }
@@ -58,10 +57,10 @@ void ag_reports_log(zt_agent *a, ag_worker *w, int source, const char *text, siz
         r->logs_dropped++;
         if (!r->warned_logs) {
             r->warned_logs = true;
-            ZT_WARN("agent", "the queue of output lines for the coordinator is full (%zu lines, "
-                    "%zu bytes): dropping new lines until it drains (they stay in the rank "
-                    "log files under %s)",
-                    r->log_count, r->log_bytes, a->cfg.work_dir);
+            ZT_WARN(
+                "agent",
+                "the queue of output lines for the coordinator is full (%zu lines, %zu bytes): dropping new lines until it drains (they stay in the rank log files under %s)",
+                r->log_count, r->log_bytes, a->cfg.work_dir);
         }
     }
 }
@@ -75,10 +74,8 @@ static void log_pop(ag_reports *r, size_t k)
         r->log_bytes -= e->len;
         zt_free(e);
     }
-    if (!r->log_head)
-        r->log_tail = NULL;
-    if (r->log_count < (size_t)1 << 10)
-        r->warned_logs = false;
+    if (!r->log_head) r->log_tail = NULL;
+    if (r->log_count < (size_t)1 << 10) r->warned_logs = false;
 }
 
 static void on_logs(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, void *reply,
@@ -99,8 +96,7 @@ static void on_logs(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
         r->logs_dropped += (int64_t)k;
         log_pop(r, k);
     }
-    if (r->log_count >= AG_LOG_BATCH && code == ZT_RPC_OK)
-        ag_reports_flush(a);
+    if (r->log_count >= AG_LOG_BATCH && code == ZT_RPC_OK) ag_reports_flush(a);
 }
 
 static void send_logs(zt_agent *a)
@@ -149,9 +145,10 @@ void ag_reports_step(zt_agent *a, ag_worker *w, const zt_reportline *line)
         r->steps_dropped++;
         if (!r->warned_steps) {
             r->warned_steps = true;
-            ZT_WARN("agent", "%d step reports are queued for the coordinator: dropping new ones "
-                    "until it takes them",
-                    AG_METRICS_MAX);
+            ZT_WARN(
+                "agent",
+                "%d step reports are queued for the coordinator: dropping new ones until it takes them",
+                AG_METRICS_MAX);
         }
         return;
     }
@@ -184,10 +181,8 @@ static void step_pop(ag_reports *r, size_t k)
         r->step_count--;
         zt_free(s);
     }
-    if (!r->step_head)
-        r->step_tail = NULL;
-    if (r->step_count < AG_METRICS_MAX / 2)
-        r->warned_steps = false;
+    if (!r->step_head) r->step_tail = NULL;
+    if (r->step_count < AG_METRICS_MAX / 2) r->warned_steps = false;
 }
 
 static void on_metrics(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, void *reply,
@@ -295,13 +290,15 @@ static void on_ckpt(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
             ms *= 2;
         c->next_try_ns = zt_now_ns() + (ms < 5000 ? ms : 5000) * 1000000ull;
         if (c->failures == 1)
-            ZT_WARN("agent", "checkpoint step %lld: reporting the shard of rank %d failed (%s: "
-                    "%s); retrying",
-                    (long long)c->step, c->rank, zt_rpc_code_name(code), msg);
-    } else {
-        ZT_WARN("agent", "checkpoint step %lld: the coordinator did not record the shard of rank "
-                "%d (%s: %s); giving up on it",
+            ZT_WARN(
+                "agent",
+                "checkpoint step %lld: reporting the shard of rank %d failed (%s: %s); retrying",
                 (long long)c->step, c->rank, zt_rpc_code_name(code), msg);
+    } else {
+        ZT_WARN(
+            "agent",
+            "checkpoint step %lld: the coordinator did not record the shard of rank %d (%s: %s); giving up on it",
+            (long long)c->step, c->rank, zt_rpc_code_name(code), msg);
         a->rep.ckpts_dropped++;
         ckpt_settle(a, c);
     }
@@ -319,8 +316,8 @@ static void send_ckpt(zt_agent *a, ag_ckpt *c)
     q.bytes = c->bytes;
     q.crc32c = c->crc32c;
     c->in_flight = true;
-    ag_rpc_call(a, "ReportCheckpoint", &q.base, &zt__v1__report_checkpoint_reply__descriptor,
-                10000, on_ckpt, c);
+    ag_rpc_call(a, "ReportCheckpoint", &q.base, &zt__v1__report_checkpoint_reply__descriptor, 10000,
+                on_ckpt, c);
 }
 
 void ag_reports_ckpt(zt_agent *a, ag_worker *w, const zt_reportline *line)
@@ -334,9 +331,10 @@ void ag_reports_ckpt(zt_agent *a, ag_worker *w, const zt_reportline *line)
     }
     if (r->ckpt_count >= AG_CKPT_MAX) {
         r->ckpts_dropped++;
-        ZT_ERROR("agent", "%d shard reports are waiting for the coordinator; dropping step %lld "
-                 "of rank %d (that checkpoint will not be usable for restarts)",
-                 AG_CKPT_MAX, (long long)line->step, w->rank);
+        ZT_ERROR(
+            "agent",
+            "%d shard reports are waiting for the coordinator; dropping step %lld of rank %d (that checkpoint will not be usable for restarts)",
+            AG_CKPT_MAX, (long long)line->step, w->rank);
         return;
     }
     ag_ckpt *c = zt_calloc(1, sizeof(*c));
@@ -351,8 +349,8 @@ void ag_reports_ckpt(zt_agent *a, ag_worker *w, const zt_reportline *line)
         }
         zt_free(c);
         r->ckpts_dropped++;
-        ZT_ERROR("agent", "out of memory queueing the shard report of rank %d, step %lld",
-                 w->rank, (long long)line->step);
+        ZT_ERROR("agent", "out of memory queueing the shard report of rank %d, step %lld", w->rank,
+                 (long long)line->step);
         return;
     }
     c->w = w;
@@ -374,16 +372,13 @@ void ag_reports_ckpt(zt_agent *a, ag_worker *w, const zt_reportline *line)
 void ag_reports_flush(zt_agent *a)
 {
     ag_reports *r = &a->rep;
-    if (!r->log_in_flight && r->log_count)
-        send_logs(a);
-    if (!r->step_in_flight && r->step_count)
-        send_steps(a);
+    if (!r->log_in_flight && r->log_count) send_logs(a);
+    if (!r->step_in_flight && r->step_count) send_steps(a);
     uint64_t now = zt_now_ns();
     ag_ckpt *next;
     for (ag_ckpt *c = r->ckpts; c; c = next) {
         next = c->next; /* a failed start settles c at once */
-        if (!c->in_flight && c->next_try_ns <= now)
-            send_ckpt(a, c);
+        if (!c->in_flight && c->next_try_ns <= now) send_ckpt(a, c);
     }
 }
 

@@ -57,7 +57,7 @@ static void *poller_main(void *arg)
 {
     zt_agent *a = arg;
     while (!atomic_load(&a->poller_stop))
-        zt_rpc_cq_poll(a->cq, 200);
+        zt_rpc_cq_poll(a->cq, 100); /* also how soon a stop is seen */
     return NULL;
 }
 
@@ -70,19 +70,16 @@ static void on_async(uv_async_t *h)
         ag_call *c = a->done_head;
         if (c) {
             a->done_head = c->next;
-            if (!a->done_head)
-                a->done_tail = NULL;
+            if (!a->done_head) a->done_tail = NULL;
         }
         pthread_mutex_unlock(&a->cmu);
-        if (!c)
-            break;
+        if (!c) break;
         a->calls_in_flight--;
         void *reply = NULL;
         zt_rpc_code code = c->code;
         const char *msg = c->msg;
         if (code == ZT_RPC_OK) {
-            reply = zt_pb_unpack(c->reply_type, c->reply ? c->reply : (const uint8_t *)"",
-                                 c->len);
+            reply = zt_pb_unpack(c->reply_type, c->reply ? c->reply : (const uint8_t *)"", c->len);
             if (!reply) {
                 code = ZT_RPC_INTERNAL;
                 msg = "the coordinator's reply does not decode (version mismatch?)";
@@ -93,8 +90,7 @@ static void on_async(uv_async_t *h)
         zt_free(c->reply);
         zt_free(c);
     }
-    if (a->stopping)
-        ag_check_stopped(a);
+    if (a->stopping) ag_check_stopped(a);
 }
 
 void ag_rpc_call(zt_agent *a, const char *method, const ProtobufCMessage *req,
@@ -132,14 +128,12 @@ zt_status ag_rpc_init(zt_agent *a, zt_err *err)
                                .tls_ca_pem = a->cfg.tls_ca_pem,
                                .keepalive_ms = 10000};
     zt_status st = zt_rpc_client_create(&a->client, &cc, err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     a->cq = zt_rpc_cq_create();
     if (!a->cq)
         return zt_err_set(err, ZT_ERR_NOMEM, "zagent: out of memory creating a completion queue");
     int rc = uv_async_init(&a->loop, &a->rpc_async, on_async);
-    if (rc != 0)
-        return zt_err_set(err, ZT_ERR_INTERNAL, "uv_async_init: %s", uv_strerror(rc));
+    if (rc != 0) return zt_err_set(err, ZT_ERR_INTERNAL, "uv_async_init: %s", uv_strerror(rc));
     a->rpc_async.data = a;
     a->handles++;
     atomic_store(&a->poller_stop, false);

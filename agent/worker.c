@@ -29,10 +29,14 @@ extern char **environ;
 const char *ag_wstate_name(ag_wstate s)
 {
     switch (s) {
-    case AGW_PREPARING: return "preparing";
-    case AGW_RUNNING: return "running";
-    case AGW_STOPPING: return "stopping";
-    case AGW_EXITED: return "exited";
+    case AGW_PREPARING:
+        return "preparing";
+    case AGW_RUNNING:
+        return "running";
+    case AGW_STOPPING:
+        return "stopping";
+    case AGW_EXITED:
+        return "exited";
     }
     return "?";
 }
@@ -54,8 +58,7 @@ static void maybe_free(ag_worker *w)
     if (w->gone && w->handles == 0 && w->refs == 0) {
         zt_agent *a = w->agent;
         worker_free(w);
-        if (a->stopping)
-            ag_check_stopped(a);
+        if (a->stopping) ag_check_stopped(a);
     }
 }
 
@@ -74,8 +77,7 @@ static void on_worker_handle_closed(uv_handle_t *h)
 
 static void close_stream(ag_stream *s)
 {
-    if (!s->pipe.loop)
-        return; /* never initialized */
+    if (!s->pipe.loop) return; /* never initialized */
     if (s->open) {
         s->open = false;
         uv_read_stop((uv_stream_t *)&s->pipe);
@@ -86,8 +88,7 @@ static void close_stream(ag_stream *s)
 
 void ag_worker_forget(ag_worker *w)
 {
-    if (w->gone)
-        return;
+    if (w->gone) return;
     zt_agent *a = w->agent;
     for (ag_worker **p = &a->workers; *p; p = &(*p)->next) {
         if (*p == w) {
@@ -134,8 +135,7 @@ static int mkdirs(const char *path)
     for (char *p = tmp + 1; *p; p++) {
         if (*p == '/') {
             *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
             *p = '/';
         }
     }
@@ -148,8 +148,7 @@ static int write_file(const char *path, const char *text)
     char tmp[AG_PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
+    if (!f) return -1;
     size_t n = strlen(text);
     int ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
     ok = fclose(f) == 0 && ok;
@@ -167,8 +166,7 @@ bool ag_proc_memory(int pid, int64_t *rss, int64_t *hwm)
     char path[64], line[256];
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
+    if (!f) return false;
     *rss = *hwm = 0;
     while (fgets(line, sizeof(line), f)) {
         long long kb;
@@ -202,8 +200,8 @@ static void agent_line(ag_worker *w, const char *fmt, ...)
  * executable, 1 retryable) so that the coordinator fails the attempt instead of waiting. */
 static void fail_start(ag_worker *w, int code, const char *why)
 {
-    ZT_ERROR("agent", "cannot start rank %d of attempt %lld: %s", w->rank,
-             (long long)w->attempt_id, why);
+    ZT_ERROR("agent", "cannot start rank %d of attempt %lld: %s", w->rank, (long long)w->attempt_id,
+             why);
     agent_line(w, "cannot start rank %d of attempt %lld: %s", w->rank, (long long)w->attempt_id,
                why);
     uv_timer_stop(&w->timer);
@@ -213,8 +211,7 @@ static void fail_start(ag_worker *w, int code, const char *why)
     w->state = AGW_EXITED;
     w->phase = ZT__V1__WORKER_PHASE__WORKER_PHASE_EXITED;
     ag_heartbeat_soon(w->agent, 0);
-    if (!w->desired)
-        ag_worker_forget(w);
+    if (!w->desired) ag_worker_forget(w);
 }
 
 /* ---- preparation ------------------------------------------------------------------------- */
@@ -224,8 +221,7 @@ static void prep_next(ag_worker *w);
 static void on_prep_timer(uv_timer_t *t)
 {
     ag_worker *w = t->data;
-    if (w->state == AGW_PREPARING && !w->gone && !w->prep_call)
-        prep_next(w);
+    if (w->state == AGW_PREPARING && !w->gone && !w->prep_call) prep_next(w);
 }
 
 static void prep_retry(ag_worker *w, uint64_t ms)
@@ -329,18 +325,15 @@ static int free_port(const char *host)
         close(fd);
         errno = e;
     }
-    if (res)
-        freeaddrinfo(res);
+    if (res) freeaddrinfo(res);
     return port;
 }
 
 static bool rdzv_value_ok(const uint8_t *v, size_t n)
 {
-    if (n < 8 || n >= 300 || memcmp(v, "tcp://", 6) != 0)
-        return false;
+    if (n < 8 || n >= 300 || memcmp(v, "tcp://", 6) != 0) return false;
     for (size_t i = 0; i < n; i++)
-        if (v[i] <= ' ' || v[i] >= 127)
-            return false;
+        if (v[i] <= ' ' || v[i] >= 127) return false;
     return true;
 }
 
@@ -371,13 +364,12 @@ static void on_rdzv(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
     }
     const Zt__V1__RendezvousEntry *e0 = NULL;
     for (size_t i = 0; i < r->n_entries; i++)
-        if (r->entries[i]->rank == 0)
-            e0 = r->entries[i];
+        if (r->entries[i]->rank == 0) e0 = r->entries[i];
     if (!e0) {
         /* rank 0 is not there yet: ask again (each call waits on the coordinator) */
         if (++w->prep_failures % 12 == 0)
-            ZT_INFO("agent", "rank %d of attempt %lld: still waiting for rank 0's rendezvous "
-                    "address (%d s)",
+            ZT_INFO("agent",
+                    "rank %d of attempt %lld: still waiting for rank 0's rendezvous address (%d s)",
                     w->rank, (long long)w->attempt_id, w->prep_failures * AG_RDZV_WAIT_MS / 1000);
         prep_retry(w, 10);
     } else if (!rdzv_value_ok(e0->value.data, e0->value.len)) {
@@ -422,22 +414,21 @@ static void rdzv_start(ag_worker *w)
     }
     w->prep_call = true;
     w->refs++;
-    ag_rpc_call(a, "Rendezvous", &q.base, &zt__v1__rendezvous_reply__descriptor, timeout,
-                on_rdzv, w);
+    ag_rpc_call(a, "Rendezvous", &q.base, &zt__v1__rendezvous_reply__descriptor, timeout, on_rdzv,
+                w);
 }
 
 static void prep_next(ag_worker *w)
 {
-    if (w->agent->stopping)
-        return;
+    if (w->agent->stopping) return;
     switch (w->prep) {
     case AGP_SPEC: {
         Zt__V1__GetAttemptSpecRequest q = ZT__V1__GET_ATTEMPT_SPEC_REQUEST__INIT;
         q.attempt_id = w->attempt_id;
         w->prep_call = true;
         w->refs++;
-        ag_rpc_call(w->agent, "GetAttemptSpec", &q.base, &zt__v1__attempt_spec__descriptor,
-                    10000, on_spec, w);
+        ag_rpc_call(w->agent, "GetAttemptSpec", &q.base, &zt__v1__attempt_spec__descriptor, 10000,
+                    on_spec, w);
         break;
     }
     case AGP_RDZV:
@@ -459,8 +450,7 @@ static void prep_next(ag_worker *w)
 static void on_report_line(ag_worker *w, const char *line)
 {
     zt_reportline *r = zt_malloc(sizeof(*r));
-    if (!r)
-        return;
+    if (!r) return;
     zt_err err = {0};
     if (zt_reportline_parse(line, r, &err) != ZT_OK) {
         ZT_DEBUG("agent", "rank %d: %s", w->rank, zt_err_msg(&err));
@@ -479,8 +469,7 @@ static void on_report_line(ag_worker *w, const char *line)
             w->loss = r->loss;
             w->tokens_per_s = r->tokens_per_s;
             w->mem_bytes = r->mem_bytes;
-            if (r->mem_peak > w->mem_peak)
-                w->mem_peak = r->mem_peak;
+            if (r->mem_peak > w->mem_peak) w->mem_peak = r->mem_peak;
             ag_reports_step(w->agent, w, r);
             break;
         case ZT_REPORTLINE_CKPT:
@@ -515,12 +504,10 @@ static void feed(ag_stream *s, const char *buf, size_t n)
         char c = buf[i];
         if (c == '\n' || s->len == AG_LINE_MAX) {
             s->line[s->len] = '\0';
-            if (s->len && s->line[s->len - 1] == '\r')
-                s->line[--s->len] = '\0';
+            if (s->len && s->line[s->len - 1] == '\r') s->line[--s->len] = '\0';
             on_line(s, s->line, s->len);
             s->len = 0;
-            if (c == '\n')
-                continue;
+            if (c == '\n') continue;
         }
         s->line[s->len++] = c == '\0' ? ' ' : c;
     }
@@ -542,19 +529,16 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     ag_worker *w = s->w;
     if (n > 0) {
         feed(s, buf->base, (size_t)n);
-        if (w->log && s->kind != 2)
-            fflush(w->log);
+        if (w->log && s->kind != 2) fflush(w->log);
         return;
     }
-    if (n == 0)
-        return; /* EAGAIN */
+    if (n == 0) return; /* EAGAIN */
     if (s->len) {
         s->line[s->len] = '\0';
         on_line(s, s->line, s->len);
         s->len = 0;
     }
-    if (w->log)
-        fflush(w->log);
+    if (w->log) fflush(w->log);
     close_stream(s);
     check_exit_ready(w, false);
 }
@@ -570,15 +554,14 @@ static void on_exit_hold(uv_timer_t *t)
  * ran out), so the coordinator hears of every checkpoint before it hears of the exit. */
 static void check_exit_ready(ag_worker *w, bool hold_over)
 {
-    if (!w->proc_exited || w->state == AGW_EXITED || w->gone)
-        return;
+    if (!w->proc_exited || w->state == AGW_EXITED || w->gone) return;
     bool pipes = w->out.open || w->err.open || w->rep.open;
-    if (!hold_over && (pipes || w->ckpt_pending > 0))
-        return;
+    if (!hold_over && (pipes || w->ckpt_pending > 0)) return;
     if (pipes)
-        ZT_WARN("agent", "rank %d of attempt %lld: output pipes still open %d s after the exit "
-                "(a child process holds them?); closing them",
-                w->rank, (long long)w->attempt_id, AG_EXIT_HOLD_MS / 1000);
+        ZT_WARN(
+            "agent",
+            "rank %d of attempt %lld: output pipes still open %d s after the exit (a child process holds them?); closing them",
+            w->rank, (long long)w->attempt_id, AG_EXIT_HOLD_MS / 1000);
     close_stream(&w->out);
     close_stream(&w->err);
     close_stream(&w->rep);
@@ -669,10 +652,9 @@ static bool env_name_is(const char *entry, const char *name)
 static void build_env(ag_worker *w, strvec *env)
 {
     zt_agent *a = w->agent;
-    static const char *const ours[] = {"ZT_RANK",        "ZT_WORLD_SIZE",     "ZT_LOCAL_RANK",
-                                       "ZT_LOCAL_WORLD_SIZE", "ZT_RENDEZVOUS", "ZT_SESSION",
-                                       "ZT_REPORT_FD",   "ZT_TOKEN",          "ZT_TOKEN_FILE",
-                                       "ZT_DEVICE_INDEX"};
+    static const char *const ours[] = {
+        "ZT_RANK",    "ZT_WORLD_SIZE", "ZT_LOCAL_RANK", "ZT_LOCAL_WORLD_SIZE", "ZT_RENDEZVOUS",
+        "ZT_SESSION", "ZT_REPORT_FD",  "ZT_TOKEN",      "ZT_TOKEN_FILE",       "ZT_DEVICE_INDEX"};
     for (char **e = environ; e && *e; e++) {
         bool skip = false;
         for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]) && !skip; i++)
@@ -687,8 +669,7 @@ static void build_env(ag_worker *w, strvec *env)
             size_t n = eq ? (size_t)(eq - w->env[k]) : strlen(w->env[k]);
             skip = strncmp(*e, w->env[k], n) == 0 && (*e)[n] == '=';
         }
-        if (!skip)
-            sv_push(env, zt_strdup(*e));
+        if (!skip) sv_push(env, zt_strdup(*e));
     }
     for (int k = 0; k < w->n_env; k++)
         sv_push(env, zt_strdup(w->env[k]));
@@ -699,8 +680,7 @@ static void build_env(ag_worker *w, strvec *env)
     sv_push(env, zt_asprintf("ZT_DEVICE_INDEX=%d", w->device_index));
     sv_push(env, zt_asprintf("ZT_SESSION=%lld", (long long)w->attempt_id));
     sv_push(env, zt_strdup("ZT_REPORT_FD=3"));
-    if (w->rendezvous[0])
-        sv_push(env, zt_asprintf("ZT_RENDEZVOUS=%s", w->rendezvous));
+    if (w->rendezvous[0]) sv_push(env, zt_asprintf("ZT_RENDEZVOUS=%s", w->rendezvous));
     if (w->device == ZT_AGENT_DEVICE_CUDA)
         sv_push(env, zt_asprintf("CUDA_VISIBLE_DEVICES=%s", w->cuda_visible));
     else if (a->omp_threads > 0)
@@ -755,10 +735,8 @@ static void spawn(ag_worker *w)
         return;
     }
     int rc = stream_init(w, &w->out, 0);
-    if (rc == 0)
-        rc = stream_init(w, &w->err, 1);
-    if (rc == 0)
-        rc = stream_init(w, &w->rep, 2);
+    if (rc == 0) rc = stream_init(w, &w->err, 1);
+    if (rc == 0) rc = stream_init(w, &w->rep, 2);
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
@@ -805,8 +783,7 @@ static void spawn(ag_worker *w)
     ag_stream *ss[3] = {&w->out, &w->err, &w->rep};
     for (int i = 0; i < 3; i++) {
         ss[i]->open = uv_read_start((uv_stream_t *)&ss[i]->pipe, on_alloc, on_read) == 0;
-        if (!ss[i]->open)
-            close_stream(ss[i]);
+        if (!ss[i]->open) close_stream(ss[i]);
     }
     fprintf(w->log, "[zagent] rank %d of %d, attempt %lld of job %lld (%s): pid %d%s%s%s%s\n",
             w->rank, w->world_size, (long long)w->attempt_id, (long long)w->job_id,
@@ -845,8 +822,8 @@ ag_worker *ag_worker_new(zt_agent *a, const Zt__V1__DesiredWorker *d)
     w->local_rank = d->local_rank;
     w->local_world_size = d->local_world_size > 0 ? d->local_world_size : 1;
     w->device_index = d->device_index;
-    w->device = d->device == ZT__V1__DEVICE__DEVICE_CUDA ? ZT_AGENT_DEVICE_CUDA
-                                                         : ZT_AGENT_DEVICE_CPU;
+    w->device =
+        d->device == ZT__V1__DEVICE__DEVICE_CUDA ? ZT_AGENT_DEVICE_CUDA : ZT_AGENT_DEVICE_CPU;
     w->resume_path = dup_or_null(d->resume_path);
     w->job_name = dup_or_null(d->job_name);
     w->desired = true;
@@ -855,11 +832,9 @@ ag_worker *ag_worker_new(zt_agent *a, const Zt__V1__DesiredWorker *d)
         for (size_t i = 0; w->env && i < d->n_env; i++) {
             const char *n = d->env[i]->name, *v = d->env[i]->value ? d->env[i]->value : "";
             /* only plain names: the coordinator's list must not smuggle in "A=B=C" */
-            if (!n || !n[0] || strchr(n, '='))
-                continue;
+            if (!n || !n[0] || strchr(n, '=')) continue;
             char *kv = zt_asprintf("%s=%s", n, v);
-            if (kv)
-                w->env[w->n_env++] = kv;
+            if (kv) w->env[w->n_env++] = kv;
         }
     }
     snprintf(w->dir, sizeof(w->dir), "%.*s/attempt_%lld", AG_PATH_MAX - 40, a->cfg.work_dir,
@@ -885,9 +860,10 @@ static void on_grace(uv_timer_t *t)
 {
     ag_worker *w = t->data;
     if (w->proc_started && !w->proc_exited && w->pid > 0) {
-        ZT_WARN("agent", "rank %d of attempt %lld (pid %d) did not stop within %d ms of SIGTERM; "
-                "sending SIGKILL",
-                w->rank, (long long)w->attempt_id, w->pid, w->agent->cfg.stop_grace_ms);
+        ZT_WARN(
+            "agent",
+            "rank %d of attempt %lld (pid %d) did not stop within %d ms of SIGTERM; sending SIGKILL",
+            w->rank, (long long)w->attempt_id, w->pid, w->agent->cfg.stop_grace_ms);
         kill(-w->pid, SIGKILL);
         w->kill_sent = true;
     }
@@ -900,8 +876,7 @@ void ag_worker_stop(ag_worker *w, bool hard)
         ag_worker_forget(w);
         return;
     case AGW_RUNNING:
-        if (w->proc_exited)
-            return; /* the exit is being reported */
+        if (w->proc_exited) return; /* the exit is being reported */
         ZT_INFO("agent", "stopping rank %d of attempt %lld (pid %d)%s", w->rank,
                 (long long)w->attempt_id, w->pid, hard ? " with SIGKILL" : "");
         w->state = AGW_STOPPING;

@@ -12,9 +12,9 @@
 static char tmpdir[256];
 
 static const char *const env_names[] = {
-    "ZT_COORDINATOR", "ZT_TOKEN_FILE", "ZT_TOKEN", "ZT_TLS_CA", "ZT_SLOTS", "ZT_AGENT_NAME",
-    "ZT_WORK_DIR", "ZT_WORKER", "ZT_HEARTBEAT_MS", "ZT_ADVERTISE_HOST", "ZT_STOP_GRACE",
-    "ZT_LOG_QUEUE", "ZT_STATUS_FILE", "ZT_LOG_LEVEL", "OMP_NUM_THREADS"};
+    "ZT_COORDINATOR", "ZT_TOKEN_FILE", "ZT_TOKEN",       "ZT_TLS_CA",       "ZT_SLOTS",
+    "ZT_AGENT_NAME",  "ZT_WORK_DIR",   "ZT_WORKER",      "ZT_HEARTBEAT_MS", "ZT_ADVERTISE_HOST",
+    "ZT_STOP_GRACE",  "ZT_LOG_QUEUE",  "ZT_STATUS_FILE", "ZT_LOG_LEVEL",    "OMP_NUM_THREADS"};
 
 static void clear_env(void)
 {
@@ -107,9 +107,19 @@ static void test_env_and_flags(void)
     zt_agent_config_free(&cfg);
 
     /* flags win, in both spellings */
-    const char *flags[] = {"--coordinator", "127.0.0.1:9", "--slots=cpu:2", "--name", "flag-name",
-                           "--heartbeat-ms=100", "--advertise-host", "node7", "--stop-grace",
-                           "2.5s", "--log-queue", "50", NULL};
+    const char *flags[] = {"--coordinator",
+                           "127.0.0.1:9",
+                           "--slots=cpu:2",
+                           "--name",
+                           "flag-name",
+                           "--heartbeat-ms=100",
+                           "--advertise-host",
+                           "node7",
+                           "--stop-grace",
+                           "2.5s",
+                           "--log-queue",
+                           "50",
+                           NULL};
     ASSERT_OK(parse(&cfg, &err, flags));
     ASSERT_STREQ(cfg.coordinator, "127.0.0.1:9");
     ASSERT_EQ_INT(cfg.slots, 2);
@@ -234,9 +244,10 @@ static void test_help(void)
     FILE *f = open_memstream(&buf, &len);
     zt_agent_usage(f);
     fclose(f);
-    const char *must[] = {"--coordinator", "ZT_COORDINATOR", "--token-file", "ZT_TOKEN", "--slots",
-                          "cuda:auto", "--work-dir", "--worker", "--heartbeat-ms",
-                          "--advertise-host", "--name", "--tls-ca", "Exit codes"};
+    const char *must[] = {"--coordinator",  "ZT_COORDINATOR",   "--token-file", "ZT_TOKEN",
+                          "--slots",        "cuda:auto",        "--work-dir",   "--worker",
+                          "--heartbeat-ms", "--advertise-host", "--name",       "--tls-ca",
+                          "Exit codes"};
     for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
         ASSERT_CONTAINS(buf, must[i]);
     free(buf);
@@ -245,8 +256,7 @@ static void test_help(void)
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/zt_agent_config_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        ZT_FAIL("mkdtemp failed");
+    if (!mkdtemp(tmpdir)) ZT_FAIL("mkdtemp failed");
     test_defaults();
     test_env_and_flags();
     test_token_file();
@@ -255,8 +265,7 @@ int main(void)
     test_help();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     printf("test_agent_config: ok\n");
     return 0;
 }

@@ -26,11 +26,7 @@ static void test_step(void)
 {
     zt_err err = {0};
     const char *line =
-        "rank=1 step=12 loss=3.412087 lr=3.0000e-04 grad_norm=0.812000 skipped=0 tok_s=51234 "
-        "step_ms=3.03 fwd_ms=0.70 bwd_ms=0.96 opt_ms=0.07 comm_ms=1.29 tflops=0.0652 "
-        "comm_bytes=482320 mem_params=1000 mem_master=0 mem_grads=2000 mem_optim=4000 "
-        "mem_activations=300 mem_buffers=20 mem_comm=16 mem_host_optim=0 "
-        "mem_model_states=7000 mem_peak=9999 val_loss=3.220719 coll_seq=77";
+        "rank=1 step=12 loss=3.412087 lr=3.0000e-04 grad_norm=0.812000 skipped=0 tok_s=51234 step_ms=3.03 fwd_ms=0.70 bwd_ms=0.96 opt_ms=0.07 comm_ms=1.29 tflops=0.0652 comm_bytes=482320 mem_params=1000 mem_master=0 mem_grads=2000 mem_optim=4000 mem_activations=300 mem_buffers=20 mem_comm=16 mem_host_optim=0 mem_model_states=7000 mem_peak=9999 val_loss=3.220719 coll_seq=77";
     ASSERT_OK(zt_reportline_parse(line, &r, &err));
     ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_STEP);
     ASSERT_EQ_INT(r.rank, 1);
@@ -75,8 +71,7 @@ static void test_ckpt(void)
 {
     zt_err err = {0};
     ASSERT_OK(zt_reportline_parse(
-        "rank=1 ckpt step=50 file=/data/ck/step_00000050/rank_00001.zts bytes=723520 "
-        "crc32c=0a1b2c3d",
+        "rank=1 ckpt step=50 file=/data/ck/step_00000050/rank_00001.zts bytes=723520 crc32c=0a1b2c3d",
         &r, &err));
     ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_CKPT);
     ASSERT_EQ_INT(r.rank, 1);
@@ -86,24 +81,23 @@ static void test_ckpt(void)
     ASSERT_EQ_INT(r.crc32c, 0x0a1b2c3du);
     /* a directory with spaces in it */
     ASSERT_OK(zt_reportline_parse(
-        "rank=0 ckpt step=7 file=/tmp/my runs/a b/step_00000007/rank_00000.zts bytes=10 "
-        "crc32c=ffffffff",
+        "rank=0 ckpt step=7 file=/tmp/my runs/a b/step_00000007/rank_00000.zts bytes=10 crc32c=ffffffff",
         &r, &err));
     ASSERT_STREQ(r.path, "/tmp/my runs/a b/step_00000007/rank_00000.zts");
     ASSERT_EQ_INT(r.crc32c, 0xffffffffu);
-    ASSERT_EQ_INT(zt_reportline_parse("rank=0 ckpt step=7 file=/x/rank_00000.zts bytes=10", &r,
-                                      &err),
-                  ZT_ERR_FORMAT);
+    ASSERT_EQ_INT(
+        zt_reportline_parse("rank=0 ckpt step=7 file=/x/rank_00000.zts bytes=10", &r, &err),
+        ZT_ERR_FORMAT);
     ASSERT_CONTAINS(err.msg, "crc32c");
-    ASSERT_EQ_INT(zt_reportline_parse("rank=0 ckpt step=7 file=rel/rank.zts bytes=1 crc32c=1", &r,
-                                      &err),
-                  ZT_ERR_FORMAT);
-    ASSERT_EQ_INT(zt_reportline_parse("rank=0 ckpt step=7 file=/x/r.zts bytes=1 crc32c=xyz", &r,
-                                      &err),
-                  ZT_ERR_FORMAT);
-    ASSERT_EQ_INT(zt_reportline_parse("rank=0 ckpt step=7 file=/x/r.zts bytes=1 crc32c=123456789",
-                                      &r, &err),
-                  ZT_ERR_FORMAT);
+    ASSERT_EQ_INT(
+        zt_reportline_parse("rank=0 ckpt step=7 file=rel/rank.zts bytes=1 crc32c=1", &r, &err),
+        ZT_ERR_FORMAT);
+    ASSERT_EQ_INT(
+        zt_reportline_parse("rank=0 ckpt step=7 file=/x/r.zts bytes=1 crc32c=xyz", &r, &err),
+        ZT_ERR_FORMAT);
+    ASSERT_EQ_INT(
+        zt_reportline_parse("rank=0 ckpt step=7 file=/x/r.zts bytes=1 crc32c=123456789", &r, &err),
+        ZT_ERR_FORMAT);
 }
 
 static void test_commit(void)
@@ -118,8 +112,15 @@ static void test_commit(void)
 
 static void test_bad_lines(void)
 {
-    const char *bad[] = {"", "   ", "step=3 loss=1", "rank= step=1", "rank=x phase=training",
-                         "rank=-1 phase=training", "rank=0", "rank=0 hello=1", "rank=0 ckpt",
+    const char *bad[] = {"",
+                         "   ",
+                         "step=3 loss=1",
+                         "rank= step=1",
+                         "rank=x phase=training",
+                         "rank=-1 phase=training",
+                         "rank=0",
+                         "rank=0 hello=1",
+                         "rank=0 ckpt",
                          "rank=99999999999 phase=training"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         zt_err err = {0};

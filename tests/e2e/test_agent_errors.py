@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""End to end, zagent on bad input: bad flags and environment give one clear message and exit
+2; with the coordinator unreachable the agent says so and keeps retrying, then registers as
+soon as zcoord comes up, and stops with exit 0 on SIGTERM; a wrong or missing token is refused
+at registration: the agent says which token to give and exits 1."""
+import os
+import subprocess
+import time
+
+import e2e_util as e
+
+
+def zagent(c, *args, env=None, timeout=20):
+    return subprocess.run([os.path.join(e.BIN, "zagent")] + list(args), capture_output=True,
+                          text=True, env=env or c.env, cwd=c.tmp, timeout=timeout)
+
+
+def bad_flags(c):
+    wd = ["--work-dir", os.path.join(c.tmp, "w")]
+    cases = [
+        (["--slots", "gpu:2"], "cpu:N"),
+        (["--slots", "cpu:0"], "from 1 to 4096"),
+        (["--bogus"], "unknown option '--bogus'"),
+        (["--heartbeat-ms", "5"], "--heartbeat-ms"),
+        (["--name", "bad name!"], "is not valid"),
+        (["--worker", "/nonexistent/zworker"], "is not an executable file"),
+        (["--token-file", "/nonexistent/token"], "cannot read the token file"),
+        (["--stop-grace", "soon"], "--stop-grace"),
+        (["extra-argument"], "unexpected argument"),
+    ]
+    if not os.path.exists("/dev/nvidia0"):
+        cases.append((["--slots", "cuda:auto"], "no usable GPU"))
+    for args, want in cases:
+        r = zagent(c, *(args + wd))
+        e.check_eq(r.returncode, 2, f"exit code of zagent {' '.join(args)}")
+        e.check(r.stderr.startswith("zagent: ") and want in r.stderr,
+                f"zagent {' '.join(args)}: message {r.stderr!r} lacks {want!r}")
+        e.check_eq(len(r.stderr.strip().splitlines()), 1, f"lines of zagent {' '.join(args)}")
+    r = zagent(c, *(["--slots", "cpu:1"] + wd), env=dict(c.env, ZT_SLOTS="x", ZT_HEARTBEAT_MS="y"))
+    e.check_eq(r.returncode, 2, "exit code with a bad ZT_HEARTBEAT_MS")
+    e.check("ZT_HEARTBEAT_MS" in r.stderr, "message names the variable: " + r.stderr)
+    r = zagent(c, "--help")
+    e.check_eq(r.returncode, 0, "zagent --help")
+    for want in ("--coordinator", "ZT_COORDINATOR", "--slots", "cuda:auto", "--token-file"):
+        e.check(want in r.stdout, f"--help lacks {want}")
+
+
+def unreachable(c):
+    # nothing listens there yet
+    p = c.start_agent("early", "cpu:1", wait=False)
+    e.wait_for(lambda: "cannot reach the coordinator at " + c.addr in c.agent_log("early"), 10,
+               "the agent to say the coordinator is unreachable")
+    time.sleep(1.0)
+    e.check(p.poll() is None, "the agent gave up while the coordinator was unreachable")
+    warnings = c.agent_log("early").count("cannot reach the coordinator")
+    e.check(warnings <= 2, f"{warnings} warnings in about a second: the agent floods its log")
+    c.start_coord()
+    e.wait_for(lambda: (c.agent_status("early") or {}).get("registered"), 10,
+               "the agent to register once zcoord is up")
+    names = [a["name"] for a in c.zctl_json("agents")["agents"]]
+    e.check("early" in names, f"agents {names}")
+    e.check_eq(c.stop_agent("early"), 0, "zagent exit code on SIGTERM")
+
+
+def bad_token(c):
+    c.coord.send_signal(15)
+    c.coord.wait()
+    c.coord_env = {"ZT_TOKEN": "right-token"}
+    c.start_coord()
+    for name, env in (("wrongtok", dict(c.env, ZT_TOKEN="wrong-token")), ("notok", c.env)):
+        p = c.start_agent(name, "cpu:1", env=env, wait=False)
+        rc = p.wait(20)
+        e.check_eq(rc, 1, f"exit code of the agent with {name}")
+        log = c.agent_log(name)
+        e.check("refused our token" in log and "--token-file or ZT_TOKEN" in log,
+                f"{name}: no clear message in:\n{log}")
+    path = os.path.join(c.tmp, "token")
+    with open(path, "w") as f:
+        f.write("right-token\n")
+    c.start_agent("goodtok", "cpu:1", extra=["--token-file", path])
+    e.check_eq(c.stop_agent("goodtok"), 0, "exit code of the agent with the right token")
+
+
+def body(c):
+    bad_flags(c)
+    unreachable(c)
+    bad_token(c)
+
+
+if __name__ == "__main__":
+    e.run("e2e_agent_errors", body)
