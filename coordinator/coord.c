@@ -119,6 +119,7 @@ static void agent_free(c_agent *a)
     zt_free(a->gpus);
     zt_free(a->reports);
     zt_free(a->exits);
+    zt_free(a->places);
     zt_free(a->desired);
     zt_free(a);
 }
@@ -415,17 +416,54 @@ void coord_job_set_state(zt_coord *c, c_job *j, zt_job_state to, const char *fmt
                     "%s", reason);
 }
 
+static void place_add(c_agent *ag, c_attempt *a, int rank)
+{
+    if (ag->n_places == ag->cap_places) {
+        int cap = ag->cap_places ? ag->cap_places * 2 : 4;
+        c_place *p = zt_realloc(ag->places, (size_t)cap * sizeof(*p));
+        if (!p) {
+            ZT_ERROR("coord", "out of memory indexing rank %d of attempt %lld on %s", rank,
+                     (long long)a->id, ag->name);
+            return;
+        }
+        ag->places = p;
+        ag->cap_places = cap;
+    }
+    ag->places[ag->n_places].att = a;
+    ag->places[ag->n_places].rank = rank;
+    ag->n_places++;
+}
+
+static void place_remove(c_agent *ag, const c_attempt *a)
+{
+    int k = 0;
+    for (int i = 0; i < ag->n_places; i++)
+        if (ag->places[i].att != a)
+            ag->places[k++] = ag->places[i];
+    ag->n_places = k;
+}
+
 static void atts_remove(zt_coord *c, c_attempt *a)
 {
     for (size_t i = 0; i < c->n_atts; i++) {
         if (c->atts[i] == a) {
             memmove(&c->atts[i], &c->atts[i + 1], (c->n_atts - i - 1) * sizeof(*c->atts));
             c->n_atts--;
-            return;
+            break;
         }
     }
+    c_attempt **pp = &c->att_hash[(uint64_t)a->id % c->att_buckets];
+    while (*pp && *pp != a)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = a->hnext;
+    a->hnext = NULL;
+    for (int r = 0; r < a->world_size; r++)
+        if (a->ranks[r].agent)
+            place_remove(a->ranks[r].agent, a);
 }
 
+/* Makes a active: listed, hashed by id, and indexed on the agents of its ranks. */
 static bool atts_add(zt_coord *c, c_attempt *a)
 {
     if (c->n_atts == c->cap_atts) {
@@ -437,14 +475,20 @@ static bool atts_add(zt_coord *c, c_attempt *a)
         c->cap_atts = cap;
     }
     c->atts[c->n_atts++] = a;
+    size_t b = (uint64_t)a->id % c->att_buckets;
+    a->hnext = c->att_hash[b];
+    c->att_hash[b] = a;
+    for (int r = 0; r < a->world_size; r++)
+        if (a->ranks[r].agent)
+            place_add(a->ranks[r].agent, a, r);
     return true;
 }
 
 c_attempt *coord_attempt_find(zt_coord *c, int64_t id)
 {
-    for (size_t i = 0; i < c->n_atts; i++)
-        if (c->atts[i]->id == id)
-            return c->atts[i];
+    for (c_attempt *a = c->att_hash[(uint64_t)id % c->att_buckets]; a; a = a->hnext)
+        if (a->id == id)
+            return a;
     return NULL;
 }
 
@@ -553,11 +597,10 @@ void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retr
 static void agent_busy_map(zt_coord *c, c_agent *a, bool *busy)
 {
     memset(busy, 0, (size_t)a->slots * sizeof(*busy));
-    for (size_t i = 0; i < c->n_atts; i++) {
-        c_attempt *t = c->atts[i];
-        for (int r = 0; r < t->world_size; r++)
-            if (t->ranks[r].agent == a && t->ranks[r].slot >= 0 && t->ranks[r].slot < a->slots)
-                busy[t->ranks[r].slot] = true;
+    for (int i = 0; i < a->n_places; i++) {
+        int slot = a->places[i].att->ranks[a->places[i].rank].slot;
+        if (slot >= 0 && slot < a->slots)
+            busy[slot] = true;
     }
     for (int i = 0; i < a->n_reports; i++) {
         const c_report *rp = &a->reports[i];
@@ -689,21 +732,20 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
         }
     }
     /* a worker that was running and is no longer reported has vanished */
-    for (size_t i = 0; i < c->n_atts; i++) {
-        c_attempt *t = c->atts[i];
-        for (int r = 0; r < t->world_size; r++) {
-            c_rank *rk = &t->ranks[r];
-            if (rk->agent != a || !rk->seen || rk->exited || report_of(a, t->id, r))
-                continue;
-            char reason[300];
-            snprintf(reason, sizeof(reason),
-                     "rank %d on %s (pid %d) is no longer reported by its agent: the worker "
-                     "vanished (agent restarted?)",
-                     r, a->name, rk->pid);
-            coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, reason);
-            i--; /* t left c->atts */
-            break;
+    for (int i = 0; i < a->n_places;) {
+        c_attempt *t = a->places[i].att;
+        int r = a->places[i].rank;
+        c_rank *rk = &t->ranks[r];
+        if (!rk->seen || rk->exited || report_of(a, t->id, r)) {
+            i++;
+            continue;
         }
+        char reason[300];
+        snprintf(reason, sizeof(reason),
+                 "rank %d on %s (pid %d) is no longer reported by its agent: the worker "
+                 "vanished (agent restarted?)",
+                 r, a->name, rk->pid);
+        coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, reason); /* removes t's places */
     }
 }
 
@@ -726,17 +768,12 @@ static void tick(zt_coord *c)
         a->state = ZT_AGENT_LOST;
         coord_agent_save(c, a);
         agent_event(c, a, "ALIVE", "LOST", reason);
-        for (size_t k = 0; k < c->n_atts; k++) {
-            c_attempt *t = c->atts[k];
-            for (int r = 0; r < t->world_size; r++) {
-                if (t->ranks[r].agent != a)
-                    continue;
-                char why[300];
-                snprintf(why, sizeof(why), "agent %s lost (rank %d there): %s", a->name, r, reason);
-                coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, why);
-                k--;
-                break;
-            }
+        while (a->n_places > 0) { /* each end removes the attempt's places */
+            c_attempt *t = a->places[0].att;
+            char why[300];
+            snprintf(why, sizeof(why), "agent %s lost (rank %d there): %s", a->name,
+                     a->places[0].rank, reason);
+            coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, why);
         }
     }
     /* progress, hangs */
@@ -866,6 +903,9 @@ static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent
         save_rank(c, a, &a->ranks[r]);
     if (!atts_add(c, a)) {
         attempt_free(a);
+        zt_err e2;
+        zt_err_set(&e2, ZT_ERR_NOMEM, "out of memory placing job %lld", (long long)j->id);
+        coord_db_failed(c, &e2); /* roll the batch back: memory and store stay in step */
         return;
     }
     j->att = a;
@@ -960,10 +1000,8 @@ static void schedule(zt_coord *c)
 
 static void agent_build_desired(zt_coord *c, c_agent *a)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < c->n_atts; i++)
-        for (int r = 0; r < c->atts[i]->world_size; r++)
-            n += c->atts[i]->ranks[r].agent == a;
+    size_t n = (size_t)a->n_places;
+    (void)c;
     Zt__V1__DesiredWorker *w = zt_calloc(n ? n : 1, sizeof(*w));
     Zt__V1__DesiredWorker **wp = zt_calloc(n ? n : 1, sizeof(*wp));
     Zt__V1__EnvVar *env = zt_calloc(n ? n * 3 : 1, sizeof(*env));
@@ -973,15 +1011,14 @@ static void agent_build_desired(zt_coord *c, c_agent *a)
     if (!w || !wp || !env || !envp || !vals || !rdzv)
         goto cleanup;
     size_t k = 0;
-    for (size_t i = 0; i < c->n_atts; i++) {
-        c_attempt *t = c->atts[i];
+    for (int i = 0; i < a->n_places; i++) {
+        c_attempt *t = a->places[i].att;
+        int r = a->places[i].rank;
         int local_world = 0;
-        for (int r = 0; r < t->world_size; r++)
-            local_world += t->ranks[r].agent == a;
-        for (int r = 0; r < t->world_size; r++) {
+        for (int q = 0; q < a->n_places; q++)
+            local_world += a->places[q].att == t;
+        {
             c_rank *rk = &t->ranks[r];
-            if (rk->agent != a)
-                continue;
             Zt__V1__DesiredWorker *d = &w[k];
             zt__v1__desired_worker__init(d);
             d->job_id = t->job->id;
@@ -1490,6 +1527,9 @@ static void model_drop_jobs(zt_coord *c, const char *msg)
         attempt_free(c->atts[i]);
     }
     c->n_atts = 0;
+    memset(c->att_hash, 0, c->att_buckets * sizeof(*c->att_hash));
+    for (size_t i = 0; i < c->n_agents; i++)
+        c->agents[i]->n_places = 0;
     for (size_t i = 0; i < c->n_grave; i++) {
         fail_waiters(c->grave[i], msg);
         attempt_free(c->grave[i]);
@@ -1728,10 +1768,12 @@ zt_status zt_coord_open(zt_coord **out, const zt_coord_config *cfg, zt_err *err)
     pthread_cond_init(&c->lcv, NULL);
     c->agent_buckets = 4096;
     c->agent_hash = zt_calloc(c->agent_buckets, sizeof(*c->agent_hash));
+    c->att_buckets = 4096;
+    c->att_hash = zt_calloc(c->att_buckets, sizeof(*c->att_hash));
     c->started_ns = zt_now_ns();
     c->desired_seq = coord_now_ms() * 1000;
     zt_status st;
-    if (!c->agent_hash) {
+    if (!c->agent_hash || !c->att_hash) {
         st = zt_err_set(err, ZT_ERR_NOMEM, "coordinator: out of memory");
         goto fail;
     }
@@ -1774,6 +1816,7 @@ fail:
     zt_store_close(c->rstore);
     zt_store_close(c->store);
     zt_free(c->agent_hash);
+    zt_free(c->att_hash);
     zt_free(c->agents);
     zt_free(c->jobs);
     zt_free(c->atts);
@@ -1846,6 +1889,7 @@ void zt_coord_close(zt_coord *c)
     zt_store_close(c->rstore);
     zt_store_close(c->store);
     zt_free(c->agent_hash);
+    zt_free(c->att_hash);
     zt_free(c->agents);
     zt_free(c->jobs);
     zt_free(c->atts);

@@ -34,6 +34,14 @@ typedef struct c_gpu {
     int64_t memory_total, memory_free;
 } c_gpu;
 
+struct c_attempt;
+
+/* One rank of an active attempt placed on an agent. */
+typedef struct c_place {
+    struct c_attempt *att;
+    int rank;
+} c_place;
+
 typedef struct c_agent {
     char *name, *hostname, *address, *version;
     int device, slots;
@@ -54,6 +62,8 @@ typedef struct c_agent {
     uint8_t *desired;            /* packed HeartbeatReply, published after commit */
     size_t desired_len;
     int64_t desired_version;
+    c_place *places;             /* ranks of active attempts placed here */
+    int n_places, cap_places;
     struct c_agent *hnext;       /* hash chain */
 } c_agent;
 
@@ -100,6 +110,7 @@ typedef struct c_attempt {
     uint64_t progress_ns;
     int64_t eta_step0;
     uint64_t eta_ns0;
+    struct c_attempt *hnext; /* chain of the active-attempt hash */
 } c_attempt;
 
 /* A state change waiting for the commit that makes it visible to watchers. */
@@ -166,6 +177,8 @@ struct zt_coord {
     size_t n_jobs, cap_jobs;
     c_attempt **atts; /* active attempts */
     size_t n_atts, cap_atts;
+    c_attempt **att_hash; /* active attempts by id */
+    size_t att_buckets;
     c_agent **agent_hash;
     size_t agent_buckets;
     c_agent **agents; /* by registration */

@@ -760,10 +760,22 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
                 a->gpus[k].memory_free = q->gpus[g]->memory_free;
     if (changed)
         a->reports_changed = true;
-    zt_rpc_reply_bytes(call, a->desired, a->desired_len);
+    /* answer outside the lock: copy the published desired set */
+    uint8_t small[4096];
+    size_t len = a->desired_len;
+    uint8_t *copy = len <= sizeof(small) ? small : zt_malloc(len);
+    if (copy && len)
+        memcpy(copy, a->desired, len);
     pthread_mutex_unlock(&c->mu);
     if (changed)
         coord_wake_reports(c);
+    if (!copy) {
+        zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    zt_rpc_reply_bytes(call, copy, len);
+    if (copy != small)
+        zt_free(copy);
 }
 
 /* ---- GetAttemptSpec ---------------------------------------------------------------------- */

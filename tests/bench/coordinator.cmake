@@ -1,0 +1,11 @@
+# tests/bench/coordinator_load: 1,000 simulated agents heartbeating 10 times a second plus
+# submitters against one zcoord; prints heartbeats/s and latency next to the empty-call
+# ceiling (label bench: `make bench`). A small smoke run keeps the generator working in
+# the regular suite.
+zt_add_test(NAME coordinator_load SOURCES ${CMAKE_CURRENT_LIST_DIR}/coordinator_load.c
+            LIBS zt_test_zcoord_harness zt_rpc LABELS bench TIMEOUT 300 ARGS --seconds 10)
+add_dependencies(coordinator_load zcoord)
+add_test(NAME coordinator_load_smoke COMMAND coordinator_load --agents 50 --seconds 2
+         --submit-rate 20 WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+set_tests_properties(coordinator_load_smoke PROPERTIES LABELS integration TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "ZT_BIN=${CMAKE_BINARY_DIR}/bin")
