@@ -117,38 +117,45 @@ size_t zt_engine_region_len(const zt_engine *e, int u)
     return r < olen ? r : olen;
 }
 
-float *zt_engine_master_ptr(zt_engine *e, int u, size_t j)
+/* Where optimizer state `section` (0 the fp32 truth: master weights, or the fp32 parameters
+ * themselves; 1 exp_avg; 2 exp_avg_sq) of region element j of unit u lives, and whether that is
+ * host memory (the offloaded part). */
+static float *state_ptr(zt_engine *e, int u, size_t j, int section, bool *host)
 {
     size_t gi = e->ooff[u] + j;
-    if (gi >= e->dev_n)
-        return e->h_master + (gi - e->dev_n);
-    if (e->mixed)
-        return e->master + gi;
-    return (float *)param_loc(e, u, j);
+    *host = gi >= e->dev_n;
+    if (*host) {
+        float *side[3] = {e->h_master, e->h_m, e->h_v};
+        return side[section] + (gi - e->dev_n);
+    }
+    if (section == 0)
+        return e->mixed ? e->master + gi : (float *)param_loc(e, u, j);
+    return (section == 1 ? e->m : e->v) + gi;
 }
 
-/* Copies fp32 values of region elements [j, j+len) of unit u out of (get) or into (set) the
- * optimizer's truth: the master weights (mixed), or the parameters and the host copy. */
-static void region_io(zt_engine *e, int u, size_t j, size_t len, float *buf, bool set)
+float *zt_engine_master_ptr(zt_engine *e, int u, size_t j)
+{
+    bool host;
+    return state_ptr(e, u, j, 0, &host);
+}
+
+/* Copies one optimizer state section of region elements [j, j+len) of unit u out of (get) or
+ * into (set) its home, piece by piece across the device/host split of offload. */
+static void state_io(zt_engine *e, int u, size_t j, size_t len, int section, float *buf, bool set)
 {
     while (len > 0) {
         size_t gi = e->ooff[u] + j;
         size_t n = len;
         if (gi < e->dev_n && gi + n > e->dev_n)
             n = e->dev_n - gi;
-        float *loc = zt_engine_master_ptr(e, u, j);
-        bool host = gi >= e->dev_n;
-        if (set) {
-            if (host)
-                memcpy(loc, buf, n * sizeof(float));
-            else
-                e->ops->copy_h2d(e->k, loc, buf, n * sizeof(float));
-        } else {
-            if (host)
-                memcpy(buf, loc, n * sizeof(float));
-            else
-                e->ops->copy_d2h(e->k, buf, loc, n * sizeof(float));
-        }
+        bool host;
+        float *loc = state_ptr(e, u, j, section, &host);
+        if (host)
+            memcpy(set ? loc : buf, set ? buf : loc, n * sizeof(float));
+        else if (set)
+            e->ops->copy_h2d(e->k, loc, buf, n * sizeof(float));
+        else
+            e->ops->copy_d2h(e->k, buf, loc, n * sizeof(float));
         buf += n;
         j += n;
         len -= n;
@@ -157,56 +164,25 @@ static void region_io(zt_engine *e, int u, size_t j, size_t len, float *buf, boo
 
 void zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out)
 {
-    region_io(e, u, j, len, out, false);
+    state_io(e, u, j, len, 0, out, false);
 }
 
 void zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in)
 {
-    region_io(e, u, j, len, (float *)in, true);
-}
-
-/* Moments of region elements [j, j+len) of unit u: get or set (m and v side by side). */
-static void moments_io(zt_engine *e, int u, size_t j, size_t len, float *m, float *v, bool set)
-{
-    while (len > 0) {
-        size_t gi = e->ooff[u] + j;
-        size_t n = len;
-        if (gi < e->dev_n && gi + n > e->dev_n)
-            n = e->dev_n - gi;
-        bool host = gi >= e->dev_n;
-        float *lm = host ? e->h_m + (gi - e->dev_n) : e->m + gi;
-        float *lv = host ? e->h_v + (gi - e->dev_n) : e->v + gi;
-        if (host) {
-            if (set) {
-                memcpy(lm, m, n * 4);
-                memcpy(lv, v, n * 4);
-            } else {
-                memcpy(m, lm, n * 4);
-                memcpy(v, lv, n * 4);
-            }
-        } else if (set) {
-            e->ops->copy_h2d(e->k, lm, m, n * 4);
-            e->ops->copy_h2d(e->k, lv, v, n * 4);
-        } else {
-            e->ops->copy_d2h(e->k, m, lm, n * 4);
-            e->ops->copy_d2h(e->k, v, lv, n * 4);
-        }
-        m += n;
-        v += n;
-        j += n;
-        len -= n;
-    }
+    state_io(e, u, j, len, 0, (float *)in, true);
 }
 
 void zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v)
 {
-    moments_io(e, u, j, len, m, v, false);
+    state_io(e, u, j, len, 1, m, false);
+    state_io(e, u, j, len, 2, v, false);
 }
 
 void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
                            const float *v)
 {
-    moments_io(e, u, j, len, (float *)m, (float *)v, true);
+    state_io(e, u, j, len, 1, (float *)m, true);
+    state_io(e, u, j, len, 2, (float *)v, true);
 }
 
 /* Writes the full fp32 values of unit u (P_u elements, host) into this rank's parameters
