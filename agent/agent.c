@@ -124,12 +124,15 @@ static void send_heartbeat(zt_agent *a, bool final);
 static void on_hb_timer(uv_timer_t *t)
 {
     zt_agent *a = t->data;
-    ag_reports_flush(a);
     if (a->stopping) {
-        if (!a->closing)
-            uv_timer_start(&a->hb_timer, on_hb_timer, 250, 0); /* shard report retries */
+        /* until the final flush: keep retrying shard reports while workers stop */
+        if (!a->final_sent && !a->closing) {
+            ag_reports_flush(a);
+            uv_timer_start(&a->hb_timer, on_hb_timer, 250, 0);
+        }
         return;
     }
+    ag_reports_flush(a);
     if (a->reg != AG_REGISTERED) {
         uv_timer_start(&a->hb_timer, on_hb_timer, (uint64_t)(a->hb_ms > 0 ? a->hb_ms : 1000), 0);
         return;
@@ -416,6 +419,8 @@ static void reg_start(zt_agent *a)
 static void on_stop_timer(uv_timer_t *t)
 {
     zt_agent *a = t->data;
+    if (a->calls_in_flight > 0)
+        return; /* ag_check_stopped schedules this again when they are done */
     /* no call is in flight: the poller can go, then every handle */
     a->closing = true;
     ag_rpc_close(a);

@@ -190,6 +190,8 @@ typedef struct ag_reports {
 /* A worker's output line (source 1 stdout, 2 stderr): queued for ReportLogs, or counted as
  * dropped when the queue is full. */
 void ag_reports_log(zt_agent *a, ag_worker *w, int source, const char *text, size_t len);
+/* Queues the marker line that says how many of w's lines were dropped (if any were). */
+void ag_reports_log_drops(zt_agent *a, ag_worker *w);
 /* A step line of w: queued for ReportMetrics. */
 void ag_reports_step(zt_agent *a, ag_worker *w, const zt_reportline *r);
 /* A durable shard of w: sent now (retried until it is recorded). */

@@ -351,7 +351,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         cfg->name = zt_strdup(val[S_NAME]);
     } else {
         char nm[129];
-        snprintf(nm, sizeof(nm), "%s", host);
+        snprintf(nm, sizeof(nm), "%.128s", host);
         for (char *p = nm; *p; p++)
             if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
                   (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'))

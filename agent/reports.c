@@ -16,6 +16,35 @@
 
 /* ---- output lines ---------------------------------------------------------------------- */
 
+/* Replaces every byte that is not part of a valid UTF-8 sequence with '?': the coordinator
+ * stores and serves the lines as protobuf strings and JSON, which must be UTF-8. */
+static void utf8_clean(char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = u[i];
+        size_t len = c < 0x80                 ? 1
+                     : c >= 0xC2 && c <= 0xDF ? 2
+                     : c >= 0xE0 && c <= 0xEF ? 3
+                     : c >= 0xF0 && c <= 0xF4 ? 4
+                                              : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = (u[i + k] & 0xC0) == 0x80;
+        if (ok && len > 2) {
+            unsigned char c1 = u[i + 1];
+            ok = !((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) ||
+                   (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F));
+        }
+        if (!ok) {
+            s[i++] = '?';
+            continue;
+        }
+        i += len;
+    }
+}
+
 static bool log_push(ag_reports *r, const ag_worker *w, int source, const char *text, size_t len)
 {
     ag_log_entry *e = zt_malloc(sizeof(*e) + len + 1);
@@ -28,6 +57,7 @@ static bool log_push(ag_reports *r, const ag_worker *w, int source, const char *
     e->len = len;
     memcpy(e->text, text, len);
     e->text[len] = '\0';
+    utf8_clean(e->text, len);
     if (r->log_tail)
         r->log_tail->next = e;
     else
@@ -38,20 +68,25 @@ static bool log_push(ag_reports *r, const ag_worker *w, int source, const char *
     return true;
 }
 
+void ag_reports_log_drops(zt_agent *a, ag_worker *w)
+{
+    if (!w->logs_dropped) return;
+    /* one line per worker and episode, past the bounds, so that the gap is always marked */
+    char mark[600];
+    int n = snprintf(
+        mark, sizeof(mark),
+        "[zagent] %lld output lines of rank %d were dropped here (the coordinator was unreachable or slow); the whole output is in %s/rank_%05d.log on %s",
+        (long long)w->logs_dropped, w->rank, w->dir, w->rank, a->cfg.name);
+    if (log_push(&a->rep, w, 2, mark, (size_t)n < sizeof(mark) ? (size_t)n : sizeof(mark) - 1))
+        w->logs_dropped = 0;
+}
+
 void ag_reports_log(zt_agent *a, ag_worker *w, int source, const char *text, size_t len)
 {
     ag_reports *r = &a->rep;
     size_t max = (size_t)a->cfg.log_queue_lines;
     bool room = r->log_count + 1 < max && r->log_bytes + len + 256 <= AG_LOG_QUEUE_BYTES;
-    if (room && w->logs_dropped) {
-        char mark[512];
-        int n = snprintf(
-            mark, sizeof(mark),
-            "[zagent] %lld output lines of rank %d were dropped here (the coordinator was unreachable or slow); the whole output is in %s/rank_%05d.log on %s",
-            (long long)w->logs_dropped, w->rank, w->dir, w->rank, a->cfg.name);
-        if (log_push(r, w, 2, mark, (size_t)n < sizeof(mark) ? (size_t)n : sizeof(mark) - 1))
-            w->logs_dropped = 0;
-    }
+    if (room) ag_reports_log_drops(a, w);
     if (!room || !log_push(r, w, source, text, len)) {
         w->logs_dropped++;
         r->logs_dropped++;
@@ -90,6 +125,8 @@ static void on_logs(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
     if (code == ZT_RPC_OK) {
         r->logs_sent += (int64_t)k;
         log_pop(r, k);
+        for (ag_worker *w = a->workers; w; w = w->next)
+            if (r->log_count + 1 < (size_t)a->cfg.log_queue_lines) ag_reports_log_drops(a, w);
     } else if (!ag_rpc_transient(code)) {
         ZT_WARN("agent", "the coordinator refused %zu output lines (%s: %s); dropping them", k,
                 zt_rpc_code_name(code), msg);
@@ -396,9 +433,12 @@ void ag_reports_free(zt_agent *a)
     while (r->ckpts) {
         ag_ckpt *c = r->ckpts;
         r->ckpts = c->next;
+        ag_worker *w = c->w;
         zt_free(c->dir);
         zt_free(c->file);
         zt_free(c);
+        w->ckpt_pending--;
+        ag_worker_unref(w);
     }
     r->ckpt_count = 0;
 }

@@ -573,6 +573,7 @@ static void check_exit_ready(ag_worker *w, bool hold_over)
     w->state = AGW_EXITED;
     w->phase = ZT__V1__WORKER_PHASE__WORKER_PHASE_EXITED;
     zt_agent *a = w->agent;
+    ag_reports_log_drops(a, w);
     ag_reports_flush(a);
     ag_heartbeat_soon(a, 0);
     if (!w->desired && !a->stopping)
