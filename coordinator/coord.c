@@ -1837,6 +1837,8 @@ void zt_coord_stop_serving(zt_coord *c)
     for (size_t i = 0; i < c->n_jobs; i++)
         end_watchers(c->jobs[i], ZT_RPC_UNAVAILABLE,
                      "the coordinator is shutting down; watch again when it is back");
+    for (size_t i = 0; i < c->n_atts; i++)
+        fail_waiters(c->atts[i], "the coordinator is shutting down; retry the rendezvous");
     for (c_watcher *w = c->health_watchers; w;) {
         c_watcher *n = w->next;
         Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;

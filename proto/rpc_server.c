@@ -47,6 +47,7 @@ struct zt_rpc_server {
     pthread_t *pollers;
     atomic_int shutting_down;
     atomic_long outstanding; /* posted requests + live calls */
+    atomic_long live;        /* accepted calls not yet freed */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool shutdown_notified; /* grpc_server_shutdown_and_notify's tag fired */
@@ -67,6 +68,7 @@ struct zt_rpc_call {
     zt_rpc_tag accept_tag, close_tag, send_tag;
     int close_cancelled; /* written by RECV_CLOSE_ON_SERVER */
     atomic_bool cancelled;
+    bool accepted;
 
     pthread_mutex_t mu; /* everything below, and grpc_call_start_batch of sends */
     bool closed;
@@ -123,6 +125,8 @@ static void call_free(zt_rpc_call *c)
         grpc_slice_unref(c->status_slice);
     zt_free(c->finish_msg);
     pthread_mutex_destroy(&c->mu);
+    if (c->accepted)
+        atomic_fetch_sub(&s->live, 1);
     zt_free(c);
     if (atomic_fetch_sub(&s->outstanding, 1) == 1) {
         pthread_mutex_lock(&s->mu);
@@ -573,6 +577,8 @@ static void on_accept(zt_rpc_tag *tag, bool ok)
         call_free(c);
         return;
     }
+    c->accepted = true;
+    atomic_fetch_add(&s->live, 1);
     post_request(s, c->method);
     if (!c->method)
         c->deadline = c->details.deadline;
@@ -779,16 +785,24 @@ void zt_rpc_server_shutdown(zt_rpc_server *s, int grace_ms)
     s->shutdown_started = true;
     atomic_store(&s->shutting_down, 1);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
-    struct timespec until;
-    timespec_in(&until, grace_ms > 0 ? grace_ms : 0);
-    while (!s->shutdown_notified && s->n_pollers > 0) {
-        if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT)
+    /* wait for the calls in flight (up to grace_ms); idle client connections alone do not
+     * deserve the wait: once no call is open, cancel_all lets the notify fire at once */
+    for (int waited = 0; !s->shutdown_notified && s->n_pollers > 0 && waited < grace_ms;
+         waited += 10) {
+        if (atomic_load(&s->live) == 0)
             break;
+        struct timespec until;
+        timespec_in(&until, 10);
+        pthread_cond_timedwait(&s->cv, &s->mu, &until);
     }
     bool done = s->shutdown_notified;
+    long open = atomic_load(&s->live);
     pthread_mutex_unlock(&s->mu);
-    if (!done) /* open streams keep the notify from firing: cancel them */
+    if (!done) { /* open streams keep the notify from firing: cancel them */
+        if (open)
+            ZT_INFO("rpc", "shutdown: grace period over, cancelling %ld call(s) still open", open);
         grpc_server_cancel_all_calls(s->server);
+    }
 }
 
 void zt_rpc_server_destroy(zt_rpc_server *s)

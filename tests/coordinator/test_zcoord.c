@@ -1096,6 +1096,87 @@ static void test_bad_input(void)
     current = NULL;
 }
 
+typedef struct stream_end {
+    zt_rpc_client *c;
+    const char *path;
+    const ProtobufCMessage *req;
+    const ProtobufCMessageDescriptor *type;
+    pthread_t th;
+    int messages;
+    zt_rpc_code code;
+    bool ended;
+} stream_end;
+
+static void *stream_main(void *arg)
+{
+    stream_end *e = arg;
+    zt_rpc_stream *s;
+    zt_err err = {0};
+    ASSERT_OK(zt_rpc_stream_open(e->c, e->path, e->req, 0, &s, &err));
+    for (;;) {
+        void *m = NULL;
+        zt_status st = zt_rpc_stream_next(s, e->type, &m, &e->code, &err);
+        if (st != ZT_OK || !m)
+            break;
+        e->messages++;
+        zt_pb_free(m);
+    }
+    zt_rpc_stream_close(s);
+    e->ended = true;
+    return NULL;
+}
+
+/* SIGTERM with streams and a long poll open: every call is answered, zcoord exits 0. */
+static void test_shutdown_with_streams(void)
+{
+    zt_zcoord_proc p;
+    zt_zcoord_start(&p, NULL);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "n1", 2);
+    int64_t id = submit(c, "open-streams", 2, 2, 0);
+    last_att = 0;
+    int64_t att = next_attempt(c, "n1", inc);
+    Zt__V1__WatchJobRequest wq = ZT__V1__WATCH_JOB_REQUEST__INIT;
+    wq.job_id = id;
+    Zt__V1__GetLogsRequest lq = ZT__V1__GET_LOGS_REQUEST__INIT;
+    lq.job_id = id;
+    lq.follow = true;
+    Grpc__Health__V1__HealthCheckRequest hq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    stream_end ends[3] = {
+        {.c = c, .path = C_ "WatchJob", .req = &wq.base, .type = &zt__v1__job_update__descriptor},
+        {.c = c, .path = C_ "GetLogs", .req = &lq.base, .type = &zt__v1__log_batch__descriptor},
+        {.c = c, .path = "/grpc.health.v1.Health/Watch", .req = &hq.base,
+         .type = &grpc__health__v1__health_check_response__descriptor},
+    };
+    for (int i = 0; i < 3; i++)
+        pthread_create(&ends[i].th, NULL, stream_main, &ends[i]);
+    rdzv_call waiter = {.c = c, .attempt = att, .rank = 1, .wait = 2, .wait_ms = 30000};
+    pthread_create(&waiter.th, NULL, rdzv_main, &waiter);
+    for (int t = 0; t < 300 && (ends[0].messages < 1 || ends[1].messages < 1 || ends[2].messages < 1); t++)
+        zt_sleep_ms(10);
+    CHECK(ends[0].messages >= 1 && ends[1].messages >= 1 && ends[2].messages >= 1);
+    zt_sleep_ms(100);
+    uint64_t t0 = zt_now_ns();
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    double dt = (double)(zt_now_ns() - t0) * 1e-9;
+    if (dt > 1.0)
+        zt_zcoord_dump_log(&p);
+    ASSERT_TRUE(dt < 10.0);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(ends[i].th, NULL);
+        ASSERT_TRUE(ends[i].ended);
+    }
+    pthread_join(waiter.th, NULL);
+    ASSERT_NE_INT(ends[0].code, ZT_RPC_OK);
+    ASSERT_NE_INT(ends[1].code, ZT_RPC_OK);
+    ASSERT_TRUE(waiter.code == ZT_RPC_OK || waiter.code == ZT_RPC_UNAVAILABLE);
+    fprintf(stderr, "zcoord stopped in %.2f s with 3 streams and a rendezvous wait open\n", dt);
+    zt_rpc_client_destroy(c);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -1113,6 +1194,7 @@ int main(int argc, char **argv)
     RUN(test_restart_policy);
     RUN(test_lost_hang_vanish);
     RUN(test_persistence);
+    RUN(test_shutdown_with_streams);
     printf("test_zcoord: ok\n");
     return 0;
 }
