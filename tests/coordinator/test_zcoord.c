@@ -1096,6 +1096,127 @@ static void test_bad_input(void)
     current = NULL;
 }
 
+/* Metrics thinning and log pruning for long jobs; GPU agents: slots map to GPU indices. */
+static void test_limits_and_gpus(void)
+{
+    zt_zcoord_proc p;
+    const char *args[] = {"--metrics-max-points", "10", "--logs-max-lines", "100", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "cpu1", 1);
+    int64_t id = submit(c, "long", 1, 1, 0);
+    last_att = 0;
+    int64_t att = run_to_running(c, "cpu1", inc, id);
+    for (int64_t s = 1; s <= 60; s += 20)
+        report_metrics(c, att, s, s + 19);
+    Zt__V1__GetMetricsRequest mq = ZT__V1__GET_METRICS_REQUEST__INIT;
+    mq.job_id = id;
+    Zt__V1__GetMetricsReply *mr = NULL;
+    ASSERT_EQ_INT(call(c, C_ "GetMetrics", &mq.base, &zt__v1__get_metrics_reply__descriptor,
+                       (void **)&mr, NULL, 0),
+                  ZT_RPC_OK);
+    /* 60 steps into at most 10 stored rows: every 8th step */
+    ASSERT_TRUE(mr->n_points <= 10 && mr->n_points >= 5);
+    ASSERT_EQ_INT(mr->stride, 8);
+    for (size_t i = 0; i < mr->n_points; i++)
+        ASSERT_EQ_INT(mr->points[i]->step % 8, 0);
+    zt_pb_free(mr);
+    Zt__V1__GetJobReply *g = get_job(c, id);
+    ASSERT_EQ_INT(g->job->step, 60); /* the live step is not thinned */
+    zt_pb_free(g);
+    Zt__V1__ReportLogsRequest rl = ZT__V1__REPORT_LOGS_REQUEST__INIT;
+    Zt__V1__LogEntry le[150], *lp[150];
+    char text[150][16];
+    for (int i = 0; i < 150; i++) {
+        zt__v1__log_entry__init(&le[i]);
+        le[i].attempt_id = att;
+        le[i].source = ZT__V1__LOG_SOURCE__LOG_SOURCE_STDOUT;
+        snprintf(text[i], sizeof(text[i]), "line %03d", i);
+        le[i].text = text[i];
+        lp[i] = &le[i];
+    }
+    rl.n_entries = 150;
+    rl.entries = lp;
+    ASSERT_EQ_INT(call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor, NULL,
+                       NULL, 0),
+                  ZT_RPC_OK);
+    char *logs = get_logs(c, id, -1, false);
+    int lines = 0;
+    for (const char *q = logs; *q; q++)
+        lines += *q == '\n';
+    ASSERT_TRUE(lines <= 110 && lines >= 100);
+    ASSERT_CONTAINS(logs, "line 149");
+    ASSERT_TRUE(!strstr(logs, "line 000"));
+    zt_free(logs);
+
+    /* a GPU agent: slots are its GPUs, device_index the GPU's index */
+    Zt__V1__RegisterAgentRequest q = ZT__V1__REGISTER_AGENT_REQUEST__INIT;
+    Zt__V1__Gpu gpus[2], *gp[2] = {&gpus[0], &gpus[1]};
+    for (int i = 0; i < 2; i++) {
+        zt__v1__gpu__init(&gpus[i]);
+        gpus[i].index = 4 + i;
+        gpus[i].name = "H100";
+        gpus[i].memory_total = 80ll << 30;
+        gpus[i].memory_free = 79ll << 30;
+    }
+    q.name = "gpu1";
+    q.device = ZT__V1__DEVICE__DEVICE_CUDA;
+    q.slots = 2;
+    q.n_gpus = 2;
+    q.gpus = gp;
+    Zt__V1__RegisterAgentReply *rr = NULL;
+    ASSERT_EQ_INT(call(c, A_ "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor,
+                       (void **)&rr, NULL, 0),
+                  ZT_RPC_OK);
+    int64_t ginc = rr->incarnation;
+    zt_pb_free(rr);
+    q.slots = 3; /* disagrees with the GPU list */
+    char msg[1024];
+    ASSERT_EQ_INT(call(c, A_ "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor,
+                       NULL, msg, sizeof(msg)),
+                  ZT_RPC_INVALID_ARGUMENT);
+    char *text2 = zt_asprintf("{\"name\": \"gpu-job\", \"model\": {\"arch\": \"gpt2\", \"n_layer\": 2, "
+                              "\"n_head\": 2, \"n_embd\": 32, \"block_size\": 16, \"vocab_size\": 64}, "
+                              "\"data\": {\"train\": \"d/*.bin\"}, \"train\": {\"steps\": 10}, "
+                              "\"resources\": {\"ranks\": 2, \"device\": \"cuda\"}, \"deepspeed\": "
+                              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1}}");
+    Zt__V1__SubmitJobRequest sq = ZT__V1__SUBMIT_JOB_REQUEST__INIT;
+    sq.job_text = text2;
+    sq.job_dir = "/tmp";
+    ASSERT_EQ_INT(call(c, C_ "SubmitJob", &sq.base, &zt__v1__submit_job_reply__descriptor, NULL,
+                       NULL, 0),
+                  ZT_RPC_OK);
+    zt_free(text2);
+    Zt__V1__HeartbeatReply *x = NULL;
+    for (int t = 0; t < 200; t++) {
+        zt_pb_free(x);
+        x = hb(c, "gpu1", ginc, NULL, 0);
+        if (x->n_workers == 2)
+            break;
+        zt_sleep_ms(10);
+    }
+    ASSERT_EQ_INT(x->n_workers, 2);
+    ASSERT_EQ_INT(x->workers[0]->device, ZT__V1__DEVICE__DEVICE_CUDA);
+    ASSERT_EQ_INT(x->workers[0]->device_index + x->workers[1]->device_index, 9);
+    zt_pb_free(x);
+    Zt__V1__ListAgentsRequest aq = ZT__V1__LIST_AGENTS_REQUEST__INIT;
+    Zt__V1__ListAgentsReply *ar = NULL;
+    ASSERT_EQ_INT(call(c, C_ "ListAgents", &aq.base, &zt__v1__list_agents_reply__descriptor,
+                       (void **)&ar, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(ar->n_agents, 2);
+    ASSERT_STREQ(ar->agents[1]->name, "gpu1");
+    ASSERT_EQ_INT(ar->agents[1]->n_gpus, 2);
+    ASSERT_EQ_INT(ar->agents[1]->gpus[1]->index, 5);
+    ASSERT_EQ_INT(ar->agents[1]->free_slots, 0);
+    zt_pb_free(ar);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
 typedef struct stream_end {
     zt_rpc_client *c;
     const char *path;
@@ -1195,6 +1316,7 @@ int main(int argc, char **argv)
     RUN(test_lost_hang_vanish);
     RUN(test_persistence);
     RUN(test_shutdown_with_streams);
+    RUN(test_limits_and_gpus);
     printf("test_zcoord: ok\n");
     return 0;
 }

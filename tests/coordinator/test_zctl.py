@@ -196,6 +196,21 @@ def main():
             zctl("jobs", "--state", "sleeping", env=env, check=2)
             assert zc.stop() == 0
 
+        # the HTTP health page
+        import urllib.request
+        import urllib.error
+        http_dir = os.path.join(tmp, "http")
+        os.makedirs(http_dir)
+        with T.Zcoord(http_dir, ["--http", "127.0.0.1:0"]) as zc:
+            with urllib.request.urlopen(f"http://{zc.http}/healthz", timeout=10) as r:
+                assert r.status == 200 and r.read() == b"ok\n"
+            try:
+                urllib.request.urlopen(f"http://{zc.http}/nope", timeout=10)
+                raise AssertionError("expected 404")
+            except urllib.error.HTTPError as e:
+                assert e.code == 404
+            assert zc.stop() == 0
+
         # TLS: a certificate for 127.0.0.1; zctl needs --tls-ca
         if shutil.which("openssl"):
             subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",

@@ -47,6 +47,7 @@ class Zcoord:
 
     def __init__(self, tmp, args=(), port=0):
         self.tmp, self.args, self.port, self.proc, self.addr = tmp, list(args), port, None, None
+        self.http = None
         self.log = os.path.join(tmp, "zcoord.log")
 
     def start(self):
@@ -60,7 +61,8 @@ class Zcoord:
         for _ in range(2000):
             if os.path.exists(ready):
                 with open(ready) as f:
-                    self.addr = json.load(f)["grpc"]
+                    info = json.load(f)
+                self.addr, self.http = info["grpc"], info["http"]
                 self.port = int(self.addr.rsplit(":", 1)[1])
                 return self
             if self.proc.poll() is not None:
