@@ -15,17 +15,17 @@ ZT_COMMAND(agents, zt_cmd_agents, "list the coordinator's agents: slots, free me
 int zt_cmd_agents(int argc, char **argv)
 {
     if (zt_cli_wants_help(argc, argv) || argc > 1) {
-        printf("usage: zctl agents\n\nLists the agents the coordinator knows: state, device, "
-               "slots (free/total),\nworkers, GPU memory and the last heartbeat.\n");
+        printf(
+            "usage: zctl agents\n\nLists the agents the coordinator knows: state, device, slots (free/total),\nworkers, GPU memory and the last heartbeat.\n");
         return argc > 1 && !zt_cli_wants_help(argc, argv) ? ZT_CLI_EXIT_USAGE : 0;
     }
     zt_rpc_client *c = zt_cli_connect();
-    if (!c)
-        return 1;
+    if (!c) return 1;
     Zt__V1__ListAgentsRequest q = ZT__V1__LIST_AGENTS_REQUEST__INIT;
     Zt__V1__ListAgentsReply *r = NULL;
     int rc = 1;
-    if (zt_cli_call(c, "ListAgents", &q.base, &zt__v1__list_agents_reply__descriptor, (void **)&r, NULL) != ZT_OK)
+    if (zt_cli_call(c, "ListAgents", &q.base, &zt__v1__list_agents_reply__descriptor, (void **)&r,
+                    NULL) != ZT_OK)
         goto out;
     rc = 0;
     if (zt_cli.json) {
@@ -66,8 +66,8 @@ out:
 int zt_cli_ckpt_list(int argc, char **argv)
 {
     if (zt_cli_wants_help(argc, argv)) {
-        printf("usage: zctl ckpt list JOB_ID [--all]\n\nLists a job's committed checkpoints "
-               "(every rank's shard recorded), newest first;\n--all adds partial ones.\n");
+        printf(
+            "usage: zctl ckpt list JOB_ID [--all]\n\nLists a job's committed checkpoints (every rank's shard recorded), newest first;\n--all adds partial ones.\n");
         return 0;
     }
     Zt__V1__ListCheckpointsRequest q = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
@@ -75,10 +75,10 @@ int zt_cli_ckpt_list(int argc, char **argv)
         if (strcmp(argv[i], "--all") == 0)
             q.include_partial = true;
         else if (!q.job_id && argv[i][0] != '-') {
-            if (!(q.job_id = zt_cli_parse_job_id(argv[i])))
-                return ZT_CLI_EXIT_USAGE;
+            if (!(q.job_id = zt_cli_parse_job_id(argv[i]))) return ZT_CLI_EXIT_USAGE;
         } else {
-            zt_cli_error("ckpt list: unexpected argument '%s'; see 'zctl ckpt list --help'", argv[i]);
+            zt_cli_error("ckpt list: unexpected argument '%s'; see 'zctl ckpt list --help'",
+                         argv[i]);
             return ZT_CLI_EXIT_USAGE;
         }
     }
@@ -87,8 +87,7 @@ int zt_cli_ckpt_list(int argc, char **argv)
         return ZT_CLI_EXIT_USAGE;
     }
     zt_rpc_client *c = zt_cli_connect();
-    if (!c)
-        return 1;
+    if (!c) return 1;
     Zt__V1__ListCheckpointsReply *r = NULL;
     int rc = 1;
     if (zt_cli_call(c, "ListCheckpoints", &q.base, &zt__v1__list_checkpoints_reply__descriptor,
@@ -104,7 +103,8 @@ int zt_cli_ckpt_list(int argc, char **argv)
                q.include_partial ? "" : "committed ");
         goto out;
     }
-    printf("%-10s %-10s %-8s %-10s %-20s %s\n", "STEP", "STATE", "SHARDS", "SIZE", "WRITTEN", "PATH");
+    printf("%-10s %-10s %-8s %-10s %-20s %s\n", "STEP", "STATE", "SHARDS", "SIZE", "WRITTEN",
+           "PATH");
     for (size_t i = 0; i < r->n_checkpoints; i++) {
         const Zt__V1__Checkpoint *k = r->checkpoints[i];
         char sh[24], sz[24], t[32];

@@ -20,13 +20,11 @@
 static char *read_pem(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     char *buf = zt_malloc(1 << 20);
     size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
     fclose(f);
-    if (buf)
-        buf[n] = '\0';
+    if (buf) buf[n] = '\0';
     return buf;
 }
 
@@ -41,9 +39,9 @@ zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready)
     if (zt_cli.tls_ca) {
         ca = read_pem(zt_cli.tls_ca);
         if (!ca || !strstr(ca, "-----BEGIN CERTIFICATE")) {
-            zt_cli_error("cannot read a PEM certificate from %s (--tls-ca); give the CA that "
-                         "signed the coordinator's certificate",
-                         zt_cli.tls_ca);
+            zt_cli_error(
+                "cannot read a PEM certificate from %s (--tls-ca); give the CA that signed the coordinator's certificate",
+                zt_cli.tls_ca);
             zt_free(ca);
             return NULL;
         }
@@ -54,8 +52,7 @@ zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready)
                                 .wait_for_ready = wait_for_ready};
     zt_rpc_client *c = NULL;
     zt_err err = {0};
-    if (zt_rpc_client_create(&c, &cfg, &err) != ZT_OK)
-        zt_cli_error("%s", zt_err_msg(&err));
+    if (zt_rpc_client_create(&c, &cfg, &err) != ZT_OK) zt_cli_error("%s", zt_err_msg(&err));
     zt_free(ca);
     return c;
 }
@@ -68,9 +65,9 @@ void zt_cli_rpc_error(const char *what, zt_status st, zt_rpc_code code, const zt
     case ZT_RPC_UNAVAILABLE:
         if (strstr(msg, "connect") || strstr(msg, "Connection") || strstr(msg, "DNS") ||
             strstr(msg, "handshake") || strstr(msg, "Socket closed") || strstr(msg, "resolve"))
-            zt_cli_error("cannot reach the coordinator at %s (%s); is zcoord running there? Set "
-                         "--coordinator or ZT_COORDINATOR%s",
-                         zt_cli.coordinator, msg, zt_cli.tls_ca ? " (and check --tls-ca)" : "");
+            zt_cli_error(
+                "cannot reach the coordinator at %s (%s); is zcoord running there? Set --coordinator or ZT_COORDINATOR%s",
+                zt_cli.coordinator, msg, zt_cli.tls_ca ? " (and check --tls-ca)" : "");
         else
             zt_cli_error("%s: the coordinator at %s is unavailable: %s", what, zt_cli.coordinator,
                          msg);
@@ -79,14 +76,14 @@ void zt_cli_rpc_error(const char *what, zt_status st, zt_rpc_code code, const zt
         zt_cli_error("the coordinator at %s refused the request: %s", zt_cli.coordinator, msg);
         break;
     case ZT_RPC_DEADLINE_EXCEEDED:
-        zt_cli_error("%s: the coordinator at %s did not answer in time (%s); it may be "
-                     "overloaded, retry",
-                     what, zt_cli.coordinator, msg);
+        zt_cli_error(
+            "%s: the coordinator at %s did not answer in time (%s); it may be overloaded, retry",
+            what, zt_cli.coordinator, msg);
         break;
     case ZT_RPC_UNIMPLEMENTED:
-        zt_cli_error("%s: the coordinator at %s does not know this call (%s); are zctl and zcoord "
-                     "the same version?",
-                     what, zt_cli.coordinator, msg);
+        zt_cli_error(
+            "%s: the coordinator at %s does not know this call (%s); are zctl and zcoord the same version?",
+            what, zt_cli.coordinator, msg);
         break;
     default:
         zt_cli_error("%s", msg);
@@ -102,10 +99,8 @@ zt_status zt_cli_call(zt_rpc_client *c, const char *method, const ProtobufCMessa
     zt_rpc_code cd = ZT_RPC_OK;
     zt_err err = {0};
     zt_status st = zt_rpc_unary(c, path, req, reply_type, reply, CALL_TIMEOUT_MS, &cd, &err);
-    if (code)
-        *code = cd;
-    if (st != ZT_OK)
-        zt_cli_rpc_error(method, st, cd, &err);
+    if (code) *code = cd;
+    if (st != ZT_OK) zt_cli_rpc_error(method, st, cd, &err);
     return st;
 }
 
@@ -141,8 +136,7 @@ bool zt_cli_parse_duration(const char *s, double *seconds)
     char *end;
     errno = 0;
     double v = s ? strtod(s, &end) : -1;
-    if (!s || end == s || errno || v < 0)
-        return false;
+    if (!s || end == s || errno || v < 0) return false;
     if (!*end || strcmp(end, "s") == 0)
         *seconds = v;
     else if (strcmp(end, "ms") == 0)
@@ -171,8 +165,7 @@ const char *zt_cli_fmt_time(int64_t ms, char *buf, size_t cap)
 
 const char *zt_cli_fmt_duration(double s, char *buf, size_t cap)
 {
-    if (s < 0 || !isfinite(s))
-        s = 0;
+    if (s < 0 || !isfinite(s)) s = 0;
     long v = (long)(s + 0.5);
     if (v < 60)
         snprintf(buf, cap, "%lds", v);
@@ -192,7 +185,8 @@ const char *zt_cli_fmt_ago(int64_t ms, char *buf, size_t cap)
         return buf;
     }
     char d[32];
-    snprintf(buf, cap, "%s ago", zt_cli_fmt_duration((double)(zt_wall_ms() - ms) / 1000.0, d, sizeof(d)));
+    snprintf(buf, cap, "%s ago",
+             zt_cli_fmt_duration((double)(zt_wall_ms() - ms) / 1000.0, d, sizeof(d)));
     return buf;
 }
 
@@ -236,28 +230,22 @@ static void progress_line(const Zt__V1__Job *j, bool tty)
     char eta[32] = "", bar[41];
     int width = 30;
     double frac = j->total_steps > 0 ? (double)j->step / (double)j->total_steps : 0;
-    if (frac > 1)
-        frac = 1;
+    if (frac > 1) frac = 1;
     int fill = (int)(frac * width);
     for (int i = 0; i < width; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
-    if (j->eta_s > 0)
-        zt_cli_fmt_duration(j->eta_s, eta, sizeof(eta));
+    if (j->eta_s > 0) zt_cli_fmt_duration(j->eta_s, eta, sizeof(eta));
     if (tty)
         fprintf(stdout, "\r\033[Kjob %lld %-9s [%s] %lld/%lld", (long long)j->id,
                 zt_cli_job_state(j->state), bar, (long long)j->step, (long long)j->total_steps);
     else
         fprintf(stdout, "job %lld: step %lld/%lld", (long long)j->id, (long long)j->step,
                 (long long)j->total_steps);
-    if (j->loss != 0)
-        fprintf(stdout, " loss %.4f", j->loss);
-    if (j->tokens_per_s > 0)
-        fprintf(stdout, " %.0f tok/s", j->tokens_per_s);
-    if (eta[0])
-        fprintf(stdout, " ETA %s", eta);
-    if (!tty)
-        fputc('\n', stdout);
+    if (j->loss != 0) fprintf(stdout, " loss %.4f", j->loss);
+    if (j->tokens_per_s > 0) fprintf(stdout, " %.0f tok/s", j->tokens_per_s);
+    if (eta[0]) fprintf(stdout, " ETA %s", eta);
+    if (!tty) fputc('\n', stdout);
     fflush(stdout);
 }
 
@@ -277,8 +265,7 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
         int remaining_ms = 0;
         if (timeout_s > 0) {
             double left = timeout_s - (zt_now_s() - t0);
-            if (left <= 0)
-                goto timeout;
+            if (left <= 0) goto timeout;
             remaining_ms = (int)(left * 1000) + 1;
         }
         zt_rpc_stream *s = NULL;
@@ -287,8 +274,7 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
         if (unavailable_since && !patient) /* reconnecting: wait for the coordinator */
             patient = zt_cli_connect_opts(true);
         zt_status st = zt_rpc_stream_open(patient ? patient : c, "/zt.v1.Coordinator/WatchJob",
-                                          &q.base, remaining_ms,
-                                          &s, &err);
+                                          &q.base, remaining_ms, &s, &err);
         if (st != ZT_OK) {
             zt_cli_rpc_error("WatchJob", st, ZT_RPC_INTERNAL, &err);
             goto out;
@@ -296,8 +282,7 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
         for (;;) {
             Zt__V1__JobUpdate *u = NULL;
             st = zt_rpc_stream_next(s, &zt__v1__job_update__descriptor, (void **)&u, &code, &err);
-            if (st != ZT_OK || !u)
-                break;
+            if (st != ZT_OK || !u) break;
             unavailable_since = 0;
             got_any = true;
             const Zt__V1__Job *j = u->job;
@@ -305,8 +290,7 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
                 zt_cli_print_json(&u->base, true);
             } else if (j && !quiet) {
                 if (u->event) {
-                    if (tty && progress)
-                        fputs("\r\033[K", stdout);
+                    if (tty && progress) fputs("\r\033[K", stdout);
                     const Zt__V1__Event *e = u->event;
                     bool job_kind = strcmp(e->kind, "job") == 0;
                     printf("job %lld: %s%s%s%s%s -> %s: %s\n", (long long)j->id,
@@ -330,8 +314,7 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
             }
             if (u->final && j) {
                 int state = j->state;
-                if (tty && progress && !zt_cli.json)
-                    fputs("\r\033[K", stdout);
+                if (tty && progress && !zt_cli.json) fputs("\r\033[K", stdout);
                 if (!zt_cli.json)
                     printf("job %lld %s: %s\n", (long long)j->id, zt_cli_job_state(state),
                            j->reason);
@@ -346,14 +329,14 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
         zt_rpc_stream_close(s);
         if (st == ZT_OK) /* the stream ended without a final update: watch again */
             continue;
-        if (code == ZT_RPC_DEADLINE_EXCEEDED && timeout_s > 0)
-            goto timeout;
+        if (code == ZT_RPC_DEADLINE_EXCEEDED && timeout_s > 0) goto timeout;
         if (got_any && (code == ZT_RPC_UNAVAILABLE || code == ZT_RPC_RESOURCE_EXHAUSTED)) {
             /* the coordinator restarts or we read too slowly: reconnect for up to a minute */
             double now = zt_now_s();
             if (!unavailable_since) {
                 unavailable_since = now;
-                fprintf(stderr, "zctl: lost the coordinator (%s); reconnecting...\n", zt_err_msg(&err));
+                fprintf(stderr, "zctl: lost the coordinator (%s); reconnecting...\n",
+                        zt_err_msg(&err));
             } else if (now - unavailable_since > 60) {
                 zt_cli_rpc_error("WatchJob", st, code, &err);
                 goto out;
@@ -365,8 +348,7 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
         goto out;
     }
 timeout:
-    if (tty && progress)
-        fputs("\r\033[K", stdout);
+    if (tty && progress) fputs("\r\033[K", stdout);
     zt_cli_error("job %lld did not end within %.0f s; it keeps running ('zctl job %lld')",
                  (long long)job_id, timeout_s, (long long)job_id);
     rc = ZT_CLI_EXIT_TIMEOUT;

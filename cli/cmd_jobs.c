@@ -17,8 +17,7 @@ ZT_COMMAND(cancel, zt_cmd_cancel, "cancel a job (its workers are stopped)")
 static int parse_state(const char *s)
 {
     for (int v = 1; v <= 6; v++)
-        if (strcasecmp(s, zt_cli_job_state(v)) == 0)
-            return v;
+        if (strcasecmp(s, zt_cli_job_state(v)) == 0) return v;
     return 0;
 }
 
@@ -35,12 +34,13 @@ int zt_cmd_jobs(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) {
             char *list = zt_strdup(argv[++i]);
-            for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
                 int v = parse_state(t);
                 if (!v || q.n_states >= 6) {
-                    zt_cli_error("'%s' is not a job state (queued, scheduled, running, completed, "
-                                 "failed, canceled)",
-                                 t);
+                    zt_cli_error(
+                        "'%s' is not a job state (queued, scheduled, running, completed, failed, canceled)",
+                        t);
                     zt_free(list);
                     return ZT_CLI_EXIT_USAGE;
                 }
@@ -54,8 +54,7 @@ int zt_cmd_jobs(int argc, char **argv)
                 return ZT_CLI_EXIT_USAGE;
             }
         } else if (strcmp(argv[i], "--before") == 0 && i + 1 < argc) {
-            if (!(q.before_id = zt_cli_parse_job_id(argv[++i])))
-                return ZT_CLI_EXIT_USAGE;
+            if (!(q.before_id = zt_cli_parse_job_id(argv[++i]))) return ZT_CLI_EXIT_USAGE;
         } else {
             zt_cli_error("jobs: unknown argument '%s'; see 'zctl jobs --help'", argv[i]);
             return ZT_CLI_EXIT_USAGE;
@@ -63,11 +62,11 @@ int zt_cmd_jobs(int argc, char **argv)
     }
     q.states = states;
     zt_rpc_client *c = zt_cli_connect();
-    if (!c)
-        return 1;
+    if (!c) return 1;
     Zt__V1__ListJobsReply *r = NULL;
     int rc = 1;
-    if (zt_cli_call(c, "ListJobs", &q.base, &zt__v1__list_jobs_reply__descriptor, (void **)&r, NULL) != ZT_OK)
+    if (zt_cli_call(c, "ListJobs", &q.base, &zt__v1__list_jobs_reply__descriptor, (void **)&r,
+                    NULL) != ZT_OK)
         goto out;
     rc = 0;
     if (zt_cli.json) {
@@ -75,7 +74,8 @@ int zt_cmd_jobs(int argc, char **argv)
         goto out;
     }
     if (!r->n_jobs) {
-        printf("no jobs%s\n", q.n_states ? " in that state" : " yet: 'zctl submit JOB.json' adds one");
+        printf("no jobs%s\n",
+               q.n_states ? " in that state" : " yet: 'zctl submit JOB.json' adds one");
         goto out;
     }
     printf("%-6s %-20s %-10s %-13s %-9s %-10s %s\n", "ID", "NAME", "STATE", "STEP", "RANKS",
@@ -105,23 +105,22 @@ static void print_job(const Zt__V1__GetJobReply *r)
     char t1[32], t2[32], t3[32], d[32];
     printf("job %lld: %s\n", (long long)j->id, j->name);
     printf("  state:      %s: %s\n", zt_cli_job_state(j->state), j->reason);
-    if (j->pending_reason[0])
-        printf("  pending:    %s\n", j->pending_reason);
+    if (j->pending_reason[0]) printf("  pending:    %s\n", j->pending_reason);
     printf("  resources:  %d %s rank(s), at most %d per node; priority %d\n", j->ranks,
-           j->device == ZT__V1__DEVICE__DEVICE_CUDA ? "cuda" : "cpu", j->ranks_per_node, j->priority);
+           j->device == ZT__V1__DEVICE__DEVICE_CUDA ? "cuda" : "cpu", j->ranks_per_node,
+           j->priority);
     printf("  progress:   step %lld of %lld", (long long)j->step, (long long)j->total_steps);
-    if (j->loss != 0)
-        printf(", loss %.4f", j->loss);
-    if (j->tokens_per_s > 0)
-        printf(", %.0f tok/s", j->tokens_per_s);
-    if (j->eta_s > 0)
-        printf(", ETA %s", zt_cli_fmt_duration(j->eta_s, d, sizeof(d)));
+    if (j->loss != 0) printf(", loss %.4f", j->loss);
+    if (j->tokens_per_s > 0) printf(", %.0f tok/s", j->tokens_per_s);
+    if (j->eta_s > 0) printf(", ETA %s", zt_cli_fmt_duration(j->eta_s, d, sizeof(d)));
     printf("\n  restarts:   %d of %d\n", j->restarts, j->max_restarts);
     printf("  submitted:  %s by %s; started %s; ended %s\n",
            zt_cli_fmt_time(j->submitted_ms, t1, sizeof(t1)), j->user[0] ? j->user : "?",
-           zt_cli_fmt_time(j->started_ms, t2, sizeof(t2)), zt_cli_fmt_time(j->ended_ms, t3, sizeof(t3)));
+           zt_cli_fmt_time(j->started_ms, t2, sizeof(t2)),
+           zt_cli_fmt_time(j->ended_ms, t3, sizeof(t3)));
     printf("  directory:  %s\n", r->spec_dir);
-    printf("  checkpoints: %d committed ('zctl ckpt list %lld')\n", r->checkpoints, (long long)j->id);
+    printf("  checkpoints: %d committed ('zctl ckpt list %lld')\n", r->checkpoints,
+           (long long)j->id);
     for (size_t i = 0; i < r->n_attempts; i++) {
         const Zt__V1__Attempt *a = r->attempts[i];
         printf("  attempt %d (id %lld): %s: %s\n", a->number, (long long)a->id,
@@ -135,8 +134,7 @@ static void print_job(const Zt__V1__GetJobReply *r)
                    rk->device_index);
             if (w) {
                 printf("  %s", zt_pb_enum_short_name(&zt__v1__worker_phase__descriptor, w->phase));
-                if (w->pid)
-                    printf(" pid %d", w->pid);
+                if (w->pid) printf(" pid %d", w->pid);
                 printf(" step %lld", (long long)w->step);
                 if (w->phase == ZT__V1__WORKER_PHASE__WORKER_PHASE_EXITED) {
                     if (w->exit_signal)
@@ -163,22 +161,20 @@ static void print_job(const Zt__V1__GetJobReply *r)
 int zt_cmd_job(int argc, char **argv)
 {
     if (zt_cli_wants_help(argc, argv) || argc != 2) {
-        printf("usage: zctl job JOB_ID [--spec]\n\nShows a job: state and why, progress, attempts "
-               "with their ranks and workers,\nand the most recent events. -o json prints "
-               "everything, including the job file.\n");
+        printf(
+            "usage: zctl job JOB_ID [--spec]\n\nShows a job: state and why, progress, attempts with their ranks and workers,\nand the most recent events. -o json prints everything, including the job file.\n");
         return argc == 2 || zt_cli_wants_help(argc, argv) ? 0 : ZT_CLI_EXIT_USAGE;
     }
     int64_t id = zt_cli_parse_job_id(argv[1]);
-    if (!id)
-        return ZT_CLI_EXIT_USAGE;
+    if (!id) return ZT_CLI_EXIT_USAGE;
     zt_rpc_client *c = zt_cli_connect();
-    if (!c)
-        return 1;
+    if (!c) return 1;
     Zt__V1__GetJobRequest q = ZT__V1__GET_JOB_REQUEST__INIT;
     q.job_id = id;
     Zt__V1__GetJobReply *r = NULL;
     int rc = 1;
-    if (zt_cli_call(c, "GetJob", &q.base, &zt__v1__get_job_reply__descriptor, (void **)&r, NULL) == ZT_OK) {
+    if (zt_cli_call(c, "GetJob", &q.base, &zt__v1__get_job_reply__descriptor, (void **)&r, NULL) ==
+        ZT_OK) {
         rc = 0;
         if (zt_cli.json)
             zt_cli_print_json(&r->base, false);
@@ -193,8 +189,8 @@ int zt_cmd_job(int argc, char **argv)
 int zt_cmd_cancel(int argc, char **argv)
 {
     if (zt_cli_wants_help(argc, argv)) {
-        printf("usage: zctl cancel JOB_ID [--reason TEXT]\n\nCancels a queued or running job; its "
-               "workers are stopped.\n");
+        printf(
+            "usage: zctl cancel JOB_ID [--reason TEXT]\n\nCancels a queued or running job; its workers are stopped.\n");
         return 0;
     }
     int64_t id = 0;
@@ -203,8 +199,7 @@ int zt_cmd_cancel(int argc, char **argv)
         if (strcmp(argv[i], "--reason") == 0 && i + 1 < argc)
             reason = argv[++i];
         else if (!id && argv[i][0] != '-') {
-            if (!(id = zt_cli_parse_job_id(argv[i])))
-                return ZT_CLI_EXIT_USAGE;
+            if (!(id = zt_cli_parse_job_id(argv[i]))) return ZT_CLI_EXIT_USAGE;
         } else {
             zt_cli_error("cancel: unexpected argument '%s'; see 'zctl cancel --help'", argv[i]);
             return ZT_CLI_EXIT_USAGE;
@@ -215,14 +210,14 @@ int zt_cmd_cancel(int argc, char **argv)
         return ZT_CLI_EXIT_USAGE;
     }
     zt_rpc_client *c = zt_cli_connect();
-    if (!c)
-        return 1;
+    if (!c) return 1;
     Zt__V1__CancelJobRequest q = ZT__V1__CANCEL_JOB_REQUEST__INIT;
     q.job_id = id;
     q.reason = (char *)reason;
     Zt__V1__CancelJobReply *r = NULL;
     int rc = 1;
-    if (zt_cli_call(c, "CancelJob", &q.base, &zt__v1__cancel_job_reply__descriptor, (void **)&r, NULL) == ZT_OK) {
+    if (zt_cli_call(c, "CancelJob", &q.base, &zt__v1__cancel_job_reply__descriptor, (void **)&r,
+                    NULL) == ZT_OK) {
         rc = 0;
         if (zt_cli.json)
             zt_cli_print_json(&r->base, false);

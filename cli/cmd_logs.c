@@ -47,8 +47,7 @@ int zt_cmd_logs(int argc, char **argv)
         } else if (strcmp(argv[i], "--no-events") == 0) {
             q.no_events = true;
         } else if (!q.job_id && argv[i][0] != '-') {
-            if (!(q.job_id = zt_cli_parse_job_id(argv[i])))
-                return ZT_CLI_EXIT_USAGE;
+            if (!(q.job_id = zt_cli_parse_job_id(argv[i]))) return ZT_CLI_EXIT_USAGE;
         } else {
             zt_cli_error("logs: unexpected argument '%s'; see 'zctl logs --help'", argv[i]);
             return ZT_CLI_EXIT_USAGE;
@@ -60,8 +59,7 @@ int zt_cmd_logs(int argc, char **argv)
     }
     q.ranks = ranks;
     zt_rpc_client *c = zt_cli_connect();
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int rc = 1;
     double unavailable_since = 0;
     zt_rpc_client *patient = NULL; /* a wait-for-ready client for reconnecting */
@@ -69,8 +67,7 @@ int zt_cmd_logs(int argc, char **argv)
         zt_rpc_stream *s = NULL;
         zt_err err = {0};
         zt_rpc_code code = ZT_RPC_OK;
-        if (unavailable_since && !patient)
-            patient = zt_cli_connect_opts(true);
+        if (unavailable_since && !patient) patient = zt_cli_connect_opts(true);
         zt_status st = zt_rpc_stream_open(patient ? patient : c, "/zt.v1.Coordinator/GetLogs",
                                           &q.base, 0, &s, &err);
         if (st != ZT_OK) {
@@ -81,13 +78,11 @@ int zt_cmd_logs(int argc, char **argv)
         for (;;) {
             Zt__V1__LogBatch *b = NULL;
             st = zt_rpc_stream_next(s, &zt__v1__log_batch__descriptor, (void **)&b, &code, &err);
-            if (st != ZT_OK || !b)
-                break;
+            if (st != ZT_OK || !b) break;
             got = true;
             for (size_t i = 0; i < b->n_entries; i++) {
                 const Zt__V1__LogEntry *e = b->entries[i];
-                if (e->id > q.after_id)
-                    q.after_id = e->id;
+                if (e->id > q.after_id) q.after_id = e->id;
                 if (zt_cli.json) {
                     zt_cli_print_json(&e->base, true);
                     continue;
@@ -98,7 +93,8 @@ int zt_cmd_logs(int argc, char **argv)
                     printf("%s [coordinator] %s\n", t, e->text);
                 else
                     printf("%s [rank %d%s] %s\n", t, e->rank,
-                           e->source == ZT__V1__LOG_SOURCE__LOG_SOURCE_STDERR ? " err" : "", e->text);
+                           e->source == ZT__V1__LOG_SOURCE__LOG_SOURCE_STDERR ? " err" : "",
+                           e->text);
             }
             fflush(stdout);
             final = b->final;
@@ -107,7 +103,7 @@ int zt_cmd_logs(int argc, char **argv)
         zt_rpc_stream_close(s);
         if (st == ZT_OK) {
             rc = 0;
-            (void)final;
+            (void) final;
             break;
         }
         if (q.follow && (got || unavailable_since) &&
@@ -115,7 +111,8 @@ int zt_cmd_logs(int argc, char **argv)
             double now = zt_now_s();
             if (!unavailable_since) {
                 unavailable_since = now;
-                fprintf(stderr, "zctl: lost the coordinator (%s); reconnecting...\n", zt_err_msg(&err));
+                fprintf(stderr, "zctl: lost the coordinator (%s); reconnecting...\n",
+                        zt_err_msg(&err));
             }
             if (now - unavailable_since < 60) {
                 q.tail = 0;

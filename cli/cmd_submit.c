@@ -60,8 +60,7 @@ static void make_key(char *out, size_t cap)
     unsigned char r[12] = {0};
     int fd = open("/dev/urandom", O_RDONLY);
     if (fd >= 0) {
-        if (read(fd, r, sizeof(r)) != (ssize_t)sizeof(r))
-            memset(r, 0, sizeof(r));
+        if (read(fd, r, sizeof(r)) != (ssize_t)sizeof(r)) memset(r, 0, sizeof(r));
         close(fd);
     }
     uint64_t t = zt_now_ns() ^ ((uint64_t)getpid() << 32);
@@ -156,15 +155,15 @@ int zt_cmd_submit(int argc, char **argv)
         zt_status st = zt_rpc_unary(c, "/zt.v1.Coordinator/SubmitJob", &q.base,
                                     &zt__v1__submit_job_reply__descriptor, (void **)&r, timeout_ms,
                                     &code, &err);
-        if (st == ZT_OK)
-            break;
+        if (st == ZT_OK) break;
         bool transient = code == ZT_RPC_UNAVAILABLE || code == ZT_RPC_DEADLINE_EXCEEDED;
         if (!transient || zt_now_s() - t0 >= retry_s) {
             zt_cli_rpc_error("submit", st, code, &err);
             goto out;
         }
         if (attempt == 0)
-            fprintf(stderr, "zctl: the coordinator at %s is unavailable (%s); retrying for %.0f s\n",
+            fprintf(stderr,
+                    "zctl: the coordinator at %s is unavailable (%s); retrying for %.0f s\n",
                     zt_cli.coordinator, zt_err_msg(&err), retry_s);
         zt_sleep_ms(100);
     }
@@ -214,8 +213,7 @@ int zt_cmd_wait(int argc, char **argv)
             zt_cli_error("wait: unknown option '%s'; see 'zctl wait --help'", argv[i]);
             return ZT_CLI_EXIT_USAGE;
         } else if (!id) {
-            if (!(id = zt_cli_parse_job_id(argv[i])))
-                return ZT_CLI_EXIT_USAGE;
+            if (!(id = zt_cli_parse_job_id(argv[i]))) return ZT_CLI_EXIT_USAGE;
         } else {
             zt_cli_error("wait takes one job id");
             return ZT_CLI_EXIT_USAGE;
@@ -226,8 +224,7 @@ int zt_cmd_wait(int argc, char **argv)
         return ZT_CLI_EXIT_USAGE;
     }
     zt_rpc_client *c = zt_cli_connect();
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int rc = zt_cli_follow(c, id, progress, !progress, timeout);
     zt_rpc_client_destroy(c);
     return rc;

@@ -29,7 +29,8 @@ zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready);
  * says what went wrong and what to do, and returns the zt_status. *code (optional) gets the
  * gRPC code. */
 zt_status zt_cli_call(zt_rpc_client *c, const char *method, const ProtobufCMessage *req,
-                      const ProtobufCMessageDescriptor *reply_type, void **reply, zt_rpc_code *code);
+                      const ProtobufCMessageDescriptor *reply_type, void **reply,
+                      zt_rpc_code *code);
 
 /* Prints the user-facing message for a failed call or stream to stderr. */
 void zt_cli_rpc_error(const char *what, zt_status st, zt_rpc_code code, const zt_err *err);
@@ -43,10 +44,10 @@ int64_t zt_cli_parse_job_id(const char *s);
 bool zt_cli_parse_duration(const char *s, double *seconds);
 
 /* Formatting into buf (returned). */
-const char *zt_cli_fmt_time(int64_t ms, char *buf, size_t cap);     /* "10:14:13" or date */
-const char *zt_cli_fmt_ago(int64_t ms, char *buf, size_t cap);      /* "3m ago" */
-const char *zt_cli_fmt_duration(double s, char *buf, size_t cap);   /* "1h02m", "42s" */
-const char *zt_cli_fmt_bytes(int64_t b, char *buf, size_t cap);     /* "1.2 GiB" */
+const char *zt_cli_fmt_time(int64_t ms, char *buf, size_t cap);   /* "10:14:13" or date */
+const char *zt_cli_fmt_ago(int64_t ms, char *buf, size_t cap);    /* "3m ago" */
+const char *zt_cli_fmt_duration(double s, char *buf, size_t cap); /* "1h02m", "42s" */
+const char *zt_cli_fmt_bytes(int64_t b, char *buf, size_t cap);   /* "1.2 GiB" */
 /* The short name of a job state ("RUNNING"). */
 const char *zt_cli_job_state(int state);
 

@@ -37,8 +37,7 @@ static char *dup_or_empty(const char *s)
 static void set_str(char **dst, const char *s)
 {
     char *n = dup_or_empty(s);
-    if (!n)
-        return; /* keep the old text rather than lose it */
+    if (!n) return; /* keep the old text rather than lose it */
     zt_free(*dst);
     *dst = n;
 }
@@ -67,8 +66,7 @@ void coord_db_failed(zt_coord *c, const zt_err *err)
         zt_err e_ = {0};                                                                           \
         zt_err *err_ = &e_;                                                                        \
         (void)err_;                                                                                \
-        if ((call) != ZT_OK)                                                                       \
-            coord_db_failed((c), &e_);                                                             \
+        if ((call) != ZT_OK) coord_db_failed((c), &e_);                                            \
     } while (0)
 
 /* ---- agents ------------------------------------------------------------------------------- */
@@ -76,8 +74,7 @@ void coord_db_failed(zt_coord *c, const zt_err *err)
 c_agent *coord_agent_find(zt_coord *c, const char *name)
 {
     for (c_agent *a = c->agent_hash[hash_str(name) % c->agent_buckets]; a; a = a->hnext)
-        if (strcmp(a->name, name) == 0)
-            return a;
+        if (strcmp(a->name, name) == 0) return a;
     return NULL;
 }
 
@@ -86,8 +83,7 @@ c_agent *coord_agent_new(zt_coord *c, const char *name)
     if (c->n_agents == c->cap_agents) {
         size_t cap = c->cap_agents ? c->cap_agents * 2 : 64;
         c_agent **n = zt_realloc(c->agents, cap * sizeof(*n));
-        if (!n)
-            return NULL;
+        if (!n) return NULL;
         c->agents = n;
         c->cap_agents = cap;
     }
@@ -110,8 +106,7 @@ c_agent *coord_agent_new(zt_coord *c, const char *name)
 
 static void agent_free(c_agent *a)
 {
-    if (!a)
-        return;
+    if (!a) return;
     zt_free(a->name);
     zt_free(a->hostname);
     zt_free(a->address);
@@ -129,8 +124,7 @@ static void agent_remove(zt_coord *c, c_agent *a)
     c_agent **pp = &c->agent_hash[hash_str(a->name) % c->agent_buckets];
     while (*pp && *pp != a)
         pp = &(*pp)->hnext;
-    if (*pp)
-        *pp = a->hnext;
+    if (*pp) *pp = a->hnext;
     for (size_t i = 0; i < c->n_agents; i++) {
         if (c->agents[i] == a) {
             memmove(&c->agents[i], &c->agents[i + 1], (c->n_agents - i - 1) * sizeof(*c->agents));
@@ -144,8 +138,7 @@ static void agent_remove(zt_coord *c, c_agent *a)
 void coord_agent_mark_dirty(zt_coord *c, c_agent *a)
 {
     (void)c;
-    if (a)
-        a->desired_dirty = true;
+    if (a) a->desired_dirty = true;
 }
 
 /* gpus as stored: [{"index":0,"name":"H100","memory_total":85000000000}, ...] */
@@ -153,17 +146,16 @@ static char *gpus_json(const c_agent *a)
 {
     size_t cap = 32 + (size_t)a->n_gpus * 160;
     char *s = zt_malloc(cap);
-    if (!s)
-        return NULL;
+    if (!s) return NULL;
     size_t n = (size_t)snprintf(s, cap, "[");
     for (int i = 0; i < a->n_gpus; i++) {
         char name[64];
         size_t k = 0;
         for (const char *p = a->gpus[i].name; *p && k < sizeof(name) - 1; p++)
-            if (*p != '"' && *p != '\\' && (unsigned char)*p >= 32)
-                name[k++] = *p;
+            if (*p != '"' && *p != '\\' && (unsigned char)*p >= 32) name[k++] = *p;
         name[k] = '\0';
-        n += (size_t)snprintf(s + n, cap - n, "%s{\"index\":%d,\"name\":\"%s\",\"memory_total\":%" PRId64 "}",
+        n += (size_t)snprintf(s + n, cap - n,
+                              "%s{\"index\":%d,\"name\":\"%s\",\"memory_total\":%" PRId64 "}",
                               i ? "," : "", a->gpus[i].index, name, a->gpus[i].memory_total);
     }
     snprintf(s + n, cap - n, "]");
@@ -239,8 +231,7 @@ void coord_job_add(zt_coord *c, c_job *j)
 c_job *coord_job_from_rec(const zt_job_rec *r)
 {
     c_job *j = zt_calloc(1, sizeof(*j));
-    if (!j)
-        return NULL;
+    if (!j) return NULL;
     j->id = r->id;
     j->name = dup_or_empty(r->name);
     j->user = dup_or_empty(r->user);
@@ -280,8 +271,7 @@ c_job *coord_job_from_rec(const zt_job_rec *r)
 
 static void attempt_free(c_attempt *a)
 {
-    if (!a)
-        return;
+    if (!a) return;
     zt_free(a->reason);
     zt_free(a->resume_path);
     zt_free(a->ranks);
@@ -310,8 +300,7 @@ static void events_free(c_job *j)
 
 static void job_free(c_job *j)
 {
-    if (!j)
-        return;
+    if (!j) return;
     events_free(j);
     zt_free(j->name);
     zt_free(j->user);
@@ -325,8 +314,7 @@ static void job_free(c_job *j)
 
 void coord_save_job(zt_coord *c, c_job *j)
 {
-    if (j->step > j->last_step)
-        j->last_step = j->step;
+    if (j->step > j->last_step) j->last_step = j->step;
     zt_job_rec r = {.id = j->id,
                     .state = j->state,
                     .reason = j->reason,
@@ -369,8 +357,12 @@ void coord_job_event(zt_coord *c, c_job *j, int64_t attempt_id, const char *agen
                  change, reason);
     else
         snprintf(line, sizeof(line), "[%s] %s: %s", kind, change, reason);
-    zt_log_rec l = {.time_ms = now, .job_id = j->id, .attempt_id = attempt_id, .rank = -1,
-                    .source = ZT_LOG_EVENT, .text = line};
+    zt_log_rec l = {.time_ms = now,
+                    .job_id = j->id,
+                    .attempt_id = attempt_id,
+                    .rank = -1,
+                    .source = ZT_LOG_EVENT,
+                    .text = line};
     DB(c, zt_store_log_add(c->store, &l, NULL, err_));
     j->log_count++;
     ZT_INFO("coord", "job %lld: %s", (long long)j->id, line);
@@ -402,18 +394,16 @@ void coord_job_set_state(zt_coord *c, c_job *j, zt_job_state to, const char *fmt
     j->state = to;
     set_str(&j->reason, reason);
     int64_t now = coord_now_ms();
-    if (to == ZT_JOB_RUNNING && !j->started_ms)
-        j->started_ms = now;
+    if (to == ZT_JOB_RUNNING && !j->started_ms) j->started_ms = now;
     if (zt_job_state_terminal(to)) {
         j->ended_ms = now;
         j->done = true;
         j->eta_s = 0;
     }
-    if (to != ZT_JOB_QUEUED)
-        j->pending[0] = '\0';
+    if (to != ZT_JOB_QUEUED) j->pending[0] = '\0';
     coord_save_job(c, j);
-    coord_job_event(c, j, j->attempt_id, NULL, "job", zt_job_state_name(from), zt_job_state_name(to),
-                    "%s", reason);
+    coord_job_event(c, j, j->attempt_id, NULL, "job", zt_job_state_name(from),
+                    zt_job_state_name(to), "%s", reason);
 }
 
 static void place_add(c_agent *ag, c_attempt *a, int rank)
@@ -438,8 +428,7 @@ static void place_remove(c_agent *ag, const c_attempt *a)
 {
     int k = 0;
     for (int i = 0; i < ag->n_places; i++)
-        if (ag->places[i].att != a)
-            ag->places[k++] = ag->places[i];
+        if (ag->places[i].att != a) ag->places[k++] = ag->places[i];
     ag->n_places = k;
 }
 
@@ -455,12 +444,10 @@ static void atts_remove(zt_coord *c, c_attempt *a)
     c_attempt **pp = &c->att_hash[(uint64_t)a->id % c->att_buckets];
     while (*pp && *pp != a)
         pp = &(*pp)->hnext;
-    if (*pp)
-        *pp = a->hnext;
+    if (*pp) *pp = a->hnext;
     a->hnext = NULL;
     for (int r = 0; r < a->world_size; r++)
-        if (a->ranks[r].agent)
-            place_remove(a->ranks[r].agent, a);
+        if (a->ranks[r].agent) place_remove(a->ranks[r].agent, a);
 }
 
 /* Makes a active: listed, hashed by id, and indexed on the agents of its ranks. */
@@ -469,8 +456,7 @@ static bool atts_add(zt_coord *c, c_attempt *a)
     if (c->n_atts == c->cap_atts) {
         size_t cap = c->cap_atts ? c->cap_atts * 2 : 32;
         c_attempt **n = zt_realloc(c->atts, cap * sizeof(*n));
-        if (!n)
-            return false;
+        if (!n) return false;
         c->atts = n;
         c->cap_atts = cap;
     }
@@ -479,16 +465,14 @@ static bool atts_add(zt_coord *c, c_attempt *a)
     a->hnext = c->att_hash[b];
     c->att_hash[b] = a;
     for (int r = 0; r < a->world_size; r++)
-        if (a->ranks[r].agent)
-            place_add(a->ranks[r].agent, a, r);
+        if (a->ranks[r].agent) place_add(a->ranks[r].agent, a, r);
     return true;
 }
 
 c_attempt *coord_attempt_find(zt_coord *c, int64_t id)
 {
     for (c_attempt *a = c->att_hash[(uint64_t)id % c->att_buckets]; a; a = a->hnext)
-        if (a->id == id)
-            return a;
+        if (a->id == id) return a;
     return NULL;
 }
 
@@ -545,10 +529,8 @@ static void attempt_set_state(zt_coord *c, c_attempt *a, zt_attempt_state to, co
     zt_attempt_state from = a->state;
     a->state = to;
     set_str(&a->reason, reason);
-    if (to == ZT_ATTEMPT_RUNNING && !a->started_ms)
-        a->started_ms = coord_now_ms();
-    if (zt_attempt_state_terminal(to))
-        a->ended_ms = coord_now_ms();
+    if (to == ZT_ATTEMPT_RUNNING && !a->started_ms) a->started_ms = coord_now_ms();
+    if (zt_attempt_state_terminal(to)) a->ended_ms = coord_now_ms();
     save_attempt(c, a);
     coord_job_event(c, a->job, a->id, NULL, "attempt", zt_attempt_state_name(from),
                     zt_attempt_state_name(to), "attempt %d: %s", a->number, reason);
@@ -563,8 +545,7 @@ void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retr
         save_rank(c, a, &a->ranks[r]);
         coord_agent_mark_dirty(c, a->ranks[r].agent);
     }
-    if (a->ranks[0].step > j->step)
-        j->step = a->ranks[0].step;
+    if (a->ranks[0].step > j->step) j->step = a->ranks[0].step;
     atts_remove(c, a);
     j->att = NULL;
     c->sched_dirty = true;
@@ -577,11 +558,10 @@ void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retr
             int64_t delay = zt_sched_backoff_ms(c->cfg.restart_backoff_ms,
                                                 c->cfg.restart_backoff_max_ms, j->restarts);
             j->eligible_ns = zt_now_ns() + (uint64_t)delay * 1000000ull;
-            coord_job_set_state(c, j, ZT_JOB_QUEUED,
-                                "restart %d of %d in %.1f s, from the newest committed checkpoint: "
-                                "attempt %d failed: %s",
-                                j->restarts, j->max_restarts, (double)delay / 1000.0, a->number,
-                                reason);
+            coord_job_set_state(
+                c, j, ZT_JOB_QUEUED,
+                "restart %d of %d in %.1f s, from the newest committed checkpoint: attempt %d failed: %s",
+                j->restarts, j->max_restarts, (double)delay / 1000.0, a->number, reason);
         } else if (retryable) {
             coord_job_set_state(c, j, ZT_JOB_FAILED,
                                 "attempt %d failed: %s; no restarts left (max_restarts=%d)",
@@ -599,13 +579,11 @@ static void agent_busy_map(zt_coord *c, c_agent *a, bool *busy)
     memset(busy, 0, (size_t)a->slots * sizeof(*busy));
     for (int i = 0; i < a->n_places; i++) {
         int slot = a->places[i].att->ranks[a->places[i].rank].slot;
-        if (slot >= 0 && slot < a->slots)
-            busy[slot] = true;
+        if (slot >= 0 && slot < a->slots) busy[slot] = true;
     }
     for (int i = 0; i < a->n_reports; i++) {
         const c_report *rp = &a->reports[i];
-        if (rp->phase == ZT_PHASE_EXITED || coord_attempt_find(c, rp->attempt_id))
-            continue;
+        if (rp->phase == ZT_PHASE_EXITED || coord_attempt_find(c, rp->attempt_id)) continue;
         for (int s = 0; s < a->slots; s++) {
             int dev = a->n_gpus > s ? a->gpus[s].index : s;
             if (dev == rp->device_index) {
@@ -618,11 +596,9 @@ static void agent_busy_map(zt_coord *c, c_agent *a, bool *busy)
 
 int coord_agent_free_slots(zt_coord *c, c_agent *a)
 {
-    if (a->state != ZT_AGENT_ALIVE || a->slots <= 0)
-        return 0;
+    if (a->state != ZT_AGENT_ALIVE || a->slots <= 0) return 0;
     bool *busy = zt_calloc((size_t)a->slots, sizeof(*busy));
-    if (!busy)
-        return 0;
+    if (!busy) return 0;
     agent_busy_map(c, a, busy);
     int n = 0;
     for (int s = 0; s < a->slots; s++)
@@ -652,11 +628,9 @@ static void attempt_check_done(zt_coord *c, c_attempt *a)
 
 static void attempt_check_running(zt_coord *c, c_attempt *a)
 {
-    if (a->state != ZT_ATTEMPT_STARTING)
-        return;
+    if (a->state != ZT_ATTEMPT_STARTING) return;
     for (int r = 0; r < a->world_size; r++)
-        if (!a->ranks[r].seen && !a->ranks[r].exited)
-            return;
+        if (!a->ranks[r].seen && !a->ranks[r].exited) return;
     attempt_set_state(c, a, ZT_ATTEMPT_RUNNING, "every rank reported a live worker");
     a->progress_ns = zt_now_ns();
     if (a->job->state != ZT_JOB_RUNNING)
@@ -667,14 +641,12 @@ static void attempt_check_running(zt_coord *c, c_attempt *a)
 /* A worker of active attempt t ended (once per rank). */
 static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const c_report *rp)
 {
-    if (rk->exited)
-        return;
+    if (rk->exited) return;
     rk->exited = true;
     rk->pid = rp->pid;
     rk->exit_code = rp->exit_code;
     rk->exit_signal = rp->exit_signal;
-    if (rp->step > rk->step)
-        rk->step = rp->step;
+    if (rp->step > rk->step) rk->step = rp->step;
     char why[160];
     zt_exit_class cls = zt_sched_classify_exit(rp->exit_code, rp->exit_signal, why, sizeof(why));
     save_rank(c, t, rk);
@@ -715,8 +687,7 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
         c_rank *rk = &t->ranks[rp->rank];
         rk->pid = rp->pid;
         rk->phase = rp->phase;
-        if (rp->step > rk->step)
-            rk->step = rp->step;
+        if (rp->step > rk->step) rk->step = rp->step;
         rk->seq = rp->collective_seq;
         rk->loss = rp->loss;
         rk->tokens_per_s = rp->tokens_per_s;
@@ -741,10 +712,10 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
             continue;
         }
         char reason[300];
-        snprintf(reason, sizeof(reason),
-                 "rank %d on %s (pid %d) is no longer reported by its agent: the worker "
-                 "vanished (agent restarted?)",
-                 r, a->name, rk->pid);
+        snprintf(
+            reason, sizeof(reason),
+            "rank %d on %s (pid %d) is no longer reported by its agent: the worker vanished (agent restarted?)",
+            r, a->name, rk->pid);
         coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, reason); /* removes t's places */
     }
 }
@@ -757,11 +728,9 @@ static void tick(zt_coord *c)
     /* lost agents */
     for (size_t i = 0; i < c->n_agents; i++) {
         c_agent *a = c->agents[i];
-        if (a->state != ZT_AGENT_ALIVE || a->revived)
-            continue;
+        if (a->state != ZT_AGENT_ALIVE || a->revived) continue;
         uint64_t silent = now - a->last_seen_ns;
-        if (silent <= (uint64_t)c->cfg.heartbeat_timeout_ms * 1000000ull)
-            continue;
+        if (silent <= (uint64_t)c->cfg.heartbeat_timeout_ms * 1000000ull) continue;
         char reason[200];
         snprintf(reason, sizeof(reason), "no heartbeat for %.1f s (timeout %.1f s)",
                  (double)silent * 1e-9, (double)c->cfg.heartbeat_timeout_ms / 1000.0);
@@ -784,17 +753,16 @@ static void tick(zt_coord *c)
         for (int r = 0; r < t->world_size; r++) {
             const c_rank *rk = &t->ranks[r];
             sig = sig * 31 + rk->step * 1000003 + rk->seq * 7 + rk->phase + (rk->seen ? 1 : 0);
-            if (rk->step > max_step)
-                max_step = rk->step;
+            if (rk->step > max_step) max_step = rk->step;
         }
         if (sig != t->progress_sig || !t->progress_ns) {
             t->progress_sig = sig;
             t->progress_ns = now;
         } else if (now - t->progress_ns > (uint64_t)c->cfg.hang_timeout_ms * 1000000ull) {
             char why[600];
-            int n = snprintf(why, sizeof(why), "hang: no progress for %.1f s (hang timeout %.1f s);",
-                             (double)(now - t->progress_ns) * 1e-9,
-                             (double)c->cfg.hang_timeout_ms / 1000.0);
+            int n = snprintf(
+                why, sizeof(why), "hang: no progress for %.1f s (hang timeout %.1f s);",
+                (double)(now - t->progress_ns) * 1e-9, (double)c->cfg.hang_timeout_ms / 1000.0);
             for (int r = 0; r < t->world_size && r < 8 && n > 0 && (size_t)n < sizeof(why); r++)
                 n += snprintf(why + n, sizeof(why) - (size_t)n, " rank %d step %lld seq %lld%s", r,
                               (long long)t->ranks[r].step, (long long)t->ranks[r].seq,
@@ -803,12 +771,9 @@ static void tick(zt_coord *c)
             k--;
             continue;
         }
-        if (max_step > j->step)
-            j->step = max_step;
-        if (t->ranks[0].loss != 0)
-            j->loss = t->ranks[0].loss;
-        if (t->ranks[0].tokens_per_s > 0)
-            j->tokens_per_s = t->ranks[0].tokens_per_s;
+        if (max_step > j->step) j->step = max_step;
+        if (t->ranks[0].loss != 0) j->loss = t->ranks[0].loss;
+        if (t->ranks[0].tokens_per_s > 0) j->tokens_per_s = t->ranks[0].tokens_per_s;
         if (!t->eta_ns0 && j->step > 0) {
             t->eta_ns0 = now;
             t->eta_step0 = j->step;
@@ -816,8 +781,7 @@ static void tick(zt_coord *c)
             double rate = (double)(j->step - t->eta_step0) / ((double)(now - t->eta_ns0) * 1e-9);
             j->eta_s = rate > 0 ? (double)(j->total_steps - j->step) / rate : 0;
         }
-        if (j->step != j->notified_step)
-            j->progress_dirty = true;
+        if (j->step != j->notified_step) j->progress_dirty = true;
     }
     /* restart backoffs that ran out */
     for (size_t i = 0; i < c->n_jobs; i++) {
@@ -846,8 +810,7 @@ static void on_latest_ckpt(void *arg, const zt_ckpt_rec *r)
 static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent **agents)
 {
     c_attempt *a = zt_calloc(1, sizeof(*a));
-    if (!a)
-        return;
+    if (!a) return;
     a->ranks = zt_calloc((size_t)j->ranks, sizeof(*a->ranks));
     a->rdzv = zt_calloc((size_t)j->ranks, sizeof(*a->rdzv));
     a->rdzv_len = zt_calloc((size_t)j->ranks, sizeof(*a->rdzv_len));
@@ -863,8 +826,7 @@ static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent
     ckpt_pick pick = {0};
     zt_err e = {0};
     zt_status st = zt_store_ckpt_latest(c->store, j->id, on_latest_ckpt, &pick, &e);
-    if (st != ZT_OK && st != ZT_ERR_NOT_FOUND)
-        coord_db_failed(c, &e);
+    if (st != ZT_OK && st != ZT_ERR_NOT_FOUND) coord_db_failed(c, &e);
     a->resume_path = pick.path ? pick.path : dup_or_empty("");
     a->resume_step = pick.step;
     char where[512];
@@ -913,8 +875,8 @@ static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent
     a->progress_ns = zt_now_ns();
     if (a->resume_path[0])
         coord_job_set_state(c, j, ZT_JOB_SCHEDULED,
-                            "attempt %d placed on %s; resuming from %s (step %lld)", a->number, where,
-                            a->resume_path, (long long)a->resume_step);
+                            "attempt %d placed on %s; resuming from %s (step %lld)", a->number,
+                            where, a->resume_path, (long long)a->resume_step);
     else
         coord_job_set_state(c, j, ZT_JOB_SCHEDULED, "attempt %d placed on %s", a->number, where);
 }
@@ -924,8 +886,7 @@ static void schedule(zt_coord *c)
     size_t nq = 0;
     for (size_t i = 0; i < c->n_jobs; i++)
         nq += c->jobs[i]->state == ZT_JOB_QUEUED && !c->jobs[i]->done;
-    if (!nq)
-        return;
+    if (!nq) return;
     zt_sched_agent *sa = zt_calloc(c->n_agents ? c->n_agents : 1, sizeof(*sa));
     c_agent **amap = zt_calloc(c->n_agents ? c->n_agents : 1, sizeof(*amap));
     zt_sched_job *sj = zt_calloc(nq, sizeof(*sj));
@@ -935,8 +896,7 @@ static void schedule(zt_coord *c)
     size_t na = 0;
     for (size_t i = 0; ok && i < c->n_agents; i++) {
         c_agent *a = c->agents[i];
-        if (a->state != ZT_AGENT_ALIVE || a->revived || a->slots <= 0)
-            continue;
+        if (a->state != ZT_AGENT_ALIVE || a->revived || a->slots <= 0) continue;
         sa[na].name = a->name;
         sa[na].device = a->device;
         sa[na].alive = true;
@@ -954,8 +914,7 @@ static void schedule(zt_coord *c)
     uint64_t now = zt_now_ns();
     for (size_t i = 0; ok && i < c->n_jobs; i++) {
         c_job *j = c->jobs[i];
-        if (j->state != ZT_JOB_QUEUED || j->done)
-            continue;
+        if (j->state != ZT_JOB_QUEUED || j->done) continue;
         sj[nj].id = j->id;
         sj[nj].priority = j->priority;
         sj[nj].ranks = j->ranks;
@@ -1008,8 +967,7 @@ static void agent_build_desired(zt_coord *c, c_agent *a)
     Zt__V1__EnvVar **envp = zt_calloc(n ? n * 3 : 1, sizeof(*envp));
     char(*vals)[2][32] = zt_calloc(n ? n : 1, sizeof(*vals));
     char(*rdzv)[48] = zt_calloc(n ? n : 1, sizeof(*rdzv));
-    if (!w || !wp || !env || !envp || !vals || !rdzv)
-        goto cleanup;
+    if (!w || !wp || !env || !envp || !vals || !rdzv) goto cleanup;
     size_t k = 0;
     for (int i = 0; i < a->n_places; i++) {
         c_attempt *t = a->places[i].att;
@@ -1140,9 +1098,9 @@ void coord_watchers_send(zt_coord *c, c_job *j, const Zt__V1__JobUpdate *u, bool
         if (st == ZT_OK)
             zt_rpc_stream_finish(w->call, ZT_RPC_OK, NULL);
         else if (st == ZT_ERR_NOSPACE)
-            zt_rpc_fail(w->call, ZT_RPC_RESOURCE_EXHAUSTED,
-                        "watcher too slow: more than the stream queue of updates waited; watch "
-                        "again to resume");
+            zt_rpc_fail(
+                w->call, ZT_RPC_RESOURCE_EXHAUSTED,
+                "watcher too slow: more than the stream queue of updates waited; watch again to resume");
         else
             zt_rpc_stream_finish(w->call, ZT_RPC_CANCELLED, "watcher gone");
         zt_rpc_call_unref(w->call);
@@ -1161,14 +1119,11 @@ static void parse_kv_metrics(const char *kv, Zt__V1__Metric *m, Zt__V1__Metric *
         while (*p == ' ')
             p++;
         const char *eq = strchr(p, '=');
-        if (!eq)
-            break;
+        if (!eq) break;
         const char *end = strchr(eq, ' ');
-        if (!end)
-            end = eq + strlen(eq);
+        if (!end) end = eq + strlen(eq);
         size_t klen = (size_t)(eq - p);
-        if (used + klen + 1 > keys_cap)
-            break;
+        if (used + klen + 1 > keys_cap) break;
         memcpy(keys + used, p, klen);
         keys[used + klen] = '\0';
         zt__v1__metric__init(&m[*n]);
@@ -1183,8 +1138,7 @@ static void parse_kv_metrics(const char *kv, Zt__V1__Metric *m, Zt__V1__Metric *
 
 static void publish_job(zt_coord *c, c_job *j)
 {
-    if (!j->events && !j->progress_dirty && !j->metrics_dirty && !(j->done && j->watchers))
-        return;
+    if (!j->events && !j->progress_dirty && !j->metrics_dirty && !(j->done && j->watchers)) return;
     Zt__V1__Job jb;
     coord_job_to_pb(j, &jb);
     Zt__V1__JobUpdate u = ZT__V1__JOB_UPDATE__INIT;
@@ -1225,12 +1179,10 @@ static void publish_job(zt_coord *c, c_job *j)
 
 bool coord_rdzv_complete(const c_attempt *a, int wait)
 {
-    if (wait == ZT__V1__RENDEZVOUS_REQUEST__WAIT__WAIT_RANK0)
-        return a->rdzv[0] != NULL;
+    if (wait == ZT__V1__RENDEZVOUS_REQUEST__WAIT__WAIT_RANK0) return a->rdzv[0] != NULL;
     if (wait == ZT__V1__RENDEZVOUS_REQUEST__WAIT__WAIT_ALL) {
         for (int r = 0; r < a->world_size; r++)
-            if (!a->rdzv[r])
-                return false;
+            if (!a->rdzv[r]) return false;
     }
     return true;
 }
@@ -1248,8 +1200,7 @@ void coord_rdzv_reply(c_attempt *a, zt_rpc_call *call, bool complete)
     }
     size_t n = 0;
     for (int r = 0; r < a->world_size; r++) {
-        if (!a->rdzv[r])
-            continue;
+        if (!a->rdzv[r]) continue;
         zt__v1__rendezvous_entry__init(&e[n]);
         e[n].rank = r;
         e[n].value.data = a->rdzv[r];
@@ -1273,10 +1224,10 @@ static void publish_rdzv(c_attempt *a, uint64_t now, bool ended)
     while (*pp) {
         c_waiter *w = *pp;
         if (ended) {
-            zt_rpc_fail(w->call, ZT_RPC_FAILED_PRECONDITION,
-                        "attempt %lld ended (%s) while waiting for its rendezvous: stop this "
-                        "worker; the next heartbeat says what to run",
-                        (long long)a->id, zt_attempt_state_name(a->state));
+            zt_rpc_fail(
+                w->call, ZT_RPC_FAILED_PRECONDITION,
+                "attempt %lld ended (%s) while waiting for its rendezvous: stop this worker; the next heartbeat says what to run",
+                (long long)a->id, zt_attempt_state_name(a->state));
         } else if (coord_rdzv_complete(a, w->wait)) {
             coord_rdzv_reply(a, w->call, true);
         } else if (now >= w->until_ns || zt_rpc_call_cancelled(w->call)) {
@@ -1294,12 +1245,10 @@ static void publish_rdzv(c_attempt *a, uint64_t now, bool ended)
 static void publish(zt_coord *c)
 {
     for (size_t i = 0; i < c->n_agents; i++)
-        if (c->agents[i]->desired_dirty)
-            agent_build_desired(c, c->agents[i]);
+        if (c->agents[i]->desired_dirty) agent_build_desired(c, c->agents[i]);
     uint64_t now = zt_now_ns();
     for (size_t i = 0; i < c->n_atts; i++)
-        if (c->atts[i]->waiters)
-            publish_rdzv(c->atts[i], now, false);
+        if (c->atts[i]->waiters) publish_rdzv(c->atts[i], now, false);
     for (size_t i = 0; i < c->n_grave; i++) {
         publish_rdzv(c->grave[i], now, true);
         attempt_free(c->grave[i]);
@@ -1361,7 +1310,8 @@ static void on_load_agent(void *arg, const zt_agent_rec *r)
         if (g && json_is_array(g) && json_array_size(g) > 0) {
             a->gpus = zt_calloc(json_array_size(g), sizeof(*a->gpus));
             for (size_t i = 0; a->gpus && i < json_array_size(g); i++) {
-                const char *gname = json_string_value(json_object_get(json_array_get(g, i), "name"));
+                const char *gname =
+                    json_string_value(json_object_get(json_array_get(g, i), "name"));
                 json_t *o = json_array_get(g, i);
                 a->gpus[i].index = (int)json_integer_value(json_object_get(o, "index"));
                 snprintf(a->gpus[i].name, sizeof(a->gpus[i].name), "%s", gname ? gname : "");
@@ -1420,8 +1370,7 @@ static void on_load_rank(void *arg, const zt_rank_rec *r)
 {
     load_ctx *L = arg;
     c_attempt *a = L->att;
-    if (r->rank < 0 || r->rank >= a->world_size)
-        return;
+    if (r->rank < 0 || r->rank >= a->world_size) return;
     c_rank *rk = &a->ranks[r->rank];
     rk->agent = coord_agent_find(L->c, r->agent);
     rk->local_rank = r->local_rank;
@@ -1429,8 +1378,7 @@ static void on_load_rank(void *arg, const zt_rank_rec *r)
     rk->slot = r->device_index;
     if (rk->agent)
         for (int s = 0; s < rk->agent->n_gpus; s++)
-            if (rk->agent->gpus[s].index == r->device_index)
-                rk->slot = s;
+            if (rk->agent->gpus[s].index == r->device_index) rk->slot = s;
     rk->pid = r->pid;
     rk->exited = r->exited;
     rk->exit_code = r->exit_code;
@@ -1442,8 +1390,7 @@ static void on_load_rdzv(void *arg, int rank, const void *value, size_t len)
 {
     load_ctx *L = arg;
     c_attempt *a = L->att;
-    if (rank < 0 || rank >= a->world_size)
-        return;
+    if (rank < 0 || rank >= a->world_size) return;
     a->rdzv[rank] = zt_malloc(len ? len : 1);
     if (a->rdzv[rank]) {
         memcpy(a->rdzv[rank], value, len);
@@ -1456,18 +1403,15 @@ static zt_status model_load(zt_coord *c, zt_err *err)
 {
     load_ctx L = {.c = c, .st = ZT_OK};
     zt_status st = zt_store_agents_list(c->store, on_load_agent, &L, err);
-    if (st != ZT_OK)
-        return st;
-    if ((st = zt_store_jobs_active(c->store, on_load_job, &L, err)) != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
+    if ((st = zt_store_jobs_active(c->store, on_load_job, &L, err)) != ZT_OK) return st;
     if (L.st != ZT_OK)
         return zt_err_set(err, L.st, "out of memory loading the coordinator's state");
     for (size_t i = 0; i < c->n_jobs; i++) {
         c_job *j = c->jobs[i];
         zt_store_metrics_count(c->store, j->id, &j->metrics_count, NULL);
         zt_store_logs_count(c->store, j->id, &j->log_count, NULL);
-        if (!j->attempt_id || j->state == ZT_JOB_QUEUED)
-            continue;
+        if (!j->attempt_id || j->state == ZT_JOB_QUEUED) continue;
         L.att = NULL;
         st = zt_store_attempt_get(c->store, j->attempt_id, on_load_attempt, &L, err);
         if (st == ZT_ERR_NOT_FOUND || !L.att) {
@@ -1551,22 +1495,20 @@ static void on_agent_name(void *arg, const zt_agent_rec *r)
 {
     seen_ctx *s = arg;
     char **nn = zt_realloc(s->names, (s->n + 1) * sizeof(*nn));
-    if (!nn)
-        return;
+    if (!nn) return;
     s->names = nn;
     s->names[s->n] = zt_strdup(r->name);
-    if (s->names[s->n])
-        s->n++;
+    if (s->names[s->n]) s->n++;
 }
 
 /* After a failed commit: memory follows the database again (mu held). */
 static void model_reload(zt_coord *c)
 {
     char msg[1400];
-    snprintf(msg, sizeof(msg),
-             "the coordinator could not write its database (%s); state was reloaded: reconnect "
-             "and retry",
-             zt_err_msg(&c->batch_err));
+    snprintf(
+        msg, sizeof(msg),
+        "the coordinator could not write its database (%s); state was reloaded: reconnect and retry",
+        zt_err_msg(&c->batch_err));
     model_drop_jobs(c, msg);
     /* agents that were never stored are forgotten; the others take their stored values */
     seen_ctx s = {0};
@@ -1639,8 +1581,7 @@ static void *state_main(void *arg)
         pthread_mutex_lock(&c->qmu);
         while (!c->q_head && !c->reports_pending && !c->stop) {
             uint64_t now = zt_now_ns();
-            if (now >= next_tick)
-                break;
+            if (now >= next_tick) break;
             struct timespec ts;
             timespec_at_ns(&ts, next_tick - now);
             pthread_cond_timedwait(&c->qcv, &c->qmu, &ts);
@@ -1654,28 +1595,24 @@ static void *state_main(void *arg)
         }
         if (last) {
             c->q_head = last->next;
-            if (!c->q_head)
-                c->q_tail = NULL;
+            if (!c->q_head) c->q_tail = NULL;
             last->next = NULL;
         }
         bool reports = c->reports_pending;
         c->reports_pending = false;
         bool stopping = c->stop;
         pthread_mutex_unlock(&c->qmu);
-        if (stopping && !ops)
-            break;
+        if (stopping && !ops) break;
 
         uint64_t now = zt_now_ns();
         bool do_tick = now >= next_tick;
-        if (do_tick)
-            next_tick = now + tick_ns;
+        if (do_tick) next_tick = now + tick_ns;
 
         pthread_mutex_lock(&c->mu);
         c->batch_failed = false;
         zt_err_clear(&c->batch_err);
         zt_err berr = {0};
-        if (zt_store_begin(c->store, &berr) != ZT_OK)
-            coord_db_failed(c, &berr);
+        if (zt_store_begin(c->store, &berr) != ZT_OK) coord_db_failed(c, &berr);
         if (!c->batch_failed) {
             for (c_op *o = ops; o; o = o->next)
                 o->run(c, o);
@@ -1688,8 +1625,7 @@ static void *state_main(void *arg)
                     }
                 }
             }
-            if (do_tick)
-                tick(c);
+            if (do_tick) tick(c);
             if (c->sched_dirty) {
                 c->sched_dirty = false;
                 schedule(c);
@@ -1729,34 +1665,23 @@ static void *state_main(void *arg)
 
 static void set_defaults(zt_coord_config *cfg)
 {
-    if (cfg->heartbeat_interval_ms <= 0)
-        cfg->heartbeat_interval_ms = 1000;
-    if (cfg->heartbeat_timeout_ms <= 0)
-        cfg->heartbeat_timeout_ms = 10000;
-    if (cfg->hang_timeout_ms <= 0)
-        cfg->hang_timeout_ms = 600000;
-    if (cfg->restart_backoff_ms < 0)
-        cfg->restart_backoff_ms = 2000;
-    if (cfg->restart_backoff_max_ms <= 0)
-        cfg->restart_backoff_max_ms = 300000;
-    if (cfg->tick_ms <= 0)
-        cfg->tick_ms = 100;
-    if (cfg->metrics_max_points <= 0)
-        cfg->metrics_max_points = 2000;
-    if (cfg->logs_max_lines <= 0)
-        cfg->logs_max_lines = 100000;
-    if (cfg->max_log_streams <= 0)
-        cfg->max_log_streams = 64;
-    if (!cfg->version)
-        cfg->version = "0";
+    if (cfg->heartbeat_interval_ms <= 0) cfg->heartbeat_interval_ms = 1000;
+    if (cfg->heartbeat_timeout_ms <= 0) cfg->heartbeat_timeout_ms = 10000;
+    if (cfg->hang_timeout_ms <= 0) cfg->hang_timeout_ms = 600000;
+    if (cfg->restart_backoff_ms < 0) cfg->restart_backoff_ms = 2000;
+    if (cfg->restart_backoff_max_ms <= 0) cfg->restart_backoff_max_ms = 300000;
+    if (cfg->tick_ms <= 0) cfg->tick_ms = 100;
+    if (cfg->metrics_max_points <= 0) cfg->metrics_max_points = 2000;
+    if (cfg->logs_max_lines <= 0) cfg->logs_max_lines = 100000;
+    if (cfg->max_log_streams <= 0) cfg->max_log_streams = 64;
+    if (!cfg->version) cfg->version = "0";
 }
 
 zt_status zt_coord_open(zt_coord **out, const zt_coord_config *cfg, zt_err *err)
 {
     *out = NULL;
     zt_coord *c = zt_calloc(1, sizeof(*c));
-    if (!c)
-        return zt_err_set(err, ZT_ERR_NOMEM, "coordinator: out of memory");
+    if (!c) return zt_err_set(err, ZT_ERR_NOMEM, "coordinator: out of memory");
     c->cfg = *cfg;
     set_defaults(&c->cfg);
     pthread_mutex_init(&c->mu, NULL);
@@ -1777,18 +1702,14 @@ zt_status zt_coord_open(zt_coord **out, const zt_coord_config *cfg, zt_err *err)
         st = zt_err_set(err, ZT_ERR_NOMEM, "coordinator: out of memory");
         goto fail;
     }
-    if ((st = zt_store_open(&c->store, c->cfg.db_path, false, err)) != ZT_OK)
-        goto fail;
-    if ((st = zt_store_open(&c->rstore, c->cfg.db_path, true, err)) != ZT_OK)
-        goto fail;
+    if ((st = zt_store_open(&c->store, c->cfg.db_path, false, err)) != ZT_OK) goto fail;
+    if ((st = zt_store_open(&c->rstore, c->cfg.db_path, true, err)) != ZT_OK) goto fail;
     pthread_mutex_lock(&c->mu);
     st = model_load(c, err);
     for (size_t i = 0; i < c->n_agents; i++)
-        if (c->agents[i]->desired_dirty)
-            agent_build_desired(c, c->agents[i]);
+        if (c->agents[i]->desired_dirty) agent_build_desired(c, c->agents[i]);
     pthread_mutex_unlock(&c->mu);
-    if (st != ZT_OK)
-        goto fail;
+    if (st != ZT_OK) goto fail;
     ZT_INFO("coord", "loaded %zu live job(s), %zu active attempt(s), %zu agent(s) from %s",
             c->n_jobs, c->n_atts, c->n_agents, c->cfg.db_path);
     if (pthread_create(&c->state_thread, NULL, state_main, c) != 0) {
@@ -1831,8 +1752,7 @@ size_t zt_coord_methods(zt_coord *c, zt_rpc_method *methods, size_t cap)
 
 void zt_coord_stop_serving(zt_coord *c)
 {
-    if (!c || !atomic_exchange(&c->serving, false))
-        return;
+    if (!c || !atomic_exchange(&c->serving, false)) return;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_jobs; i++)
         end_watchers(c->jobs[i], ZT_RPC_UNAVAILABLE,
@@ -1856,16 +1776,14 @@ void zt_coord_stop_serving(zt_coord *c)
 
 void zt_coord_drain(zt_coord *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     zt_coord_stop_serving(c);
     pthread_mutex_lock(&c->qmu);
     bool was = c->stop;
     c->stop = true;
     pthread_cond_signal(&c->qcv);
     pthread_mutex_unlock(&c->qmu);
-    if (was)
-        return;
+    if (was) return;
     pthread_join(c->state_thread, NULL);
     pthread_mutex_lock(&c->rmu);
     c->rstop = true;
@@ -1880,8 +1798,7 @@ void zt_coord_drain(zt_coord *c)
 
 void zt_coord_close(zt_coord *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     zt_coord_drain(c);
     pthread_mutex_lock(&c->mu);
     while (c->n_agents)

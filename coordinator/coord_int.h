@@ -48,29 +48,29 @@ typedef struct c_agent {
     c_gpu *gpus;
     int n_gpus;
     int64_t incarnation;
-    zt_agent_state state;        /* as stored */
+    zt_agent_state state; /* as stored */
     int64_t registered_ms, last_seen_ms;
-    uint64_t last_seen_ns;       /* monotonic */
-    c_report *reports;           /* last heartbeat's workers */
+    uint64_t last_seen_ns; /* monotonic */
+    c_report *reports;     /* last heartbeat's workers */
     int n_reports, cap_reports;
-    c_report *exits;             /* workers seen exiting, kept until the state thread saw them
-                                    (a later heartbeat may already omit them) */
+    c_report *exits; /* workers seen exiting, kept until the state thread saw them
+                        (a later heartbeat may already omit them) */
     int n_exits, cap_exits;
-    bool reports_changed;        /* the state thread has not looked at them yet */
-    bool revived;                /* a LOST agent heartbeats again */
-    bool desired_dirty;          /* rebuild the published desired set after this batch */
-    uint8_t *desired;            /* packed HeartbeatReply, published after commit */
+    bool reports_changed; /* the state thread has not looked at them yet */
+    bool revived;         /* a LOST agent heartbeats again */
+    bool desired_dirty;   /* rebuild the published desired set after this batch */
+    uint8_t *desired;     /* packed HeartbeatReply, published after commit */
     size_t desired_len;
     int64_t desired_version;
-    c_place *places;             /* ranks of active attempts placed here */
+    c_place *places; /* ranks of active attempts placed here */
     int n_places, cap_places;
-    struct c_agent *hnext;       /* hash chain */
+    struct c_agent *hnext; /* hash chain */
 } c_agent;
 
 typedef struct c_rank {
     int rank, local_rank, slot, device_index;
     c_agent *agent;
-    bool seen;       /* the agent reported this worker alive */
+    bool seen; /* the agent reported this worker alive */
     bool exited;
     int exit_code, exit_signal;
     int pid;
@@ -131,21 +131,21 @@ struct c_job {
     int priority, ranks, ranks_per_node, device, max_restarts, restarts;
     int64_t total_steps, last_step, submitted_ms, started_ms, ended_ms, attempt_id;
     int64_t metrics_stride, metrics_count, log_count;
-    c_attempt *att;            /* the active attempt (STARTING/RUNNING), NULL otherwise */
-    uint64_t eligible_ns;      /* restart backoff: not placed before this */
-    char pending[256];         /* QUEUED: why it is not placed */
+    c_attempt *att;       /* the active attempt (STARTING/RUNNING), NULL otherwise */
+    uint64_t eligible_ns; /* restart backoff: not placed before this */
+    char pending[256];    /* QUEUED: why it is not placed */
     /* live progress */
     int64_t step;
     double loss, tokens_per_s, eta_s;
     int64_t metrics_step;
-    char *metrics_kv;          /* rank 0's latest metrics */
+    char *metrics_kv; /* rank 0's latest metrics */
     bool progress_dirty, metrics_dirty;
     int64_t notified_step;
     /* state changes of this batch, for watchers */
     c_event *events, *events_tail;
     c_watcher *watchers;
-    zt_job_state pub_state;    /* the last state watchers were told (committed) */
-    bool done;                 /* terminal: removed from memory after the commit */
+    zt_job_state pub_state; /* the last state watchers were told (committed) */
+    bool done;              /* terminal: removed from memory after the commit */
 };
 
 /* One unit of work for the state thread (embedded first in bigger structs). run() executes

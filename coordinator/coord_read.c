@@ -48,10 +48,8 @@ static char *arena_str(arena *a, const char *s)
 {
     size_t n = s ? strlen(s) : 0;
     char *d = arena_alloc(a, n + 1);
-    if (!d)
-        return (char *)"";
-    if (n)
-        memcpy(d, s, n);
+    if (!d) return (char *)"";
+    if (n) memcpy(d, s, n);
     return d;
 }
 
@@ -63,15 +61,12 @@ typedef struct pvec {
 
 static void pvec_push(arena *a, pvec *p, void *item)
 {
-    if (!item)
-        return;
+    if (!item) return;
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 16;
         void **nv = arena_alloc(a, cap * sizeof(*nv));
-        if (!nv)
-            return;
-        if (p->n)
-            memcpy(nv, p->v, p->n * sizeof(*nv));
+        if (!nv) return;
+        if (p->n) memcpy(nv, p->v, p->n * sizeof(*nv));
         p->v = nv;
         p->cap = cap;
     }
@@ -117,12 +112,10 @@ void *coord_reader_main(void *arg)
         c_task *t = c->r_head;
         if (t) {
             c->r_head = t->next;
-            if (!c->r_head)
-                c->r_tail = NULL;
+            if (!c->r_head) c->r_tail = NULL;
         }
         pthread_mutex_unlock(&c->rmu);
-        if (!t)
-            break;
+        if (!t) break;
         t->run(c, t, c->rstore);
     }
     return NULL;
@@ -146,8 +139,7 @@ static void overlay_job(arena *a, const c_job *j, Zt__V1__Job *o)
 static Zt__V1__Job *job_pb(arena *a, const zt_job_rec *r)
 {
     Zt__V1__Job *o = arena_alloc(a, sizeof(*o));
-    if (!o)
-        return NULL;
+    if (!o) return NULL;
     coord_rec_to_pb(r, o);
     o->name = arena_str(a, r->name);
     o->reason = arena_str(a, r->reason);
@@ -182,8 +174,7 @@ static void gj_attempt(void *arg, const zt_attempt_rec *r)
 {
     get_job_ctx *g = arg;
     Zt__V1__Attempt *o = arena_alloc(&g->a, sizeof(*o));
-    if (!o)
-        return;
+    if (!o) return;
     zt__v1__attempt__init(o);
     o->id = r->id;
     o->number = r->number;
@@ -208,8 +199,7 @@ static void gj_rank(void *arg, const zt_rank_rec *r)
     rank_ctx *rc = arg;
     Zt__V1__RankInfo *o = arena_alloc(rc->a, sizeof(*o));
     Zt__V1__WorkerStatus *w = arena_alloc(rc->a, sizeof(*w));
-    if (!o || !w)
-        return;
+    if (!o || !w) return;
     zt__v1__rank_info__init(o);
     zt__v1__worker_status__init(w);
     o->rank = r->rank;
@@ -234,8 +224,7 @@ static void gj_event(void *arg, const zt_event_rec *r)
 {
     get_job_ctx *g = arg;
     Zt__V1__Event *o = arena_alloc(&g->a, sizeof(*o));
-    if (!o)
-        return;
+    if (!o) return;
     zt__v1__event__init(o);
     o->id = r->id;
     o->time_ms = r->time_ms;
@@ -257,8 +246,7 @@ static void get_job_run(zt_coord *c, c_task *t, zt_store *rs)
     zt__v1__get_job_reply__init(&g.r);
     zt_err e = {0};
     zt_status st = zt_store_job_get(rs, gt->id, gj_job, &g, &e);
-    if (st == ZT_OK)
-        st = zt_store_attempts_list(rs, gt->id, gj_attempt, &g, &e);
+    if (st == ZT_OK) st = zt_store_attempts_list(rs, gt->id, gj_attempt, &g, &e);
     for (size_t i = 0; st == ZT_OK && i < g.attempts.n; i++) {
         Zt__V1__Attempt *at = g.attempts.v[i];
         rank_ctx rc = {.a = &g.a};
@@ -266,11 +254,9 @@ static void get_job_run(zt_coord *c, c_task *t, zt_store *rs)
         at->n_ranks = rc.ranks.n;
         at->ranks = (Zt__V1__RankInfo **)rc.ranks.v;
     }
-    if (st == ZT_OK)
-        st = zt_store_events_list(rs, gt->id, 50, gj_event, &g, &e);
+    if (st == ZT_OK) st = zt_store_events_list(rs, gt->id, 50, gj_event, &g, &e);
     int ckpts = 0;
-    if (st == ZT_OK)
-        st = zt_store_ckpt_count(rs, gt->id, &ckpts, &e);
+    if (st == ZT_OK) st = zt_store_ckpt_count(rs, gt->id, &ckpts, &e);
     if (st != ZT_OK || g.a.failed || !g.r.job) {
         if (st == ZT_OK)
             zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory reading job %lld", (long long)gt->id);
@@ -289,12 +275,10 @@ static void get_job_run(zt_coord *c, c_task *t, zt_store *rs)
         c_attempt *a = j->att;
         for (size_t i = 0; a && i < g.attempts.n; i++) {
             Zt__V1__Attempt *at = g.attempts.v[i];
-            if (at->id != a->id)
-                continue;
+            if (at->id != a->id) continue;
             for (size_t k = 0; k < at->n_ranks; k++) {
                 Zt__V1__RankInfo *ri = at->ranks[k];
-                if (ri->rank < 0 || ri->rank >= a->world_size)
-                    continue;
+                if (ri->rank < 0 || ri->rank >= a->world_size) continue;
                 const c_rank *rk = &a->ranks[ri->rank];
                 Zt__V1__WorkerStatus *w = ri->status;
                 w->job_id = j->id;
@@ -363,21 +347,18 @@ static void list_jobs_run(zt_coord *c, c_task *t, zt_store *rs)
     zt_err e = {0};
     zt_status st = zt_store_jobs_list(rs, lt->mask, lt->before, lt->limit, lj_job, &l, &e);
     if (st != ZT_OK || l.a.failed) {
-        if (st == ZT_OK)
-            zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory listing jobs");
+        if (st == ZT_OK) zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory listing jobs");
         fail_read(t->call, st, &e);
         goto cleanup;
     }
     Zt__V1__ListJobsReply r = ZT__V1__LIST_JOBS_REPLY__INIT;
     r.n_jobs = l.jobs.n;
     r.jobs = (Zt__V1__Job **)l.jobs.v;
-    if ((int)l.jobs.n == lt->limit && l.jobs.n > 0)
-        r.next_before_id = r.jobs[l.jobs.n - 1]->id;
+    if ((int)l.jobs.n == lt->limit && l.jobs.n > 0) r.next_before_id = r.jobs[l.jobs.n - 1]->id;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < l.jobs.n; i++) {
         c_job *j = coord_job_find(c, r.jobs[i]->id);
-        if (j)
-            overlay_job(&l.a, j, r.jobs[i]);
+        if (j) overlay_job(&l.a, j, r.jobs[i]);
     }
     pthread_mutex_unlock(&c->mu);
     zt_rpc_reply(t->call, &r.base);
@@ -449,19 +430,16 @@ static void gm_job(void *arg, const zt_job_rec *r)
 
 static bool key_wanted(const Zt__V1__GetMetricsRequest *q, const char *key, size_t len)
 {
-    if (!q->n_keys)
-        return true;
+    if (!q->n_keys) return true;
     for (size_t i = 0; i < q->n_keys; i++)
-        if (strlen(q->keys[i]) == len && strncmp(q->keys[i], key, len) == 0)
-            return true;
+        if (strlen(q->keys[i]) == len && strncmp(q->keys[i], key, len) == 0) return true;
     return false;
 }
 
 static Zt__V1__MetricPoint *point_pb(arena *a, const mrow *row, const Zt__V1__GetMetricsRequest *q)
 {
     Zt__V1__MetricPoint *p = arena_alloc(a, sizeof(*p));
-    if (!p)
-        return NULL;
+    if (!p) return NULL;
     zt__v1__metric_point__init(p);
     p->step = row->step;
     p->time_ms = row->time_ms;
@@ -471,11 +449,9 @@ static Zt__V1__MetricPoint *point_pb(arena *a, const mrow *row, const Zt__V1__Ge
         while (*s == ' ')
             s++;
         const char *eq = strchr(s, '=');
-        if (!eq)
-            break;
+        if (!eq) break;
         const char *end = strchr(eq, ' ');
-        if (!end)
-            end = eq + strlen(eq);
+        if (!end) end = eq + strlen(eq);
         if (key_wanted(q, s, (size_t)(eq - s))) {
             Zt__V1__Metric *m = arena_alloc(a, sizeof(*m));
             char *k = arena_alloc(a, (size_t)(eq - s) + 1);
@@ -503,11 +479,9 @@ static void metrics_run(zt_coord *c, c_task *t, zt_store *rs)
     memset(&m, 0, sizeof(m));
     zt_err e = {0};
     zt_status st = zt_store_job_get(rs, q->job_id, gm_job, &m, &e);
-    if (st == ZT_OK)
-        st = zt_store_metrics_list(rs, q->job_id, q->from_step, gm_row, &m, &e);
+    if (st == ZT_OK) st = zt_store_metrics_list(rs, q->job_id, q->from_step, gm_row, &m, &e);
     if (st != ZT_OK || m.a.failed) {
-        if (st == ZT_OK)
-            zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory reading metrics");
+        if (st == ZT_OK) zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory reading metrics");
         fail_read(t->call, st, &e);
         goto cleanup;
     }
@@ -515,8 +489,7 @@ static void metrics_run(zt_coord *c, c_task *t, zt_store *rs)
     size_t every = m.n > max ? (m.n + max - 1) / max : 1;
     pvec pts = {0};
     for (size_t i = 0; i < m.n; i++)
-        if (i % every == 0 || i + 1 == m.n)
-            pvec_push(&m.a, &pts, point_pb(&m.a, &m.rows[i], q));
+        if (i % every == 0 || i + 1 == m.n) pvec_push(&m.a, &pts, point_pb(&m.a, &m.rows[i], q));
     Zt__V1__GetMetricsReply r = ZT__V1__GET_METRICS_REPLY__INIT;
     r.n_points = pts.n;
     r.points = (Zt__V1__MetricPoint **)pts.v;
@@ -559,8 +532,7 @@ static void lc_ckpt(void *arg, const zt_ckpt_rec *r)
 {
     ckpts_ctx *k = arg;
     Zt__V1__Checkpoint *o = arena_alloc(&k->a, sizeof(*o));
-    if (!o)
-        return;
+    if (!o) return;
     zt__v1__checkpoint__init(o);
     o->id = r->id;
     o->job_id = r->job_id;
@@ -580,8 +552,7 @@ static void lc_shard(void *arg, const zt_shard_rec *r)
 {
     ckpts_ctx *k = arg;
     Zt__V1__CheckpointShard *o = arena_alloc(&k->a, sizeof(*o));
-    if (!o)
-        return;
+    if (!o) return;
     zt__v1__checkpoint_shard__init(o);
     o->rank = r->rank;
     o->file = arena_str(&k->a, r->file);
@@ -605,8 +576,7 @@ static void ckpts_run(zt_coord *c, c_task *t, zt_store *rs)
     memset(&k, 0, sizeof(k));
     zt_err e = {0};
     zt_status st = zt_store_job_get(rs, ct->job_id, on_exists, NULL, &e);
-    if (st == ZT_OK)
-        st = zt_store_ckpts_list(rs, ct->job_id, ct->partial, lc_ckpt, &k, &e);
+    if (st == ZT_OK) st = zt_store_ckpts_list(rs, ct->job_id, ct->partial, lc_ckpt, &k, &e);
     for (size_t i = 0; st == ZT_OK && i < k.ckpts.n; i++) {
         Zt__V1__Checkpoint *o = k.ckpts.v[i];
         memset(&k.shards, 0, sizeof(k.shards));
@@ -615,8 +585,7 @@ static void ckpts_run(zt_coord *c, c_task *t, zt_store *rs)
         o->shard = (Zt__V1__CheckpointShard **)k.shards.v;
     }
     if (st != ZT_OK || k.a.failed) {
-        if (st == ZT_OK)
-            zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory listing checkpoints");
+        if (st == ZT_OK) zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory listing checkpoints");
         fail_read(t->call, st, &e);
     } else {
         Zt__V1__ListCheckpointsReply r = ZT__V1__LIST_CHECKPOINTS_REPLY__INIT;
@@ -662,8 +631,7 @@ static void ls_entry(void *arg, const zt_log_rec *r)
 {
     log_stream *ls = arg;
     Zt__V1__LogEntry *o = arena_alloc(&ls->a, sizeof(*o));
-    if (!o)
-        return;
+    if (!o) return;
     zt__v1__log_entry__init(o);
     o->id = r->id;
     o->time_ms = r->time_ms;
@@ -673,8 +641,7 @@ static void ls_entry(void *arg, const zt_log_rec *r)
     o->source = (Zt__V1__LogSource)r->source;
     o->text = arena_str(&ls->a, r->text);
     pvec_push(&ls->a, &ls->entries, o);
-    if (r->id > ls->last_id)
-        ls->last_id = r->id;
+    if (r->id > ls->last_id) ls->last_id = r->id;
 }
 
 static void ls_state(void *arg, const zt_job_rec *r)
@@ -692,10 +659,8 @@ static zt_status ls_send(log_stream *ls, const Zt__V1__LogBatch *b)
 {
     for (int i = 0; i < 3000; i++) {
         zt_status st = zt_rpc_stream_send(ls->call, &b->base);
-        if (st != ZT_ERR_NOSPACE)
-            return st;
-        if (stream_stopping(ls->c) || zt_rpc_call_cancelled(ls->call))
-            return ZT_ERR_PEER;
+        if (st != ZT_ERR_NOSPACE) return st;
+        if (stream_stopping(ls->c) || zt_rpc_call_cancelled(ls->call)) return ZT_ERR_PEER;
         zt_sleep_ms(10);
     }
     return ZT_ERR_NOSPACE;
@@ -709,8 +674,7 @@ static void *log_stream_main(void *arg)
     zt_err e = {0};
     zt_job_state state = 0;
     zt_status st = zt_store_open(&rs, c->cfg.db_path, true, &e);
-    if (st == ZT_OK)
-        st = zt_store_job_get(rs, ls->job_id, ls_state, &state, &e);
+    if (st == ZT_OK) st = zt_store_job_get(rs, ls->job_id, ls_state, &state, &e);
     if (st != ZT_OK) {
         fail_read(ls->call, st, &e);
         goto done;
@@ -741,8 +705,7 @@ static void *log_stream_main(void *arg)
                                 ls->ranks_json, ls->no_events, ls_entry, ls, &e);
         first = false;
         if (st != ZT_OK || ls->a.failed) {
-            if (st == ZT_OK)
-                zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory reading logs");
+            if (st == ZT_OK) zt_err_set(&e, st = ZT_ERR_NOMEM, "out of memory reading logs");
             fail_read(ls->call, st, &e);
             break;
         }
@@ -764,13 +727,10 @@ static void *log_stream_main(void *arg)
                 zt_rpc_stream_finish(ls->call, ZT_RPC_CANCELLED, "client gone");
                 break;
             }
-            if (b.final)
-                goto finish_ok;
+            if (b.final) goto finish_ok;
         }
-        if (got == LOG_PAGE)
-            continue;
-        if (!ls->follow)
-            goto finish_ok;
+        if (got == LOG_PAGE) continue;
+        if (!ls->follow) goto finish_ok;
         /* wait for the next commit (or poll now and then) */
         pthread_mutex_lock(&c->lmu);
         if (c->log_seq == seen_seq && atomic_load(&c->serving)) {
@@ -821,7 +781,8 @@ void coord_logs_start(zt_coord *c, zt_rpc_call *call, const Zt__V1__GetLogsReque
         if (ls->ranks_json) {
             size_t n = (size_t)snprintf(ls->ranks_json, cap, "[");
             for (size_t i = 0; i < q->n_ranks; i++)
-                n += (size_t)snprintf(ls->ranks_json + n, cap - n, "%s%d", i ? "," : "", q->ranks[i]);
+                n += (size_t)snprintf(ls->ranks_json + n, cap - n, "%s%d", i ? "," : "",
+                                      q->ranks[i]);
             snprintf(ls->ranks_json + n, cap - n, "]");
         }
     }

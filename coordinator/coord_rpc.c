@@ -27,8 +27,7 @@
 
 static bool refuse_when_stopping(zt_coord *c, zt_rpc_call *call)
 {
-    if (atomic_load(&c->serving))
-        return false;
+    if (atomic_load(&c->serving)) return false;
     zt_rpc_fail(call, ZT_RPC_UNAVAILABLE, "the coordinator is shutting down; retry shortly");
     return true;
 }
@@ -75,8 +74,7 @@ static void submit_run(zt_coord *c, c_op *op)
         coord_db_failed(c, &e);
         return;
     }
-    if (s->existed)
-        return;
+    if (s->existed) return;
     r.id = s->id;
     c_job *j = coord_job_from_rec(&r);
     if (!j) {
@@ -86,9 +84,10 @@ static void submit_run(zt_coord *c, c_op *op)
         return;
     }
     coord_job_add(c, j);
-    coord_job_event(c, j, 0, NULL, "job", "", "QUEUED", "submitted by %s: %d %s rank(s), %lld steps",
-                    s->user[0] ? s->user : "(unknown user)", s->ranks, s->device == 2 ? "cuda" : "cpu",
-                    (long long)s->total_steps);
+    coord_job_event(c, j, 0, NULL, "job", "", "QUEUED",
+                    "submitted by %s: %d %s rank(s), %lld steps",
+                    s->user[0] ? s->user : "(unknown user)", s->ranks,
+                    s->device == 2 ? "cuda" : "cpu", (long long)s->total_steps);
     c->sched_dirty = true;
 }
 
@@ -117,8 +116,7 @@ static void h_submit(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 {
     zt_coord *c = user;
     const Zt__V1__SubmitJobRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_submit(q, WHY));
     zt_job *job = zt_calloc(1, sizeof(*job));
     submit_op *s = zt_calloc(1, sizeof(*s));
@@ -149,7 +147,8 @@ static void h_submit(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     s->submit_key = zt_strdup(q->submit_key ? q->submit_key : "");
     s->priority = q->priority;
     s->ranks = job->resources.ranks > 0 ? job->resources.ranks : 1;
-    s->ranks_per_node = job->resources.ranks_per_node > 0 ? job->resources.ranks_per_node : s->ranks;
+    s->ranks_per_node =
+        job->resources.ranks_per_node > 0 ? job->resources.ranks_per_node : s->ranks;
     s->device = job->resources.device == ZT_DEVICE_CUDA ? 2 : 1;
     s->max_restarts = job->max_restarts;
     s->total_steps = job->train.steps;
@@ -218,8 +217,7 @@ static void cancel_run(zt_coord *c, c_op *op)
     }
     char reason[600];
     snprintf(reason, sizeof(reason), "canceled%s%s", x->why[0] ? ": " : " by the user", x->why);
-    if (j->att)
-        coord_attempt_end(c, j->att, ZT_ATTEMPT_CANCELED, false, reason);
+    if (j->att) coord_attempt_end(c, j->att, ZT_ATTEMPT_CANCELED, false, reason);
     coord_job_set_state(c, j, ZT_JOB_CANCELED, "%s", reason);
     Zt__V1__Job jb;
     coord_job_to_pb(j, &jb);
@@ -248,8 +246,7 @@ static void h_cancel(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 {
     zt_coord *c = user;
     const Zt__V1__CancelJobRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_job_id(q->job_id, WHY));
     cancel_op *x = zt_calloc(1, sizeof(*x));
     if (!x || !(x->why = zt_strndup(q->reason ? q->reason : "", 400))) {
@@ -286,8 +283,7 @@ static void on_watch_cancel(zt_rpc_call *call, void *arg)
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_jobs && !found; i++)
         found = remove_watcher(&c->jobs[i]->watchers, call);
-    if (!found)
-        found = remove_watcher(&c->health_watchers, call);
+    if (!found) found = remove_watcher(&c->health_watchers, call);
     pthread_mutex_unlock(&c->mu);
     if (found) {
         zt_rpc_stream_finish(call, ZT_RPC_CANCELLED, "watcher gone");
@@ -330,8 +326,7 @@ static void h_watch(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 {
     zt_coord *c = user;
     const Zt__V1__WatchJobRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_job_id(q->job_id, WHY));
     pthread_mutex_lock(&c->mu);
     c_job *j = coord_job_find(c, q->job_id);
@@ -578,7 +573,7 @@ static void register_run(zt_coord *c, c_op *op)
     a->revived = false;
     a->registered_ms = a->last_seen_ms = coord_now_ms();
     a->last_seen_ns = zt_now_ns();
-    a->n_reports = 0;         /* a new process: its earlier workers are gone */
+    a->n_reports = 0; /* a new process: its earlier workers are gone */
     a->n_exits = 0;
     a->reports_changed = true;
     a->desired_dirty = true;
@@ -588,11 +583,14 @@ static void register_run(zt_coord *c, c_op *op)
     snprintf(reason, sizeof(reason), "registered (incarnation %lld, %d %s slot%s) from %s",
              (long long)a->incarnation, a->slots, a->device == 2 ? "cuda" : "cpu",
              a->slots == 1 ? "" : "s", a->hostname[0] ? a->hostname : "?");
-    zt_event_rec e = {.time_ms = a->registered_ms, .agent = a->name, .kind = "agent",
-                      .from_state = from, .to_state = "ALIVE", .reason = reason};
+    zt_event_rec e = {.time_ms = a->registered_ms,
+                      .agent = a->name,
+                      .kind = "agent",
+                      .from_state = from,
+                      .to_state = "ALIVE",
+                      .reason = reason};
     zt_err err = {0};
-    if (zt_store_event_add(c->store, &e, NULL, &err) != ZT_OK)
-        coord_db_failed(c, &err);
+    if (zt_store_event_add(c->store, &e, NULL, &err) != ZT_OK) coord_db_failed(c, &err);
     ZT_INFO("coord", "agent %s %s", a->name, reason);
     c->sched_dirty = true;
 }
@@ -619,8 +617,7 @@ static void h_register(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 {
     zt_coord *c = user;
     const Zt__V1__RegisterAgentRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_register(q, WHY));
     register_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -645,19 +642,19 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
     c_agent *a = coord_agent_find(c, q->name);
     if (!a) {
         pthread_mutex_unlock(&c->mu);
-        zt_rpc_fail(call, ZT_RPC_NOT_FOUND,
-                    "agent %s is not registered with this coordinator (new database?): call "
-                    "RegisterAgent",
-                    q->name);
+        zt_rpc_fail(
+            call, ZT_RPC_NOT_FOUND,
+            "agent %s is not registered with this coordinator (new database?): call RegisterAgent",
+            q->name);
         return;
     }
     if (q->incarnation != a->incarnation) {
         int64_t cur = a->incarnation;
         pthread_mutex_unlock(&c->mu);
-        zt_rpc_fail(call, ZT_RPC_FAILED_PRECONDITION,
-                    "agent %s: incarnation %lld is stale (current %lld): the agent re-registered "
-                    "or another process uses this name; register again",
-                    q->name, (long long)q->incarnation, (long long)cur);
+        zt_rpc_fail(
+            call, ZT_RPC_FAILED_PRECONDITION,
+            "agent %s: incarnation %lld is stale (current %lld): the agent re-registered or another process uses this name; register again",
+            q->name, (long long)q->incarnation, (long long)cur);
         return;
     }
     a->last_seen_ns = zt_now_ns();
@@ -679,27 +676,23 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
         a->reports = r;
         a->cap_reports = cap;
     }
-    if (n != a->n_reports)
-        changed = true;
+    if (n != a->n_reports) changed = true;
     /* remember exits until the state thread has seen them: the agent may drop an exited
      * worker from its next heartbeat */
     for (int i = 0; i < n; i++) {
         const Zt__V1__WorkerStatus *w = q->workers[i];
-        if (w->phase != ZT__V1__WORKER_PHASE__WORKER_PHASE_EXITED)
-            continue;
+        if (w->phase != ZT__V1__WORKER_PHASE__WORKER_PHASE_EXITED) continue;
         bool known = false;
         for (int k = 0; k < a->n_reports && !known; k++)
             known = a->reports[k].attempt_id == w->attempt_id && a->reports[k].rank == w->rank &&
                     a->reports[k].phase == ZT_PHASE_EXITED;
         for (int k = 0; k < a->n_exits && !known; k++)
             known = a->exits[k].attempt_id == w->attempt_id && a->exits[k].rank == w->rank;
-        if (known)
-            continue;
+        if (known) continue;
         if (a->n_exits == a->cap_exits) {
             int cap = a->cap_exits ? a->cap_exits * 2 : 8;
             c_report *e = zt_realloc(a->exits, (size_t)cap * sizeof(*e));
-            if (!e)
-                continue; /* the level-triggered report still carries it */
+            if (!e) continue; /* the level-triggered report still carries it */
             a->exits = e;
             a->cap_exits = cap;
         }
@@ -719,8 +712,8 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
     for (int i = 0; i < n; i++) {
         const Zt__V1__WorkerStatus *w = q->workers[i];
         c_report *r = &a->reports[i];
-        if (i < a->n_reports && (r->attempt_id != w->attempt_id || r->rank != w->rank ||
-                                 r->phase != (int)w->phase))
+        if (i < a->n_reports &&
+            (r->attempt_id != w->attempt_id || r->rank != w->rank || r->phase != (int)w->phase))
             changed = true;
         r->job_id = w->job_id;
         r->attempt_id = w->attempt_id;
@@ -745,8 +738,7 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
         int rk = a->reports[i].rank;
         if (t && rk >= 0 && rk < t->world_size && t->ranks[rk].agent == a) {
             c_rank *x = &t->ranks[rk];
-            if (a->reports[i].step > x->step)
-                x->step = a->reports[i].step;
+            if (a->reports[i].step > x->step) x->step = a->reports[i].step;
             x->seq = a->reports[i].collective_seq;
             x->loss = a->reports[i].loss;
             x->tokens_per_s = a->reports[i].tokens_per_s;
@@ -758,24 +750,20 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
         for (int k = 0; k < a->n_gpus; k++)
             if (a->gpus[k].index == q->gpus[g]->index)
                 a->gpus[k].memory_free = q->gpus[g]->memory_free;
-    if (changed)
-        a->reports_changed = true;
+    if (changed) a->reports_changed = true;
     /* answer outside the lock: copy the published desired set */
     uint8_t small[4096];
     size_t len = a->desired_len;
     uint8_t *copy = len <= sizeof(small) ? small : zt_malloc(len);
-    if (copy && len)
-        memcpy(copy, a->desired, len);
+    if (copy && len) memcpy(copy, a->desired, len);
     pthread_mutex_unlock(&c->mu);
-    if (changed)
-        coord_wake_reports(c);
+    if (changed) coord_wake_reports(c);
     if (!copy) {
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     zt_rpc_reply_bytes(call, copy, len);
-    if (copy != small)
-        zt_free(copy);
+    if (copy != small) zt_free(copy);
 }
 
 /* ---- GetAttemptSpec ---------------------------------------------------------------------- */
@@ -886,13 +874,10 @@ static void metrics_run(zt_coord *c, c_op *op)
                 j->metrics_dirty = true;
             }
         }
-        if (s->step > j->step)
-            j->step = s->step;
-        if (s->step > t->ranks[0].step)
-            t->ranks[0].step = s->step;
+        if (s->step > j->step) j->step = s->step;
+        if (s->step > t->ranks[0].step) t->ranks[0].step = s->step;
         x->accepted++;
-        if (s->step % j->metrics_stride != 0)
-            continue; /* downsampled away */
+        if (s->step % j->metrics_stride != 0) continue; /* downsampled away */
         zt_metric_rec r = {.job_id = j->id,
                            .attempt_id = t->id,
                            .step = s->step,
@@ -932,8 +917,7 @@ static void h_report_metrics(zt_rpc_call *call, const ProtobufCMessage *m, void 
 {
     zt_coord *c = user;
     const Zt__V1__ReportMetricsRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_report_metrics(q, WHY));
     metrics_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -972,8 +956,7 @@ static zt_status attempt_info_get(zt_coord *c, int64_t id, attempt_info *ai)
     c_attempt *t = coord_attempt_find(c, id);
     if (!t)
         for (size_t i = 0; i < c->n_grave && !t; i++)
-            if (c->grave[i]->id == id)
-                t = c->grave[i];
+            if (c->grave[i]->id == id) t = c->grave[i];
     if (t) {
         ai->found = true;
         ai->job_id = t->job->id;
@@ -1007,8 +990,7 @@ static void ckpt_run(zt_coord *c, c_op *op)
     ckpt_op *x = (ckpt_op *)op;
     const Zt__V1__ReportCheckpointRequest *q = x->q;
     attempt_info ai;
-    if (attempt_info_get(c, q->attempt_id, &ai) != ZT_OK)
-        return;
+    if (attempt_info_get(c, q->attempt_id, &ai) != ZT_OK) return;
     if (!ai.found) {
         x->code = ZT_RPC_NOT_FOUND;
         snprintf(x->msg, sizeof(x->msg), "attempt %lld not found", (long long)q->attempt_id);
@@ -1029,8 +1011,7 @@ static void ckpt_run(zt_coord *c, c_op *op)
         return;
     }
     x->world_size = ai.world_size;
-    if (!x->committed)
-        return;
+    if (!x->committed) return;
     c_job *j = coord_job_find(c, ai.job_id);
     if (j) {
         coord_job_event(c, j, q->attempt_id, NULL, "checkpoint", "PARTIAL", "COMMITTED",
@@ -1040,11 +1021,14 @@ static void ckpt_run(zt_coord *c, c_op *op)
         char reason[1200];
         snprintf(reason, sizeof(reason), "step %lld at %s: all %d shards recorded",
                  (long long)q->step, q->dir, ai.world_size);
-        zt_event_rec ev = {.time_ms = now, .job_id = ai.job_id, .attempt_id = q->attempt_id,
-                           .kind = "checkpoint", .from_state = "PARTIAL", .to_state = "COMMITTED",
+        zt_event_rec ev = {.time_ms = now,
+                           .job_id = ai.job_id,
+                           .attempt_id = q->attempt_id,
+                           .kind = "checkpoint",
+                           .from_state = "PARTIAL",
+                           .to_state = "COMMITTED",
                            .reason = reason};
-        if (zt_store_event_add(c->store, &ev, NULL, &e) != ZT_OK)
-            coord_db_failed(c, &e);
+        if (zt_store_event_add(c->store, &ev, NULL, &e) != ZT_OK) coord_db_failed(c, &e);
     }
 }
 
@@ -1070,8 +1054,7 @@ static void h_report_ckpt(zt_rpc_call *call, const ProtobufCMessage *m, void *us
 {
     zt_coord *c = user;
     const Zt__V1__ReportCheckpointRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_report_checkpoint(q, WHY));
     ckpt_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -1102,16 +1085,13 @@ static void logs_run(zt_coord *c, c_op *op)
     for (size_t i = 0; i < q->n_entries; i++) {
         const Zt__V1__LogEntry *le = q->entries[i];
         if (le->attempt_id != last_attempt) {
-            if (attempt_info_get(c, le->attempt_id, &ai) != ZT_OK)
-                return;
+            if (attempt_info_get(c, le->attempt_id, &ai) != ZT_OK) return;
             last_attempt = le->attempt_id;
         }
-        if (!ai.found || le->rank >= ai.world_size)
-            continue;
+        if (!ai.found || le->rank >= ai.world_size) continue;
         char line[ZT_MAX_LOG_LINE + 1];
         size_t n = strlen(le->text);
-        if (n > ZT_MAX_LOG_LINE)
-            n = ZT_MAX_LOG_LINE;
+        if (n > ZT_MAX_LOG_LINE) n = ZT_MAX_LOG_LINE;
         memcpy(line, le->text, n);
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
             n--;
@@ -1156,8 +1136,7 @@ static void h_report_logs(zt_rpc_call *call, const ProtobufCMessage *m, void *us
 {
     zt_coord *c = user;
     const Zt__V1__ReportLogsRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_report_logs(q, WHY));
     logs_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -1192,8 +1171,7 @@ static uint8_t *rdzv_pack(const c_attempt *a, bool complete, size_t *len)
     if (e && ep) {
         size_t n = 0;
         for (int r = 0; r < a->world_size; r++) {
-            if (!a->rdzv[r])
-                continue;
+            if (!a->rdzv[r]) continue;
             zt__v1__rendezvous_entry__init(&e[n]);
             e[n].rank = r;
             e[n].value.data = a->rdzv[r];
@@ -1220,18 +1198,16 @@ static void rdzv_run(zt_coord *c, c_op *op)
     c_attempt *a = coord_attempt_find(c, q->attempt_id);
     if (!a) {
         attempt_info ai;
-        if (attempt_info_get(c, q->attempt_id, &ai) != ZT_OK)
-            return;
+        if (attempt_info_get(c, q->attempt_id, &ai) != ZT_OK) return;
         if (!ai.found) {
             x->code = ZT_RPC_NOT_FOUND;
             snprintf(x->msg, sizeof(x->msg), "attempt %lld not found", (long long)q->attempt_id);
         } else {
             x->code = ZT_RPC_FAILED_PRECONDITION;
-            snprintf(x->msg, sizeof(x->msg),
-                     "attempt %lld of job %lld is stale: it is %s; stop this worker, the next "
-                     "heartbeat says what to run",
-                     (long long)q->attempt_id, (long long)ai.job_id,
-                     zt_attempt_state_name(ai.state));
+            snprintf(
+                x->msg, sizeof(x->msg),
+                "attempt %lld of job %lld is stale: it is %s; stop this worker, the next heartbeat says what to run",
+                (long long)q->attempt_id, (long long)ai.job_id, zt_attempt_state_name(ai.state));
         }
         return;
     }
@@ -1268,8 +1244,7 @@ static void rdzv_run(zt_coord *c, c_op *op)
     bool complete = coord_rdzv_complete(a, q->wait);
     int64_t left = zt_rpc_call_deadline_left_ms(op->call);
     int64_t wait_ms = q->wait_ms;
-    if (left != INT64_MAX && wait_ms > left - 50)
-        wait_ms = left - 50;
+    if (left != INT64_MAX && wait_ms > left - 50) wait_ms = left - 50;
     if (complete || q->wait == ZT__V1__RENDEZVOUS_REQUEST__WAIT__WAIT_NONE || wait_ms <= 0) {
         x->reply = rdzv_pack(a, complete, &x->reply_len);
         if (!x->reply) {
@@ -1312,8 +1287,7 @@ static void h_rendezvous(zt_rpc_call *call, const ProtobufCMessage *m, void *use
 {
     zt_coord *c = user;
     const Zt__V1__RendezvousRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_rendezvous(q, WHY));
     rdzv_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -1366,8 +1340,7 @@ static void h_get_logs(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 {
     zt_coord *c = user;
     const Zt__V1__GetLogsRequest *q = (const void *)m;
-    if (refuse_when_stopping(c, call))
-        return;
+    if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_get_logs(q, WHY));
     coord_logs_start(c, call, q);
 }
@@ -1377,25 +1350,42 @@ static void h_get_logs(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap)
 {
     const zt_rpc_method table[] = {
-        {"/zt.v1.Coordinator/SubmitJob", &zt__v1__submit_job_request__descriptor, false, h_submit, c, 64},
+        {"/zt.v1.Coordinator/SubmitJob", &zt__v1__submit_job_request__descriptor, false, h_submit,
+         c, 64},
         {"/zt.v1.Coordinator/GetJob", &zt__v1__get_job_request__descriptor, false, h_get_job, c, 0},
-        {"/zt.v1.Coordinator/ListJobs", &zt__v1__list_jobs_request__descriptor, false, h_list_jobs, c, 0},
-        {"/zt.v1.Coordinator/CancelJob", &zt__v1__cancel_job_request__descriptor, false, h_cancel, c, 0},
-        {"/zt.v1.Coordinator/WatchJob", &zt__v1__watch_job_request__descriptor, true, h_watch, c, 0},
-        {"/zt.v1.Coordinator/GetMetrics", &zt__v1__get_metrics_request__descriptor, false, h_get_metrics, c, 0},
-        {"/zt.v1.Coordinator/ListCheckpoints", &zt__v1__list_checkpoints_request__descriptor, false, h_list_ckpts, c, 0},
-        {"/zt.v1.Coordinator/ListAgents", &zt__v1__list_agents_request__descriptor, false, h_list_agents, c, 0},
-        {"/zt.v1.Coordinator/GetLogs", &zt__v1__get_logs_request__descriptor, true, h_get_logs, c, 0},
+        {"/zt.v1.Coordinator/ListJobs", &zt__v1__list_jobs_request__descriptor, false, h_list_jobs,
+         c, 0},
+        {"/zt.v1.Coordinator/CancelJob", &zt__v1__cancel_job_request__descriptor, false, h_cancel,
+         c, 0},
+        {"/zt.v1.Coordinator/WatchJob", &zt__v1__watch_job_request__descriptor, true, h_watch, c,
+         0},
+        {"/zt.v1.Coordinator/GetMetrics", &zt__v1__get_metrics_request__descriptor, false,
+         h_get_metrics, c, 0},
+        {"/zt.v1.Coordinator/ListCheckpoints", &zt__v1__list_checkpoints_request__descriptor, false,
+         h_list_ckpts, c, 0},
+        {"/zt.v1.Coordinator/ListAgents", &zt__v1__list_agents_request__descriptor, false,
+         h_list_agents, c, 0},
+        {"/zt.v1.Coordinator/GetLogs", &zt__v1__get_logs_request__descriptor, true, h_get_logs, c,
+         0},
         {"/zt.v1.Coordinator/Ping", &zt__v1__ping_request__descriptor, false, h_ping, c, 128},
-        {"/zt.v1.AgentControl/RegisterAgent", &zt__v1__register_agent_request__descriptor, false, h_register, c, 64},
-        {"/zt.v1.AgentControl/Heartbeat", &zt__v1__heartbeat_request__descriptor, false, h_heartbeat, c, 256},
-        {"/zt.v1.AgentControl/GetAttemptSpec", &zt__v1__get_attempt_spec_request__descriptor, false, h_attempt_spec, c, 0},
-        {"/zt.v1.AgentControl/ReportMetrics", &zt__v1__report_metrics_request__descriptor, false, h_report_metrics, c, 0},
-        {"/zt.v1.AgentControl/ReportCheckpoint", &zt__v1__report_checkpoint_request__descriptor, false, h_report_ckpt, c, 0},
-        {"/zt.v1.AgentControl/ReportLogs", &zt__v1__report_logs_request__descriptor, false, h_report_logs, c, 0},
-        {"/zt.v1.AgentControl/Rendezvous", &zt__v1__rendezvous_request__descriptor, false, h_rendezvous, c, 0},
-        {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, false, h_health_check, c, 0},
-        {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, true, h_health_watch, c, 0},
+        {"/zt.v1.AgentControl/RegisterAgent", &zt__v1__register_agent_request__descriptor, false,
+         h_register, c, 64},
+        {"/zt.v1.AgentControl/Heartbeat", &zt__v1__heartbeat_request__descriptor, false,
+         h_heartbeat, c, 256},
+        {"/zt.v1.AgentControl/GetAttemptSpec", &zt__v1__get_attempt_spec_request__descriptor, false,
+         h_attempt_spec, c, 0},
+        {"/zt.v1.AgentControl/ReportMetrics", &zt__v1__report_metrics_request__descriptor, false,
+         h_report_metrics, c, 0},
+        {"/zt.v1.AgentControl/ReportCheckpoint", &zt__v1__report_checkpoint_request__descriptor,
+         false, h_report_ckpt, c, 0},
+        {"/zt.v1.AgentControl/ReportLogs", &zt__v1__report_logs_request__descriptor, false,
+         h_report_logs, c, 0},
+        {"/zt.v1.AgentControl/Rendezvous", &zt__v1__rendezvous_request__descriptor, false,
+         h_rendezvous, c, 0},
+        {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, false,
+         h_health_check, c, 0},
+        {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, true,
+         h_health_watch, c, 0},
     };
     size_t n = sizeof(table) / sizeof(table[0]);
     for (size_t i = 0; i < n && i < cap; i++)

@@ -29,16 +29,14 @@ struct zt_http {
 static bool split_addr(const char *addr, char *host, size_t hcap, char *port, size_t pcap)
 {
     const char *colon = strrchr(addr, ':');
-    if (!colon || !colon[1])
-        return false;
+    if (!colon || !colon[1]) return false;
     const char *h = addr;
     size_t hl = (size_t)(colon - addr);
     if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
         h++;
         hl -= 2;
     }
-    if (hl >= hcap || strlen(colon + 1) >= pcap)
-        return false;
+    if (hl >= hcap || strlen(colon + 1) >= pcap) return false;
     memcpy(host, h, hl);
     host[hl] = '\0';
     snprintf(port, pcap, "%s", colon + 1);
@@ -48,10 +46,14 @@ static bool split_addr(const char *addr, char *host, size_t hcap, char *port, si
 static void respond(int fd, int code, const char *type, const char *body)
 {
     char head[256];
-    const char *text = code == 200 ? "OK" : code == 404 ? "Not Found" : code == 405 ? "Method Not Allowed" : "Service Unavailable";
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                     code, text, type, strlen(body));
+    const char *text = code == 200   ? "OK"
+                       : code == 404 ? "Not Found"
+                       : code == 405 ? "Method Not Allowed"
+                                     : "Service Unavailable";
+    int n = snprintf(
+        head, sizeof(head),
+        "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+        code, text, type, strlen(body));
     if (write(fd, head, (size_t)n) < 0 || write(fd, body, strlen(body)) < 0)
         ZT_DEBUG("http", "client went away: %s", strerror(errno));
 }
@@ -64,12 +66,10 @@ static void serve_one(zt_http *h, int fd)
     size_t n = 0;
     while (n < sizeof(buf) - 1) {
         ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
-        if (r <= 0)
-            break;
+        if (r <= 0) break;
         n += (size_t)r;
         buf[n] = '\0';
-        if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
-            break;
+        if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n")) break;
     }
     buf[n] = '\0';
     char method[16] = "", path[256] = "";
@@ -85,10 +85,9 @@ static void serve_one(zt_http *h, int fd)
     if (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0) {
         respond(fd, ok ? 200 : 503, "text/plain", ok ? "ok\n" : "shutting down\n");
     } else if (strcmp(path, "/") == 0) {
-        respond(fd, 200, "text/html; charset=utf-8",
-                "<!doctype html><title>zcoord</title><h1>zerotrain coordinator</h1>"
-                "<p>Health: <a href=\"/healthz\">/healthz</a>. The dashboard is not built into "
-                "this zcoord yet; use <code>zctl jobs</code>.</p>\n");
+        respond(
+            fd, 200, "text/html; charset=utf-8",
+            "<!doctype html><title>zcoord</title><h1>zerotrain coordinator</h1><p>Health: <a href=\"/healthz\">/healthz</a>. The dashboard is not built into this zcoord yet; use <code>zctl jobs</code>.</p>\n");
     } else {
         respond(fd, 404, "text/plain", "not found\n");
     }
@@ -98,16 +97,14 @@ static void *http_main(void *arg)
 {
     zt_http *h = arg;
     for (;;) {
-        struct pollfd p[2] = {{.fd = h->fd, .events = POLLIN}, {.fd = h->wake[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = h->fd, .events = POLLIN},
+                              {.fd = h->wake[0], .events = POLLIN}};
         int r = poll(p, 2, -1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 || (p[1].revents & POLLIN))
-            break;
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 || (p[1].revents & POLLIN)) break;
         if (p[0].revents & POLLIN) {
             int fd = accept(h->fd, NULL, NULL);
-            if (fd < 0)
-                continue;
+            if (fd < 0) continue;
             serve_one(h, fd);
             close(fd);
         }
@@ -124,8 +121,8 @@ zt_status zt_http_start(zt_http **out, const char *addr, zt_http_health_fn healt
         return zt_err_set(err, ZT_ERR_INVALID,
                           "HTTP address '%s' is not host:port; e.g. --http 127.0.0.1:8080",
                           addr ? addr : "");
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
     if (gai != 0)
@@ -141,8 +138,7 @@ zt_status zt_http_start(zt_http **out, const char *addr, zt_http_health_fn healt
     int e = 0;
     for (struct addrinfo *ai = res; ai && h->fd < 0; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-        if (fd < 0)
-            continue;
+        if (fd < 0) continue;
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0) {
@@ -155,8 +151,9 @@ zt_status zt_http_start(zt_http **out, const char *addr, zt_http_health_fn healt
     freeaddrinfo(res);
     if (h->fd < 0) {
         zt_free(h);
-        return zt_err_set(err, ZT_ERR_IO, "cannot listen on %s for HTTP: %s; choose another --http address",
-                          addr, strerror(e ? e : EADDRNOTAVAIL));
+        return zt_err_set(err, ZT_ERR_IO,
+                          "cannot listen on %s for HTTP: %s; choose another --http address", addr,
+                          strerror(e ? e : EADDRNOTAVAIL));
     }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
@@ -179,8 +176,7 @@ int zt_http_port(const zt_http *h)
 
 void zt_http_stop(zt_http *h)
 {
-    if (!h)
-        return;
+    if (!h) return;
     if (write(h->wake[1], "x", 1) < 0)
         ZT_WARN("http", "cannot wake the HTTP thread: %s", strerror(errno));
     pthread_join(h->thread, NULL);

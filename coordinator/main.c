@@ -31,9 +31,24 @@ typedef struct setting {
 } setting;
 
 enum {
-    S_DB, S_GRPC, S_HTTP, S_TOKEN_FILE, S_TLS_CERT, S_TLS_KEY, S_HB_INTERVAL, S_HB_TIMEOUT,
-    S_HANG_TIMEOUT, S_BACKOFF, S_BACKOFF_MAX, S_MAX_MESSAGE, S_POLLERS, S_METRICS_POINTS,
-    S_LOG_LINES, S_READY_FILE, S_LOG_LEVEL, S_COUNT
+    S_DB,
+    S_GRPC,
+    S_HTTP,
+    S_TOKEN_FILE,
+    S_TLS_CERT,
+    S_TLS_KEY,
+    S_HB_INTERVAL,
+    S_HB_TIMEOUT,
+    S_HANG_TIMEOUT,
+    S_BACKOFF,
+    S_BACKOFF_MAX,
+    S_MAX_MESSAGE,
+    S_POLLERS,
+    S_METRICS_POINTS,
+    S_LOG_LINES,
+    S_READY_FILE,
+    S_LOG_LEVEL,
+    S_COUNT
 };
 
 static setting settings[S_COUNT] = {
@@ -43,16 +58,16 @@ static setting settings[S_COUNT] = {
     [S_HTTP] = {"http", "ZT_HTTP_ADDR", T_STR, "127.0.0.1:8080", 0, 0,
                 "HTTP listen address for /healthz ('off' = none)", NULL, 0},
     [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", T_STR, "", 0, 0,
-                      "file holding the API token (or set ZT_TOKEN); none = loopback only", NULL, 0},
+                      "file holding the API token (or set ZT_TOKEN); none = loopback only", NULL,
+                      0},
     [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", T_STR, "", 0, 0, "PEM certificate chain: serve TLS",
                     NULL, 0},
     [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", T_STR, "", 0, 0, "PEM private key for --tls-cert", NULL,
                    0},
-    [S_HB_INTERVAL] = {"heartbeat-interval", "ZT_HEARTBEAT_INTERVAL", T_DURATION, "1s", 50,
-                       60000, "how often agents heartbeat", NULL, 0},
-    [S_HB_TIMEOUT] = {"heartbeat-timeout", "ZT_HEARTBEAT_TIMEOUT", T_DURATION, "10s", 200,
-                      3600000, "silence after which an agent is LOST and its attempts fail", NULL,
-                      0},
+    [S_HB_INTERVAL] = {"heartbeat-interval", "ZT_HEARTBEAT_INTERVAL", T_DURATION, "1s", 50, 60000,
+                       "how often agents heartbeat", NULL, 0},
+    [S_HB_TIMEOUT] = {"heartbeat-timeout", "ZT_HEARTBEAT_TIMEOUT", T_DURATION, "10s", 200, 3600000,
+                      "silence after which an agent is LOST and its attempts fail", NULL, 0},
     [S_HANG_TIMEOUT] = {"hang-timeout", "ZT_HANG_TIMEOUT", T_DURATION, "10m", 500, 86400000,
                         "no step progress after which an attempt fails as hung", NULL, 0},
     [S_BACKOFF] = {"restart-backoff", "ZT_RESTART_BACKOFF", T_DURATION, "2s", 0, 3600000,
@@ -75,23 +90,25 @@ static setting settings[S_COUNT] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: zcoord [options]\n\n"
-               "The zerotrain coordinator: stores jobs in SQLite, schedules them on agents and "
-               "serves the gRPC API\n(zt.v1.Coordinator, zt.v1.AgentControl, grpc.health.v1.Health). "
-               "SIGTERM or SIGINT stop it cleanly.\n\noptions (each also from its environment "
-               "variable):\n");
+    fprintf(
+        f,
+        "usage: zcoord [options]\n\n"
+        "The zerotrain coordinator: stores jobs in SQLite, schedules them on agents and serves the gRPC API\n(zt.v1.Coordinator, zt.v1.AgentControl, grpc.health.v1.Health). SIGTERM or SIGINT stop it cleanly.\n\noptions (each also from its environment variable):\n");
     for (int i = 0; i < S_COUNT; i++) {
         const setting *s = &settings[i];
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s %s", s->name,
-                 s->type == T_DURATION ? "DUR" : s->type == T_SIZE ? "SIZE" : s->type == T_INT ? "N" : "VAL");
+                 s->type == T_DURATION ? "DUR"
+                 : s->type == T_SIZE   ? "SIZE"
+                 : s->type == T_INT    ? "N"
+                                       : "VAL");
         fprintf(f, "  %-28s %s (%s", flag, s->help, s->env);
-        if (s->def[0])
-            fprintf(f, ", default %s", s->def);
+        if (s->def[0]) fprintf(f, ", default %s", s->def);
         fprintf(f, ")\n");
     }
-    fprintf(f, "\nDurations take ms, s, m or h (default s); sizes take KiB, MiB, GiB.\n"
-               "The token may also come from ZT_TOKEN. Without a token zcoord binds loopback only.\n");
+    fprintf(f,
+            "\nDurations take ms, s, m or h (default s); sizes take KiB, MiB, GiB.\n"
+            "The token may also come from ZT_TOKEN. Without a token zcoord binds loopback only.\n");
 }
 
 static bool parse_number(const char *v, double *num, const char **unit)
@@ -99,8 +116,7 @@ static bool parse_number(const char *v, double *num, const char **unit)
     char *end;
     errno = 0;
     *num = strtod(v, &end);
-    if (end == v || errno != 0 || *num < 0)
-        return false;
+    if (end == v || errno != 0 || *num < 0) return false;
     *unit = end;
     return true;
 }
@@ -108,8 +124,7 @@ static bool parse_number(const char *v, double *num, const char **unit)
 /* Parses s->sval into s->ival for numeric settings; message in err. */
 static bool parse_setting(setting *s, const char *origin, zt_err *err)
 {
-    if (s->type == T_STR)
-        return true;
+    if (s->type == T_STR) return true;
     double num;
     const char *unit;
     if (!parse_number(s->sval, &num, &unit)) {
@@ -153,7 +168,9 @@ static bool parse_setting(setting *s, const char *origin, zt_err *err)
     if (v < (double)s->min || v > (double)s->max) {
         zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is out of range [%" PRId64 ", %" PRId64 "]%s",
                    origin, s->sval, s->min, s->max,
-                   s->type == T_DURATION ? " ms" : s->type == T_SIZE ? " bytes" : "");
+                   s->type == T_DURATION ? " ms"
+                   : s->type == T_SIZE   ? " bytes"
+                                         : "");
         return false;
     }
     s->ival = (int64_t)v;
@@ -180,8 +197,7 @@ static char *read_file(const char *path, size_t max, zt_err *err, const char *wh
 
 static bool is_loopback(const char *addr)
 {
-    if (strncmp(addr, "unix:", 5) == 0)
-        return true;
+    if (strncmp(addr, "unix:", 5) == 0) return true;
     return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "localhost:", 10) == 0 ||
            strncmp(addr, "[::1]:", 6) == 0 || strncmp(addr, "ipv4:127.", 9) == 0;
 }
@@ -197,8 +213,7 @@ static int write_ready(const char *path, const char *grpc, const char *http)
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
+    if (!f) return -1;
     fprintf(f, "{\"grpc\": \"%s\", \"http\": \"%s\", \"pid\": %d}\n", grpc, http, (int)getpid());
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
         fclose(f);
@@ -274,8 +289,7 @@ int main(int argc, char **argv)
     int rc = 1;
     if (settings[S_TOKEN_FILE].sval[0]) {
         token = read_file(settings[S_TOKEN_FILE].sval, 4096, &err, "the token file");
-        if (!token)
-            goto usage_error;
+        if (!token) goto usage_error;
         size_t n = strlen(token);
         while (n > 0 && (token[n - 1] == '\n' || token[n - 1] == '\r' || token[n - 1] == ' '))
             token[--n] = '\0';
@@ -291,21 +305,21 @@ int main(int argc, char **argv)
     const char *http_addr = settings[S_HTTP].sval;
     bool http_on = http_addr[0] && strcmp(http_addr, "off") != 0;
     if (!token && (!is_loopback(grpc_addr) || (http_on && !is_loopback(http_addr)))) {
-        zt_err_set(&err, ZT_ERR_CONFIG,
-                   "refusing to listen on %s without a token: anyone who can reach it could run "
-                   "jobs; set --token-file (or ZT_TOKEN), or bind 127.0.0.1",
-                   !is_loopback(grpc_addr) ? grpc_addr : http_addr);
+        zt_err_set(
+            &err, ZT_ERR_CONFIG,
+            "refusing to listen on %s without a token: anyone who can reach it could run jobs; set --token-file (or ZT_TOKEN), or bind 127.0.0.1",
+            !is_loopback(grpc_addr) ? grpc_addr : http_addr);
         goto usage_error;
     }
     if (!!settings[S_TLS_CERT].sval[0] != !!settings[S_TLS_KEY].sval[0]) {
-        zt_err_set(&err, ZT_ERR_CONFIG, "--tls-cert and --tls-key go together: give both or neither");
+        zt_err_set(&err, ZT_ERR_CONFIG,
+                   "--tls-cert and --tls-key go together: give both or neither");
         goto usage_error;
     }
     if (settings[S_TLS_CERT].sval[0]) {
         cert = read_file(settings[S_TLS_CERT].sval, 1 << 20, &err, "the TLS certificate");
         key = cert ? read_file(settings[S_TLS_KEY].sval, 1 << 20, &err, "the TLS key") : NULL;
-        if (!cert || !key)
-            goto usage_error;
+        if (!cert || !key) goto usage_error;
     }
 
     /* signals: handled by sigwait in this thread; every thread started later blocks them */
@@ -382,16 +396,14 @@ int main(int argc, char **argv)
 cleanup:
     zt_http_stop(http);
     zt_coord_stop_serving(coord);
-    if (srv)
-        zt_rpc_server_shutdown(srv, 2000);
+    if (srv) zt_rpc_server_shutdown(srv, 2000);
     zt_coord_drain(coord);
     zt_rpc_server_destroy(srv);
     zt_coord_close(coord);
     zt_free(token);
     zt_free(cert);
     zt_free(key);
-    if (rc == 0)
-        ZT_INFO("zcoord", "stopped");
+    if (rc == 0) ZT_INFO("zcoord", "stopped");
     return rc;
 
 usage_error:

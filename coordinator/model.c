@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const job_names[] = {"?", "QUEUED", "SCHEDULED", "RUNNING",
+static const char *const job_names[] = {"?",         "QUEUED", "SCHEDULED", "RUNNING",
                                         "COMPLETED", "FAILED", "CANCELED"};
-static const char *const attempt_names[] = {"?", "STARTING", "RUNNING", "SUCCEEDED", "FAILED",
-                                            "CANCELED"};
+static const char *const attempt_names[] = {"?",         "STARTING", "RUNNING",
+                                            "SUCCEEDED", "FAILED",   "CANCELED"};
 static const char *const agent_names[] = {"?", "ALIVE", "LOST"};
 static const char *const ckpt_names[] = {"?", "PARTIAL", "COMMITTED"};
 
@@ -15,11 +15,9 @@ static const char *const ckpt_names[] = {"?", "PARTIAL", "COMMITTED"};
 
 static int parse_in(const char *const *tbl, size_t n, const char *name)
 {
-    if (!name)
-        return 0;
+    if (!name) return 0;
     for (size_t i = 1; i < n; i++)
-        if (strcmp(tbl[i], name) == 0)
-            return (int)i;
+        if (strcmp(tbl[i], name) == 0) return (int)i;
     return 0;
 }
 

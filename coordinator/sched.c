@@ -16,8 +16,7 @@ static const char *device_name(int device)
 
 static int free_slots(const zt_sched_agent *a)
 {
-    if (!a->alive)
-        return 0;
+    if (!a->alive) return 0;
     int n = 0;
     for (int i = 0; i < a->slots; i++)
         n += !a->busy[i];
@@ -32,16 +31,14 @@ typedef struct {
 static int cmp_cand(const void *x, const void *y)
 {
     const cand *a = x, *b = y;
-    if (a->free != b->free)
-        return b->free - a->free; /* most free first */
+    if (a->free != b->free) return b->free - a->free; /* most free first */
     return a->idx - b->idx;
 }
 
 static int cmp_order(const void *x, const void *y, const zt_sched_job *jobs)
 {
     const zt_sched_job *a = &jobs[*(const size_t *)x], *b = &jobs[*(const size_t *)y];
-    if (a->priority != b->priority)
-        return a->priority > b->priority ? -1 : 1;
+    if (a->priority != b->priority) return a->priority > b->priority ? -1 : 1;
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
@@ -68,8 +65,7 @@ static void describe_free(const zt_sched_agent *agents, size_t n_agents, int dev
     int shown = 0, total_free = 0, nag = 0;
     for (size_t i = 0; i < n_agents; i++) {
         const zt_sched_agent *a = &agents[i];
-        if (!a->alive || a->device != device)
-            continue;
+        if (!a->alive || a->device != device) continue;
         int f = free_slots(a);
         total_free += f;
         nag++;
@@ -112,14 +108,12 @@ void zt_sched_plan(zt_sched_agent *agents, size_t n_agents, const zt_sched_job *
         d->reason[0] = '\0';
         int dev = j->device == 2 ? 2 : 1;
         int rpn = j->ranks_per_node > 0 ? j->ranks_per_node : j->ranks;
-        if (!j->eligible)
-            continue; /* the caller words the backoff reason */
+        if (!j->eligible) continue; /* the caller words the backoff reason */
         int live = 0, capacity = 0, free_total = 0;
         size_t nc = 0;
         for (size_t a = 0; a < n_agents; a++) {
             const zt_sched_agent *ag = &agents[a];
-            if (!ag->alive || ag->device != dev)
-                continue;
+            if (!ag->alive || ag->device != dev) continue;
             live++;
             capacity += ag->slots < rpn ? ag->slots : rpn;
             int f = free_slots(ag);
@@ -137,11 +131,11 @@ void zt_sched_plan(zt_sched_agent *agents, size_t n_agents, const zt_sched_job *
             continue;
         }
         if (capacity < j->ranks) {
-            snprintf(d->reason, sizeof(d->reason),
-                     "cluster too small: needs %d %s slots with at most %d per node, but the %d "
-                     "live %s agent%s can hold at most %d",
-                     j->ranks, device_name(dev), rpn, live, device_name(dev), live == 1 ? "" : "s",
-                     capacity);
+            snprintf(
+                d->reason, sizeof(d->reason),
+                "cluster too small: needs %d %s slots with at most %d per node, but the %d live %s agent%s can hold at most %d",
+                j->ranks, device_name(dev), rpn, live, device_name(dev), live == 1 ? "" : "s",
+                capacity);
             continue;
         }
         if (blocker[dev]) {
@@ -155,10 +149,10 @@ void zt_sched_plan(zt_sched_agent *agents, size_t n_agents, const zt_sched_job *
         for (size_t c = 0; c < nc; c++)
             placeable += cands[c].free < rpn ? cands[c].free : rpn;
         if (placeable < j->ranks) {
-            int n = snprintf(d->reason, sizeof(d->reason),
-                             "waiting for free slots: needs %d %s slots with at most %d per node; "
-                             "%d free now",
-                             j->ranks, device_name(dev), rpn, free_total);
+            int n = snprintf(
+                d->reason, sizeof(d->reason),
+                "waiting for free slots: needs %d %s slots with at most %d per node; %d free now",
+                j->ranks, device_name(dev), rpn, free_total);
             if (n > 0 && (size_t)n < sizeof(d->reason))
                 describe_free(agents, n_agents, dev, d->reason, sizeof(d->reason));
             blocker[dev] = j->id;
@@ -170,12 +164,10 @@ void zt_sched_plan(zt_sched_agent *agents, size_t n_agents, const zt_sched_job *
         for (size_t c = 0; c < nc && r < j->ranks; c++) {
             zt_sched_agent *ag = &agents[cands[c].idx];
             int take = cands[c].free < rpn ? cands[c].free : rpn;
-            if (take > j->ranks - r)
-                take = j->ranks - r;
+            if (take > j->ranks - r) take = j->ranks - r;
             int local = 0;
             for (int s = 0; s < ag->slots && local < take; s++) {
-                if (ag->busy[s])
-                    continue;
+                if (ag->busy[s]) continue;
                 ag->busy[s] = true;
                 d->ranks[r].agent = cands[c].idx;
                 d->ranks[r].local_rank = local;
@@ -246,8 +238,7 @@ zt_exit_class zt_sched_classify_exit(int code, int sig, char *why, size_t cap)
 
 int64_t zt_sched_backoff_ms(int64_t base_ms, int64_t max_ms, int n)
 {
-    if (base_ms <= 0)
-        return 0;
+    if (base_ms <= 0) return 0;
     int64_t d = base_ms;
     for (int i = 1; i < n && d < max_ms; i++)
         d *= 2;

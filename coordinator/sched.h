@@ -15,10 +15,10 @@
 
 typedef struct zt_sched_agent {
     const char *name;
-    int device;     /* 1 cpu, 2 cuda */
+    int device; /* 1 cpu, 2 cuda */
     bool alive;
-    int slots;      /* total */
-    bool *busy;     /* [slots]: slot i in use; zt_sched_plan marks the slots it hands out */
+    int slots;  /* total */
+    bool *busy; /* [slots]: slot i in use; zt_sched_plan marks the slots it hands out */
 } zt_sched_agent;
 
 typedef struct zt_sched_job {
@@ -27,7 +27,7 @@ typedef struct zt_sched_job {
     int ranks;
     int ranks_per_node; /* at most this many ranks on one agent */
     int device;
-    bool eligible;      /* false while a restart backoff runs: skipped, blocks nobody */
+    bool eligible; /* false while a restart backoff runs: skipped, blocks nobody */
 } zt_sched_job;
 
 typedef struct zt_sched_slot {
@@ -38,8 +38,8 @@ typedef struct zt_sched_slot {
 
 typedef struct zt_sched_decision {
     bool placed;
-    zt_sched_slot *ranks;               /* [ranks], caller-provided, filled when placed */
-    char reason[ZT_SCHED_REASON_MAX];   /* why it is not placed (placed = false) */
+    zt_sched_slot *ranks;             /* [ranks], caller-provided, filled when placed */
+    char reason[ZT_SCHED_REASON_MAX]; /* why it is not placed (placed = false) */
 } zt_sched_decision;
 
 /* Places jobs in priority/FIFO order onto the agents' free slots. out[i] belongs to jobs[i]

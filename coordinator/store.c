@@ -376,8 +376,7 @@ static zt_status migrate(zt_store *s, int target, zt_err *err)
         return db_err(s, err, "reading the schema version");
     if (v > ZT_STORE_SCHEMA_VERSION)
         return zt_err_set(err, ZT_ERR_STATE,
-                          "database %s has schema version %d but this zcoord knows versions up to "
-                          "%d; run a newer zcoord (or point --db at another file)",
+                          "database %s has schema version %d but this zcoord knows versions up to %d; run a newer zcoord (or point --db at another file)",
                           s->path, v, ZT_STORE_SCHEMA_VERSION);
     for (int i = v; i < target; i++) {
         char pragma[64];
@@ -415,8 +414,7 @@ static zt_status open_store(zt_store **out, const char *path, bool readonly, int
     }
     if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
         st = zt_err_set(err, readonly ? ZT_ERR_NOT_FOUND : ZT_ERR_IO,
-                        "cannot open the database %s: %s; check the path given to --db and that "
-                        "its directory is writable",
+                        "cannot open the database %s: %s; check the path given to --db and that its directory is writable",
                         path, s->db ? sqlite3_errmsg(s->db) : "out of memory");
         goto fail;
     }
@@ -428,8 +426,7 @@ static zt_status open_store(zt_store **out, const char *path, bool readonly, int
     char *msg = NULL;
     if (sqlite3_exec(s->db, setup, NULL, NULL, &msg) != SQLITE_OK) {
         st = zt_err_set(err, ZT_ERR_DB,
-                        "cannot set up the database %s: %s; is it a zerotrain database (and not "
-                        "on a network file system without locking)?",
+                        "cannot set up the database %s: %s; is it a zerotrain database (and not on a network file system without locking)?",
                         path, msg ? msg : sqlite3_errmsg(s->db));
         sqlite3_free(msg);
         goto fail;

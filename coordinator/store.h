@@ -71,8 +71,8 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
                                   int64_t now_ms, int64_t *ckpt_id, int *shards, bool *committed,
                                   zt_err *err);
 /* Replaces rank's rendezvous entry for an attempt. */
-zt_status zt_store_rdzv_put(zt_store *s, int64_t attempt_id, int rank, const void *value, size_t len,
-                            zt_err *err);
+zt_status zt_store_rdzv_put(zt_store *s, int64_t attempt_id, int rank, const void *value,
+                            size_t len, zt_err *err);
 
 /* ---- reads ----------------------------------------------------------------------------- */
 

@@ -21,15 +21,13 @@ static bool fail(char *why, size_t cap, const char *fmt, ...)
 
 static bool charset_ok(const char *s, size_t max, const char *extra)
 {
-    if (!s || !*s)
-        return false;
+    if (!s || !*s) return false;
     size_t n = 0;
     for (; *s; s++, n++) {
         unsigned char ch = (unsigned char)*s;
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  strchr(extra, ch) != NULL;
-        if (!ok || n >= max)
-            return false;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || strchr(extra, ch) != NULL;
+        if (!ok || n >= max) return false;
     }
     return true;
 }
@@ -60,8 +58,8 @@ bool zt_check_submit(const Zt__V1__SubmitJobRequest *q, char *why, size_t cap)
     if (q->job_dir && strlen(q->job_dir) >= 1024)
         return fail(why, cap, "job_dir is longer than 1023 bytes");
     if (q->priority < -ZT_MAX_PRIORITY || q->priority > ZT_MAX_PRIORITY)
-        return fail(why, cap, "priority %d is out of range [%d, %d]", q->priority,
-                    -ZT_MAX_PRIORITY, ZT_MAX_PRIORITY);
+        return fail(why, cap, "priority %d is out of range [%d, %d]", q->priority, -ZT_MAX_PRIORITY,
+                    ZT_MAX_PRIORITY);
     if (q->submit_key && strlen(q->submit_key) > 128)
         return fail(why, cap, "submit_key is longer than 128 bytes");
     return true;
@@ -70,7 +68,8 @@ bool zt_check_submit(const Zt__V1__SubmitJobRequest *q, char *why, size_t cap)
 bool zt_check_job_id(int64_t id, char *why, size_t cap)
 {
     if (id <= 0)
-        return fail(why, cap, "job_id %lld is not a job id: ids are positive integers", (long long)id);
+        return fail(why, cap, "job_id %lld is not a job id: ids are positive integers",
+                    (long long)id);
     return true;
 }
 
@@ -89,12 +88,10 @@ bool zt_check_list_jobs(const Zt__V1__ListJobsRequest *q, char *why, size_t cap)
 
 bool zt_check_get_metrics(const Zt__V1__GetMetricsRequest *q, char *why, size_t cap)
 {
-    if (!zt_check_job_id(q->job_id, why, cap))
-        return false;
+    if (!zt_check_job_id(q->job_id, why, cap)) return false;
     if (q->max_points < 0 || q->max_points > 100000)
         return fail(why, cap, "max_points %d is out of range [0, 100000]", q->max_points);
-    if (q->n_keys > 256)
-        return fail(why, cap, "%zu keys asked; at most 256", q->n_keys);
+    if (q->n_keys > 256) return fail(why, cap, "%zu keys asked; at most 256", q->n_keys);
     for (size_t i = 0; i < q->n_keys; i++)
         if (!zt_valid_metric_key(q->keys[i]))
             return fail(why, cap, "keys[%zu] is not a metric key (letters, digits, '_', '.')", i);
@@ -103,15 +100,11 @@ bool zt_check_get_metrics(const Zt__V1__GetMetricsRequest *q, char *why, size_t 
 
 bool zt_check_get_logs(const Zt__V1__GetLogsRequest *q, char *why, size_t cap)
 {
-    if (!zt_check_job_id(q->job_id, why, cap))
-        return false;
-    if (q->tail < 0)
-        return fail(why, cap, "tail %d is negative", q->tail);
-    if (q->n_ranks > 4096)
-        return fail(why, cap, "%zu ranks asked; at most 4096", q->n_ranks);
+    if (!zt_check_job_id(q->job_id, why, cap)) return false;
+    if (q->tail < 0) return fail(why, cap, "tail %d is negative", q->tail);
+    if (q->n_ranks > 4096) return fail(why, cap, "%zu ranks asked; at most 4096", q->n_ranks);
     for (size_t i = 0; i < q->n_ranks; i++)
-        if (q->ranks[i] < 0)
-            return fail(why, cap, "ranks[%zu] = %d is negative", i, q->ranks[i]);
+        if (q->ranks[i] < 0) return fail(why, cap, "ranks[%zu] = %d is negative", i, q->ranks[i]);
     return true;
 }
 
@@ -158,8 +151,7 @@ bool zt_check_heartbeat(const Zt__V1__HeartbeatRequest *q, char *why, size_t cap
         return fail(why, cap, "agent %s reports %zu workers; at most %d", q->name, q->n_workers,
                     ZT_MAX_WORKERS_PER_HEARTBEAT);
     for (size_t i = 0; i < q->n_workers; i++)
-        if (!worker_ok(q->workers[i], i, why, cap))
-            return false;
+        if (!worker_ok(q->workers[i], i, why, cap)) return false;
     if (q->n_gpus > 256)
         return fail(why, cap, "agent %s: %zu GPUs listed; at most 256", q->name, q->n_gpus);
     return true;
@@ -178,10 +170,10 @@ bool zt_check_report_metrics(const Zt__V1__ReportMetricsRequest *q, char *why, s
             return fail(why, cap, "steps[%zu]: %zu values; at most 64", i, s->n_values);
         for (size_t k = 0; k < s->n_values; k++)
             if (!zt_valid_metric_key(s->values[k]->key))
-                return fail(why, cap,
-                            "steps[%zu].values[%zu]: key is not a metric key (1-64 letters, "
-                            "digits, '_', '.')",
-                            i, k);
+                return fail(
+                    why, cap,
+                    "steps[%zu].values[%zu]: key is not a metric key (1-64 letters, digits, '_', '.')",
+                    i, k);
     }
     return true;
 }
@@ -190,18 +182,15 @@ bool zt_check_report_checkpoint(const Zt__V1__ReportCheckpointRequest *q, char *
 {
     if (q->attempt_id <= 0)
         return fail(why, cap, "attempt_id %lld is not valid", (long long)q->attempt_id);
-    if (q->rank < 0)
-        return fail(why, cap, "rank %d is negative", q->rank);
-    if (q->step < 0)
-        return fail(why, cap, "step %lld is negative", (long long)q->step);
+    if (q->rank < 0) return fail(why, cap, "rank %d is negative", q->rank);
+    if (q->step < 0) return fail(why, cap, "step %lld is negative", (long long)q->step);
     if (!q->dir || q->dir[0] != '/')
         return fail(why, cap, "dir must be the checkpoint directory's absolute path");
     if (strlen(q->dir) >= 1024 || (q->file && strlen(q->file) >= 256))
         return fail(why, cap, "dir or file name too long");
     if (!q->file || !q->file[0] || strchr(q->file, '/'))
         return fail(why, cap, "file must be the shard's name inside dir (no '/')");
-    if (q->bytes < 0)
-        return fail(why, cap, "bytes %lld is negative", (long long)q->bytes);
+    if (q->bytes < 0) return fail(why, cap, "bytes %lld is negative", (long long)q->bytes);
     return true;
 }
 
@@ -225,8 +214,7 @@ bool zt_check_rendezvous(const Zt__V1__RendezvousRequest *q, char *why, size_t c
 {
     if (q->attempt_id <= 0)
         return fail(why, cap, "attempt_id %lld is not valid", (long long)q->attempt_id);
-    if (q->rank < 0)
-        return fail(why, cap, "rank %d is negative", q->rank);
+    if (q->rank < 0) return fail(why, cap, "rank %d is negative", q->rank);
     if (q->value.len > ZT_MAX_RDZV_VALUE)
         return fail(why, cap, "value of %zu bytes is over %d", q->value.len, ZT_MAX_RDZV_VALUE);
     if ((int)q->wait < 0 || q->wait > ZT__V1__RENDEZVOUS_REQUEST__WAIT__WAIT_ALL)

@@ -26,8 +26,7 @@ static size_t enum_prefix_len(const ProtobufCEnumDescriptor *type, const char *v
 const char *zt_pb_enum_short_name(const ProtobufCEnumDescriptor *type, int value)
 {
     const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(type, value);
-    if (!v)
-        return "?";
+    if (!v) return "?";
     return v->name + enum_prefix_len(type, v->name);
 }
 
@@ -36,15 +35,12 @@ static json_t *base64(const uint8_t *data, size_t len)
     static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     size_t out_len = 4 * ((len + 2) / 3);
     char *out = zt_malloc(out_len + 1);
-    if (!out)
-        return NULL;
+    if (!out) return NULL;
     size_t j = 0;
     for (size_t i = 0; i < len; i += 3) {
         uint32_t v = (uint32_t)data[i] << 16;
-        if (i + 1 < len)
-            v |= (uint32_t)data[i + 1] << 8;
-        if (i + 2 < len)
-            v |= data[i + 2];
+        if (i + 1 < len) v |= (uint32_t)data[i + 1] << 8;
+        if (i + 2 < len) v |= data[i + 2];
         out[j++] = tbl[(v >> 18) & 63];
         out[j++] = tbl[(v >> 12) & 63];
         out[j++] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
@@ -69,10 +65,10 @@ static json_t *value_json(const ProtobufCFieldDescriptor *f, const void *p)
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:
     case PROTOBUF_C_TYPE_SFIXED64:
-        return json_integer((json_int_t)*(const int64_t *)p);
+        return json_integer((json_int_t) * (const int64_t *)p);
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-        return json_integer((json_int_t)*(const uint64_t *)p);
+        return json_integer((json_int_t) * (const uint64_t *)p);
     case PROTOBUF_C_TYPE_FLOAT:
         return json_real(*(const float *)p);
     case PROTOBUF_C_TYPE_DOUBLE:
@@ -133,8 +129,7 @@ static size_t type_size(ProtobufCType t)
 json_t *zt_pb_to_json(const ProtobufCMessage *msg)
 {
     json_t *obj = json_object();
-    if (!obj)
-        return NULL;
+    if (!obj) return NULL;
     const ProtobufCMessageDescriptor *d = msg->descriptor;
     const char *base = (const char *)msg;
     for (unsigned i = 0; i < d->n_fields; i++) {

@@ -174,8 +174,8 @@ zt_status zt_rpc_stream_open(zt_rpc_client *c, const char *path, const ProtobufC
 /* Next message (of type) into *msg, free with zt_pb_free. At the end of the stream returns
  * ZT_OK with *msg NULL when the server finished with OK, or the error (code, message)
  * otherwise. */
-zt_status zt_rpc_stream_next(zt_rpc_stream *s, const ProtobufCMessageDescriptor *type,
-                             void **msg, zt_rpc_code *code, zt_err *err);
+zt_status zt_rpc_stream_next(zt_rpc_stream *s, const ProtobufCMessageDescriptor *type, void **msg,
+                             zt_rpc_code *code, zt_err *err);
 /* Cancels the call if it is still open and frees the stream. NULL is a no-op. */
 void zt_rpc_stream_close(zt_rpc_stream *s);
 

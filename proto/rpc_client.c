@@ -25,7 +25,7 @@
 struct zt_rpc_client {
     grpc_channel *ch;
     char *target;
-    char *auth_value; /* "Bearer <token>" or NULL */
+    char *auth_value;  /* "Bearer <token>" or NULL */
     uint32_t md_flags; /* flags of SEND_INITIAL_METADATA (wait for ready) */
     pthread_mutex_t mu;
     struct {
@@ -55,11 +55,9 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *
     if (!cfg || !cfg->target || !cfg->target[0])
         return zt_err_set(err, ZT_ERR_INVALID, "no coordinator address given");
     zt_rpc_client *c = zt_calloc(1, sizeof(*c));
-    if (!c)
-        return zt_err_set(err, ZT_ERR_NOMEM, "rpc client: out of memory");
+    if (!c) return zt_err_set(err, ZT_ERR_NOMEM, "rpc client: out of memory");
     c->target = zt_strdup(cfg->target);
-    if (cfg->token && cfg->token[0])
-        c->auth_value = zt_asprintf("Bearer %s", cfg->token);
+    if (cfg->token && cfg->token[0]) c->auth_value = zt_asprintf("Bearer %s", cfg->token);
     if (!c->target || (cfg->token && cfg->token[0] && !c->auth_value)) {
         zt_free(c->target);
         zt_free(c->auth_value);
@@ -72,7 +70,8 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *
                       GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
     zt_rpc_init_logging();
     grpc_init();
-    int max_msg = (int)(cfg->max_message_bytes ? cfg->max_message_bytes : ZT_RPC_DEFAULT_MAX_MESSAGE);
+    int max_msg =
+        (int)(cfg->max_message_bytes ? cfg->max_message_bytes : ZT_RPC_DEFAULT_MAX_MESSAGE);
     grpc_arg args[9];
     size_t n = 0;
     memset(args, 0, sizeof(args));
@@ -122,10 +121,8 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *
 
 void zt_rpc_client_destroy(zt_rpc_client *c)
 {
-    if (!c)
-        return;
-    if (c->ch)
-        grpc_channel_destroy(c->ch);
+    if (!c) return;
+    if (c->ch) grpc_channel_destroy(c->ch);
     for (int i = 0; i < c->nreg; i++)
         zt_free(c->reg[i].path);
     zt_free(c->target);
@@ -167,10 +164,10 @@ static void *method_handle(zt_rpc_client *c, const char *path)
 static grpc_call *new_call(zt_rpc_client *c, grpc_completion_queue *cq, const char *path,
                            int timeout_ms, zt_err *err)
 {
-    gpr_timespec deadline =
-        timeout_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis(timeout_ms, GPR_TIMESPAN))
-                       : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    gpr_timespec deadline = timeout_ms > 0
+                                ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                               gpr_time_from_millis(timeout_ms, GPR_TIMESPAN))
+                                : gpr_inf_future(GPR_CLOCK_MONOTONIC);
     void *h = method_handle(c, path);
     grpc_call *call;
     if (h) {
@@ -180,8 +177,7 @@ static grpc_call *new_call(zt_rpc_client *c, grpc_completion_queue *cq, const ch
         call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
                                         grpc_slice_from_static_string(path), NULL, deadline, NULL);
     }
-    if (!call)
-        zt_err_set(err, ZT_ERR_INTERNAL, "cannot create a call to %s", path);
+    if (!call) zt_err_set(err, ZT_ERR_INTERNAL, "cannot create a call to %s", path);
     return call;
 }
 
@@ -215,8 +211,7 @@ static void drain_destroy_pluck(grpc_completion_queue *cq)
 static void *decode_bb(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *type)
 {
     grpc_byte_buffer_reader rd;
-    if (!grpc_byte_buffer_reader_init(&rd, bb))
-        return NULL;
+    if (!grpc_byte_buffer_reader_init(&rd, bb)) return NULL;
     grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
     grpc_byte_buffer_reader_destroy(&rd);
     void *m = zt_pb_unpack(type, GRPC_SLICE_START_PTR(all), GRPC_SLICE_LENGTH(all));
@@ -224,13 +219,12 @@ static void *decode_bb(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *t
     return m;
 }
 
-static zt_status status_result(grpc_status_code status, grpc_slice details, const char *error_string,
-                               const char *path, zt_rpc_code *code, zt_err *err)
+static zt_status status_result(grpc_status_code status, grpc_slice details,
+                               const char *error_string, const char *path, zt_rpc_code *code,
+                               zt_err *err)
 {
-    if (code)
-        *code = (zt_rpc_code)status;
-    if (status == GRPC_STATUS_OK)
-        return ZT_OK;
+    if (code) *code = (zt_rpc_code)status;
+    if (status == GRPC_STATUS_OK) return ZT_OK;
     char *d = grpc_slice_to_c_string(details);
     const char *msg = d && d[0] ? d : (error_string ? error_string : "");
     zt_status st = zt_rpc_status_from_code((zt_rpc_code)status);
@@ -247,8 +241,7 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
                        zt_rpc_code *code, zt_err *err)
 {
     *reply = NULL;
-    if (code)
-        *code = ZT_RPC_INTERNAL;
+    if (code) *code = ZT_RPC_INTERNAL;
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_call *call = new_call(c, cq, path, timeout_ms > 0 ? timeout_ms : 30000, err);
     if (!call) {
@@ -297,15 +290,14 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
         if (!recv) {
             st = zt_err_set(err, ZT_ERR_RPC, "%s: the server answered OK without a message", path);
         } else if (!(*reply = decode_bb(recv, reply_type))) {
-            st = zt_err_set(err, ZT_ERR_FORMAT,
-                            "%s: cannot decode the reply as %s; are client and server built from "
-                            "the same zerotrain.proto?",
-                            path, reply_type->name);
+            st = zt_err_set(
+                err, ZT_ERR_FORMAT,
+                "%s: cannot decode the reply as %s; are client and server built from the same zerotrain.proto?",
+                path, reply_type->name);
         }
     }
 cleanup:
-    if (recv)
-        grpc_byte_buffer_destroy(recv);
+    if (recv) grpc_byte_buffer_destroy(recv);
     grpc_byte_buffer_destroy(send);
     grpc_slice_unref(details);
     gpr_free((void *)error_string);
@@ -323,8 +315,7 @@ zt_status zt_rpc_stream_open(zt_rpc_client *c, const char *path, const ProtobufC
 {
     *out = NULL;
     zt_rpc_stream *s = zt_calloc(1, sizeof(*s));
-    if (!s)
-        return zt_err_set(err, ZT_ERR_NOMEM, "rpc client: out of memory");
+    if (!s) return zt_err_set(err, ZT_ERR_NOMEM, "rpc client: out of memory");
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_metadata_array_init(&s->md_in);
     grpc_metadata_array_init(&s->trailing);
@@ -365,10 +356,8 @@ zt_status zt_rpc_stream_next(zt_rpc_stream *s, const ProtobufCMessageDescriptor 
                              zt_rpc_code *code, zt_err *err)
 {
     *msg = NULL;
-    if (code)
-        *code = ZT_RPC_OK;
-    if (s->done)
-        return ZT_OK;
+    if (code) *code = ZT_RPC_OK;
+    if (s->done) return ZT_OK;
     grpc_byte_buffer *recv = NULL;
     grpc_op op;
     memset(&op, 0, sizeof(op));
@@ -382,8 +371,7 @@ zt_status zt_rpc_stream_next(zt_rpc_stream *s, const ProtobufCMessageDescriptor 
         *msg = decode_bb(recv, type);
         grpc_byte_buffer_destroy(recv);
         if (!*msg) {
-            if (code)
-                *code = ZT_RPC_INTERNAL;
+            if (code) *code = ZT_RPC_INTERNAL;
             return zt_err_set(err, ZT_ERR_FORMAT, "cannot decode a stream message as %s",
                               type->name);
         }
@@ -411,11 +399,9 @@ zt_status zt_rpc_stream_next(zt_rpc_stream *s, const ProtobufCMessageDescriptor 
 
 void zt_rpc_stream_close(zt_rpc_stream *s)
 {
-    if (!s)
-        return;
+    if (!s) return;
     if (s->call) {
-        if (!s->done)
-            grpc_call_cancel(s->call, NULL);
+        if (!s->done) grpc_call_cancel(s->call, NULL);
         grpc_call_unref(s->call);
     }
     grpc_metadata_array_destroy(&s->md_in);
@@ -441,8 +427,7 @@ typedef struct async_call {
 zt_rpc_cq *zt_rpc_cq_create(void)
 {
     zt_rpc_cq *q = zt_calloc(1, sizeof(*q));
-    if (!q)
-        return NULL;
+    if (!q) return NULL;
     zt_rpc_init_logging();
     grpc_init();
     q->cq = grpc_completion_queue_create_for_next(NULL);
@@ -451,8 +436,7 @@ zt_rpc_cq *zt_rpc_cq_create(void)
 
 void zt_rpc_cq_destroy(zt_rpc_cq *q)
 {
-    if (!q)
-        return;
+    if (!q) return;
     grpc_completion_queue_shutdown(q->cq);
     while (grpc_completion_queue_next(q->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN) {
@@ -527,8 +511,7 @@ zt_status zt_rpc_unary_async_bytes(zt_rpc_client *c, zt_rpc_cq *q, const char *p
                                    zt_rpc_done_fn done, void *arg, zt_err *err)
 {
     grpc_slice sl = grpc_slice_malloc(len);
-    if (len)
-        memcpy(GRPC_SLICE_START_PTR(sl), request, len);
+    if (len) memcpy(GRPC_SLICE_START_PTR(sl), request, len);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
     return start_async(c, q, path, bb, timeout_ms, done, arg, err);
@@ -550,17 +533,14 @@ static void finish_async(async_call *a)
         }
     } else if (a->status != GRPC_STATUS_OK) {
         size_t n = GRPC_SLICE_LENGTH(a->details);
-        if (n >= sizeof(msgbuf))
-            n = sizeof(msgbuf) - 1;
+        if (n >= sizeof(msgbuf)) n = sizeof(msgbuf) - 1;
         memcpy(msgbuf, GRPC_SLICE_START_PTR(a->details), n);
         msgbuf[n] = '\0';
-        if (!msgbuf[0] && a->error_string)
-            snprintf(msgbuf, sizeof(msgbuf), "%s", a->error_string);
+        if (!msgbuf[0] && a->error_string) snprintf(msgbuf, sizeof(msgbuf), "%s", a->error_string);
     }
     a->done(a->arg, (zt_rpc_code)a->status, msgbuf, bytes, len);
     grpc_slice_unref(all);
-    if (a->recv)
-        grpc_byte_buffer_destroy(a->recv);
+    if (a->recv) grpc_byte_buffer_destroy(a->recv);
     grpc_byte_buffer_destroy(a->send);
     grpc_slice_unref(a->details);
     gpr_free((void *)a->error_string);
@@ -573,16 +553,14 @@ static void finish_async(async_call *a)
 int zt_rpc_cq_poll(zt_rpc_cq *q, int timeout_ms)
 {
     int n = 0;
-    gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis(timeout_ms > 0 ? timeout_ms : 0,
-                                                           GPR_TIMESPAN));
+    gpr_timespec until =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_millis(timeout_ms > 0 ? timeout_ms : 0, GPR_TIMESPAN));
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(q->cq, n ? gpr_inf_past(GPR_CLOCK_MONOTONIC) : until,
-                                                   NULL);
-        if (ev.type == GRPC_QUEUE_TIMEOUT)
-            return n;
-        if (ev.type == GRPC_QUEUE_SHUTDOWN)
-            return n ? n : -1;
+        grpc_event ev =
+            grpc_completion_queue_next(q->cq, n ? gpr_inf_past(GPR_CLOCK_MONOTONIC) : until, NULL);
+        if (ev.type == GRPC_QUEUE_TIMEOUT) return n;
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) return n ? n : -1;
         finish_async(ev.tag);
         n++;
     }

@@ -12,13 +12,25 @@
 const char *zt_rpc_code_name(zt_rpc_code code)
 {
     static const char *const names[] = {
-        "OK",        "CANCELLED",      "UNKNOWN",   "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-        "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
     };
-    if ((int)code < 0 || (size_t)code >= sizeof(names) / sizeof(names[0]))
-        return "UNKNOWN";
+    if ((int)code < 0 || (size_t)code >= sizeof(names) / sizeof(names[0])) return "UNKNOWN";
     return names[code];
 }
 
@@ -115,16 +127,14 @@ void *zt_pb_unpack(const ProtobufCMessageDescriptor *type, const uint8_t *data, 
 
 void zt_pb_free(void *msg)
 {
-    if (msg)
-        protobuf_c_message_free_unpacked((ProtobufCMessage *)msg, &zt_pb_allocator);
+    if (msg) protobuf_c_message_free_unpacked((ProtobufCMessage *)msg, &zt_pb_allocator);
 }
 
 uint8_t *zt_pb_pack(const ProtobufCMessage *msg, size_t *len)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
     uint8_t *buf = zt_malloc(n ? n : 1);
-    if (!buf)
-        return NULL;
+    if (!buf) return NULL;
     *len = protobuf_c_message_pack(msg, buf);
     return buf;
 }
@@ -141,6 +151,5 @@ static void grpc_log_to_zt(gpr_log_func_args *args)
 void zt_rpc_init_logging(void)
 {
     gpr_set_log_function(grpc_log_to_zt);
-    if (zt_log_level_current < ZT_LOG_DEBUG)
-        gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
+    if (zt_log_level_current < ZT_LOG_DEBUG) gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
 }

@@ -72,9 +72,9 @@ struct zt_rpc_call {
 
     pthread_mutex_t mu; /* everything below, and grpc_call_start_batch of sends */
     bool closed;
-    bool answered;      /* reply / fail / finish was called */
+    bool answered; /* reply / fail / finish was called */
     bool md_sent;
-    bool sending;       /* a send batch is in flight */
+    bool sending; /* a send batch is in flight */
     bool inflight_final;
     bool dead;          /* cancelled or a send failed: refuse new messages */
     bool finish_queued; /* stream finish waits for the send in flight */
@@ -108,25 +108,19 @@ zt_rpc_call *zt_rpc_call_ref(zt_rpc_call *c)
 static void call_free(zt_rpc_call *c)
 {
     zt_rpc_server *s = c->srv;
-    if (c->call)
-        grpc_call_unref(c->call);
+    if (c->call) grpc_call_unref(c->call);
     grpc_metadata_array_destroy(&c->md);
-    if (c->payload)
-        grpc_byte_buffer_destroy(c->payload);
-    if (!c->method)
-        grpc_call_details_destroy(&c->details);
+    if (c->payload) grpc_byte_buffer_destroy(c->payload);
+    if (!c->method) grpc_call_details_destroy(&c->details);
     zt_pb_free(c->request);
     for (int i = 0; i < c->qlen; i++)
         grpc_byte_buffer_destroy(c->queue[(c->qhead + i) % c->qcap]);
     zt_free(c->queue);
-    if (c->inflight_buf)
-        grpc_byte_buffer_destroy(c->inflight_buf);
-    if (c->status_slice_set)
-        grpc_slice_unref(c->status_slice);
+    if (c->inflight_buf) grpc_byte_buffer_destroy(c->inflight_buf);
+    if (c->status_slice_set) grpc_slice_unref(c->status_slice);
     zt_free(c->finish_msg);
     pthread_mutex_destroy(&c->mu);
-    if (c->accepted)
-        atomic_fetch_sub(&s->live, 1);
+    if (c->accepted) atomic_fetch_sub(&s->live, 1);
     zt_free(c);
     if (atomic_fetch_sub(&s->outstanding, 1) == 1) {
         pthread_mutex_lock(&s->mu);
@@ -137,8 +131,7 @@ static void call_free(zt_rpc_call *c)
 
 void zt_rpc_call_unref(zt_rpc_call *c)
 {
-    if (c && atomic_fetch_sub(&c->refs, 1) == 1)
-        call_free(c);
+    if (c && atomic_fetch_sub(&c->refs, 1) == 1) call_free(c);
 }
 
 bool zt_rpc_call_cancelled(const zt_rpc_call *c)
@@ -154,8 +147,7 @@ const char *zt_rpc_call_method(const zt_rpc_call *c)
 int64_t zt_rpc_call_deadline_left_ms(const zt_rpc_call *c)
 {
     gpr_timespec d = c->deadline;
-    if (gpr_time_cmp(d, gpr_inf_future(d.clock_type)) == 0)
-        return INT64_MAX;
+    if (gpr_time_cmp(d, gpr_inf_future(d.clock_type)) == 0) return INT64_MAX;
     gpr_timespec dm = gpr_convert_clock_type(d, GPR_CLOCK_MONOTONIC);
     gpr_timespec left = gpr_time_sub(dm, gpr_now(GPR_CLOCK_MONOTONIC));
     int64_t ms = (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
@@ -198,8 +190,7 @@ void zt_rpc_call_on_cancel(zt_rpc_call *c, void (*fn)(zt_rpc_call *, void *), vo
         c->cancel_arg = arg;
     }
     pthread_mutex_unlock(&c->mu);
-    if (now)
-        fn(c, arg);
+    if (now) fn(c, arg);
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -207,8 +198,7 @@ void zt_rpc_call_on_cancel(zt_rpc_call *c, void (*fn)(zt_rpc_call *, void *), vo
 static grpc_byte_buffer *bytes_to_bb(const void *bytes, size_t len)
 {
     grpc_slice sl = grpc_slice_malloc(len);
-    if (len)
-        memcpy(GRPC_SLICE_START_PTR(sl), bytes, len);
+    if (len) memcpy(GRPC_SLICE_START_PTR(sl), bytes, len);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
     return bb;
@@ -244,8 +234,7 @@ static bool start_send_locked(zt_rpc_call *c, grpc_byte_buffer *msg, bool final,
         n++;
     }
     if (final) {
-        if (c->status_slice_set)
-            grpc_slice_unref(c->status_slice);
+        if (c->status_slice_set) grpc_slice_unref(c->status_slice);
         c->status_slice = grpc_slice_from_copied_string(details ? details : "");
         c->status_slice_set = true;
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
@@ -254,8 +243,7 @@ static bool start_send_locked(zt_rpc_call *c, grpc_byte_buffer *msg, bool final,
         ops[n].data.send_status_from_server.status_details = &c->status_slice;
         n++;
     }
-    if (!final)
-        zt_rpc_call_ref(c);
+    if (!final) zt_rpc_call_ref(c);
     c->sending = true;
     c->inflight_final = final;
     c->inflight_buf = msg;
@@ -265,11 +253,9 @@ static bool start_send_locked(zt_rpc_call *c, grpc_byte_buffer *msg, bool final,
                 (int)e);
         c->sending = false;
         c->inflight_buf = NULL;
-        if (msg)
-            grpc_byte_buffer_destroy(msg);
+        if (msg) grpc_byte_buffer_destroy(msg);
         c->dead = true;
-        if (!final)
-            atomic_fetch_sub(&c->refs, 1); /* cannot be the last: the duty ref is held */
+        if (!final) atomic_fetch_sub(&c->refs, 1); /* cannot be the last: the duty ref is held */
         return false;
     }
     c->md_sent = true;
@@ -293,26 +279,22 @@ static void answer(zt_rpc_call *c, grpc_byte_buffer *msg, zt_rpc_code code, cons
     if (c->answered) {
         pthread_mutex_unlock(&c->mu);
         ZT_WARN("rpc", "%s: answered twice; the second answer is ignored", zt_rpc_call_method(c));
-        if (msg)
-            grpc_byte_buffer_destroy(msg);
+        if (msg) grpc_byte_buffer_destroy(msg);
         return;
     }
     c->answered = true;
-    if (drop_queued)
-        drop_queue_locked(c);
+    if (drop_queued) drop_queue_locked(c);
     if (c->sending || c->qlen > 0) {
         /* a stream with messages in flight: finish after them */
         c->finish_queued = true;
         c->finish_code = code;
         c->finish_msg = zt_strdup(details ? details : "");
-        if (msg)
-            grpc_byte_buffer_destroy(msg);
+        if (msg) grpc_byte_buffer_destroy(msg);
     } else if (!start_send_locked(c, msg, true, code, details)) {
         release = true;
     }
     pthread_mutex_unlock(&c->mu);
-    if (release)
-        zt_rpc_call_unref(c);
+    if (release) zt_rpc_call_unref(c);
 }
 
 void zt_rpc_reply(zt_rpc_call *c, const ProtobufCMessage *reply)
@@ -332,8 +314,7 @@ void zt_rpc_fail(zt_rpc_call *c, zt_rpc_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (code == ZT_RPC_OK)
-        code = ZT_RPC_UNKNOWN;
+    if (code == ZT_RPC_OK) code = ZT_RPC_UNKNOWN;
     ZT_DEBUG("rpc", "%s -> %s: %s", zt_rpc_call_method(c), zt_rpc_code_name(code), msg);
     answer(c, NULL, code, msg, true);
 }
@@ -388,19 +369,16 @@ static void on_send_done(zt_rpc_tag *tag, bool ok)
     }
     c->sending = false;
     bool final = c->inflight_final;
-    if (!ok)
-        c->dead = true;
+    if (!ok) c->dead = true;
     if (!final) {
-        if (c->dead)
-            drop_queue_locked(c);
+        if (c->dead) drop_queue_locked(c);
         bool started = false;
         while (!started && c->qlen > 0) {
             grpc_byte_buffer *next = c->queue[c->qhead];
             c->qhead = (c->qhead + 1) % c->qcap;
             c->qlen--;
             started = start_send_locked(c, next, false, ZT_RPC_OK, NULL);
-            if (!started)
-                drop_queue_locked(c);
+            if (!started) drop_queue_locked(c);
         }
         if (!started && c->finish_queued) {
             c->finish_queued = false;
@@ -409,8 +387,7 @@ static void on_send_done(zt_rpc_tag *tag, bool ok)
         }
     }
     pthread_mutex_unlock(&c->mu);
-    if (release_duty)
-        zt_rpc_call_unref(c);
+    if (release_duty) zt_rpc_call_unref(c);
     /* a non-final batch held its own reference; a final one held the duty reference */
     zt_rpc_call_unref(c);
 }
@@ -435,8 +412,7 @@ static void on_close(zt_rpc_tag *tag, bool ok)
         }
     }
     pthread_mutex_unlock(&c->mu);
-    if (fn)
-        fn(c, arg);
+    if (fn) fn(c, arg);
     zt_rpc_call_unref(c);
 }
 
@@ -455,20 +431,16 @@ static bool const_time_equal(const char *a, size_t alen, const char *b, size_t b
 /* NULL when the call may proceed, else the message for UNAUTHENTICATED. */
 static const char *check_auth(zt_rpc_server *s, zt_rpc_call *c)
 {
-    if (!s->auth_value)
-        return NULL;
+    if (!s->auth_value) return NULL;
     for (size_t i = 0; i < c->md.count; i++) {
-        if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") != 0)
-            continue;
+        if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") != 0) continue;
         grpc_slice v = c->md.metadata[i].value;
         if (const_time_equal((const char *)GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v),
                              s->auth_value, s->auth_len))
             return NULL;
-        return "invalid token: the coordinator did not accept the bearer token sent; check "
-               "--token-file or ZT_TOKEN";
+        return "invalid token: the coordinator did not accept the bearer token sent; check --token-file or ZT_TOKEN";
     }
-    return "missing token: this coordinator requires 'authorization: Bearer <token>'; pass "
-           "--token-file or set ZT_TOKEN";
+    return "missing token: this coordinator requires 'authorization: Bearer <token>'; pass --token-file or set ZT_TOKEN";
 }
 
 static void handle_call(zt_rpc_server *s, zt_rpc_call *c)
@@ -490,10 +462,10 @@ static void handle_call(zt_rpc_server *s, zt_rpc_call *c)
     }
     if (!c->method) {
         char *m = grpc_slice_to_c_string(c->details.method);
-        zt_rpc_fail(c, ZT_RPC_UNIMPLEMENTED,
-                    "unknown method %s: this zcoord serves zt.v1.Coordinator, zt.v1.AgentControl "
-                    "and grpc.health.v1.Health; check that client and server versions match",
-                    m ? m : "?");
+        zt_rpc_fail(
+            c, ZT_RPC_UNIMPLEMENTED,
+            "unknown method %s: this zcoord serves zt.v1.Coordinator, zt.v1.AgentControl and grpc.health.v1.Health; check that client and server versions match",
+            m ? m : "?");
         gpr_free(m);
         return;
     }
@@ -517,10 +489,10 @@ static void handle_call(zt_rpc_server *s, zt_rpc_call *c)
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
     if (!c->request) {
-        zt_rpc_fail(c, ZT_RPC_INVALID_ARGUMENT,
-                    "%s: cannot decode the %zu-byte request as %s (malformed protobuf or a field "
-                    "of the wrong type); build the client from the same zerotrain.proto",
-                    c->method->m.path, len, type->name);
+        zt_rpc_fail(
+            c, ZT_RPC_INVALID_ARGUMENT,
+            "%s: cannot decode the %zu-byte request as %s (malformed protobuf or a field of the wrong type); build the client from the same zerotrain.proto",
+            c->method->m.path, len, type->name);
         return;
     }
     c->method->m.handler(c, c->request, c->method->m.user);
@@ -529,8 +501,7 @@ static void handle_call(zt_rpc_server *s, zt_rpc_call *c)
 static zt_rpc_call *call_new(zt_rpc_server *s, srv_method *m)
 {
     zt_rpc_call *c = zt_calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
+    if (!c) return NULL;
     c->srv = s;
     c->method = m;
     atomic_init(&c->refs, 1); /* the handler's duty to answer */
@@ -538,8 +509,7 @@ static zt_rpc_call *call_new(zt_rpc_server *s, srv_method *m)
     c->close_tag.fn = on_close;
     c->send_tag.fn = on_send_done;
     grpc_metadata_array_init(&c->md);
-    if (!m)
-        grpc_call_details_init(&c->details);
+    if (!m) grpc_call_details_init(&c->details);
     pthread_mutex_init(&c->mu, NULL);
     atomic_fetch_add(&s->outstanding, 1);
     return c;
@@ -547,8 +517,7 @@ static zt_rpc_call *call_new(zt_rpc_server *s, srv_method *m)
 
 static void post_request(zt_rpc_server *s, srv_method *m)
 {
-    if (atomic_load(&s->shutting_down))
-        return;
+    if (atomic_load(&s->shutting_down)) return;
     zt_rpc_call *c = call_new(s, m);
     if (!c) {
         ZT_ERROR("rpc", "out of memory posting a request for %s", m ? m->m.path : "(catch-all)");
@@ -556,8 +525,8 @@ static void post_request(zt_rpc_server *s, srv_method *m)
     }
     grpc_call_error e;
     if (m)
-        e = grpc_server_request_registered_call(s->server, m->handle, &c->call, &c->deadline, &c->md,
-                                                &c->payload, s->cq, s->cq, &c->accept_tag);
+        e = grpc_server_request_registered_call(s->server, m->handle, &c->call, &c->deadline,
+                                                &c->md, &c->payload, s->cq, s->cq, &c->accept_tag);
     else
         e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq,
                                      &c->accept_tag);
@@ -580,8 +549,7 @@ static void on_accept(zt_rpc_tag *tag, bool ok)
     c->accepted = true;
     atomic_fetch_add(&s->live, 1);
     post_request(s, c->method);
-    if (!c->method)
-        c->deadline = c->details.deadline;
+    if (!c->method) c->deadline = c->details.deadline;
     handle_call(s, c);
 }
 
@@ -602,8 +570,7 @@ static void *poller_main(void *arg)
     zt_rpc_server *s = arg;
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        if (ev.type == GRPC_QUEUE_SHUTDOWN)
-            break;
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type == GRPC_OP_COMPLETE) {
             zt_rpc_tag *t = ev.tag;
             t->fn(t, ev.success != 0);
@@ -624,13 +591,13 @@ zt_status zt_rpc_server_create(zt_rpc_server **out, const zt_rpc_server_config *
     if (!cfg || !cfg->addr || !cfg->addr[0])
         return zt_err_set(err, ZT_ERR_INVALID, "rpc server: no listen address given");
     bool tls = cfg->tls_cert_pem || cfg->tls_key_pem;
-    if (tls && (!is_pem(cfg->tls_cert_pem, "CERTIFICATE") || !is_pem(cfg->tls_key_pem, "PRIVATE KEY")))
-        return zt_err_set(err, ZT_ERR_CONFIG,
-                          "TLS needs a PEM certificate chain and a PEM private key; check the "
-                          "files given to --tls-cert and --tls-key");
+    if (tls &&
+        (!is_pem(cfg->tls_cert_pem, "CERTIFICATE") || !is_pem(cfg->tls_key_pem, "PRIVATE KEY")))
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "TLS needs a PEM certificate chain and a PEM private key; check the files given to --tls-cert and --tls-key");
     zt_rpc_server *s = zt_calloc(1, sizeof(*s));
-    if (!s)
-        return zt_err_set(err, ZT_ERR_NOMEM, "rpc server: out of memory");
+    if (!s) return zt_err_set(err, ZT_ERR_NOMEM, "rpc server: out of memory");
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->shutdown_tag.fn = on_shutdown_notified;
@@ -638,20 +605,19 @@ zt_status zt_rpc_server_create(zt_rpc_server **out, const zt_rpc_server_config *
     s->n_pollers = cfg->pollers > 0 ? cfg->pollers : 1;
     if (cfg->token && cfg->token[0]) {
         s->auth_value = zt_asprintf("Bearer %s", cfg->token);
-        if (!s->auth_value)
-            goto fail_alloc;
+        if (!s->auth_value) goto fail_alloc;
         s->auth_len = strlen(s->auth_value);
     }
     s->methods = zt_calloc(n_methods ? n_methods : 1, sizeof(*s->methods));
     s->pollers = zt_calloc((size_t)s->n_pollers, sizeof(*s->pollers));
-    if (!s->methods || !s->pollers)
-        goto fail_alloc;
+    if (!s->methods || !s->pollers) goto fail_alloc;
     s->n_methods = n_methods;
 
     zt_rpc_init_logging();
     grpc_init();
     s->cq = grpc_completion_queue_create_for_next(NULL);
-    int max_msg = (int)(cfg->max_message_bytes ? cfg->max_message_bytes : ZT_RPC_DEFAULT_MAX_MESSAGE);
+    int max_msg =
+        (int)(cfg->max_message_bytes ? cfg->max_message_bytes : ZT_RPC_DEFAULT_MAX_MESSAGE);
     grpc_arg args[5];
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
@@ -698,14 +664,13 @@ zt_status zt_rpc_server_create(zt_rpc_server **out, const zt_rpc_server_config *
     s->port = grpc_server_add_http2_port(s->server, cfg->addr, creds);
     grpc_server_credentials_release(creds);
     if (s->port == 0) {
-        zt_err_set(err, ZT_ERR_IO,
-                   "cannot listen on %s: the address is invalid or in use (or the TLS "
-                   "certificate and key do not match); choose another address",
-                   cfg->addr);
+        zt_err_set(
+            err, ZT_ERR_IO,
+            "cannot listen on %s: the address is invalid or in use (or the TLS certificate and key do not match); choose another address",
+            cfg->addr);
         goto fail_server;
     }
-    if (strncmp(cfg->addr, "unix:", 5) == 0)
-        s->port = 0;
+    if (strncmp(cfg->addr, "unix:", 5) == 0) s->port = 0;
     grpc_server_start(s->server);
     for (size_t i = 0; i < n_methods; i++) {
         int k = methods[i].preposted > 0 ? methods[i].preposted : DEFAULT_PREPOSTED;
@@ -775,8 +740,7 @@ static void timespec_in(struct timespec *ts, int64_t ms)
 
 void zt_rpc_server_shutdown(zt_rpc_server *s, int grace_ms)
 {
-    if (!s)
-        return;
+    if (!s) return;
     pthread_mutex_lock(&s->mu);
     if (s->shutdown_started) {
         pthread_mutex_unlock(&s->mu);
@@ -789,8 +753,7 @@ void zt_rpc_server_shutdown(zt_rpc_server *s, int grace_ms)
      * deserve the wait: once no call is open, cancel_all lets the notify fire at once */
     for (int waited = 0; !s->shutdown_notified && s->n_pollers > 0 && waited < grace_ms;
          waited += 10) {
-        if (atomic_load(&s->live) == 0)
-            break;
+        if (atomic_load(&s->live) == 0) break;
         struct timespec until;
         timespec_in(&until, 10);
         pthread_cond_timedwait(&s->cv, &s->mu, &until);
@@ -807,8 +770,7 @@ void zt_rpc_server_shutdown(zt_rpc_server *s, int grace_ms)
 
 void zt_rpc_server_destroy(zt_rpc_server *s)
 {
-    if (!s)
-        return;
+    if (!s) return;
     zt_rpc_server_shutdown(s, 0);
     pthread_mutex_lock(&s->mu);
     int waited = 0;
@@ -816,16 +778,15 @@ void zt_rpc_server_destroy(zt_rpc_server *s)
         struct timespec until;
         timespec_in(&until, 1000);
         if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT && ++waited % 10 == 0)
-            ZT_WARN("rpc", "server shutdown: still waiting for %ld call(s) to be answered and "
-                           "released",
+            ZT_WARN("rpc",
+                    "server shutdown: still waiting for %ld call(s) to be answered and released",
                     (long)atomic_load(&s->outstanding));
     }
     pthread_mutex_unlock(&s->mu);
     grpc_completion_queue_shutdown(s->cq);
     for (int i = 0; i < s->n_pollers; i++)
         pthread_join(s->pollers[i], NULL);
-    if (s->n_pollers == 0)
-        poller_main(s); /* nobody drained the queue: do it here */
+    if (s->n_pollers == 0) poller_main(s); /* nobody drained the queue: do it here */
     grpc_server_destroy(s->server);
     grpc_completion_queue_destroy(s->cq);
     grpc_shutdown();

@@ -56,8 +56,7 @@ static void hist_add(hist *h, uint64_t ns)
         h->over++;
     h->n++;
     double ms = (double)ns * 1e-6;
-    if (ms > h->max_ms)
-        h->max_ms = ms;
+    if (ms > h->max_ms) h->max_ms = ms;
 }
 
 static void hist_merge(hist *into, const hist *from)
@@ -66,19 +65,16 @@ static void hist_merge(hist *into, const hist *from)
         into->b[i] += from->b[i];
     into->n += from->n;
     into->over += from->over;
-    if (from->max_ms > into->max_ms)
-        into->max_ms = from->max_ms;
+    if (from->max_ms > into->max_ms) into->max_ms = from->max_ms;
 }
 
 static double hist_pct(const hist *h, double p)
 {
-    if (!h->n)
-        return 0;
+    if (!h->n) return 0;
     uint64_t want = (uint64_t)ceil(p * (double)h->n), seen = 0;
     for (int i = 0; i < HBUCKETS; i++) {
         seen += h->b[i];
-        if (seen >= want)
-            return (double)i / 1000.0;
+        if (seen >= want) return (double)i / 1000.0;
     }
     return h->max_ms;
 }
@@ -122,16 +118,14 @@ static uint64_t measure_from; /* beats sent before this are warm-up: not counted
 static void apply_desired(agent *a, const uint8_t *reply, size_t len)
 {
     Zt__V1__HeartbeatReply *r = zt_pb_unpack(&zt__v1__heartbeat_reply__descriptor, reply, len);
-    if (!r)
-        return;
+    if (!r) return;
     sim_worker next[4];
     int n = 0;
     for (size_t i = 0; i < r->n_workers && n < 4; i++) {
         const Zt__V1__DesiredWorker *d = r->workers[i];
         sim_worker w = {d->job_id, d->attempt_id, d->rank, d->device_index, 0, false};
         for (int k = 0; k < a->nw; k++)
-            if (a->w[k].attempt == d->attempt_id && a->w[k].rank == d->rank)
-                w = a->w[k];
+            if (a->w[k].attempt == d->attempt_id && a->w[k].rank == d->rank) w = a->w[k];
         next[n++] = w;
     }
     memcpy(a->w, next, sizeof(next));
@@ -144,7 +138,8 @@ static uint64_t slow_origin;
 static atomic_int n_slow;
 static double slow_at[4096], slow_ms[4096];
 
-static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint8_t *reply, size_t len)
+static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint8_t *reply,
+                    size_t len)
 {
     agent *a = arg;
     loadgen *lg = a->lg;
@@ -152,8 +147,7 @@ static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint
     bool counted = a->sent_at >= measure_from;
     a->in_flight = false;
     if (!counted) {
-        if (code == ZT_RPC_OK && (len > 16 || a->nw))
-            apply_desired(a, reply, len);
+        if (code == ZT_RPC_OK && (len > 16 || a->nw)) apply_desired(a, reply, len);
         return;
     }
     hist_add(&lg->h, lat);
@@ -166,7 +160,8 @@ static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint
     }
     if (code != ZT_RPC_OK) {
         lg->errors++;
-        snprintf(lg->last_error, sizeof(lg->last_error), "%s: %.200s", zt_rpc_code_name(code), message);
+        snprintf(lg->last_error, sizeof(lg->last_error), "%s: %.200s", zt_rpc_code_name(code),
+                 message);
         return;
     }
     lg->ok++;
@@ -186,15 +181,13 @@ static void send_beat(agent *a)
         ws[i].rank = w->rank;
         ws[i].pid = 4000 + w->rank;
         ws[i].device_index = w->device;
-        if (!w->exited && w->step < a->lg->job_steps)
-            w->step++;
+        if (!w->exited && w->step < a->lg->job_steps) w->step++;
         ws[i].step = w->step;
         ws[i].collective_seq = w->step * 3;
         ws[i].tokens_per_s = 12345;
         ws[i].loss = 3.0;
         if (w->step >= a->lg->job_steps) {
-            if (!w->exited)
-                a->lg->completed_workers++;
+            if (!w->exited) a->lg->completed_workers++;
             w->exited = true;
             ws[i].phase = ZT__V1__WORKER_PHASE__WORKER_PHASE_EXITED;
         } else {
@@ -232,11 +225,9 @@ static void *loadgen_main(void *arg)
                     send_beat(a);
                 }
                 a->next_due += period;
-                if (a->next_due < now)
-                    a->next_due = now + period;
+                if (a->next_due < now) a->next_due = now + period;
             }
-            if (a->next_due < next)
-                next = a->next_due;
+            if (a->next_due < next) next = a->next_due;
         }
         uint64_t t = zt_now_ns();
         int wait_ms = next > t ? (int)((next - t) / 1000000) : 0;
@@ -247,8 +238,7 @@ static void *loadgen_main(void *arg)
         bool any = false;
         for (int i = 0; i < lg->count; i++)
             any |= lg->agents[lg->first + i].in_flight;
-        if (!any)
-            break;
+        if (!any) break;
         zt_rpc_cq_poll(lg->q, 50);
     }
     return NULL;
@@ -286,10 +276,8 @@ static void on_ping(void *arg, zt_rpc_code code, const char *message, const uint
     ping_state *p = g_ping;
     int slot = (int)(intptr_t)arg;
     hist_add(&p->h, zt_now_ns() - p->sent_at[slot]);
-    if (code == ZT_RPC_OK)
-        p->done++;
-    if (p->running)
-        send_ping(p, slot);
+    if (code == ZT_RPC_OK) p->done++;
+    if (p->running) send_ping(p, slot);
 }
 
 /* Closed loop: `inflight` calls outstanding on one channel for `seconds`. */
@@ -298,16 +286,15 @@ static double measure_ping(const char *addr, int inflight, double seconds, hist 
     ping_state p = {0};
     zt_rpc_client_config cfg = {.target = addr};
     zt_err err = {0};
-    if (zt_rpc_client_create(&p.c, &cfg, &err) != ZT_OK)
-        return 0;
+    if (zt_rpc_client_create(&p.c, &cfg, &err) != ZT_OK) return 0;
     p.q = zt_rpc_cq_create();
     hist_init(&p.h);
     g_ping = &p;
     /* warm up the connection */
     Zt__V1__PingRequest q = ZT__V1__PING_REQUEST__INIT;
     void *rep = NULL;
-    zt_rpc_unary(p.c, "/zt.v1.Coordinator/Ping", &q.base, &zt__v1__ping_reply__descriptor, &rep, 5000,
-                 NULL, &err);
+    zt_rpc_unary(p.c, "/zt.v1.Coordinator/Ping", &q.base, &zt__v1__ping_reply__descriptor, &rep,
+                 5000, NULL, &err);
     zt_pb_free(rep);
     p.running = true;
     for (int i = 0; i < inflight && i < 256; i++)
@@ -352,8 +339,7 @@ static void *submit_main(void *arg)
     zt_rpc_client_config cfg = {.target = s->addr};
     zt_rpc_client *c;
     zt_err err = {0};
-    if (zt_rpc_client_create(&c, &cfg, &err) != ZT_OK)
-        return NULL;
+    if (zt_rpc_client_create(&c, &cfg, &err) != ZT_OK) return NULL;
     uint64_t period = (uint64_t)(1e9 / s->rate), next = zt_now_ns();
     unsigned long long n = 0;
     while (!atomic_load(&stop_load)) {
@@ -374,8 +360,9 @@ static void *submit_main(void *arg)
         void *rep = NULL;
         zt_rpc_code code;
         uint64_t t0 = zt_now_ns();
-        zt_status st = zt_rpc_unary(c, "/zt.v1.Coordinator/SubmitJob", &q.base,
-                                    &zt__v1__submit_job_reply__descriptor, &rep, 10000, &code, &err);
+        zt_status st =
+            zt_rpc_unary(c, "/zt.v1.Coordinator/SubmitJob", &q.base,
+                         &zt__v1__submit_job_reply__descriptor, &rep, 10000, &code, &err);
         if (st == ZT_OK) {
             if (s->n_ids == s->cap_ids) {
                 size_t cap = s->cap_ids ? s->cap_ids * 2 : 1024;
@@ -385,8 +372,7 @@ static void *submit_main(void *arg)
                     s->cap_ids = cap;
                 }
             }
-            if (s->n_ids < s->cap_ids)
-                s->ids[s->n_ids++] = ((Zt__V1__SubmitJobReply *)rep)->job_id;
+            if (s->n_ids < s->cap_ids) s->ids[s->n_ids++] = ((Zt__V1__SubmitJobReply *)rep)->job_id;
         }
         if (t0 < measure_from) { /* warm-up */
             zt_pb_free(rep);
@@ -409,14 +395,23 @@ static void *submit_main(void *arg)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: coordinator_load [--agents N] [--rate HZ] [--seconds S] [--submitters N]\n"
-                    "                        [--submit-rate PER_S] [--threads N] [--pollers N] [--check]\n");
+    fprintf(
+        stderr,
+        "usage: coordinator_load [--agents N] [--rate HZ] [--seconds S] [--submitters N]\n"
+        "                        [--submit-rate PER_S] [--threads N] [--pollers N] [--check]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){.agents = 1000, .rate_hz = 10, .seconds = 10, .submitters = 2, .threads = 2,
-                .pollers = 2, .job_steps = 20, .submit_rate = 100, .check = false};
+    *o = (opts){.agents = 1000,
+                .rate_hz = 10,
+                .seconds = 10,
+                .submitters = 2,
+                .threads = 2,
+                .pollers = 2,
+                .job_steps = 20,
+                .submit_rate = 100,
+                .check = false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -458,8 +453,7 @@ static int parse(int argc, char **argv, opts *o)
 int main(int argc, char **argv)
 {
     opts o;
-    if (parse(argc, argv, &o) != 0)
-        return 2;
+    if (parse(argc, argv, &o) != 0) return 2;
     O = &o;
     zt_log_set_level(ZT_LOG_WARN);
     /* one socket per agent on each side */
@@ -469,15 +463,17 @@ int main(int argc, char **argv)
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)(o.agents + 256)) {
-        fprintf(stderr, "coordinator_load: %d agents need %d file descriptors, the limit is %llu; "
-                        "raise it (ulimit -n) or use --agents\n",
+        fprintf(stderr,
+                "coordinator_load: %d agents need %d file descriptors, the limit is %llu; "
+                "raise it (ulimit -n) or use --agents\n",
                 o.agents, o.agents + 256, (unsigned long long)rl.rlim_cur);
         return 77;
     }
     char pollers[16], hb_timeout[] = "60s";
     snprintf(pollers, sizeof(pollers), "%d", o.pollers);
-    const char *args[] = {"--pollers", pollers, "--heartbeat-timeout", hb_timeout, "--log-level",
-                          "warn", "--metrics-max-points", "100", NULL};
+    const char *args[] = {"--pollers",   pollers, "--heartbeat-timeout",  hb_timeout,
+                          "--log-level", "warn",  "--metrics-max-points", "100",
+                          NULL};
     zt_zcoord_proc zc;
     zt_zcoord_start(&zc, args);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -515,7 +511,8 @@ int main(int argc, char **argv)
         q.slots = 1;
         Zt__V1__RegisterAgentReply *r = NULL;
         if (zt_rpc_unary(a->c, "/zt.v1.AgentControl/RegisterAgent", &q.base,
-                         &zt__v1__register_agent_reply__descriptor, (void **)&r, 10000, NULL, &err) != ZT_OK) {
+                         &zt__v1__register_agent_reply__descriptor, (void **)&r, 10000, NULL,
+                         &err) != ZT_OK) {
             fprintf(stderr, "register %s: %s\n", a->name, zt_err_msg(&err));
             zt_zcoord_dump_log(&zc);
             return 1;
@@ -548,8 +545,7 @@ int main(int argc, char **argv)
      * a method, allocator pools) and are not counted */
     measure_from = start + 2000000000ull;
     uint64_t t0 = measure_from;
-    if (getenv("ZT_BENCH_SLOW"))
-        slow_origin = measure_from;
+    if (getenv("ZT_BENCH_SLOW")) slow_origin = measure_from;
     for (int t = 0; t < o.threads; t++)
         pthread_create(&lgs[t].th, NULL, loadgen_main, &lgs[t]);
     for (int s = 0; s < o.submitters; s++) {
@@ -577,16 +573,14 @@ int main(int argc, char **argv)
         errors += lgs[t].errors;
         skipped += lgs[t].skipped;
         done_workers += lgs[t].completed_workers;
-        if (lgs[t].last_error[0])
-            last_error = lgs[t].last_error;
+        if (lgs[t].last_error[0]) last_error = lgs[t].last_error;
     }
     double hb_rate = (double)ok / dt, hb_p50 = hist_pct(&all, 0.5), hb_p99 = hist_pct(&all, 0.99);
     printf("  heartbeats:  %8.0f /s (target %d)   p50 %6.2f ms  p99 %6.2f ms  max %6.1f ms   "
            "errors %llu, skipped (previous beat still out) %llu\n",
            hb_rate, o.agents * o.rate_hz, hb_p50, hb_p99, all.max_ms, (unsigned long long)errors,
            (unsigned long long)skipped);
-    if (errors)
-        printf("    last heartbeat error: %s\n", last_error);
+    if (errors) printf("    last heartbeat error: %s\n", last_error);
     for (int k = 0; k < atomic_load(&n_slow) && k < 4096; k++)
         printf("    slow beat sent at %8.1f ms: %6.1f ms\n", slow_at[k], slow_ms[k]);
     hist sh;
@@ -596,8 +590,7 @@ int main(int argc, char **argv)
         hist_merge(&sh, &subs[s].h);
         sok += subs[s].ok;
         serr += subs[s].errors;
-        if (subs[s].last_error[0])
-            printf("    last submit error: %s\n", subs[s].last_error);
+        if (subs[s].last_error[0]) printf("    last submit error: %s\n", subs[s].last_error);
     }
     double sub_rate = (double)sok / dt;
 
@@ -610,29 +603,27 @@ int main(int argc, char **argv)
     int64_t before = 0, max_id = 0;
     for (int s = 0; s < o.submitters; s++)
         for (size_t i = 0; i < subs[s].n_ids; i++)
-            if (subs[s].ids[i] > max_id)
-                max_id = subs[s].ids[i];
+            if (subs[s].ids[i] > max_id) max_id = subs[s].ids[i];
     bool *present = zt_calloc((size_t)max_id + 1, sizeof(bool));
     for (;;) {
         Zt__V1__ListJobsRequest q = ZT__V1__LIST_JOBS_REQUEST__INIT;
         q.limit = 1000;
         q.before_id = before;
         Zt__V1__ListJobsReply *r = NULL;
-        if (zt_rpc_unary(c, "/zt.v1.Coordinator/ListJobs", &q.base, &zt__v1__list_jobs_reply__descriptor,
-                         (void **)&r, 30000, NULL, &err) != ZT_OK) {
+        if (zt_rpc_unary(c, "/zt.v1.Coordinator/ListJobs", &q.base,
+                         &zt__v1__list_jobs_reply__descriptor, (void **)&r, 30000, NULL,
+                         &err) != ZT_OK) {
             fprintf(stderr, "ListJobs: %s\n", zt_err_msg(&err));
             break;
         }
         stored += r->n_jobs;
         for (size_t i = 0; i < r->n_jobs; i++) {
             completed += r->jobs[i]->state == ZT__V1__JOB_STATE__JOB_STATE_COMPLETED;
-            if (r->jobs[i]->id > 0 && r->jobs[i]->id <= max_id)
-                present[r->jobs[i]->id] = true;
+            if (r->jobs[i]->id > 0 && r->jobs[i]->id <= max_id) present[r->jobs[i]->id] = true;
         }
         before = r->next_before_id;
         zt_pb_free(r);
-        if (!before)
-            break;
+        if (!before) break;
     }
     zt_rpc_client_destroy(c);
     uint64_t acked_all = 0, missing = 0;
@@ -660,7 +651,8 @@ int main(int argc, char **argv)
                hb_pass ? "PASS" : "MISS", sub_pass ? "PASS" : "MISS");
     bool stored_ok = missing == 0;
     if (!stored_ok)
-        printf("  ERROR: %llu acknowledged submissions are not stored\n", (unsigned long long)missing);
+        printf("  ERROR: %llu acknowledged submissions are not stored\n",
+               (unsigned long long)missing);
     (void)stored;
     int rc = zt_zcoord_stop(&zc);
     if (rc != 0) {
@@ -684,9 +676,7 @@ int main(int argc, char **argv)
     zt_free(all.b);
     zt_free(sh.b);
     zt_free(ph.b);
-    if (!stored_ok || rc != 0)
-        return 1;
-    if (o.check && full && !(hb_pass && sub_pass))
-        return 1;
+    if (!stored_ok || rc != 0) return 1;
+    if (o.check && full && !(hb_pass && sub_pass)) return 1;
     return 0;
 }

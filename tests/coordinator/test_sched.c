@@ -18,8 +18,8 @@ static void agent(int i, const char *name, int device, int slots, int used, bool
     memset(busy[i], 0, sizeof(busy[i]));
     for (int s = 0; s < used; s++)
         busy[i][s] = true;
-    agents[i] = (zt_sched_agent){.name = name, .device = device, .alive = alive, .slots = slots,
-                                 .busy = busy[i]};
+    agents[i] = (zt_sched_agent){
+        .name = name, .device = device, .alive = alive, .slots = slots, .busy = busy[i]};
 }
 
 static zt_sched_slot slots[8][16];

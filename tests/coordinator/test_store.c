@@ -20,8 +20,7 @@ static void cleanup_dir(void)
 {
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (dir[0] && system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
+    if (dir[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
 }
 
 static int64_t g_count;
@@ -31,8 +30,7 @@ static int64_t g_ids[64];
 static void count_job(void *arg, const zt_job_rec *r)
 {
     (void)arg;
-    if (g_count < 64)
-        g_ids[g_count] = r->id;
+    if (g_count < 64) g_ids[g_count] = r->id;
     g_count++;
 }
 
@@ -79,7 +77,12 @@ static void test_migrations(void)
     sqlite3 *db;
     ASSERT_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
     sqlite3_stmt *st;
-    ASSERT_EQ_INT(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ('events_job','logs_job','attempts_job','checkpoints_job','jobs_state')", -1, &st, NULL), SQLITE_OK);
+    ASSERT_EQ_INT(
+        sqlite3_prepare_v2(
+            db,
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ('events_job','logs_job','attempts_job','checkpoints_job','jobs_state')",
+            -1, &st, NULL),
+        SQLITE_OK);
     ASSERT_EQ_INT(sqlite3_step(st), SQLITE_ROW);
     ASSERT_EQ_INT(sqlite3_column_int(st, 0), 5);
     sqlite3_finalize(st);
@@ -129,8 +132,12 @@ static void test_jobs(zt_store *s)
     ASSERT_EQ_INT(zt_store_job_get(s, 999, keep_job, &got, &err), ZT_ERR_NOT_FOUND);
     ASSERT_CONTAINS(err.msg, "job 999 not found");
 
-    zt_job_rec upd = {.id = id2, .state = ZT_JOB_COMPLETED, .reason = "done", .last_step = 100,
-                      .ended_ms = 5, .metrics_stride = 1};
+    zt_job_rec upd = {.id = id2,
+                      .state = ZT_JOB_COMPLETED,
+                      .reason = "done",
+                      .last_step = 100,
+                      .ended_ms = 5,
+                      .metrics_stride = 1};
     ASSERT_OK(zt_store_job_save(s, &upd, &err));
     upd.id = 12345;
     ASSERT_EQ_INT(zt_store_job_save(s, &upd, &err), ZT_ERR_NOT_FOUND);
@@ -157,8 +164,7 @@ static int g_ranks;
 static void count_rank(void *arg, const zt_rank_rec *r)
 {
     (void)arg;
-    if (r->exited && r->exit_code == 3)
-        g_ranks += 100;
+    if (r->exited && r->exit_code == 3) g_ranks += 100;
     g_ranks++;
 }
 
@@ -169,11 +175,16 @@ static void test_attempts(zt_store *s)
     bool existed;
     zt_job_rec r = job("att", NULL);
     ASSERT_OK(zt_store_job_insert(s, &r, &jid, &existed, &err));
-    zt_agent_rec ag = {.name = "n1", .device = 1, .slots = 4, .incarnation = 1,
-                       .state = ZT_AGENT_ALIVE, .registered_ms = 1, .last_seen_ms = 1};
+    zt_agent_rec ag = {.name = "n1",
+                       .device = 1,
+                       .slots = 4,
+                       .incarnation = 1,
+                       .state = ZT_AGENT_ALIVE,
+                       .registered_ms = 1,
+                       .last_seen_ms = 1};
     ASSERT_OK(zt_store_agent_save(s, &ag, &err));
-    zt_attempt_rec a = {.job_id = jid, .number = 1, .state = ZT_ATTEMPT_STARTING, .world_size = 2,
-                        .created_ms = 7};
+    zt_attempt_rec a = {
+        .job_id = jid, .number = 1, .state = ZT_ATTEMPT_STARTING, .world_size = 2, .created_ms = 7};
     ASSERT_OK(zt_store_attempt_insert(s, &a, &aid, &err));
     /* (job, number) is unique */
     int64_t dup;
@@ -224,7 +235,8 @@ static void test_events_logs(zt_store *s)
     for (int i = 0; i < 5; i++) {
         char reason[16];
         snprintf(reason, sizeof(reason), "e%d", i);
-        zt_event_rec e = {.time_ms = i, .job_id = jid, .kind = "job", .to_state = "X", .reason = reason};
+        zt_event_rec e = {
+            .time_ms = i, .job_id = jid, .kind = "job", .to_state = "X", .reason = reason};
         ASSERT_OK(zt_store_event_add(s, &e, NULL, &err));
     }
     g_logs[0] = '\0';
@@ -236,8 +248,12 @@ static void test_events_logs(zt_store *s)
 
     const char *texts[] = {"a0", "b1", "c0", "d1", "e0"};
     for (int i = 0; i < 5; i++) {
-        zt_log_rec l = {.time_ms = i, .job_id = jid, .attempt_id = 1, .rank = i % 2,
-                        .source = ZT_LOG_STDOUT, .text = texts[i]};
+        zt_log_rec l = {.time_ms = i,
+                        .job_id = jid,
+                        .attempt_id = 1,
+                        .rank = i % 2,
+                        .source = ZT_LOG_STDOUT,
+                        .text = texts[i]};
         ASSERT_OK(zt_store_log_add(s, &l, NULL, &err));
     }
     zt_log_rec ev = {.time_ms = 9, .job_id = jid, .rank = -1, .source = ZT_LOG_EVENT, .text = "ev"};
@@ -279,8 +295,8 @@ static void test_metrics(zt_store *s)
     zt_job_rec r = job("metrics", NULL);
     ASSERT_OK(zt_store_job_insert(s, &r, &jid, &existed, &err));
     for (int step = 1; step <= 8; step++) {
-        zt_metric_rec m = {.job_id = jid, .attempt_id = 1, .step = step, .time_ms = step,
-                           .kv = "loss=1 lr=0.1"};
+        zt_metric_rec m = {
+            .job_id = jid, .attempt_id = 1, .step = step, .time_ms = step, .kv = "loss=1 lr=0.1"};
         ASSERT_OK(zt_store_metric_add(s, &m, &err));
     }
     ASSERT_OK(zt_store_metrics_thin(s, jid, 4, &err));
@@ -377,7 +393,8 @@ static void cat_rdzv(void *arg, int rank, const void *v, size_t len)
 {
     (void)arg;
     size_t n = strlen(g_rdzv);
-    snprintf(g_rdzv + n, sizeof(g_rdzv) - n, "%s%d=%.*s", n ? "," : "", rank, (int)len, (const char *)v);
+    snprintf(g_rdzv + n, sizeof(g_rdzv) - n, "%s%d=%.*s", n ? "," : "", rank, (int)len,
+             (const char *)v);
 }
 
 static void test_rdzv_and_rollback(zt_store *s)

@@ -28,8 +28,7 @@ static zt_zcoord_proc *current;
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            if (current)                                                                           \
-                zt_zcoord_dump_log(current);                                                       \
+            if (current) zt_zcoord_dump_log(current);                                              \
             ZT_FAIL("expected: %s", #cond);                                                        \
         }                                                                                          \
     } while (0)
@@ -51,8 +50,7 @@ static zt_rpc_code call(zt_rpc_client *c, const char *path, const ProtobufCMessa
     zt_err err = {0};
     void *r = NULL;
     zt_rpc_unary(c, path, req, rt, &r, 10000, &code, &err);
-    if (msg)
-        snprintf(msg, cap, "%.900s", err.msg);
+    if (msg) snprintf(msg, cap, "%.900s", err.msg);
     if (reply)
         *reply = r;
     else
@@ -62,13 +60,14 @@ static zt_rpc_code call(zt_rpc_client *c, const char *path, const ProtobufCMessa
 
 static char *job_text(const char *name, int ranks, int rpn, int max_restarts, int steps)
 {
-    return zt_asprintf("{\"name\": \"%s\", \"model\": {\"arch\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, "
-                       "\"n_embd\": 32, \"block_size\": 16, \"vocab_size\": 64}, \"data\": {\"train\": "
-                       "\"data/*.bin\"}, \"train\": {\"steps\": %d, \"checkpoint_every\": 5}, "
-                       "\"resources\": {\"ranks\": %d, \"ranks_per_node\": %d, \"device\": \"cpu\"}, "
-                       "\"max_restarts\": %d, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
-                       "\"gradient_accumulation_steps\": 1}}",
-                       name, steps, ranks, rpn, max_restarts);
+    return zt_asprintf(
+        "{\"name\": \"%s\", \"model\": {\"arch\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, "
+        "\"n_embd\": 32, \"block_size\": 16, \"vocab_size\": 64}, \"data\": {\"train\": "
+        "\"data/*.bin\"}, \"train\": {\"steps\": %d, \"checkpoint_every\": 5}, "
+        "\"resources\": {\"ranks\": %d, \"ranks_per_node\": %d, \"device\": \"cpu\"}, "
+        "\"max_restarts\": %d, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
+        "\"gradient_accumulation_steps\": 1}}",
+        name, steps, ranks, rpn, max_restarts);
 }
 
 static int64_t submit(zt_rpc_client *c, const char *name, int ranks, int rpn, int max_restarts)
@@ -83,8 +82,7 @@ static int64_t submit(zt_rpc_client *c, const char *name, int ranks, int rpn, in
     char msg[1024];
     zt_rpc_code code = call(c, C_ "SubmitJob", &q.base, &zt__v1__submit_job_reply__descriptor,
                             (void **)&r, msg, sizeof(msg));
-    if (code != ZT_RPC_OK)
-        ZT_FAIL("submit %s: %s: %s", name, zt_rpc_code_name(code), msg);
+    if (code != ZT_RPC_OK) ZT_FAIL("submit %s: %s: %s", name, zt_rpc_code_name(code), msg);
     int64_t id = r->job_id;
     zt_pb_free(r);
     zt_free(text);
@@ -97,10 +95,9 @@ static Zt__V1__GetJobReply *get_job(zt_rpc_client *c, int64_t id)
     q.job_id = id;
     Zt__V1__GetJobReply *r = NULL;
     char msg[1024];
-    zt_rpc_code code = call(c, C_ "GetJob", &q.base, &zt__v1__get_job_reply__descriptor, (void **)&r,
-                            msg, sizeof(msg));
-    if (code != ZT_RPC_OK)
-        ZT_FAIL("GetJob %lld: %s", (long long)id, msg);
+    zt_rpc_code code = call(c, C_ "GetJob", &q.base, &zt__v1__get_job_reply__descriptor,
+                            (void **)&r, msg, sizeof(msg));
+    if (code != ZT_RPC_OK) ZT_FAIL("GetJob %lld: %s", (long long)id, msg);
     return r;
 }
 
@@ -108,8 +105,7 @@ static int job_state(zt_rpc_client *c, int64_t id, char *reason, size_t cap)
 {
     Zt__V1__GetJobReply *r = get_job(c, id);
     int st = r->job->state;
-    if (reason)
-        snprintf(reason, cap, "%s | %s", r->job->reason, r->job->pending_reason);
+    if (reason) snprintf(reason, cap, "%s | %s", r->job->reason, r->job->pending_reason);
     zt_pb_free(r);
     return st;
 }
@@ -121,12 +117,10 @@ static void wait_state(zt_rpc_client *c, int64_t id, int state, int timeout_ms)
     int st = 0;
     for (int t = 0; t < timeout_ms; t += 20) {
         st = job_state(c, id, reason, sizeof(reason));
-        if (st == state)
-            return;
+        if (st == state) return;
         zt_sleep_ms(20);
     }
-    if (current)
-        zt_zcoord_dump_log(current);
+    if (current) zt_zcoord_dump_log(current);
     ZT_FAIL("job %lld: state %d (%s) after %d ms, wanted %d", (long long)id, st, reason, timeout_ms,
             state);
 }
@@ -142,10 +136,10 @@ static int64_t register_agent(zt_rpc_client *c, const char *name, int slots)
     q.version = "test";
     Zt__V1__RegisterAgentReply *r = NULL;
     char msg[1024];
-    zt_rpc_code code = call(c, A_ "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor,
-                            (void **)&r, msg, sizeof(msg));
-    if (code != ZT_RPC_OK)
-        ZT_FAIL("register %s: %s", name, msg);
+    zt_rpc_code code =
+        call(c, A_ "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor, (void **)&r,
+             msg, sizeof(msg));
+    if (code != ZT_RPC_OK) ZT_FAIL("register %s: %s", name, msg);
     int64_t inc = r->incarnation;
     zt_pb_free(r);
     return inc;
@@ -193,7 +187,8 @@ static Zt__V1__HeartbeatReply *heartbeat(zt_rpc_client *c, const char *name, int
     return r;
 }
 
-static Zt__V1__HeartbeatReply *hb(zt_rpc_client *c, const char *name, int64_t inc, const sim *w, int n)
+static Zt__V1__HeartbeatReply *hb(zt_rpc_client *c, const char *name, int64_t inc, const sim *w,
+                                  int n)
 {
     char msg[1024];
     return heartbeat(c, name, inc, w, n, NULL, msg, sizeof(msg));
@@ -228,14 +223,14 @@ static void *watch_main(void *arg)
     ASSERT_OK(zt_rpc_stream_open(w->c, C_ "WatchJob", &q.base, 60000, &s, &err));
     for (;;) {
         Zt__V1__JobUpdate *u = NULL;
-        zt_status st = zt_rpc_stream_next(s, &zt__v1__job_update__descriptor, (void **)&u,
-                                          &w->end_code, &err);
-        if (st != ZT_OK || !u)
-            break;
+        zt_status st =
+            zt_rpc_stream_next(s, &zt__v1__job_update__descriptor, (void **)&u, &w->end_code, &err);
+        if (st != ZT_OK || !u) break;
         w->updates++;
         if (u->event && strcmp(u->event->kind, "job") == 0) {
             size_t n = strlen(w->states);
-            snprintf(w->states + n, sizeof(w->states) - n, "%s%s", n ? "," : "", u->event->to_state);
+            snprintf(w->states + n, sizeof(w->states) - n, "%s%s", n ? "," : "",
+                     u->event->to_state);
         }
         if (u->final) {
             w->got_final = true;
@@ -305,10 +300,10 @@ static void report_shard(zt_rpc_client *c, int64_t attempt, int rank, int64_t st
     q.crc32c = 42;
     Zt__V1__ReportCheckpointReply *r = NULL;
     char msg[1024];
-    zt_rpc_code code = call(c, A_ "ReportCheckpoint", &q.base,
-                            &zt__v1__report_checkpoint_reply__descriptor, (void **)&r, msg, sizeof(msg));
-    if (code != ZT_RPC_OK)
-        ZT_FAIL("ReportCheckpoint: %s", msg);
+    zt_rpc_code code =
+        call(c, A_ "ReportCheckpoint", &q.base, &zt__v1__report_checkpoint_reply__descriptor,
+             (void **)&r, msg, sizeof(msg));
+    if (code != ZT_RPC_OK) ZT_FAIL("ReportCheckpoint: %s", msg);
     *committed = r->committed;
     zt_pb_free(r);
 }
@@ -340,10 +335,10 @@ static void report_metrics(zt_rpc_client *c, int64_t attempt, int64_t from, int6
     q.steps = sp;
     Zt__V1__ReportMetricsReply *r = NULL;
     char msg[1024];
-    zt_rpc_code code = call(c, A_ "ReportMetrics", &q.base, &zt__v1__report_metrics_reply__descriptor,
-                            (void **)&r, msg, sizeof(msg));
-    if (code != ZT_RPC_OK)
-        ZT_FAIL("ReportMetrics: %s", msg);
+    zt_rpc_code code =
+        call(c, A_ "ReportMetrics", &q.base, &zt__v1__report_metrics_reply__descriptor, (void **)&r,
+             msg, sizeof(msg));
+    if (code != ZT_RPC_OK) ZT_FAIL("ReportMetrics: %s", msg);
     ASSERT_EQ_INT(r->accepted, n);
     zt_pb_free(r);
 }
@@ -366,13 +361,13 @@ static char *get_logs(zt_rpc_client *c, int64_t id, int rank, bool follow)
     zt_rpc_code code;
     for (;;) {
         Zt__V1__LogBatch *b = NULL;
-        zt_status st = zt_rpc_stream_next(s, &zt__v1__log_batch__descriptor, (void **)&b, &code, &err);
-        if (st != ZT_OK)
-            ZT_FAIL("GetLogs: %s", zt_err_msg(&err));
-        if (!b)
-            break;
+        zt_status st =
+            zt_rpc_stream_next(s, &zt__v1__log_batch__descriptor, (void **)&b, &code, &err);
+        if (st != ZT_OK) ZT_FAIL("GetLogs: %s", zt_err_msg(&err));
+        if (!b) break;
         for (size_t i = 0; i < b->n_entries; i++)
-            n += (size_t)snprintf(out + n, cap - n, "%d|%s\n", b->entries[i]->rank, b->entries[i]->text);
+            n += (size_t)snprintf(out + n, cap - n, "%d|%s\n", b->entries[i]->rank,
+                                  b->entries[i]->text);
         zt_pb_free(b);
     }
     zt_rpc_stream_close(s);
@@ -445,7 +440,8 @@ static void test_lifecycle(void)
     rdzv_call waiter = {.c = c, .attempt = att, .rank = 1, .wait = 1, .wait_ms = 10000};
     pthread_create(&waiter.th, NULL, rdzv_main, &waiter);
     zt_sleep_ms(150);
-    rdzv_call pub = {.c = c, .attempt = att, .rank = 0, .value = "tcp://127.0.0.1:29500", .wait = 0};
+    rdzv_call pub = {
+        .c = c, .attempt = att, .rank = 0, .value = "tcp://127.0.0.1:29500", .wait = 0};
     rdzv_main(&pub);
     ASSERT_EQ_INT(pub.code, ZT_RPC_OK);
     uint64_t t0 = zt_now_ns();
@@ -503,8 +499,8 @@ static void test_lifecycle(void)
     Zt__V1__ListCheckpointsRequest lq = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
     lq.job_id = id;
     Zt__V1__ListCheckpointsReply *lr = NULL;
-    ASSERT_EQ_INT(call(c, C_ "ListCheckpoints", &lq.base, &zt__v1__list_checkpoints_reply__descriptor,
-                       (void **)&lr, NULL, 0),
+    ASSERT_EQ_INT(call(c, C_ "ListCheckpoints", &lq.base,
+                       &zt__v1__list_checkpoints_reply__descriptor, (void **)&lr, NULL, 0),
                   ZT_RPC_OK);
     ASSERT_EQ_INT(lr->n_checkpoints, 1);
     ASSERT_EQ_INT(lr->checkpoints[0]->state, ZT__V1__CHECKPOINT_STATE__CHECKPOINT_STATE_COMMITTED);
@@ -522,9 +518,9 @@ static void test_lifecycle(void)
     }
     rl.n_entries = 2;
     rl.entries = lp;
-    ASSERT_EQ_INT(call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor, NULL,
-                       NULL, 0),
-                  ZT_RPC_OK);
+    ASSERT_EQ_INT(
+        call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor, NULL, NULL, 0),
+        ZT_RPC_OK);
     char *logs = get_logs(c, id, -1, false);
     ASSERT_CONTAINS(logs, "0|hello from rank 0\n");
     ASSERT_CONTAINS(logs, "2|world from rank 2\n");
@@ -549,8 +545,7 @@ static void test_lifecycle(void)
         int n;
         att2 = desired_attempt(x, &n);
         stopped1 = att2 != att;
-        if (att2 == att)
-            att2 = 0;
+        if (att2 == att) att2 = 0;
         zt_pb_free(x);
         x = hb(c, "n2", n2, stopped2 ? NULL : a2, stopped2 ? 0 : 2);
         stopped2 = desired_attempt(x, &n) != att;
@@ -647,8 +642,7 @@ static int64_t next_attempt(zt_rpc_client *c, const char *agent, int64_t inc)
         int n;
         att = desired_attempt(x, &n);
         zt_pb_free(x);
-        if (att <= last_att)
-            zt_sleep_ms(10);
+        if (att <= last_att) zt_sleep_ms(10);
     }
     CHECK(att > last_att);
     last_att = att;
@@ -731,8 +725,7 @@ static void test_restart_policy(void)
     char msg[1024];
     zt_rpc_code code = call(c, C_ "CancelJob", &cq.base, &zt__v1__cancel_job_reply__descriptor,
                             (void **)&cr, msg, sizeof(msg));
-    if (code != ZT_RPC_OK)
-        ZT_FAIL("cancel: %s", msg);
+    if (code != ZT_RPC_OK) ZT_FAIL("cancel: %s", msg);
     ASSERT_EQ_INT(cr->job->state, ZT__V1__JOB_STATE__JOB_STATE_CANCELED);
     ASSERT_CONTAINS(cr->job->reason, "canceled: testing");
     zt_pb_free(cr);
@@ -762,8 +755,13 @@ static void test_lost_hang_vanish(void)
 {
     last_att = 0;
     zt_zcoord_proc p;
-    const char *args[] = {"--restart-backoff", "50ms", "--heartbeat-timeout", "700ms",
-                          "--hang-timeout", "1500ms", NULL};
+    const char *args[] = {"--restart-backoff",
+                          "50ms",
+                          "--heartbeat-timeout",
+                          "700ms",
+                          "--hang-timeout",
+                          "1500ms",
+                          NULL};
     zt_zcoord_start(&p, args);
     current = &p;
     zt_rpc_client *c = client(&p, NULL);
@@ -804,8 +802,7 @@ static void test_lost_hang_vanish(void)
     while ((double)(zt_now_ns() - t0) * 1e-9 < 6.0) {
         zt_pb_free(hb(c, "flaky", inc, &s, 1));
         st = job_state(c, j2, reason, sizeof(reason));
-        if (st == ZT__V1__JOB_STATE__JOB_STATE_FAILED)
-            break;
+        if (st == ZT__V1__JOB_STATE__JOB_STATE_FAILED) break;
         zt_sleep_ms(100);
     }
     ASSERT_EQ_INT(st, ZT__V1__JOB_STATE__JOB_STATE_FAILED);
@@ -841,8 +838,7 @@ static void test_lost_hang_vanish(void)
     wait_state(c, big, ZT__V1__JOB_STATE__JOB_STATE_QUEUED, 1000);
     for (int t = 0; t < 100; t++) {
         job_state(c, big, reason, sizeof(reason));
-        if (strstr(reason, "cluster too small"))
-            break;
+        if (strstr(reason, "cluster too small")) break;
         zt_sleep_ms(20);
     }
     ASSERT_CONTAINS(reason, "cluster too small: needs 4 cpu slots");
@@ -884,8 +880,7 @@ static void test_persistence(void)
     zt_rpc_code code = ZT_RPC_UNAVAILABLE;
     for (int t = 0; t < 100 && code != ZT_RPC_OK; t++) {
         code = call(c, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, NULL, 0);
-        if (code != ZT_RPC_OK)
-            zt_sleep_ms(50);
+        if (code != ZT_RPC_OK) zt_sleep_ms(50);
     }
     ASSERT_EQ_INT(code, ZT_RPC_OK);
     Zt__V1__GetJobReply *g = get_job(c, id);
@@ -926,20 +921,23 @@ static void test_auth(void)
     const char *args[] = {"--token-file", tokfile, NULL};
     zt_zcoord_restart(&p, args);
     current = &p;
-    zt_rpc_client *none = client(&p, NULL), *wrong = client(&p, "nope"), *good = client(&p, "s3cret-token");
+    zt_rpc_client *none = client(&p, NULL), *wrong = client(&p, "nope"),
+                  *good = client(&p, "s3cret-token");
     Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
     char msg[1024];
-    ASSERT_EQ_INT(call(none, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg)),
-                  ZT_RPC_UNAUTHENTICATED);
+    ASSERT_EQ_INT(
+        call(none, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg)),
+        ZT_RPC_UNAUTHENTICATED);
     ASSERT_CONTAINS(msg, "missing token");
-    ASSERT_EQ_INT(call(wrong, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg)),
-                  ZT_RPC_UNAUTHENTICATED);
+    ASSERT_EQ_INT(
+        call(wrong, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg)),
+        ZT_RPC_UNAUTHENTICATED);
     ASSERT_CONTAINS(msg, "invalid token");
     Zt__V1__HeartbeatRequest hq = ZT__V1__HEARTBEAT_REQUEST__INIT;
     hq.name = "x";
-    ASSERT_EQ_INT(call(wrong, A_ "Heartbeat", &hq.base, &zt__v1__heartbeat_reply__descriptor, NULL,
-                       NULL, 0),
-                  ZT_RPC_UNAUTHENTICATED);
+    ASSERT_EQ_INT(
+        call(wrong, A_ "Heartbeat", &hq.base, &zt__v1__heartbeat_reply__descriptor, NULL, NULL, 0),
+        ZT_RPC_UNAUTHENTICATED);
     Grpc__Health__V1__HealthCheckRequest h = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     ASSERT_EQ_INT(call(none, "/grpc.health.v1.Health/Check", &h.base,
                        &grpc__health__v1__health_check_response__descriptor, NULL, NULL, 0),
@@ -964,7 +962,8 @@ static atomic_int raw_done;
 static zt_rpc_code raw_codes[32];
 static char raw_msgs[32][256];
 
-static void on_raw(void *arg, zt_rpc_code code, const char *message, const uint8_t *reply, size_t len)
+static void on_raw(void *arg, zt_rpc_code code, const char *message, const uint8_t *reply,
+                   size_t len)
 {
     (void)reply;
     (void)len;
@@ -974,8 +973,8 @@ static void on_raw(void *arg, zt_rpc_code code, const char *message, const uint8
     atomic_fetch_add(&raw_done, 1);
 }
 
-static void expect(zt_rpc_client *c, const char *path, const ProtobufCMessage *req, zt_rpc_code want,
-                   const char *needle)
+static void expect(zt_rpc_client *c, const char *path, const ProtobufCMessage *req,
+                   zt_rpc_code want, const char *needle)
 {
     char msg[1024];
     zt_rpc_code got = call(c, path, req, &zt__v1__ping_reply__descriptor, NULL, msg, sizeof(msg));
@@ -994,7 +993,8 @@ static void test_bad_input(void)
 
     Zt__V1__SubmitJobRequest sq = ZT__V1__SUBMIT_JOB_REQUEST__INIT;
     expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "job_text is empty");
-    sq.job_text = "{\"name\": \"x\",\n  \"train\": {\"steps\": 1},\n  \"deepspeed\": {\"zero_optimization\": {\"stag\": 1}}}";
+    sq.job_text =
+        "{\"name\": \"x\",\n  \"train\": {\"steps\": 1},\n  \"deepspeed\": {\"zero_optimization\": {\"stag\": 1}}}";
     sq.job_path = "typo.json";
     sq.job_dir = "relative/dir";
     expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "not absolute");
@@ -1052,11 +1052,11 @@ static void test_bad_input(void)
     expect(c, A_ "ReportCheckpoint", &cq.base, ZT_RPC_INVALID_ARGUMENT, "absolute");
 
     /* malformed bytes and wrong field types, for every method */
-    const char *paths[] = {C_ "SubmitJob", C_ "GetJob", C_ "ListJobs", C_ "CancelJob",
-                           C_ "WatchJob", C_ "GetMetrics", C_ "ListCheckpoints", C_ "GetLogs",
-                           A_ "RegisterAgent", A_ "Heartbeat", A_ "ReportMetrics",
-                           A_ "ReportCheckpoint", A_ "ReportLogs", A_ "Rendezvous",
-                           A_ "GetAttemptSpec", "/grpc.health.v1.Health/Check"};
+    const char *paths[] = {
+        C_ "SubmitJob",     C_ "GetJob",     C_ "ListJobs",        C_ "CancelJob",
+        C_ "WatchJob",      C_ "GetMetrics", C_ "ListCheckpoints", C_ "GetLogs",
+        A_ "RegisterAgent", A_ "Heartbeat",  A_ "ReportMetrics",   A_ "ReportCheckpoint",
+        A_ "ReportLogs",    A_ "Rendezvous", A_ "GetAttemptSpec",  "/grpc.health.v1.Health/Check"};
     const uint8_t garbage[] = {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
     zt_rpc_cq *q = zt_rpc_cq_create();
     zt_err err = {0};
@@ -1138,9 +1138,9 @@ static void test_limits_and_gpus(void)
     }
     rl.n_entries = 150;
     rl.entries = lp;
-    ASSERT_EQ_INT(call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor, NULL,
-                       NULL, 0),
-                  ZT_RPC_OK);
+    ASSERT_EQ_INT(
+        call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor, NULL, NULL, 0),
+        ZT_RPC_OK);
     char *logs = get_logs(c, id, -1, false);
     int lines = 0;
     for (const char *q = logs; *q; q++)
@@ -1176,24 +1176,24 @@ static void test_limits_and_gpus(void)
     ASSERT_EQ_INT(call(c, A_ "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor,
                        NULL, msg, sizeof(msg)),
                   ZT_RPC_INVALID_ARGUMENT);
-    char *text2 = zt_asprintf("{\"name\": \"gpu-job\", \"model\": {\"arch\": \"gpt2\", \"n_layer\": 2, "
-                              "\"n_head\": 2, \"n_embd\": 32, \"block_size\": 16, \"vocab_size\": 64}, "
-                              "\"data\": {\"train\": \"d/*.bin\"}, \"train\": {\"steps\": 10}, "
-                              "\"resources\": {\"ranks\": 2, \"device\": \"cuda\"}, \"deepspeed\": "
-                              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1}}");
+    char *text2 =
+        zt_asprintf("{\"name\": \"gpu-job\", \"model\": {\"arch\": \"gpt2\", \"n_layer\": 2, "
+                    "\"n_head\": 2, \"n_embd\": 32, \"block_size\": 16, \"vocab_size\": 64}, "
+                    "\"data\": {\"train\": \"d/*.bin\"}, \"train\": {\"steps\": 10}, "
+                    "\"resources\": {\"ranks\": 2, \"device\": \"cuda\"}, \"deepspeed\": "
+                    "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1}}");
     Zt__V1__SubmitJobRequest sq = ZT__V1__SUBMIT_JOB_REQUEST__INIT;
     sq.job_text = text2;
     sq.job_dir = "/tmp";
-    ASSERT_EQ_INT(call(c, C_ "SubmitJob", &sq.base, &zt__v1__submit_job_reply__descriptor, NULL,
-                       NULL, 0),
-                  ZT_RPC_OK);
+    ASSERT_EQ_INT(
+        call(c, C_ "SubmitJob", &sq.base, &zt__v1__submit_job_reply__descriptor, NULL, NULL, 0),
+        ZT_RPC_OK);
     zt_free(text2);
     Zt__V1__HeartbeatReply *x = NULL;
     for (int t = 0; t < 200; t++) {
         zt_pb_free(x);
         x = hb(c, "gpu1", ginc, NULL, 0);
-        if (x->n_workers == 2)
-            break;
+        if (x->n_workers == 2) break;
         zt_sleep_ms(10);
     }
     ASSERT_EQ_INT(x->n_workers, 2);
@@ -1237,8 +1237,7 @@ static void *stream_main(void *arg)
     for (;;) {
         void *m = NULL;
         zt_status st = zt_rpc_stream_next(s, e->type, &m, &e->code, &err);
-        if (st != ZT_OK || !m)
-            break;
+        if (st != ZT_OK || !m) break;
         e->messages++;
         zt_pb_free(m);
     }
@@ -1267,22 +1266,24 @@ static void test_shutdown_with_streams(void)
     stream_end ends[3] = {
         {.c = c, .path = C_ "WatchJob", .req = &wq.base, .type = &zt__v1__job_update__descriptor},
         {.c = c, .path = C_ "GetLogs", .req = &lq.base, .type = &zt__v1__log_batch__descriptor},
-        {.c = c, .path = "/grpc.health.v1.Health/Watch", .req = &hq.base,
+        {.c = c,
+         .path = "/grpc.health.v1.Health/Watch",
+         .req = &hq.base,
          .type = &grpc__health__v1__health_check_response__descriptor},
     };
     for (int i = 0; i < 3; i++)
         pthread_create(&ends[i].th, NULL, stream_main, &ends[i]);
     rdzv_call waiter = {.c = c, .attempt = att, .rank = 1, .wait = 2, .wait_ms = 30000};
     pthread_create(&waiter.th, NULL, rdzv_main, &waiter);
-    for (int t = 0; t < 300 && (ends[0].messages < 1 || ends[1].messages < 1 || ends[2].messages < 1); t++)
+    for (int t = 0;
+         t < 300 && (ends[0].messages < 1 || ends[1].messages < 1 || ends[2].messages < 1); t++)
         zt_sleep_ms(10);
     CHECK(ends[0].messages >= 1 && ends[1].messages >= 1 && ends[2].messages >= 1);
     zt_sleep_ms(100);
     uint64_t t0 = zt_now_ns();
     ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
     double dt = (double)(zt_now_ns() - t0) * 1e-9;
-    if (dt > 1.0)
-        zt_zcoord_dump_log(&p);
+    if (dt > 1.0) zt_zcoord_dump_log(&p);
     ASSERT_TRUE(dt < 10.0);
     for (int i = 0; i < 3; i++) {
         pthread_join(ends[i].th, NULL);

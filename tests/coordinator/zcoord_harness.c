@@ -33,8 +33,7 @@ static void kill_all(void)
 static void on_signal(int sig)
 {
     for (int i = 0; i < MAX_PROCS; i++)
-        if (live[i] > 0)
-            kill(live[i], SIGKILL);
+        if (live[i] > 0) kill(live[i], SIGKILL);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -65,8 +64,7 @@ void zt_zcoord_dump_log(const zt_zcoord_proc *p)
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "tail -n 40 %s >&2", p->log);
     fprintf(stderr, "---- zcoord log (%s) ----\n", p->log);
-    if (system(cmd) != 0)
-        fprintf(stderr, "(no log)\n");
+    if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
 }
 
 static void launch(zt_zcoord_proc *p, const char *const *extra)
@@ -139,8 +137,7 @@ static void launch(zt_zcoord_proc *p, const char *const *extra)
                 const char *end = strchr(g, '"');
                 const char *colon = NULL;
                 for (const char *q = g; end && q < end; q++)
-                    if (*q == ':')
-                        colon = q;
+                    if (*q == ':') colon = q;
                 if (colon && end && colon < end) {
                     p->port = atoi(colon + 1);
                     snprintf(p->addr, sizeof(p->addr), "127.0.0.1:%d", p->port);
@@ -175,8 +172,7 @@ void zt_zcoord_restart(zt_zcoord_proc *p, const char *const *extra)
 
 int zt_zcoord_stop(zt_zcoord_proc *p)
 {
-    if (p->pid <= 0)
-        return -1;
+    if (p->pid <= 0) return -1;
     kill(p->pid, SIGTERM);
     int st = 0;
     for (int i = 0; i < 1500; i++) {
@@ -194,8 +190,7 @@ int zt_zcoord_stop(zt_zcoord_proc *p)
 
 void zt_zcoord_kill(zt_zcoord_proc *p)
 {
-    if (p->pid <= 0)
-        return;
+    if (p->pid <= 0) return;
     kill(p->pid, SIGKILL);
     waitpid(p->pid, NULL, 0);
     track(p->pid, false);
@@ -205,9 +200,7 @@ void zt_zcoord_kill(zt_zcoord_proc *p)
 void zt_zcoord_cleanup(zt_zcoord_proc *p)
 {
     char cmd[300];
-    if (!p->dir[0])
-        return;
+    if (!p->dir[0]) return;
     snprintf(cmd, sizeof(cmd), "rm -rf %s", p->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", p->dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", p->dir);
 }

@@ -8,11 +8,11 @@
 
 typedef struct zt_zcoord_proc {
     pid_t pid;
-    char dir[128];  /* temporary directory (database, log, ready file) */
+    char dir[128]; /* temporary directory (database, log, ready file) */
     char db[256];
-    char addr[64];  /* "127.0.0.1:PORT" */
+    char addr[64]; /* "127.0.0.1:PORT" */
     int port;
-    char log[256];  /* zcoord's stderr */
+    char log[256]; /* zcoord's stderr */
 } zt_zcoord_proc;
 
 /* Starts zcoord with --db, --grpc 127.0.0.1:0 (or the previous port on restart), --http

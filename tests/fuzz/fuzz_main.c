@@ -33,8 +33,7 @@ static void add_seed(int type, const ProtobufCMessage *m)
     size_t n = 0;
     uint8_t *p = zt_pb_pack(m, &n);
     uint8_t *s = zt_malloc(n + 1);
-    if (!p || !s || n_seeds >= MAX_SEEDS)
-        exit(1);
+    if (!p || !s || n_seeds >= MAX_SEEDS) exit(1);
     s[0] = (uint8_t)type;
     memcpy(s + 1, p, n);
     zt_free(p);
@@ -45,8 +44,7 @@ static void add_seed(int type, const ProtobufCMessage *m)
 static int type_index(const char *name)
 {
     for (size_t i = 0; i < zt_fuzz_n_types; i++)
-        if (strcmp(zt_fuzz_types[i].name, name) == 0)
-            return (int)i;
+        if (strcmp(zt_fuzz_types[i].name, name) == 0) return (int)i;
     return 0;
 }
 
@@ -138,14 +136,12 @@ static int run_file(const char *path)
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
-        if (run_file(argv[i]))
-            return 1;
+        if (run_file(argv[i])) return 1;
     const char *sec = getenv("ZT_FUZZ_SECONDS");
     const char *seed = getenv("ZT_FUZZ_SEED");
     double seconds = sec ? atof(sec) : 3.0;
     rng_state = seed ? strtoull(seed, NULL, 10) : 0x9e3779b97f4a7c15ull;
-    if (!rng_state)
-        rng_state = 1;
+    if (!rng_state) rng_state = 1;
     make_seeds();
     for (int i = 0; i < n_seeds; i++)
         LLVMFuzzerTestOneInput(seeds[i], seed_len[i]);

@@ -23,12 +23,10 @@ typedef bool (*check_fn)(const void *msg, char *why, size_t cap);
 static bool check_submit(const void *m, char *why, size_t cap)
 {
     const Zt__V1__SubmitJobRequest *q = m;
-    if (!zt_check_submit(q, why, cap))
-        return false;
+    if (!zt_check_submit(q, why, cap)) return false;
     /* the server parses the job file next */
     zt_job *job = zt_calloc(1, sizeof(*job));
-    if (!job)
-        return false;
+    if (!job) return false;
     zt_err err = {0};
     if (zt_job_parse(job, q->job_text, q->job_path[0] ? q->job_path : "job",
                      q->job_dir[0] ? q->job_dir : "/", &err) == ZT_OK) {
@@ -97,24 +95,20 @@ const size_t zt_fuzz_n_types = sizeof(zt_fuzz_types) / sizeof(zt_fuzz_types[0]);
 /* True when m or a message inside it carries unknown fields. */
 static bool has_unknown(const ProtobufCMessage *m)
 {
-    if (m->n_unknown_fields)
-        return true;
+    if (m->n_unknown_fields) return true;
     const ProtobufCMessageDescriptor *d = m->descriptor;
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
-        if (f->type != PROTOBUF_C_TYPE_MESSAGE)
-            continue;
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
         const char *base = (const char *)m + f->offset;
         if (f->label == PROTOBUF_C_LABEL_REPEATED) {
             size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
             ProtobufCMessage *const *arr = *(ProtobufCMessage *const *const *)base;
             for (size_t k = 0; k < n; k++)
-                if (has_unknown(arr[k]))
-                    return true;
+                if (has_unknown(arr[k])) return true;
         } else {
             const ProtobufCMessage *sub = *(ProtobufCMessage *const *)base;
-            if (sub && has_unknown(sub))
-                return true;
+            if (sub && has_unknown(sub)) return true;
         }
     }
     return false;
@@ -122,12 +116,10 @@ static bool has_unknown(const ProtobufCMessage *m)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1)
-        return 0;
+    if (size < 1) return 0;
     const zt_fuzz_type *t = &zt_fuzz_types[data[0] % zt_fuzz_n_types];
     ProtobufCMessage *m = zt_pb_unpack(t->type, data + 1, size - 1);
-    if (!m)
-        return 0; /* the server answers INVALID_ARGUMENT */
+    if (!m) return 0; /* the server answers INVALID_ARGUMENT */
     char why[512];
     ((check_fn)t->check)(m, why, sizeof(why));
     json_t *j = zt_pb_to_json(m);

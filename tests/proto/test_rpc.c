@@ -127,9 +127,9 @@ static zt_rpc_server *start_server(const char *token, const char *cert, const ch
                                 .stream_queue_max = 8};
     zt_rpc_server *s;
     zt_err err = {0};
-    zt_status st = zt_rpc_server_create(&s, &cfg, methods, sizeof(methods) / sizeof(methods[0]), &err);
-    if (st != ZT_OK)
-        ZT_FAIL("server: %s", zt_err_msg(&err));
+    zt_status st =
+        zt_rpc_server_create(&s, &cfg, methods, sizeof(methods) / sizeof(methods[0]), &err);
+    if (st != ZT_OK) ZT_FAIL("server: %s", zt_err_msg(&err));
     *port = zt_rpc_server_port(s);
     ASSERT_TRUE(*port > 0);
     return s;
@@ -152,14 +152,14 @@ static zt_rpc_code ping(zt_rpc_client *c, char *msg, size_t cap)
     Zt__V1__PingReply *r = NULL;
     zt_rpc_code code;
     zt_err err = {0};
-    zt_rpc_unary(c, P_PING, &q.base, &zt__v1__ping_reply__descriptor, (void **)&r, 5000, &code, &err);
+    zt_rpc_unary(c, P_PING, &q.base, &zt__v1__ping_reply__descriptor, (void **)&r, 5000, &code,
+                 &err);
     if (code == ZT_RPC_OK) {
         ASSERT_TRUE(r != NULL);
         ASSERT_EQ_INT(r->time_ms, 42);
         ASSERT_STREQ(r->version, "test");
     }
-    if (msg)
-        snprintf(msg, cap, "%.400s", err.msg);
+    if (msg) snprintf(msg, cap, "%.400s", err.msg);
     zt_pb_free(r);
     return code;
 }
@@ -201,11 +201,12 @@ static void test_unary_and_errors(void)
     ASSERT_EQ_INT(code, ZT_RPC_UNIMPLEMENTED);
     ASSERT_CONTAINS(err.msg, "NoSuchCall");
 
-    /* deadline: the handler never answers; the client gets DEADLINE_EXCEEDED, the server a cancel */
+    /* deadline: the handler never answers; the client gets DEADLINE_EXCEEDED, the server a cancel
+     */
     Zt__V1__GetJobRequest gq = ZT__V1__GET_JOB_REQUEST__INIT;
     uint64_t t0 = zt_now_ns();
-    st = zt_rpc_unary(c, P_GET, &gq.base, &zt__v1__get_job_reply__descriptor, (void **)&r, 200, &code,
-                      &err);
+    st = zt_rpc_unary(c, P_GET, &gq.base, &zt__v1__get_job_reply__descriptor, (void **)&r, 200,
+                      &code, &err);
     double dt = (double)(zt_now_ns() - t0) * 1e-9;
     ASSERT_EQ_INT(code, ZT_RPC_DEADLINE_EXCEEDED);
     ASSERT_TRUE(dt >= 0.15 && dt < 3.0);
@@ -232,8 +233,7 @@ static void on_async(void *arg, zt_rpc_code code, const char *message, const uin
         atomic_fetch_add(&async_bad, 1);
     } else if (code == ZT_RPC_OK) {
         Zt__V1__PingReply *r = zt_pb_unpack(&zt__v1__ping_reply__descriptor, reply, len);
-        if (!r || r->time_ms != 42)
-            atomic_fetch_add(&async_bad, 1);
+        if (!r || r->time_ms != 42) atomic_fetch_add(&async_bad, 1);
         zt_pb_free(r);
     } else if (!strstr(message, "decode")) {
         fprintf(stderr, "async: message without 'decode': %s\n", message);
@@ -256,8 +256,8 @@ static void *async_thread(void *p)
     zt_err err = {0};
     int done = 0;
     for (int i = 0; i < a->n; i++)
-        ASSERT_OK(zt_rpc_unary_async(c, q, P_PING, &pq.base, 5000, on_async, (void *)(intptr_t)0,
-                                     &err));
+        ASSERT_OK(
+            zt_rpc_unary_async(c, q, P_PING, &pq.base, 5000, on_async, (void *)(intptr_t)0, &err));
     while (done < a->n) {
         int k = zt_rpc_cq_poll(q, 1000);
         ASSERT_TRUE(k >= 0);
@@ -335,9 +335,9 @@ static void test_streams(void)
     int n = 0;
     for (;;) {
         Zt__V1__JobUpdate *u = NULL;
-        ASSERT_OK(zt_rpc_stream_next(st, &zt__v1__job_update__descriptor, (void **)&u, &code, &err));
-        if (!u)
-            break;
+        ASSERT_OK(
+            zt_rpc_stream_next(st, &zt__v1__job_update__descriptor, (void **)&u, &code, &err));
+        if (!u) break;
         n++;
         ASSERT_EQ_INT(u->job->step, n);
         ASSERT_EQ_INT(u->final, n == 200);
@@ -351,7 +351,8 @@ static void test_streams(void)
     q.job_id = 2;
     ASSERT_OK(zt_rpc_stream_open(c, P_WATCH, &q.base, 10000, &st, &err));
     Zt__V1__JobUpdate *u = NULL;
-    zt_status rc = zt_rpc_stream_next(st, &zt__v1__job_update__descriptor, (void **)&u, &code, &err);
+    zt_status rc =
+        zt_rpc_stream_next(st, &zt__v1__job_update__descriptor, (void **)&u, &code, &err);
     ASSERT_EQ_INT(rc, ZT_ERR_NOT_FOUND);
     ASSERT_EQ_INT(code, ZT_RPC_NOT_FOUND);
     ASSERT_CONTAINS(err.msg, "job 2 not found");
@@ -388,8 +389,7 @@ static void test_streams(void)
 static char *slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     char *buf = zt_calloc(1, 65536);
     size_t n = fread(buf, 1, 65535, f);
     buf[n] = '\0';
