@@ -16,6 +16,8 @@ import time
 import traceback
 
 BIN = os.environ.get("ZT_BIN", "./bin")
+# sanitizer builds (make test-asan) run workers ~15x slower: fewer steps keep tests short
+QUICK = bool(os.environ.get("ZT_TEST_QUICK"))
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 PR_SET_PDEATHSIG = 1
 

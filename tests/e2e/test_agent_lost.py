@@ -9,6 +9,7 @@ import time
 import e2e_util as e
 
 HB_TIMEOUT_S = 2
+STEPS, EVERY = (160, 40) if e.QUICK else (1000, 100)
 
 
 def kill_agent_mid_run(c, jid):
@@ -38,7 +39,7 @@ def body(c):
     c.start_agent("a1", "cpu:2")
     c.make_data()
 
-    job = c.write_job("lost", steps=1000, ckpt_every=100, max_restarts=1)
+    job = c.write_job("lost", steps=STEPS, ckpt_every=EVERY, max_restarts=1)
     jid = c.submit(job)
     t0 = kill_agent_mid_run(c, jid)
     e.wait_for(lambda: agent_state(c, "a1") == "LOST", HB_TIMEOUT_S + 10, "agent a1 to be LOST")
@@ -59,11 +60,11 @@ def body(c):
     e.check_eq(j["job"]["state"], "COMPLETED", "job state after the agent came back")
     e.check_eq(len(j["attempts"]), 2, "attempts")
     a2 = max(j["attempts"], key=lambda a: a["number"])
-    e.check(a2["resume_step"] >= 100, f"the new attempt resumed from step {a2['resume_step']}")
-    e.check_eq(j["job"]["step"], 1000, "final step")
+    e.check(a2["resume_step"] >= EVERY, f"the new attempt resumed from step {a2['resume_step']}")
+    e.check_eq(j["job"]["step"], STEPS, "final step")
 
     # restarts exhausted: the job fails
-    job = c.write_job("lost0", steps=1000, ckpt_every=100, max_restarts=0)
+    job = c.write_job("lost0", steps=STEPS, ckpt_every=EVERY, max_restarts=0)
     jid = c.submit(job)
     kill_agent_mid_run(c, jid)
     j = c.wait_job(jid, ("FAILED", "COMPLETED", "QUEUED"), HB_TIMEOUT_S + 15)
