@@ -2,7 +2,8 @@
 """End to end, zagent on bad input: bad flags and environment give one clear message and exit
 2; with the coordinator unreachable the agent says so and keeps retrying, then registers as
 soon as zcoord comes up, and stops with exit 0 on SIGTERM; a wrong or missing token is refused
-at registration: the agent says which token to give and exits 1."""
+at registration: the agent says which token to give and exits 1; with a TLS coordinator an
+agent given --tls-ca registers, one without it keeps saying it cannot connect."""
 import os
 import subprocess
 import time
@@ -81,10 +82,37 @@ def bad_token(c):
     e.check_eq(c.stop_agent("goodtok"), 0, "exit code of the agent with the right token")
 
 
+def tls(c):
+    """zcoord serving TLS: an agent with --tls-ca registers; one without cannot connect (and
+    says so, retrying)."""
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                        "key.pem", "-out", "cert.pem", "-days", "2", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                       cwd=c.tmp, capture_output=True)
+    if r.returncode != 0:
+        print("tls: openssl cannot make a certificate here; skipped")
+        return
+    c.coord.send_signal(15)
+    c.coord.wait()
+    c.start_coord(extra=["--tls-cert", os.path.join(c.tmp, "cert.pem"), "--tls-key",
+                         os.path.join(c.tmp, "key.pem")])
+    token = ["--token-file", os.path.join(c.tmp, "token")]
+    c.start_agent("tls", "cpu:1", extra=token + ["--tls-ca", os.path.join(c.tmp, "cert.pem")])
+    e.check("(TLS)" in c.agent_log("tls"), "the agent does not say it uses TLS")
+    p = c.start_agent("plain", "cpu:1", extra=token, wait=False)
+    e.wait_for(lambda: "cannot reach the coordinator" in c.agent_log("plain"), 10,
+               "the plaintext agent to report that it cannot connect")
+    e.check(p.poll() is None, "the plaintext agent gave up")
+    e.check(not (c.agent_status("plain") or {}).get("registered"), "a plaintext agent registered")
+    e.check_eq(c.stop_agent("plain"), 0, "exit code of the plaintext agent")
+    e.check_eq(c.stop_agent("tls"), 0, "exit code of the TLS agent")
+
+
 def body(c):
     bad_flags(c)
     unreachable(c)
     bad_token(c)
+    tls(c)
 
 
 if __name__ == "__main__":

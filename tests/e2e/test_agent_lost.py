@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""End to end, a node dies: zagent is killed with SIGKILL while its job trains. Its workers die
-with it (parent-death signal), the coordinator marks the agent LOST after the heartbeat timeout
-and fails the attempt; the job waits in the queue until capacity returns (the agent restarts
-under the same name) and then resumes from its checkpoint and completes. A second job with
-max_restarts 0 fails instead when its agent is lost."""
+"""End to end, a node stops or dies. Stopped with SIGTERM, zagent stops its workers and reports
+their exits before it leaves, so the attempt fails at once and runs again when it is back.
+Killed with SIGKILL while its job trains, its workers die with it (parent-death signal), the
+coordinator marks the agent LOST after the heartbeat timeout and fails the attempt; the job
+waits in the queue until capacity returns (the agent restarts under the same name) and then
+resumes from its checkpoint and completes. A job with max_restarts 0 fails instead when its
+agent is lost."""
 import time
 
 import e2e_util as e
@@ -34,10 +36,36 @@ def agent_state(c, name):
     return None
 
 
+def graceful_stop(c):
+    """SIGTERM to the agent: it stops its workers and reports their exits in a last heartbeat,
+    so the attempt fails at once (no heartbeat timeout); restarted, it runs the next attempt."""
+    job = c.write_job("term", steps=STEPS, ckpt_every=EVERY, max_restarts=1)
+    jid = c.submit(job)
+    e.wait_for(lambda: c.committed(jid), 60, f"a committed checkpoint of job {jid}",
+               interval=0.02)
+    att = c.job(jid)["attempts"][-1]["id"]
+    pids = c.worker_pids("a1", att)
+    t0 = time.time()
+    e.check_eq(c.stop_agent("a1"), 0, "zagent exit code on SIGTERM")
+    e.check(not any(e.pid_alive(p) for p in pids.values()), "workers outlived their agent")
+    j = c.wait_job(jid, ("QUEUED", "SCHEDULED"), HB_TIMEOUT_S + 10)
+    took = time.time() - t0
+    a1 = j["attempts"][0]
+    e.check_eq(a1["state"], "FAILED", "attempt state after the agent stopped")
+    e.check("signal 15" in a1["reason"], "attempt reason: " + a1["reason"])
+    e.check(took < HB_TIMEOUT_S, f"the attempt failed {took:.1f} s after SIGTERM: the exits were "
+            f"not reported before the agent left")
+    print(f"job {jid}: agent stopped; attempt failed {took:.2f} s later: {a1['reason']}")
+    c.start_agent("a1", "cpu:2")
+    j = c.wait_job(jid, ("COMPLETED", "FAILED"), 120)
+    e.check_eq(j["job"]["state"], "COMPLETED", "job state after the agent restarted")
+
+
 def body(c):
     c.start_coord()
     c.start_agent("a1", "cpu:2")
     c.make_data()
+    graceful_stop(c)
 
     job = c.write_job("lost", steps=STEPS, ckpt_every=EVERY, max_restarts=1)
     jid = c.submit(job)
