@@ -3,7 +3,8 @@
  * the zworker processes that are desired and not running (spec, rendezvous, spawn), stops the
  * ones that are no longer desired, and forwards what workers report (step metrics, checkpoint
  * shards, output lines). One libuv loop; RPCs are asynchronous, so a dead coordinator never
- * stalls the loop. */
+ * stalls the loop. The worker's command line and environment are described in `zagent --help`
+ * (zt_agent_usage); each rank's output is kept in WORK_DIR/attempt_<id>/rank_NNNNN.log. */
 #ifndef ZT_AGENT_AGENT_H
 #define ZT_AGENT_AGENT_H
 

@@ -87,7 +87,7 @@ void zt_agent_usage(FILE *f)
     }
     fprintf(
         f,
-        "\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs on this node in local-rank order.\nWorkers die with the agent (parent-death signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error (exit 2): use --slots cpu:N there.\nExit codes: 0 stopped by a signal, 1 the coordinator refused the token, 2 bad flags or environment.\n");
+        "\nEach worker runs WORKER [--resume CKPT] WORK_DIR/attempt_<id>/job.json in that directory, in a session\nof its own, with the agent's environment (less ZT_TOKEN) plus the coordinator's variables and\nZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_LOCAL_WORLD_SIZE, ZT_DEVICE_INDEX, ZT_SESSION (the attempt\nid), ZT_RENDEZVOUS (tcp://host:port of rank 0, met through the coordinator), ZT_REPORT_FD=3.\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs on this node in local-rank order.\nWorkers die with the agent (parent-death signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error (exit 2): use --slots cpu:N there.\nExit codes: 0 stopped by a signal, 1 the coordinator refused the token, 2 bad flags or environment.\n");
 }
 
 zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err)
