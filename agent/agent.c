@@ -269,6 +269,19 @@ static void on_heartbeat(zt_agent *a, void *ctx, zt_rpc_code code, const char *m
             "agent",
             "the coordinator no longer knows this agent's registration (%s: %s); registering again",
             zt_rpc_code_name(code), msg);
+        /* two agents with one name take the registration from each other forever */
+        uint64_t now = zt_now_ns();
+        if (code == ZT_RPC_FAILED_PRECONDITION) {
+            if (now - a->rereg_window_ns > 60ull * 1000000000ull) {
+                a->rereg_window_ns = now;
+                a->rereg_count = 0;
+            }
+            if (++a->rereg_count == 3)
+                ZT_ERROR(
+                    "agent",
+                    "registered again 3 times within a minute: another zagent probably runs with the name %s; give each node its own --name",
+                    a->cfg.name);
+        }
         a->reg = AG_UNREGISTERED;
         reg_start(a);
         write_status(a);

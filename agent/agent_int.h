@@ -232,6 +232,8 @@ struct zt_agent {
     uint64_t reg_first_fail_ns, reg_last_warn_ns;
     bool hb_in_flight, hb_kick;
     int hb_failures;
+    int rereg_count; /* re-registrations for a stale incarnation in the current minute */
+    uint64_t rereg_window_ns;
     uint64_t hb_last_warn_ns, hb_last_ok_ns;
     int64_t hb_ok, hb_failed, desired_version;
     uint64_t rtt_ns[AG_RTT_RING];

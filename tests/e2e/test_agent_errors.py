@@ -3,7 +3,8 @@
 2; with the coordinator unreachable the agent says so and keeps retrying, then registers as
 soon as zcoord comes up, and stops with exit 0 on SIGTERM; a wrong or missing token is refused
 at registration: the agent says which token to give and exits 1; with a TLS coordinator an
-agent given --tls-ca registers, one without it keeps saying it cannot connect."""
+agent given --tls-ca registers, one without it keeps saying it cannot connect; two agents with
+one name say so."""
 import os
 import subprocess
 import time
@@ -108,9 +109,26 @@ def tls(c):
     e.check_eq(c.stop_agent("tls"), 0, "exit code of the TLS agent")
 
 
+def dup_name(c):
+    """Two agents under one name keep taking the registration from each other: one says so."""
+    c.start_agent("dup", "cpu:1")
+    p2 = c._popen(c.agent_args("dup", "cpu:1", ["--work-dir", os.path.join(c.tmp, "work_dup2"),
+                                                 "--status-file", os.path.join(c.tmp, "dup2.json")]),
+                  os.path.join(c.tmp, "zagent_dup2.log"))
+    want = "another zagent probably runs with the name dup"
+    def said():
+        with open(os.path.join(c.tmp, "zagent_dup2.log")) as f:
+            return want in c.agent_log("dup") or want in f.read()
+    e.wait_for(said, 20, "an agent to notice that another one uses its name")
+    p2.send_signal(15)
+    e.check_eq(p2.wait(20), 0, "exit code of the second agent")
+    e.check_eq(c.stop_agent("dup"), 0, "exit code of the first agent")
+
+
 def body(c):
     bad_flags(c)
     unreachable(c)
+    dup_name(c)
     bad_token(c)
     tls(c)
 
