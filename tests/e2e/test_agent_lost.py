@@ -11,7 +11,7 @@ import time
 import e2e_util as e
 
 HB_TIMEOUT_S = 2
-STEPS, EVERY = (160, 40) if e.QUICK else (1000, 100)
+STEPS, EVERY = (60, 20) if e.QUICK else (1000, 100)
 
 
 def kill_agent_mid_run(c, jid):

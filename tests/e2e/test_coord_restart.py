@@ -7,7 +7,7 @@ import time
 
 import e2e_util as e
 
-STEPS, EVERY = (160, 40) if e.QUICK else (1000, 100)
+STEPS, EVERY = (60, 20) if e.QUICK else (1000, 100)
 
 
 def body(c):

@@ -9,7 +9,7 @@ import signal
 
 import e2e_util as e
 
-STEPS, EVERY = (160, 40) if e.QUICK else (1200, 100)
+STEPS, EVERY = (60, 20) if e.QUICK else (1200, 100)
 
 
 def body(c):
