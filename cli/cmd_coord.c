@@ -318,6 +318,8 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
                 if (!zt_cli.json)
                     printf("job %lld %s: %s\n", (long long)j->id, zt_cli_job_state(state),
                            j->reason);
+                else if (quiet) /* zctl wait -o json: the final job */
+                    zt_cli_print_json(&j->base, false);
                 fflush(stdout);
                 zt_pb_free(u);
                 zt_rpc_stream_close(s);

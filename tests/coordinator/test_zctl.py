@@ -172,6 +172,8 @@ def main():
             expect_in(r.stderr, "already ended")
             r = zctl("wait", "2", env=env, check=3)
             expect_in(r.stdout, "job 2 CANCELED")
+            final = json.loads(zctl("wait", "2", "-o", "json", env=env, check=3).stdout)
+            assert final["state"] == "CANCELED" and final["id"] == 2, final
             n1.heartbeat()
 
             # submit --follow: state lines and progress until the end; exit code of the job
