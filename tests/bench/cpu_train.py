@@ -2,7 +2,8 @@
 init, same data. Config: n_layer 4, n_embd 256, n_head 4, block 256, batch 8, vocab 256.
 On 1 thread (every pool pinned to one: OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, torch's own) and on
 2 cores (each side at its fastest setting for two cores: zerotrain tries 1 process x 2 threads
-and 2 ranks x 1 thread; PyTorch tries 2 intra-op threads and 1), it prints tokens/s of each,
+and 2 ranks x 1 thread; PyTorch tries 2 threads everywhere, 2 intra-op threads with a 1-thread
+BLAS, 1 intra-op thread with a 2-thread BLAS, and 1 thread), it prints tokens/s of each,
 the ratio, and each side's achieved FLOP/s ((6N + 6LCT) x tokens/s, llm.c's count) as a
 fraction of the machine's matmul peak (a large dnnl_sgemm timed in the same run), and which
 BLAS PyTorch actually loaded. Usage: cpu_train.py [--steps N] [--warmup N]"""
@@ -89,8 +90,10 @@ def main():
                                  text=True, env=dict(os.environ, **thread_env(t)), check=True).stdout
             return float(out.split()[0].split("=")[1]) * 1e9
 
-        def torch_run(t):
+        def torch_run(t, blas=None):
             env = dict(os.environ, **thread_env(t))
+            if blas is not None:  # BLAS pool sized apart from torch's intra-op pool
+                env["OPENBLAS_NUM_THREADS"] = env["GOTO_NUM_THREADS"] = str(blas)
             env["PYTHONPATH"] = os.path.join(os.environ.get("ZT_SOURCE_DIR", "."), "tests")
             out = subprocess.run(["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker",
                                   "--threads", str(t), "--init", f"{tmp}/init.bin",
@@ -126,7 +129,8 @@ def main():
             zt_opts = {"1 process x 1 thread": zt_run(1, 1)} if cores == 1 else {
                 "1 process x 2 threads": zt_run(1, 2), "2 ranks x 1 thread": zt_run(2, 1)}
             th_opts = {"1 thread": torch_run(1)} if cores == 1 else {
-                "2 threads": torch_run(2), "1 thread": torch_run(1)}
+                "2 threads": torch_run(2), "torch 2 threads, BLAS 1": torch_run(2, blas=1),
+                "torch 1 thread, BLAS 2": torch_run(1, blas=2), "1 thread": torch_run(1)}
             zt_best = max(zt_opts, key=zt_opts.get)
             th_best = max(th_opts, key=lambda k: th_opts[k]["tok_s"])
             z, t = zt_opts[zt_best], th_opts[th_best]["tok_s"]
