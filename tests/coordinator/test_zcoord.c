@@ -795,6 +795,19 @@ static void test_lost_hang_vanish(void)
     int64_t att2 = next_attempt(c, "flaky", inc);
     CHECK(att2 > att);
 
+    /* the rest needs steady heartbeats from a loaded test machine: the same database and
+     * port under a long heartbeat timeout (state survives the restart) */
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    const char *args2[] = {"--restart-backoff", "50ms", "--hang-timeout", "1500ms", NULL};
+    zt_zcoord_restart(&p, args2);
+    Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
+    zt_rpc_code pc = ZT_RPC_UNAVAILABLE;
+    for (int t = 0; t < 100 && pc != ZT_RPC_OK; t++) {
+        pc = call(c, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, NULL, 0);
+        if (pc != ZT_RPC_OK) zt_sleep_ms(50);
+    }
+    ASSERT_EQ_INT(pc, ZT_RPC_OK);
+
     /* hang: the worker keeps reporting the same step */
     s = (sim){j2, att2, 0, 4, 0, 0, 7, 70};
     uint64_t t0 = zt_now_ns();
