@@ -3,6 +3,7 @@
 #include "proto/pbjson.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -52,6 +53,16 @@ static json_t *base64(const uint8_t *data, size_t len)
     return r;
 }
 
+/* JSON has no NaN or infinities: proto3's JSON mapping spells them as strings. */
+static json_t *real_json(double v)
+{
+    if (isnan(v))
+        return json_string("NaN");
+    if (isinf(v))
+        return json_string(v > 0 ? "Infinity" : "-Infinity");
+    return json_real(v);
+}
+
 static json_t *value_json(const ProtobufCFieldDescriptor *f, const void *p)
 {
     switch (f->type) {
@@ -70,9 +81,9 @@ static json_t *value_json(const ProtobufCFieldDescriptor *f, const void *p)
     case PROTOBUF_C_TYPE_FIXED64:
         return json_integer((json_int_t) * (const uint64_t *)p);
     case PROTOBUF_C_TYPE_FLOAT:
-        return json_real(*(const float *)p);
+        return real_json(*(const float *)p);
     case PROTOBUF_C_TYPE_DOUBLE:
-        return json_real(*(const double *)p);
+        return real_json(*(const double *)p);
     case PROTOBUF_C_TYPE_BOOL:
         return json_boolean(*(const protobuf_c_boolean *)p);
     case PROTOBUF_C_TYPE_ENUM:

@@ -488,6 +488,15 @@ static void test_pbjson(void)
     ASSERT_CONTAINS(s, "\"entries\":[{\"rank\":0,\"value\":\"dGNwOi8vaDox\"}]");
     free(s);
     json_decref(o);
+    Zt__V1__Metric m = ZT__V1__METRIC__INIT;
+    m.key = "loss";
+    m.value = NAN;
+    o = zt_pb_to_json(&m.base);
+    ASSERT_TRUE(o != NULL);
+    s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    ASSERT_STREQ(s, "{\"key\":\"loss\",\"value\":\"NaN\"}");
+    free(s);
+    json_decref(o);
     ASSERT_STREQ(zt_pb_enum_short_name(&zt__v1__job_state__descriptor, 4), "COMPLETED");
     ASSERT_STREQ(zt_pb_enum_short_name(&zt__v1__rendezvous_request__wait__descriptor, 2), "ALL");
     ASSERT_STREQ(zt_pb_enum_short_name(&zt__v1__job_state__descriptor, 99), "?");
