@@ -18,7 +18,7 @@ pkgs=(
   # fuzzing (libFuzzer) and sanitizers with clang
   clang libclang-rt-14-dev
   # misc tools the tests call
-  procps psmisc coreutils
+  procps psmisc coreutils openssl
 )
 
 missing=()
