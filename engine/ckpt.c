@@ -725,6 +725,13 @@ static void prune(const zt_engine *e)
         }
         rmdir(dir);
         ZT_INFO("ckpt", "removed checkpoint %s (keep_checkpoints %d)", dir, keep);
+        if (complete && e->opts.report_fd >= 0) {
+            char line[ZT_PATH_MAX + 96];
+            int n = pathf(line, sizeof(line), "rank=%d ckpt_removed step=%lld dir=%s\n", e->rank,
+                          (long long)step, dir);
+            if (n > 0 && write(e->opts.report_fd, line, (size_t)n) < 0) {
+            }
+        }
     }
 }
 

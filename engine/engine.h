@@ -26,7 +26,8 @@ typedef struct zt_engine_opts {
      *   rank=R phase=rendezvous|loading|training|evaluating|checkpointing
      *   rank=R step=N loss=X ... (the step line's fields) coll_seq=S      every rank, each step
      *   rank=R ckpt step=N file=/abs/rank_0000R.zts bytes=B crc32c=XXXXXXXX  shard durable
-     *   rank=0 ckpt_commit step=N dir=/abs/step_0000000N                meta.json committed */
+     *   rank=0 ckpt_commit step=N dir=/abs/step_0000000N                meta.json committed
+     *   rank=0 ckpt_removed step=N dir=/abs/step_0000000N     deleted by keep_checkpoints */
     int report_fd;
     bool no_final_save;     /* skip the save at the end of training (tests) */
 } zt_engine_opts;
