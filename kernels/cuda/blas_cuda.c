@@ -1,0 +1,315 @@
+/* zerotrain: the CUDA ops built on cuBLASLt: the linear layer (bias fused as an epilogue) and
+ * causal self-attention, whose Q K^T, P V and gradients are strided-batched GEMMs over the
+ * heads of one sequence on views of the (B, T, 3C) qkv tensor. fp32 in, fp32 accumulate
+ * (CUBLAS_COMPUTE_32F), TF32 only when ZT_CUDA_TF32=1. Algorithm choices are cached per shape. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "cuda_int.h"
+
+/* Largest of 16, 8, 4 bytes that divides the address of p and, when batched, the byte stride
+ * between the matrices of the batch (every matrix of the batch must meet the alignment). */
+static int ptr_align(const void *p, long long stride, int batch)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (batch > 1)
+        a |= (uintptr_t)(stride * (long long)sizeof(float));
+    return (a % 16 == 0) ? 16 : (a % 8 == 0) ? 8 : 4;
+}
+
+/* A cuBLASLt column-major matrix layout for a row-major matrix stored `rows` x `cols` with
+ * leading dimension ld: the same bytes are the column-major cols x rows matrix. */
+static cublasStatus_t layout_init(cublasLtMatrixLayoutOpaque_t *l, int rows, int cols, int ld,
+                                  int batch, long long stride)
+{
+    cublasStatus_t s = cublasLtMatrixLayoutInit(l, CUDA_R_32F, (uint64_t)cols, (uint64_t)rows,
+                                                (int64_t)ld);
+    if (s != CUBLAS_STATUS_SUCCESS || batch <= 1)
+        return s;
+    int32_t bc = batch;
+    int64_t st = stride;
+    s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st,
+                                             sizeof(st));
+    return s;
+}
+
+/* Looks up (or asks the heuristic for, and caches) the algorithm for key. Returns the entry,
+ * whose `usable` says whether cuBLASLt offered one. */
+static const zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
+                                          cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                                          cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc)
+{
+    for (int i = 0; i < ctx->gemm_n; i++)
+        if (memcmp(&ctx->gemm_cache[i].key, key, sizeof(*key)) == 0)
+            return &ctx->gemm_cache[i];
+    int slot;
+    if (ctx->gemm_n < ZT_CUDA_GEMM_CACHE) {
+        slot = ctx->gemm_n++;
+    } else {
+        slot = ctx->gemm_next;
+        ctx->gemm_next = (ctx->gemm_next + 1) % ZT_CUDA_GEMM_CACHE;
+    }
+    zt_cuda_gemm_entry *e = &ctx->gemm_cache[slot];
+    memset(e, 0, sizeof(*e));
+    e->key = *key;
+    cublasLtMatmulPreferenceOpaque_t pref;
+    uint64_t ws = ZT_CUDA_LT_WORKSPACE;
+    uint32_t al[4] = {(uint32_t)key->alignA, (uint32_t)key->alignB, (uint32_t)key->alignC,
+                      (uint32_t)key->alignC};
+    cublasStatus_t s = cublasLtMatmulPreferenceInit(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof(ws));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &al[0], sizeof(al[0]));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &al[1], sizeof(al[1]));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &al[2], sizeof(al[2]));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &al[3], sizeof(al[3]));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    memset(&res, 0, sizeof(res));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, &pref, 1, &res, &nres);
+    if (s == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
+        res.workspaceSize <= ZT_CUDA_LT_WORKSPACE) {
+        e->algo = res.algo;
+        e->usable = 1;
+    } else {
+        ZT_DEBUG("kernels",
+                 "cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d (status %s, %d results)",
+                 key->ta, key->tb, key->M, key->N, key->K, key->batch, key->has_bias,
+                 cublasLtGetStatusString(s), nres);
+    }
+    return e;
+}
+
+/* One cuBLASLt call for g (bias as an epilogue when use_bias). Returns false when cuBLASLt has
+ * no algorithm for it (nothing was queued); a failed call is recorded and counts as done. */
+static bool gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
+{
+    /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B */
+    cublasOperation_t opa = g->tb == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = g->ta == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
+    zt_cuda_gemm_key key;
+    memset(&key, 0, sizeof(key));
+    key.ta = g->ta;
+    key.tb = g->tb;
+    key.M = g->M;
+    key.N = g->N;
+    key.K = g->K;
+    key.lda = g->lda;
+    key.ldb = g->ldb;
+    key.ldc = g->ldc;
+    key.batch = g->batch;
+    key.has_bias = use_bias;
+    key.beta_zero = g->beta == 0.0f;
+    key.tf32 = ctx->tf32;
+    key.alignA = ptr_align(g->B, g->sB, g->batch); /* cuBLASLt's A */
+    key.alignB = ptr_align(g->A, g->sA, g->batch);
+    key.alignC = ptr_align(g->C, g->sC, g->batch);
+    key.alignBias = use_bias ? ptr_align(g->bias, 0, 1) : 0;
+    if (g->batch > 1) {
+        key.sA = g->sA;
+        key.sB = g->sB;
+        key.sC = g->sC;
+    }
+
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t la, lb, lc;
+    cublasComputeType_t ct = ctx->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasStatus_t s = cublasLtMatmulDescInit(&op, ct, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    if (s == CUBLAS_STATUS_SUCCESS && use_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                               sizeof(g->bias));
+    }
+    /* stored shapes (row-major): B is K x N ('N') or N x K ('T'); A is M x K or K x M */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout_init(&la, g->tb == 'N' ? g->K : g->N, g->tb == 'N' ? g->N : g->K, g->ldb,
+                        g->batch, g->sB);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout_init(&lb, g->ta == 'N' ? g->M : g->K, g->ta == 'N' ? g->K : g->M, g->lda,
+                        g->batch, g->sA);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout_init(&lc, g->M, g->N, g->ldc, g->batch, g->sC);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        zt_cuda_fail(ctx, ZT_ERR_CUDA,
+                     "GPU %d: setting up a cuBLASLt matmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
+                     ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch,
+                     cublasLtGetStatusString(s));
+        return true;
+    }
+    const zt_cuda_gemm_entry *e = algo_for(ctx, &key, &op, &la, &lb, &lc);
+    if (!e->usable)
+        return false;
+    s = cublasLtMatmul(ctx->lt, &op, &g->alpha, g->B, &la, g->A, &lb, &g->beta, g->C, &lc, g->C,
+                       &lc, &e->algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        zt_cuda_fail(ctx, ZT_ERR_CUDA,
+                     "GPU %d: cublasLtMatmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
+                     ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch,
+                     cublasLtGetStatusString(s));
+    }
+    return true;
+}
+
+void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
+{
+    if (g->M <= 0 || g->N <= 0 || g->batch <= 0)
+        return;
+    if (g->K <= 0) { /* empty product: C = beta C (+ bias) */
+        if (g->batch == 1 && g->beta == 0.0f && g->ldc == g->N)
+            zt_cuda_bias_fill(ctx, g->C, g->bias, g->M, g->N);
+        else if (g->beta != 1.0f || g->bias)
+            zt_cuda_fail(ctx, ZT_ERR_UNSUPPORTED,
+                         "GPU %d: a GEMM with K = 0 and beta %g is not supported by this backend",
+                         ctx->device, (double)g->beta);
+        return;
+    }
+    if (gemm_lt(ctx, g, g->bias != NULL))
+        return;
+    if (g->bias && g->batch == 1 && g->beta == 0.0f && g->ldc == g->N) {
+        /* no fused-bias algorithm: start C from the bias and accumulate onto it */
+        zt_cuda_bias_fill(ctx, g->C, g->bias, g->M, g->N);
+        zt_cuda_gemm plain = *g;
+        plain.bias = NULL;
+        plain.beta = 1.0f;
+        if (gemm_lt(ctx, &plain, false))
+            return;
+    }
+    zt_cuda_fail(
+        ctx, ZT_ERR_CUDA,
+        "GPU %d: cuBLASLt offers no algorithm for the matmul %c%c M=%d N=%d K=%d lda=%d ldb=%d ldc=%d batch=%d; report this with the model shape",
+        ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->lda, g->ldb, g->ldc, g->batch);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* linear layer */
+
+void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const float *weight,
+                            const float *bias, int N, int C, int OC)
+{
+    /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias */
+    zt_cuda_gemm g = {.ta = 'N', .tb = 'T', .M = N, .N = OC, .K = C, .alpha = 1.0f,
+                      .beta = 0.0f, .A = inp, .lda = C, .B = weight, .ldb = C, .C = out,
+                      .ldc = OC, .bias = bias, .batch = 1};
+    zt_cuda_gemm_run(ctx, &g);
+}
+
+void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight, int N,
+                             int C, int OC)
+{
+    if (dinp) { /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
+        zt_cuda_gemm g = {.ta = 'N', .tb = 'N', .M = N, .N = C, .K = OC, .alpha = 1.0f,
+                          .beta = 1.0f, .A = dout, .lda = OC, .B = weight, .ldb = C, .C = dinp,
+                          .ldc = C, .batch = 1};
+        zt_cuda_gemm_run(ctx, &g);
+    }
+    if (dweight) { /* dweight (OC, C) += dout^T (OC, N) @ inp (N, C) */
+        zt_cuda_gemm g = {.ta = 'T', .tb = 'N', .M = OC, .N = C, .K = N, .alpha = 1.0f,
+                          .beta = 1.0f, .A = dout, .lda = OC, .B = inp, .ldb = C, .C = dweight,
+                          .ldc = C, .batch = 1};
+        zt_cuda_gemm_run(ctx, &g);
+    }
+    if (dbias)
+        zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* attention. For sequence b, head h: Q, K, V are T x hs views of qkv (row stride 3C, head h at
+ * column h*hs); P (att) and the scratch are T x T per (b, h). One strided-batched GEMM covers
+ * the NH heads of a sequence (head stride hs in qkv and out, T*T in att). The full T x T
+ * products are computed and the softmax kernels zero the causal upper triangle, so the
+ * following GEMMs may run over whole rows. */
+
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B,
+                               int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0)
+        return;
+    int hs = C / NH, C3 = 3 * C;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3;
+        float *P = att + (size_t)b * NH * TT;
+        /* S = scale Q K^T */
+        zt_cuda_gemm s = {.ta = 'N', .tb = 'T', .M = T, .N = T, .K = hs, .alpha = scale,
+                          .beta = 0.0f, .A = q, .lda = C3, .sA = hs, .B = q + C, .ldb = C3,
+                          .sB = hs, .C = P, .ldc = T, .sC = TT, .batch = NH};
+        zt_cuda_gemm_run(ctx, &s);
+    }
+    zt_cuda_attn_softmax(ctx, att, (size_t)B * NH * T, T);
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3;
+        /* out = P V */
+        zt_cuda_gemm o = {.ta = 'N', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
+                          .beta = 0.0f, .A = att + (size_t)b * NH * TT, .lda = T, .sA = TT,
+                          .B = q + 2 * C, .ldb = C3, .sB = hs, .C = out + (size_t)b * T * C,
+                          .ldc = C, .sC = hs, .batch = NH};
+        zt_cuda_gemm_run(ctx, &o);
+    }
+}
+
+void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int C, int NH)
+{
+    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0)
+        return;
+    int hs = C / NH, C3 = 3 * C;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3;
+        float *dq = dqkv + (size_t)b * T * C3;
+        const float *dO = dout + (size_t)b * T * C;
+        const float *P = att + (size_t)b * NH * TT;
+        float *D = scratch + (size_t)b * NH * TT;
+        /* dP = dO V^T */
+        zt_cuda_gemm dp = {.ta = 'N', .tb = 'T', .M = T, .N = T, .K = hs, .alpha = 1.0f,
+                           .beta = 0.0f, .A = dO, .lda = C, .sA = hs, .B = q + 2 * C, .ldb = C3,
+                           .sB = hs, .C = D, .ldc = T, .sC = TT, .batch = NH};
+        zt_cuda_gemm_run(ctx, &dp);
+        /* dV += P^T dO */
+        zt_cuda_gemm dv = {.ta = 'T', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
+                           .beta = 1.0f, .A = P, .lda = T, .sA = TT, .B = dO, .ldb = C, .sB = hs,
+                           .C = dq + 2 * C, .ldc = C3, .sC = hs, .batch = NH};
+        zt_cuda_gemm_run(ctx, &dv);
+    }
+    /* dS = P * (dP - rowsum(dP * P)) * scale, zero above the diagonal */
+    zt_cuda_attn_softmax_backward(ctx, scratch, att, (size_t)B * NH * T, T, scale);
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3;
+        float *dq = dqkv + (size_t)b * T * C3;
+        const float *D = scratch + (size_t)b * NH * TT;
+        /* dQ += dS K */
+        zt_cuda_gemm gq = {.ta = 'N', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
+                           .beta = 1.0f, .A = D, .lda = T, .sA = TT, .B = q + C, .ldb = C3,
+                           .sB = hs, .C = dq, .ldc = C3, .sC = hs, .batch = NH};
+        zt_cuda_gemm_run(ctx, &gq);
+        /* dK += dS^T Q */
+        zt_cuda_gemm gk = {.ta = 'T', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
+                           .beta = 1.0f, .A = D, .lda = T, .sA = TT, .B = q, .ldb = C3, .sB = hs,
+                           .C = dq + C, .ldc = C3, .sC = hs, .batch = NH};
+        zt_cuda_gemm_run(ctx, &gk);
+    }
+}

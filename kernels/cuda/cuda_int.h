@@ -1,0 +1,245 @@
+/* zerotrain: what only kernels/cuda/ may see: the CUDA context (stream, cuBLASLt handle,
+ * workspace, scratch, pending host results, first recorded error) and the launchers that the
+ * .cu files export to the C files that assemble the zt_ops table (ops_cuda.c, blas_cuda.c).
+ * Every op follows kernels/ops.h; this header adds nothing to that contract. */
+#ifndef ZT_KERNELS_CUDA_CUDA_INT_H
+#define ZT_KERNELS_CUDA_CUDA_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "../ops.h"
+
+/* cuBLASLt workspace (Hopper wants 32 MiB for its best kernels). */
+#define ZT_CUDA_LT_WORKSPACE ((size_t)32 << 20)
+/* Device scratch for partial sums (column reductions, norms): 4 MiB of floats. */
+#define ZT_CUDA_SCRATCH_FLOATS ((size_t)1 << 20)
+/* sumsq_nonfinite results waiting for the next sync (a full table is flushed early). */
+#define ZT_CUDA_RED_SLOTS 256
+/* Cached cuBLASLt algorithm choices (shapes seen; evicted round-robin when full). */
+#define ZT_CUDA_GEMM_CACHE 128
+/* Blocks of the first pass of a norm reduction (partials fit the scratch many times over). */
+#define ZT_CUDA_RED_BLOCKS 1024
+
+/* One row-major (batched) GEMM as the CPU backend writes it:
+ *   C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]  (+ bias[j] on every row of C when bias)
+ * op(A) is M x K, op(B) is K x N, C is M x N; ta/tb are 'N' or 'T'; s* are batch strides in
+ * elements. */
+typedef struct zt_cuda_gemm {
+    char ta, tb;
+    int M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    const float *bias; /* (N) or NULL; only with batch == 1 */
+    int lda, ldb, ldc;
+    long long sA, sB, sC;
+    int batch;
+} zt_cuda_gemm;
+
+/* The part of a GEMM that decides which cuBLASLt algorithm runs (pointer alignments
+ * included), compared bytewise: build it zeroed. */
+typedef struct zt_cuda_gemm_key {
+    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, tf32;
+    int alignA, alignB, alignC, alignBias;
+    long long sA, sB, sC;
+} zt_cuda_gemm_key;
+
+typedef struct zt_cuda_gemm_entry {
+    zt_cuda_gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+    int usable; /* 0: no algorithm for this key (fallback path) */
+} zt_cuda_gemm_entry;
+
+struct zt_kctx {
+    int device;
+    cudaStream_t stream; /* non-blocking; every op runs here */
+    cublasLtHandle_t lt;
+    void *lt_ws; /* ZT_CUDA_LT_WORKSPACE bytes */
+    int tf32;    /* ZT_CUDA_TF32=1: matmuls in TF32 (fp32 in, fp32 accumulate) */
+
+    float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
+
+    /* sumsq_nonfinite: slot k of red_dev holds (sum, count); red_out[k] is where the host adds
+     * it at the next sync */
+    double *red_dev;  /* (ZT_CUDA_RED_SLOTS, 2) device */
+    double *red_host; /* same, pinned */
+    double *red_out[ZT_CUDA_RED_SLOTS];
+    int red_pending;
+
+    /* encoder_backward: token ids downloaded and grouped on the host (deterministic sums) */
+    int32_t *enc_host; /* pinned */
+    size_t enc_host_cap;
+    int32_t *enc_dev;
+    size_t enc_dev_cap;
+    int32_t *enc_count; /* host counting-sort buckets */
+    size_t enc_count_cap;
+
+    zt_cuda_gemm_entry *gemm_cache; /* ZT_CUDA_GEMM_CACHE entries */
+    int gemm_n, gemm_next;
+
+    /* first failure since creation; kept (sync keeps returning it) because results computed
+     * after a failed op are not trustworthy */
+    zt_status st;
+    char msg[ZT_ERRMSG_MAX];
+};
+
+/* ---- errors (ops_cuda.c) ---- */
+
+/* Records a failure unless one is already recorded (later ones are logged at debug level).
+ * Not thread-safe (one context, one calling thread). */
+void zt_cuda_fail(zt_kctx *ctx, zt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Records e (as ZT_ERR_CUDA, naming `what` and cudaGetErrorString) when it is not cudaSuccess
+ * and clears the runtime's last-error slot; returns true on error. */
+bool zt_cuda_check(zt_kctx *ctx, cudaError_t e, const char *what);
+/* After a kernel launch: records a launch failure of `kernel`. */
+void zt_cuda_check_launch(zt_kctx *ctx, const char *kernel);
+/* Waits for the stream and folds pending sumsq results into their host outputs; records a
+ * failure. Used by sync and when the result table is full. */
+void zt_cuda_flush(zt_kctx *ctx);
+
+/* ---- GEMMs (blas_cuda.c) ---- */
+
+/* Runs one GEMM on the context's stream through cuBLASLt (algorithm cached per shape);
+ * a failure is recorded. M, N or K == 0 are handled (no cuBLASLt call). */
+void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g);
+
+/* ---- kernels (gpt2_cuda.cu, optim_cuda.cu): launchers on ctx->stream ---- */
+
+void zt_cuda_encoder_forward(zt_kctx *ctx, float *out, const int32_t *inp, const float *wte,
+                             const float *wpe, int B, int T, int C);
+/* dwpe[t,:] += sum over b of dout[b,t,:], in order of b (bitwise the CPU's order). */
+void zt_cuda_encoder_dwpe(zt_kctx *ctx, float *dwpe, const float *dout, int B, int T, int C);
+/* dwte[tok[u],:] += dout[pos,:] for pos = order[start[u]] ... order[start[u+1]-1], in that
+ * order; tok, start and order are device arrays (nu, nu+1, N). */
+void zt_cuda_encoder_dwte(zt_kctx *ctx, float *dwte, const float *dout, const int32_t *tok,
+                          const int32_t *start, const int32_t *order, int nu, int C);
+void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd,
+                               const float *inp, const float *weight, const float *bias, int N,
+                               int C);
+void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *mean, const float *rstd, int N, int C);
+/* dbias[c] += sum over rows of dout[:, c] (deterministic two-pass column sum). */
+void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N, int OC);
+/* out[i, :] = bias (or 0 when bias is NULL), i < N. */
+void zt_cuda_bias_fill(zt_kctx *ctx, float *out, const float *bias, int N, int OC);
+void zt_cuda_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n);
+void zt_cuda_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout,
+                           size_t n);
+void zt_cuda_residual_forward(zt_kctx *ctx, float *out, const float *a, const float *b, size_t n);
+void zt_cuda_residual_backward(zt_kctx *ctx, float *da, float *db, const float *dout, size_t n);
+void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const float *logits,
+                          const int32_t *targets, int N, int V, int Vp, float dloss);
+/* Causal softmax in place over rows of att (rows = B*NH*T, row r is query r % T); zeros above
+ * the diagonal. */
+void zt_cuda_attn_softmax(zt_kctx *ctx, float *att, size_t rows, int T);
+/* dS = P * (dP - rowsum(dP * P)) * scale in place in d, zero above the diagonal. */
+void zt_cuda_attn_softmax_backward(zt_kctx *ctx, float *d, const float *att, size_t rows, int T,
+                                   float scale);
+
+void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
+                   float *v, size_t n, const zt_adamw_args *args, void *param_lp,
+                   zt_dtype lp_dtype);
+void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src,
+                  zt_dtype src_dtype, size_t n);
+void zt_cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src,
+                        float scale, size_t n);
+void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n);
+/* Sum of squares (finite elements, double) and non-finite count of x into device slot
+ * red[0..1] (written, not added). */
+void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, zt_dtype dtype, size_t n);
+/* Writes one float into device memory with a kernel (ctx_create's can-this-GPU-run-our-code
+ * probe). */
+void zt_cuda_probe(zt_kctx *ctx, float *dst);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+/* ---- device helpers shared by the .cu files ---- */
+#include <math.h>
+
+#define ZT_CUDA_THREADS 256
+
+/* Blocks for a grid-stride loop over n items with ZT_CUDA_THREADS threads per block. */
+static inline unsigned zt_cuda_blocks(size_t n)
+{
+    size_t b = (n + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS;
+    if (b < 1)
+        b = 1;
+    return (unsigned)(b < 65536 ? b : 65536);
+}
+
+static __device__ __forceinline__ float zt_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ double zt_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* max that never picks a NaN over a number (as the CPU's `x > m ? x : m`) */
+static __device__ __forceinline__ float zt_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide sum / max for blockDim.x a multiple of 32 (at most 1024); every thread gets the
+ * result. sh: 32 floats of shared memory, reusable right after the call returns. */
+static __device__ __forceinline__ float zt_block_sum(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = zt_warp_sum(v);
+    __syncthreads(); /* the previous use of sh is over */
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return zt_warp_sum(v);
+}
+
+static __device__ __forceinline__ float zt_block_max(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = zt_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return zt_warp_max(v);
+}
+
+static __device__ __forceinline__ double zt_block_sum_d(double v, double *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = zt_warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    return zt_warp_sum_d(v);
+}
+#endif /* __CUDACC__ */
+
+#endif

@@ -1,0 +1,473 @@
+/* zerotrain: the CUDA op table. Holds the context (device, non-blocking stream, cuBLASLt handle
+ * and workspace, scratch), device and pinned memory, stream-ordered copies, and the translation
+ * of CUDA failures into zt_status at this boundary; the compute ops live in blas_cuda.c (GEMMs,
+ * attention), gpt2_cuda.cu and optim_cuda.cu (kernels). */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "cuda_int.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* errors */
+
+void zt_cuda_fail(zt_kctx *ctx, zt_status st, const char *fmt, ...)
+{
+    char buf[ZT_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (ctx->st != ZT_OK) {
+        ZT_DEBUG("kernels", "cuda: further failure after the first one: %s", buf);
+        return;
+    }
+    ctx->st = st;
+    snprintf(ctx->msg, sizeof(ctx->msg), "%s", buf);
+}
+
+bool zt_cuda_check(zt_kctx *ctx, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return false;
+    (void)cudaGetLastError(); /* clear the slot so a later launch check does not see it */
+    zt_cuda_fail(
+        ctx, ZT_ERR_CUDA,
+        "GPU %d: %s failed: %s (%s); if this is an illegal address or launch failure, the GPU state is lost and the process must restart",
+        ctx->device, what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return true;
+}
+
+void zt_cuda_check_launch(zt_kctx *ctx, const char *kernel)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        zt_cuda_fail(ctx, ZT_ERR_CUDA, "GPU %d: launching kernel %s failed: %s (%s)", ctx->device,
+                     kernel, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+}
+
+void zt_cuda_flush(zt_kctx *ctx)
+{
+    int n = ctx->red_pending;
+    ctx->red_pending = 0;
+    if (n > 0 &&
+        zt_cuda_check(ctx,
+                      cudaMemcpyAsync(ctx->red_host, ctx->red_dev, (size_t)n * 2 * sizeof(double),
+                                      cudaMemcpyDeviceToHost, ctx->stream),
+                      "copying norm results to the host"))
+        n = 0;
+    if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize"))
+        return;
+    for (int i = 0; i < n; i++) {
+        ctx->red_out[i][0] += ctx->red_host[2 * i];
+        ctx->red_out[i][1] += ctx->red_host[2 * i + 1];
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* context */
+
+static void cuda_ctx_destroy(zt_kctx *ctx);
+
+/* ZT_CUDA_TF32: unset, "" or "0" off; "1" on; anything else warns and stays off. */
+static int tf32_from_env(void)
+{
+    const char *s = getenv("ZT_CUDA_TF32");
+    if (!s || !*s || strcmp(s, "0") == 0)
+        return 0;
+    if (strcmp(s, "1") == 0)
+        return 1;
+    ZT_WARN("kernels", "ignoring ZT_CUDA_TF32=%s: expected 0 or 1; matmuls stay in exact fp32", s);
+    return 0;
+}
+
+static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
+{
+    *out = NULL;
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev <= 0) {
+        (void)cudaGetLastError();
+        return zt_err_set(
+            err, ZT_ERR_NO_DEVICE,
+            "no usable CUDA GPU: cudaGetDeviceCount says %s; check the driver and CUDA_VISIBLE_DEVICES, or set resources.device to \"cpu\"",
+            ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+    }
+    if (device < 0 || device >= ndev) {
+        return zt_err_set(
+            err, ZT_ERR_NO_DEVICE,
+            "GPU %d does not exist: %d GPU(s) are visible (ordinals 0..%d); check CUDA_VISIBLE_DEVICES and the local rank",
+            device, ndev, ndev - 1);
+    }
+    zt_kctx *ctx = zt_calloc(1, sizeof(*ctx));
+    if (!ctx) {
+        return zt_err_set(
+            err, ZT_ERR_NOMEM,
+            "cannot allocate the CUDA kernel context: out of host memory; free memory and retry");
+    }
+    ctx->device = device;
+    ctx->tf32 = tf32_from_env();
+    zt_status st = ZT_OK;
+    const char *what = NULL;
+    cublasStatus_t bs;
+    ctx->gemm_cache = zt_calloc(ZT_CUDA_GEMM_CACHE, sizeof(*ctx->gemm_cache));
+    if (!ctx->gemm_cache) {
+        st = zt_err_set(err, ZT_ERR_NOMEM,
+                        "cannot allocate the CUDA kernel context: out of host memory");
+        goto fail;
+    }
+    if ((ce = cudaSetDevice(device)) != cudaSuccess) {
+        what = "cudaSetDevice";
+        goto cuda_fail;
+    }
+    if ((ce = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        what = "cudaStreamCreateWithFlags";
+        goto cuda_fail;
+    }
+    if ((bs = cublasLtCreate(&ctx->lt)) != CUBLAS_STATUS_SUCCESS) {
+        st = zt_err_set(err, ZT_ERR_CUDA,
+                        "GPU %d: cublasLtCreate failed: %s; check the CUDA installation (libcublasLt)",
+                        device, cublasLtGetStatusString(bs));
+        ctx->lt = NULL;
+        goto fail;
+    }
+    if ((ce = cudaMalloc(&ctx->lt_ws, ZT_CUDA_LT_WORKSPACE)) != cudaSuccess) {
+        what = "allocating the cuBLASLt workspace";
+        goto cuda_fail;
+    }
+    if ((ce = cudaMalloc((void **)&ctx->scratch, ZT_CUDA_SCRATCH_FLOATS * sizeof(float))) !=
+        cudaSuccess) {
+        what = "allocating the kernel scratch";
+        goto cuda_fail;
+    }
+    if ((ce = cudaMalloc((void **)&ctx->red_dev, ZT_CUDA_RED_SLOTS * 2 * sizeof(double))) !=
+        cudaSuccess) {
+        what = "allocating the reduction slots";
+        goto cuda_fail;
+    }
+    if ((ce = cudaMallocHost((void **)&ctx->red_host, ZT_CUDA_RED_SLOTS * 2 * sizeof(double))) !=
+        cudaSuccess) {
+        what = "allocating pinned host memory";
+        goto cuda_fail;
+    }
+    /* can this GPU run the kernels of this build (sm_80/sm_90 code)? */
+    zt_cuda_probe(ctx, ctx->scratch);
+    if ((ce = cudaGetLastError()) != cudaSuccess ||
+        (ce = cudaStreamSynchronize(ctx->stream)) != cudaSuccess) {
+        struct cudaDeviceProp prop;
+        memset(&prop, 0, sizeof(prop));
+        (void)cudaGetDeviceProperties(&prop, device);
+        (void)cudaGetLastError();
+        st = zt_err_set(
+            err, ZT_ERR_NO_DEVICE,
+            "GPU %d (%s, compute capability %d.%d) cannot run zerotrain's kernels: %s; this build targets compute capability 8.0 and 9.0 (CMAKE_CUDA_ARCHITECTURES), rebuild for this GPU or use device \"cpu\"",
+            device, prop.name, prop.major, prop.minor, cudaGetErrorString(ce));
+        goto fail;
+    }
+    if (ctx->tf32)
+        ZT_INFO("kernels", "GPU %d: matmuls use TF32 (ZT_CUDA_TF32=1)", device);
+    *out = ctx;
+    return ZT_OK;
+
+cuda_fail:
+    (void)cudaGetLastError();
+    st = zt_err_set(err, ce == cudaErrorMemoryAllocation ? ZT_ERR_NOMEM : ZT_ERR_CUDA,
+                    "GPU %d: %s failed while creating the kernel context: %s (%s); check that the GPU is free and healthy (nvidia-smi)",
+                    device, what, cudaGetErrorString(ce), cudaGetErrorName(ce));
+fail:
+    cuda_ctx_destroy(ctx);
+    return st;
+}
+
+static void cuda_ctx_destroy(zt_kctx *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->stream)
+        (void)cudaStreamSynchronize(ctx->stream);
+    if (ctx->lt)
+        cublasLtDestroy(ctx->lt);
+    cudaFree(ctx->lt_ws);
+    cudaFree(ctx->scratch);
+    cudaFree(ctx->red_dev);
+    cudaFree(ctx->enc_dev);
+    if (ctx->red_host)
+        cudaFreeHost(ctx->red_host);
+    if (ctx->enc_host)
+        cudaFreeHost(ctx->enc_host);
+    if (ctx->stream)
+        cudaStreamDestroy(ctx->stream);
+    (void)cudaGetLastError();
+    zt_free(ctx->enc_count);
+    zt_free(ctx->gemm_cache);
+    zt_free(ctx);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* memory and copies */
+
+static void *cuda_alloc(zt_kctx *ctx, size_t bytes)
+{
+    (void)ctx;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is reported by the NULL, not by the next op */
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(zt_kctx *ctx, void *p)
+{
+    if (p)
+        zt_cuda_check(ctx, cudaFree(p), "cudaFree");
+}
+
+static void *cuda_host_alloc(zt_kctx *ctx, size_t bytes)
+{
+    (void)ctx;
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(zt_kctx *ctx, void *p)
+{
+    if (p)
+        zt_cuda_check(ctx, cudaFreeHost(p), "cudaFreeHost");
+}
+
+static void cuda_memset0(zt_kctx *ctx, void *p, size_t bytes)
+{
+    if (bytes)
+        zt_cuda_check(ctx, cudaMemsetAsync(p, 0, bytes, ctx->stream), "cudaMemsetAsync");
+}
+
+/* Host to device, queued on the stream. A pageable source may be reused on return (the driver
+ * stages it); a pinned source (host_alloc) must stay unchanged until the next sync. */
+static void cuda_copy_h2d(zt_kctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        zt_cuda_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream),
+                      "copying host to device (cudaMemcpyAsync)");
+}
+
+/* Device to host; complete on return (like the CPU backend), since callers read dst next. */
+static void cuda_copy_d2h(zt_kctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    if (zt_cuda_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream),
+                      "copying device to host (cudaMemcpyAsync)"))
+        return;
+    zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream),
+                  "waiting for a device-to-host copy (cudaStreamSynchronize)");
+}
+
+static void cuda_copy_d2d(zt_kctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src)
+        zt_cuda_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream),
+                      "copying device to device (cudaMemcpyAsync)");
+}
+
+static void *cuda_stream(zt_kctx *ctx)
+{
+    return (void *)ctx->stream;
+}
+
+static zt_status cuda_sync(zt_kctx *ctx, zt_err *err)
+{
+    zt_cuda_flush(ctx);
+    if (ctx->st != ZT_OK)
+        return zt_err_set(err, ctx->st, "%s", ctx->msg);
+    return ZT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* ops that need host work around their kernels */
+
+static void cuda_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t n,
+                                 double out[2])
+{
+    if (n == 0)
+        return;
+    if (ctx->red_pending == ZT_CUDA_RED_SLOTS)
+        zt_cuda_flush(ctx);
+    int k = ctx->red_pending++;
+    ctx->red_out[k] = out;
+    zt_cuda_sumsq(ctx, ctx->red_dev + 2 * (size_t)k, x, dtype, n);
+}
+
+/* Grows a pinned host buffer of int32 to at least n elements (contents dropped). The stream
+ * must be idle (no queued copy may still read the old buffer). */
+static bool grow_host_i32(zt_kctx *ctx, int32_t **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return true;
+    if (*p)
+        cudaFreeHost(*p);
+    *p = NULL;
+    *cap = 0;
+    if (zt_cuda_check(ctx, cudaMallocHost((void **)p, n * sizeof(int32_t)),
+                      "allocating pinned memory for encoder_backward"))
+        return false;
+    *cap = n;
+    return true;
+}
+
+static bool grow_dev_i32(zt_kctx *ctx, int32_t **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return true;
+    cudaFree(*p); /* synchronizes the device: nothing still reads it */
+    *p = NULL;
+    *cap = 0;
+    if (zt_cuda_check(ctx, cudaMalloc((void **)p, n * sizeof(int32_t)),
+                      "allocating device memory for encoder_backward"))
+        return false;
+    *cap = n;
+    return true;
+}
+
+/* The token-embedding gradient sums, for each token, its rows of dout in position order, so
+ * that the result is deterministic (no float atomics) and bitwise the CPU backend's. The
+ * grouping (a counting sort of positions by token) is done on the host: the ids come down
+ * once (B*T int32), the groups go up; this waits for the stream once per call. */
+static void cuda_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *inp, int B, int T, int C)
+{
+    if (B <= 0 || T <= 0 || C <= 0)
+        return;
+    if (dwpe)
+        zt_cuda_encoder_dwpe(ctx, dwpe, dout, B, T, C);
+    if (!dwte)
+        return;
+    size_t N = (size_t)B * (size_t)T;
+    if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize"))
+        return;
+    /* host layout: ids [0,N) | nu | tok [nu] | start [nu+1] | order [N]; at most 4N+2 */
+    if (!grow_host_i32(ctx, &ctx->enc_host, &ctx->enc_host_cap, 4 * N + 2) ||
+        !grow_dev_i32(ctx, &ctx->enc_dev, &ctx->enc_dev_cap, 3 * N + 2))
+        return;
+    int32_t *ids = ctx->enc_host;
+    if (zt_cuda_check(ctx, cudaMemcpyAsync(ids, inp, N * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                           ctx->stream),
+                      "copying token ids to the host") ||
+        zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize"))
+        return;
+    int32_t maxid = -1;
+    for (size_t i = 0; i < N; i++)
+        if (ids[i] > maxid)
+            maxid = ids[i];
+    if (maxid < 0)
+        return; /* no valid token (negative ids are skipped, as they have no row) */
+    size_t nb = (size_t)maxid + 2;
+    if (nb > ctx->enc_count_cap) {
+        zt_free(ctx->enc_count);
+        ctx->enc_count_cap = 0;
+        ctx->enc_count = zt_malloc(nb * sizeof(int32_t));
+        if (!ctx->enc_count) {
+            zt_cuda_fail(ctx, ZT_ERR_NOMEM,
+                         "encoder_backward: out of host memory for %zu token buckets", nb);
+            return;
+        }
+        ctx->enc_count_cap = nb;
+    }
+    int32_t *cnt = ctx->enc_count;
+    memset(cnt, 0, nb * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++)
+        if (ids[i] >= 0)
+            cnt[ids[i]]++;
+    int32_t nu = 0;
+    for (size_t v = 0; v + 1 < nb; v++)
+        nu += cnt[v] > 0;
+    int32_t *grp = ids + N;
+    int32_t *tok = grp + 1, *start = tok + nu, *order = start + nu + 1;
+    grp[0] = nu;
+    /* cnt[v] becomes the first slot of token v in order[] (exclusive scan) */
+    int32_t pos = 0, u = 0;
+    for (size_t v = 0; v + 1 < nb; v++) {
+        int32_t c = cnt[v];
+        cnt[v] = pos;
+        if (c > 0) {
+            tok[u] = (int32_t)v;
+            start[u] = pos;
+            u++;
+        }
+        pos += c;
+    }
+    start[nu] = pos;
+    for (size_t i = 0; i < N; i++) /* stable: positions ascend within a token */
+        if (ids[i] >= 0)
+            order[cnt[ids[i]]++] = (int32_t)i;
+    size_t len = 2 * (size_t)nu + 1 + (size_t)pos; /* tok, start, order */
+    int32_t *d_tok = ctx->enc_dev;
+    if (zt_cuda_check(ctx, cudaMemcpyAsync(d_tok, tok, len * sizeof(int32_t),
+                                           cudaMemcpyHostToDevice, ctx->stream),
+                      "copying token groups to the device"))
+        return;
+    zt_cuda_encoder_dwte(ctx, dwte, dout, d_tok, d_tok + nu, d_tok + 2 * nu + 1, nu, C);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* table */
+
+/* blas_cuda.c */
+void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const float *weight,
+                            const float *bias, int N, int C, int OC);
+void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight, int N,
+                             int C, int OC);
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B,
+                               int T, int C, int NH);
+void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int C, int NH);
+
+static const zt_ops cuda_ops = {
+    .name = "cuda",
+    .ctx_create = cuda_ctx_create,
+    .ctx_destroy = cuda_ctx_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .memset0 = cuda_memset0,
+    .copy_h2d = cuda_copy_h2d,
+    .copy_d2h = cuda_copy_d2h,
+    .copy_d2d = cuda_copy_d2d,
+    .stream = cuda_stream,
+    .sync = cuda_sync,
+    .encoder_forward = zt_cuda_encoder_forward,
+    .encoder_backward = cuda_encoder_backward,
+    .layernorm_forward = zt_cuda_layernorm_forward,
+    .layernorm_backward = zt_cuda_layernorm_backward,
+    .matmul_forward = zt_cuda_matmul_forward,
+    .matmul_backward = zt_cuda_matmul_backward,
+    .attention_forward = zt_cuda_attention_forward,
+    .attention_backward = zt_cuda_attention_backward,
+    .gelu_forward = zt_cuda_gelu_forward,
+    .gelu_backward = zt_cuda_gelu_backward,
+    .residual_forward = zt_cuda_residual_forward,
+    .residual_backward = zt_cuda_residual_backward,
+    .crossentropy_forward_backward = zt_cuda_crossentropy,
+    .adamw = zt_cuda_adamw,
+    .cast = zt_cuda_cast,
+    .accumulate = zt_cuda_accumulate,
+    .scale = zt_cuda_scale,
+    .sumsq_nonfinite = cuda_sumsq_nonfinite,
+};
+
+const zt_ops *zt_ops_cuda(void)
+{
+    return &cuda_ops;
+}

@@ -1,0 +1,255 @@
+/* zerotrain: the optimizer and precision kernels on CUDA: fused AdamW / Adam-with-L2 over flat
+ * ranges (fp32, bf16 or fp16 gradients, optional 16-bit copy of the result), dtype casts,
+ * scaled accumulation, scaling, and the squared norm with a non-finite count. AdamW uses the
+ * round-to-nearest intrinsics operation by operation so that it matches kernels/cpu/optim_cpu.c
+ * bit for bit (no contraction into other fused multiply-adds than the CPU's). */
+#include "cuda_int.h"
+
+#include <math.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* conversions, bit for bit those of kernels/cpu/vmath.h and common/dtype.h */
+
+static __device__ __forceinline__ uint16_t bf16_from_f32(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t q = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+static __device__ __forceinline__ float f32_from_bf16(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+static __device__ __forceinline__ uint16_t f16_from_f32(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    uint32_t sign = x & 0x80000000u;
+    uint32_t a = x ^ sign;
+    uint32_t big = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    uint32_t sub = __float_as_uint(__fadd_rn(__uint_as_float(a), 0.5f)) - 0x3f000000u;
+    uint32_t norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    uint32_t o = a >= 0x47800000u ? big : a < 0x38800000u ? sub : norm;
+    return (uint16_t)(o | (sign >> 16));
+}
+
+static __device__ __forceinline__ float f32_from_f16(uint16_t h)
+{
+    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t e = o & 0x0f800000u;
+    o += 0x38000000u;
+    uint32_t infnan = o + 0x38000000u;
+    float sub = __fsub_rn(__uint_as_float(o + 0x00800000u), __uint_as_float(0x38800000u));
+    o = e == 0x0f800000u ? infnan : e == 0 ? __float_as_uint(sub) : o;
+    return __uint_as_float(o | ((uint32_t)(h & 0x8000u) << 16));
+}
+
+static __device__ __forceinline__ float load_f32(const void *p, int t, size_t i)
+{
+    if (t == ZT_F32)
+        return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == ZT_BF16 ? f32_from_bf16(h) : f32_from_f16(h);
+}
+
+static __device__ __forceinline__ void store_f32(void *p, int t, size_t i, float v)
+{
+    if (t == ZT_F32)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = t == ZT_BF16 ? bf16_from_f32(v) : f16_from_f32(v);
+}
+
+static bool dtype_ok(zt_kctx *ctx, zt_dtype t, const char *op)
+{
+    if (t == ZT_F32 || t == ZT_BF16 || t == ZT_F16)
+        return true;
+    zt_cuda_fail(ctx, ZT_ERR_INVALID,
+                 "%s: unknown element type %d (expected fp32, bf16 or fp16); this is a bug in the caller",
+                 op, (int)t);
+    return false;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* AdamW (see optim_cpu.c: torch.optim.AdamW / Adam operation by operation) */
+
+typedef struct adam_consts {
+    float b1, omb1, b2, omb2, eps, wd, gs, step, bc2_sqrt, decay;
+    int l2;
+} adam_consts;
+
+static __global__ void adamw_kernel(float *p, const void *g, int gdt, float *m, float *v, size_t n,
+                                    adam_consts k, void *plp, int lpdt)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = __fmul_rn(load_f32(g, gdt, i), k.gs);
+        float pi = p[i];
+        float pd;
+        if (k.l2) {
+            gi = __fmaf_rn(pi, k.wd, gi);
+            pd = pi;
+        } else {
+            pd = __fmul_rn(pi, k.decay);
+        }
+        float mi = __fmaf_rn(gi, k.omb1, __fmul_rn(m[i], k.b1));
+        float vi = __fmaf_rn(__fmul_rn(k.omb2, gi), gi, __fmul_rn(v[i], k.b2));
+        m[i] = mi;
+        v[i] = vi;
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+        float pn = __fadd_rn(pd, __fdiv_rn(__fmul_rn(k.step, mi), denom));
+        p[i] = pn;
+        if (plp)
+            store_f32(plp, lpdt, i, pn);
+    }
+}
+
+extern "C" void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype,
+                              float *m, float *v, size_t n, const zt_adamw_args *args,
+                              void *param_lp, zt_dtype lp_dtype)
+{
+    if (!n || !dtype_ok(ctx, grad_dtype, "adamw") ||
+        (param_lp && !dtype_ok(ctx, lp_dtype, "adamw")))
+        return;
+    /* scalars derived in double and rounded once, exactly as optim_cpu.c */
+    adam_consts k;
+    k.b1 = args->beta1;
+    k.omb1 = (float)(1.0 - (double)args->beta1);
+    k.b2 = args->beta2;
+    k.omb2 = (float)(1.0 - (double)args->beta2);
+    k.eps = args->eps;
+    k.wd = args->weight_decay;
+    k.gs = args->grad_scale;
+    k.step = (float)(-(double)args->lr / (double)args->bc1);
+    k.bc2_sqrt = (float)sqrt((double)args->bc2);
+    k.decay = (float)(1.0 - (double)args->lr * (double)args->weight_decay);
+    k.l2 = args->l2_mode;
+    adamw_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(
+        param, grad, (int)grad_dtype, m, v, n, k, param_lp, (int)lp_dtype);
+    zt_cuda_check_launch(ctx, "adamw");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* cast, accumulate, scale */
+
+static __global__ void cast_kernel(void *dst, int ddt, const void *src, int sdt, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        store_f32(dst, ddt, i, load_f32(src, sdt, i));
+}
+
+static __global__ void accumulate_kernel(void *dst, int ddt, const float *src, float scale,
+                                         size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        store_f32(dst, ddt, i, __fmaf_rn(scale, src[i], load_f32(dst, ddt, i)));
+}
+
+static __global__ void scale_kernel(float *x, float s, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], s);
+}
+
+extern "C" void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src,
+                             zt_dtype src_dtype, size_t n)
+{
+    if (!n || !dtype_ok(ctx, dst_dtype, "cast") || !dtype_ok(ctx, src_dtype, "cast"))
+        return;
+    if (dst_dtype == src_dtype) {
+        if (dst != src)
+            zt_cuda_check(ctx,
+                          cudaMemcpyAsync(dst, src, n * zt_dtype_size(dst_dtype),
+                                          cudaMemcpyDeviceToDevice, ctx->stream),
+                          "cast (same type: cudaMemcpyAsync)");
+        return;
+    }
+    cast_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(dst, (int)dst_dtype, src,
+                                                                       (int)src_dtype, n);
+    zt_cuda_check_launch(ctx, "cast");
+}
+
+extern "C" void zt_cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src,
+                                   float scale, size_t n)
+{
+    if (!n || !dtype_ok(ctx, dst_dtype, "accumulate"))
+        return;
+    accumulate_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(
+        dst, (int)dst_dtype, src, scale, n);
+    zt_cuda_check_launch(ctx, "accumulate");
+}
+
+extern "C" void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n)
+{
+    if (!n)
+        return;
+    scale_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(x, s, n);
+    zt_cuda_check_launch(ctx, "scale");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* squared norm and non-finite count: per-block partials (double) into the scratch, then one
+ * block sums them in a fixed order into the result slot (deterministic) */
+
+static __global__ void sumsq_partial_kernel(double *part, const void *x, int dt, size_t n)
+{
+    __shared__ double sh[32];
+    double s = 0.0, bad = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float f = load_f32(x, dt, i); /* widening keeps inf and NaN */
+        if (isfinite(f)) {
+            double d = (double)f;
+            s += d * d;
+        } else {
+            bad += 1.0;
+        }
+    }
+    s = zt_block_sum_d(s, sh);
+    bad = zt_block_sum_d(bad, sh);
+    if (threadIdx.x == 0) {
+        part[2 * blockIdx.x] = s;
+        part[2 * blockIdx.x + 1] = bad;
+    }
+}
+
+static __global__ void sumsq_final_kernel(double *red, const double *part, int nparts)
+{
+    __shared__ double sh[32];
+    double s = 0.0, bad = 0.0;
+    for (int k = threadIdx.x; k < nparts; k += blockDim.x) {
+        s += part[2 * k];
+        bad += part[2 * k + 1];
+    }
+    s = zt_block_sum_d(s, sh);
+    bad = zt_block_sum_d(bad, sh);
+    if (threadIdx.x == 0) {
+        red[0] = s;
+        red[1] = bad;
+    }
+}
+
+extern "C" void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, zt_dtype dtype, size_t n)
+{
+    if (!dtype_ok(ctx, dtype, "sumsq_nonfinite")) {
+        zt_cuda_check(ctx, cudaMemsetAsync(red, 0, 2 * sizeof(double), ctx->stream),
+                      "sumsq_nonfinite (clearing the result)");
+        return;
+    }
+    size_t blocks = (n + 4 * ZT_CUDA_THREADS - 1) / (4 * ZT_CUDA_THREADS);
+    if (blocks > ZT_CUDA_RED_BLOCKS)
+        blocks = ZT_CUDA_RED_BLOCKS;
+    if (blocks < 1)
+        blocks = 1;
+    double *part = (double *)ctx->scratch;
+    sumsq_partial_kernel<<<(unsigned)blocks, ZT_CUDA_THREADS, 0, ctx->stream>>>(part, x,
+                                                                               (int)dtype, n);
+    zt_cuda_check_launch(ctx, "sumsq_nonfinite");
+    sumsq_final_kernel<<<1, ZT_CUDA_THREADS, 0, ctx->stream>>>(red, part, (int)blocks);
+    zt_cuda_check_launch(ctx, "sumsq_nonfinite");
+}

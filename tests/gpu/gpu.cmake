@@ -1,0 +1,18 @@
+# tests/gpu/: the CUDA op table against the CPU one, a GPU fault's report, the GPU engine
+# against the CPU engine (every ZeRO stage on the NCCL path), and compute-sanitizer over a
+# training step. Label gpu; every test exits 77 where the build has no CUDA or no GPU is usable.
+zt_add_test(NAME test_gpu_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_ops.c
+            LIBS zt_kernels zt_common LABELS gpu TIMEOUT 600)
+zt_add_test(NAME test_gpu_fault SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_fault.c
+            LIBS zt_kernels zt_common LABELS gpu TIMEOUT 120)
+
+# exit 0 when a GPU is usable, 77 when not: the scripts below ask it first
+add_executable(zt_gpu_probe ${CMAKE_CURRENT_LIST_DIR}/gpu_probe.c)
+target_include_directories(zt_gpu_probe PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(zt_gpu_probe PRIVATE zt_kernels zt_common)
+set_target_properties(zt_gpu_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
+zt_add_script_test(NAME gpu_engine COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_gpu_engine.py
+                   LABELS gpu TIMEOUT 1800)
+zt_add_script_test(NAME gpu_sanitizer COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_gpu_sanitizer.py
+                   LABELS gpu TIMEOUT 1800)

@@ -1,0 +1,726 @@
+/* zerotrain tests: every op of the CUDA table (kernels/cuda) against the CPU table on fresh
+ * random inputs (the seed is printed; ZT_TEST_SEED=n repeats a run), several shapes including
+ * odd ones, backward ops accumulating into prefilled buffers, NULL outputs, in-place
+ * cross-entropy, bit-exact optimizer and precision ops, the TF32 switch, and error reporting.
+ * Exits 77 when the build has no CUDA or no GPU is usable (after checking the message). */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/ops.h"
+#include "tests/kernels/kcheck.h"
+
+static const zt_ops *CPU, *GPU;
+static zt_kctx *CC, *GC;
+
+/* Tolerances relative to |want| + rms(want) (kc_check_close). Element-wise ops differ from the
+ * CPU only by expf's last bits; reductions and GEMMs sum in another order. */
+#define RT_EXACT 1e-6
+#define RT_FWD 1e-5
+#define RT_RED 2e-5
+#define RT_GEMM 2e-5
+
+/* ---- helpers ---- */
+
+static void gsync(const char *what)
+{
+    zt_err err;
+    zt_err_clear(&err);
+    zt_status st = GPU->sync(GC, &err);
+    if (st != ZT_OK)
+        ZT_FAIL("%s: GPU sync failed: %s", what, zt_err_msg(&err));
+}
+
+static void *dalloc(size_t bytes)
+{
+    void *p = GPU->alloc(GC, bytes);
+    if (!p)
+        ZT_FAIL("GPU alloc of %zu bytes failed", bytes);
+    return p;
+}
+
+static void *up(const void *h, size_t bytes)
+{
+    void *d = dalloc(bytes);
+    GPU->copy_h2d(GC, d, h, bytes);
+    return d;
+}
+
+static float *upf(const float *h, size_t n)
+{
+    return up(h, (n ? n : 1) * sizeof(float));
+}
+
+static void dfree(void *d)
+{
+    GPU->free(GC, d);
+}
+
+/* GPU floats d (n) against CPU floats want (n) */
+static void check_f(const char *what, const float *d, const float *want, size_t n, double rtol,
+                    double atol)
+{
+    float *got = kc_falloc(n);
+    GPU->copy_d2h(GC, got, d, n * sizeof(float));
+    gsync(what);
+    double *w = kc_widen(want, n);
+    kc_check_close(what, got, w, n, rtol, atol);
+    zt_free(w);
+    zt_free(got);
+}
+
+static uint32_t elem_bits(const void *p, size_t esz, size_t i)
+{
+    if (esz == 4) {
+        uint32_t u;
+        memcpy(&u, (const char *)p + 4 * i, 4);
+        return u;
+    }
+    return ((const uint16_t *)p)[i];
+}
+
+/* GPU buffer d against host want, bit for bit (esz 4 or 2) */
+static void check_bits(const char *what, const void *d, const void *want, size_t n, size_t esz)
+{
+    void *got = kc_falloc((n * esz + 3) / 4 + 1);
+    GPU->copy_d2h(GC, got, d, n * esz);
+    gsync(what);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = elem_bits(got, esz, i), b = elem_bits(want, esz, i);
+        if (a != b)
+            ZT_FAIL("%s: element %zu of %zu: GPU bits %08x, CPU bits %08x", what, i, n, a, b);
+    }
+    zt_free(got);
+}
+
+static int32_t *rand_ids(size_t n, int V)
+{
+    int32_t *ids = zt_malloc((n ? n : 1) * sizeof(int32_t));
+    if (!ids)
+        ZT_FAIL("out of memory");
+    for (size_t i = 0; i < n; i++) /* skewed so that tokens repeat within a batch */
+        ids[i] = (int32_t)(kc_index(4) == 0 ? kc_index(3) : kc_index((size_t)V));
+    return ids;
+}
+
+/* ---- memory, copies, sync ---- */
+
+static void test_memory(void)
+{
+    ASSERT_STREQ(GPU->name, "cuda");
+    ASSERT_TRUE(GPU->stream(GC) != NULL);
+    size_t n = 1000003;
+    float *h = kc_frandn(n, 1.0);
+    float *d = upf(h, n);
+    float *d2 = dalloc(n * sizeof(float));
+    ASSERT_EQ_INT((uintptr_t)d % 256, 0);
+    GPU->copy_d2d(GC, d2, d, n * sizeof(float));
+    float *pin = GPU->host_alloc(GC, n * sizeof(float));
+    ASSERT_TRUE(pin != NULL);
+    GPU->copy_d2h(GC, pin, d2, n * sizeof(float)); /* complete on return */
+    ASSERT_TRUE(memcmp(pin, h, n * sizeof(float)) == 0);
+    GPU->memset0(GC, (char *)d2 + 4 * 17, 4 * 1000);
+    memset(h + 17, 0, 4 * 1000);
+    check_bits("memset0", d2, h, n, 4);
+    /* a zero-byte copy or memset is a no-op; alloc(0) gives a usable pointer */
+    GPU->copy_h2d(GC, d2, h, 0);
+    GPU->memset0(GC, d2, 0);
+    void *z = GPU->alloc(GC, 0);
+    ASSERT_TRUE(z != NULL);
+    dfree(z);
+    gsync("memory");
+    GPU->host_free(GC, pin);
+    dfree(d);
+    dfree(d2);
+    zt_free(h);
+    GPU->free(GC, NULL);
+    GPU->host_free(GC, NULL);
+    printf("memory: ok\n");
+}
+
+/* ---- encoder ---- */
+
+static void test_encoder(int B, int T, int C, int V)
+{
+    char what[128];
+    size_t N = (size_t)B * T, NC = N * C;
+    int32_t *ids = rand_ids(N, V);
+    float *wte = kc_frandn((size_t)V * C, 1.0), *wpe = kc_frandn((size_t)T * C, 1.0);
+    float *out = kc_falloc(NC);
+    CPU->encoder_forward(CC, out, ids, wte, wpe, B, T, C);
+    int32_t *d_ids = up(ids, N * sizeof(int32_t));
+    float *d_wte = upf(wte, (size_t)V * C), *d_wpe = upf(wpe, (size_t)T * C);
+    float *d_out = dalloc(NC * sizeof(float));
+    GPU->encoder_forward(GC, d_out, d_ids, d_wte, d_wpe, B, T, C);
+    snprintf(what, sizeof(what), "encoder_forward B=%d T=%d C=%d", B, T, C);
+    check_f(what, d_out, out, NC, RT_EXACT, 0);
+
+    /* backward into prefilled gradients, then each output alone */
+    float *dout = kc_frandn(NC, 1.0);
+    float *dwte = kc_frandn((size_t)V * C, 1.0), *dwpe = kc_frandn((size_t)T * C, 1.0);
+    float *d_dout = upf(dout, NC), *d_dwte = upf(dwte, (size_t)V * C);
+    float *d_dwpe = upf(dwpe, (size_t)T * C);
+    CPU->encoder_backward(CC, dwte, dwpe, dout, ids, B, T, C);
+    GPU->encoder_backward(GC, d_dwte, d_dwpe, d_dout, d_ids, B, T, C);
+    CPU->encoder_backward(CC, dwte, NULL, dout, ids, B, T, C);
+    GPU->encoder_backward(GC, d_dwte, NULL, d_dout, d_ids, B, T, C);
+    CPU->encoder_backward(CC, NULL, dwpe, dout, ids, B, T, C);
+    GPU->encoder_backward(GC, NULL, d_dwpe, d_dout, d_ids, B, T, C);
+    snprintf(what, sizeof(what), "encoder_backward dwte B=%d T=%d C=%d", B, T, C);
+    check_f(what, d_dwte, dwte, (size_t)V * C, RT_EXACT, 0);
+    snprintf(what, sizeof(what), "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
+    check_f(what, d_dwpe, dwpe, (size_t)T * C, RT_EXACT, 0);
+    dfree(d_ids), dfree(d_wte), dfree(d_wpe), dfree(d_out), dfree(d_dout), dfree(d_dwte);
+    dfree(d_dwpe);
+    zt_free(ids), zt_free(wte), zt_free(wpe), zt_free(out), zt_free(dout), zt_free(dwte);
+    zt_free(dwpe);
+    printf("encoder B=%d T=%d C=%d V=%d: ok\n", B, T, C, V);
+}
+
+/* ---- layernorm ---- */
+
+static void test_layernorm(int N, int C)
+{
+    char what[128];
+    size_t NC = (size_t)N * C;
+    float *x = kc_frandn(NC, 2.0), *w = kc_frandn((size_t)C, 1.0), *b = kc_frandn((size_t)C, 1.0);
+    for (size_t i = 0; i < NC; i++) /* rows with an offset, as residual streams have */
+        x[i] += (float)((i / (size_t)C) % 5);
+    float *out = kc_falloc(NC), *mean = kc_falloc((size_t)N), *rstd = kc_falloc((size_t)N);
+    CPU->layernorm_forward(CC, out, mean, rstd, x, w, b, N, C);
+    float *d_x = upf(x, NC), *d_w = upf(w, (size_t)C), *d_b = upf(b, (size_t)C);
+    float *d_out = dalloc(NC * 4), *d_mean = dalloc((size_t)N * 4), *d_rstd = dalloc((size_t)N * 4);
+    GPU->layernorm_forward(GC, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
+    snprintf(what, sizeof(what), "layernorm_forward out N=%d C=%d", N, C);
+    check_f(what, d_out, out, NC, RT_RED, 1e-6);
+    snprintf(what, sizeof(what), "layernorm_forward mean N=%d C=%d", N, C);
+    check_f(what, d_mean, mean, (size_t)N, RT_RED, 1e-6);
+    snprintf(what, sizeof(what), "layernorm_forward rstd N=%d C=%d", N, C);
+    check_f(what, d_rstd, rstd, (size_t)N, RT_RED, 0);
+    /* mean and rstd may be NULL */
+    GPU->layernorm_forward(GC, d_out, NULL, NULL, d_x, d_w, d_b, N, C);
+    snprintf(what, sizeof(what), "layernorm_forward (no stats) N=%d C=%d", N, C);
+    check_f(what, d_out, out, NC, RT_RED, 1e-6);
+
+    float *dy = kc_frandn(NC, 1.0), *dx = kc_frandn(NC, 1.0);
+    float *dw = kc_frandn((size_t)C, 1.0), *db = kc_frandn((size_t)C, 1.0);
+    float *d_dy = upf(dy, NC), *d_dx = upf(dx, NC), *d_dw = upf(dw, (size_t)C);
+    float *d_db = upf(db, (size_t)C);
+    /* the GPU uses the CPU's statistics so that only the backward is compared */
+    float *d_mean2 = upf(mean, (size_t)N), *d_rstd2 = upf(rstd, (size_t)N);
+    CPU->layernorm_backward(CC, dx, dw, db, dy, x, w, mean, rstd, N, C);
+    GPU->layernorm_backward(GC, d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean2, d_rstd2, N, C);
+    CPU->layernorm_backward(CC, NULL, dw, NULL, dy, x, w, mean, rstd, N, C);
+    GPU->layernorm_backward(GC, NULL, d_dw, NULL, d_dy, d_x, d_w, d_mean2, d_rstd2, N, C);
+    CPU->layernorm_backward(CC, dx, NULL, db, dy, x, w, mean, rstd, N, C);
+    GPU->layernorm_backward(GC, d_dx, NULL, d_db, d_dy, d_x, d_w, d_mean2, d_rstd2, N, C);
+    snprintf(what, sizeof(what), "layernorm_backward dinp N=%d C=%d", N, C);
+    check_f(what, d_dx, dx, NC, RT_RED, 1e-6);
+    snprintf(what, sizeof(what), "layernorm_backward dweight N=%d C=%d", N, C);
+    check_f(what, d_dw, dw, (size_t)C, RT_RED, 1e-6);
+    snprintf(what, sizeof(what), "layernorm_backward dbias N=%d C=%d", N, C);
+    check_f(what, d_db, db, (size_t)C, RT_RED, 1e-6);
+    dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_out), dfree(d_mean), dfree(d_rstd);
+    dfree(d_dy), dfree(d_dx), dfree(d_dw), dfree(d_db), dfree(d_mean2), dfree(d_rstd2);
+    zt_free(x), zt_free(w), zt_free(b), zt_free(out), zt_free(mean), zt_free(rstd);
+    zt_free(dy), zt_free(dx), zt_free(dw), zt_free(db);
+    printf("layernorm N=%d C=%d: ok\n", N, C);
+}
+
+/* ---- matmul ---- */
+
+/* Device copy of h placed `off` floats into a fresh allocation (misaligned views). */
+static float *upf_off(const float *h, size_t n, int off)
+{
+    float *d = dalloc((n + (size_t)off) * sizeof(float));
+    GPU->copy_h2d(GC, d + off, h, n * sizeof(float));
+    return d + off;
+}
+
+/* off: every GPU operand starts `off` floats into its allocation (1: only 4-byte aligned) */
+static void test_matmul_at(int N, int C, int OC, int off)
+{
+    char what[128];
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = kc_frandn(NC, 1.0), *w = kc_frandn(OCC, 0.5), *b = kc_frandn((size_t)OC, 1.0);
+    float *out = kc_falloc(NO), *out_nb = kc_falloc(NO);
+    CPU->matmul_forward(CC, out, x, w, b, N, C, OC);
+    CPU->matmul_forward(CC, out_nb, x, w, NULL, N, C, OC);
+    float *d_x = upf_off(x, NC, off), *d_w = upf_off(w, OCC, off);
+    float *d_b = upf_off(b, (size_t)OC, off);
+    float *d_out = (float *)dalloc((NO + (size_t)off) * 4) + off;
+    GPU->matmul_forward(GC, d_out, d_x, d_w, d_b, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_forward N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_out, out, NO, RT_GEMM, 1e-6);
+    GPU->matmul_forward(GC, d_out, d_x, d_w, NULL, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_forward (no bias) N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_out, out_nb, NO, RT_GEMM, 1e-6);
+
+    float *dy = kc_frandn(NO, 1.0), *dx = kc_frandn(NC, 1.0), *dw = kc_frandn(OCC, 1.0);
+    float *db = kc_frandn((size_t)OC, 1.0);
+    float *d_dy = upf_off(dy, NO, off), *d_dx = upf_off(dx, NC, off);
+    float *d_dw = upf_off(dw, OCC, off), *d_db = upf_off(db, (size_t)OC, off);
+    CPU->matmul_backward(CC, dx, dw, db, dy, x, w, N, C, OC);
+    GPU->matmul_backward(GC, d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC);
+    CPU->matmul_backward(CC, NULL, dw, NULL, dy, x, w, N, C, OC);
+    GPU->matmul_backward(GC, NULL, d_dw, NULL, d_dy, d_x, d_w, N, C, OC);
+    CPU->matmul_backward(CC, dx, NULL, db, dy, x, w, N, C, OC);
+    GPU->matmul_backward(GC, d_dx, NULL, d_db, d_dy, d_x, d_w, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_backward dinp N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_dx, dx, NC, RT_GEMM, 1e-6);
+    snprintf(what, sizeof(what), "matmul_backward dweight N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_dw, dw, OCC, RT_GEMM, 1e-6);
+    snprintf(what, sizeof(what), "matmul_backward dbias N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_db, db, (size_t)OC, RT_RED, 1e-6);
+    dfree(d_x - off), dfree(d_w - off), dfree(d_b - off), dfree(d_out - off);
+    dfree(d_dy - off), dfree(d_dx - off), dfree(d_dw - off), dfree(d_db - off);
+    zt_free(x), zt_free(w), zt_free(b), zt_free(out), zt_free(out_nb), zt_free(dy), zt_free(dx);
+    zt_free(dw), zt_free(db);
+    printf("matmul N=%d C=%d OC=%d offset %d: ok\n", N, C, OC, off);
+}
+
+static void test_matmul(int N, int C, int OC)
+{
+    test_matmul_at(N, C, OC, 0);
+}
+
+/* The TF32 switch: a context created with ZT_CUDA_TF32=1 is close (TF32 has 10 mantissa
+ * bits) but, for a long reduction, not equal to fp32. */
+static void test_tf32(void)
+{
+    int N = 512, C = 1024, OC = 512;
+    setenv("ZT_CUDA_TF32", "1", 1);
+    zt_kctx *tc = NULL;
+    zt_err err;
+    zt_status st = GPU->ctx_create(&tc, 0, &err);
+    unsetenv("ZT_CUDA_TF32");
+    if (st != ZT_OK)
+        ZT_FAIL("ctx_create with ZT_CUDA_TF32=1: %s", zt_err_msg(&err));
+    float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 1.0);
+    float *out = kc_falloc((size_t)N * OC), *got = kc_falloc((size_t)N * OC);
+    CPU->matmul_forward(CC, out, x, w, NULL, N, C, OC);
+    float *d_x = GPU->alloc(tc, (size_t)N * C * 4), *d_w = GPU->alloc(tc, (size_t)OC * C * 4);
+    float *d_o = GPU->alloc(tc, (size_t)N * OC * 4);
+    ASSERT_TRUE(d_x && d_w && d_o);
+    GPU->copy_h2d(tc, d_x, x, (size_t)N * C * 4);
+    GPU->copy_h2d(tc, d_w, w, (size_t)OC * C * 4);
+    GPU->matmul_forward(tc, d_o, d_x, d_w, NULL, N, C, OC);
+    GPU->copy_d2h(tc, got, d_o, (size_t)N * OC * 4);
+    ASSERT_OK(GPU->sync(tc, &err));
+    double *want = kc_widen(out, (size_t)N * OC);
+    kc_check_close("matmul_forward (TF32)", got, want, (size_t)N * OC, 5e-3, 0);
+    double maxrel = 0.0, rms = kc_rms_d(want, (size_t)N * OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        maxrel = fmax(maxrel, fabs(got[i] - want[i]) / rms);
+    printf("tf32: max error %.2e of rms (fp32 would be ~1e-7)\n", maxrel);
+    ASSERT_TRUE(maxrel > 1e-5); /* TF32 really ran */
+    GPU->free(tc, d_x), GPU->free(tc, d_w), GPU->free(tc, d_o);
+    GPU->ctx_destroy(tc);
+    zt_free(x), zt_free(w), zt_free(out), zt_free(got), zt_free(want);
+}
+
+/* ---- attention ---- */
+
+static void test_attention(int B, int T, int C, int NH)
+{
+    char what[128];
+    size_t N = (size_t)B * T, n3 = N * 3 * C, nC = N * C, nA = (size_t)B * NH * T * T;
+    float *qkv = kc_frandn(n3, 1.0);
+    float *out = kc_falloc(nC), *att = kc_falloc(nA);
+    CPU->attention_forward(CC, out, att, qkv, B, T, C, NH);
+    float *d_qkv = upf(qkv, n3), *d_out = dalloc(nC * 4), *d_att = dalloc(nA * 4);
+    GPU->memset0(GC, d_att, nA * 4);
+    GPU->attention_forward(GC, d_out, d_att, d_qkv, B, T, C, NH);
+    snprintf(what, sizeof(what), "attention_forward out B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check_f(what, d_out, out, nC, RT_GEMM, 1e-6);
+    snprintf(what, sizeof(what), "attention_forward att B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check_f(what, d_att, att, nA, RT_GEMM, 1e-7);
+
+    float *dout = kc_frandn(nC, 1.0), *dqkv = kc_frandn(n3, 1.0), *scr = kc_falloc(nA);
+    float *nan_fill = kc_falloc(nA);
+    for (size_t i = 0; i < nA; i++)
+        nan_fill[i] = NAN; /* scratch contents are undefined on entry: NaN must not leak */
+    float *d_dout = upf(dout, nC), *d_dqkv = upf(dqkv, n3), *d_scr = upf(nan_fill, nA);
+    float *d_att2 = upf(att, nA); /* the CPU's probabilities, so only the backward differs */
+    CPU->attention_backward(CC, dqkv, scr, dout, qkv, att, B, T, C, NH);
+    GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, d_att2, B, T, C, NH);
+    GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, d_att2, B, T, C, NH); /* no-op */
+    snprintf(what, sizeof(what), "attention_backward dqkv B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check_f(what, d_dqkv, dqkv, n3, RT_GEMM, 1e-6);
+    dfree(d_qkv), dfree(d_out), dfree(d_att), dfree(d_dout), dfree(d_dqkv), dfree(d_scr);
+    dfree(d_att2);
+    zt_free(qkv), zt_free(out), zt_free(att), zt_free(dout), zt_free(dqkv), zt_free(scr);
+    zt_free(nan_fill);
+    printf("attention B=%d T=%d C=%d NH=%d: ok\n", B, T, C, NH);
+}
+
+/* ---- gelu, residual ---- */
+
+static void test_gelu_residual(size_t n)
+{
+    char what[128];
+    float *x = kc_falloc(n);
+    for (size_t i = 0; i < n; i++) /* wide range: tails where exp saturates, near zero */
+        x[i] = (float)(kc_normal() * (i % 3 == 0 ? 8.0 : i % 3 == 1 ? 1.0 : 1e-3));
+    float *y = kc_falloc(n), *dy = kc_frandn(n, 1.0), *dx = kc_frandn(n, 1.0);
+    CPU->gelu_forward(CC, y, x, n);
+    float *d_x = upf(x, n), *d_y = dalloc(n * 4), *d_dy = upf(dy, n), *d_dx = upf(dx, n);
+    GPU->gelu_forward(GC, d_y, d_x, n);
+    snprintf(what, sizeof(what), "gelu_forward n=%zu", n);
+    check_f(what, d_y, y, n, RT_FWD, 1e-7);
+    CPU->gelu_backward(CC, dx, x, dy, n);
+    GPU->gelu_backward(GC, d_dx, d_x, d_dy, n);
+    GPU->gelu_backward(GC, NULL, d_x, d_dy, n);
+    snprintf(what, sizeof(what), "gelu_backward n=%zu", n);
+    check_f(what, d_dx, dx, n, RT_FWD, 1e-7);
+
+    float *a = kc_frandn(n, 1.0), *b = kc_frandn(n, 1.0), *o = kc_falloc(n);
+    float *da = kc_frandn(n, 1.0), *db = kc_frandn(n, 1.0);
+    CPU->residual_forward(CC, o, a, b, n);
+    float *d_a = upf(a, n), *d_b = upf(b, n), *d_o = dalloc(n * 4);
+    float *d_da = upf(da, n), *d_db = upf(db, n);
+    GPU->residual_forward(GC, d_o, d_a, d_b, n);
+    snprintf(what, sizeof(what), "residual_forward n=%zu", n);
+    check_bits(what, d_o, o, n, 4);
+    CPU->residual_backward(CC, da, db, dy, n);
+    GPU->residual_backward(GC, d_da, d_db, d_dy, n);
+    CPU->residual_backward(CC, da, NULL, dy, n);
+    GPU->residual_backward(GC, d_da, NULL, d_dy, n);
+    CPU->residual_backward(CC, NULL, db, dy, n);
+    GPU->residual_backward(GC, NULL, d_db, d_dy, n);
+    snprintf(what, sizeof(what), "residual_backward da n=%zu", n);
+    check_bits(what, d_da, da, n, 4);
+    snprintf(what, sizeof(what), "residual_backward db n=%zu", n);
+    check_bits(what, d_db, db, n, 4);
+    dfree(d_x), dfree(d_y), dfree(d_dy), dfree(d_dx), dfree(d_a), dfree(d_b), dfree(d_o);
+    dfree(d_da), dfree(d_db);
+    zt_free(x), zt_free(y), zt_free(dy), zt_free(dx), zt_free(a), zt_free(b), zt_free(o);
+    zt_free(da), zt_free(db);
+    printf("gelu, residual n=%zu: ok\n", n);
+}
+
+/* ---- cross-entropy ---- */
+
+static void test_crossentropy(int N, int V, int Vp)
+{
+    char what[160];
+    size_t n = (size_t)N * Vp;
+    float *logits = kc_frandn(n, 3.0);
+    for (size_t i = 0; i < (size_t)N; i++) /* padded columns hold garbage that must not count */
+        for (int j = V; j < Vp; j++)
+            logits[i * Vp + j] = 1e4f;
+    int32_t *tg = rand_ids((size_t)N, V);
+    if (N > 2)
+        tg[N - 1] = -1; /* a bad target: NaN loss, no fault */
+    float dloss = 1.0f / (float)N;
+    float *loss = kc_falloc((size_t)N), *dl = kc_falloc(n), *loss2 = kc_falloc((size_t)N);
+    float *inplace = kc_fcopy(logits, n);
+    CPU->crossentropy_forward_backward(CC, loss, dl, logits, tg, N, V, Vp, dloss);
+    CPU->crossentropy_forward_backward(CC, loss2, inplace, inplace, tg, N, V, Vp, dloss);
+    float *d_l = upf(logits, n), *d_dl = upf(logits, n), *d_loss = dalloc((size_t)N * 4);
+    int32_t *d_tg = up(tg, (size_t)N * 4);
+    float *got = kc_falloc((size_t)N);
+    const char *modes[3] = {"separate dlogits", "in place", "no dlogits"};
+    for (int mode = 0; mode < 3; mode++) {
+        GPU->memset0(GC, d_loss, (size_t)N * 4);
+        if (mode == 0) {
+            GPU->memset0(GC, d_dl, n * 4);
+            GPU->crossentropy_forward_backward(GC, d_loss, d_dl, d_l, d_tg, N, V, Vp, dloss);
+        } else if (mode == 1) {
+            GPU->copy_h2d(GC, d_dl, logits, n * 4);
+            GPU->crossentropy_forward_backward(GC, d_loss, d_dl, d_dl, d_tg, N, V, Vp, dloss);
+        } else {
+            GPU->crossentropy_forward_backward(GC, d_loss, NULL, d_l, d_tg, N, V, Vp, dloss);
+        }
+        GPU->copy_d2h(GC, got, d_loss, (size_t)N * 4);
+        gsync("crossentropy");
+        for (int i = 0; i < N; i++) {
+            if (isnan(loss[i]) || isnan(got[i])) {
+                if (!(isnan(loss[i]) && isnan(got[i])))
+                    ZT_FAIL("crossentropy (%s) N=%d V=%d: row %d loss GPU %g, CPU %g", modes[mode],
+                            N, V, i, (double)got[i], (double)loss[i]);
+                continue;
+            }
+            ASSERT_NEAR(got[i], loss[i], RT_RED, 1e-6);
+        }
+        if (mode < 2) { /* the bad-target row has a gradient too: the softmax, no one-hot */
+            snprintf(what, sizeof(what), "crossentropy dlogits (%s) N=%d V=%d Vp=%d", modes[mode],
+                     N, V, Vp);
+            check_f(what, d_dl, mode == 0 ? dl : inplace, n, RT_FWD, 1e-9);
+        }
+    }
+    dfree(d_l), dfree(d_dl), dfree(d_loss), dfree(d_tg);
+    zt_free(logits), zt_free(tg), zt_free(loss), zt_free(dl), zt_free(loss2), zt_free(inplace);
+    zt_free(got);
+    printf("crossentropy N=%d V=%d Vp=%d: ok\n", N, V, Vp);
+}
+
+/* ---- optimizer and precision ops: bit for bit ---- */
+
+static const zt_dtype DTYPES[3] = {ZT_F32, ZT_BF16, ZT_F16};
+
+static void fill_special(float *x, size_t n)
+{
+    static const float specials[] = {
+        0.0f,  -0.0f, INFINITY, -INFINITY, NAN,         65504.0f,     65520.0f, 1e-8f,
+        6e-8f, 3e-8f, 1e-45f,   3.4e38f,   1.00390625f, 1.001953125f, -2.5f,    1e5f};
+    for (size_t i = 0; i < n; i++) {
+        if (i % 7 == 3)
+            x[i] = specials[(i / 7) % (sizeof(specials) / sizeof(specials[0]))];
+        else
+            x[i] = (float)(kc_normal() * pow(10.0, (double)(kc_index(9)) - 4.0));
+    }
+}
+
+static void test_adamw(size_t n)
+{
+    char what[160];
+    float *p0 = kc_frandn(n, 0.5);
+    for (int gi = 0; gi < 3; gi++)
+        for (int li = 0; li < 3; li++)
+            for (int l2 = 0; l2 < 2; l2++) {
+                zt_dtype gt = DTYPES[gi], lt = DTYPES[li];
+                int with_lp = li > 0;
+                float *p = kc_fcopy(p0, n), *m = kc_falloc(n), *v = kc_falloc(n);
+                memset(m, 0, n * 4), memset(v, 0, n * 4);
+                void *g = kc_falloc(n), *lp = kc_falloc(n);
+                float *d_p = upf(p, n), *d_m = upf(m, n), *d_v = upf(v, n);
+                void *d_g = dalloc(n * 4), *d_lp = dalloc(n * 4);
+                for (int t = 1; t <= 3; t++) {
+                    for (size_t i = 0; i < n; i++)
+                        zt_store_f32(g, gt, i, (float)(kc_normal() * 1e-2));
+                    GPU->copy_h2d(GC, d_g, g, n * zt_dtype_size(gt));
+                    zt_adamw_args a = {.lr = 3e-4f * (float)t,
+                                       .beta1 = 0.9f,
+                                       .beta2 = 0.95f,
+                                       .eps = 1e-8f,
+                                       .weight_decay = 0.1f,
+                                       .bc1 = (float)(1.0 - pow(0.9, t)),
+                                       .bc2 = (float)(1.0 - pow(0.95, t)),
+                                       .grad_scale = 0.731f,
+                                       .l2_mode = l2};
+                    CPU->adamw(CC, p, g, gt, m, v, n, &a, with_lp ? lp : NULL, lt);
+                    GPU->adamw(GC, d_p, d_g, gt, d_m, d_v, n, &a, with_lp ? d_lp : NULL, lt);
+                }
+                snprintf(what, sizeof(what), "adamw param n=%zu grad %s lp %s l2 %d", n,
+                         zt_dtype_name(gt), with_lp ? zt_dtype_name(lt) : "none", l2);
+                check_bits(what, d_p, p, n, 4);
+                check_bits("adamw exp_avg", d_m, m, n, 4);
+                check_bits("adamw exp_avg_sq", d_v, v, n, 4);
+                if (with_lp) {
+                    snprintf(what, sizeof(what), "adamw 16-bit copy %s", zt_dtype_name(lt));
+                    check_bits(what, d_lp, lp, n, zt_dtype_size(lt));
+                }
+                dfree(d_p), dfree(d_m), dfree(d_v), dfree(d_g), dfree(d_lp);
+                zt_free(p), zt_free(m), zt_free(v), zt_free(g), zt_free(lp);
+            }
+    zt_free(p0);
+    printf("adamw n=%zu (3 grad types x 3 copy types x adamw/l2, 3 steps): bit-exact\n", n);
+}
+
+static void test_cast_accumulate_scale(size_t n)
+{
+    char what[128];
+    float *f = kc_falloc(n);
+    fill_special(f, n);
+    void *src = kc_falloc(n), *dst = kc_falloc(n);
+    void *d_src = dalloc(n * 4), *d_dst = dalloc(n * 4);
+    for (int si = 0; si < 3; si++) {
+        zt_dtype st = DTYPES[si];
+        for (size_t i = 0; i < n; i++)
+            zt_store_f32(src, st, i, f[i]);
+        GPU->copy_h2d(GC, d_src, src, n * zt_dtype_size(st));
+        for (int di = 0; di < 3; di++) {
+            zt_dtype dt = DTYPES[di];
+            CPU->cast(CC, dst, dt, src, st, n);
+            GPU->memset0(GC, d_dst, n * 4);
+            GPU->cast(GC, d_dst, dt, d_src, st, n);
+            snprintf(what, sizeof(what), "cast %s -> %s n=%zu", zt_dtype_name(st),
+                     zt_dtype_name(dt), n);
+            check_bits(what, d_dst, dst, n, zt_dtype_size(dt));
+        }
+    }
+    /* accumulate twice into each dtype (it really adds), then scale */
+    float *s = kc_frandn(n, 1.0), *init = kc_frandn(n, 4.0);
+    float *d_s = upf(s, n);
+    for (int di = 0; di < 3; di++) {
+        zt_dtype dt = DTYPES[di];
+        for (size_t i = 0; i < n; i++)
+            zt_store_f32(dst, dt, i, init[i]);
+        GPU->copy_h2d(GC, d_dst, dst, n * zt_dtype_size(dt));
+        CPU->accumulate(CC, dst, dt, s, 0.37f, n);
+        CPU->accumulate(CC, dst, dt, s, -0.5f, n);
+        GPU->accumulate(GC, d_dst, dt, d_s, 0.37f, n);
+        GPU->accumulate(GC, d_dst, dt, d_s, -0.5f, n);
+        snprintf(what, sizeof(what), "accumulate into %s n=%zu", zt_dtype_name(dt), n);
+        check_bits(what, d_dst, dst, n, zt_dtype_size(dt));
+    }
+    CPU->scale(CC, s, -1.37f, n);
+    GPU->scale(GC, d_s, -1.37f, n);
+    check_bits("scale", d_s, s, n, 4);
+    dfree(d_src), dfree(d_dst), dfree(d_s);
+    zt_free(f), zt_free(src), zt_free(dst), zt_free(s), zt_free(init);
+    printf("cast, accumulate, scale n=%zu: bit-exact\n", n);
+}
+
+static void test_sumsq(size_t n)
+{
+    float *f = kc_falloc(n);
+    fill_special(f, n);
+    void *x = kc_falloc(n), *d_x = dalloc(n * 4);
+    for (int di = 0; di < 3; di++) {
+        zt_dtype dt = DTYPES[di];
+        for (size_t i = 0; i < n; i++)
+            zt_store_f32(x, dt, i, f[i]);
+        GPU->copy_h2d(GC, d_x, x, n * zt_dtype_size(dt));
+        double want[2] = {1.5, 2.0}, got[2] = {1.5, 2.0}, part[2] = {0.0, 0.0};
+        CPU->sumsq_nonfinite(CC, x, dt, n, want);
+        GPU->sumsq_nonfinite(GC, d_x, dt, n, got); /* adds onto what out holds */
+        /* two halves into another output, and a zero-length call, before one sync */
+        size_t h = n / 2, es = zt_dtype_size(dt);
+        GPU->sumsq_nonfinite(GC, d_x, dt, h, part);
+        GPU->sumsq_nonfinite(GC, (char *)d_x + h * es, dt, n - h, part);
+        GPU->sumsq_nonfinite(GC, d_x, dt, 0, part);
+        gsync("sumsq_nonfinite");
+        printf("sumsq %s n=%zu: CPU %.17g / %.0f, GPU %.17g / %.0f\n", zt_dtype_name(dt), n,
+               want[0], want[1], got[0], got[1]);
+        ASSERT_NEAR(got[0], want[0], 1e-12, 0);
+        ASSERT_EQ_INT((long long)got[1], (long long)want[1]);
+        ASSERT_NEAR(part[0] + 1.5, want[0], 1e-12, 0);
+        ASSERT_EQ_INT((long long)part[1] + 2, (long long)want[1]);
+    }
+    /* more calls than result slots before a sync: the table is flushed early, nothing lost */
+    double many[2] = {0.0, 0.0}, want[2] = {0.0, 0.0};
+    size_t k = n < 1000 ? n : 1000;
+    for (int i = 0; i < 600; i++) {
+        GPU->sumsq_nonfinite(GC, d_x, ZT_F16, k, many);
+        CPU->sumsq_nonfinite(CC, x, ZT_F16, k, want);
+    }
+    gsync("sumsq_nonfinite x600");
+    ASSERT_NEAR(many[0], want[0], 1e-12, 0);
+    ASSERT_EQ_INT((long long)many[1], (long long)want[1]);
+    dfree(d_x);
+    zt_free(f), zt_free(x);
+    printf("sumsq_nonfinite n=%zu: ok\n", n);
+}
+
+/* ---- errors ---- */
+
+static void test_errors(void)
+{
+    zt_err err;
+    zt_kctx *bad = NULL;
+    zt_status st = GPU->ctx_create(&bad, 9999, &err);
+    printf("ctx_create(9999): %s\n", zt_err_msg(&err));
+    ASSERT_EQ_INT(st, ZT_ERR_NO_DEVICE);
+    ASSERT_TRUE(bad == NULL);
+    ASSERT_CONTAINS(err.msg, "9999");
+    GPU->ctx_destroy(NULL);
+
+    /* a bad argument is recorded and reported by sync, and stays reported */
+    zt_kctx *ec = NULL;
+    ASSERT_OK(GPU->ctx_create(&ec, 0, &err));
+    void *d = GPU->alloc(ec, 64);
+    ASSERT_TRUE(d != NULL);
+    GPU->cast(ec, d, (zt_dtype)7, d, ZT_F32, 4);
+    zt_err_clear(&err);
+    st = GPU->sync(ec, &err);
+    printf("bad dtype: %s\n", zt_err_msg(&err));
+    ASSERT_EQ_INT(st, ZT_ERR_INVALID);
+    ASSERT_CONTAINS(err.msg, "cast");
+    zt_err_clear(&err);
+    ASSERT_EQ_INT(GPU->sync(ec, &err), ZT_ERR_INVALID);
+    /* an impossible allocation is a NULL, not a recorded failure */
+    zt_kctx *oc = NULL;
+    ASSERT_OK(GPU->ctx_create(&oc, 0, &err));
+    ASSERT_TRUE(GPU->alloc(oc, (size_t)1 << 60) == NULL);
+    ASSERT_TRUE(GPU->host_alloc(oc, (size_t)1 << 60) == NULL);
+    GPU->scale(oc, d, 2.0f, 16);
+    ASSERT_OK(GPU->sync(oc, &err));
+    GPU->ctx_destroy(oc);
+    GPU->free(ec, d);
+    GPU->ctx_destroy(ec);
+    printf("errors: ok\n");
+}
+
+int main(void)
+{
+    CPU = zt_ops_cpu();
+    GPU = zt_ops_cuda();
+    if (!GPU) {
+        printf("SKIP: this build has no CUDA backend\n");
+        return ZT_TEST_SKIP;
+    }
+    unsetenv("ZT_CUDA_TF32"); /* exact fp32 matmuls for the comparisons */
+    zt_err err;
+    zt_err_clear(&err);
+    zt_status st = GPU->ctx_create(&GC, 0, &err);
+    if (st == ZT_ERR_NO_DEVICE) {
+        /* the no-GPU path itself: a clear message, no context */
+        ASSERT_TRUE(GC == NULL);
+        ASSERT_TRUE(strlen(err.msg) > 20);
+        ASSERT_CONTAINS(err.msg, "GPU");
+        printf("SKIP: no usable GPU (%s)\n", err.msg);
+        return ZT_TEST_SKIP;
+    }
+    if (st != ZT_OK)
+        ZT_FAIL("ctx_create(0): %s", zt_err_msg(&err));
+    ASSERT_OK(CPU->ctx_create(&CC, 0, &err));
+
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    const char *s = getenv("ZT_TEST_SEED");
+    if (s && *s)
+        seed = strtoull(s, NULL, 10);
+    printf("seed=%llu (ZT_TEST_SEED=%llu repeats this run)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
+    kc_rng_state = seed;
+
+    test_memory();
+    test_encoder(2, 7, 13, 17);
+    test_encoder(4, 64, 96, 300);
+    test_encoder(3, 33, 768, 50);
+    test_layernorm(1, 1);
+    test_layernorm(5, 7);
+    test_layernorm(64, 768);
+    test_layernorm(37, 1000);
+    test_layernorm(300, 2049);
+    test_matmul(1, 1, 1);
+    test_matmul(7, 13, 5);
+    test_matmul(33, 65, 129);
+    test_matmul(64, 768, 2304);
+    test_matmul(96, 64, 50304);
+    test_matmul(1000, 3, 7);
+    test_matmul_at(33, 64, 128, 1);
+    test_matmul_at(128, 768, 768, 2);
+    test_tf32();
+    test_attention(1, 1, 4, 1);
+    test_attention(2, 7, 12, 3);
+    test_attention(1, 129, 96, 2);
+    test_attention(2, 64, 128, 4);
+    test_attention(2, 256, 768, 12);
+    test_gelu_residual(1);
+    test_gelu_residual(1000);
+    test_gelu_residual(100003);
+    test_crossentropy(1, 1, 128);
+    test_crossentropy(5, 17, 128);
+    test_crossentropy(33, 1000, 1024);
+    test_crossentropy(16, 50257, 50304);
+    test_adamw(1);
+    test_adamw(100003);
+    test_cast_accumulate_scale(7);
+    test_cast_accumulate_scale(100003);
+    test_sumsq(1);
+    test_sumsq(1000003);
+    test_errors();
+
+    GPU->ctx_destroy(GC);
+    CPU->ctx_destroy(CC);
+    printf("ok\n");
+    return 0;
+}

@@ -1,0 +1,99 @@
+"""compute-sanitizer over GPU training steps: `zctl run` starts zworker through a wrapper
+(ZT_WORKER) that runs it under compute-sanitizer --tool memcheck, then --tool racecheck, on a
+tiny model for two optimizer steps with gradient accumulation (every op of the CUDA table runs:
+embeddings, LayerNorm, matmuls, attention, GELU, residual, cross-entropy, norms, AdamW), once in
+fp32 and once in bf16 (casts, 16-bit accumulation). Passes when every run exits 0 and the
+sanitizer reports 0 errors. Exits 77 without a usable GPU or without compute-sanitizer
+(/usr/local/cuda/bin/compute-sanitizer or on PATH)."""
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+SRC = os.environ.get("ZT_SOURCE_DIR",
+                     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests"))
+import ztutil as zu  # noqa: E402
+
+CFG = dict(L=1, NH=2, C=32, T=16, V=60, Vp=128)
+
+
+def probe():
+    exe = os.path.join(os.environ.get("ZT_BUILD_DIR", "build"), "tests", "zt_gpu_probe")
+    if not os.path.exists(exe):
+        print(f"SKIP: {exe} is not built")
+        sys.exit(77)
+    r = subprocess.run([exe], capture_output=True, text=True)
+    if r.returncode == 77:
+        print("SKIP:", r.stdout.strip())
+        sys.exit(77)
+    if r.returncode != 0:
+        sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
+
+
+def find_sanitizer():
+    for cand in ("/usr/local/cuda/bin/compute-sanitizer", shutil.which("compute-sanitizer")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def main():
+    probe()
+    san = find_sanitizer()
+    if not san:
+        print("SKIP: compute-sanitizer not found (/usr/local/cuda/bin or PATH)")
+        sys.exit(77)
+    worker = zu.zt_bin("zworker")
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="zt-gpu-san-") as tmp:
+        rng = np.random.default_rng(5)
+        os.makedirs(f"{tmp}/data")
+        zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, CFG["V"], 2000))
+        zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=2))
+        for tool in ("memcheck", "racecheck"):
+            for prec in ("fp32", "bf16"):
+                name = f"{tool}_{prec}"
+                wrapper = f"{tmp}/{name}.sh"
+                with open(wrapper, "w") as f:
+                    f.write("#!/bin/sh\n"
+                            f"exec '{san}' --tool {tool} --error-exitcode 99 --print-limit 50 "
+                            f"'{worker}' \"$@\"\n")
+                os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR)
+                ds = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
+                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+                      "gradient_clipping": 1.0, "zero_optimization": {"stage": 1}}
+                if prec == "bf16":
+                    ds["bf16"] = {"enabled": True}
+                job = {"name": name,
+                       "model": {"arch": "gpt2", "n_layer": CFG["L"], "n_head": CFG["NH"],
+                                 "n_embd": CFG["C"], "block_size": CFG["T"],
+                                 "vocab_size": CFG["V"], "init": "init.bin"},
+                       "data": {"train": "data/t_*.bin"},
+                       "train": {"steps": 2, "checkpoint_dir": f"ckpt/{name}"},
+                       "resources": {"ranks": 1, "device": "cuda"},
+                       "deepspeed": ds}
+                zu.write_job(f"{tmp}/{name}.json", job)
+                r = zu.run_zctl(["run", "--timeout-ms", "1200000", f"{tmp}/{name}.json"], cwd=tmp,
+                                env={"ZT_WORKER": wrapper}, timeout=1500)
+                try:
+                    log = zu.rank_log(f"{tmp}/ckpt/{name}", 0)
+                except OSError:
+                    log = r.stdout + r.stderr
+                summary = [ln for ln in log.splitlines() if "ERROR SUMMARY" in ln]
+                print(f"{name}: exit {r.returncode}; {summary[-1].strip() if summary else 'no summary'}")
+                if r.returncode != 0 or not summary or " 0 errors" not in summary[-1]:
+                    failures.append(f"{name}: exit {r.returncode}")
+                    print("---- rank 0 log (tail) ----\n" + "\n".join(log.splitlines()[-80:]))
+    if failures:
+        print("FAILURES:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
