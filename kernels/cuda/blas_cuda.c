@@ -15,8 +15,7 @@
 static int ptr_align(const void *p, long long stride, int batch)
 {
     uintptr_t a = (uintptr_t)p;
-    if (batch > 1)
-        a |= (uintptr_t)(stride * (long long)sizeof(float));
+    if (batch > 1) a |= (uintptr_t)(stride * (long long)sizeof(float));
     return (a % 16 == 0) ? 16 : (a % 8 == 0) ? 8 : 4;
 }
 
@@ -25,10 +24,9 @@ static int ptr_align(const void *p, long long stride, int batch)
 static cublasStatus_t layout_init(cublasLtMatrixLayoutOpaque_t *l, int rows, int cols, int ld,
                                   int batch, long long stride)
 {
-    cublasStatus_t s = cublasLtMatrixLayoutInit(l, CUDA_R_32F, (uint64_t)cols, (uint64_t)rows,
-                                                (int64_t)ld);
-    if (s != CUBLAS_STATUS_SUCCESS || batch <= 1)
-        return s;
+    cublasStatus_t s =
+        cublasLtMatrixLayoutInit(l, CUDA_R_32F, (uint64_t)cols, (uint64_t)rows, (int64_t)ld);
+    if (s != CUBLAS_STATUS_SUCCESS || batch <= 1) return s;
     int32_t bc = batch;
     int64_t st = stride;
     s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc));
@@ -45,8 +43,7 @@ static const zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *
                                           cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc)
 {
     for (int i = 0; i < ctx->gemm_n; i++)
-        if (memcmp(&ctx->gemm_cache[i].key, key, sizeof(*key)) == 0)
-            return &ctx->gemm_cache[i];
+        if (memcmp(&ctx->gemm_cache[i].key, key, sizeof(*key)) == 0) return &ctx->gemm_cache[i];
     int slot;
     if (ctx->gemm_n < ZT_CUDA_GEMM_CACHE) {
         slot = ctx->gemm_n++;
@@ -87,10 +84,11 @@ static const zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *
         e->algo = res.algo;
         e->usable = 1;
     } else {
-        ZT_DEBUG("kernels",
-                 "cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d (status %s, %d results)",
-                 key->ta, key->tb, key->M, key->N, key->K, key->batch, key->has_bias,
-                 cublasLtGetStatusString(s), nres);
+        ZT_DEBUG(
+            "kernels",
+            "cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d (status %s, %d results)",
+            key->ta, key->tb, key->M, key->N, key->K, key->batch, key->has_bias,
+            cublasLtGetStatusString(s), nres);
     }
     return e;
 }
@@ -148,33 +146,29 @@ static bool gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     if (s == CUBLAS_STATUS_SUCCESS)
         s = layout_init(&lb, g->ta == 'N' ? g->M : g->K, g->ta == 'N' ? g->K : g->M, g->lda,
                         g->batch, g->sA);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout_init(&lc, g->M, g->N, g->ldc, g->batch, g->sC);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout_init(&lc, g->M, g->N, g->ldc, g->batch, g->sC);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        zt_cuda_fail(ctx, ZT_ERR_CUDA,
-                     "GPU %d: setting up a cuBLASLt matmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
-                     ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch,
-                     cublasLtGetStatusString(s));
+        zt_cuda_fail(
+            ctx, ZT_ERR_CUDA,
+            "GPU %d: setting up a cuBLASLt matmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
+            ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, cublasLtGetStatusString(s));
         return true;
     }
     const zt_cuda_gemm_entry *e = algo_for(ctx, &key, &op, &la, &lb, &lc);
-    if (!e->usable)
-        return false;
+    if (!e->usable) return false;
     s = cublasLtMatmul(ctx->lt, &op, &g->alpha, g->B, &la, g->A, &lb, &g->beta, g->C, &lc, g->C,
                        &lc, &e->algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        zt_cuda_fail(ctx, ZT_ERR_CUDA,
-                     "GPU %d: cublasLtMatmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
-                     ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch,
-                     cublasLtGetStatusString(s));
+        zt_cuda_fail(
+            ctx, ZT_ERR_CUDA, "GPU %d: cublasLtMatmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
+            ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, cublasLtGetStatusString(s));
     }
     return true;
 }
 
 void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
-    if (g->M <= 0 || g->N <= 0 || g->batch <= 0)
-        return;
+    if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
     if (g->K <= 0) { /* empty product: C = beta C (+ bias) */
         if (g->batch == 1 && g->beta == 0.0f && g->ldc == g->N)
             zt_cuda_bias_fill(ctx, g->C, g->bias, g->M, g->N);
@@ -184,21 +178,33 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
                          ctx->device, (double)g->beta);
         return;
     }
-    if (gemm_lt(ctx, g, g->bias != NULL))
-        return;
+    if (gemm_lt(ctx, g, g->bias != NULL)) return;
     if (g->bias && g->batch == 1 && g->beta == 0.0f && g->ldc == g->N) {
         /* no fused-bias algorithm: start C from the bias and accumulate onto it */
         zt_cuda_bias_fill(ctx, g->C, g->bias, g->M, g->N);
         zt_cuda_gemm plain = *g;
         plain.bias = NULL;
         plain.beta = 1.0f;
-        if (gemm_lt(ctx, &plain, false))
-            return;
+        if (gemm_lt(ctx, &plain, false)) return;
     }
     zt_cuda_fail(
         ctx, ZT_ERR_CUDA,
         "GPU %d: cuBLASLt offers no algorithm for the matmul %c%c M=%d N=%d K=%d lda=%d ldb=%d ldc=%d batch=%d; report this with the model shape",
         ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->lda, g->ldb, g->ldc, g->batch);
+}
+
+/* Row-major C = alpha op(A) op(B) + beta C (+ bias), batched over `batch` matrices whose
+ * starts are sA, sB, sC elements apart: the CPU backend's sgemm, on the context's stream. */
+static void gemm(zt_kctx *ctx, char ta, char tb, int M, int N, int K, float alpha, const float *A,
+                 int lda, long long sA, const float *B, int ldb, long long sB, float beta, float *C,
+                 int ldc, long long sC, int batch, const float *bias)
+{
+    zt_cuda_gemm g;
+    memset(&g, 0, sizeof(g));
+    g.ta = ta, g.tb = tb, g.M = M, g.N = N, g.K = K, g.alpha = alpha, g.beta = beta;
+    g.A = A, g.lda = lda, g.sA = sA, g.B = B, g.ldb = ldb, g.sB = sB, g.C = C, g.ldc = ldc;
+    g.sC = sC, g.batch = batch, g.bias = bias;
+    zt_cuda_gemm_run(ctx, &g);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -208,30 +214,20 @@ void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const fl
                             const float *bias, int N, int C, int OC)
 {
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias */
-    zt_cuda_gemm g = {.ta = 'N', .tb = 'T', .M = N, .N = OC, .K = C, .alpha = 1.0f,
-                      .beta = 0.0f, .A = inp, .lda = C, .B = weight, .ldb = C, .C = out,
-                      .ldc = OC, .bias = bias, .batch = 1};
-    zt_cuda_gemm_run(ctx, &g);
+    gemm(ctx, 'N', 'T', N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, bias);
 }
 
 void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
-                             const float *dout, const float *inp, const float *weight, int N,
-                             int C, int OC)
+                             const float *dout, const float *inp, const float *weight, int N, int C,
+                             int OC)
 {
-    if (dinp) { /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
-        zt_cuda_gemm g = {.ta = 'N', .tb = 'N', .M = N, .N = C, .K = OC, .alpha = 1.0f,
-                          .beta = 1.0f, .A = dout, .lda = OC, .B = weight, .ldb = C, .C = dinp,
-                          .ldc = C, .batch = 1};
-        zt_cuda_gemm_run(ctx, &g);
-    }
-    if (dweight) { /* dweight (OC, C) += dout^T (OC, N) @ inp (N, C) */
-        zt_cuda_gemm g = {.ta = 'T', .tb = 'N', .M = OC, .N = C, .K = N, .alpha = 1.0f,
-                          .beta = 1.0f, .A = dout, .lda = OC, .B = inp, .ldb = C, .C = dweight,
-                          .ldc = C, .batch = 1};
-        zt_cuda_gemm_run(ctx, &g);
-    }
-    if (dbias)
-        zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
+    /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
+    if (dinp)
+        gemm(ctx, 'N', 'N', N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 1.0f, dinp, C, 0, 1, NULL);
+    /* dweight (OC, C) += dout^T (OC, N) @ inp (N, C) */
+    if (dweight)
+        gemm(ctx, 'T', 'N', OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1, NULL);
+    if (dbias) zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -241,40 +237,30 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
  * products are computed and the softmax kernels zero the causal upper triangle, so the
  * following GEMMs may run over whole rows. */
 
-void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B,
-                               int T, int C, int NH)
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                               int C, int NH)
 {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0)
-        return;
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++) { /* S = scale Q K^T */
         const float *q = qkv + (size_t)b * T * C3;
-        float *P = att + (size_t)b * NH * TT;
-        /* S = scale Q K^T */
-        zt_cuda_gemm s = {.ta = 'N', .tb = 'T', .M = T, .N = T, .K = hs, .alpha = scale,
-                          .beta = 0.0f, .A = q, .lda = C3, .sA = hs, .B = q + C, .ldb = C3,
-                          .sB = hs, .C = P, .ldc = T, .sC = TT, .batch = NH};
-        zt_cuda_gemm_run(ctx, &s);
+        gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
+             att + (size_t)b * NH * TT, T, TT, NH, NULL);
     }
     zt_cuda_attn_softmax(ctx, att, (size_t)B * NH * T, T);
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++) { /* out = P V */
         const float *q = qkv + (size_t)b * T * C3;
-        /* out = P V */
-        zt_cuda_gemm o = {.ta = 'N', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
-                          .beta = 0.0f, .A = att + (size_t)b * NH * TT, .lda = T, .sA = TT,
-                          .B = q + 2 * C, .ldb = C3, .sB = hs, .C = out + (size_t)b * T * C,
-                          .ldc = C, .sC = hs, .batch = NH};
-        zt_cuda_gemm_run(ctx, &o);
+        gemm(ctx, 'N', 'N', T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, q + 2 * C, C3, hs,
+             0.0f, out + (size_t)b * T * C, C, hs, NH, NULL);
     }
 }
 
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *att, int B, int T, int C, int NH)
 {
-    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0)
-        return;
+    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -285,15 +271,10 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
         const float *P = att + (size_t)b * NH * TT;
         float *D = scratch + (size_t)b * NH * TT;
         /* dP = dO V^T */
-        zt_cuda_gemm dp = {.ta = 'N', .tb = 'T', .M = T, .N = T, .K = hs, .alpha = 1.0f,
-                           .beta = 0.0f, .A = dO, .lda = C, .sA = hs, .B = q + 2 * C, .ldb = C3,
-                           .sB = hs, .C = D, .ldc = T, .sC = TT, .batch = NH};
-        zt_cuda_gemm_run(ctx, &dp);
+        gemm(ctx, 'N', 'T', T, T, hs, 1.0f, dO, C, hs, q + 2 * C, C3, hs, 0.0f, D, T, TT, NH, NULL);
         /* dV += P^T dO */
-        zt_cuda_gemm dv = {.ta = 'T', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
-                           .beta = 1.0f, .A = P, .lda = T, .sA = TT, .B = dO, .ldb = C, .sB = hs,
-                           .C = dq + 2 * C, .ldc = C3, .sC = hs, .batch = NH};
-        zt_cuda_gemm_run(ctx, &dv);
+        gemm(ctx, 'T', 'N', T, hs, T, 1.0f, P, T, TT, dO, C, hs, 1.0f, dq + 2 * C, C3, hs, NH,
+             NULL);
     }
     /* dS = P * (dP - rowsum(dP * P)) * scale, zero above the diagonal */
     zt_cuda_attn_softmax_backward(ctx, scratch, att, (size_t)B * NH * T, T, scale);
@@ -302,14 +283,8 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
         float *dq = dqkv + (size_t)b * T * C3;
         const float *D = scratch + (size_t)b * NH * TT;
         /* dQ += dS K */
-        zt_cuda_gemm gq = {.ta = 'N', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
-                           .beta = 1.0f, .A = D, .lda = T, .sA = TT, .B = q + C, .ldb = C3,
-                           .sB = hs, .C = dq, .ldc = C3, .sC = hs, .batch = NH};
-        zt_cuda_gemm_run(ctx, &gq);
+        gemm(ctx, 'N', 'N', T, hs, T, 1.0f, D, T, TT, q + C, C3, hs, 1.0f, dq, C3, hs, NH, NULL);
         /* dK += dS^T Q */
-        zt_cuda_gemm gk = {.ta = 'T', .tb = 'N', .M = T, .N = hs, .K = T, .alpha = 1.0f,
-                           .beta = 1.0f, .A = D, .lda = T, .sA = TT, .B = q, .ldb = C3, .sB = hs,
-                           .C = dq + C, .ldc = C3, .sC = hs, .batch = NH};
-        zt_cuda_gemm_run(ctx, &gk);
+        gemm(ctx, 'T', 'N', T, hs, T, 1.0f, D, T, TT, q, C3, hs, 1.0f, dq + C, C3, hs, NH, NULL);
     }
 }

@@ -123,9 +123,8 @@ void zt_cuda_encoder_dwpe(zt_kctx *ctx, float *dwpe, const float *dout, int B, i
  * order; tok, start and order are device arrays (nu, nu+1, N). */
 void zt_cuda_encoder_dwte(zt_kctx *ctx, float *dwte, const float *dout, const int32_t *tok,
                           const int32_t *start, const int32_t *order, int nu, int C);
-void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd,
-                               const float *inp, const float *weight, const float *bias, int N,
-                               int C);
+void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+                               const float *weight, const float *bias, int N, int C);
 void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const float *inp, const float *weight,
                                 const float *mean, const float *rstd, int N, int C);
@@ -150,10 +149,10 @@ void zt_cuda_attn_softmax_backward(zt_kctx *ctx, float *d, const float *att, siz
 void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
                    float *v, size_t n, const zt_adamw_args *args, void *param_lp,
                    zt_dtype lp_dtype);
-void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src,
-                  zt_dtype src_dtype, size_t n);
-void zt_cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src,
-                        float scale, size_t n);
+void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype,
+                  size_t n);
+void zt_cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src, float scale,
+                        size_t n);
 void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n);
 /* Sum of squares (finite elements, double) and non-finite count of x into device slot
  * red[0..1] (written, not added). */
@@ -172,12 +171,21 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
 
 #define ZT_CUDA_THREADS 256
 
+/* Launches kernel<<<grid, block, 0, ctx->stream>>>(args...) and records a launch failure under
+ * `name`. The runtime's last-error slot is cleared first: a library (cuBLASLt, NCCL) may leave
+ * a non-sticky error there that has nothing to do with this launch. */
+#define ZT_CUDA_LAUNCH(ctx, name, kernel, grid, block, ...)                                        \
+    do {                                                                                           \
+        (void)cudaGetLastError();                                                                  \
+        kernel<<<(grid), (block), 0, (ctx)->stream>>>(__VA_ARGS__);                                \
+        zt_cuda_check_launch((ctx), (name));                                                       \
+    } while (0)
+
 /* Blocks for a grid-stride loop over n items with ZT_CUDA_THREADS threads per block. */
 static inline unsigned zt_cuda_blocks(size_t n)
 {
     size_t b = (n + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS;
-    if (b < 1)
-        b = 1;
+    if (b < 1) b = 1;
     return (unsigned)(b < 65536 ? b : 65536);
 }
 
@@ -210,8 +218,7 @@ static __device__ __forceinline__ float zt_block_sum(float v, float *sh)
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = zt_warp_sum(v);
     __syncthreads(); /* the previous use of sh is over */
-    if (lane == 0)
-        sh[w] = v;
+    if (lane == 0) sh[w] = v;
     __syncthreads();
     v = lane < nw ? sh[lane] : 0.0f;
     return zt_warp_sum(v);
@@ -222,8 +229,7 @@ static __device__ __forceinline__ float zt_block_max(float v, float *sh)
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = zt_warp_max(v);
     __syncthreads();
-    if (lane == 0)
-        sh[w] = v;
+    if (lane == 0) sh[w] = v;
     __syncthreads();
     v = lane < nw ? sh[lane] : -INFINITY;
     return zt_warp_max(v);
@@ -234,8 +240,7 @@ static __device__ __forceinline__ double zt_block_sum_d(double v, double *sh)
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = zt_warp_sum_d(v);
     __syncthreads();
-    if (lane == 0)
-        sh[w] = v;
+    if (lane == 0) sh[w] = v;
     __syncthreads();
     v = lane < nw ? sh[lane] : 0.0;
     return zt_warp_sum_d(v);

@@ -60,30 +60,26 @@ extern "C" void zt_cuda_encoder_forward(zt_kctx *ctx, float *out, const int32_t 
                                         const float *wte, const float *wpe, int B, int T, int C)
 {
     size_t NC = (size_t)B * T * C;
-    if (B <= 0 || T <= 0 || C <= 0)
-        return;
-    encoder_forward_kernel<<<zt_cuda_blocks(NC), ZT_CUDA_THREADS, 0, ctx->stream>>>(out, inp, wte,
-                                                                                  wpe, NC, T, C);
-    zt_cuda_check_launch(ctx, "encoder_forward");
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    ZT_CUDA_LAUNCH(ctx, "encoder_forward", encoder_forward_kernel, zt_cuda_blocks(NC),
+                   ZT_CUDA_THREADS, out, inp, wte, wpe, NC, T, C);
 }
 
 extern "C" void zt_cuda_encoder_dwpe(zt_kctx *ctx, float *dwpe, const float *dout, int B, int T,
                                      int C)
 {
     size_t TC = (size_t)T * C;
-    encoder_dwpe_kernel<<<zt_cuda_blocks(TC), ZT_CUDA_THREADS, 0, ctx->stream>>>(dwpe, dout, B, T,
-                                                                                C);
-    zt_cuda_check_launch(ctx, "encoder_backward (wpe)");
+    ZT_CUDA_LAUNCH(ctx, "encoder_backward (wpe)", encoder_dwpe_kernel, zt_cuda_blocks(TC),
+                   ZT_CUDA_THREADS, dwpe, dout, B, T, C);
 }
 
 extern "C" void zt_cuda_encoder_dwte(zt_kctx *ctx, float *dwte, const float *dout,
-                                     const int32_t *tok, const int32_t *start,
-                                     const int32_t *order, int nu, int C)
+                                     const int32_t *tok, const int32_t *start, const int32_t *order,
+                                     int nu, int C)
 {
-    if (nu <= 0)
-        return;
-    encoder_dwte_kernel<<<nu, ZT_CUDA_THREADS, 0, ctx->stream>>>(dwte, dout, tok, start, order, C);
-    zt_cuda_check_launch(ctx, "encoder_backward (wte)");
+    if (nu <= 0) return;
+    ZT_CUDA_LAUNCH(ctx, "encoder_backward (wte)", encoder_dwte_kernel, nu, ZT_CUDA_THREADS, dwte,
+                   dout, tok, start, order, C);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -95,8 +91,7 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
 {
     int row = blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
-    if (row >= N)
-        return; /* whole warps leave together */
+    if (row >= N) return; /* whole warps leave together */
     const float *x = inp + (size_t)row * C;
     float *o = out + (size_t)row * C;
     float s = 0.0f;
@@ -112,10 +107,8 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
     for (int c = lane; c < C; c += 32)
         o[c] = fmaf((x[c] - m) * rs, w[c], b[c]);
     if (lane == 0) {
-        if (mean)
-            mean[row] = m;
-        if (rstd)
-            rstd[row] = rs;
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
     }
 }
 
@@ -126,8 +119,7 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *
 {
     int row = blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
-    if (row >= N)
-        return;
+    if (row >= N) return;
     const float *x = inp + (size_t)row * C;
     const float *dy = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C;
@@ -164,40 +156,33 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
             size_t i = (size_t)r * C + c;
             float dy = dout[i];
             sb += dy;
-            if (inp)
-                sw = fmaf((inp[i] - mean[r]) * rstd[r], dy, sw);
+            if (inp) sw = fmaf((inp[i] - mean[r]) * rstd[r], dy, sw);
         }
     }
     shw[ty][tx] = sw;
     shb[ty][tx] = sb;
     __syncthreads();
-    if (ty != 0 || c >= C)
-        return;
+    if (ty != 0 || c >= C) return;
     float w = 0.0f, b = 0.0f;
     for (int y = 0; y < ZT_COL_TY; y++) {
         w += shw[y][tx];
         b += shb[y][tx];
     }
     if (accumulate) {
-        if (dw)
-            dw[c] += w;
-        if (db)
-            db[c] += b;
+        if (dw) dw[c] += w;
+        if (db) db[c] += b;
     } else {
         size_t o = (size_t)blockIdx.y * ld + c;
-        if (dw)
-            dw[o] = w;
-        if (db)
-            db[o] = b;
+        if (dw) dw[o] = w;
+        if (db) db[o] = b;
     }
 }
 
-static __global__ void colsum_finish_kernel(float *dw, float *db, const float *pw,
-                                            const float *pb, int splits, int C)
+static __global__ void colsum_finish_kernel(float *dw, float *db, const float *pw, const float *pb,
+                                            int splits, int C)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
+    if (c >= C) return;
     if (dw) {
         float s = 0.0f;
         for (int k = 0; k < splits; k++)
@@ -217,64 +202,51 @@ static __global__ void colsum_finish_kernel(float *dw, float *db, const float *p
 static void colsum(zt_kctx *ctx, float *dw, float *db, const float *dout, const float *inp,
                    const float *mean, const float *rstd, int N, int C, const char *what)
 {
-    if ((!dw && !db) || N <= 0 || C <= 0)
-        return;
+    if ((!dw && !db) || N <= 0 || C <= 0) return;
     size_t splits = ((size_t)N + ZT_COL_MIN_ROWS - 1) / ZT_COL_MIN_ROWS;
     size_t cap = ZT_CUDA_SCRATCH_FLOATS / (2 * (size_t)C);
-    if (splits > ZT_COL_MAX_SPLITS)
-        splits = ZT_COL_MAX_SPLITS;
-    if (splits > cap)
-        splits = cap;
+    if (splits > ZT_COL_MAX_SPLITS) splits = ZT_COL_MAX_SPLITS;
+    if (splits > cap) splits = cap;
     int rows = splits > 1 ? (int)(((size_t)N + splits - 1) / splits) : N;
-    if (splits > 1)
-        splits = ((size_t)N + (size_t)rows - 1) / (size_t)rows;
+    if (splits > 1) splits = ((size_t)N + (size_t)rows - 1) / (size_t)rows;
     dim3 block(32, ZT_COL_TY);
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)(splits > 1 ? splits : 1));
     if (splits <= 1) {
-        colsum_kernel<<<grid, block, 0, ctx->stream>>>(dw, db, 0, 1, dout, inp, mean, rstd, N, C,
-                                                       N);
-        zt_cuda_check_launch(ctx, what);
+        ZT_CUDA_LAUNCH(ctx, what, colsum_kernel, grid, block, dw, db, 0, 1, dout, inp, mean, rstd,
+                       N, C, N);
         return;
     }
     float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
-    colsum_kernel<<<grid, block, 0, ctx->stream>>>(dw ? pw : NULL, db ? pb : NULL, (size_t)C, 0,
-                                                   dout, inp, mean, rstd, N, C, rows);
-    zt_cuda_check_launch(ctx, what);
-    colsum_finish_kernel<<<(C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS, ZT_CUDA_THREADS, 0,
-                           ctx->stream>>>(dw, db, pw, pb, (int)splits, C);
-    zt_cuda_check_launch(ctx, what);
+    ZT_CUDA_LAUNCH(ctx, what, colsum_kernel, grid, block, dw ? pw : NULL, db ? pb : NULL, (size_t)C,
+                   0, dout, inp, mean, rstd, N, C, rows);
+    ZT_CUDA_LAUNCH(ctx, what, colsum_finish_kernel, (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS,
+                   ZT_CUDA_THREADS, dw, db, pw, pb, (int)splits, C);
 }
 
 extern "C" void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd,
-                                          const float *inp, const float *weight,
-                                          const float *bias, int N, int C)
+                                          const float *inp, const float *weight, const float *bias,
+                                          int N, int C)
 {
-    if (N <= 0 || C <= 0)
-        return;
+    if (N <= 0 || C <= 0) return;
     unsigned blocks = (unsigned)((N + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
-    layernorm_forward_kernel<<<blocks, ZT_CUDA_THREADS, 0, ctx->stream>>>(out, mean, rstd, inp,
-                                                                          weight, bias, N, C);
-    zt_cuda_check_launch(ctx, "layernorm_forward");
+    ZT_CUDA_LAUNCH(ctx, "layernorm_forward", layernorm_forward_kernel, blocks, ZT_CUDA_THREADS, out,
+                   mean, rstd, inp, weight, bias, N, C);
 }
 
-extern "C" void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight,
-                                           float *dbias, const float *dout, const float *inp,
-                                           const float *weight, const float *mean,
-                                           const float *rstd, int N, int C)
+extern "C" void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                           const float *dout, const float *inp, const float *weight,
+                                           const float *mean, const float *rstd, int N, int C)
 {
-    if (N <= 0 || C <= 0)
-        return;
+    if (N <= 0 || C <= 0) return;
     if (dinp) {
         unsigned blocks = (unsigned)((N + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
-        layernorm_backward_dinp_kernel<<<blocks, ZT_CUDA_THREADS, 0, ctx->stream>>>(
-            dinp, dout, inp, weight, mean, rstd, N, C);
-        zt_cuda_check_launch(ctx, "layernorm_backward");
+        ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_dinp_kernel, blocks,
+                       ZT_CUDA_THREADS, dinp, dout, inp, weight, mean, rstd, N, C);
     }
     colsum(ctx, dweight, dbias, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
 }
 
-extern "C" void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N,
-                                      int OC)
+extern "C" void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N, int OC)
 {
     colsum(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC, "matmul_backward (bias)");
 }
@@ -289,10 +261,9 @@ static __global__ void bias_fill_kernel(float *out, const float *bias, size_t n,
 extern "C" void zt_cuda_bias_fill(zt_kctx *ctx, float *out, const float *bias, int N, int OC)
 {
     size_t n = (size_t)N * OC;
-    if (N <= 0 || OC <= 0)
-        return;
-    bias_fill_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(out, bias, n, OC);
-    zt_cuda_check_launch(ctx, "bias_fill");
+    if (N <= 0 || OC <= 0) return;
+    ZT_CUDA_LAUNCH(ctx, "bias_fill", bias_fill_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, out,
+                   bias, n, OC);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -331,27 +302,23 @@ static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const
 
 extern "C" void zt_cuda_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
 {
-    if (!n)
-        return;
-    gelu_forward_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(out, inp, n);
-    zt_cuda_check_launch(ctx, "gelu_forward");
+    if (!n) return;
+    ZT_CUDA_LAUNCH(ctx, "gelu_forward", gelu_forward_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS,
+                   out, inp, n);
 }
 
 extern "C" void zt_cuda_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp,
                                       const float *dout, size_t n)
 {
-    if (!n || !dinp)
-        return;
-    gelu_backward_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(dinp, inp, dout,
-                                                                                n);
-    zt_cuda_check_launch(ctx, "gelu_backward");
+    if (!n || !dinp) return;
+    ZT_CUDA_LAUNCH(ctx, "gelu_backward", gelu_backward_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS,
+                   dinp, inp, dout, n);
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* residual */
 
-static __global__ void residual_forward_kernel(float *out, const float *a, const float *b,
-                                               size_t n)
+static __global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -363,30 +330,25 @@ static __global__ void residual_backward_kernel(float *da, float *db, const floa
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float d = dout[i];
-        if (da)
-            da[i] += d;
-        if (db)
-            db[i] += d;
+        if (da) da[i] += d;
+        if (db) db[i] += d;
     }
 }
 
 extern "C" void zt_cuda_residual_forward(zt_kctx *ctx, float *out, const float *a, const float *b,
                                          size_t n)
 {
-    if (!n)
-        return;
-    residual_forward_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(out, a, b, n);
-    zt_cuda_check_launch(ctx, "residual_forward");
+    if (!n) return;
+    ZT_CUDA_LAUNCH(ctx, "residual_forward", residual_forward_kernel, zt_cuda_blocks(n),
+                   ZT_CUDA_THREADS, out, a, b, n);
 }
 
 extern "C" void zt_cuda_residual_backward(zt_kctx *ctx, float *da, float *db, const float *dout,
                                           size_t n)
 {
-    if (!n || (!da && !db))
-        return;
-    residual_backward_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(da, db, dout,
-                                                                                    n);
-    zt_cuda_check_launch(ctx, "residual_backward");
+    if (!n || (!da && !db)) return;
+    ZT_CUDA_LAUNCH(ctx, "residual_backward", residual_backward_kernel, zt_cuda_blocks(n),
+                   ZT_CUDA_THREADS, da, db, dout, n);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -412,10 +374,8 @@ static __global__ void crossentropy_kernel(float *losses, float *dlogits, const 
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         s += expf(l[j] - mx);
     s = zt_block_sum(s, sh);
-    if (threadIdx.x == 0)
-        losses[row] = logf(s) - (lt - mx);
-    if (!d)
-        return;
+    if (threadIdx.x == 0) losses[row] = logf(s) - (lt - mx);
+    if (!d) return;
     float k = dloss / s;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float g = expf(l[j] - mx) * k;
@@ -429,11 +389,9 @@ extern "C" void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits
                                      const float *logits, const int32_t *targets, int N, int V,
                                      int Vp, float dloss)
 {
-    if (N <= 0)
-        return;
-    crossentropy_kernel<<<N, ZT_XENT_THREADS, 0, ctx->stream>>>(losses, dlogits, logits, targets,
-                                                                V, Vp, dloss);
-    zt_cuda_check_launch(ctx, "crossentropy_forward_backward");
+    if (N <= 0) return;
+    ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward", crossentropy_kernel, N, ZT_XENT_THREADS,
+                   losses, dlogits, logits, targets, V, Vp, dloss);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -443,8 +401,7 @@ static __global__ void attn_softmax_kernel(float *att, size_t rows, int T)
 {
     size_t row = (size_t)blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
-    if (row >= rows)
-        return;
+    if (row >= rows) return;
     int n = (int)(row % (size_t)T) + 1; /* keys 0..i */
     float *p = att + row * (size_t)T;
     float mx = -INFINITY;
@@ -464,13 +421,12 @@ static __global__ void attn_softmax_kernel(float *att, size_t rows, int T)
         p[j] = 0.0f;
 }
 
-static __global__ void attn_softmax_backward_kernel(float *d, const float *att, size_t rows,
-                                                    int T, float scale)
+static __global__ void attn_softmax_backward_kernel(float *d, const float *att, size_t rows, int T,
+                                                    float scale)
 {
     size_t row = (size_t)blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
-    if (row >= rows)
-        return;
+    if (row >= rows) return;
     int n = (int)(row % (size_t)T) + 1;
     const float *p = att + row * (size_t)T;
     float *dr = d + row * (size_t)T;
@@ -491,28 +447,24 @@ static unsigned row_blocks(size_t rows)
 
 extern "C" void zt_cuda_attn_softmax(zt_kctx *ctx, float *att, size_t rows, int T)
 {
-    if (!rows)
-        return;
-    attn_softmax_kernel<<<row_blocks(rows), ZT_CUDA_THREADS, 0, ctx->stream>>>(att, rows, T);
-    zt_cuda_check_launch(ctx, "attention_forward (softmax)");
+    if (!rows) return;
+    ZT_CUDA_LAUNCH(ctx, "attention_forward (softmax)", attn_softmax_kernel, row_blocks(rows),
+                   ZT_CUDA_THREADS, att, rows, T);
 }
 
-extern "C" void zt_cuda_attn_softmax_backward(zt_kctx *ctx, float *d, const float *att,
-                                              size_t rows, int T, float scale)
+extern "C" void zt_cuda_attn_softmax_backward(zt_kctx *ctx, float *d, const float *att, size_t rows,
+                                              int T, float scale)
 {
-    if (!rows)
-        return;
-    attn_softmax_backward_kernel<<<row_blocks(rows), ZT_CUDA_THREADS, 0, ctx->stream>>>(
-        d, att, rows, T, scale);
-    zt_cuda_check_launch(ctx, "attention_backward (softmax)");
+    if (!rows) return;
+    ZT_CUDA_LAUNCH(ctx, "attention_backward (softmax)", attn_softmax_backward_kernel,
+                   row_blocks(rows), ZT_CUDA_THREADS, d, att, rows, T, scale);
 }
 
 /* ---------------------------------------------------------------------------------------- */
 
 static __global__ void probe_kernel(float *dst)
 {
-    if (threadIdx.x == 0 && blockIdx.x == 0)
-        dst[0] = 1.0f;
+    if (threadIdx.x == 0 && blockIdx.x == 0) dst[0] = 1.0f;
 }
 
 extern "C" void zt_cuda_probe(zt_kctx *ctx, float *dst)

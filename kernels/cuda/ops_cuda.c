@@ -33,8 +33,7 @@ void zt_cuda_fail(zt_kctx *ctx, zt_status st, const char *fmt, ...)
 
 bool zt_cuda_check(zt_kctx *ctx, cudaError_t e, const char *what)
 {
-    if (e == cudaSuccess)
-        return false;
+    if (e == cudaSuccess) return false;
     (void)cudaGetLastError(); /* clear the slot so a later launch check does not see it */
     zt_cuda_fail(
         ctx, ZT_ERR_CUDA,
@@ -62,8 +61,7 @@ void zt_cuda_flush(zt_kctx *ctx)
                                       cudaMemcpyDeviceToHost, ctx->stream),
                       "copying norm results to the host"))
         n = 0;
-    if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize"))
-        return;
+    if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize")) return;
     for (int i = 0; i < n; i++) {
         ctx->red_out[i][0] += ctx->red_host[2 * i];
         ctx->red_out[i][1] += ctx->red_host[2 * i + 1];
@@ -79,10 +77,8 @@ static void cuda_ctx_destroy(zt_kctx *ctx);
 static int tf32_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_TF32");
-    if (!s || !*s || strcmp(s, "0") == 0)
-        return 0;
-    if (strcmp(s, "1") == 0)
-        return 1;
+    if (!s || !*s || strcmp(s, "0") == 0) return 0;
+    if (strcmp(s, "1") == 0) return 1;
     ZT_WARN("kernels", "ignoring ZT_CUDA_TF32=%s: expected 0 or 1; matmuls stay in exact fp32", s);
     return 0;
 }
@@ -131,9 +127,10 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
         goto cuda_fail;
     }
     if ((bs = cublasLtCreate(&ctx->lt)) != CUBLAS_STATUS_SUCCESS) {
-        st = zt_err_set(err, ZT_ERR_CUDA,
-                        "GPU %d: cublasLtCreate failed: %s; check the CUDA installation (libcublasLt)",
-                        device, cublasLtGetStatusString(bs));
+        st = zt_err_set(
+            err, ZT_ERR_CUDA,
+            "GPU %d: cublasLtCreate failed: %s; check the CUDA installation (libcublasLt)", device,
+            cublasLtGetStatusString(bs));
         ctx->lt = NULL;
         goto fail;
     }
@@ -170,16 +167,16 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
             device, prop.name, prop.major, prop.minor, cudaGetErrorString(ce));
         goto fail;
     }
-    if (ctx->tf32)
-        ZT_INFO("kernels", "GPU %d: matmuls use TF32 (ZT_CUDA_TF32=1)", device);
+    if (ctx->tf32) ZT_INFO("kernels", "GPU %d: matmuls use TF32 (ZT_CUDA_TF32=1)", device);
     *out = ctx;
     return ZT_OK;
 
 cuda_fail:
     (void)cudaGetLastError();
-    st = zt_err_set(err, ce == cudaErrorMemoryAllocation ? ZT_ERR_NOMEM : ZT_ERR_CUDA,
-                    "GPU %d: %s failed while creating the kernel context: %s (%s); check that the GPU is free and healthy (nvidia-smi)",
-                    device, what, cudaGetErrorString(ce), cudaGetErrorName(ce));
+    st = zt_err_set(
+        err, ce == cudaErrorMemoryAllocation ? ZT_ERR_NOMEM : ZT_ERR_CUDA,
+        "GPU %d: %s failed while creating the kernel context: %s (%s); check that the GPU is free and healthy (nvidia-smi)",
+        device, what, cudaGetErrorString(ce), cudaGetErrorName(ce));
 fail:
     cuda_ctx_destroy(ctx);
     return st;
@@ -187,22 +184,16 @@ fail:
 
 static void cuda_ctx_destroy(zt_kctx *ctx)
 {
-    if (!ctx)
-        return;
-    if (ctx->stream)
-        (void)cudaStreamSynchronize(ctx->stream);
-    if (ctx->lt)
-        cublasLtDestroy(ctx->lt);
+    if (!ctx) return;
+    if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+    if (ctx->lt) cublasLtDestroy(ctx->lt);
     cudaFree(ctx->lt_ws);
     cudaFree(ctx->scratch);
     cudaFree(ctx->red_dev);
     cudaFree(ctx->enc_dev);
-    if (ctx->red_host)
-        cudaFreeHost(ctx->red_host);
-    if (ctx->enc_host)
-        cudaFreeHost(ctx->enc_host);
-    if (ctx->stream)
-        cudaStreamDestroy(ctx->stream);
+    if (ctx->red_host) cudaFreeHost(ctx->red_host);
+    if (ctx->enc_host) cudaFreeHost(ctx->enc_host);
+    if (ctx->stream) cudaStreamDestroy(ctx->stream);
     (void)cudaGetLastError();
     zt_free(ctx->enc_count);
     zt_free(ctx->gemm_cache);
@@ -225,8 +216,7 @@ static void *cuda_alloc(zt_kctx *ctx, size_t bytes)
 
 static void cuda_free(zt_kctx *ctx, void *p)
 {
-    if (p)
-        zt_cuda_check(ctx, cudaFree(p), "cudaFree");
+    if (p) zt_cuda_check(ctx, cudaFree(p), "cudaFree");
 }
 
 static void *cuda_host_alloc(zt_kctx *ctx, size_t bytes)
@@ -242,14 +232,12 @@ static void *cuda_host_alloc(zt_kctx *ctx, size_t bytes)
 
 static void cuda_host_free(zt_kctx *ctx, void *p)
 {
-    if (p)
-        zt_cuda_check(ctx, cudaFreeHost(p), "cudaFreeHost");
+    if (p) zt_cuda_check(ctx, cudaFreeHost(p), "cudaFreeHost");
 }
 
 static void cuda_memset0(zt_kctx *ctx, void *p, size_t bytes)
 {
-    if (bytes)
-        zt_cuda_check(ctx, cudaMemsetAsync(p, 0, bytes, ctx->stream), "cudaMemsetAsync");
+    if (bytes) zt_cuda_check(ctx, cudaMemsetAsync(p, 0, bytes, ctx->stream), "cudaMemsetAsync");
 }
 
 /* Host to device, queued on the stream. A pageable source may be reused on return (the driver
@@ -264,8 +252,7 @@ static void cuda_copy_h2d(zt_kctx *ctx, void *dst, const void *src, size_t bytes
 /* Device to host; complete on return (like the CPU backend), since callers read dst next. */
 static void cuda_copy_d2h(zt_kctx *ctx, void *dst, const void *src, size_t bytes)
 {
-    if (!bytes)
-        return;
+    if (!bytes) return;
     if (zt_cuda_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream),
                       "copying device to host (cudaMemcpyAsync)"))
         return;
@@ -288,8 +275,7 @@ static void *cuda_stream(zt_kctx *ctx)
 static zt_status cuda_sync(zt_kctx *ctx, zt_err *err)
 {
     zt_cuda_flush(ctx);
-    if (ctx->st != ZT_OK)
-        return zt_err_set(err, ctx->st, "%s", ctx->msg);
+    if (ctx->st != ZT_OK) return zt_err_set(err, ctx->st, "%s", ctx->msg);
     return ZT_OK;
 }
 
@@ -299,10 +285,8 @@ static zt_status cuda_sync(zt_kctx *ctx, zt_err *err)
 static void cuda_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t n,
                                  double out[2])
 {
-    if (n == 0)
-        return;
-    if (ctx->red_pending == ZT_CUDA_RED_SLOTS)
-        zt_cuda_flush(ctx);
+    if (n == 0) return;
+    if (ctx->red_pending == ZT_CUDA_RED_SLOTS) zt_cuda_flush(ctx);
     int k = ctx->red_pending++;
     ctx->red_out[k] = out;
     zt_cuda_sumsq(ctx, ctx->red_dev + 2 * (size_t)k, x, dtype, n);
@@ -312,10 +296,8 @@ static void cuda_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, si
  * must be idle (no queued copy may still read the old buffer). */
 static bool grow_host_i32(zt_kctx *ctx, int32_t **p, size_t *cap, size_t n)
 {
-    if (n <= *cap)
-        return true;
-    if (*p)
-        cudaFreeHost(*p);
+    if (n <= *cap) return true;
+    if (*p) cudaFreeHost(*p);
     *p = NULL;
     *cap = 0;
     if (zt_cuda_check(ctx, cudaMallocHost((void **)p, n * sizeof(int32_t)),
@@ -327,8 +309,7 @@ static bool grow_host_i32(zt_kctx *ctx, int32_t **p, size_t *cap, size_t n)
 
 static bool grow_dev_i32(zt_kctx *ctx, int32_t **p, size_t *cap, size_t n)
 {
-    if (n <= *cap)
-        return true;
+    if (n <= *cap) return true;
     cudaFree(*p); /* synchronizes the device: nothing still reads it */
     *p = NULL;
     *cap = 0;
@@ -346,31 +327,26 @@ static bool grow_dev_i32(zt_kctx *ctx, int32_t **p, size_t *cap, size_t n)
 static void cuda_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const float *dout,
                                   const int32_t *inp, int B, int T, int C)
 {
-    if (B <= 0 || T <= 0 || C <= 0)
-        return;
-    if (dwpe)
-        zt_cuda_encoder_dwpe(ctx, dwpe, dout, B, T, C);
-    if (!dwte)
-        return;
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    if (dwpe) zt_cuda_encoder_dwpe(ctx, dwpe, dout, B, T, C);
+    if (!dwte) return;
     size_t N = (size_t)B * (size_t)T;
-    if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize"))
-        return;
+    if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize")) return;
     /* host layout: ids [0,N) | nu | tok [nu] | start [nu+1] | order [N]; at most 4N+2 */
     if (!grow_host_i32(ctx, &ctx->enc_host, &ctx->enc_host_cap, 4 * N + 2) ||
         !grow_dev_i32(ctx, &ctx->enc_dev, &ctx->enc_dev_cap, 3 * N + 2))
         return;
     int32_t *ids = ctx->enc_host;
-    if (zt_cuda_check(ctx, cudaMemcpyAsync(ids, inp, N * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                           ctx->stream),
-                      "copying token ids to the host") ||
+    if (zt_cuda_check(
+            ctx,
+            cudaMemcpyAsync(ids, inp, N * sizeof(int32_t), cudaMemcpyDeviceToHost, ctx->stream),
+            "copying token ids to the host") ||
         zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize"))
         return;
     int32_t maxid = -1;
     for (size_t i = 0; i < N; i++)
-        if (ids[i] > maxid)
-            maxid = ids[i];
-    if (maxid < 0)
-        return; /* no valid token (negative ids are skipped, as they have no row) */
+        if (ids[i] > maxid) maxid = ids[i];
+    if (maxid < 0) return; /* no valid token (negative ids are skipped, as they have no row) */
     size_t nb = (size_t)maxid + 2;
     if (nb > ctx->enc_count_cap) {
         zt_free(ctx->enc_count);
@@ -386,8 +362,7 @@ static void cuda_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const 
     int32_t *cnt = ctx->enc_count;
     memset(cnt, 0, nb * sizeof(int32_t));
     for (size_t i = 0; i < N; i++)
-        if (ids[i] >= 0)
-            cnt[ids[i]]++;
+        if (ids[i] >= 0) cnt[ids[i]]++;
     int32_t nu = 0;
     for (size_t v = 0; v + 1 < nb; v++)
         nu += cnt[v] > 0;
@@ -408,13 +383,13 @@ static void cuda_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const 
     }
     start[nu] = pos;
     for (size_t i = 0; i < N; i++) /* stable: positions ascend within a token */
-        if (ids[i] >= 0)
-            order[cnt[ids[i]]++] = (int32_t)i;
+        if (ids[i] >= 0) order[cnt[ids[i]]++] = (int32_t)i;
     size_t len = 2 * (size_t)nu + 1 + (size_t)pos; /* tok, start, order */
     int32_t *d_tok = ctx->enc_dev;
-    if (zt_cuda_check(ctx, cudaMemcpyAsync(d_tok, tok, len * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice, ctx->stream),
-                      "copying token groups to the device"))
+    if (zt_cuda_check(
+            ctx,
+            cudaMemcpyAsync(d_tok, tok, len * sizeof(int32_t), cudaMemcpyHostToDevice, ctx->stream),
+            "copying token groups to the device"))
         return;
     zt_cuda_encoder_dwte(ctx, dwte, dout, d_tok, d_tok + nu, d_tok + 2 * nu + 1, nu, C);
 }
@@ -426,10 +401,10 @@ static void cuda_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const 
 void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC);
 void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
-                             const float *dout, const float *inp, const float *weight, int N,
-                             int C, int OC);
-void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B,
-                               int T, int C, int NH);
+                             const float *dout, const float *inp, const float *weight, int N, int C,
+                             int OC);
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                               int C, int NH);
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *att, int B, int T, int C, int NH);
 

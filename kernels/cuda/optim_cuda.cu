@@ -48,8 +48,7 @@ static __device__ __forceinline__ float f32_from_f16(uint16_t h)
 
 static __device__ __forceinline__ float load_f32(const void *p, int t, size_t i)
 {
-    if (t == ZT_F32)
-        return ((const float *)p)[i];
+    if (t == ZT_F32) return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
     return t == ZT_BF16 ? f32_from_bf16(h) : f32_from_f16(h);
 }
@@ -64,11 +63,11 @@ static __device__ __forceinline__ void store_f32(void *p, int t, size_t i, float
 
 static bool dtype_ok(zt_kctx *ctx, zt_dtype t, const char *op)
 {
-    if (t == ZT_F32 || t == ZT_BF16 || t == ZT_F16)
-        return true;
-    zt_cuda_fail(ctx, ZT_ERR_INVALID,
-                 "%s: unknown element type %d (expected fp32, bf16 or fp16); this is a bug in the caller",
-                 op, (int)t);
+    if (t == ZT_F32 || t == ZT_BF16 || t == ZT_F16) return true;
+    zt_cuda_fail(
+        ctx, ZT_ERR_INVALID,
+        "%s: unknown element type %d (expected fp32, bf16 or fp16); this is a bug in the caller",
+        op, (int)t);
     return false;
 }
 
@@ -101,8 +100,7 @@ static __global__ void adamw_kernel(float *p, const void *g, int gdt, float *m, 
         float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
         float pn = __fadd_rn(pd, __fdiv_rn(__fmul_rn(k.step, mi), denom));
         p[i] = pn;
-        if (plp)
-            store_f32(plp, lpdt, i, pn);
+        if (plp) store_f32(plp, lpdt, i, pn);
     }
 }
 
@@ -126,9 +124,8 @@ extern "C" void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_d
     k.bc2_sqrt = (float)sqrt((double)args->bc2);
     k.decay = (float)(1.0 - (double)args->lr * (double)args->weight_decay);
     k.l2 = args->l2_mode;
-    adamw_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(
-        param, grad, (int)grad_dtype, m, v, n, k, param_lp, (int)lp_dtype);
-    zt_cuda_check_launch(ctx, "adamw");
+    ZT_CUDA_LAUNCH(ctx, "adamw", adamw_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, param, grad,
+                   (int)grad_dtype, m, v, n, k, param_lp, (int)lp_dtype);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -159,8 +156,7 @@ static __global__ void scale_kernel(float *x, float s, size_t n)
 extern "C" void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src,
                              zt_dtype src_dtype, size_t n)
 {
-    if (!n || !dtype_ok(ctx, dst_dtype, "cast") || !dtype_ok(ctx, src_dtype, "cast"))
-        return;
+    if (!n || !dtype_ok(ctx, dst_dtype, "cast") || !dtype_ok(ctx, src_dtype, "cast")) return;
     if (dst_dtype == src_dtype) {
         if (dst != src)
             zt_cuda_check(ctx,
@@ -169,27 +165,22 @@ extern "C" void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const 
                           "cast (same type: cudaMemcpyAsync)");
         return;
     }
-    cast_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(dst, (int)dst_dtype, src,
-                                                                       (int)src_dtype, n);
-    zt_cuda_check_launch(ctx, "cast");
+    ZT_CUDA_LAUNCH(ctx, "cast", cast_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, dst,
+                   (int)dst_dtype, src, (int)src_dtype, n);
 }
 
 extern "C" void zt_cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src,
                                    float scale, size_t n)
 {
-    if (!n || !dtype_ok(ctx, dst_dtype, "accumulate"))
-        return;
-    accumulate_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(
-        dst, (int)dst_dtype, src, scale, n);
-    zt_cuda_check_launch(ctx, "accumulate");
+    if (!n || !dtype_ok(ctx, dst_dtype, "accumulate")) return;
+    ZT_CUDA_LAUNCH(ctx, "accumulate", accumulate_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, dst,
+                   (int)dst_dtype, src, scale, n);
 }
 
 extern "C" void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n)
 {
-    if (!n)
-        return;
-    scale_kernel<<<zt_cuda_blocks(n), ZT_CUDA_THREADS, 0, ctx->stream>>>(x, s, n);
-    zt_cuda_check_launch(ctx, "scale");
+    if (!n) return;
+    ZT_CUDA_LAUNCH(ctx, "scale", scale_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, x, s, n);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -242,14 +233,11 @@ extern "C" void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, zt_dtype
         return;
     }
     size_t blocks = (n + 4 * ZT_CUDA_THREADS - 1) / (4 * ZT_CUDA_THREADS);
-    if (blocks > ZT_CUDA_RED_BLOCKS)
-        blocks = ZT_CUDA_RED_BLOCKS;
-    if (blocks < 1)
-        blocks = 1;
+    if (blocks > ZT_CUDA_RED_BLOCKS) blocks = ZT_CUDA_RED_BLOCKS;
+    if (blocks < 1) blocks = 1;
     double *part = (double *)ctx->scratch;
-    sumsq_partial_kernel<<<(unsigned)blocks, ZT_CUDA_THREADS, 0, ctx->stream>>>(part, x,
-                                                                               (int)dtype, n);
-    zt_cuda_check_launch(ctx, "sumsq_nonfinite");
-    sumsq_final_kernel<<<1, ZT_CUDA_THREADS, 0, ctx->stream>>>(red, part, (int)blocks);
-    zt_cuda_check_launch(ctx, "sumsq_nonfinite");
+    ZT_CUDA_LAUNCH(ctx, "sumsq_nonfinite", sumsq_partial_kernel, (unsigned)blocks, ZT_CUDA_THREADS,
+                   part, x, (int)dtype, n);
+    ZT_CUDA_LAUNCH(ctx, "sumsq_nonfinite", sumsq_final_kernel, 1, ZT_CUDA_THREADS, red, part,
+                   (int)blocks);
 }

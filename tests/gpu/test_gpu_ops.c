@@ -33,15 +33,13 @@ static void gsync(const char *what)
     zt_err err;
     zt_err_clear(&err);
     zt_status st = GPU->sync(GC, &err);
-    if (st != ZT_OK)
-        ZT_FAIL("%s: GPU sync failed: %s", what, zt_err_msg(&err));
+    if (st != ZT_OK) ZT_FAIL("%s: GPU sync failed: %s", what, zt_err_msg(&err));
 }
 
 static void *dalloc(size_t bytes)
 {
     void *p = GPU->alloc(GC, bytes);
-    if (!p)
-        ZT_FAIL("GPU alloc of %zu bytes failed", bytes);
+    if (!p) ZT_FAIL("GPU alloc of %zu bytes failed", bytes);
     return p;
 }
 
@@ -102,8 +100,7 @@ static void check_bits(const char *what, const void *d, const void *want, size_t
 static int32_t *rand_ids(size_t n, int V)
 {
     int32_t *ids = zt_malloc((n ? n : 1) * sizeof(int32_t));
-    if (!ids)
-        ZT_FAIL("out of memory");
+    if (!ids) ZT_FAIL("out of memory");
     for (size_t i = 0; i < n; i++) /* skewed so that tokens repeat within a batch */
         ids[i] = (int32_t)(kc_index(4) == 0 ? kc_index(3) : kc_index((size_t)V));
     return ids;
@@ -300,8 +297,7 @@ static void test_tf32(void)
     zt_err err;
     zt_status st = GPU->ctx_create(&tc, 0, &err);
     unsetenv("ZT_CUDA_TF32");
-    if (st != ZT_OK)
-        ZT_FAIL("ctx_create with ZT_CUDA_TF32=1: %s", zt_err_msg(&err));
+    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_TF32=1: %s", zt_err_msg(&err));
     float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 1.0);
     float *out = kc_falloc((size_t)N * OC), *got = kc_falloc((size_t)N * OC);
     CPU->matmul_forward(CC, out, x, w, NULL, N, C, OC);
@@ -416,8 +412,7 @@ static void test_crossentropy(int N, int V, int Vp)
         for (int j = V; j < Vp; j++)
             logits[i * Vp + j] = 1e4f;
     int32_t *tg = rand_ids((size_t)N, V);
-    if (N > 2)
-        tg[N - 1] = -1; /* a bad target: NaN loss, no fault */
+    if (N > 2) tg[N - 1] = -1; /* a bad target: NaN loss, no fault */
     float dloss = 1.0f / (float)N;
     float *loss = kc_falloc((size_t)N), *dl = kc_falloc(n), *loss2 = kc_falloc((size_t)N);
     float *inplace = kc_fcopy(logits, n);
@@ -669,14 +664,12 @@ int main(void)
         printf("SKIP: no usable GPU (%s)\n", err.msg);
         return ZT_TEST_SKIP;
     }
-    if (st != ZT_OK)
-        ZT_FAIL("ctx_create(0): %s", zt_err_msg(&err));
+    if (st != ZT_OK) ZT_FAIL("ctx_create(0): %s", zt_err_msg(&err));
     ASSERT_OK(CPU->ctx_create(&CC, 0, &err));
 
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     const char *s = getenv("ZT_TEST_SEED");
-    if (s && *s)
-        seed = strtoull(s, NULL, 10);
+    if (s && *s) seed = strtoull(s, NULL, 10);
     printf("seed=%llu (ZT_TEST_SEED=%llu repeats this run)\n", (unsigned long long)seed,
            (unsigned long long)seed);
     kc_rng_state = seed;
