@@ -1,0 +1,408 @@
+"""tests/bench/gpu_train: zerotrain vs PyTorch training GPT-2 124M on one GPU, in the same run.
+Model: n_layer 12, n_head 12, n_embd 768, vocab 50257 (padded 50304), block 1024, random init,
+random tokens. For each side and precision it finds the largest micro batch that fits (trying
+--batches in descending order; an out-of-memory attempt is dropped), then times --steps steps
+after --warmup and prints tokens/s, achieved TFLOP/s ((6N + 6LCT) x tokens/s, llm.c's count),
+MFU against the peak of the precision that ran and against the dense bf16 peak (989 TFLOP/s on
+H100 SXM/H200; fp32/tf32/bf16 peaks are looked up from the device name), the framework's peak
+memory and the device's peak (nvidia-smi, polled).
+  zerotrain: fp32 (ZT_CUDA_TF32=0, exact fp32 cuBLASLt) and tf32 (ZT_CUDA_TF32=1); fp32
+             activations as kernels/ops.h defines them.
+  PyTorch:   fp32, tf32 and bf16 autocast, torch.compile, fused AdamW, scaled-dot-product
+             attention (flash/memory-efficient kernels); the model follows tests/torch_gpt2.py.
+Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
+ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
+Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
+Python whose torch has CUDA (--torch-python, $ZT_TORCH_PYTHON, else python3 on PATH, else
+/usr/bin/python3); without one the PyTorch rows are skipped with a warning.
+Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--skip-torch]
+                    [--skip-twinflow] [--zt-precisions fp32,tf32] [--torch-modes fp32,tf32,bf16]"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SRC = os.environ.get("ZT_SOURCE_DIR",
+                     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests"))
+
+L, NH, C, T, V, VP = 12, 12, 768, 1024, 50257, 50304
+N_PARAMS = VP * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+FLOP_PER_TOKEN = 6 * N_PARAMS + 6 * L * C * T
+
+# dense peaks in TFLOP/s: (bf16, tf32, fp32), matched on the device name in this order
+PEAKS = [
+    ("H200", (989.4, 494.7, 66.9)),
+    ("H100 NVL", (835.0, 417.5, 60.0)),
+    ("H100 PCIe", (756.5, 378.0, 51.2)),
+    ("H100", (989.4, 494.7, 66.9)),  # SXM / HBM3
+    ("GH200", (989.4, 494.7, 66.9)),
+    ("A100", (312.0, 156.0, 19.5)),
+    ("L40S", (362.0, 183.0, 91.6)),
+]
+DEFAULT_PEAKS = (989.4, 494.7, 66.9)
+
+
+def peaks_for(name):
+    for key, p in PEAKS:
+        if key.lower() in name.lower():
+            return p, True
+    return DEFAULT_PEAKS, False
+
+
+class GpuMemPoller:
+    """Max of nvidia-smi's memory.used for GPU 0 while running (MiB); None without nvidia-smi."""
+
+    def __init__(self):
+        self.exe = shutil.which("nvidia-smi")
+        self.peak = None
+        self._stop = threading.Event()
+        self._t = None
+
+    def _sample(self):
+        try:
+            out = subprocess.run([self.exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                                  "-i", "0"], capture_output=True, text=True, timeout=10).stdout
+            v = float(out.strip().splitlines()[0])
+            self.peak = v if self.peak is None else max(self.peak, v)
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            pass
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(0.5)
+
+    def __enter__(self):
+        if self.exe:
+            self._t = threading.Thread(target=self._run, daemon=True)
+            self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._t:
+            self._t.join()
+
+
+def gpu_name():
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        r = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                           capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip().splitlines()[0]
+    return "unknown GPU"
+
+
+def probe(build_dir):
+    exe = os.path.join(build_dir, "tests", "zt_gpu_probe")
+    if not os.path.exists(exe):
+        print(f"SKIP: {exe} is not built")
+        sys.exit(77)
+    r = subprocess.run([exe], capture_output=True, text=True)
+    if r.returncode == 77:
+        print("SKIP:", r.stdout.strip())
+        sys.exit(77)
+    if r.returncode != 0:
+        sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch side (runs in a subprocess with the torch that has CUDA)
+
+def torch_worker(args):
+    import math
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+            self.c_attn = nn.Linear(C, 3 * C)
+            self.c_proj = nn.Linear(C, C)
+            self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+            self.c_fc = nn.Linear(C, 4 * C)
+            self.mlp_proj = nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            B_, T_, _ = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+            q = q.view(B_, T_, NH, C // NH).transpose(1, 2)
+            k = k.view(B_, T_, NH, C // NH).transpose(1, 2)
+            v = v.view(B_, T_, NH, C // NH).transpose(1, 2)
+            if hasattr(F, "scaled_dot_product_attention"):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:  # torch < 2.0: the same function, unfused
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // NH))
+                mask = torch.ones(T_, T_, dtype=torch.bool, device=x.device).tril()
+                y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+            x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B_, T_, C))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(VP, C)
+            self.wpe = nn.Embedding(T, C)
+            self.h = nn.ModuleList([Block() for _ in range(L)])
+            self.ln_f = nn.LayerNorm(C, eps=1e-5)
+            for n, p in self.named_parameters():
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * L) if n.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
+                    nn.init.normal_(p, 0.0, std)
+                elif n.endswith("bias"):
+                    nn.init.zeros_(p)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe.weight[: idx.shape[1]]
+            for blk in self.h:
+                x = blk(x)
+            logits = F.linear(self.ln_f(x), self.wte.weight)[..., :V]  # padded logits left out
+            return F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1))
+
+    mode = args.mode
+    torch.backends.cuda.matmul.allow_tf32 = mode in ("tf32", "bf16")
+    torch.backends.cudnn.allow_tf32 = mode in ("tf32", "bf16")
+    torch.manual_seed(1)
+    dev = torch.device("cuda")
+    model = GPT().to(dev)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    nodecay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": nodecay, "weight_decay": 0.0}], lr=3e-4, fused=True)
+    compiled = True
+    try:
+        cmodel = torch.compile(model)
+    except Exception as e:  # noqa: BLE001 - report and run eagerly
+        print(f"torch.compile unavailable ({e}); running eagerly", file=sys.stderr)
+        cmodel, compiled = model, False
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        if mode == "bf16":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = cmodel(x, y)
+        else:
+            loss = cmodel(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    result = None
+    batches = [int(b) for b in args.batches.split(",")]
+    while batches:
+        B = batches[0]
+        try:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            g = torch.Generator(device="cpu").manual_seed(B)
+            x = torch.randint(0, V, (B, T), generator=g).to(dev)
+            y = torch.randint(0, V, (B, T), generator=g).to(dev)
+            for _ in range(args.warmup):
+                step(x, y)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                loss = step(x, y)
+            torch.cuda.synchronize()
+            dt = (time.perf_counter() - t0) / args.steps
+            result = {"batch": B, "step_s": dt, "tok_s": B * T / dt, "loss": float(loss),
+                      "mem_alloc": torch.cuda.max_memory_allocated(),
+                      "mem_reserved": torch.cuda.max_memory_reserved(),
+                      "compiled": compiled, "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name(0)}
+            break
+        except torch.cuda.OutOfMemoryError:
+            print(f"pytorch {mode}: micro batch {B} does not fit", file=sys.stderr)
+            opt.zero_grad(set_to_none=True)
+            batches.pop(0)
+        except Exception as e:  # noqa: BLE001 - compilation failing at the first call
+            if not compiled:
+                raise
+            print(f"torch.compile failed at the first step ({e!r}); running eagerly",
+                  file=sys.stderr)
+            cmodel, compiled = model, False
+    print(json.dumps(result))
+
+
+def find_torch_python(explicit):
+    cands = [explicit, os.environ.get("ZT_TORCH_PYTHON"), shutil.which("python3"), "/usr/bin/python3"]
+    for py in cands:
+        if not py:
+            continue
+        r = subprocess.run([py, "-c", "import torch; print(int(torch.cuda.is_available()))"],
+                           capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip() == "1":
+            return py
+    return None
+
+
+def torch_run(py, mode, args, poller_cls):
+    with poller_cls() as mem:
+        r = subprocess.run([py, os.path.abspath(__file__), "--torch-worker", "--mode", mode,
+                            "--batches", args.batches, "--steps", str(args.steps),
+                            "--warmup", str(args.warmup)], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"WARNING: pytorch {mode} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+        return None
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if res is None:
+        print(f"WARNING: pytorch {mode}: no micro batch of {args.batches} fits")
+        return None
+    res["dev_peak_mib"] = mem.peak
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# zerotrain side
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batches", default="64,48,32,24,16,12,8,4,2,1")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--skip-twinflow", action="store_true")
+    ap.add_argument("--zt-precisions", default="fp32,tf32")
+    ap.add_argument("--torch-modes", default="fp32,tf32,bf16")
+    ap.add_argument("--twinflow-precision", default="tf32")
+    ap.add_argument("--torch-python")
+    ap.add_argument("--torch-worker", action="store_true")
+    ap.add_argument("--mode")
+    args = ap.parse_args()
+    if args.torch_worker:
+        return torch_worker(args)
+
+    import numpy as np
+    import ztutil as zu
+
+    build = os.environ.get("ZT_BUILD_DIR", "build")
+    probe(build)
+    name = gpu_name()
+    (pk_bf16, pk_tf32, pk_fp32), known = peaks_for(name)
+    peak_of = {"fp32": pk_fp32, "tf32": pk_tf32, "bf16": pk_bf16}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="zt-bench-gpu-") as tmp:
+        os.makedirs(f"{tmp}/data")
+        rng = np.random.default_rng(1)
+        zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, V, 4_000_000))
+
+        def zt_job(jname, B, stage=0, offload=None):
+            zo = {"stage": stage}
+            if offload is not None:
+                zo["offload_optimizer"] = {"device": "cpu", "pin_memory": True, "ratio": offload}
+            return {"name": jname,
+                    "model": {"arch": "gpt2", "n_layer": L, "n_head": NH, "n_embd": C,
+                              "block_size": T, "vocab_size": V, "init": "random", "seed": 1},
+                    "data": {"train": "data/t_*.bin"},
+                    "train": {"steps": args.warmup + args.steps, "checkpoint_dir": f"ckpt/{jname}"},
+                    "resources": {"ranks": 1, "device": "cuda"},
+                    "deepspeed": {"train_batch_size": B, "train_micro_batch_size_per_gpu": B,
+                                  "optimizer": {"type": "AdamW",
+                                                "params": {"lr": 3e-4, "weight_decay": 0.1}},
+                                  "zero_optimization": zo}}
+
+        def zt_run(jname, job, prec):
+            zu.write_job(f"{tmp}/{jname}.json", job)
+            env = {"ZT_CUDA_TF32": "1" if prec == "tf32" else "0",
+                   "ZT_PEAK_TFLOPS": str(peak_of[prec])}
+            with GpuMemPoller() as mem:
+                r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
+            steps = zu.parse_step_lines(r.stdout)
+            if r.returncode != 0 or len(steps) < args.warmup + args.steps:
+                return None, (r.stdout + r.stderr)[-2000:]
+            timed = steps[args.warmup:]
+            step_s = sorted(float(s["step_ms"]) for s in timed)[len(timed) // 2] / 1e3
+            return {"step_s": step_s, "mem_peak": int(timed[-1]["mem_peak"]),
+                    "dev_peak_mib": mem.peak, "loss": float(timed[-1]["loss"]), "line": timed[-1]}, ""
+
+        def largest(prec):
+            for B in [int(b) for b in args.batches.split(",")]:
+                res, err = zt_run(f"zt_{prec}_b{B}", zt_job(f"zt_{prec}_b{B}", B), prec)
+                if res:
+                    res["batch"] = B
+                    res["tok_s"] = B * T / res["step_s"]
+                    return res
+                print(f"  zerotrain {prec}: micro batch {B} failed or does not fit: "
+                      f"{err.strip().splitlines()[-1] if err.strip() else '?'}")
+            return None
+
+        zt_best = {}
+        for prec in [p for p in args.zt_precisions.split(",") if p]:
+            res = largest(prec)
+            if res:
+                zt_best[prec] = res
+                rows.append(("zerotrain", prec, res))
+
+        torch_info = ""
+        if not args.skip_torch:
+            py = find_torch_python(args.torch_python)
+            if not py:
+                print("WARNING: no Python with a CUDA PyTorch found (--torch-python, "
+                      "ZT_TORCH_PYTHON, python3, /usr/bin/python3); PyTorch rows skipped")
+            else:
+                for mode in [m for m in args.torch_modes.split(",") if m]:
+                    res = torch_run(py, mode, args, GpuMemPoller)
+                    if res:
+                        rows.append(("pytorch", mode, res))
+                        torch_info = (f"PyTorch {res['torch']} ({py}), "
+                                      f"{'torch.compile' if res['compiled'] else 'eager (compile failed)'}")
+
+        twin = []
+        tp = args.twinflow_precision
+        if not args.skip_twinflow and tp in zt_best:
+            B = zt_best[tp]["batch"]
+            for ratio in (None, 1.0, 0.75, 0.5, 0.25):
+                jname = f"twin_{'none' if ratio is None else ratio}"
+                res, err = zt_run(jname, zt_job(jname, B, stage=2, offload=ratio), tp)
+                if res is None:
+                    print(f"  Twin-Flow ratio {ratio}: failed: {err.strip()[-400:]}")
+                twin.append((ratio, res))
+
+    print()
+    print(f"gpu_train: GPT-2 124M (L{L} NH{NH} C{C} T{T} V{V}/{VP}), N = {N_PARAMS / 1e6:.2f}M "
+          f"parameters, {FLOP_PER_TOKEN / 1e9:.3f} GFLOP per token (6N + 6LCT)")
+    print(f"GPU: {name}; dense peaks bf16 {pk_bf16:.0f}, tf32 {pk_tf32:.0f}, fp32 {pk_fp32:.1f} "
+          f"TFLOP/s{'' if known else ' (unknown model: H100 SXM figures assumed)'}")
+    if torch_info:
+        print(torch_info + ", fused AdamW, scaled_dot_product_attention")
+    print(f"{'system':<10} {'precision':<9} {'micro B':>7} {'tok/s':>9} {'TFLOP/s':>8} "
+          f"{'MFU':>7} {'MFU bf16':>8} {'peak alloc GiB':>14} {'device peak GiB':>15}")
+    for who, prec, r in rows:
+        tflops = r["tok_s"] * FLOP_PER_TOKEN / 1e12
+        alloc = r.get("mem_peak", r.get("mem_alloc", 0)) / 2**30
+        dpk = f"{r['dev_peak_mib'] / 1024:.1f}" if r.get("dev_peak_mib") else "n/a"
+        print(f"{who:<10} {prec:<9} {r['batch']:>7} {r['tok_s']:>9.0f} {tflops:>8.1f} "
+              f"{100 * tflops / peak_of[prec]:>6.1f}% {100 * tflops / pk_bf16:>7.1f}% "
+              f"{alloc:>14.1f} {dpk:>15}")
+    zt_tf = {p: r for w, p, r in rows if w == "zerotrain"}
+    th = {p: r for w, p, r in rows if w == "pytorch"}
+    for p in zt_tf:
+        if p in th:
+            print(f"zerotrain/pytorch at {p}: {zt_tf[p]['tok_s'] / th[p]['tok_s']:.2f}x tokens/s")
+    if twin:
+        base = next((r for ratio, r in twin if ratio is None and r), None)
+        print(f"\nTwin-Flow (zerotrain {tp}, ZeRO stage 2, micro batch {zt_best[tp]['batch']}): "
+              "step time with offload_optimizer ratio r (fraction of the optimizer on the host)")
+        for ratio, r in twin:
+            label = "no offload" if ratio is None else f"ratio {ratio:.2f}"
+            if not r:
+                print(f"  {label:<11} failed")
+                continue
+            rel = f" ({r['step_s'] / base['step_s']:.2f}x no offload)" if base else ""
+            opt = r["line"].get("opt_ms", "?")
+            print(f"  {label:<11} step {r['step_s'] * 1e3:8.1f} ms{rel}, optimizer {opt} ms, "
+                  f"peak alloc {r['mem_peak'] / 2**30:.1f} GiB")
+
+
+if __name__ == "__main__":
+    main()
