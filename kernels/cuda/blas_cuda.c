@@ -38,9 +38,9 @@ static cublasStatus_t layout_init(cublasLtMatrixLayoutOpaque_t *l, int rows, int
 
 /* Looks up (or asks the heuristic for, and caches) the algorithm for key. Returns the entry,
  * whose `usable` says whether cuBLASLt offered one. */
-static const zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
-                                          cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
-                                          cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc)
+static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
+                                    cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                                    cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc)
 {
     for (int i = 0; i < ctx->gemm_n; i++)
         if (memcmp(&ctx->gemm_cache[i].key, key, sizeof(*key)) == 0) return &ctx->gemm_cache[i];
@@ -93,9 +93,14 @@ static const zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *
     return e;
 }
 
-/* One cuBLASLt call for g (bias as an epilogue when use_bias). Returns false when cuBLASLt has
- * no algorithm for it (nothing was queued); a failed call is recorded and counts as done. */
-static bool gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
+typedef enum {
+    LT_DONE,    /* queued, or failed and recorded */
+    LT_NO_ALGO, /* cuBLASLt has no algorithm or rejects the problem: nothing queued or recorded */
+} lt_result;
+
+/* One cuBLASLt call for g (bias as an epilogue when use_bias). A rejected problem is remembered
+ * in the algorithm cache so that later calls go straight to the caller's fallback. */
+static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
 {
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B */
     cublasOperation_t opa = g->tb == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -152,18 +157,24 @@ static bool gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
             ctx, ZT_ERR_CUDA,
             "GPU %d: setting up a cuBLASLt matmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
             ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, cublasLtGetStatusString(s));
-        return true;
+        return LT_DONE;
     }
-    const zt_cuda_gemm_entry *e = algo_for(ctx, &key, &op, &la, &lb, &lc);
-    if (!e->usable) return false;
+    zt_cuda_gemm_entry *e = algo_for(ctx, &key, &op, &la, &lb, &lc);
+    if (!e->usable) return LT_NO_ALGO;
     s = cublasLtMatmul(ctx->lt, &op, &g->alpha, g->B, &la, g->A, &lb, &g->beta, g->C, &lc, g->C,
                        &lc, &e->algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
+    if (s == CUBLAS_STATUS_INVALID_VALUE || s == CUBLAS_STATUS_NOT_SUPPORTED) {
+        ZT_DEBUG("kernels", "cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d: %s",
+                 g->ta, g->tb, g->M, g->N, g->K, g->batch, use_bias, cublasLtGetStatusString(s));
+        e->usable = 0;
+        return LT_NO_ALGO;
+    }
     if (s != CUBLAS_STATUS_SUCCESS) {
         zt_cuda_fail(
             ctx, ZT_ERR_CUDA, "GPU %d: cublasLtMatmul (%c%c M=%d N=%d K=%d batch=%d) failed: %s",
             ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, cublasLtGetStatusString(s));
     }
-    return true;
+    return LT_DONE;
 }
 
 void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
@@ -178,14 +189,35 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
                          ctx->device, (double)g->beta);
         return;
     }
-    if (gemm_lt(ctx, g, g->bias != NULL)) return;
+    if (gemm_lt(ctx, g, g->bias != NULL) == LT_DONE) return;
     if (g->bias && g->batch == 1 && g->beta == 0.0f && g->ldc == g->N) {
         /* no fused-bias algorithm: start C from the bias and accumulate onto it */
         zt_cuda_bias_fill(ctx, g->C, g->bias, g->M, g->N);
         zt_cuda_gemm plain = *g;
         plain.bias = NULL;
         plain.beta = 1.0f;
-        if (gemm_lt(ctx, &plain, false)) return;
+        if (gemm_lt(ctx, &plain, false) == LT_DONE) return;
+    }
+    if (g->batch > 1 && !g->bias) {
+        /* no batched algorithm for these strides (the heads of one sequence interleave): one
+         * GEMM per matrix; slower, same result */
+        if (!ctx->warned_unbatched) {
+            ctx->warned_unbatched = 1;
+            ZT_WARN(
+                "kernels",
+                "GPU %d: cuBLASLt has no strided-batched algorithm for %c%c M=%d N=%d K=%d batch=%d (strides %lld/%lld/%lld); running one GEMM per matrix, which is slower",
+                ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, g->sA, g->sB, g->sC);
+        }
+        zt_cuda_gemm one = *g;
+        one.batch = 1;
+        one.sA = one.sB = one.sC = 0;
+        for (int i = 0; i < g->batch; i++) {
+            one.A = g->A + (size_t)i * (size_t)g->sA;
+            one.B = g->B + (size_t)i * (size_t)g->sB;
+            one.C = g->C + (size_t)i * (size_t)g->sC;
+            if (gemm_lt(ctx, &one, false) != LT_DONE) break;
+            if (i + 1 == g->batch) return;
+        }
     }
     zt_cuda_fail(
         ctx, ZT_ERR_CUDA,

@@ -85,6 +85,7 @@ struct zt_kctx {
 
     zt_cuda_gemm_entry *gemm_cache; /* ZT_CUDA_GEMM_CACHE entries */
     int gemm_n, gemm_next;
+    int warned_unbatched; /* the per-matrix fallback of batched GEMMs was reported */
 
     /* first failure since creation; kept (sync keeps returning it) because results computed
      * after a failed op are not trustworthy */
