@@ -31,14 +31,30 @@ void zt_cuda_fail(zt_kctx *ctx, zt_status st, const char *fmt, ...)
     snprintf(ctx->msg, sizeof(ctx->msg), "%s", buf);
 }
 
+/* What to do about e: a fault poisons the CUDA context for good, other errors do not. */
+static const char *cuda_advice(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+        return "a kernel faulted and this process's GPU state is lost: restart the worker; run it under compute-sanitizer --tool memcheck to find the kernel";
+    case cudaErrorMemoryAllocation:
+        return "the GPU is out of memory: lower the micro batch or use a higher ZeRO stage or offload (zctl plan shows the needs)";
+    default:
+        return "check the GPU's health (nvidia-smi) and the driver";
+    }
+}
+
 bool zt_cuda_check(zt_kctx *ctx, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess) return false;
     (void)cudaGetLastError(); /* clear the slot so a later launch check does not see it */
-    zt_cuda_fail(
-        ctx, ZT_ERR_CUDA,
-        "GPU %d: %s failed: %s (%s); if this is an illegal address or launch failure, the GPU state is lost and the process must restart",
-        ctx->device, what, cudaGetErrorString(e), cudaGetErrorName(e));
+    zt_cuda_fail(ctx, ZT_ERR_CUDA, "GPU %d: %s failed: %s (%s); %s", ctx->device, what,
+                 cudaGetErrorString(e), cudaGetErrorName(e), cuda_advice(e));
     return true;
 }
 
@@ -46,8 +62,9 @@ void zt_cuda_check_launch(zt_kctx *ctx, const char *kernel)
 {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
-        zt_cuda_fail(ctx, ZT_ERR_CUDA, "GPU %d: launching kernel %s failed: %s (%s)", ctx->device,
-                     kernel, cudaGetErrorString(e), cudaGetErrorName(e));
+        zt_cuda_fail(ctx, ZT_ERR_CUDA, "GPU %d: launching kernel %s failed: %s (%s); %s",
+                     ctx->device, kernel, cudaGetErrorString(e), cudaGetErrorName(e),
+                     cuda_advice(e));
     }
 }
 
