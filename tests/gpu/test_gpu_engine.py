@@ -1,7 +1,8 @@
 """The GPU engine against the CPU engine, through the real `zctl run`:
-- fp32, 20 steps (2 micro-steps of accumulation, clipping, weight decay): device "cuda" and
-  device "cpu" give per-step losses within 1e-4 relative and exported parameters within 1e-4
-  relative L2 per tensor;
+- fp32, 20 steps (2 micro-steps of accumulation, clipping, weight decay) on a learnable
+  synthetic corpus: device "cuda" and device "cpu" give per-step losses within 1e-4 relative and
+  exported parameters within 1e-4 relative L2 (all tensors as one vector; each tensor within
+  5e-3, see TENSOR_RTOL);
 - the NCCL single-rank path (device cuda, ranks 1) for ZeRO stages 0-3, each against the CPU run
   with the same tolerances;
 - optimizer offload on the GPU (ratio 0.5 and 1, stage 2): bitwise the same exported model as no
@@ -25,7 +26,11 @@ CFG = dict(L=2, NH=4, C=64, T=32, V=200, Vp=256)
 STEPS = 20
 TB, MICRO = 8, 4
 LOSS_RTOL = 1e-4
-PARAM_RTOL = 1e-4
+PARAM_RTOL = 1e-4  # all parameters as one vector
+# Per tensor, looser: the key bias has a zero gradient in exact arithmetic (softmax ignores a
+# constant shift), so Adam turns rounding noise into its updates; two CPU runs that only reduce
+# in another order (stage 0 vs 2) already differ there by 2e-4. A broken op shows as >1e-2.
+TENSOR_RTOL = 5e-3
 
 
 def probe():
@@ -67,10 +72,12 @@ def main():
     probe()
     failures = []
     with tempfile.TemporaryDirectory(prefix="zt-gpu-engine-") as tmp:
-        rng = np.random.default_rng(3)
-        os.makedirs(f"{tmp}/data")
-        zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, CFG["V"], 6000))
-        zu.write_shard(f"{tmp}/data/t_001.bin", rng.integers(0, CFG["V"], 3000))
+        # a learnable corpus (Markov chain), so that the runs follow a falling loss curve
+        r = zu.run_zctl(["data", "synth", "--out", f"{tmp}/data", "--prefix", "t",
+                         "--vocab", str(CFG["V"]), "--train-tokens", "20000", "--val-tokens", "0",
+                         "--shards", "2"])
+        if r.returncode != 0:
+            sys.exit(f"zctl data synth failed: {r.stderr}")
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=9))
 
         def run(job):
@@ -91,13 +98,19 @@ def main():
 
         def compare(name, losses, params, ref_losses, ref_params, loss_rtol, param_rtol):
             worst = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
-            perr = max(zu.rel_l2(params[k], ref_params[k]) for k in zu.KINDS)
-            print(f"{name}: max loss rel diff {worst:.2e}, max param rel L2 {perr:.2e} "
-                  f"(last loss {losses[-1]:.6f} vs {ref_losses[-1]:.6f})")
+            perr = zu.rel_l2(np.concatenate([params[k].ravel() for k in zu.KINDS]),
+                             np.concatenate([ref_params[k].ravel() for k in zu.KINDS]))
+            errs = {k: zu.rel_l2(params[k], ref_params[k]) for k in zu.KINDS}
+            kmax = max(errs, key=errs.get)
+            print(f"{name}: max loss rel diff {worst:.2e}, parameters rel L2 {perr:.2e} "
+                  f"(worst tensor {kmax} {errs[kmax]:.2e}; last loss {losses[-1]:.6f} vs "
+                  f"{ref_losses[-1]:.6f})")
             if not worst <= loss_rtol:
                 failures.append(f"{name}: loss rel diff {worst:.2e} > {loss_rtol}")
             if not perr <= param_rtol:
                 failures.append(f"{name}: parameter rel L2 {perr:.2e} > {param_rtol}")
+            if not errs[kmax] <= TENSOR_RTOL:
+                failures.append(f"{name}: tensor {kmax} rel L2 {errs[kmax]:.2e} > {TENSOR_RTOL}")
 
         cpu_losses, cpu_params, _, _ = run(job_for("cpu_s0", "cpu"))
         print(f"cpu losses: {cpu_losses[0]:.6f} ... {cpu_losses[-1]:.6f}")
