@@ -11,7 +11,9 @@
  *  - Backward ops ACCUMULATE (+=) into every gradient output (parameters and inputs), so the
  *    caller zeroes gradients once; a NULL gradient output is skipped.
  *  - Ops run asynchronously on the context's stream (cuda) or synchronously (cpu); call sync
- *    before reading results on the host.
+ *    before reading results on the host. copy_d2h is complete when it returns; the source of
+ *    a copy_h2d from host memory must stay unchanged until the next sync.
+ *  - ZT_CUDA_TF32=1 lets the CUDA matmuls use TF32 tensor cores (off by default: exact fp32).
  *  - Ops are thread-safe across distinct contexts, not within one. */
 #ifndef ZT_KERNELS_OPS_H
 #define ZT_KERNELS_OPS_H
