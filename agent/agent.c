@@ -1,7 +1,8 @@
 /* zerotrain: the agent's loop — registration (retried with backoff while the coordinator is
  * unreachable), heartbeats that report every worker and apply the desired set of the reply
  * (level-triggered: start what is missing, stop what is no longer wanted), the status file,
- * and the orderly stop on SIGTERM/SIGINT (workers stopped, exits reported, reports flushed). */
+ * and the orderly stop on SIGTERM/SIGINT (workers stopped, reports flushed, exits reported in a
+ * last heartbeat marked `leaving`). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <jansson.h>
@@ -320,6 +321,7 @@ static void send_heartbeat(zt_agent *a, bool final)
     q.incarnation = a->incarnation;
     q.n_workers = k;
     q.workers = wp;
+    q.leaving = final; /* the workers have exited: the coordinator marks this agent LOST now */
     a->hb_in_flight = true;
     a->hb_kick = false;
     ag_rpc_call(a, "Heartbeat", &q.base, &zt__v1__heartbeat_reply__descriptor,

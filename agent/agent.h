@@ -74,8 +74,9 @@ typedef struct zt_agent zt_agent;
 /* Builds the agent (libuv loop, RPC client, signal handlers); takes ownership of cfg's
  * strings (cfg is zeroed). Errors: ZT_ERR_IO (work dir), ZT_ERR_NOMEM, ZT_ERR_INTERNAL (libuv). */
 zt_status zt_agent_create(zt_agent **out, zt_agent_config *cfg, zt_err *err);
-/* Runs the loop until SIGTERM/SIGINT (workers stopped gracefully, exits reported) or a fatal
- * refusal by the coordinator. Returns ZT_AGENT_EXIT_*. Call once, on the thread that created
+/* Runs the loop until SIGTERM/SIGINT (workers stopped gracefully, their exits reported in a
+ * last heartbeat that says the agent is leaving, so the coordinator marks it LOST at once) or
+ * a fatal refusal by the coordinator. Returns ZT_AGENT_EXIT_*. Call once, on the thread that created
  * the agent (workers get a parent-death signal tied to it). */
 int zt_agent_run(zt_agent *a);
 /* Frees the agent; NULL is a no-op. Only after zt_agent_run returned (or instead of it). */

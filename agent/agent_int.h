@@ -161,12 +161,15 @@ typedef struct ag_step {
     zt_reportline_value values[];
 } ag_step;
 
+/* A shard report (ReportCheckpoint), or with removed set a removal report
+ * (ReportCheckpointRemoved: dir was deleted by keep_checkpoints; file is NULL). */
 typedef struct ag_ckpt {
     struct ag_ckpt *next;
     ag_worker *w; /* holds a ref and counts in w->ckpt_pending */
     int64_t attempt_id, step, bytes;
     int rank;
     uint32_t crc32c;
+    bool removed;
     char *dir, *file;
     bool in_flight;
     int failures;
@@ -196,6 +199,9 @@ void ag_reports_log_drops(zt_agent *a, ag_worker *w);
 void ag_reports_step(zt_agent *a, ag_worker *w, const zt_reportline *r);
 /* A durable shard of w: sent now (retried until it is recorded). */
 void ag_reports_ckpt(zt_agent *a, ag_worker *w, const zt_reportline *r);
+/* A checkpoint directory w deleted (keep_checkpoints): sent now, retried like a shard report
+ * (and likewise held before w's exit is reported). */
+void ag_reports_ckpt_removed(zt_agent *a, ag_worker *w, const zt_reportline *r);
 /* Sends what is queued (one logs and one metrics call at a time) and retries shard reports
  * whose backoff ran out. */
 void ag_reports_flush(zt_agent *a);

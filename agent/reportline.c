@@ -227,11 +227,16 @@ zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err)
         out->kind = ZT_REPORTLINE_CKPT;
         return ZT_OK;
     }
-    if (len == 11 && memcmp(tok, "ckpt_commit", 11) == 0) {
+    bool commit = len == 11 && memcmp(tok, "ckpt_commit", 11) == 0;
+    if (commit || (len == 12 && memcmp(tok, "ckpt_removed", 12) == 0)) {
         if (!int_value(p, "step", &out->step) ||
             !path_value(p, "dir", out->path, sizeof(out->path)))
-            return bad(err, line, "a ckpt_commit line needs step= and dir=");
-        out->kind = ZT_REPORTLINE_COMMIT;
+            return bad(err, line,
+                       commit ? "a ckpt_commit line needs step= and dir="
+                              : "a ckpt_removed line needs step= and dir=");
+        if (!commit && (out->step < 0 || out->path[0] != '/'))
+            return bad(err, line, "negative step, or a relative dir");
+        out->kind = commit ? ZT_REPORTLINE_COMMIT : ZT_REPORTLINE_REMOVED;
         return ZT_OK;
     }
     return bad(err, line, "unknown kind of report");

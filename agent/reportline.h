@@ -1,7 +1,7 @@
 /* zerotrain: the parser of zworker's report protocol (the lines a worker writes on
  * ZT_REPORT_FD, see engine/engine.h): phase changes, per-step metrics, durable checkpoint
- * shards and checkpoint commits. Pure functions, no allocation; zagent feeds it one line at a
- * time and tests feed it text. */
+ * shards, checkpoint commits and checkpoints removed by keep_checkpoints. Pure functions, no
+ * allocation; zagent feeds it one line at a time and tests feed it text. */
 #ifndef ZT_AGENT_REPORTLINE_H
 #define ZT_AGENT_REPORTLINE_H
 
@@ -18,6 +18,7 @@ typedef enum {
     ZT_REPORTLINE_STEP,      /* rank=R step=N loss=X ... coll_seq=S */
     ZT_REPORTLINE_CKPT,      /* rank=R ckpt step=N file=/abs/rank_0000R.zts bytes=B crc32c=HEX */
     ZT_REPORTLINE_COMMIT,    /* rank=0 ckpt_commit step=N dir=/abs/step_0000000N */
+    ZT_REPORTLINE_REMOVED,   /* rank=0 ckpt_removed step=N dir=/abs/step_0000000N */
 } zt_reportline_kind;
 
 typedef struct zt_reportline_value {
@@ -29,7 +30,7 @@ typedef struct zt_reportline {
     zt_reportline_kind kind;
     int rank;
     int phase;    /* PHASE: a zt.v1.WorkerPhase number */
-    int64_t step; /* STEP, CKPT, COMMIT */
+    int64_t step; /* STEP, CKPT, COMMIT, REMOVED */
     /* STEP: the numeric key=value pairs other than rank and step, in line order (keys that
      * are not metric keys, [A-Za-z0-9_.], and values that are not numbers are skipped) */
     zt_reportline_value values[ZT_REPORTLINE_MAX_VALUES];
@@ -38,7 +39,7 @@ typedef struct zt_reportline {
     int64_t coll_seq;                  /* STEP: coll_seq (0 when absent) */
     int64_t mem_bytes;                 /* STEP: the sum of the mem_<category> values but mem_peak */
     int64_t mem_peak;                  /* STEP: mem_peak */
-    char path[ZT_REPORTLINE_PATH_MAX]; /* CKPT: the shard file; COMMIT: the step directory */
+    char path[ZT_REPORTLINE_PATH_MAX]; /* CKPT: the shard file; COMMIT, REMOVED: the step dir */
     int64_t bytes;                     /* CKPT */
     uint32_t crc32c;                   /* CKPT */
 } zt_reportline;

@@ -1,8 +1,9 @@
 /* zerotrain: what zagent forwards to the coordinator besides heartbeats — step metrics and
  * output lines, batched (one call of each kind in flight, sent every heartbeat tick or when a
  * batch is full) and bounded (when full, new entries are dropped and counted, and a marker
- * line says so), and checkpoint shard reports, sent at once and retried until recorded. A
- * failed call leaves its entries queued, so reports survive a coordinator restart. */
+ * line says so), and checkpoint reports (durable shards, directories removed by
+ * keep_checkpoints), sent at once and retried until recorded. A failed call leaves its
+ * entries queued, so reports survive a coordinator restart. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -313,7 +314,13 @@ static void on_ckpt(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
     (void)elapsed_ns;
     ag_ckpt *c = ctx;
     c->in_flight = false;
-    if (code == ZT_RPC_OK) {
+    if (code == ZT_RPC_OK && c->removed) {
+        const Zt__V1__ReportCheckpointRemovedReply *r = reply;
+        a->rep.ckpts_sent++;
+        ZT_INFO("agent", "checkpoint step %lld at %s: removal recorded%s", (long long)c->step,
+                c->dir, r->changed ? "" : " (it was already)");
+        ckpt_settle(a, c);
+    } else if (code == ZT_RPC_OK) {
         const Zt__V1__ReportCheckpointReply *r = reply;
         a->rep.ckpts_sent++;
         ZT_INFO("agent", "checkpoint step %lld: shard of rank %d recorded (%d of %d)%s",
@@ -326,11 +333,22 @@ static void on_ckpt(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
         for (int i = 1; i < c->failures && ms < 5000; i++)
             ms *= 2;
         c->next_try_ns = zt_now_ns() + (ms < 5000 ? ms : 5000) * 1000000ull;
-        if (c->failures == 1)
+        if (c->failures == 1 && c->removed)
+            ZT_WARN("agent",
+                    "checkpoint step %lld: reporting that %s was removed failed (%s: %s); retrying",
+                    (long long)c->step, c->dir, zt_rpc_code_name(code), msg);
+        else if (c->failures == 1)
             ZT_WARN(
                 "agent",
                 "checkpoint step %lld: reporting the shard of rank %d failed (%s: %s); retrying",
                 (long long)c->step, c->rank, zt_rpc_code_name(code), msg);
+    } else if (c->removed) {
+        ZT_WARN(
+            "agent",
+            "checkpoint step %lld: the coordinator did not record that %s was removed (%s: %s); giving up (it may still list that checkpoint, but it checks for meta.json before resuming from one)",
+            (long long)c->step, c->dir, zt_rpc_code_name(code), msg);
+        a->rep.ckpts_dropped++;
+        ckpt_settle(a, c);
     } else {
         ZT_WARN(
             "agent",
@@ -343,6 +361,18 @@ static void on_ckpt(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
 
 static void send_ckpt(zt_agent *a, ag_ckpt *c)
 {
+    if (c->removed) {
+        Zt__V1__ReportCheckpointRemovedRequest q = ZT__V1__REPORT_CHECKPOINT_REMOVED_REQUEST__INIT;
+        q.agent = a->cfg.name;
+        q.attempt_id = c->attempt_id;
+        q.rank = c->rank;
+        q.step = c->step;
+        q.dir = c->dir;
+        c->in_flight = true;
+        ag_rpc_call(a, "ReportCheckpointRemoved", &q.base,
+                    &zt__v1__report_checkpoint_removed_reply__descriptor, 10000, on_ckpt, c);
+        return;
+    }
     Zt__V1__ReportCheckpointRequest q = ZT__V1__REPORT_CHECKPOINT_REQUEST__INIT;
     q.agent = a->cfg.name;
     q.attempt_id = c->attempt_id;
@@ -355,6 +385,24 @@ static void send_ckpt(zt_agent *a, ag_ckpt *c)
     c->in_flight = true;
     ag_rpc_call(a, "ReportCheckpoint", &q.base, &zt__v1__report_checkpoint_reply__descriptor, 10000,
                 on_ckpt, c);
+}
+
+/* Links c (filled by the caller) into the queue, holding a ref on w, and sends it. */
+static void ckpt_queue(zt_agent *a, ag_worker *w, ag_ckpt *c, const zt_reportline *line)
+{
+    ag_reports *r = &a->rep;
+    c->w = w;
+    c->attempt_id = w->attempt_id;
+    c->rank = w->rank;
+    c->step = line->step;
+    c->bytes = line->bytes;
+    c->crc32c = line->crc32c;
+    w->refs++;
+    w->ckpt_pending++;
+    c->next = r->ckpts;
+    r->ckpts = c;
+    r->ckpt_count++;
+    send_ckpt(a, c);
 }
 
 void ag_reports_ckpt(zt_agent *a, ag_worker *w, const zt_reportline *line)
@@ -390,18 +438,30 @@ void ag_reports_ckpt(zt_agent *a, ag_worker *w, const zt_reportline *line)
                  (long long)line->step);
         return;
     }
-    c->w = w;
-    c->attempt_id = w->attempt_id;
-    c->rank = w->rank;
-    c->step = line->step;
-    c->bytes = line->bytes;
-    c->crc32c = line->crc32c;
-    w->refs++;
-    w->ckpt_pending++;
-    c->next = r->ckpts;
-    r->ckpts = c;
-    r->ckpt_count++;
-    send_ckpt(a, c);
+    ckpt_queue(a, w, c, line);
+}
+
+void ag_reports_ckpt_removed(zt_agent *a, ag_worker *w, const zt_reportline *line)
+{
+    ag_reports *r = &a->rep;
+    if (r->ckpt_count >= AG_CKPT_MAX) {
+        r->ckpts_dropped++;
+        ZT_ERROR(
+            "agent",
+            "%d checkpoint reports are waiting for the coordinator; dropping the removal of %s (the coordinator checks for meta.json before resuming from a checkpoint)",
+            AG_CKPT_MAX, line->path);
+        return;
+    }
+    ag_ckpt *c = zt_calloc(1, sizeof(*c));
+    if (c) c->dir = zt_strdup(line->path);
+    if (!c || !c->dir) {
+        zt_free(c);
+        r->ckpts_dropped++;
+        ZT_ERROR("agent", "out of memory queueing the removal report of %s", line->path);
+        return;
+    }
+    c->removed = true;
+    ckpt_queue(a, w, c, line);
 }
 
 /* ---- flushing -------------------------------------------------------------------------- */

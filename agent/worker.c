@@ -479,6 +479,11 @@ static void on_report_line(ag_worker *w, const char *line)
             ZT_INFO("agent", "attempt %lld: checkpoint of step %lld committed at %s",
                     (long long)w->attempt_id, (long long)r->step, r->path);
             break;
+        case ZT_REPORTLINE_REMOVED:
+            ZT_INFO("agent", "attempt %lld: checkpoint of step %lld removed (keep_checkpoints): %s",
+                    (long long)w->attempt_id, (long long)r->step, r->path);
+            ag_reports_ckpt_removed(w->agent, w, r);
+            break;
         }
     }
     zt_free(r);

@@ -67,13 +67,13 @@ int zt_cli_ckpt_list(int argc, char **argv)
 {
     if (zt_cli_wants_help(argc, argv)) {
         printf(
-            "usage: zctl ckpt list JOB_ID [--all]\n\nLists a job's committed checkpoints (every rank's shard recorded), newest first;\n--all adds partial ones.\n");
+            "usage: zctl ckpt list JOB_ID [--all]\n\nLists a job's committed checkpoints (every rank's shard recorded: usable for a\nrestart), newest first; --all adds partial ones and deleted ones (removed by\nkeep_checkpoints, never resumed from).\n");
         return 0;
     }
     Zt__V1__ListCheckpointsRequest q = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--all") == 0)
-            q.include_partial = true;
+            q.include_partial = q.include_deleted = true;
         else if (!q.job_id && argv[i][0] != '-') {
             if (!(q.job_id = zt_cli_parse_job_id(argv[i]))) return ZT_CLI_EXIT_USAGE;
         } else {

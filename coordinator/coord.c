@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -638,8 +639,11 @@ static void attempt_check_running(zt_coord *c, c_attempt *a)
                             a->world_size, a->number);
 }
 
-/* A worker of active attempt t ended (once per rank). */
-static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const c_report *rp)
+/* A worker of active attempt t ended (once per rank). While its agent is leaving, a failed
+ * exit is recorded but does not end the attempt: the agent's departure does, with its own
+ * reason (the workers were stopped because the agent stopped). */
+static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const c_report *rp,
+                        bool leaving)
 {
     if (rk->exited) return;
     rk->exited = true;
@@ -652,7 +656,9 @@ static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const
     save_rank(c, t, rk);
     coord_job_event(c, t->job, t->id, a->name, "rank", "RUNNING", "EXITED",
                     "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid, why);
-    if (cls != ZT_EXIT_OK) {
+    if (cls != ZT_EXIT_OK && leaving) {
+        return;
+    } else if (cls != ZT_EXIT_OK) {
         char reason[400];
         snprintf(reason, sizeof(reason), "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid,
                  why);
@@ -662,8 +668,27 @@ static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const
     }
 }
 
+/* Agent a is LOST (no heartbeat, or it stopped): every attempt with a rank there fails
+ * (retryable) and nothing more is placed on it until it heartbeats or registers again. */
+static void agent_lost(zt_coord *c, c_agent *a, const char *reason)
+{
+    a->state = ZT_AGENT_LOST;
+    coord_agent_save(c, a);
+    agent_event(c, a, "ALIVE", "LOST", reason);
+    while (a->n_places > 0) { /* each end removes the attempt's places */
+        c_attempt *t = a->places[0].att;
+        char why[300];
+        snprintf(why, sizeof(why), "agent %s lost (rank %d there): %s", a->name, a->places[0].rank,
+                 reason);
+        coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, why);
+    }
+    c->sched_dirty = true;
+}
+
 static void process_agent_reports(zt_coord *c, c_agent *a)
 {
+    bool leaving = a->leaving;
+    a->leaving = false;
     if (a->revived) {
         a->revived = false;
         a->state = ZT_AGENT_ALIVE;
@@ -676,7 +701,7 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
         const c_report *rp = &a->exits[i];
         c_attempt *t = coord_attempt_find(c, rp->attempt_id);
         if (t && rp->rank >= 0 && rp->rank < t->world_size && t->ranks[rp->rank].agent == a)
-            rank_exited(c, a, t, &t->ranks[rp->rank], rp);
+            rank_exited(c, a, t, &t->ranks[rp->rank], rp, leaving);
     }
     a->n_exits = 0;
     for (int i = 0; i < a->n_reports; i++) {
@@ -695,12 +720,21 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
         rk->peak_memory_bytes = rp->peak_memory_bytes;
         rk->started_ms = rp->started_ms;
         if (rp->phase == ZT_PHASE_EXITED) {
-            rank_exited(c, a, t, rk, rp);
+            rank_exited(c, a, t, rk, rp, leaving);
         } else if (!rk->seen) {
             rk->seen = true;
             save_rank(c, t, rk);
             attempt_check_running(c, t);
         }
+    }
+    if (leaving) {
+        /* it stopped its workers and told us so: LOST now, not after the heartbeat timeout */
+        a->n_reports = 0;
+        if (a->state == ZT_AGENT_ALIVE)
+            agent_lost(c, a, "agent stopped");
+        else
+            ZT_INFO("coord", "agent %s (LOST already) says it stopped", a->name);
+        return;
     }
     /* a worker that was running and is no longer reported has vanished */
     for (int i = 0; i < a->n_places;) {
@@ -734,16 +768,7 @@ static void tick(zt_coord *c)
         char reason[200];
         snprintf(reason, sizeof(reason), "no heartbeat for %.1f s (timeout %.1f s)",
                  (double)silent * 1e-9, (double)c->cfg.heartbeat_timeout_ms / 1000.0);
-        a->state = ZT_AGENT_LOST;
-        coord_agent_save(c, a);
-        agent_event(c, a, "ALIVE", "LOST", reason);
-        while (a->n_places > 0) { /* each end removes the attempt's places */
-            c_attempt *t = a->places[0].att;
-            char why[300];
-            snprintf(why, sizeof(why), "agent %s lost (rank %d there): %s", a->name,
-                     a->places[0].rank, reason);
-            coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, why);
-        }
+        agent_lost(c, a, reason);
     }
     /* progress, hangs */
     for (size_t k = 0; k < c->n_atts; k++) {
@@ -795,16 +820,106 @@ static void tick(zt_coord *c)
 
 /* ---- scheduling (state thread) ------------------------------------------------------------- */
 
-typedef struct ckpt_pick {
+/* The committed checkpoints of a job, newest first (copied: the store's strings live only
+ * during its callback). */
+typedef struct ckpt_cand {
     char *path;
-    int64_t step;
-} ckpt_pick;
+    int64_t step, attempt_id;
+    int world_size;
+} ckpt_cand;
 
-static void on_latest_ckpt(void *arg, const zt_ckpt_rec *r)
+typedef struct ckpt_list {
+    ckpt_cand *v;
+    size_t n, cap;
+    bool failed;
+} ckpt_list;
+
+static void on_ckpt_cand(void *arg, const zt_ckpt_rec *r)
 {
-    ckpt_pick *p = arg;
-    p->path = zt_strdup(r->path);
-    p->step = r->step;
+    ckpt_list *l = arg;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        ckpt_cand *v = zt_realloc(l->v, cap * sizeof(*v));
+        if (!v) {
+            l->failed = true;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    ckpt_cand *k = &l->v[l->n];
+    if (!(k->path = zt_strdup(r->path))) {
+        l->failed = true;
+        return;
+    }
+    k->step = r->step;
+    k->attempt_id = r->attempt_id;
+    k->world_size = r->world_size;
+    l->n++;
+}
+
+/* Whether the checkpoint directory dir still holds a complete checkpoint, as far as this
+ * host can tell: false (why set) when meta.json is absent while the directory above it is
+ * visible here — the checkpoint was deleted or never completed. When that parent is not
+ * visible (the checkpoints live on a file system this host does not mount) or stat fails
+ * otherwise, the store's word is taken: the worker checks the checkpoint again on load. */
+static bool ckpt_dir_usable(const char *dir, char *why, size_t cap)
+{
+    char meta[1100], parent[1100];
+    struct stat sb;
+    snprintf(meta, sizeof(meta), "%s/meta.json", dir);
+    if (stat(meta, &sb) == 0 || (errno != ENOENT && errno != ENOTDIR)) return true;
+    snprintf(parent, sizeof(parent), "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (!slash || slash == parent) return true;
+    *slash = '\0';
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode)) return true;
+    if (stat(dir, &sb) == 0)
+        snprintf(why, cap, "the directory has no meta.json (the checkpoint never completed)");
+    else
+        snprintf(why, cap, "the directory is gone (deleted)");
+    return false;
+}
+
+/* The newest committed checkpoint of j whose directory is still complete (*path NULL when
+ * none). Committed ones found unusable are marked DELETED, each with an event saying why. */
+static void pick_resume(zt_coord *c, c_job *j, int number, char **path, int64_t *step)
+{
+    *path = NULL;
+    *step = 0;
+    ckpt_list l = {0};
+    zt_err e = {0};
+    if (zt_store_ckpts_list(c->store, j->id, false, false, on_ckpt_cand, &l, &e) != ZT_OK) {
+        coord_db_failed(c, &e);
+    } else if (l.failed) {
+        zt_err_set(&e, ZT_ERR_NOMEM, "out of memory listing the checkpoints of job %lld",
+                   (long long)j->id);
+        coord_db_failed(c, &e);
+    } else {
+        for (size_t i = 0; i < l.n && !*path; i++) {
+            ckpt_cand *k = &l.v[i];
+            char why[128];
+            if (ckpt_dir_usable(k->path, why, sizeof(why))) {
+                *path = k->path;
+                k->path = NULL;
+                *step = k->step;
+                continue;
+            }
+            int64_t id;
+            zt_ckpt_state before;
+            if (zt_store_ckpt_remove(c->store, j->id, k->attempt_id, k->step, k->path,
+                                     k->world_size, coord_now_ms(), &id, &before, &e) != ZT_OK) {
+                coord_db_failed(c, &e);
+                break;
+            }
+            coord_job_event(c, j, k->attempt_id, NULL, "checkpoint", "COMMITTED", "DELETED",
+                            "step %lld at %s: not used to resume attempt %d: %s",
+                            (long long)k->step, k->path, number, why);
+        }
+    }
+    for (size_t i = 0; i < l.n; i++)
+        zt_free(l.v[i].path);
+    zt_free(l.v);
 }
 
 static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent **agents)
@@ -823,12 +938,9 @@ static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent
     a->state = ZT_ATTEMPT_STARTING;
     a->world_size = j->ranks;
     a->created_ms = coord_now_ms();
-    ckpt_pick pick = {0};
-    zt_err e = {0};
-    zt_status st = zt_store_ckpt_latest(c->store, j->id, on_latest_ckpt, &pick, &e);
-    if (st != ZT_OK && st != ZT_ERR_NOT_FOUND) coord_db_failed(c, &e);
-    a->resume_path = pick.path ? pick.path : dup_or_empty("");
-    a->resume_step = pick.step;
+    char *resume = NULL;
+    pick_resume(c, j, a->number, &resume, &a->resume_step);
+    a->resume_path = resume ? resume : dup_or_empty("");
     char where[512];
     size_t n = 0;
     where[0] = '\0';

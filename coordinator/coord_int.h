@@ -58,6 +58,7 @@ typedef struct c_agent {
     int n_exits, cap_exits;
     bool reports_changed; /* the state thread has not looked at them yet */
     bool revived;         /* a LOST agent heartbeats again */
+    bool leaving;         /* its last heartbeat said it stops: LOST at once */
     bool desired_dirty;   /* rebuild the published desired set after this batch */
     uint8_t *desired;     /* packed HeartbeatReply, published after commit */
     size_t desired_len;

@@ -519,7 +519,7 @@ void coord_read_metrics(zt_coord *c, zt_rpc_call *call, const Zt__V1__GetMetrics
 typedef struct ckpts_task {
     c_task t;
     int64_t job_id;
-    bool partial;
+    bool partial, deleted;
 } ckpts_task;
 
 typedef struct ckpts_ctx {
@@ -545,6 +545,7 @@ static void lc_ckpt(void *arg, const zt_ckpt_rec *r)
     o->bytes = r->bytes;
     o->created_ms = r->created_ms;
     o->committed_ms = r->committed_ms;
+    o->deleted_ms = r->deleted_ms;
     pvec_push(&k->a, &k->ckpts, o);
 }
 
@@ -576,7 +577,8 @@ static void ckpts_run(zt_coord *c, c_task *t, zt_store *rs)
     memset(&k, 0, sizeof(k));
     zt_err e = {0};
     zt_status st = zt_store_job_get(rs, ct->job_id, on_exists, NULL, &e);
-    if (st == ZT_OK) st = zt_store_ckpts_list(rs, ct->job_id, ct->partial, lc_ckpt, &k, &e);
+    if (st == ZT_OK)
+        st = zt_store_ckpts_list(rs, ct->job_id, ct->partial, ct->deleted, lc_ckpt, &k, &e);
     for (size_t i = 0; st == ZT_OK && i < k.ckpts.n; i++) {
         Zt__V1__Checkpoint *o = k.ckpts.v[i];
         memset(&k.shards, 0, sizeof(k.shards));
@@ -608,6 +610,7 @@ void coord_read_ckpts(zt_coord *c, zt_rpc_call *call, const Zt__V1__ListCheckpoi
     t->t.call = call;
     t->job_id = q->job_id;
     t->partial = q->include_partial;
+    t->deleted = q->include_deleted;
     coord_enqueue_read(c, &t->t);
 }
 

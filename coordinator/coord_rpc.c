@@ -660,7 +660,12 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
     a->last_seen_ns = zt_now_ns();
     a->last_seen_ms = coord_now_ms();
     bool changed = false;
-    if (a->state == ZT_AGENT_LOST && !a->revived) {
+    if (q->leaving) {
+        /* its workers have exited (reported below): the state thread marks it LOST */
+        a->leaving = true;
+        a->revived = false;
+        changed = true;
+    } else if (a->state == ZT_AGENT_LOST && !a->revived) {
         a->revived = true;
         changed = true;
     }
@@ -1068,6 +1073,93 @@ static void h_report_ckpt(zt_rpc_call *call, const ProtobufCMessage *m, void *us
     coord_enqueue(c, &x->op);
 }
 
+/* ---- ReportCheckpointRemoved ------------------------------------------------------------- */
+
+typedef struct ckpt_rm_op {
+    c_op op;
+    const Zt__V1__ReportCheckpointRemovedRequest *q;
+    int64_t ckpt_id;
+    bool changed;
+    zt_rpc_code code;
+    char msg[300];
+} ckpt_rm_op;
+
+static void ckpt_rm_run(zt_coord *c, c_op *op)
+{
+    ckpt_rm_op *x = (ckpt_rm_op *)op;
+    const Zt__V1__ReportCheckpointRemovedRequest *q = x->q;
+    attempt_info ai;
+    if (attempt_info_get(c, q->attempt_id, &ai) != ZT_OK) return;
+    if (!ai.found) {
+        x->code = ZT_RPC_NOT_FOUND;
+        snprintf(x->msg, sizeof(x->msg), "attempt %lld not found", (long long)q->attempt_id);
+        return;
+    }
+    zt_ckpt_state before;
+    zt_err e = {0};
+    int64_t now = coord_now_ms();
+    if (zt_store_ckpt_remove(c->store, ai.job_id, q->attempt_id, q->step, q->dir, ai.world_size,
+                             now, &x->ckpt_id, &before, &e) != ZT_OK) {
+        coord_db_failed(c, &e);
+        return;
+    }
+    x->changed = before != ZT_CKPT_DELETED;
+    if (!x->changed) return;
+    const char *from = before ? zt_ckpt_state_name(before) : "";
+    char reason[1200];
+    snprintf(
+        reason, sizeof(reason),
+        "step %lld at %s: removed by rank %d of attempt %lld (keep_checkpoints); not used for restarts",
+        (long long)q->step, q->dir, q->rank, (long long)q->attempt_id);
+    c_job *j = coord_job_find(c, ai.job_id);
+    if (j) {
+        coord_job_event(c, j, q->attempt_id, NULL, "checkpoint", from, "DELETED", "%s", reason);
+    } else {
+        zt_event_rec ev = {.time_ms = now,
+                           .job_id = ai.job_id,
+                           .attempt_id = q->attempt_id,
+                           .kind = "checkpoint",
+                           .from_state = from,
+                           .to_state = "DELETED",
+                           .reason = reason};
+        if (zt_store_event_add(c->store, &ev, NULL, &e) != ZT_OK) coord_db_failed(c, &e);
+    }
+}
+
+static void ckpt_rm_done(zt_coord *c, c_op *op, bool committed)
+{
+    ckpt_rm_op *x = (ckpt_rm_op *)op;
+    if (!committed) {
+        fail_rollback(c, op->call, "the checkpoint removal");
+    } else if (x->code != ZT_RPC_OK) {
+        zt_rpc_fail(op->call, x->code, "%s", x->msg);
+    } else {
+        Zt__V1__ReportCheckpointRemovedReply r = ZT__V1__REPORT_CHECKPOINT_REMOVED_REPLY__INIT;
+        r.checkpoint_id = x->ckpt_id;
+        r.changed = x->changed;
+        zt_rpc_reply(op->call, &r.base);
+    }
+    zt_free(x);
+}
+
+static void h_report_ckpt_removed(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
+{
+    zt_coord *c = user;
+    const Zt__V1__ReportCheckpointRemovedRequest *q = (const void *)m;
+    if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_report_checkpoint_removed(q, WHY));
+    ckpt_rm_op *x = zt_calloc(1, sizeof(*x));
+    if (!x) {
+        zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    x->op.run = ckpt_rm_run;
+    x->op.done = ckpt_rm_done;
+    x->op.call = call;
+    x->q = q;
+    coord_enqueue(c, &x->op);
+}
+
 /* ---- ReportLogs -------------------------------------------------------------------------- */
 
 typedef struct logs_op {
@@ -1378,6 +1470,9 @@ size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap)
          h_report_metrics, c, 0},
         {"/zt.v1.AgentControl/ReportCheckpoint", &zt__v1__report_checkpoint_request__descriptor,
          false, h_report_ckpt, c, 0},
+        {"/zt.v1.AgentControl/ReportCheckpointRemoved",
+         &zt__v1__report_checkpoint_removed_request__descriptor, false, h_report_ckpt_removed, c,
+         0},
         {"/zt.v1.AgentControl/ReportLogs", &zt__v1__report_logs_request__descriptor, false,
          h_report_logs, c, 0},
         {"/zt.v1.AgentControl/Rendezvous", &zt__v1__rendezvous_request__descriptor, false,

@@ -27,7 +27,8 @@ typedef enum {
 
 typedef enum { ZT_AGENT_ALIVE = 1, ZT_AGENT_LOST = 2 } zt_agent_state;
 
-typedef enum { ZT_CKPT_PARTIAL = 1, ZT_CKPT_COMMITTED = 2 } zt_ckpt_state;
+/* DELETED: the directory was removed (keep_checkpoints); kept as history, never resumed. */
+typedef enum { ZT_CKPT_PARTIAL = 1, ZT_CKPT_COMMITTED = 2, ZT_CKPT_DELETED = 3 } zt_ckpt_state;
 
 /* Worker phases and log sources: numbers of zt.v1.WorkerPhase / zt.v1.LogSource. */
 #define ZT_PHASE_EXITED 7
@@ -128,6 +129,7 @@ typedef struct zt_ckpt_rec {
     zt_ckpt_state state;
     int world_size, shards;
     int64_t bytes, created_ms, committed_ms;
+    int64_t deleted_ms; /* DELETED: when the removal was recorded */
 } zt_ckpt_rec;
 
 typedef struct zt_shard_rec {

@@ -132,6 +132,27 @@ static const char *const migrations[] = {
     "CREATE INDEX attempts_job ON attempts(job_id, number);"
     "CREATE INDEX checkpoints_job ON checkpoints(job_id, step);"
     "CREATE INDEX jobs_state ON jobs(state, id);",
+    /* 3: checkpoints may be DELETED (keep_checkpoints removed the directory). SQLite cannot
+     * change a CHECK constraint in place: the table is rebuilt (foreign keys are off during
+     * migrations, so the shards stay; migrate() checks them before the commit). */
+    "CREATE TABLE checkpoints_v3("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " attempt_id INTEGER NOT NULL,"
+    " step INTEGER NOT NULL,"
+    " path TEXT NOT NULL,"
+    " world_size INTEGER NOT NULL CHECK(world_size > 0),"
+    " state TEXT NOT NULL CHECK(state IN ('PARTIAL','COMMITTED','DELETED')),"
+    " created_ms INTEGER NOT NULL,"
+    " committed_ms INTEGER NOT NULL DEFAULT 0,"
+    " deleted_ms INTEGER NOT NULL DEFAULT 0,"
+    " UNIQUE(job_id, path));"
+    "INSERT INTO checkpoints_v3(id, job_id, attempt_id, step, path, world_size, state, "
+    "created_ms, committed_ms) SELECT id, job_id, attempt_id, step, path, world_size, state, "
+    "created_ms, committed_ms FROM checkpoints;"
+    "DROP TABLE checkpoints;"
+    "ALTER TABLE checkpoints_v3 RENAME TO checkpoints;"
+    "CREATE INDEX checkpoints_job ON checkpoints(job_id, step);",
 };
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -153,7 +174,7 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
     "c.id, c.job_id, c.attempt_id, c.step, c.path, c.state, c.world_size, "                        \
     "(SELECT COUNT(*) FROM checkpoint_shards s WHERE s.checkpoint_id = c.id), "                    \
     "(SELECT COALESCE(SUM(bytes), 0) FROM checkpoint_shards s WHERE s.checkpoint_id = c.id), "     \
-    "c.created_ms, c.committed_ms"
+    "c.created_ms, c.committed_ms, c.deleted_ms"
 
 #define STMT_LIST(X)                                                                               \
     X(BEGIN, "BEGIN IMMEDIATE")                                                                    \
@@ -228,11 +249,14 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
     X(CKPT_FIND, "SELECT id, attempt_id, world_size, state FROM checkpoints WHERE job_id = ?1 "    \
                  "AND path = ?2")                                                                  \
     X(CKPT_INSERT,                                                                                 \
-      "INSERT INTO checkpoints(job_id, attempt_id, step, path, world_size, state, created_ms) "     \
-      "VALUES(?1, ?2, ?3, ?4, ?5, 'PARTIAL', ?6)")                                                 \
+      "INSERT INTO checkpoints(job_id, attempt_id, step, path, world_size, state, created_ms, "    \
+      "deleted_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?7, ?6, ?8)")                                        \
     X(CKPT_RESET,                                                                                  \
       "UPDATE checkpoints SET attempt_id = ?2, step = ?3, world_size = ?4, state = 'PARTIAL', "    \
-      "created_ms = ?5, committed_ms = 0 WHERE id = ?1")                                           \
+      "created_ms = ?5, committed_ms = 0, deleted_ms = 0 WHERE id = ?1")                           \
+    X(CKPT_DELETE,                                                                                 \
+      "UPDATE checkpoints SET state = 'DELETED', deleted_ms = ?2 WHERE id = ?1 AND state != "      \
+      "'DELETED'")                                                                                 \
     X(CKPT_CLEAR_SHARDS, "DELETE FROM checkpoint_shards WHERE checkpoint_id = ?1")                 \
     X(SHARD_SAVE,                                                                                  \
       "INSERT OR REPLACE INTO checkpoint_shards(checkpoint_id, rank, file, bytes, crc32c, "        \
@@ -242,8 +266,9 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "UPDATE checkpoints SET state = 'COMMITTED', committed_ms = ?2 WHERE id = ?1 AND state = "   \
       "'PARTIAL'")                                                                                 \
     X(CKPTS_LIST,                                                                                  \
-      "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND (?2 = 1 OR c.state = "      \
-      "'COMMITTED') ORDER BY c.step DESC, c.id DESC")                                              \
+      "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND (c.state = 'COMMITTED' OR " \
+      "(?2 = 1 AND c.state = 'PARTIAL') OR (?3 = 1 AND c.state = 'DELETED')) ORDER BY c.step "     \
+      "DESC, c.id DESC")                                                                           \
     X(CKPT_LATEST,                                                                                 \
       "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND c.state = 'COMMITTED' "     \
       "ORDER BY c.step DESC, c.id DESC LIMIT 1")                                                   \
@@ -369,6 +394,15 @@ int zt_store_schema_version(zt_store *s)
     return v;
 }
 
+static int count_rows(void *arg, int ncol, char **vals, char **names)
+{
+    (void)ncol;
+    (void)vals;
+    (void)names;
+    (*(int *)arg)++;
+    return 0;
+}
+
 static zt_status migrate(zt_store *s, int target, zt_err *err)
 {
     int v = zt_store_schema_version(s);
@@ -378,23 +412,40 @@ static zt_status migrate(zt_store *s, int target, zt_err *err)
         return zt_err_set(err, ZT_ERR_STATE,
                           "database %s has schema version %d but this zcoord knows versions up to %d; run a newer zcoord (or point --db at another file)",
                           s->path, v, ZT_STORE_SCHEMA_VERSION);
+    if (v >= target)
+        return ZT_OK;
+    /* a migration may rebuild a table that others reference: foreign keys are off meanwhile
+     * (the pragma is a no-op inside a transaction) and checked before each commit */
+    sqlite3_exec(s->db, "PRAGMA foreign_keys = OFF", NULL, NULL, NULL);
+    zt_status st = ZT_OK;
     for (int i = v; i < target; i++) {
         char pragma[64];
         snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", i + 1);
         char *msg = NULL;
+        int violations = 0;
         if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
             sqlite3_exec(s->db, migrations[i], NULL, NULL, &msg) != SQLITE_OK ||
-            sqlite3_exec(s->db, pragma, NULL, NULL, &msg) != SQLITE_OK ||
-            sqlite3_exec(s->db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
-            zt_err_set(err, ZT_ERR_DB, "database %s: migration to schema version %d failed: %s",
-                       s->path, i + 1, msg ? msg : sqlite3_errmsg(s->db));
+            sqlite3_exec(s->db, "PRAGMA foreign_key_check", count_rows, &violations, &msg) !=
+                SQLITE_OK ||
+            (violations == 0 && sqlite3_exec(s->db, pragma, NULL, NULL, &msg) != SQLITE_OK) ||
+            (violations == 0 && sqlite3_exec(s->db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) ||
+            violations != 0) {
+            if (violations)
+                zt_err_set(err, ZT_ERR_DB,
+                           "database %s: migration to schema version %d would leave %d broken references; it was not applied (report this with the database file)",
+                           s->path, i + 1, violations);
+            else
+                zt_err_set(err, ZT_ERR_DB, "database %s: migration to schema version %d failed: %s",
+                           s->path, i + 1, msg ? msg : sqlite3_errmsg(s->db));
             sqlite3_free(msg);
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-            return ZT_ERR_DB;
+            st = ZT_ERR_DB;
+            break;
         }
         ZT_INFO("store", "database %s migrated to schema version %d", s->path, i + 1);
     }
-    return ZT_OK;
+    sqlite3_exec(s->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
+    return st;
 }
 
 static zt_status open_store(zt_store **out, const char *path, bool readonly, int target, zt_err *err)
@@ -1039,6 +1090,8 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
         bind_text(st, 4, dir);
         sqlite3_bind_int(st, 5, world_size);
         sqlite3_bind_int64(st, 6, now_ms);
+        bind_text(st, 7, "PARTIAL");
+        sqlite3_bind_int64(st, 8, 0);
         if ((q = exec_done(s, st, err, "recording a checkpoint")) != ZT_OK)
             return q;
         id = sqlite3_last_insert_rowid(s->db);
@@ -1100,16 +1153,67 @@ static void row_ckpt(sqlite3_stmt *st, zt_ckpt_rec *r)
     r->bytes = sqlite3_column_int64(st, 8);
     r->created_ms = sqlite3_column_int64(st, 9);
     r->committed_ms = sqlite3_column_int64(st, 10);
+    r->deleted_ms = sqlite3_column_int64(st, 11);
+}
+
+zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
+                               const char *dir, int world_size, int64_t now_ms, int64_t *ckpt_id,
+                               zt_ckpt_state *before, zt_err *err)
+{
+    *ckpt_id = 0;
+    *before = 0;
+    sqlite3_stmt *st = stmt(s, S_CKPT_FIND, err);
+    if (!st)
+        return ZT_ERR_DB;
+    sqlite3_bind_int64(st, 1, job_id);
+    bind_text(st, 2, dir);
+    int64_t id = 0;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        id = sqlite3_column_int64(st, 0);
+        *before = (zt_ckpt_state)zt_ckpt_state_parse(col_text(st, 3));
+    } else if (rc != SQLITE_DONE) {
+        sqlite3_reset(st);
+        return db_err(s, err, "looking up a checkpoint");
+    }
+    sqlite3_reset(st);
+    if (id) {
+        *ckpt_id = id;
+        if (*before == ZT_CKPT_DELETED)
+            return ZT_OK;
+        if (!(st = stmt(s, S_CKPT_DELETE, err)))
+            return ZT_ERR_DB;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, now_ms);
+        return exec_done(s, st, err, "marking a checkpoint deleted");
+    }
+    /* never heard of (its shard reports were lost or are late): recorded as DELETED, so a
+     * late shard report of the same attempt cannot make it usable */
+    if (!(st = stmt(s, S_CKPT_INSERT, err)))
+        return ZT_ERR_DB;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt_id);
+    sqlite3_bind_int64(st, 3, step);
+    bind_text(st, 4, dir);
+    sqlite3_bind_int(st, 5, world_size > 0 ? world_size : 1);
+    sqlite3_bind_int64(st, 6, now_ms);
+    bind_text(st, 7, "DELETED");
+    sqlite3_bind_int64(st, 8, now_ms);
+    zt_status q = exec_done(s, st, err, "recording a deleted checkpoint");
+    if (q == ZT_OK)
+        *ckpt_id = sqlite3_last_insert_rowid(s->db);
+    return q;
 }
 
 zt_status zt_store_ckpts_list(zt_store *s, int64_t job_id, bool include_partial,
-                              zt_store_ckpt_fn fn, void *arg, zt_err *err)
+                              bool include_deleted, zt_store_ckpt_fn fn, void *arg, zt_err *err)
 {
     sqlite3_stmt *st = stmt(s, S_CKPTS_LIST, err);
     if (!st)
         return ZT_ERR_DB;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int(st, 2, include_partial);
+    sqlite3_bind_int(st, 3, include_deleted);
     FOR_ROWS(s, st, err, "listing checkpoints", {
         zt_ckpt_rec r;
         row_ckpt(st, &r);

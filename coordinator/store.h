@@ -16,7 +16,7 @@
 typedef struct zt_store zt_store;
 
 /* The schema version this build migrates to. */
-#define ZT_STORE_SCHEMA_VERSION 2
+#define ZT_STORE_SCHEMA_VERSION 3
 
 /* Opens (creating if needed) the database at path. A writer handle applies the pending
  * migrations in order, each in its own transaction; a database with a newer schema than
@@ -70,6 +70,15 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
                                   const char *dir, int world_size, const zt_shard_rec *shard,
                                   int64_t now_ms, int64_t *ckpt_id, int *shards, bool *committed,
                                   zt_err *err);
+/* Marks the checkpoint (job, dir) DELETED (its directory was removed) with deleted_ms =
+ * now_ms; one the store has no row for is inserted as DELETED (attempt_id, step,
+ * world_size), so that late shard reports of that attempt cannot make it usable again (a
+ * later attempt that rewrites the directory resets it to PARTIAL as usual). Outputs: the
+ * checkpoint id and its state before the call (0 when it was unknown; DELETED: nothing
+ * changed). */
+zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
+                               const char *dir, int world_size, int64_t now_ms, int64_t *ckpt_id,
+                               zt_ckpt_state *before, zt_err *err);
 /* Replaces rank's rendezvous entry for an attempt. */
 zt_status zt_store_rdzv_put(zt_store *s, int64_t attempt_id, int rank, const void *value,
                             size_t len, zt_err *err);
@@ -117,12 +126,14 @@ zt_status zt_store_logs_count(zt_store *s, int64_t job_id, int64_t *count, zt_er
 zt_status zt_store_metrics_list(zt_store *s, int64_t job_id, int64_t from_step,
                                 zt_store_metric_fn fn, void *arg, zt_err *err);
 zt_status zt_store_metrics_count(zt_store *s, int64_t job_id, int64_t *count, zt_err *err);
-/* A job's checkpoints, newest step first. */
+/* A job's checkpoints, newest step first: the COMMITTED ones, plus the PARTIAL and DELETED
+ * ones when asked for. */
 zt_status zt_store_ckpts_list(zt_store *s, int64_t job_id, bool include_partial,
-                              zt_store_ckpt_fn fn, void *arg, zt_err *err);
+                              bool include_deleted, zt_store_ckpt_fn fn, void *arg, zt_err *err);
 zt_status zt_store_shards_list(zt_store *s, int64_t ckpt_id, zt_store_shard_fn fn, void *arg,
                                zt_err *err);
-/* The newest COMMITTED checkpoint of a job; ZT_ERR_NOT_FOUND when there is none. */
+/* The newest COMMITTED checkpoint of a job (DELETED ones never count); ZT_ERR_NOT_FOUND when
+ * there is none. */
 zt_status zt_store_ckpt_latest(zt_store *s, int64_t job_id, zt_store_ckpt_fn fn, void *arg,
                                zt_err *err);
 zt_status zt_store_ckpt_count(zt_store *s, int64_t job_id, int *committed, zt_err *err);

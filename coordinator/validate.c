@@ -194,6 +194,19 @@ bool zt_check_report_checkpoint(const Zt__V1__ReportCheckpointRequest *q, char *
     return true;
 }
 
+bool zt_check_report_checkpoint_removed(const Zt__V1__ReportCheckpointRemovedRequest *q, char *why,
+                                        size_t cap)
+{
+    if (q->attempt_id <= 0)
+        return fail(why, cap, "attempt_id %lld is not valid", (long long)q->attempt_id);
+    if (q->rank < 0) return fail(why, cap, "rank %d is negative", q->rank);
+    if (q->step < 0) return fail(why, cap, "step %lld is negative", (long long)q->step);
+    if (!q->dir || q->dir[0] != '/')
+        return fail(why, cap, "dir must be the removed checkpoint directory's absolute path");
+    if (strlen(q->dir) >= 1024) return fail(why, cap, "dir is too long (at most 1023 bytes)");
+    return true;
+}
+
 bool zt_check_report_logs(const Zt__V1__ReportLogsRequest *q, char *why, size_t cap)
 {
     if (q->n_entries > ZT_MAX_BATCH_ENTRIES)

@@ -33,6 +33,8 @@ bool zt_check_register(const Zt__V1__RegisterAgentRequest *q, char *why, size_t 
 bool zt_check_heartbeat(const Zt__V1__HeartbeatRequest *q, char *why, size_t cap);
 bool zt_check_report_metrics(const Zt__V1__ReportMetricsRequest *q, char *why, size_t cap);
 bool zt_check_report_checkpoint(const Zt__V1__ReportCheckpointRequest *q, char *why, size_t cap);
+bool zt_check_report_checkpoint_removed(const Zt__V1__ReportCheckpointRemovedRequest *q, char *why,
+                                        size_t cap);
 bool zt_check_report_logs(const Zt__V1__ReportLogsRequest *q, char *why, size_t cap);
 bool zt_check_rendezvous(const Zt__V1__RendezvousRequest *q, char *why, size_t cap);
 

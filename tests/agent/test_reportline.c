@@ -110,6 +110,29 @@ static void test_commit(void)
     ASSERT_EQ_INT(zt_reportline_parse("rank=0 ckpt_commit step=100", &r, &err), ZT_ERR_FORMAT);
 }
 
+/* engine/ckpt.c's prune() line for a checkpoint deleted by keep_checkpoints */
+static void test_removed(void)
+{
+    zt_err err = {0};
+    ASSERT_OK(
+        zt_reportline_parse("rank=0 ckpt_removed step=20 dir=/c/my ckpt/step_00000020", &r, &err));
+    ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_REMOVED);
+    ASSERT_EQ_INT(r.rank, 0);
+    ASSERT_EQ_INT(r.step, 20);
+    ASSERT_STREQ(r.path, "/c/my ckpt/step_00000020"); /* a path with a space */
+    const char *bad[] = {"rank=0 ckpt_removed step=20", "rank=0 ckpt_removed dir=/c/step_20",
+                         "rank=0 ckpt_removed step=-2 dir=/c/step_20",
+                         "rank=0 ckpt_removed step=20 dir=relative/step_20",
+                         "rank=0 ckpt_removedx step=20 dir=/c/step_20"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        zt_err e2 = {0};
+        zt_status st = zt_reportline_parse(bad[i], &r, &e2);
+        if (st != ZT_ERR_FORMAT)
+            ZT_FAIL("line \"%s\": status %d, expected ZT_ERR_FORMAT", bad[i], (int)st);
+        ASSERT_CONTAINS(e2.msg, "report line");
+    }
+}
+
 static void test_bad_lines(void)
 {
     const char *bad[] = {"",
@@ -140,6 +163,7 @@ int main(void)
     test_step_skips_junk();
     test_ckpt();
     test_commit();
+    test_removed();
     test_bad_lines();
     printf("test_reportline: ok\n");
     return 0;

@@ -1,7 +1,9 @@
 /* Tests coordinator/store.c on a real SQLite file: migrations (fresh, from an older schema,
- * refusing a newer one), jobs with idempotent submission, attempts and ranks, foreign keys,
+ * the checkpoints table rebuilt by schema 3 with its shards and foreign keys, refusing a newer
+ * one), jobs with idempotent submission, attempts and ranks, foreign keys,
  * events, logs (filters, tail, pruning), metrics thinning, checkpoints committed by the last
- * shard in one transaction, rendezvous entries, rollback, and a read-only handle. */
+ * shard in one transaction and DELETED when keep_checkpoints removes them, rendezvous entries,
+ * rollback, and a read-only handle. */
 #define _POSIX_C_SOURCE 200809L
 #include <sqlite3.h>
 #include <stdio.h>
@@ -328,6 +330,15 @@ static void count_ckpt(void *arg, const zt_ckpt_rec *r)
     g_ck_n++;
 }
 
+/* The first row of a listing (newest first) and the row count. */
+static zt_ckpt_rec g_first;
+static int g_first_n;
+static void first_ckpt(void *arg, const zt_ckpt_rec *r)
+{
+    (void)arg;
+    if (g_first_n++ == 0) g_first = *r;
+}
+
 static void test_checkpoints(zt_store *s)
 {
     zt_err err = {0};
@@ -370,10 +381,10 @@ static void test_checkpoints(zt_store *s)
     ASSERT_OK(zt_store_ckpt_latest(s, jid, keep_ckpt, NULL, &err));
     ASSERT_EQ_INT(g_ck.step, 50);
     g_ck_n = 0;
-    ASSERT_OK(zt_store_ckpts_list(s, jid, false, count_ckpt, NULL, &err));
+    ASSERT_OK(zt_store_ckpts_list(s, jid, false, false, count_ckpt, NULL, &err));
     ASSERT_EQ_INT(g_ck_n, 1);
     g_ck_n = 0;
-    ASSERT_OK(zt_store_ckpts_list(s, jid, true, count_ckpt, NULL, &err));
+    ASSERT_OK(zt_store_ckpts_list(s, jid, true, false, count_ckpt, NULL, &err));
     ASSERT_EQ_INT(g_ck_n, 2);
     /* another attempt (world 1) rewrites step_100: earlier shards do not count */
     ASSERT_OK(zt_store_ckpt_shard_add(s, jid, 6, 100, "/c/step_100", 1, &sh, 14, &cid, &shards,
@@ -386,6 +397,148 @@ static void test_checkpoints(zt_store *s)
     int count;
     ASSERT_OK(zt_store_ckpt_count(s, jid, &count, &err));
     ASSERT_EQ_INT(count, 2);
+
+    /* keep_checkpoints removed step_100: DELETED, no longer listed, counted or resumed from */
+    zt_ckpt_state before;
+    int64_t rid;
+    ASSERT_OK(zt_store_ckpt_remove(s, jid, 6, 100, "/c/step_100", 1, 20, &rid, &before, &err));
+    ASSERT_EQ_INT(rid, cid);
+    ASSERT_EQ_INT(before, ZT_CKPT_COMMITTED);
+    ASSERT_OK(zt_store_ckpt_latest(s, jid, keep_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_ck.step, 50);
+    ASSERT_OK(zt_store_ckpt_count(s, jid, &count, &err));
+    ASSERT_EQ_INT(count, 1);
+    g_ck_n = 0;
+    ASSERT_OK(zt_store_ckpts_list(s, jid, true, false, count_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_ck_n, 1);
+    g_first_n = 0;
+    ASSERT_OK(zt_store_ckpts_list(s, jid, false, true, first_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_first_n, 2);
+    ASSERT_EQ_INT(g_first.step, 100);
+    ASSERT_EQ_INT(g_first.state, ZT_CKPT_DELETED);
+    ASSERT_EQ_INT(g_first.deleted_ms, 20);
+    /* again: idempotent, nothing changes */
+    ASSERT_OK(zt_store_ckpt_remove(s, jid, 6, 100, "/c/step_100", 1, 21, &rid, &before, &err));
+    ASSERT_EQ_INT(before, ZT_CKPT_DELETED);
+    /* a late shard report of the same attempt does not make it usable again */
+    ASSERT_OK(zt_store_ckpt_shard_add(s, jid, 6, 100, "/c/step_100", 1, &sh, 22, &cid, &shards,
+                                      &committed, &err));
+    ASSERT_TRUE(!committed);
+    ASSERT_OK(zt_store_ckpt_latest(s, jid, keep_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_ck.step, 50);
+    /* ...but another attempt that writes the directory again does */
+    ASSERT_OK(zt_store_ckpt_shard_add(s, jid, 7, 100, "/c/step_100", 1, &sh, 23, &cid, &shards,
+                                      &committed, &err));
+    ASSERT_TRUE(committed);
+    ASSERT_OK(zt_store_ckpt_latest(s, jid, keep_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_ck.step, 100);
+    ASSERT_EQ_INT(g_ck.state, ZT_CKPT_COMMITTED);
+    ASSERT_EQ_INT(g_ck.deleted_ms, 0);
+    /* a removal the store never heard of is recorded as DELETED (late shards stay out) */
+    ASSERT_OK(zt_store_ckpt_remove(s, jid, 7, 150, "/c/step_150", 1, 24, &rid, &before, &err));
+    ASSERT_EQ_INT(before, 0);
+    ASSERT_TRUE(rid > 0);
+    ASSERT_OK(zt_store_ckpt_shard_add(s, jid, 7, 150, "/c/step_150", 1, &sh, 25, &cid, &shards,
+                                      &committed, &err));
+    ASSERT_EQ_INT(cid, rid);
+    ASSERT_TRUE(!committed);
+    g_first_n = 0;
+    ASSERT_OK(zt_store_ckpts_list(s, jid, true, true, first_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_first_n, 3);
+    ASSERT_EQ_INT(g_first.step, 150);
+    ASSERT_EQ_INT(g_first.state, ZT_CKPT_DELETED);
+    g_ck_n = 0;
+    ASSERT_OK(zt_store_ckpts_list(s, jid, false, false, count_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_ck_n, 2);
+}
+
+static int64_t sql_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st;
+    int64_t v = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        ZT_FAIL("%s: %s", sql, sqlite3_errmsg(db));
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Schema 2 -> 3 rebuilds the checkpoints table: rows, ids, shards and the foreign keys that
+ * point at it survive, and DELETED becomes a valid state. */
+static void test_migration_v3(void)
+{
+    char p2[160];
+    snprintf(p2, sizeof(p2), "%s/v2.db", dir);
+    zt_store *s;
+    zt_err err = {0};
+    ASSERT_OK(zt_store_open_at_version(&s, p2, 2, &err));
+    zt_store_close(s);
+    sqlite3 *db;
+    ASSERT_EQ_INT(sqlite3_open(p2, &db), SQLITE_OK);
+    const char *fill =
+        "INSERT INTO jobs(id, name, state, ranks, ranks_per_node, device, total_steps, spec_text, "
+        "spec_dir, spec_json, spec_hash, submitted_ms) VALUES(1, 'j', 'RUNNING', 2, 2, 1, 100, "
+        "'{}', '/tmp', '{}', 'h', 1);"
+        "INSERT INTO checkpoints(id, job_id, attempt_id, step, path, world_size, state, "
+        "created_ms, committed_ms) VALUES(7, 1, 3, 20, '/k/step_20', 2, 'COMMITTED', 5, 6);"
+        "INSERT INTO checkpoints(id, job_id, attempt_id, step, path, world_size, state, "
+        "created_ms) VALUES(9, 1, 3, 40, '/k/step_40', 2, 'PARTIAL', 8);"
+        "INSERT INTO checkpoint_shards VALUES(7, 0, 'rank_00000.zts', 10, 1, 5);"
+        "INSERT INTO checkpoint_shards VALUES(7, 1, 'rank_00001.zts', 11, 2, 6);"
+        "INSERT INTO checkpoint_shards VALUES(9, 0, 'rank_00000.zts', 12, 3, 8);";
+    char *msg = NULL;
+    if (sqlite3_exec(db, fill, NULL, NULL, &msg) != SQLITE_OK) ZT_FAIL("filling v2: %s", msg);
+    sqlite3_close(db);
+
+    ASSERT_OK(zt_store_open(&s, p2, false, &err));
+    ASSERT_EQ_INT(zt_store_schema_version(s), 3);
+    g_first_n = 0;
+    ASSERT_OK(zt_store_ckpts_list(s, 1, true, true, first_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_first_n, 2);
+    ASSERT_EQ_INT(g_first.id, 9);
+    ASSERT_EQ_INT(g_first.state, ZT_CKPT_PARTIAL);
+    ASSERT_EQ_INT(g_first.shards, 1);
+    ASSERT_OK(zt_store_ckpt_latest(s, 1, keep_ckpt, NULL, &err));
+    ASSERT_EQ_INT(g_ck.id, 7);
+    ASSERT_EQ_INT(g_ck.shards, 2);
+    ASSERT_EQ_INT(g_ck.bytes, 21);
+    ASSERT_EQ_INT(g_ck.committed_ms, 6);
+    ASSERT_EQ_INT(g_ck.deleted_ms, 0);
+    zt_ckpt_state before;
+    int64_t rid;
+    ASSERT_OK(zt_store_ckpt_remove(s, 1, 3, 20, "/k/step_20", 2, 30, &rid, &before, &err));
+    ASSERT_EQ_INT(rid, 7);
+    ASSERT_EQ_INT(before, ZT_CKPT_COMMITTED);
+    ASSERT_EQ_INT(zt_store_ckpt_latest(s, 1, keep_ckpt, NULL, &err), ZT_ERR_NOT_FOUND);
+    /* new ids continue after the old ones (AUTOINCREMENT's sequence moved with the table) */
+    zt_shard_rec sh = {.rank = 0, .file = "rank_00000.zts", .bytes = 1};
+    int64_t cid;
+    int shards;
+    bool committed;
+    ASSERT_OK(zt_store_ckpt_shard_add(s, 1, 4, 60, "/k/step_60", 1, &sh, 40, &cid, &shards,
+                                      &committed, &err));
+    ASSERT_TRUE(cid > 9);
+    ASSERT_TRUE(committed);
+    zt_store_close(s);
+
+    ASSERT_EQ_INT(sqlite3_open(p2, &db), SQLITE_OK);
+    ASSERT_EQ_INT(sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL), SQLITE_OK);
+    ASSERT_EQ_INT(sql_int(db, "SELECT COUNT(*) FROM pragma_foreign_key_check"), 0);
+    ASSERT_EQ_INT(
+        sql_int(db, "SELECT COUNT(*) FROM sqlite_master WHERE sql LIKE '%checkpoints_v3%'"), 0);
+    ASSERT_EQ_INT(sql_int(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'checkpoints_job'"),
+                  1);
+    /* the shards still reference the checkpoints: a dangling one is refused, a cascade works */
+    ASSERT_NE_INT(sqlite3_exec(db, "INSERT INTO checkpoint_shards VALUES(999, 0, 'x', 1, 1, 1)",
+                               NULL, NULL, NULL),
+                  SQLITE_OK);
+    ASSERT_EQ_INT(sqlite3_exec(db, "DELETE FROM checkpoints WHERE id = 7", NULL, NULL, NULL),
+                  SQLITE_OK);
+    ASSERT_EQ_INT(sql_int(db, "SELECT COUNT(*) FROM checkpoint_shards WHERE checkpoint_id = 7"), 0);
+    ASSERT_NE_INT(
+        sqlite3_exec(db, "UPDATE checkpoints SET state = 'GONE' WHERE id = 9", NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(db);
 }
 
 static char g_rdzv[256];
@@ -452,6 +605,7 @@ int main(void)
     atexit(cleanup_dir);
     snprintf(path, sizeof(path), "%s/zt.db", dir);
     test_migrations();
+    test_migration_v3();
     zt_store *s;
     zt_err err = {0};
     ASSERT_OK(zt_store_open(&s, path, false, &err));

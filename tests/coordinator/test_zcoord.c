@@ -3,18 +3,22 @@
  * job lifecycle (gang placement, desired sets, rendezvous, metrics, checkpoints committed by
  * the last shard, logs, WatchJob), failures and restarts from the newest committed
  * checkpoint with backoff, the restart policy, lost agents, hangs, vanished workers, stale
- * incarnations and attempts, state surviving SIGKILL, bearer-token auth, and bad input. */
+ * incarnations and attempts, state surviving SIGKILL, bearer-token auth, bad input, agents
+ * that leave (LOST at once), and checkpoints deleted by keep_checkpoints or found incomplete
+ * on disk (never resumed from). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/timeutil.h"
 #include "proto/health.pb-c.h"
+#include "proto/pbjson.h"
 #include "proto/rpc.h"
 #include "proto/zerotrain.pb-c.h"
 #include "tests/coordinator/zcoord_harness.h"
@@ -151,12 +155,14 @@ typedef struct sim {
     int64_t step, seq;
 } sim;
 
-/* Heartbeat with workers; returns the reply (free it) or NULL with *code set. */
-static Zt__V1__HeartbeatReply *heartbeat(zt_rpc_client *c, const char *name, int64_t inc,
-                                         const sim *w, int n, zt_rpc_code *code_out, char *msg,
-                                         size_t cap)
+/* Heartbeat with workers (the last one of a stopping agent when leaving); returns the reply
+ * (free it) or NULL with *code set. */
+static Zt__V1__HeartbeatReply *heartbeat_ex(zt_rpc_client *c, const char *name, int64_t inc,
+                                            const sim *w, int n, bool leaving,
+                                            zt_rpc_code *code_out, char *msg, size_t cap)
 {
     Zt__V1__HeartbeatRequest q = ZT__V1__HEARTBEAT_REQUEST__INIT;
+    q.leaving = leaving;
     Zt__V1__WorkerStatus ws[16], *wp[16];
     for (int i = 0; i < n; i++) {
         zt__v1__worker_status__init(&ws[i]);
@@ -185,6 +191,13 @@ static Zt__V1__HeartbeatReply *heartbeat(zt_rpc_client *c, const char *name, int
     else if (code != ZT_RPC_OK)
         ZT_FAIL("heartbeat %s: %s: %s", name, zt_rpc_code_name(code), msg ? msg : "");
     return r;
+}
+
+static Zt__V1__HeartbeatReply *heartbeat(zt_rpc_client *c, const char *name, int64_t inc,
+                                         const sim *w, int n, zt_rpc_code *code_out, char *msg,
+                                         size_t cap)
+{
+    return heartbeat_ex(c, name, inc, w, n, false, code_out, msg, cap);
 }
 
 static Zt__V1__HeartbeatReply *hb(zt_rpc_client *c, const char *name, int64_t inc, const sim *w,
@@ -284,11 +297,13 @@ static void *rdzv_main(void *arg)
     return NULL;
 }
 
-static void report_shard(zt_rpc_client *c, int64_t attempt, int rank, int64_t step, bool *committed)
+/* Reports rank's shard of the checkpoint at root/step_NNNNNNNN. */
+static void report_shard_in(zt_rpc_client *c, const char *root, int64_t attempt, int rank,
+                            int64_t step, bool *committed)
 {
     Zt__V1__ReportCheckpointRequest q = ZT__V1__REPORT_CHECKPOINT_REQUEST__INIT;
-    char dir[64], file[32];
-    snprintf(dir, sizeof(dir), "/ckpt/job/step_%08lld", (long long)step);
+    char dir[300], file[32];
+    snprintf(dir, sizeof(dir), "%s/step_%08lld", root, (long long)step);
     snprintf(file, sizeof(file), "rank_%05d.zts", rank);
     q.agent = "n1";
     q.attempt_id = attempt;
@@ -306,6 +321,11 @@ static void report_shard(zt_rpc_client *c, int64_t attempt, int rank, int64_t st
     if (code != ZT_RPC_OK) ZT_FAIL("ReportCheckpoint: %s", msg);
     *committed = r->committed;
     zt_pb_free(r);
+}
+
+static void report_shard(zt_rpc_client *c, int64_t attempt, int rank, int64_t step, bool *committed)
+{
+    report_shard_in(c, "/ckpt/job", attempt, rank, step, committed);
 }
 
 static void report_metrics(zt_rpc_client *c, int64_t attempt, int64_t from, int64_t to)
@@ -1312,6 +1332,293 @@ static void test_shutdown_with_streams(void)
     current = NULL;
 }
 
+/* ---- agents that leave, checkpoints that are deleted ------------------------------------------
+ */
+
+/* The state of agent name in ListAgents (0 when absent); its worker count in *workers. */
+static int agent_state(zt_rpc_client *c, const char *name, int *workers, int *free_slots)
+{
+    Zt__V1__ListAgentsRequest aq = ZT__V1__LIST_AGENTS_REQUEST__INIT;
+    Zt__V1__ListAgentsReply *ar = NULL;
+    ASSERT_EQ_INT(call(c, C_ "ListAgents", &aq.base, &zt__v1__list_agents_reply__descriptor,
+                       (void **)&ar, NULL, 0),
+                  ZT_RPC_OK);
+    int st = 0;
+    for (size_t i = 0; i < ar->n_agents; i++) {
+        if (strcmp(ar->agents[i]->name, name) != 0) continue;
+        st = ar->agents[i]->state;
+        if (workers) *workers = (int)ar->agents[i]->n_workers;
+        if (free_slots) *free_slots = ar->agents[i]->free_slots;
+    }
+    zt_pb_free(ar);
+    return st;
+}
+
+/* Milliseconds until agent name is LOST (fails the test after timeout_ms). */
+static double wait_lost(zt_rpc_client *c, const char *name, int timeout_ms)
+{
+    uint64_t t0 = zt_now_ns();
+    while (agent_state(c, name, NULL, NULL) != ZT__V1__AGENT_STATE__AGENT_STATE_LOST) {
+        if ((double)(zt_now_ns() - t0) * 1e-6 > timeout_ms) {
+            if (current) zt_zcoord_dump_log(current);
+            ZT_FAIL("agent %s is not LOST %d ms after it left", name, timeout_ms);
+        }
+        zt_sleep_ms(5);
+    }
+    return (double)(zt_now_ns() - t0) * 1e-6;
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) ZT_FAIL("cannot open %s", path);
+    size_t cap = 1 << 20, n;
+    char *buf = zt_calloc(1, cap);
+    n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* A stopping agent's last heartbeat says it is leaving: LOST at once (not after the heartbeat
+ * timeout, 30 s here), its attempt fails with the reason "agent stopped" and the job runs
+ * elsewhere; nothing is placed on it until it registers again. */
+static void test_agent_leaving(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    const char *args[] = {"--restart-backoff", "50ms", "--heartbeat-timeout", "30s", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    char reason[2048];
+
+    /* idle: LOST as soon as the last heartbeat is answered, with an event */
+    int64_t i1 = register_agent(c, "idle1", 1);
+    zt_pb_free(hb(c, "idle1", i1, NULL, 0));
+    ASSERT_EQ_INT(agent_state(c, "idle1", NULL, NULL), ZT__V1__AGENT_STATE__AGENT_STATE_ALIVE);
+    uint64_t t0 = zt_now_ns();
+    zt_pb_free(heartbeat_ex(c, "idle1", i1, NULL, 0, true, NULL, reason, sizeof(reason)));
+    wait_lost(c, "idle1", 1000);
+    double ms = (double)(zt_now_ns() - t0) * 1e-6;
+    fprintf(stderr, "idle agent LOST %.1f ms after it sent its leaving heartbeat\n", ms);
+    int free_slots = -1;
+    agent_state(c, "idle1", NULL, &free_slots);
+    ASSERT_EQ_INT(free_slots, 0);
+    /* nothing is placed on a departed agent */
+    int64_t id = submit(c, "leave", 1, 1, 1);
+    for (int t = 0; t < 100; t++) {
+        job_state(c, id, reason, sizeof(reason));
+        if (strstr(reason, "cluster too small")) break;
+        zt_sleep_ms(10);
+    }
+    ASSERT_EQ_INT(job_state(c, id, reason, sizeof(reason)), ZT__V1__JOB_STATE__JOB_STATE_QUEUED);
+
+    /* with a job: the attempt fails at once and restarts on the other agent */
+    int64_t w1 = register_agent(c, "w1", 1);
+    int64_t att = run_to_running(c, "w1", w1, id);
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 2000);
+    int64_t w2 = register_agent(c, "w2", 1);
+    zt_pb_free(hb(c, "w2", w2, NULL, 0));
+    sim s = {id, att, 0, 7, 0, 15, 3, 3}; /* stopped with SIGTERM by its agent */
+    t0 = zt_now_ns();
+    zt_pb_free(heartbeat_ex(c, "w1", w1, &s, 1, true, NULL, reason, sizeof(reason)));
+    wait_lost(c, "w1", 1000);
+    ms = (double)(zt_now_ns() - t0) * 1e-6;
+    int64_t att2 = next_attempt(c, "w2", w2);
+    double placed_ms = (double)(zt_now_ns() - t0) * 1e-6;
+    fprintf(stderr,
+            "busy agent LOST %.1f ms after leaving; attempt placed elsewhere after %.1f ms\n", ms,
+            placed_ms);
+    CHECK(att2 > att);
+    CHECK(placed_ms < 2000);
+    Zt__V1__GetJobReply *g = get_job(c, id);
+    ASSERT_EQ_INT(g->n_attempts, 2);
+    ASSERT_EQ_INT(g->attempts[0]->state, ZT__V1__ATTEMPT_STATE__ATTEMPT_STATE_FAILED);
+    ASSERT_CONTAINS(g->attempts[0]->reason, "agent w1 lost (rank 0 there): agent stopped");
+    ASSERT_EQ_INT(g->attempts[0]->ranks[0]->status->exit_signal, 15); /* the exit is kept */
+    ASSERT_EQ_INT(g->job->restarts, 1);
+    ASSERT_STREQ(g->attempts[1]->ranks[0]->agent, "w2");
+    bool rank_event = false;
+    for (size_t i = 0; i < g->n_events; i++)
+        rank_event |= strcmp(g->events[i]->kind, "rank") == 0 &&
+                      strstr(g->events[i]->reason, "signal 15") != NULL;
+    ASSERT_TRUE(rank_event);
+    zt_pb_free(g);
+    int workers = -1;
+    agent_state(c, "w1", &workers, NULL);
+    ASSERT_EQ_INT(workers, 0);
+    char *log = read_text(p.log);
+    ASSERT_CONTAINS(log, "agent idle1: ALIVE -> LOST: agent stopped");
+    ASSERT_CONTAINS(log, "agent w1: ALIVE -> LOST: agent stopped");
+    zt_free(log);
+
+    /* the new attempt completes; w1 comes back with a new incarnation */
+    s = (sim){id, att2, 0, 7, 0, 0, 100, 9};
+    zt_pb_free(hb(c, "w2", w2, &s, 1));
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_COMPLETED, 2000);
+    ASSERT_EQ_INT(register_agent(c, "w1", 1), w1 + 1);
+    ASSERT_EQ_INT(agent_state(c, "w1", NULL, NULL), ZT__V1__AGENT_STATE__AGENT_STATE_ALIVE);
+    /* a leaving heartbeat of a stale incarnation changes nothing */
+    zt_rpc_code code;
+    heartbeat_ex(c, "w1", w1, NULL, 0, true, &code, reason, sizeof(reason));
+    ASSERT_EQ_INT(code, ZT_RPC_FAILED_PRECONDITION);
+    ASSERT_EQ_INT(agent_state(c, "w1", NULL, NULL), ZT__V1__AGENT_STATE__AGENT_STATE_ALIVE);
+
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+static zt_rpc_code report_removed(zt_rpc_client *c, int64_t attempt, int64_t step, const char *dir,
+                                  bool *changed, char *msg, size_t cap)
+{
+    Zt__V1__ReportCheckpointRemovedRequest q = ZT__V1__REPORT_CHECKPOINT_REMOVED_REQUEST__INIT;
+    q.agent = "ck";
+    q.attempt_id = attempt;
+    q.rank = 0;
+    q.step = step;
+    q.dir = (char *)dir;
+    Zt__V1__ReportCheckpointRemovedReply *r = NULL;
+    zt_rpc_code code =
+        call(c, A_ "ReportCheckpointRemoved", &q.base,
+             &zt__v1__report_checkpoint_removed_reply__descriptor, (void **)&r, msg, cap);
+    if (r && changed) *changed = r->changed;
+    zt_pb_free(r);
+    return code;
+}
+
+/* "step:STATE,..." of a job's checkpoints, newest first. */
+static void ckpt_states(zt_rpc_client *c, int64_t id, bool all, char *out, size_t cap)
+{
+    Zt__V1__ListCheckpointsRequest q = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+    q.job_id = id;
+    q.include_partial = q.include_deleted = all;
+    Zt__V1__ListCheckpointsReply *r = NULL;
+    ASSERT_EQ_INT(call(c, C_ "ListCheckpoints", &q.base,
+                       &zt__v1__list_checkpoints_reply__descriptor, (void **)&r, NULL, 0),
+                  ZT_RPC_OK);
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < r->n_checkpoints && n < cap; i++) {
+        const Zt__V1__Checkpoint *k = r->checkpoints[i];
+        n += (size_t)snprintf(
+            out + n, cap - n, "%s%lld:%s", i ? "," : "", (long long)k->step,
+            zt_pb_enum_short_name(&zt__v1__checkpoint_state__descriptor, k->state));
+        if (k->state == ZT__V1__CHECKPOINT_STATE__CHECKPOINT_STATE_DELETED)
+            CHECK(k->deleted_ms > 0);
+    }
+    zt_pb_free(r);
+}
+
+static void make_ckpt_dir(const char *root, int64_t step, bool meta)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/step_%08lld", root, (long long)step);
+    ASSERT_EQ_INT(mkdir(path, 0755), 0);
+    if (!meta) return;
+    snprintf(path, sizeof(path), "%s/step_%08lld/meta.json", root, (long long)step);
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("{}\n", f);
+    fclose(f);
+}
+
+/* ReportCheckpointRemoved marks a checkpoint DELETED (listed only on request, never resumed
+ * from); a restart also skips committed checkpoints whose directory lost its meta.json or is
+ * gone, records why and resumes from the newest complete one. */
+static void test_ckpt_removed(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    const char *args[] = {"--restart-backoff", "50ms", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    char root[300], msg[1024], got[512], dir[400];
+    snprintf(root, sizeof(root), "%s/ckpt", p.dir);
+    ASSERT_EQ_INT(mkdir(root, 0755), 0);
+    int64_t inc = register_agent(c, "ck", 1);
+    int64_t id = submit(c, "prune", 1, 1, 2);
+    int64_t att = run_to_running(c, "ck", inc, id);
+    for (int64_t step = 5; step <= 20; step += 5) {
+        bool committed = false;
+        report_shard_in(c, root, att, 0, step, &committed);
+        CHECK(committed);
+    }
+    make_ckpt_dir(root, 10, true);
+    make_ckpt_dir(root, 15, false); /* never completed: no meta.json */
+    make_ckpt_dir(root, 20, true);
+    ckpt_states(c, id, false, got, sizeof(got));
+    ASSERT_STREQ(got, "20:COMMITTED,15:COMMITTED,10:COMMITTED,5:COMMITTED");
+
+    /* keep_checkpoints removed step 5 (its directory never existed here) */
+    bool changed = false;
+    snprintf(dir, sizeof(dir), "%s/step_%08d", root, 5);
+    ASSERT_EQ_INT(report_removed(c, att, 5, dir, &changed, msg, sizeof(msg)), ZT_RPC_OK);
+    ASSERT_TRUE(changed);
+    ASSERT_EQ_INT(report_removed(c, att, 5, dir, &changed, msg, sizeof(msg)), ZT_RPC_OK);
+    ASSERT_TRUE(!changed); /* idempotent */
+    ckpt_states(c, id, false, got, sizeof(got));
+    ASSERT_STREQ(got, "20:COMMITTED,15:COMMITTED,10:COMMITTED");
+    ckpt_states(c, id, true, got, sizeof(got));
+    ASSERT_STREQ(got, "20:COMMITTED,15:COMMITTED,10:COMMITTED,5:DELETED");
+    Zt__V1__GetJobReply *g = get_job(c, id);
+    ASSERT_EQ_INT(g->checkpoints, 3);
+    zt_pb_free(g);
+    /* a removal it never heard of is kept as DELETED */
+    snprintf(dir, sizeof(dir), "%s/step_%08d", root, 25);
+    ASSERT_EQ_INT(report_removed(c, att, 25, dir, &changed, msg, sizeof(msg)), ZT_RPC_OK);
+    ASSERT_TRUE(changed);
+    ckpt_states(c, id, true, got, sizeof(got));
+    ASSERT_STREQ(got, "25:DELETED,20:COMMITTED,15:COMMITTED,10:COMMITTED,5:DELETED");
+    /* bad input */
+    ASSERT_EQ_INT(report_removed(c, att, 5, "relative/step_5", NULL, msg, sizeof(msg)),
+                  ZT_RPC_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(msg, "absolute path");
+    ASSERT_EQ_INT(report_removed(c, 99999, 5, dir, NULL, msg, sizeof(msg)), ZT_RPC_NOT_FOUND);
+    ASSERT_EQ_INT(report_removed(c, att, -1, dir, NULL, msg, sizeof(msg)), ZT_RPC_INVALID_ARGUMENT);
+
+    /* step 20's directory disappears behind the coordinator's back; the worker fails: the
+     * restart skips 20 (gone) and 15 (no meta.json) and resumes from 10 */
+    snprintf(dir, sizeof(dir), "%s/step_%08d/meta.json", root, 20);
+    ASSERT_EQ_INT(unlink(dir), 0);
+    snprintf(dir, sizeof(dir), "%s/step_%08d", root, 20);
+    ASSERT_EQ_INT(rmdir(dir), 0);
+    sim s = {id, att, 0, 7, 1, 0, 22, 22};
+    zt_pb_free(hb(c, "ck", inc, &s, 1));
+    int64_t att2 = next_attempt(c, "ck", inc);
+    CHECK(att2 > att);
+    g = get_job(c, id);
+    ASSERT_EQ_INT(g->n_attempts, 2);
+    snprintf(dir, sizeof(dir), "%s/step_%08d", root, 10);
+    ASSERT_STREQ(g->attempts[1]->resume_path, dir);
+    ASSERT_EQ_INT(g->attempts[1]->resume_step, 10);
+    int skipped = 0;
+    for (size_t i = 0; i < g->n_events; i++) {
+        const Zt__V1__Event *e = g->events[i];
+        if (strcmp(e->kind, "checkpoint") != 0 || strcmp(e->to_state, "DELETED") != 0) continue;
+        if (strstr(e->reason, "step 20 at") && strstr(e->reason, "not used to resume attempt 2") &&
+            strstr(e->reason, "is gone"))
+            skipped |= 1;
+        if (strstr(e->reason, "step 15 at") && strstr(e->reason, "no meta.json")) skipped |= 2;
+        if (strstr(e->reason, "step 5 at") && strstr(e->reason, "keep_checkpoints")) skipped |= 4;
+    }
+    zt_pb_free(g);
+    ASSERT_EQ_INT(skipped, 7);
+    ckpt_states(c, id, false, got, sizeof(got));
+    ASSERT_STREQ(got, "10:COMMITTED");
+    char *logs = get_logs(c, id, -1, false);
+    ASSERT_CONTAINS(logs, "COMMITTED -> DELETED: step 20 at");
+    zt_free(logs);
+
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -1331,6 +1638,8 @@ int main(int argc, char **argv)
     RUN(test_persistence);
     RUN(test_shutdown_with_streams);
     RUN(test_limits_and_gpus);
+    RUN(test_agent_leaving);
+    RUN(test_ckpt_removed);
     printf("test_zcoord: ok\n");
     return 0;
 }
