@@ -571,6 +571,7 @@ static void register_run(zt_coord *c, c_op *op)
     a->incarnation++;
     a->state = ZT_AGENT_ALIVE;
     a->revived = false;
+    a->leaving = false; /* an earlier incarnation's goodbye does not apply to this one */
     a->registered_ms = a->last_seen_ms = coord_now_ms();
     a->last_seen_ns = zt_now_ns();
     a->n_reports = 0; /* a new process: its earlier workers are gone */

@@ -2,7 +2,8 @@
 # loopback; each test tears down what it started, also when it fails. They share the CPUs of a
 # small machine and time heartbeats, so they run one at a time (RESOURCE_LOCK).
 if(TARGET zagent AND TARGET zcoord AND TARGET zworker AND TARGET zctl)
-  foreach(t submit two_agents restart agent_lost cancel coord_restart agent_errors agent_worker_io)
+  foreach(t submit two_agents restart agent_lost cancel coord_restart agent_errors agent_worker_io
+            ckpt_keep)
     zt_add_script_test(NAME e2e_${t}
                        COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_${t}.py
                        LABELS integration TIMEOUT 300)

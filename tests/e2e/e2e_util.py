@@ -80,6 +80,9 @@ class Cluster:
                  hang_timeout="60s", coord_env=None):
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix=f"zt_e2e_{name}_")
+        # gone at teardown = something else deleted files of this run (said so on failure)
+        self.sentinel = os.path.join(self.tmp, ".zt_e2e_sentinel")
+        open(self.sentinel, "w").close()
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.coord = None
@@ -161,6 +164,10 @@ class Cluster:
 
     def agent_log(self, name):
         with open(os.path.join(self.tmp, f"zagent_{name}.log"), errors="replace") as f:
+            return f.read()
+
+    def coord_log(self):
+        with open(os.path.join(self.tmp, "zcoord.log"), errors="replace") as f:
             return f.read()
 
     def worker_pids(self, name, attempt_id=None):
@@ -245,6 +252,10 @@ class Cluster:
     # ---- teardown -----------------------------------------------------------------------
 
     def dump(self):
+        if not os.path.exists(self.sentinel):
+            print(f"NOTE: files of {self.tmp} were deleted during the run by another process "
+                  f"(something cleaning /tmp/zt_e2e_*?); this failure may not be the code's",
+                  file=sys.stderr)
         for log in self.logs:
             try:
                 with open(log, errors="replace") as f:

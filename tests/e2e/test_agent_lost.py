@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """End to end, a node stops or dies. Stopped with SIGTERM, zagent stops its workers and reports
-their exits before it leaves, so the attempt fails at once and runs again when it is back.
+their exits in a last heartbeat that says it is leaving: the coordinator marks it LOST at once
+(reason "agent stopped", no heartbeat timeout), fails the attempt that had ranks there with that
+reason, and the job runs again on another agent; an idle agent that stops is LOST within a
+second too.
 Killed with SIGKILL while its job trains, its workers die with it (parent-death signal), the
 coordinator marks the agent LOST after the heartbeat timeout and fails the attempt; the job
 waits in the queue until capacity returns (the agent restarts under the same name) and then
@@ -36,29 +39,63 @@ def agent_state(c, name):
     return None
 
 
+def lost_within(c, name, since, limit_s):
+    """Seconds from `since` to the start of the first `zctl agents` that shows name LOST (zctl
+    itself takes a while to start, more so in sanitizer builds: the call's start is what
+    counts); fails when calls started limit_s after `since` still show it otherwise."""
+    while True:
+        start = time.time()
+        state = agent_state(c, name)
+        if state == "LOST":
+            return start - since
+        e.check(start - since < limit_s, f"agent {name} still {state} {start - since:.2f} s "
+                f"after it stopped")
+        time.sleep(0.02)
+
+
 def graceful_stop(c):
-    """SIGTERM to the agent: it stops its workers and reports their exits in a last heartbeat,
-    so the attempt fails at once (no heartbeat timeout); restarted, it runs the next attempt."""
+    """SIGTERM to the agent: it stops its workers and reports their exits in a last heartbeat
+    marked leaving, so it is LOST and the attempt fails at once (no heartbeat timeout); the job
+    restarts on the other agent. Then that one, idle, stops: LOST within a second."""
     job = c.write_job("term", steps=STEPS, ckpt_every=EVERY, max_restarts=1)
     jid = c.submit(job)
     e.wait_for(lambda: c.committed(jid), 60, f"a committed checkpoint of job {jid}",
                interval=0.02)
     att = c.job(jid)["attempts"][-1]["id"]
     pids = c.worker_pids("a1", att)
+    c.start_agent("a2", "cpu:2")  # capacity elsewhere
     t0 = time.time()
     e.check_eq(c.stop_agent("a1"), 0, "zagent exit code on SIGTERM")
+    exited = time.time()
     e.check(not any(e.pid_alive(p) for p in pids.values()), "workers outlived their agent")
-    j = c.wait_job(jid, ("QUEUED", "SCHEDULED"), HB_TIMEOUT_S + 10)
+    lost = lost_within(c, "a1", exited, 1.0)
+    j = c.wait_job(jid, ("QUEUED", "SCHEDULED", "RUNNING"), HB_TIMEOUT_S + 10)
     took = time.time() - t0
     a1 = j["attempts"][0]
     e.check_eq(a1["state"], "FAILED", "attempt state after the agent stopped")
-    e.check("signal 15" in a1["reason"], "attempt reason: " + a1["reason"])
-    e.check(took < HB_TIMEOUT_S, f"the attempt failed {took:.1f} s after SIGTERM: the exits were "
-            f"not reported before the agent left")
-    print(f"job {jid}: agent stopped; attempt failed {took:.2f} s later: {a1['reason']}")
-    c.start_agent("a1", "cpu:2")
+    e.check("agent a1 lost (rank" in a1["reason"] and "agent stopped" in a1["reason"],
+            "attempt reason: " + a1["reason"])
+    e.check(took < HB_TIMEOUT_S, f"the attempt failed {took:.1f} s after SIGTERM: the agent's "
+            f"leaving was not heard before the heartbeat timeout")
+    exits = {rk["rank"]: rk["status"].get("exit_signal", 0) or rk["status"].get("exit_code", 0)
+             for rk in a1["ranks"]}
+    print(f"job {jid}: agent a1 exited {exited - t0:.2f} s after SIGTERM and was LOST "
+          f"{lost:.3f} s later; attempt failed: {a1['reason']}; rank exits {exits}")
     j = c.wait_job(jid, ("COMPLETED", "FAILED"), 120)
-    e.check_eq(j["job"]["state"], "COMPLETED", "job state after the agent restarted")
+    e.check_eq(j["job"]["state"], "COMPLETED", "job state after it moved to a2")
+    e.check_eq(len(j["attempts"]), 2, "attempts")
+    a2 = max(j["attempts"], key=lambda a: a["number"])
+    e.check_eq(sorted({rk["agent"] for rk in a2["ranks"]}), ["a2"], "agents of the new attempt")
+    e.check(a2["resume_step"] >= EVERY, f"the new attempt resumed from step {a2['resume_step']}")
+
+    # idle: LOST within a second of its exit, with an event that says why
+    e.check_eq(agent_state(c, "a2"), "ALIVE", "a2 before it stops")
+    e.check_eq(c.stop_agent("a2"), 0, "exit code of the idle agent")
+    idle = lost_within(c, "a2", time.time(), 1.0)
+    e.check("agent a2: ALIVE -> LOST: agent stopped" in c.coord_log(),
+            "zcoord did not log the agent event")
+    print(f"idle agent a2 LOST {idle:.3f} s after it exited")
+    c.start_agent("a1", "cpu:2")
 
 
 def body(c):
