@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Interop: a Python grpcio client built from the same zerotrain.proto (and the standard
 health.proto) talks to the real zcoord binary: every user RPC including both streams, the
-agent RPCs that move a job to COMPLETED, the health service (Check and Watch), bearer-token
+agent RPCs that move a job to COMPLETED (then delete its checkpoint and leave), the health service (Check and Watch), bearer-token
 metadata, and status codes for bad input. Run with Debian's /usr/bin/python3."""
 import json
 import os
@@ -204,6 +204,31 @@ def main():
         expect_code(lambda: user.GetJob(pb.GetJobRequest(), metadata=md), grpc.StatusCode.INVALID_ARGUMENT)
         final = list(user.WatchJob(pb.WatchJobRequest(job_id=sub2.job_id), metadata=md))
         assert len(final) == 1 and final[0].final and final[0].job.state == pb.JOB_STATE_CANCELED
+
+        # keep_checkpoints removed the checkpoint: DELETED, listed only on request
+        rm = agent.ReportCheckpointRemoved(pb.ReportCheckpointRemovedRequest(
+            agent="py-agent", attempt_id=att, rank=0, step=10, dir="/ckpt/interop/step_00000010"),
+            metadata=md)
+        assert rm.changed and rm.checkpoint_id > 0, rm
+        ck = user.ListCheckpoints(pb.ListCheckpointsRequest(job_id=job_id), metadata=md)
+        assert len(ck.checkpoints) == 0, ck
+        ck = user.ListCheckpoints(pb.ListCheckpointsRequest(job_id=job_id, include_deleted=True),
+                                  metadata=md)
+        assert [c.state for c in ck.checkpoints] == [pb.CHECKPOINT_STATE_DELETED], ck
+        assert ck.checkpoints[0].deleted_ms > 0
+        expect_code(lambda: agent.ReportCheckpointRemoved(pb.ReportCheckpointRemovedRequest(
+            attempt_id=att, step=10, dir="relative"), metadata=md),
+            grpc.StatusCode.INVALID_ARGUMENT, "absolute")
+
+        # the agent stops: its last heartbeat says so, and it is LOST at once
+        agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation,
+                                            leaving=True), metadata=md)
+        for _ in range(100):
+            ag = user.ListAgents(pb.ListAgentsRequest(), metadata=md)
+            if ag.agents[0].state == pb.AGENT_STATE_LOST:
+                break
+            time.sleep(0.01)
+        assert ag.agents[0].state == pb.AGENT_STATE_LOST, ag
 
         # SIGTERM: a clean stop
         rc = zc.stop()
