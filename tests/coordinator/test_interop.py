@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Interop: a Python grpcio client built from the same zerotrain.proto (and the standard
 health.proto) talks to the real zcoord binary: every user RPC including both streams, the
-agent RPCs that move a job to COMPLETED (then delete its checkpoint and leave), the health service (Check and Watch), bearer-token
-metadata, and status codes for bad input. Run with Debian's /usr/bin/python3."""
+agent RPCs that move a job to COMPLETED (then delete its checkpoint and leave), the health
+service (Check and Watch), bearer-token metadata, and status codes for bad input. Run with
+Debian's /usr/bin/python3."""
 import json
 import os
 import shutil
