@@ -725,7 +725,7 @@ static void prune(const zt_engine *e)
         }
         rmdir(dir);
         ZT_INFO("ckpt", "removed checkpoint %s (keep_checkpoints %d)", dir, keep);
-        if (complete && e->opts.report_fd >= 0) {
+        if (e->opts.report_fd >= 0) { /* incomplete ones too: the coordinator may know them */
             char line[ZT_PATH_MAX + 96];
             int n = pathf(line, sizeof(line), "rank=%d ckpt_removed step=%lld dir=%s\n", e->rank,
                           (long long)step, dir);

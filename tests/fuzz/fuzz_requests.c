@@ -59,6 +59,8 @@ WRAP(check_register, Zt__V1__RegisterAgentRequest, zt_check_register)
 WRAP(check_heartbeat, Zt__V1__HeartbeatRequest, zt_check_heartbeat)
 WRAP(check_report_metrics, Zt__V1__ReportMetricsRequest, zt_check_report_metrics)
 WRAP(check_report_ckpt, Zt__V1__ReportCheckpointRequest, zt_check_report_checkpoint)
+WRAP(check_report_ckpt_removed, Zt__V1__ReportCheckpointRemovedRequest,
+     zt_check_report_checkpoint_removed)
 WRAP(check_report_logs, Zt__V1__ReportLogsRequest, zt_check_report_logs)
 WRAP(check_rdzv, Zt__V1__RendezvousRequest, zt_check_rendezvous)
 
@@ -86,6 +88,8 @@ const zt_fuzz_type zt_fuzz_types[] = {
     {"GetAttemptSpec", &zt__v1__get_attempt_spec_request__descriptor, check_none},
     {"ReportMetrics", &zt__v1__report_metrics_request__descriptor, check_report_metrics},
     {"ReportCheckpoint", &zt__v1__report_checkpoint_request__descriptor, check_report_ckpt},
+    {"ReportCheckpointRemoved", &zt__v1__report_checkpoint_removed_request__descriptor,
+     check_report_ckpt_removed},
     {"ReportLogs", &zt__v1__report_logs_request__descriptor, check_report_logs},
     {"Rendezvous", &zt__v1__rendezvous_request__descriptor, check_rdzv},
     {"Health", &grpc__health__v1__health_check_request__descriptor, check_none},
