@@ -28,10 +28,14 @@ def body(c):
     # the workers train on: still running, or (a fast machine) done with every step, exit 0
     st = c.agent_status("a1")
     ws = {w["rank"]: w for w in st["workers"] if w["attempt_id"] == att}
-    log = c.agent_log("a1")
     for rank, pid in pids.items():
-        e.check(e.pid_alive(pid) or f"(pid {pid}) exited with code 0" in log,
-                f"rank {rank} (pid {pid}) died with the coordinator: {ws.get(rank)}")
+        # a worker that just finished may not be in the agent's log yet: give it a moment
+        def alive_or_done(pid=pid):
+            return e.pid_alive(pid) or f"(pid {pid}) exited with code 0" in c.agent_log("a1")
+        try:
+            e.wait_for(alive_or_done, 5, f"rank {rank} to run on or exit 0", interval=0.1)
+        except AssertionError:
+            e.check(False, f"rank {rank} (pid {pid}) died with the coordinator: {ws.get(rank)}")
     after = max(w["step"] for w in ws.values())
     e.check(after > before, f"the workers did not train while zcoord was down (step {before} "
             f"before, {after} after)")
