@@ -948,6 +948,7 @@ static const keyspec zero_keys[] = {
     SUP("offload_param"),
     SUP("stage3_prefetch_bucket_size"),
     SUP("stage3_param_persistence_threshold"),
+    SUP("stage3_max_reuse_distance"),
     /* settings zerotrain's design already matches */
     UNSUP("reduce_scatter", ALLOW_TRUE, 0, "zerotrain always reduce-scatters gradients"),
     UNSUP("use_multi_rank_bucket_allreduce", ALLOW_TRUE | ALLOW_FALSE, 0, NULL),
@@ -964,7 +965,6 @@ static const keyspec zero_keys[] = {
     UNSUP("round_robin_gradients", ALLOW_FALSE, 0, NULL),
     UNSUP("sub_group_size", 0, 0, "zerotrain steps each rank's optimizer shard as one piece"),
     UNSUP("stage3_max_live_parameters", 0, 0, NULL),
-    UNSUP("stage3_max_reuse_distance", 0, 0, NULL),
     UNSUP("stage3_model_persistence_threshold", 0, 0, NULL),
     UNSUP("stage3_module_granularity_threshold", ALLOW_NUM, 0, NULL),
     UNSUP("stage3_use_all_reduce_for_fetch_params", ALLOW_FALSE, 0, NULL),
@@ -1571,7 +1571,8 @@ static zt_status parse_zero(pctx *c, json_t *ds, zt_zero_cfg *z)
                                          .offload_optimizer = {false, false, 1.0},
                                          .offload_param = {false, false, 1.0},
                                          .stage3_prefetch_bucket_size = 50000000,
-                                         .stage3_param_persistence_threshold = 100000};
+                                         .stage3_param_persistence_threshold = 100000,
+                                         .stage3_max_reuse_distance = 1000000000};
     memcpy(z, &defaults, sizeof(*z));
     json_t *v = member(ds, "zero_optimization");
     if (v && json_is_boolean(v)) { /* legacy form: true means stage 1 */
@@ -1611,6 +1612,8 @@ static zt_status parse_zero(pctx *c, json_t *ds, zt_zero_cfg *z)
         out);
     TRY(get_i64(c, o, "stage3_param_persistence_threshold", 0, INT64_MAX,
                 &z->stage3_param_persistence_threshold),
+        out);
+    TRY(get_i64(c, o, "stage3_max_reuse_distance", 0, INT64_MAX, &z->stage3_max_reuse_distance),
         out);
 out:
     pop(c);

@@ -103,7 +103,8 @@ typedef struct zt_zero_cfg {
     zt_offload_cfg offload_optimizer;
     zt_offload_cfg offload_param;     /* accepted for stage 3 only */
     int64_t stage3_prefetch_bucket_size;        /* default 5e7 */
-    int64_t stage3_param_persistence_threshold; /* default 1e5 */
+    int64_t stage3_param_persistence_threshold; /* default 1e5 (accepted; units are gathered whole) */
+    int64_t stage3_max_reuse_distance;          /* default 1e9; 0 = free every unit after use */
 } zt_zero_cfg;
 
 typedef struct zt_actckpt_cfg {

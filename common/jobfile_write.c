@@ -247,6 +247,7 @@ static void write_deepspeed(emitter *e, const zt_ds_cfg *d)
     write_offload(e, "offload_param", &z->offload_param, false);
     kv_int(e, "stage3_prefetch_bucket_size", z->stage3_prefetch_bucket_size);
     kv_int(e, "stage3_param_persistence_threshold", z->stage3_param_persistence_threshold);
+    kv_int(e, "stage3_max_reuse_distance", z->stage3_max_reuse_distance);
     close_obj(e);
 
     if (d->activation_checkpointing.enabled) {

@@ -320,6 +320,11 @@ static void param_release(zt_engine *e, int u)
     zt_pslot *s = pslot_find(e, u);
     if (s && s->busy > 0)
         s->busy--;
+    /* stage3_max_reuse_distance 0: a gathered unit is freed after each use (DeepSpeed's
+     * release-after-use), so it is gathered again for its next use; otherwise it stays in its
+     * working slot until the slot is needed, and a unit used again soon is not re-gathered */
+    if (s && !s->busy && e->stage == 3 && e->job.ds.zero.stage3_max_reuse_distance == 0)
+        s->unit = -1;
 }
 
 /* Parameters changed: every cached compute copy is stale. */
@@ -936,6 +941,11 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
         st = zt_err_set(err, ZT_ERR_CONFIG,
                         "the batch sizes were resolved for %d ranks but the run has %d; call zt_job_resolve_batch first",
                         job->ds.world_size, e->world);
+        goto fail;
+    }
+    if (job->resources.device == ZT_DEVICE_CUDA && job->ds.zero.offload_param.enabled) {
+        st = zt_err_set(err, ZT_ERR_UNSUPPORTED,
+                        "zero_optimization.offload_param is not implemented for device \"cuda\" yet (on the CPU the parameters already live in host memory); remove it or use offload_optimizer");
         goto fail;
     }
     if (job->resources.device == ZT_DEVICE_CUDA) {

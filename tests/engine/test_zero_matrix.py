@@ -21,8 +21,8 @@ STEPS = 6
 SPLITS = {1: [12, 3], 2: [6, 2], 3: [4, 2], 4: [3, 1]}  # micro batch choices per rank count
 
 
-def job_for(name, stage, ranks, micro):
-    return {
+def job_for(name, stage, ranks, micro, reuse=None):
+    job = {
         "name": name,
         "model": {"arch": "gpt2", "n_layer": CFG["L"], "n_head": CFG["NH"], "n_embd": CFG["C"],
                   "block_size": CFG["T"], "vocab_size": CFG["V"], "init": "init.bin"},
@@ -36,6 +36,9 @@ def job_for(name, stage, ranks, micro):
             "zero_optimization": {"stage": stage},
         },
     }
+    if reuse is not None:
+        job["deepspeed"]["zero_optimization"]["stage3_max_reuse_distance"] = reuse
+    return job
 
 
 def expected_model_states(stage, n, psi):
@@ -53,9 +56,9 @@ def main():
         zu.write_shard(f"{tmp}/data/t_001.bin", rng.integers(0, CFG["V"], 900))
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=5))
 
-        def run(stage, ranks, micro):
-            name = f"s{stage}_r{ranks}_m{micro}"
-            zu.write_job(f"{tmp}/{name}.json", job_for(name, stage, ranks, micro))
+        def run(stage, ranks, micro, reuse=None):
+            name = f"s{stage}_r{ranks}_m{micro}" + ("" if reuse is None else f"_reuse{reuse}")
+            zu.write_job(f"{tmp}/{name}.json", job_for(name, stage, ranks, micro, reuse))
             r = zu.run_zctl(["run", f"{tmp}/{name}.json"], cwd=tmp,
                             env={"OMP_NUM_THREADS": "1", "ZT_PARAM_DIGEST": "1"})
             if r.returncode != 0:
@@ -119,6 +122,19 @@ def main():
                 failures.append(f"{name}: model states {ms} B, formula {exp:.0f} B")
             if not comm_ok:
                 failures.append(f"{name}: comm bytes {cb}, expected about {comm_exp:.0f}")
+        # stage 3 with release-after-use (stage3_max_reuse_distance 0): every unit is gathered
+        # for its forward and again for its backward, so a step sends 3 Psi (ring factor
+        # included) up to the small final unit that stays resident across the turn
+        for ranks, micro in ((2, 6), (4, 3)):
+            name, steps, params, digests = run(3, ranks, micro, reuse=0)
+            worst = max(abs(float(s["loss"]) - b) / b for s, b in zip(steps, base_losses))
+            cb = int(steps[-1]["comm_bytes"])
+            unit = psi * 4 * (ranks - 1) / ranks
+            print(f"{name}: loss rel {worst:.1e}, comm {cb / unit:.3f} x 4Psi(N-1)/N (expected 3.0)")
+            if worst > 1e-5 or len(set(digests)) != 1:
+                failures.append(f"{name}: loss rel {worst:.2e}, digests {digests}")
+            if abs(cb - 3 * unit) > 0.05 * 3 * unit:
+                failures.append(f"{name}: comm bytes {cb}, expected 3 Psi = {3 * unit:.0f}")
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))
         sys.exit(1)
