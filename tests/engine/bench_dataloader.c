@@ -12,27 +12,11 @@
 #include "common/timeutil.h"
 #include "engine/dataloader.h"
 #include "tests/test.h"
-
-static char tmpdir[256];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void cleanup(void)
-{
-    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+#include "tests/tmpdir.h"
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/zt_bench_dataloader_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
-    atexit(cleanup);
+    if (tmpdir_create("zt_bench_dataloader") != 0) return 1;
     const int nshards = 8;
     const size_t per = 2500000; /* 20M tokens, 40 MB */
     uint16_t *tok = malloc(per * sizeof(*tok));

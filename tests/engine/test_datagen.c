@@ -16,30 +16,7 @@
 #include "engine/datagen.h"
 #include "engine/dataloader.h"
 #include "tests/test.h"
-
-static char tmpdir[256];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void cleanup(void)
-{
-    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *path_of(const char *name)
-{
-    static char buf[8][1024];
-    static int n;
-    char *b = buf[n++ % 8];
-    snprintf(b, 1024, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "tests/tmpdir.h"
 
 static unsigned char *slurp(const char *p, long *n)
 {
@@ -420,12 +397,10 @@ static void test_tokenize(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/zt_test_datagen_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
+    if (tmpdir_create("zt_test_datagen") != 0) {
         perror("mkdtemp");
         return 1;
     }
-    atexit(cleanup);
     printf("markov chain\n");
     test_chain();
     printf("synth\n");

@@ -16,30 +16,7 @@
 #include "common/timeutil.h"
 #include "engine/dataloader.h"
 #include "tests/test.h"
-
-static char tmpdir[256];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void cleanup(void)
-{
-    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *path_of(const char *name)
-{
-    static char buf[4][512];
-    static int n;
-    char *b = buf[n++ % 4];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "tests/tmpdir.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint32_t next_u32(void)
@@ -511,12 +488,10 @@ static void test_speed(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/zt_test_dataloader_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
+    if (tmpdir_create("zt_test_dataloader") != 0) {
         perror("mkdtemp");
         return 1;
     }
-    atexit(cleanup);
     printf("round trip\n");
     test_round_trip();
     printf("multi-shard numbering and micro-batches\n");

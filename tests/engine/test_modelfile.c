@@ -13,30 +13,7 @@
 #include "common/alloc.h"
 #include "engine/modelfile.h"
 #include "tests/test.h"
-
-static char tmpdir[256];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void cleanup(void)
-{
-    if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *path_of(const char *name)
-{
-    static char buf[4][512];
-    static int n;
-    char *b = buf[n++ % 4];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "tests/tmpdir.h"
 
 static const zt_model_shape small = {.max_seq_len = 8,
                                      .vocab_size = 10,
@@ -399,12 +376,10 @@ static void test_streaming(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/zt_test_modelfile_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
+    if (tmpdir_create("zt_test_modelfile") != 0) {
         perror("mkdtemp");
         return 1;
     }
-    atexit(cleanup);
     printf("tensor sizes\n");
     test_sizes();
     printf("round trips\n");
