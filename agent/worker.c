@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "agent/agent_int.h"
+#include "common/netutil.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -278,57 +279,6 @@ static void on_spec(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
     ag_worker_unref(w);
 }
 
-/* A free TCP port for rank 0 on the advertise host (loopback hosts bind there, others on
- * every address, as the engine does); -1 with errno on failure. */
-static int free_port(const char *host)
-{
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int family = AF_INET;
-    bool loopback = false;
-    if (getaddrinfo(host, "0", &hints, &res) == 0 && res) {
-        family = res->ai_family;
-        if (family == AF_INET)
-            loopback = (ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr) >> 24) == 127;
-        else if (family == AF_INET6)
-            loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr);
-    }
-    int fd = socket(family, SOCK_STREAM, 0);
-    int port = -1;
-    if (fd >= 0) {
-        struct sockaddr_storage ss;
-        socklen_t len;
-        memset(&ss, 0, sizeof(ss));
-        if (loopback && res) {
-            memcpy(&ss, res->ai_addr, res->ai_addrlen);
-            len = res->ai_addrlen;
-        } else if (family == AF_INET6) {
-            ((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
-            ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
-            len = sizeof(struct sockaddr_in6);
-        } else {
-            ((struct sockaddr_in *)&ss)->sin_family = AF_INET;
-            ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
-            len = sizeof(struct sockaddr_in);
-        }
-        if (family == AF_INET6)
-            ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
-        else
-            ((struct sockaddr_in *)&ss)->sin_port = 0;
-        if (bind(fd, (struct sockaddr *)&ss, len) == 0 &&
-            getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
-            port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                            : ((struct sockaddr_in *)&ss)->sin_port);
-        int e = errno;
-        close(fd);
-        errno = e;
-    }
-    if (res) freeaddrinfo(res);
-    return port;
-}
-
 static bool rdzv_value_ok(const uint8_t *v, size_t n)
 {
     if (n < 8 || n >= 300 || memcmp(v, "tcp://", 6) != 0) return false;
@@ -392,7 +342,7 @@ static void rdzv_start(ag_worker *w)
     int timeout = 10000;
     if (w->rank == 0) {
         if (!w->rendezvous[0]) {
-            int port = free_port(a->cfg.advertise_host);
+            int port = zt_net_pick_port(a->cfg.advertise_host);
             if (port <= 0) {
                 char why[512];
                 snprintf(why, sizeof(why), "no free TCP port for the rendezvous on %s: %s",

@@ -99,6 +99,24 @@ zt_status zt_cli_call(zt_rpc_client *c, const char *method, const ProtobufCMessa
     zt_rpc_code cd = ZT_RPC_OK;
     zt_err err = {0};
     zt_status st = zt_rpc_unary(c, path, req, reply_type, reply, CALL_TIMEOUT_MS, &cd, &err);
+    if (st != ZT_OK && cd == ZT_RPC_UNAVAILABLE && strstr(zt_err_msg(&err), "failed to connect")) {
+        /* the connection was never made, so the request was never delivered: one more try on a
+         * channel that waits for the coordinator (a loaded machine, a coordinator starting up),
+         * bounded to a second and a half */
+        zt_rpc_client *patient = zt_cli_connect_opts(true);
+        if (patient) {
+            zt_rpc_code cd2 = ZT_RPC_OK;
+            zt_err err2 = {0};
+            zt_status st2 = zt_rpc_unary(patient, path, req, reply_type, reply, 1500, &cd2, &err2);
+            zt_rpc_client_destroy(patient);
+            /* still no coordinator: keep the first error, which says why the connection failed */
+            if (st2 == ZT_OK || cd2 != ZT_RPC_DEADLINE_EXCEEDED) {
+                st = st2;
+                cd = cd2;
+                err = err2;
+            }
+        }
+    }
     if (code) *code = cd;
     if (st != ZT_OK) zt_cli_rpc_error(method, st, cd, &err);
     return st;

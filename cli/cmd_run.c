@@ -6,13 +6,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,6 +19,7 @@
 #include "cli/commands.h"
 #include "common/alloc.h"
 #include "common/jobfile.h"
+#include "common/netutil.h"
 #include "common/timeutil.h"
 #include "engine/ckpt.h"
 #include "engine/engine.h"
@@ -85,24 +84,6 @@ static const char *find_worker(char *buf, size_t n)
         }
     }
     return "zworker"; /* from PATH */
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t al = sizeof(a);
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &al) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
 }
 
 static int mkdirs(const char *path)
@@ -384,12 +365,18 @@ int zt_cmd_run(int argc, char **argv)
         nproc = job->resources.ranks;
     char step_dir[ZT_PATH_MAX];
     if (resume) {
+        zt_ckpt *ck = NULL;
+        /* every shard present, of the recorded size, with a header that agrees with
+         * meta.json (the workers verify the checksums as they load) */
         if (zt_ckpt_resolve(resume, step_dir, sizeof(step_dir), &err) != ZT_OK ||
+            zt_ckpt_open(&ck, step_dir, &err) != ZT_OK ||
             zt_ckpt_adapt_job(job, step_dir, nproc, &err) != ZT_OK) {
+            zt_ckpt_close(ck);
             zt_cli_error("%s", zt_err_msg(&err));
             zt_free(job);
             return 2;
         }
+        zt_ckpt_close(ck);
         resume = step_dir;
     } else if (zt_job_resolve_batch(job, nproc, &err) != ZT_OK) {
         zt_cli_error("%s", zt_err_msg(&err));
@@ -417,7 +404,7 @@ int zt_cmd_run(int argc, char **argv)
 
     char wbuf[PATH_MAX];
     const char *worker = find_worker(wbuf, sizeof(wbuf));
-    int port = free_port();
+    int port = zt_net_pick_port("127.0.0.1");
     if (port < 0) {
         zt_cli_error("cannot find a free loopback port for the rendezvous: %s", strerror(errno));
         return 1;

@@ -28,6 +28,19 @@ def job(name, steps=100000):
 
 
 def free_port():
+    """A free port below the kernel's ephemeral range, so that other processes' outgoing
+    connections cannot take it before rank 0 binds it (as zctl run and zagent pick)."""
+    import random
+    for _ in range(64):
+        p = random.randint(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            continue
+        finally:
+            s.close()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     p = s.getsockname()[1]
