@@ -27,6 +27,19 @@ def _die_with_parent():
 
 
 def free_port():
+    """A port free now, drawn below the kernel's ephemeral range so that other processes'
+    outgoing connections cannot take it before the server binds it."""
+    import random
+    for _ in range(64):
+        port = random.randint(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
