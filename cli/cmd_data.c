@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cliopt.h"
 #include "cli/commands.h"
 #include "engine/datagen.h"
 
@@ -55,56 +57,6 @@ static const char tokenize_usage[] =
     "  --shard-tokens N     at most N tokens per shard (default 100000000)\n"
     "  -o json              (global) print one JSON object\n";
 
-/* Matches "--name VALUE" or "--name=VALUE"; advances *i past what it used. */
-static int take_opt(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *value = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) {
-        zt_cli_error("%s needs a value", name);
-        return -1;
-    }
-    *value = argv[++*i];
-    return 1;
-}
-
-/* Parses a non-negative integer with an optional k/M/G (decimal) suffix. */
-static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (!*s || *s == '-' || *s == '+') goto bad;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) goto bad;
-    uint64_t mul = 1;
-    if (*end == 'k' || *end == 'K')
-        mul = 1000, end++;
-    else if (*end == 'M')
-        mul = 1000000, end++;
-    else if (*end == 'G')
-        mul = 1000000000, end++;
-    if (*end != '\0' || (mul > 1 && v > max / mul) || v * mul > max) goto bad;
-    *out = v * mul;
-    return 0;
-bad:
-    zt_cli_error("%s takes a whole number from 0 to %" PRIu64 ", not '%s'", opt, max, s);
-    return -1;
-}
-
-static int parse_int(const char *opt, const char *s, int *out)
-{
-    uint64_t v;
-    if (parse_u64(opt, s, 2147483647, &v) != 0) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 static int parse_fraction(const char *opt, const char *s, double *out)
 {
     char *end;
@@ -116,6 +68,12 @@ static int parse_fraction(const char *opt, const char *s, double *out)
     }
     *out = v;
     return 0;
+}
+
+/* Exit code of a failed run: 2 for options that do not go together, 1 for the rest. */
+static int usage_status(zt_status st)
+{
+    return st == ZT_ERR_INVALID || st == ZT_ERR_CONFIG ? 2 : 1;
 }
 
 static int print_json(json_t *obj)
@@ -174,26 +132,26 @@ static int cmd_synth(int argc, char **argv)
         const char *v = NULL;
         int rc;
         uint64_t u;
-        if ((rc = take_opt(argc, argv, &i, "--out", &v)) != 0) {
+        if ((rc = zt_cli_take_opt(argc, argv, &i, "--out", &v)) != 0) {
             o.out_dir = v;
-        } else if ((rc = take_opt(argc, argv, &i, "--prefix", &v)) != 0) {
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--prefix", &v)) != 0) {
             o.prefix = v;
-        } else if ((rc = take_opt(argc, argv, &i, "--vocab", &v)) != 0) {
-            if (rc > 0 && parse_int("--vocab", v, &o.vocab) != 0) return 2;
-        } else if ((rc = take_opt(argc, argv, &i, "--active-vocab", &v)) != 0) {
-            if (rc > 0 && parse_int("--active-vocab", v, &o.active_vocab) != 0) return 2;
-        } else if ((rc = take_opt(argc, argv, &i, "--successors", &v)) != 0) {
-            if (rc > 0 && parse_int("--successors", v, &o.successors) != 0) return 2;
-        } else if ((rc = take_opt(argc, argv, &i, "--train-tokens", &v)) != 0) {
-            if (rc > 0 && parse_u64("--train-tokens", v, UINT64_MAX, &o.train_tokens) != 0)
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--vocab", &v)) != 0) {
+            if (rc > 0 && zt_cli_parse_int("--vocab", v, 0, INT_MAX, &o.vocab) != 0) return 2;
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--active-vocab", &v)) != 0) {
+            if (rc > 0 && zt_cli_parse_int("--active-vocab", v, 0, INT_MAX, &o.active_vocab) != 0) return 2;
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--successors", &v)) != 0) {
+            if (rc > 0 && zt_cli_parse_int("--successors", v, 0, INT_MAX, &o.successors) != 0) return 2;
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--train-tokens", &v)) != 0) {
+            if (rc > 0 && zt_cli_parse_u64("--train-tokens", v, UINT64_MAX, &o.train_tokens) != 0)
                 return 2;
-        } else if ((rc = take_opt(argc, argv, &i, "--val-tokens", &v)) != 0) {
-            if (rc > 0 && parse_u64("--val-tokens", v, UINT64_MAX, &o.val_tokens) != 0) return 2;
-        } else if ((rc = take_opt(argc, argv, &i, "--shards", &v)) != 0) {
-            if (rc > 0 && parse_int("--shards", v, &o.shards) != 0) return 2;
-        } else if ((rc = take_opt(argc, argv, &i, "--seed", &v)) != 0) {
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--val-tokens", &v)) != 0) {
+            if (rc > 0 && zt_cli_parse_u64("--val-tokens", v, UINT64_MAX, &o.val_tokens) != 0) return 2;
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--shards", &v)) != 0) {
+            if (rc > 0 && zt_cli_parse_int("--shards", v, 0, INT_MAX, &o.shards) != 0) return 2;
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--seed", &v)) != 0) {
             if (rc > 0) {
-                if (parse_u64("--seed", v, INT64_MAX, &u) != 0) return 2;
+                if (zt_cli_parse_u64("--seed", v, INT64_MAX, &u) != 0) return 2;
                 o.seed = u;
             }
         } else {
@@ -208,7 +166,7 @@ static int cmd_synth(int argc, char **argv)
     if (zt_datagen_synth(&o, &r, &err) != ZT_OK) {
         zt_cli_error("data synth: %s", zt_err_msg(&err));
         zt_datagen_result_free(&r);
-        return 1;
+        return usage_status(err.status);
     }
     int rc = 0;
     if (zt_cli.json) {
@@ -242,14 +200,14 @@ static int cmd_tokenize(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int rc;
-        if ((rc = take_opt(argc, argv, &i, "--out", &v)) != 0) {
+        if ((rc = zt_cli_take_opt(argc, argv, &i, "--out", &v)) != 0) {
             o.out_dir = v;
-        } else if ((rc = take_opt(argc, argv, &i, "--prefix", &v)) != 0) {
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--prefix", &v)) != 0) {
             o.prefix = v;
-        } else if ((rc = take_opt(argc, argv, &i, "--val-fraction", &v)) != 0) {
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--val-fraction", &v)) != 0) {
             if (rc > 0 && parse_fraction("--val-fraction", v, &o.val_fraction) != 0) return 2;
-        } else if ((rc = take_opt(argc, argv, &i, "--shard-tokens", &v)) != 0) {
-            if (rc > 0 && parse_u64("--shard-tokens", v, UINT64_MAX, &o.shard_tokens) != 0)
+        } else if ((rc = zt_cli_take_opt(argc, argv, &i, "--shard-tokens", &v)) != 0) {
+            if (rc > 0 && zt_cli_parse_u64("--shard-tokens", v, UINT64_MAX, &o.shard_tokens) != 0)
                 return 2;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             zt_cli_error("data tokenize: unknown option '%s'; see 'zctl data tokenize --help'",
@@ -275,7 +233,7 @@ static int cmd_tokenize(int argc, char **argv)
     if (zt_datagen_tokenize(&o, &r, &err) != ZT_OK) {
         zt_cli_error("data tokenize: %s", zt_err_msg(&err));
         zt_datagen_result_free(&r);
-        return 1;
+        return usage_status(err.status);
     }
     int rc = 0;
     if (zt_cli.json) {

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cliopt.h"
 #include "cli/commands.h"
 #include "common/alloc.h"
 #include "common/jobfile.h"
@@ -36,7 +37,9 @@ typedef struct rank_proc {
     char *partial[2];   /* unterminated line per stream */
     size_t partial_len[2];
     char *tail[TAIL_LINES];
+    bool tail_shown[TAIL_LINES]; /* already printed on the terminal */
     int tail_next;
+    bool stopped;                /* zctl sent it SIGTERM or SIGKILL */
     int exited;
     int status;
 } rank_proc;
@@ -195,10 +198,11 @@ static void progress_step_line(progress *p, const char *line)
 
 /* ---- output handling ---- */
 
-static void keep_tail(rank_proc *r, const char *line)
+static void keep_tail(rank_proc *r, const char *line, bool shown)
 {
     zt_free(r->tail[r->tail_next]);
     r->tail[r->tail_next] = zt_strdup(line);
+    r->tail_shown[r->tail_next] = shown;
     r->tail_next = (r->tail_next + 1) % TAIL_LINES;
 }
 
@@ -208,9 +212,9 @@ static void handle_line(rank_proc *r, int rank, int stream, const char *line, pr
         fprintf(r->log, "%s\n", line);
         fflush(r->log);
     }
-    keep_tail(r, line);
     bool is_step = stream == 0 && strncmp(line, "step=", 5) == 0;
     if (rank == 0 && is_step) {
+        keep_tail(r, line, !p->tty);
         progress_step_line(p, line);
         if (p->tty) {
             progress_draw(p);
@@ -223,7 +227,9 @@ static void handle_line(rank_proc *r, int rank, int stream, const char *line, pr
     /* logs: on a terminal only warnings and errors (above the bar); otherwise rank 0's log
      * and every rank's warnings and errors */
     bool important = strstr(line, " WARN ") || strstr(line, " ERROR ");
-    if (p->tty ? important : (rank == 0 || important)) {
+    bool show = p->tty ? important : (rank == 0 || important);
+    keep_tail(r, line, show);
+    if (show) {
         progress_clear(p);
         fprintf(stderr, "%s\n", line);
         fflush(stderr);
@@ -275,9 +281,20 @@ static void describe_exit(int status, char *buf, size_t n)
         snprintf(buf, n, "ended with status %d", status);
 }
 
+/* Asks every live rank to stop (SIGTERM; SIGKILL after the deadline). */
+static void stop_all(rank_proc *rp, int started, int sig)
+{
+    for (int r = 0; r < started; r++) {
+        if (!rp[r].exited) {
+            kill(rp[r].pid, sig);
+            rp[r].stopped = true;
+        }
+    }
+}
+
 static pid_t spawn(const char *worker, const char *job, const char *resume, int rank, int world,
-                   const char *rdzv, const char *session, const char *timeout, int out[2],
-                   int errp[2])
+                   const char *rdzv, const char *session, const char *timeout,
+                   const char *threads, int out[2], int errp[2])
 {
     pid_t pid = fork();
     if (pid != 0)
@@ -299,6 +316,8 @@ static pid_t spawn(const char *worker, const char *job, const char *resume, int 
     setenv("ZT_SESSION", session, 1);
     if (timeout)
         setenv("ZT_COMM_TIMEOUT_MS", timeout, 1);
+    if (threads)
+        setenv("OMP_NUM_THREADS", threads, 1);
     unsetenv("ZT_REPORT_FD");
     if (resume)
         execlp(worker, worker, "--resume", resume, job, (char *)NULL);
@@ -314,26 +333,24 @@ int zt_cmd_run(int argc, char **argv)
     int nproc = 0;
     const char *job_path = NULL, *resume = NULL, *log_dir = NULL, *timeout = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        int m;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
-        } else if ((strcmp(a, "--nproc") == 0 || strcmp(a, "-n") == 0) && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 4096) {
-                zt_cli_error("--nproc takes a rank count from 1 to 4096, not \"%s\"", argv[i]);
+        } else if ((m = zt_cli_take_opt(argc, argv, &i, "--nproc", &v)) != 0 ||
+                   (m = zt_cli_take_opt(argc, argv, &i, "-n", &v)) != 0) {
+            if (m < 0 || zt_cli_parse_int("--nproc", v, 1, 4096, &nproc) != 0)
                 return 2;
-            }
-            nproc = (int)v;
-        } else if (strncmp(a, "--nproc=", 8) == 0) {
-            nproc = atoi(a + 8);
-        } else if (strcmp(a, "--resume") == 0 && i + 1 < argc) {
-            resume = argv[++i];
-        } else if (strcmp(a, "--log-dir") == 0 && i + 1 < argc) {
-            log_dir = argv[++i];
-        } else if (strcmp(a, "--timeout-ms") == 0 && i + 1 < argc) {
-            timeout = argv[++i];
+        } else if ((m = zt_cli_take_opt(argc, argv, &i, "--resume", &resume)) != 0 ||
+                   (m = zt_cli_take_opt(argc, argv, &i, "--log-dir", &log_dir)) != 0) {
+            if (m < 0)
+                return 2;
+        } else if ((m = zt_cli_take_opt(argc, argv, &i, "--timeout-ms", &v)) != 0) {
+            int ms;
+            if (m < 0 || zt_cli_parse_int("--timeout-ms", v, 1, INT_MAX, &ms) != 0)
+                return 2;
+            timeout = v;
         } else if (a[0] == '-') {
             zt_cli_error("run: unknown option %s; see 'zctl run --help'", a);
             return 2;
@@ -409,8 +426,17 @@ int zt_cmd_run(int argc, char **argv)
         zt_cli_error("cannot find a free loopback port for the rendezvous: %s", strerror(errno));
         return 1;
     }
-    char rdzv[64], session[64];
+    char rdzv[64], session[64], threads_buf[24];
     snprintf(rdzv, sizeof(rdzv), "tcp://127.0.0.1:%d", port);
+    /* the ranks share this machine's cores: each gets its share of threads, as zagent gives
+     * each slot, unless the user chose a number */
+    const char *threads = NULL;
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (!(omp && *omp)) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        snprintf(threads_buf, sizeof(threads_buf), "%ld", cpus > nproc ? cpus / nproc : 1);
+        threads = threads_buf;
+    }
     snprintf(session, sizeof(session), "run-%d-%lld", (int)getpid(), (long long)zt_wall_ms());
 
     struct sigaction sa;
@@ -438,7 +464,8 @@ int zt_cmd_run(int argc, char **argv)
         char lp[ZT_PATH_MAX + 64];
         snprintf(lp, sizeof(lp), "%s/rank_%05d.log", logs, r);
         rp[r].log = fopen(lp, "w");
-        rp[r].pid = spawn(worker, job_path, resume, r, nproc, rdzv, session, timeout, out, errp);
+        rp[r].pid =
+            spawn(worker, job_path, resume, r, nproc, rdzv, session, timeout, threads, out, errp);
         close(out[1]);
         close(errp[1]);
         if (rp[r].pid < 0) {
@@ -464,18 +491,13 @@ int zt_cmd_run(int argc, char **argv)
         if (got_signal && kill_deadline == 0) {
             progress_clear(&prog);
             fprintf(stderr, "zctl run: interrupted; stopping the workers\n");
-            for (int r = 0; r < started; r++)
-                if (!rp[r].exited)
-                    kill(rp[r].pid, SIGTERM);
+            stop_all(rp, started, SIGTERM);
             kill_deadline = zt_now_s() + 5;
             interrupted = true;
             rc = 130;
         }
-        if (kill_deadline > 0 && zt_now_s() > kill_deadline) {
-            for (int r = 0; r < started; r++)
-                if (!rp[r].exited)
-                    kill(rp[r].pid, SIGKILL);
-        }
+        if (kill_deadline > 0 && zt_now_s() > kill_deadline)
+            stop_all(rp, started, SIGKILL);
         int np = 0;
         int map[2 * 4096][2];
         for (int r = 0; r < started; r++) {
@@ -532,18 +554,20 @@ int zt_cmd_run(int argc, char **argv)
             alive--;
             bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
             /* zworker exits 3 when a peer failed: those are consequences; report the rank
-             * whose own failure started it when it shows up */
+             * whose own failure started it when it shows up. A rank that died of the signal
+             * zctl sent it to stop is never the cause (a hung rank's peers time out, exit 3
+             * and name it; then zctl kills it). */
             bool peer = WIFEXITED(status) && WEXITSTATUS(status) == 3;
+            bool ours = rp[r].stopped && WIFSIGNALED(status) &&
+                        (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL);
             bool first_was_peer = first_fail >= 0 && WIFEXITED(failed_status) &&
                                   WEXITSTATUS(failed_status) == 3;
-            if (!ok && (first_fail < 0 || (first_was_peer && !peer)) && !interrupted) {
+            if (!ok && !ours && !interrupted && (first_fail < 0 || (first_was_peer && !peer))) {
                 first_fail = r;
                 failed_status = status;
             }
             if (!ok && kill_deadline == 0) {
-                for (int o = 0; o < started; o++)
-                    if (!rp[o].exited)
-                        kill(rp[o].pid, SIGTERM);
+                stop_all(rp, started, SIGTERM);
                 kill_deadline = zt_now_s() + 10;
             }
         }
@@ -555,14 +579,25 @@ int zt_cmd_run(int argc, char **argv)
     if (first_fail >= 0) {
         char how[128];
         describe_exit(failed_status, how, sizeof(how));
-        fprintf(stderr, "zctl run: rank %d %s; the other ranks were stopped.\n", first_fail, how);
-        fprintf(stderr, "last lines of rank %d (full log: %s/rank_%05d.log):\n", first_fail, logs,
-                first_fail);
+        bool lost_peer = WIFEXITED(failed_status) && WEXITSTATUS(failed_status) == 3;
+        fprintf(stderr, "zctl run: rank %d %s%s; the other ranks were stopped.\n", first_fail,
+                how, lost_peer ? " (it lost a peer; its last lines say which)" : "");
+        /* the lines not already shown above the bar or in the pass-through */
         rank_proc *f = &rp[first_fail];
-        for (int i = 0; i < TAIL_LINES; i++) {
-            const char *l = f->tail[(f->tail_next + i) % TAIL_LINES];
-            if (l)
-                fprintf(stderr, "  %s\n", l);
+        int unshown = 0;
+        for (int i = 0; i < TAIL_LINES; i++)
+            unshown += f->tail[i] && !f->tail_shown[i];
+        if (unshown) {
+            fprintf(stderr, "last lines of rank %d (full log: %s/rank_%05d.log):\n", first_fail,
+                    logs, first_fail);
+            for (int i = 0; i < TAIL_LINES; i++) {
+                int k = (f->tail_next + i) % TAIL_LINES;
+                if (f->tail[k] && !f->tail_shown[k])
+                    fprintf(stderr, "  %s\n", f->tail[k]);
+            }
+        } else {
+            fprintf(stderr, "its last lines are above (full log: %s/rank_%05d.log)\n", logs,
+                    first_fail);
         }
         rc = WIFEXITED(failed_status) ? WEXITSTATUS(failed_status) : 128 + WTERMSIG(failed_status);
         if (rc == 0)

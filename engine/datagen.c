@@ -683,14 +683,14 @@ zt_status zt_datagen_tokenize(const zt_tokenize_opts *o, zt_datagen_result *r, z
     struct stat sb;
     if (fstat(fileno(br.f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         st = zt_err_set(
-            err, ZT_ERR_INVALID,
+            err, ZT_ERR_FORMAT,
             "input %s is not a regular file; give a text file (save a stream to a file first)",
             o->input);
         goto out;
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size == 0) {
-        st = zt_err_set(err, ZT_ERR_INVALID, "input %s is empty; there is nothing to tokenize",
+        st = zt_err_set(err, ZT_ERR_FORMAT, "input %s is empty; there is nothing to tokenize",
                         o->input);
         goto out;
     }

@@ -88,7 +88,7 @@ hard=$(sed -n 's/^entropy floor: \([0-9.]*\) nats.*/\1/p' synth_hard.out)
 "$PY" -c "import sys; sys.exit(0 if float('$hard') > float('$floor') + 0.5 else 1)" ||
     fail "synth: --successors 16 floor $hard is not above the default's $floor"
 [ -e hard/synth_val_000.bin ] && fail "synth: --val-tokens 0 still wrote a val shard"
-run synth_badk 1 "$ZCTL" data synth --out bad --active-vocab 8 --successors 9
+run synth_badk 2 "$ZCTL" data synth --out bad --active-vocab 8 --successors 9
 has synth_badk.err "--successors 9"
 run synth_badnum 2 "$ZCTL" data synth --train-tokens lots
 has synth_badnum.err "--train-tokens takes a whole number"
@@ -143,7 +143,7 @@ run tok_unwritable 1 "$ZCTL" data tokenize input.txt --out afile/sub
 has tok_unwritable.err "afile"
 run tok_noinput 2 "$ZCTL" data tokenize
 has tok_noinput.err "name the INPUT file"
-run tok_frac 1 "$ZCTL" data tokenize input.txt --val-fraction 1.5
+run tok_frac 2 "$ZCTL" data tokenize input.txt --val-fraction 1.5
 has tok_frac.err "--val-fraction 1.5"
 run tok_two 2 "$ZCTL" data tokenize input.txt input.txt
 run tok_help 0 "$ZCTL" data tokenize --help

@@ -361,12 +361,12 @@ static void test_tokenize(void)
     f = fopen(path_of("empty.txt"), "wb");
     fclose(f);
     o.input = path_of("empty.txt");
-    ASSERT_EQ_INT(zt_datagen_tokenize(&o, &r, &err), ZT_ERR_INVALID);
+    ASSERT_EQ_INT(zt_datagen_tokenize(&o, &r, &err), ZT_ERR_FORMAT);
     ASSERT_CONTAINS(err.msg, "empty.txt");
     ASSERT_CONTAINS(err.msg, "empty");
     printf("  ok: %s\n", err.msg);
     o.input = tmpdir;
-    ASSERT_EQ_INT(zt_datagen_tokenize(&o, &r, &err), ZT_ERR_INVALID);
+    ASSERT_EQ_INT(zt_datagen_tokenize(&o, &r, &err), ZT_ERR_FORMAT);
     ASSERT_CONTAINS(err.msg, "not a regular file");
     o.input = path_of("corpus.txt");
     o.out_dir = path_of("corpus.txt/out"); /* unwritable: through a regular file */
