@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "common/alloc.h"
+#include "common/log.h"
 #include "engine/dataloader.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -419,5 +420,8 @@ zt_status zt_modelfile_check_shape(const zt_model_shape *file, const zt_model_cf
             err, ZT_ERR_CONFIG,
             "init file %s does not match the job's model: %s; fix model.* in the job file or use an init file of this shape",
             path, diff);
+    if (file->max_seq_len > cfg->block_size)
+        ZT_INFO("engine", "init file %s: using the first %d of its %d position embeddings (block_size %d)",
+                path, cfg->block_size, file->max_seq_len, cfg->block_size);
     return ZT_OK;
 }

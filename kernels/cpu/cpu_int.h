@@ -33,6 +33,10 @@ float *zt_cpu_scratch(zt_kctx *ctx, size_t nfloats);
  * region costs more than it saves, else ctx->nthreads. */
 int zt_cpu_threads_for(const zt_kctx *ctx, size_t n);
 
+/* dnnl_sgemm calls that failed since the last call (and the oneDNN status of the first);
+ * resets the count. Thread-safe. The context's sync turns a non-zero count into an error. */
+long zt_cpu_take_sgemm_failures(int *first_status);
+
 /* gpt2_cpu.c */
 void zt_cpu_encoder_forward(zt_kctx *ctx, float *out, const int32_t *inp, const float *wte,
                             const float *wpe, int B, int T, int C);

@@ -6,24 +6,38 @@
 #include <math.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "cpu_int.h"
 #include "vmath.h"
 
+/* Failed sgemm calls since the last sync (zt_cpu_take_sgemm_failures); any thread may add. */
+static _Atomic long sgemm_failures;
+static _Atomic int sgemm_first_status;
+
+long zt_cpu_take_sgemm_failures(int *first_status)
+{
+    long n = atomic_exchange(&sgemm_failures, 0);
+    *first_status = atomic_load(&sgemm_first_status);
+    return n;
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C through oneDNN. oneDNN runs it on the OpenMP
- * threads of the calling thread, or on this thread alone inside a parallel region. */
+ * threads of the calling thread, or on this thread alone inside a parallel region. A failure
+ * is logged once and counted: the next sync of the context fails the step. */
 static void sgemm(char ta, char tb, size_t M, size_t N, size_t K, float alpha, const float *A,
                   size_t lda, const float *B, size_t ldb, float beta, float *C, size_t ldc)
 {
     if (M == 0 || N == 0 || (K == 0 && beta == 1.0f)) return;
     dnnl_status_t st = dnnl_sgemm(ta, tb, (dnnl_dim_t)M, (dnnl_dim_t)N, (dnnl_dim_t)K, alpha, A,
                                   (dnnl_dim_t)lda, B, (dnnl_dim_t)ldb, beta, C, (dnnl_dim_t)ldc);
-    if (st != dnnl_success) {
+    if (st != dnnl_success && atomic_fetch_add(&sgemm_failures, 1) == 0) {
+        atomic_store(&sgemm_first_status, (int)st);
         ZT_ERROR(
             "kernels",
-            "dnnl_sgemm(%c, %c, M=%zu, N=%zu, K=%zu, lda=%zu, ldb=%zu, ldc=%zu) failed with oneDNN status %d; the result is wrong, report this as a bug",
+            "dnnl_sgemm(%c, %c, M=%zu, N=%zu, K=%zu, lda=%zu, ldb=%zu, ldc=%zu) failed with oneDNN status %d; the step fails",
             ta, tb, M, N, K, lda, ldb, ldc, (int)st);
     }
 }

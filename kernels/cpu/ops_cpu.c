@@ -130,10 +130,17 @@ static void *cpu_stream(zt_kctx *ctx)
     return NULL;
 }
 
+/* Everything already ran; what is left to report is a matmul that oneDNN refused. */
 static zt_status cpu_sync(zt_kctx *ctx, zt_err *err)
 {
     (void)ctx;
-    (void)err;
+    int first;
+    long n = zt_cpu_take_sgemm_failures(&first);
+    if (n > 0)
+        return zt_err_set(
+            err, ZT_ERR_INTERNAL,
+            "%ld matrix multiplication(s) failed in oneDNN (first status %d), so this step's results are wrong; the log names the shapes: report it as a bug with that line",
+            n, first);
     return ZT_OK;
 }
 

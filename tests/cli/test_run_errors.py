@@ -47,7 +47,7 @@ def main():
                 failures.append(f"{label}: rc {r.returncode}, wanted {rc} and {needles} in:\n{msg}")
 
         case("malformed", '{\n  "name": "e",\n  "model": {"n_layer": 1,,}\n}',
-             ["malformed.json:3:"])
+             ["malformed.json:3:26:"])
         j = good_job()
         j["deepspeed"]["zero_optimization"] = {"stag": 1}
         case("unknown", j, ["unknown.json:", "zero_optimization.stag", 'did you mean "stage"'])

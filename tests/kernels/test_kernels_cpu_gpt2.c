@@ -990,6 +990,21 @@ static void run_all(int big)
     if (big) test_crossentropy(130, 300, 384);
 }
 
+/* A matmul that oneDNN refuses (a row count beyond what it can index) must not pass silently:
+ * the context's next sync fails, naming what happened, and the one after is clean again. */
+static void test_sgemm_failure_reported(void)
+{
+    zt_err err;
+    zt_err_clear(&err);
+    ASSERT_OK(OPS->sync(CTX, &err));
+    float w[4] = {0}, x[4] = {0}, y[4] = {0};
+    OPS->matmul_forward(CTX, y, x, w, NULL, -1, 2, 2);
+    ASSERT_EQ_INT(OPS->sync(CTX, &err), ZT_ERR_INTERNAL);
+    ASSERT_CONTAINS(err.msg, "failed in oneDNN");
+    printf("  ok: %s\n", err.msg);
+    ASSERT_OK(OPS->sync(CTX, &err));
+}
+
 int main(void)
 {
     OPS = zt_ops_cpu();
@@ -999,6 +1014,7 @@ int main(void)
     printf("cpu ops: %d thread(s)\n", CTX->nthreads);
     test_table_and_memory();
     test_empty();
+    test_sgemm_failure_reported();
     run_all(1);
     if (CTX->nthreads > 1) {
         /* again with every op going parallel, whatever its size */
