@@ -755,7 +755,7 @@ static const keyspec data_keys[] = {SUP("train"), SUP("val")};
 
 static const keyspec train_keys[] = {
     SUP("steps"),          SUP("eval_every"),       SUP("eval_steps"), SUP("checkpoint_every"),
-    SUP("checkpoint_dir"), SUP("keep_checkpoints"),
+    SUP("checkpoint_dir"), SUP("keep_checkpoints"), SUP("comm_timeout_ms"),
 };
 
 static const keyspec resources_keys[] = {SUP("ranks"), SUP("ranks_per_node"), SUP("device")};
@@ -1178,6 +1178,7 @@ static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
     t->eval_steps = 10;
     t->checkpoint_every = 0;
     t->keep_checkpoints = 3;
+    t->comm_timeout_ms = ZT_JOB_DEFAULT_COMM_TIMEOUT_MS;
     json_t *o;
     zt_status st = get_obj(c, root, "train", &o);
     if (st != ZT_OK) return st;
@@ -1190,6 +1191,9 @@ static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
     TRY(get_i64(c, o, "eval_steps", 1, INT64_MAX, &t->eval_steps), out);
     TRY(get_i64(c, o, "checkpoint_every", 0, INT64_MAX, &t->checkpoint_every), out);
     TRY(get_int(c, o, "keep_checkpoints", 0, INT_MAX, &t->keep_checkpoints), out);
+    TRY(get_int(c, o, "comm_timeout_ms", ZT_JOB_MIN_COMM_TIMEOUT_MS, ZT_JOB_MAX_COMM_TIMEOUT_MS,
+                &t->comm_timeout_ms),
+        out);
     bool present;
     TRY(get_path(c, o, "checkpoint_dir", job->base_dir, t->checkpoint_dir, &present), out);
     if (!present) {

@@ -11,6 +11,10 @@
 
 #define ZT_PATH_MAX 1024
 #define ZT_NAME_MAX 128
+/* train.comm_timeout_ms: default and bounds (ms) */
+#define ZT_JOB_DEFAULT_COMM_TIMEOUT_MS 300000
+#define ZT_JOB_MIN_COMM_TIMEOUT_MS 100
+#define ZT_JOB_MAX_COMM_TIMEOUT_MS 86400000
 
 typedef enum { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_ADAM = 1 } zt_optim_type;
 
@@ -50,6 +54,11 @@ typedef struct zt_train_cfg {
     int64_t checkpoint_every; /* 0 = only the final save (default) */
     char checkpoint_dir[ZT_PATH_MAX]; /* resolved; default "<jobdir>/ckpt/<name>" */
     int keep_checkpoints;     /* 0 = keep all; default 3 */
+    /* Per-collective timeout in ms, 100 to 86400000 (24 h); default 300000 (5 minutes). A dead
+     * or hung rank fails every collective that waits for it after this long. The environment's
+     * ZT_COMM_TIMEOUT_MS (which `zctl run --timeout-ms` sets) overrides it for one launch, so
+     * an operator can change it without editing the job. */
+    int comm_timeout_ms;
 } zt_train_cfg;
 
 typedef struct zt_resources_cfg {

@@ -297,6 +297,7 @@ char *zt_job_to_json(const zt_job *job)
     kv_int(&e, "checkpoint_every", t->checkpoint_every);
     kv_str(&e, "checkpoint_dir", t->checkpoint_dir);
     kv_int(&e, "keep_checkpoints", t->keep_checkpoints);
+    kv_int(&e, "comm_timeout_ms", t->comm_timeout_ms);
     close_obj(&e);
 
     open_obj(&e, "resources");

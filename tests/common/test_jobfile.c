@@ -374,6 +374,32 @@ static const bad_case bad_cases[] = {
      "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"eval_steps\": 0},\n" L_DS "}",
      ZT_ERR_CONFIG,
      {"train.eval_steps: must be a positive integer (got 0)"}},
+    {"comm timeout zero",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"comm_timeout_ms\": 0},\n" L_DS "}",
+     ZT_ERR_CONFIG,
+     {"train.comm_timeout_ms: must be an integer from 100 to 86400000 (got 0)"}},
+    {"comm timeout too long",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"comm_timeout_ms\": 9e7},\n" L_DS "}",
+     ZT_ERR_CONFIG,
+     {"train.comm_timeout_ms: must be an integer from 100 to 86400000 (got 9e+07)"}},
+    {"comm timeout fraction",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"comm_timeout_ms\": 1500.5},\n" L_DS
+     "}",
+     ZT_ERR_CONFIG,
+     {"train.comm_timeout_ms: must be an integer from 100 to 86400000 (got 1500.5)"}},
+    {"comm timeout string",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"comm_timeout_ms\": \"5s\"},\n" L_DS
+     "}",
+     ZT_ERR_CONFIG,
+     {"train.comm_timeout_ms: must be an integer from 100 to 86400000 (got \"5s\")"}},
+    {"comm timeout misspelt",
+     "{\n" L_MODEL L_DATA "  \"train\": {\"steps\": 1, @\"comm_timeout\": 5000},\n" L_DS "}",
+     ZT_ERR_CONFIG,
+     {"train.comm_timeout: unknown key", "did you mean \"comm_timeout_ms\"?"}},
+    {"comm timeout in deepspeed",
+     DS(", @\"comm_timeout_ms\": 5000"),
+     ZT_ERR_CONFIG,
+     {"deepspeed.comm_timeout_ms: unknown key"}},
     {"max_restarts negative",
      TOP("  @\"max_restarts\": -1,\n"),
      ZT_ERR_CONFIG,
@@ -689,6 +715,7 @@ static void test_minimal_defaults(void)
     ASSERT_EQ_INT(job.train.checkpoint_every, 0);
     ASSERT_STREQ(job.train.checkpoint_dir, "/base/dir/ckpt/job");
     ASSERT_EQ_INT(job.train.keep_checkpoints, 3);
+    ASSERT_EQ_INT(job.train.comm_timeout_ms, 300000);
     ASSERT_EQ_INT(job.resources.ranks, 1);
     ASSERT_EQ_INT(job.resources.ranks_per_node, 1);
     ASSERT_EQ_INT(job.resources.device, ZT_DEVICE_CPU);
@@ -790,6 +817,7 @@ static void test_full_fixture(void)
     ASSERT_EQ_INT(job.train.checkpoint_every, 25);
     ASSERT_STREQ(job.train.checkpoint_dir, "/tmp/zt-ckpt/full");
     ASSERT_EQ_INT(job.train.keep_checkpoints, 0);
+    ASSERT_EQ_INT(job.train.comm_timeout_ms, 45000);
     ASSERT_EQ_INT(job.resources.ranks, 4);
     ASSERT_EQ_INT(job.resources.ranks_per_node, 2);
     ASSERT_EQ_INT(job.resources.device, ZT_DEVICE_CUDA);
