@@ -461,6 +461,17 @@ void zt_comm_get_stats(const zt_comm *c, zt_comm_stats *out)
     pthread_mutex_unlock(&m->lock);
 }
 
+uint64_t zt_comm_backend_buffer_bytes(const zt_comm_backend *b, int world,
+                                      size_t max_rs_chunk_bytes)
+{
+    return b && b->buffer_bytes && world > 1 ? b->buffer_bytes(world, max_rs_chunk_bytes) : 0;
+}
+
+bool zt_comm_is_broken(const zt_comm *c)
+{
+    return c && zt_comm_get_broken((zt_comm *)c, NULL);
+}
+
 uint64_t zt_comm_last_seq(const zt_comm *c)
 {
     if (!c) return 0;

@@ -18,6 +18,7 @@
 #ifndef ZT_ENGINE_COMM_H
 #define ZT_ENGINE_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,7 +45,9 @@ typedef struct zt_comm_opts {
     const char *rendezvous;
     /* Identifies the run attempt; a peer presenting another session is refused. May be NULL. */
     const char *session;
-    int timeout_ms;     /* per collective and for rendezvous; <= 0: ZT_COMM_TIMEOUT_MS or 300000 */
+    int timeout_ms;     /* per collective and for rendezvous; <= 0: ZT_COMM_TIMEOUT_MS or 300000
+                         * (the engine passes the job's train.comm_timeout_ms when the
+                         * environment does not set one) */
     zt_kctx *kctx;      /* nccl: the compute context whose stream the comm stream syncs with */
     int device;         /* nccl: GPU ordinal */
 } zt_comm_opts;
@@ -87,9 +90,21 @@ zt_status zt_comm_wait(zt_comm *c, zt_comm_req *req, zt_err *err);
 typedef struct zt_comm_stats {
     uint64_t bytes_sent;
     uint64_t collectives;
-    double busy_s; /* time spent inside collectives (wall) */
+    double busy_s;         /* time spent inside collectives (wall) */
+    uint64_t buffer_bytes; /* host memory the backend holds now for staging and scratch (tcp;
+                            * nccl's own buffers live inside the library and are not counted) */
 } zt_comm_stats;
 void zt_comm_get_stats(const zt_comm *c, zt_comm_stats *out);
+
+/* The buffer_bytes a backend will reach in a run of `world` ranks whose largest reduce-scatter
+ * (always in place) receives max_rs_chunk_bytes per rank: what `zctl plan` adds for the
+ * communicator. NULL backend or nccl: 0. No allocation; thread-safe. */
+uint64_t zt_comm_backend_buffer_bytes(const zt_comm_backend *b, int world,
+                                      size_t max_rs_chunk_bytes);
+
+/* True once a collective has failed or the communicator was aborted (every later call fails
+ * fast). Thread-safe; NULL is false. */
+bool zt_comm_is_broken(const zt_comm *c);
 
 /* The last few collectives (kind, count, dtype, sequence, state) as text lines, newest last,
  * for diagnosis after a failure. Returns the number of bytes written (always NUL-terminated). */

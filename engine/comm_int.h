@@ -94,6 +94,8 @@ struct zt_comm_backend {
     void (*wait)(zt_comm *c, zt_comm_req *r);
     /* Frees r->backend_data (may be NULL). */
     void (*req_free)(zt_comm *c, zt_comm_req *r);
+    /* zt_comm_backend_buffer_bytes for this backend (NULL: 0). */
+    uint64_t (*buffer_bytes)(int world, size_t max_rs_chunk_bytes);
 };
 
 /* ---- helpers comm.c gives the backends ---- */

@@ -486,7 +486,7 @@ static zt_status rank0_serve(const zt_comm_opts *opts, const char *session, cons
                                              used ? ", " : "", r);
             st = zt_err_set(
                 err, ZT_ERR_TIMEOUT,
-                "rendezvous %s: only %d of %d ranks joined within %d ms; missing rank(s) %s%s%s; start them with ZT_RENDEZVOUS=%s, or raise the timeout (ZT_COMM_TIMEOUT_MS)",
+                "rendezvous %s: only %d of %d ranks joined within %d ms; missing rank(s) %s%s%s; start them with ZT_RENDEZVOUS=%s, or raise the timeout (train.comm_timeout_ms in the job file, or ZT_COMM_TIMEOUT_MS)",
                 addr, joined + 1, world, timeout_ms, missing,
                 last_refusal[0] ? "; last refusal: " : "", last_refusal, addr);
             goto free_all;

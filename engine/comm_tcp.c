@@ -640,17 +640,17 @@ static zt_status run_xfer(zt_comm *c, tcp_impl *t, zt_comm_req *r, xfer *x, uint
             if (prev_waits)
                 set_blame(
                     b, c, r, t->prev, ZT_ERR_TIMEOUT,
-                    "nothing received from rank %d for %llu ms; rank %d reports it is itself waiting for its predecessor, so a rank further back is stalled (ZT_COMM_TIMEOUT_MS sets the limit)",
+                    "nothing received from rank %d for %llu ms; rank %d reports it is itself waiting for its predecessor, so a rank further back is stalled (train.comm_timeout_ms in the job file or ZT_COMM_TIMEOUT_MS sets the limit)",
                     t->prev, idle_ms, t->prev);
             else
                 set_blame(
                     b, c, r, t->prev, ZT_ERR_TIMEOUT,
-                    "nothing received from rank %d for %llu ms (it is stalled, hung, or has not called this collective; ZT_COMM_TIMEOUT_MS sets the limit)",
+                    "nothing received from rank %d for %llu ms (it is stalled, hung, or has not called this collective; train.comm_timeout_ms in the job file or ZT_COMM_TIMEOUT_MS sets the limit)",
                     t->prev, idle_ms);
         } else {
             set_blame(
                 b, c, r, t->next, ZT_ERR_TIMEOUT,
-                "rank %d accepted no data for %llu ms (it is stalled or hung; ZT_COMM_TIMEOUT_MS sets the limit)",
+                "rank %d accepted no data for %llu ms (it is stalled or hung; train.comm_timeout_ms in the job file or ZT_COMM_TIMEOUT_MS sets the limit)",
                 t->next, idle_ms);
         }
         return ZT_ERR_TIMEOUT;
@@ -670,14 +670,38 @@ static void op_chunk(const zt_comm_req *r, int world, int i, size_t *off, size_t
     }
 }
 
-static unsigned char *scratch_get(tcp_impl *t, size_t bytes)
+/* Scratch a ring reduce-scatter of `chunk` bytes per rank needs: partials alternate between
+ * two slots, and recv serves as one of them unless the call is in place on 4+ ranks. */
+static size_t rs_scratch_bytes(int world, size_t chunk, bool in_place)
+{
+    if (world < 3) return 0;
+    size_t slots = in_place && world >= 4 ? 2 : 1;
+    return slots * chunk + 1;
+}
+
+/* Publishes the host memory held for staging and scratch (zt_comm_stats.buffer_bytes). */
+static void publish_buffers(zt_comm *c, const tcp_impl *t)
+{
+    pthread_mutex_lock(&c->lock);
+    c->stats.buffer_bytes = (t->stage ? STAGE_BYTES : 0) + t->scratch_cap;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static unsigned char *scratch_get(zt_comm *c, tcp_impl *t, size_t bytes)
 {
     if (bytes <= t->scratch_cap) return t->scratch;
     zt_free(t->scratch);
     t->scratch_cap = 0;
     t->scratch = zt_aligned_alloc(64, bytes);
     if (t->scratch) t->scratch_cap = bytes;
+    publish_buffers(c, t);
     return t->scratch;
+}
+
+static uint64_t tcp_buffer_bytes(int world, size_t max_rs_chunk_bytes)
+{
+    size_t scratch = max_rs_chunk_bytes ? rs_scratch_bytes(world, max_rs_chunk_bytes, true) : 0;
+    return STAGE_BYTES + scratch;
 }
 
 /* Ring reduce-scatter over N chunks of `src`: rank `me` ends with the sum of chunk `me` in
@@ -756,11 +780,11 @@ static zt_status run_req(zt_comm *c, tcp_impl *t, zt_comm_req *r, blame *b)
          * be recv. Out of place, recv itself can serve as one slot. */
         unsigned char *a = NULL, *bb = NULL;
         if (n >= 3) {
-            size_t slots = in_place && n >= 4 ? 2 : 1;
-            unsigned char *s0 = scratch_get(t, slots * chunk + 1);
+            size_t need = rs_scratch_bytes(n, chunk, in_place);
+            unsigned char *s0 = scratch_get(c, t, need);
             if (!s0) {
                 set_blame(b, c, r, me, ZT_ERR_NOMEM, "out of memory for %zu bytes of scratch",
-                          slots * chunk);
+                          need);
                 return ZT_ERR_NOMEM;
             }
             /* X_s for s < n-2: the slot used at s = n-3 is always scratch */
@@ -1074,6 +1098,7 @@ static zt_status tcp_init(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
     zt_free(table);
     table = NULL;
 
+    publish_buffers(c, t);
     if (pthread_create(&t->thread, NULL, progress_main, c) != 0) {
         st = zt_err_set(err, ZT_ERR_INTERNAL, "comm tcp: cannot start the progress thread");
         goto fail;
@@ -1191,6 +1216,7 @@ static const zt_comm_backend tcp_backend = {
     .submit = tcp_submit,
     .wait = tcp_wait,
     .req_free = NULL,
+    .buffer_bytes = tcp_buffer_bytes,
 };
 
 const zt_comm_backend *zt_comm_backend_tcp(void)

@@ -376,6 +376,18 @@ static int rank_async(int rank, int world, const char *rdv, void *arg)
     memset(bc, rank == 1 ? 0x5a : 0, 100000);
     fill(h, ZT_F16, INTS, 4, rank, 0, n);
 
+    /* the backend's own memory: the receive staging from the start, a reduce-scatter's
+     * scratch from its first use, as zctl plan predicts them */
+    const zt_comm_backend *tcp = zt_comm_backend_tcp();
+    zt_comm_stats st;
+    zt_comm_get_stats(c, &st);
+    ASSERT_EQ_INT(st.buffer_bytes, zt_comm_backend_buffer_bytes(tcp, world, 0));
+    ASSERT_EQ_INT(st.buffer_bytes, 1 << 20);
+    ASSERT_EQ_INT(zt_comm_backend_buffer_bytes(tcp, 1, 12345), 0);
+    ASSERT_EQ_INT(zt_comm_backend_buffer_bytes(NULL, 4, 12345), 0);
+    ASSERT_EQ_INT(zt_comm_backend_buffer_bytes(tcp, 2, 12345), 1 << 20); /* 2 ranks: no scratch */
+    ASSERT_EQ_INT(zt_comm_backend_buffer_bytes(tcp, 4, 1000), (1 << 20) + 2001); /* two slots */
+
     zt_comm_req *q[5];
     CHECK_OK(zt_comm_allreduce(c, a, n, ZT_F32, &q[0], E));
     CHECK_OK(zt_comm_reduce_scatter(c, rs_send, rs_recv, rc, ZT_BF16, &q[1], E));
@@ -413,9 +425,12 @@ static int rank_async(int rank, int world, const char *rdv, void *arg)
         ASSERT_EQ_INT(bc[i], 0x5a);
     zt_comm_describe_recent(c, recent, sizeof(recent));
     ASSERT_CONTAINS(recent, "allreduce #5 (300001 x fp16): done in");
-    zt_comm_stats st;
+    ASSERT_TRUE(!zt_comm_is_broken(c));
     zt_comm_get_stats(c, &st);
     ASSERT_EQ_INT(st.collectives, 5);
+    /* 3 ranks: one scratch slot of the chunk (out of place, recv is the other) */
+    ASSERT_EQ_INT(st.buffer_bytes, (1 << 20) + rc * 2 + 1);
+    ASSERT_EQ_INT(st.buffer_bytes, zt_comm_backend_buffer_bytes(tcp, world, rc * 2));
     zt_free(h);
     zt_free(bc);
     zt_free(ag);

@@ -74,6 +74,7 @@ static void expect_broken(zt_comm *c, zt_status first)
 {
     zt_err err;
     zt_err_clear(&err);
+    ASSERT_TRUE(zt_comm_is_broken(c));
     double t0 = ct_now_ms();
     zt_status st = zt_comm_barrier(c, &err);
     ASSERT_EQ_INT(st, first);
