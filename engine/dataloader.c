@@ -90,17 +90,29 @@ static char *dir_of(const char *path)
     return zt_strndup(path, (size_t)(slash - path));
 }
 
-static void fsync_dir(const char *path)
+zt_status zt_dir_fsync(const char *dir, zt_err *err)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return write_error(err, errno, "open the directory", dir);
+    zt_status st = ZT_OK;
+    /* Some file systems cannot fsync a directory at all (EINVAL): there is nothing more to
+     * do there. Any other failure means the directory's entries may not be durable. */
+    if (fsync(dfd) != 0 && errno != EINVAL)
+        st = write_error(err, errno, "fsync the directory", dir);
+    close(dfd);
+    return st;
+}
+
+/* fsync of the directory that holds path. */
+static zt_status fsync_parent(const char *path, zt_err *err)
 {
     char *dir = dir_of(path);
-    if (!dir) return;
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        /* Some file systems refuse fsync on a directory (EINVAL); the rename still stands. */
-        (void)fsync(dfd);
-        close(dfd);
-    }
+    if (!dir)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory syncing the directory of %s", path);
+    zt_status st = zt_dir_fsync(dir, err);
     zt_free(dir);
+    return st;
 }
 
 zt_status zt_outfile_open(zt_outfile **out, const char *path, zt_err *err)
@@ -204,9 +216,9 @@ zt_status zt_outfile_commit(zt_outfile *f, zt_err *err)
             st = write_error(err, errno, "rename the temporary file onto", f->path);
             goto out_abort;
         }
-        fsync_dir(f->path);
         zt_free(f->tmp);
-        f->tmp = NULL;
+        f->tmp = NULL; /* renamed: nothing left to remove */
+        st = fsync_parent(f->path, err);
     }
 out_abort:
     zt_outfile_abort(f);

@@ -79,8 +79,10 @@ zt_status zt_shard_write(const char *path, const uint16_t *tokens, uint64_t n, z
  * already names a non-regular file (a character device such as /dev/stdout or /dev/null, or
  * a FIFO) is written in place, without temporary or rename.
  * Errors name the path: ENOSPC/EDQUOT become ZT_ERR_NOSPACE, other failures ZT_ERR_IO; a
- * missing directory is ZT_ERR_NOT_FOUND. commit frees f whatever it returns; after a failed
- * write the caller still calls abort. Not thread-safe per handle. */
+ * missing directory is ZT_ERR_NOT_FOUND. A failed fsync of the directory after the rename is
+ * an error too (the new file is in place but may not survive a crash). commit frees f
+ * whatever it returns; after a failed write the caller still calls abort. Not thread-safe
+ * per handle. */
 typedef struct zt_outfile zt_outfile;
 zt_status zt_outfile_open(zt_outfile **out, const char *path, zt_err *err);
 zt_status zt_outfile_write(zt_outfile *f, const void *data, size_t n, zt_err *err);
@@ -88,5 +90,9 @@ zt_status zt_outfile_commit(zt_outfile *f, zt_err *err);
 void zt_outfile_abort(zt_outfile *f); /* NULL ok */
 /* Bytes written so far. */
 uint64_t zt_outfile_size(const zt_outfile *f);
+/* fsyncs directory dir itself, so that entries created, renamed or removed in it are durable.
+ * A file system that cannot fsync directories (EINVAL) is not an error; any other failure is
+ * ZT_ERR_IO (ZT_ERR_NOSPACE for ENOSPC/EDQUOT) naming dir. Thread-safe. */
+zt_status zt_dir_fsync(const char *dir, zt_err *err);
 
 #endif
