@@ -20,8 +20,9 @@ static void usage(FILE *f)
             "\n"
             "CKPT is a checkpoint directory (its newest complete step is used) or one of its\n"
             "step_* directories. export streams a consolidated model one tensor at a time and\n"
-            "verifies every shard's checksum first; inspect prints what a checkpoint holds and\n"
-            "verifies every checksum; list asks the coordinator for a job's checkpoints.\n");
+            "verifies every shard's checksum first; --dtype bf16 rounds each value to nearest\n"
+            "even (llm.c version 5 / safetensors BF16). inspect prints what a checkpoint holds\n"
+            "and verifies every checksum; list asks the coordinator for a job's checkpoints.\n");
 }
 
 static int cmd_export(int argc, char **argv)
@@ -36,6 +37,8 @@ static int cmd_export(int argc, char **argv)
             out = argv[++i];
         else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
             dtype = argv[++i];
+        else if (strncmp(argv[i], "--dtype=", 8) == 0)
+            dtype = argv[i] + 8;
         else if (argv[i][0] == '-') {
             zt_cli_error("ckpt export: unknown option %s; see 'zctl ckpt --help'", argv[i]);
             return 2;
