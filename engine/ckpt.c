@@ -1,13 +1,16 @@
-/* zerotrain: sharded checkpoints — save (snapshot, background write, commit by rank 0),
- * load with re-sharding, and the engine-free reader behind export and inspect (see ckpt.h). */
+/* zerotrain: sharded checkpoints — save (snapshot, background write, commit by rank 0 that
+ * every rank agrees on), load with re-sharding and per-chunk verification, and the
+ * engine-free reader behind export and inspect (see ckpt.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "ckpt.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,8 +29,19 @@
 #include "gpt2.h"
 #include "modelfile.h"
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint shards are little-endian and written from memory as they are"
+#endif
+
 #define META_NAME "meta.json"
+#define META_CRC_KEY "meta_crc32c"
 #define FORMAT_NAME "zerotrain-checkpoint"
+#define SECTIONS 3
+#define META_HINT "meta.json was edited, damaged or belongs to another checkpoint; resume from an intact checkpoint"
+/* Streaming buffer for checksummed reads of partial chunks and for verification. */
+#define STREAM_BYTES ((size_t)4 << 20)
+
+static const char *const section_names[SECTIONS] = {"master", "exp_avg", "exp_avg_sq"};
 
 /* snprintf for paths and short texts; truncation is checked by the callers that can hit it
  * (paths are bounded by ZT_PATH_MAX well before these buffers). */
@@ -41,26 +55,74 @@ static int pathf(char *buf, size_t n, const char *fmt, ...)
     return w;
 }
 
-static const char *precision_name(zt_dtype d)
+static zt_status errno_status(int e)
 {
-    return zt_dtype_name(d);
+#ifdef EDQUOT
+    if (e == EDQUOT)
+        return ZT_ERR_NOSPACE;
+#endif
+    return e == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO;
 }
 
-static int mkdir_p(const char *path)
+/* Bytes of the chunk table after the header, padded so that the payload is 64-byte aligned. */
+static size_t table_bytes(int n_units)
 {
-    char tmp[ZT_PATH_MAX];
-    pathf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
+    return ((size_t)n_units * SECTIONS * sizeof(uint32_t) + 63) / 64 * 64;
+}
+
+/* CRC32C of every unit's (numel, shard) as uint64 pairs: the partition layout in a header. */
+static uint32_t units_crc(int n_units, const size_t *numel, const size_t *shard)
+{
+    uint32_t crc = 0;
+    for (int u = 0; u < n_units; u++) {
+        uint64_t pair[2] = {numel[u], shard[u]};
+        crc = zt_crc32c(crc, pair, sizeof(pair));
     }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
+    return crc;
+}
+
+/* Creates path and its missing parents; a directory it creates is made durable by an fsync of
+ * its parent (DESIGN.md: fsync the directory after creating an entry in it). */
+static zt_status mkdir_p(const char *path, zt_err *err)
+{
+    char tmp[ZT_PATH_MAX + 32];
+    if (pathf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+        return zt_err_set(err, ZT_ERR_INVALID,
+                          "checkpoint directory %s: the path is too long; set a shorter train.checkpoint_dir",
+                          path);
+    size_t len = strlen(tmp);
+    for (size_t i = 1; i <= len; i++) {
+        if (tmp[i] != '/' && tmp[i] != '\0')
+            continue;
+        char saved = tmp[i];
+        tmp[i] = '\0';
+        zt_status st = ZT_OK;
+        if (mkdir(tmp, 0755) == 0) {
+            char *slash = strrchr(tmp, '/');
+            if (!slash) {
+                st = zt_dir_fsync(".", err);
+            } else if (slash == tmp) {
+                st = zt_dir_fsync("/", err);
+            } else {
+                *slash = '\0';
+                st = zt_dir_fsync(tmp, err);
+                *slash = '/';
+            }
+        } else if (errno != EEXIST) {
+            int e = errno;
+            st = errno_status(e) == ZT_ERR_NOSPACE
+                     ? zt_err_set(err, ZT_ERR_NOSPACE,
+                                  "cannot create the checkpoint directory %s: %s; free space on that file system or set train.checkpoint_dir elsewhere",
+                                  tmp, strerror(e))
+                     : zt_err_set(err, ZT_ERR_IO,
+                                  "cannot create the checkpoint directory %s: %s; check the path and its permissions, or set train.checkpoint_dir elsewhere",
+                                  tmp, strerror(e));
+        }
+        tmp[i] = saved;
+        if (st != ZT_OK)
+            return st;
+    }
+    return ZT_OK;
 }
 
 static bool file_exists(const char *path)
@@ -80,6 +142,18 @@ static int64_t parse_step_name(const char *name)
     if (*end || end == name + 5 || v < 0)
         return -1;
     return v;
+}
+
+/* The rank of a "rank_NNNNN.zts" file name, or -1. */
+static int parse_shard_name(const char *name)
+{
+    if (strncmp(name, "rank_", 5) != 0 || !isdigit((unsigned char)name[5]))
+        return -1;
+    char *end;
+    long v = strtol(name + 5, &end, 10);
+    if (strcmp(end, ".zts") != 0 || v < 0)
+        return -1;
+    return v > INT_MAX ? INT_MAX : (int)v;
 }
 
 zt_status zt_ckpt_resolve(const char *path, char *step_dir, size_t len, zt_err *err)
@@ -135,10 +209,11 @@ typedef struct ckpt_meta {
     int n_units;
     size_t *numel, *shard; /* per unit */
     uint64_t *bytes;       /* per rank */
-    uint32_t *crc;         /* per rank */
+    uint32_t *crc;         /* per rank: its table_crc32c */
     double ls_scale;
     int64_t ls_iter, ls_last_overflow;
     int ls_hyst_left;
+    uint32_t meta_crc, meta_crc_recorded; /* of the canonical content; as meta.json records it */
 } ckpt_meta;
 
 static void meta_free(ckpt_meta *m)
@@ -163,6 +238,18 @@ static zt_status meta_alloc(ckpt_meta *m, zt_err *err)
     return ZT_OK;
 }
 
+/* CRC32C of meta.json's canonical text (compact, keys sorted, ASCII), without meta_crc32c:
+ * independent of formatting, so the reader recomputes it from what it parsed. */
+static zt_status meta_canonical_crc(const json_t *root, uint32_t *crc)
+{
+    char *s = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+    if (!s)
+        return ZT_ERR_NOMEM;
+    *crc = zt_crc32c(0, s, strlen(s));
+    free(s);
+    return ZT_OK;
+}
+
 static char *meta_to_json(const ckpt_meta *m, const zt_job *job)
 {
     json_t *root = json_object();
@@ -173,7 +260,7 @@ static char *meta_to_json(const ckpt_meta *m, const zt_job *job)
     json_object_set_new(root, "skipped_steps", json_integer(m->skipped_steps));
     json_object_set_new(root, "world", json_integer(m->world));
     json_object_set_new(root, "stage", json_integer(m->stage));
-    json_object_set_new(root, "precision", json_string(precision_name(m->precision)));
+    json_object_set_new(root, "precision", json_string(zt_dtype_name(m->precision)));
     json_t *model = json_object();
     json_object_set_new(model, "n_layer", json_integer(m->dims.L));
     json_object_set_new(model, "n_head", json_integer(m->dims.NH));
@@ -218,127 +305,264 @@ static char *meta_to_json(const ckpt_meta *m, const zt_job *job)
         json_array_append_new(shards, o);
     }
     json_object_set_new(root, "shards", shards);
-    if (job) {
-        char *js = zt_job_to_json(job);
-        json_t *jj = js ? json_loads(js, 0, NULL) : NULL;
-        zt_free(js);
-        if (jj)
-            json_object_set_new(root, "job", jj);
+    char *js = zt_job_to_json(job);
+    json_t *jj = js ? json_loads(js, 0, NULL) : NULL;
+    zt_free(js);
+    char *out = NULL;
+    uint32_t crc;
+    if (jj) {
+        json_object_set_new(root, "job", jj);
+        if (meta_canonical_crc(root, &crc) == ZT_OK) {
+            char hex[16];
+            pathf(hex, sizeof(hex), "%08x", crc);
+            json_object_set_new(root, META_CRC_KEY, json_string(hex));
+            out = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        }
     }
-    char *out = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(root);
     return out;
 }
 
-static zt_status meta_get_int(json_t *o, const char *key, int64_t *v, const char *path,
-                              zt_err *err)
+/* Exactly eight hex digits. */
+static bool parse_hex32(const char *s, uint32_t *out)
 {
-    json_t *x = json_object_get(o, key);
+    if (!s || strlen(s) != 8)
+        return false;
+    for (int i = 0; i < 8; i++)
+        if (!isxdigit((unsigned char)s[i]))
+            return false;
+    *out = (uint32_t)strtoul(s, NULL, 16);
+    return true;
+}
+
+/* Field readers of meta.json: `name` is how messages spell the field ("model.n_layer"). */
+typedef struct meta_reader {
+    const char *path; /* .../meta.json */
+    zt_err *err;
+} meta_reader;
+
+static zt_status meta_missing(const meta_reader *r, const char *name, const char *want)
+{
+    return zt_err_set(r->err, ZT_ERR_CORRUPT, "%s: \"%s\" is missing or not %s; %s", r->path,
+                      name, want, META_HINT);
+}
+
+static zt_status meta_int(const meta_reader *r, json_t *obj, const char *key, const char *name,
+                          int64_t lo, int64_t hi, int64_t *out)
+{
+    json_t *x = json_object_get(obj, key);
     if (!json_is_integer(x))
-        return zt_err_set(err, ZT_ERR_CORRUPT,
-                          "%s: \"%s\" is missing or not an integer; the checkpoint metadata is damaged",
-                          path, key);
-    *v = json_integer_value(x);
+        return meta_missing(r, name, "an integer");
+    int64_t v = json_integer_value(x);
+    if (v < lo || v > hi)
+        return zt_err_set(r->err, ZT_ERR_CORRUPT, "%s: \"%s\" is %lld, outside [%lld, %lld]; %s",
+                          r->path, name, (long long)v, (long long)lo, (long long)hi, META_HINT);
+    *out = v;
     return ZT_OK;
 }
 
+static zt_status meta_object(const meta_reader *r, json_t *obj, const char *key,
+                             const char *name, json_t **out)
+{
+    *out = json_object_get(obj, key);
+    return json_is_object(*out) ? ZT_OK : meta_missing(r, name, "an object");
+}
+
+static zt_status meta_array(const meta_reader *r, json_t *obj, const char *key, size_t n,
+                            json_t **out)
+{
+    *out = json_object_get(obj, key);
+    if (!json_is_array(*out))
+        return meta_missing(r, key, "an array");
+    if (json_array_size(*out) != n)
+        return zt_err_set(r->err, ZT_ERR_CORRUPT,
+                          "%s: \"%s\" has %zu entries but the model and world size it records need %zu; %s",
+                          r->path, key, json_array_size(*out), n, META_HINT);
+    return ZT_OK;
+}
+
+static zt_status meta_string(const meta_reader *r, json_t *obj, const char *key,
+                             const char *name, const char **out)
+{
+    *out = json_string_value(json_object_get(obj, key));
+    return *out ? ZT_OK : meta_missing(r, name, "a string");
+}
+
+/* A field that must equal what the rest of meta.json implies. */
+static zt_status meta_derived(const meta_reader *r, const char *name, int64_t v, int64_t want,
+                              const char *why)
+{
+    if (v == want)
+        return ZT_OK;
+    return zt_err_set(r->err, ZT_ERR_CORRUPT, "%s: \"%s\" is %lld but %s gives %lld; %s", r->path,
+                      name, (long long)v, why, (long long)want, META_HINT);
+}
+
+/* Parses and validates meta.json: every field present, of its type and in range, the derived
+ * fields consistent, and its checksum computed (compared by zt_ckpt_open after the shards,
+ * so that a field the shards contradict is named first). */
 static zt_status meta_read(ckpt_meta *m, const char *step_dir, zt_err *err)
 {
     zt_status st;
     memset(m, 0, sizeof(*m));
     char path[ZT_PATH_MAX + 16];
     pathf(path, sizeof(path), "%s/%s", step_dir, META_NAME);
+    meta_reader rd = {path, err};
+    const meta_reader *r = &rd;
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         if (!file_exists(path))
             return zt_err_set(err, ZT_ERR_NOT_FOUND,
                               "%s is missing: %s is not a complete checkpoint", path, step_dir);
-        return zt_err_set(err, ZT_ERR_CORRUPT, "%s:%d:%d: %s; the checkpoint metadata is damaged",
-                          path, je.line, je.column, je.text);
+        return zt_err_set(err, ZT_ERR_CORRUPT, "%s:%d:%d: %s; %s", path, je.line, je.column,
+                          je.text, META_HINT);
     }
     int64_t v = 0;
-    json_t *fmt = json_object_get(root, "format");
-    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), FORMAT_NAME) != 0) {
+    const char *s = NULL;
+    json_t *model, *data, *sched, *ls, *units, *shards, *job;
+    if (!json_is_object(root) || !json_is_string(json_object_get(root, "format")) ||
+        strcmp(json_string_value(json_object_get(root, "format")), FORMAT_NAME) != 0) {
         st = zt_err_set(err, ZT_ERR_FORMAT, "%s: not a zerotrain checkpoint (format is not \"%s\")",
                         path, FORMAT_NAME);
         goto out;
     }
-#define GETI(obj, key, dst)                                                                        \
+#define TRY(call)                                                                                  \
     do {                                                                                           \
-        if ((st = meta_get_int((obj), (key), &v, path, err)) != ZT_OK)                             \
+        if ((st = (call)) != ZT_OK)                                                                \
             goto out;                                                                              \
-        dst = v;                                                                                   \
     } while (0)
-    GETI(root, "version", v);
+    TRY(meta_int(r, root, "version", "version", 0, INT32_MAX, &v));
     if (v != ZT_CKPT_VERSION) {
         st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: checkpoint version %lld, this zerotrain reads version %d", path,
-                        (long long)v, ZT_CKPT_VERSION);
+                        "%s: checkpoint version %lld, this zerotrain reads version %d; resume it with the zerotrain that wrote it",
+                        path, (long long)v, ZT_CKPT_VERSION);
         goto out;
     }
-    GETI(root, "step", m->step);
-    GETI(root, "applied_steps", m->applied_steps);
-    GETI(root, "skipped_steps", m->skipped_steps);
-    GETI(root, "world", m->world);
-    GETI(root, "stage", m->stage);
-    GETI(root, "train_batch_size", m->train_batch_size);
-    GETI(root, "train_micro_batch_size_per_gpu", m->micro_batch);
-    GETI(root, "gradient_accumulation_steps", m->grad_accum);
-    json_t *model = json_object_get(root, "model");
-    GETI(model, "n_layer", m->dims.L);
-    GETI(model, "n_head", m->dims.NH);
-    GETI(model, "n_embd", m->dims.C);
-    GETI(model, "block_size", m->dims.T);
-    GETI(model, "vocab_size", m->dims.V);
-    GETI(model, "padded_vocab_size", m->dims.Vp);
-    const char *prec = json_string_value(json_object_get(root, "precision"));
-    m->precision = !prec ? ZT_F32 : strcmp(prec, "bf16") == 0 ? ZT_BF16
-                              : strcmp(prec, "fp16") == 0 ? ZT_F16
-                                                           : ZT_F32;
-    json_t *ls = json_object_get(root, "loss_scaler");
-    m->ls_scale = json_number_value(json_object_get(ls, "scale"));
-    GETI(ls, "iter", m->ls_iter);
-    GETI(ls, "last_overflow", m->ls_last_overflow);
-    GETI(ls, "hysteresis_left", m->ls_hyst_left);
-    json_t *units = json_object_get(root, "units");
-    json_t *shards = json_object_get(root, "shards");
-    if (m->world < 1 || m->world > 1 << 20 || !json_is_array(units) || !json_is_array(shards) ||
-        json_array_size(units) != (size_t)(m->dims.L + 2) ||
-        json_array_size(shards) != (size_t)m->world || m->dims.L < 1 || m->dims.C < 1) {
+    TRY(meta_int(r, root, "step", "step", 0, INT64_MAX / 2, &m->step));
+    TRY(meta_int(r, root, "applied_steps", "applied_steps", 0, m->step, &m->applied_steps));
+    TRY(meta_int(r, root, "skipped_steps", "skipped_steps", 0, m->step, &m->skipped_steps));
+    TRY(meta_derived(r, "applied_steps", m->applied_steps, m->step - m->skipped_steps,
+                     "step - skipped_steps"));
+    TRY(meta_int(r, root, "world", "world", 1, 1 << 20, &v));
+    m->world = (int)v;
+    TRY(meta_int(r, root, "stage", "stage", 0, 3, &v));
+    m->stage = (int)v;
+    TRY(meta_string(r, root, "precision", "precision", &s));
+    if (strcmp(s, "fp32") == 0) {
+        m->precision = ZT_F32;
+    } else if (strcmp(s, "bf16") == 0) {
+        m->precision = ZT_BF16;
+    } else if (strcmp(s, "fp16") == 0) {
+        m->precision = ZT_F16;
+    } else {
         st = zt_err_set(err, ZT_ERR_CORRUPT,
-                        "%s: the unit or shard lists do not match the model and world size it records; the checkpoint metadata is damaged",
-                        path);
+                        "%s: \"precision\" is \"%s\", not fp32, bf16 or fp16; %s", path, s,
+                        META_HINT);
         goto out;
     }
-    m->n_units = m->dims.L + 2;
-    if ((st = meta_alloc(m, err)) != ZT_OK)
+    TRY(meta_object(r, root, "model", "model", &model));
+    TRY(meta_int(r, model, "n_layer", "model.n_layer", 1, 1 << 16, &v));
+    m->dims.L = (int)v;
+    TRY(meta_int(r, model, "n_head", "model.n_head", 1, 1 << 16, &v));
+    m->dims.NH = (int)v;
+    TRY(meta_int(r, model, "n_embd", "model.n_embd", 1, 1 << 20, &v));
+    m->dims.C = (int)v;
+    TRY(meta_int(r, model, "block_size", "model.block_size", 1, 1 << 24, &v));
+    m->dims.T = (int)v;
+    TRY(meta_int(r, model, "vocab_size", "model.vocab_size", 1, 1 << 24, &v));
+    m->dims.V = (int)v;
+    TRY(meta_int(r, model, "padded_vocab_size", "model.padded_vocab_size", m->dims.V, 1 << 24,
+                 &v));
+    m->dims.Vp = (int)v;
+    TRY(meta_int(r, root, "train_batch_size", "train_batch_size", 1, INT32_MAX,
+                 &m->train_batch_size));
+    TRY(meta_int(r, root, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", 1,
+                 INT32_MAX, &m->micro_batch));
+    TRY(meta_int(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
+                 INT32_MAX, &m->grad_accum));
+    TRY(meta_derived(r, "train_batch_size", m->train_batch_size,
+                     m->micro_batch * m->grad_accum * m->world,
+                     "micro batch x accumulation steps x world"));
+    TRY(meta_object(r, root, "data", "data", &data));
+    TRY(meta_int(r, data, "next_step", "data.next_step", 0, INT64_MAX, &v));
+    TRY(meta_derived(r, "data.next_step", v, m->step, "step"));
+    TRY(meta_int(r, data, "samples_consumed", "data.samples_consumed", 0, INT64_MAX, &v));
+    TRY(meta_derived(r, "data.samples_consumed", v, m->step * m->train_batch_size,
+                     "step x train_batch_size"));
+    TRY(meta_object(r, root, "scheduler", "scheduler", &sched));
+    TRY(meta_int(r, sched, "t", "scheduler.t", 0, INT64_MAX, &v));
+    TRY(meta_derived(r, "scheduler.t", v, m->applied_steps, "applied_steps"));
+    TRY(meta_object(r, root, "loss_scaler", "loss_scaler", &ls));
+    json_t *scale = json_object_get(ls, "scale");
+    if (!json_is_number(scale)) {
+        st = meta_missing(r, "loss_scaler.scale", "a number");
         goto out;
+    }
+    m->ls_scale = json_number_value(scale);
+    if (!isfinite(m->ls_scale) || m->ls_scale <= 0.0) {
+        st = zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"loss_scaler.scale\" is %g, not a positive number; %s",
+                        path, m->ls_scale, META_HINT);
+        goto out;
+    }
+    TRY(meta_int(r, ls, "iter", "loss_scaler.iter", 0, INT64_MAX, &m->ls_iter));
+    TRY(meta_int(r, ls, "last_overflow", "loss_scaler.last_overflow", -1, INT64_MAX,
+                 &m->ls_last_overflow));
+    TRY(meta_int(r, ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, INT32_MAX, &v));
+    m->ls_hyst_left = (int)v;
+    m->n_units = m->dims.L + 2;
+    TRY(meta_array(r, root, "units", (size_t)m->n_units, &units));
+    TRY(meta_array(r, root, "shards", (size_t)m->world, &shards));
+    TRY(meta_object(r, root, "job", "job", &job));
+    TRY(meta_alloc(m, err));
+    char name[64];
     for (int u = 0; u < m->n_units; u++) {
         json_t *o = json_array_get(units, (size_t)u);
-        GETI(o, "numel", m->numel[u]);
-        GETI(o, "shard", m->shard[u]);
+        pathf(name, sizeof(name), "units[%d].numel", u);
+        TRY(meta_int(r, o, "numel", name, 1, INT64_MAX / 16, &v));
+        m->numel[u] = (size_t)v;
+        pathf(name, sizeof(name), "units[%d].shard", u);
+        TRY(meta_int(r, o, "shard", name, 1, INT64_MAX / 16 / m->world, &v));
+        m->shard[u] = (size_t)v;
         if (m->shard[u] * (size_t)m->world < m->numel[u]) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "%s: unit %d: %d shards of %zu elements cannot hold %zu elements", path,
-                            u, m->world, m->shard[u], m->numel[u]);
+                            "%s: \"units[%d]\": %d shards of %zu elements cannot hold %zu elements; %s",
+                            path, u, m->world, m->shard[u], m->numel[u], META_HINT);
             goto out;
         }
     }
-    for (int r = 0; r < m->world; r++) {
-        json_t *o = json_array_get(shards, (size_t)r);
-        GETI(o, "bytes", m->bytes[r]);
-        const char *crc = json_string_value(json_object_get(o, "crc32c"));
+    for (int i = 0; i < m->world; i++) {
+        json_t *o = json_array_get(shards, (size_t)i);
         char expect[32];
-        pathf(expect, sizeof(expect), "rank_%05d.zts", r);
-        const char *file = json_string_value(json_object_get(o, "file"));
-        if (!crc || !file || strcmp(file, expect) != 0) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT, "%s: shard entry %d is malformed", path, r);
+        pathf(expect, sizeof(expect), "rank_%05d.zts", i);
+        pathf(name, sizeof(name), "shards[%d].file", i);
+        TRY(meta_string(r, o, "file", name, &s));
+        if (strcmp(s, expect) != 0) {
+            st = zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"%s\" is \"%s\", expected \"%s\"; %s", path,
+                            name, s, expect, META_HINT);
             goto out;
         }
-        m->crc[r] = (uint32_t)strtoul(crc, NULL, 16);
+        pathf(name, sizeof(name), "shards[%d].bytes", i);
+        TRY(meta_int(r, o, "bytes", name, (int64_t)sizeof(zt_shard_header), INT64_MAX, &v));
+        m->bytes[i] = (uint64_t)v;
+        pathf(name, sizeof(name), "shards[%d].crc32c", i);
+        TRY(meta_string(r, o, "crc32c", name, &s));
+        if (!parse_hex32(s, &m->crc[i])) {
+            st = meta_missing(r, name, "eight hex digits");
+            goto out;
+        }
     }
-#undef GETI
+    if (!parse_hex32(json_string_value(json_object_get(root, META_CRC_KEY)),
+                     &m->meta_crc_recorded)) {
+        st = meta_missing(r, META_CRC_KEY, "eight hex digits");
+        goto out;
+    }
+    json_object_del(root, META_CRC_KEY);
+    if (meta_canonical_crc(root, &m->meta_crc) != ZT_OK) {
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory checking %s", path);
+        goto out;
+    }
+#undef TRY
     st = ZT_OK;
 out:
     if (st != ZT_OK)
@@ -353,7 +577,11 @@ struct zt_ckpt {
     char dir[ZT_PATH_MAX + 32];
     ckpt_meta m;
     int *fds;
-    size_t *unit_off; /* byte offset of unit u's section 0 in the payload */
+    size_t *unit_off;       /* byte offset of unit u's first chunk inside the payload */
+    size_t payload_off;     /* header + chunk table */
+    uint32_t *tables;       /* (world, n_units * SECTIONS) chunk checksums */
+    unsigned char *scratch; /* STREAM_BYTES, for checksummed partial reads */
+    uint64_t bytes_read;    /* payload bytes read so far */
     zt_gpt2_layout lay;
 };
 
@@ -375,15 +603,78 @@ void zt_ckpt_close(zt_ckpt *c)
                 close(c->fds[r]);
     zt_free(c->fds);
     zt_free(c->unit_off);
+    zt_free(c->tables);
+    zt_free(c->scratch);
     zt_gpt2_layout_free(&c->lay);
     meta_free(&c->m);
     zt_free(c);
 }
 
-static zt_status read_header(int fd, zt_shard_header *h)
+/* n bytes at offset `at` of shard r, all of them (a short file is an error). */
+static zt_status pread_full(zt_ckpt *c, int r, void *buf, size_t n, uint64_t at, zt_err *err)
 {
-    ssize_t n = pread(fd, h, sizeof(*h), 0);
-    return n == (ssize_t)sizeof(*h) ? ZT_OK : ZT_ERR_IO;
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = pread(c->fds[r], p, n, (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return zt_err_set(err, got < 0 ? ZT_ERR_IO : ZT_ERR_CORRUPT,
+                              "%s/rank_%05d.zts: cannot read byte %llu: %s; the shard is unreadable or truncated, resume from another checkpoint",
+                              c->dir, r, (unsigned long long)at,
+                              got < 0 ? strerror(errno) : "end of file");
+        p += got;
+        at += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return ZT_OK;
+}
+
+/* meta.json against one shard's header: the training state each header repeats. A mismatch
+ * names meta.json, the field and the shard. */
+static zt_status check_header_state(const zt_ckpt *c, const zt_shard_header *h, const char *file,
+                                    zt_err *err)
+{
+    const ckpt_meta *m = &c->m;
+    const struct {
+        const char *name;
+        long long meta, shard;
+    } f[] = {
+        {"stage", m->stage, h->stage},
+        {"applied_steps", m->applied_steps, (long long)h->applied_steps},
+        {"skipped_steps", m->skipped_steps, (long long)h->skipped_steps},
+        {"train_batch_size", m->train_batch_size, (long long)h->train_batch_size},
+        {"train_micro_batch_size_per_gpu", m->micro_batch, (long long)h->micro_batch},
+        {"gradient_accumulation_steps", m->grad_accum, (long long)h->grad_accum},
+        {"loss_scaler.iter", m->ls_iter, h->ls_iter},
+        {"loss_scaler.last_overflow", m->ls_last_overflow, h->ls_last_overflow},
+        {"loss_scaler.hysteresis_left", m->ls_hyst_left, h->ls_hysteresis_left},
+        {"model.n_layer", m->dims.L, h->dims[0]},
+        {"model.n_head", m->dims.NH, h->dims[1]},
+        {"model.n_embd", m->dims.C, h->dims[2]},
+        {"model.block_size", m->dims.T, h->dims[3]},
+        {"model.vocab_size", m->dims.V, h->dims[4]},
+        {"model.padded_vocab_size", m->dims.Vp, h->dims[5]},
+    };
+    char mp[ZT_PATH_MAX + 48];
+    pathf(mp, sizeof(mp), "%s/%s", c->dir, META_NAME);
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (f[i].meta != f[i].shard)
+            return zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"%s\" is %lld but %s was written with %lld; %s",
+                              mp, f[i].name, f[i].meta, file, f[i].shard, META_HINT);
+    if (h->precision != (uint32_t)m->precision)
+        return zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"precision\" is %s but %s was written with %s; %s",
+                          mp, zt_dtype_name(m->precision), file,
+                          h->precision <= ZT_F16 ? zt_dtype_name((zt_dtype)h->precision) : "?",
+                          META_HINT);
+    if (memcmp(&h->ls_scale, &m->ls_scale, sizeof(double)) != 0)
+        return zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"loss_scaler.scale\" is %.17g but %s was written with %.17g; %s",
+                          mp, m->ls_scale, file, h->ls_scale, META_HINT);
+    if (units_crc(m->n_units, m->numel, m->shard) != h->units_crc32c)
+        return zt_err_set(err, ZT_ERR_CORRUPT,
+                          "%s: \"units\" (the partition layout) disagrees with the one %s was written with; %s",
+                          mp, file, META_HINT);
+    return ZT_OK;
 }
 
 zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
@@ -393,6 +684,7 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
     zt_ckpt *c = zt_calloc(1, sizeof(*c));
     if (!c)
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    unsigned char *table = NULL;
     if ((st = zt_ckpt_resolve(path, c->dir, sizeof(c->dir), err)) != ZT_OK)
         goto fail;
     if ((st = meta_read(&c->m, c->dir, err)) != ZT_OK)
@@ -404,14 +696,17 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
     for (int u = 0; u < c->m.n_units; u++) {
         if (c->lay.unit_numel[u] != c->m.numel[u]) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "%s/%s: unit %d records %zu elements but its model has %zu; the metadata disagrees with itself",
-                            c->dir, META_NAME, u, c->m.numel[u], c->lay.unit_numel[u]);
+                            "%s/%s: \"units[%d].numel\" is %zu but its model has %zu; %s",
+                            c->dir, META_NAME, u, c->m.numel[u], c->lay.unit_numel[u], META_HINT);
             goto fail;
         }
     }
+    size_t ntab = (size_t)c->m.n_units * SECTIONS, tbytes = table_bytes(c->m.n_units);
     c->fds = zt_calloc((size_t)c->m.world, sizeof(int));
     c->unit_off = zt_calloc((size_t)c->m.n_units, sizeof(size_t));
-    if (!c->fds || !c->unit_off) {
+    c->tables = zt_calloc((size_t)c->m.world * ntab, sizeof(uint32_t));
+    table = zt_malloc(tbytes);
+    if (!c->fds || !c->unit_off || !c->tables || !table) {
         st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -420,7 +715,8 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
         c->unit_off[u] = off;
         off += 12 * c->m.shard[u];
     }
-    size_t expect = sizeof(zt_shard_header) + payload_bytes(&c->m);
+    c->payload_off = sizeof(zt_shard_header) + tbytes;
+    size_t expect = c->payload_off + payload_bytes(&c->m);
     for (int r = 0; r < c->m.world; r++)
         c->fds[r] = -1;
     for (int r = 0; r < c->m.world; r++) {
@@ -443,10 +739,8 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
             goto fail;
         }
         zt_shard_header h;
-        if (read_header(c->fds[r], &h) != ZT_OK) {
-            st = zt_err_set(err, ZT_ERR_IO, "checkpoint shard %s: cannot read its header", file);
+        if ((st = pread_full(c, r, &h, sizeof(h), 0, err)) != ZT_OK)
             goto fail;
-        }
         uint32_t hcrc = zt_crc32c(0, &h, offsetof(zt_shard_header, header_crc32c));
         if (memcmp(h.magic, ZT_CKPT_SHARD_MAGIC, 8) != 0 || hcrc != h.header_crc32c) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
@@ -456,18 +750,41 @@ zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
         }
         if (h.version != ZT_CKPT_VERSION || h.rank != (uint32_t)r ||
             h.world != (uint32_t)c->m.world || h.step != (uint64_t)c->m.step ||
-            h.n_units != (uint32_t)c->m.n_units || h.payload_bytes != payload_bytes(&c->m) ||
-            h.payload_crc32c != c->m.crc[r]) {
+            h.n_units != (uint32_t)c->m.n_units || h.sections != SECTIONS ||
+            h.payload_offset != c->payload_off || h.payload_bytes != payload_bytes(&c->m) ||
+            h.table_crc32c != c->m.crc[r]) {
             st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s disagrees with %s (header says rank %u of %u, step %llu, crc32c %08x; meta.json says rank %d of %d, step %lld, crc32c %08x)",
-                            file, META_NAME, h.rank, h.world, (unsigned long long)h.step,
-                            h.payload_crc32c, r, c->m.world, (long long)c->m.step, c->m.crc[r]);
+                            "checkpoint shard %s disagrees with %s (header says version %u, rank %u of %u, step %llu, crc32c %08x; meta.json says version %d, rank %d of %d, step %lld, crc32c %08x)",
+                            file, META_NAME, h.version, h.rank, h.world,
+                            (unsigned long long)h.step, h.table_crc32c, ZT_CKPT_VERSION, r,
+                            c->m.world, (long long)c->m.step, c->m.crc[r]);
             goto fail;
         }
+        if ((st = pread_full(c, r, table, tbytes, sizeof(h), err)) != ZT_OK)
+            goto fail;
+        uint32_t tcrc = zt_crc32c(0, table, tbytes);
+        if (tcrc != h.table_crc32c) {
+            st = zt_err_set(err, ZT_ERR_CORRUPT,
+                            "checkpoint shard %s: its chunk checksum table is corrupted (crc32c %08x, expected %08x); resume from another checkpoint",
+                            file, tcrc, h.table_crc32c);
+            goto fail;
+        }
+        memcpy(c->tables + (size_t)r * ntab, table, ntab * sizeof(uint32_t));
+        if ((st = check_header_state(c, &h, file, err)) != ZT_OK)
+            goto fail;
     }
+    if (c->m.meta_crc != c->m.meta_crc_recorded) {
+        st = zt_err_set(err, ZT_ERR_CORRUPT,
+                        "%s/%s: its content does not match its checksum \"%s\" (%08x, recorded %08x); %s",
+                        c->dir, META_NAME, META_CRC_KEY, c->m.meta_crc, c->m.meta_crc_recorded,
+                        META_HINT);
+        goto fail;
+    }
+    zt_free(table);
     *out = c;
     return ZT_OK;
 fail:
+    zt_free(table);
     zt_ckpt_close(c);
     return st;
 }
@@ -477,33 +794,44 @@ int64_t zt_ckpt_step(const zt_ckpt *c)
     return c->m.step;
 }
 
+static uint32_t chunk_crc_recorded(const zt_ckpt *c, int r, int u, int section)
+{
+    return c->tables[((size_t)r * (size_t)c->m.n_units + (size_t)u) * SECTIONS + (size_t)section];
+}
+
+static zt_status chunk_mismatch(const zt_ckpt *c, int r, int u, int section, uint32_t got,
+                                zt_err *err)
+{
+    return zt_err_set(err, ZT_ERR_CORRUPT,
+                      "%s/rank_%05d.zts: checksum mismatch in unit %d %s (crc32c %08x, expected %08x); the shard is corrupted, resume from another checkpoint",
+                      c->dir, r, u, section_names[section], got,
+                      chunk_crc_recorded(c, r, u, section));
+}
+
 static zt_status verify_shard(zt_ckpt *c, int r, zt_err *err)
 {
-    size_t total = payload_bytes(&c->m);
-    size_t chunk = 8u << 20;
-    unsigned char *buf = zt_malloc(chunk);
-    if (!buf)
+    if (!c->scratch && !(c->scratch = zt_malloc(STREAM_BYTES)))
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    uint32_t crc = 0;
-    size_t done = 0;
-    zt_status st = ZT_OK;
-    while (done < total) {
-        size_t n = total - done < chunk ? total - done : chunk;
-        ssize_t got = pread(c->fds[r], buf, n, (off_t)(sizeof(zt_shard_header) + done));
-        if (got != (ssize_t)n) {
-            st = zt_err_set(err, ZT_ERR_IO, "%s/rank_%05d.zts: read failed at byte %zu", c->dir,
-                            r, sizeof(zt_shard_header) + done);
-            break;
+    uint64_t at = c->payload_off;
+    for (int u = 0; u < c->m.n_units; u++) {
+        for (int sec = 0; sec < SECTIONS; sec++) {
+            size_t total = c->m.shard[u] * sizeof(float);
+            uint32_t crc = 0;
+            for (size_t done = 0; done < total;) {
+                size_t n = total - done < STREAM_BYTES ? total - done : STREAM_BYTES;
+                zt_status st = pread_full(c, r, c->scratch, n, at, err);
+                if (st != ZT_OK)
+                    return st;
+                crc = zt_crc32c(crc, c->scratch, n);
+                done += n;
+                at += n;
+            }
+            c->bytes_read += total;
+            if (crc != chunk_crc_recorded(c, r, u, sec))
+                return chunk_mismatch(c, r, u, sec, crc, err);
         }
-        crc = zt_crc32c(crc, buf, n);
-        done += n;
     }
-    zt_free(buf);
-    if (st == ZT_OK && crc != c->m.crc[r])
-        st = zt_err_set(err, ZT_ERR_CORRUPT,
-                        "%s/rank_%05d.zts: checksum mismatch (crc32c %08x, expected %08x); the shard is corrupted, resume from another checkpoint",
-                        c->dir, r, crc, c->m.crc[r]);
-    return st;
+    return ZT_OK;
 }
 
 zt_status zt_ckpt_verify(zt_ckpt *c, zt_err *err)
@@ -516,6 +844,12 @@ zt_status zt_ckpt_verify(zt_ckpt *c, zt_err *err)
     return ZT_OK;
 }
 
+/* Byte offset in its shard file of element `in` of section `section` of unit u. */
+static uint64_t chunk_at(const zt_ckpt *c, int section, int u, size_t in)
+{
+    return c->payload_off + c->unit_off[u] + ((size_t)section * c->m.shard[u] + in) * 4;
+}
+
 zt_status zt_ckpt_read(zt_ckpt *c, int section, int u, size_t pos, size_t len, float *out,
                        zt_err *err)
 {
@@ -526,12 +860,10 @@ zt_status zt_ckpt_read(zt_ckpt *c, int section, int u, size_t pos, size_t len, f
         size_t n = S - in < len ? S - in : len;
         if (r >= c->m.world)
             return zt_err_set(err, ZT_ERR_INVALID, "checkpoint read past unit %d", u);
-        off_t at = (off_t)(sizeof(zt_shard_header) + c->unit_off[u] +
-                           ((size_t)section * S + in) * 4);
-        ssize_t got = pread(c->fds[r], out, n * 4, at);
-        if (got != (ssize_t)(n * 4))
-            return zt_err_set(err, ZT_ERR_IO, "%s/rank_%05d.zts: short read at byte %lld",
-                              c->dir, r, (long long)at);
+        zt_status st = pread_full(c, r, out, n * 4, chunk_at(c, section, u, in), err);
+        if (st != ZT_OK)
+            return st;
+        c->bytes_read += n * 4;
         out += n;
         pos += n;
         len -= n;
@@ -539,14 +871,115 @@ zt_status zt_ckpt_read(zt_ckpt *c, int section, int u, size_t pos, size_t len, f
     return ZT_OK;
 }
 
+/* zt_ckpt_read that reads every chunk it touches whole and checks it against the chunk table
+ * before returning: what a resuming rank uses, so that it verifies exactly what it loads. */
+static zt_status read_verified(zt_ckpt *c, int section, int u, size_t pos, size_t len,
+                               float *out, zt_err *err)
+{
+    size_t S = c->m.shard[u];
+    if (len == 0)
+        return ZT_OK;
+    size_t r0 = pos / S, r1 = (pos + len - 1) / S;
+    if (r1 >= (size_t)c->m.world)
+        return zt_err_set(err, ZT_ERR_INVALID, "checkpoint read past unit %d", u);
+    for (size_t r = r0; r <= r1; r++) {
+        size_t c0 = r * S;
+        size_t lo = pos > c0 ? pos : c0, hi = pos + len < c0 + S ? pos + len : c0 + S;
+        uint64_t at = chunk_at(c, section, u, 0);
+        uint32_t crc = 0;
+        zt_status st;
+        if (lo == c0 && hi == c0 + S) { /* the whole chunk is wanted: read it in place */
+            float *dst = out + (c0 - pos);
+            if ((st = pread_full(c, (int)r, dst, S * 4, at, err)) != ZT_OK)
+                return st;
+            crc = zt_crc32c(0, dst, S * 4);
+        } else {
+            if (!c->scratch && !(c->scratch = zt_malloc(STREAM_BYTES)))
+                return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+            size_t want0 = (lo - c0) * 4, want1 = (hi - c0) * 4;
+            unsigned char *dst = (unsigned char *)(out + (lo - pos));
+            for (size_t done = 0; done < S * 4;) {
+                size_t n = S * 4 - done < STREAM_BYTES ? S * 4 - done : STREAM_BYTES;
+                if ((st = pread_full(c, (int)r, c->scratch, n, at + done, err)) != ZT_OK)
+                    return st;
+                crc = zt_crc32c(crc, c->scratch, n);
+                size_t b0 = done > want0 ? done : want0;
+                size_t b1 = done + n < want1 ? done + n : want1;
+                if (b0 < b1)
+                    memcpy(dst + (b0 - want0), c->scratch + (b0 - done), b1 - b0);
+                done += n;
+            }
+        }
+        c->bytes_read += S * 4;
+        if (crc != chunk_crc_recorded(c, (int)r, u, section))
+            return chunk_mismatch(c, (int)r, u, section, crc, err);
+    }
+    return ZT_OK;
+}
+
+/* ---- agreement between ranks ---- */
+
+/* One outcome on every rank (collective): ZT_OK when st is ZT_OK everywhere, otherwise the
+ * status of the lowest failing rank and its message as "rank R: ..." on every rank, so that a
+ * failure only one rank saw (rank 0's meta.json, one chunk's checksum) cannot leave the others
+ * reporting success. A failed collective is returned as it is. */
+static zt_status agree(zt_engine *e, zt_status st, zt_err *err)
+{
+    if (e->world == 1)
+        return st;
+    typedef struct outcome {
+        int32_t status;
+        char msg[ZT_ERRMSG_MAX];
+    } outcome;
+    size_t n = (size_t)e->world;
+    size_t dev_bytes = n * sizeof(float) > sizeof(outcome) ? n * sizeof(float) : sizeof(outcome);
+    uint32_t *codes = zt_calloc(n, sizeof(uint32_t));
+    outcome *o = zt_calloc(1, sizeof(*o));
+    float *dev = zt_engine_comm_alloc(e, dev_bytes);
+    zt_status cst = ZT_OK;
+    if (!codes || !o || !dev) {
+        cst = zt_err_set(err, ZT_ERR_NOMEM, "out of memory sharing a checkpoint outcome");
+        goto out;
+    }
+    uint32_t mine = (uint32_t)st;
+    e->ops->copy_h2d(e->k, dev + e->rank, &mine, sizeof(mine));
+    if ((cst = zt_comm_allgather(e->comm, dev + e->rank, dev, 1, ZT_F32, NULL, err)) != ZT_OK)
+        goto out;
+    e->ops->copy_d2h(e->k, codes, dev, n * sizeof(uint32_t));
+    int root = -1;
+    for (int r = 0; r < e->world && root < 0; r++)
+        if (codes[r] != ZT_OK)
+            root = r;
+    if (root < 0)
+        goto out;
+    if (e->rank == root) {
+        o->status = (int32_t)st;
+        pathf(o->msg, sizeof(o->msg), "rank %d: %s", root, err ? zt_err_msg(err) : zt_strerror(st));
+        e->ops->copy_h2d(e->k, dev, o, sizeof(*o));
+    }
+    if ((cst = zt_comm_broadcast(e->comm, dev, sizeof(*o), root, NULL, err)) != ZT_OK)
+        goto out;
+    e->ops->copy_d2h(e->k, o, dev, sizeof(*o));
+    o->msg[sizeof(o->msg) - 1] = '\0';
+    cst = zt_err_set(err, (zt_status)codes[root], "%s", o->msg);
+out:
+    if (dev)
+        zt_engine_comm_free(e, dev, dev_bytes);
+    zt_free(o);
+    zt_free(codes);
+    return cst;
+}
+
 /* ---- save ---- */
 
 struct ckpt_writer {
     char path[ZT_PATH_MAX + 32];
-    unsigned char *buf; /* header + payload */
+    unsigned char *buf; /* header + chunk table + payload */
     size_t bytes;
-    double write_s; /* checksum, open to durable rename, in the background thread */
-    uint32_t crc;   /* payload CRC32C, set by the writer thread */
+    const size_t *S;    /* the engine's shard sizes per unit */
+    int n_units;
+    double write_s; /* checksums, open to durable rename, in the background thread */
+    uint32_t crc;   /* table_crc32c, set by the writer thread */
     atomic_int done;
     zt_status st;
     zt_err err;
@@ -560,10 +993,18 @@ static void *writer_main(void *arg)
     double t0 = zt_now_s();
     zt_shard_header h;
     memcpy(&h, w->buf, sizeof(h));
-    h.payload_crc32c = zt_crc32c(0, w->buf + sizeof(h), h.payload_bytes);
+    uint32_t *table = (uint32_t *)(w->buf + sizeof(h));
+    memset(table, 0, h.payload_offset - sizeof(h));
+    const unsigned char *p = w->buf + h.payload_offset;
+    for (int u = 0; u < w->n_units; u++)
+        for (int sec = 0; sec < SECTIONS; sec++) {
+            table[u * SECTIONS + sec] = zt_crc32c(0, p, w->S[u] * sizeof(float));
+            p += w->S[u] * sizeof(float);
+        }
+    h.table_crc32c = zt_crc32c(0, table, h.payload_offset - sizeof(h));
     h.header_crc32c = zt_crc32c(0, &h, offsetof(zt_shard_header, header_crc32c));
     memcpy(w->buf, &h, sizeof(h));
-    w->crc = h.payload_crc32c;
+    w->crc = h.table_crc32c;
     w->st = zt_outfile_open(&f, w->path, &w->err);
     if (w->st == ZT_OK)
         w->st = zt_outfile_write(f, w->buf, w->bytes, &w->err);
@@ -581,6 +1022,61 @@ static void step_dir_of(const zt_engine *e, int64_t step, char *out, size_t n)
     pathf(out, n, "%s/step_%08lld", e->job.train.checkpoint_dir, (long long)step);
 }
 
+static size_t shard_bytes(const zt_engine *e, size_t *payload)
+{
+    size_t p = 0;
+    for (int u = 0; u < e->nu; u++)
+        p += 12 * e->S[u];
+    if (payload)
+        *payload = p;
+    return sizeof(zt_shard_header) + table_bytes(e->nu) + p;
+}
+
+/* Rank 0, before any shard of a step is written: the step directory exists and its entry is
+ * durable; a re-saved step loses its meta.json first (it is not complete until that is back),
+ * and the shards of ranks the new world does not have and temporaries of an interrupted save
+ * are removed, so the directory holds only what the new meta.json will list. */
+static zt_status prepare_step_dir(zt_engine *e, const char *dir, zt_err *err)
+{
+    zt_status st = mkdir_p(dir, err);
+    if (st != ZT_OK)
+        return st;
+    char path[ZT_PATH_MAX + 320];
+    pathf(path, sizeof(path), "%s/%s", dir, META_NAME);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return zt_err_set(err, errno_status(errno),
+                          "cannot remove %s before re-saving step %lld: %s; remove it by hand or set train.checkpoint_dir elsewhere",
+                          path, (long long)e->steps_done, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d)
+        return zt_err_set(err, ZT_ERR_IO, "cannot list the checkpoint directory %s: %s", dir,
+                          strerror(errno));
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        int r = parse_shard_name(de->d_name);
+        bool tmp = strstr(de->d_name, ".tmp.") != NULL &&
+                   (strncmp(de->d_name, "rank_", 5) == 0 ||
+                    strncmp(de->d_name, META_NAME, strlen(META_NAME)) == 0);
+        if (!(r >= e->world || tmp))
+            continue;
+        pathf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            st = zt_err_set(err, errno_status(errno),
+                            "cannot remove the stale %s before re-saving step %lld with %d ranks: %s; remove it by hand",
+                            path, (long long)e->steps_done, e->world, strerror(errno));
+            break;
+        }
+        ZT_INFO("ckpt", "removed stale %s (step %lld is re-saved by %d ranks)", path,
+                (long long)e->steps_done, e->world);
+        removed++;
+    }
+    closedir(d);
+    if (st == ZT_OK && removed)
+        st = zt_dir_fsync(dir, err);
+    return st;
+}
+
 zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
 {
     zt_status st;
@@ -590,58 +1086,28 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     uint64_t t0 = zt_now_ns();
     char dir[ZT_PATH_MAX + 32];
     step_dir_of(e, e->steps_done, dir, sizeof(dir));
-    int ok = 1;
-    if (e->rank == 0) {
-        if (mkdir_p(dir) != 0) {
-            ok = 0;
-            zt_err_set(err, errno == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO,
-                       "cannot create checkpoint directory %s: %s", dir, strerror(errno));
-        } else {
-            char meta[ZT_PATH_MAX + 16];
-            pathf(meta, sizeof(meta), "%s/%s", dir, META_NAME);
-            unlink(meta); /* re-saving a step: it is not complete until meta.json is back */
-        }
-    }
-    float flag = (float)ok;
-    e->ops->copy_h2d(e->k, e->d_red, &flag, sizeof(flag));
-    if ((st = zt_comm_broadcast(e->comm, e->d_red, sizeof(float), 0, NULL, err)) != ZT_OK)
-        return st;
-    e->ops->copy_d2h(e->k, &flag, e->d_red, sizeof(flag));
-    if (flag == 0.0f)
-        return e->rank == 0 ? ZT_ERR_IO
-                            : zt_err_set(err, ZT_ERR_IO,
-                                         "rank 0 could not create the checkpoint directory %s",
-                                         dir);
-
+    size_t payload;
+    size_t bytes = shard_bytes(e, &payload);
     ckpt_writer *w = zt_calloc(1, sizeof(*w));
-    size_t payload = 0;
-    for (int u = 0; u < e->nu; u++)
-        payload += 12 * e->S[u];
-    if (!w || (!e->ck_buf && zt_ckpt_prepare(e, err) != ZT_OK)) {
+    if (!w)
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory for a checkpoint writer");
+    else if (!e->ck_buf)
+        st = zt_ckpt_prepare(e, err);
+    else
+        st = ZT_OK;
+    if (st == ZT_OK && e->rank == 0)
+        st = prepare_step_dir(e, dir, err);
+    if ((st = agree(e, st, err)) != ZT_OK) {
         zt_free(w);
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory for the checkpoint snapshot (%zu bytes)",
-                          payload);
+        if (err)
+            zt_err_prefix(err, "checkpoint %s not saved", dir);
+        return st;
     }
     w->buf = e->ck_buf;
+    w->S = e->S;
+    w->n_units = e->nu;
     pathf(w->path, sizeof(w->path), "%s/rank_%05d.zts", dir, e->rank);
-    w->bytes = sizeof(zt_shard_header) + payload;
-    /* snapshot: this rank's chunk of every unit (master, exp_avg, exp_avg_sq), padding zero */
-    float *p = (float *)(w->buf + sizeof(zt_shard_header));
-    for (int u = 0; u < e->nu; u++) {
-        size_t S = e->S[u], r0 = (size_t)e->rank * S, n = e->lay.unit_numel[u];
-        size_t len = r0 >= n ? 0 : (n - r0 < S ? n - r0 : S);
-        if (len) {
-            zt_engine_region_get(e, u, r0 - e->base[u], len, p);
-            zt_engine_moments_get(e, u, r0 - e->base[u], len, p + S, p + 2 * S);
-        }
-        for (int sec = 0; sec < 3; sec++)
-            memset(p + (size_t)sec * S + len, 0, (S - len) * sizeof(float));
-        p += 3 * S;
-    }
-    if ((st = e->ops->sync(e->k, err)) != ZT_OK) {
-        zt_free(w);
-        return st;
-    }
+    w->bytes = bytes;
     zt_shard_header h;
     memset(&h, 0, sizeof(h));
     memcpy(h.magic, ZT_CKPT_SHARD_MAGIC, 8);
@@ -650,9 +1116,45 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     h.world = (uint32_t)e->world;
     h.stage = (uint32_t)e->stage;
     h.n_units = (uint32_t)e->nu;
-    h.sections = 3;
+    h.sections = SECTIONS;
     h.step = (uint64_t)e->steps_done;
+    h.payload_offset = sizeof(h) + table_bytes(e->nu);
     h.payload_bytes = payload;
+    h.units_crc32c = units_crc(e->nu, e->lay.unit_numel, e->S);
+    h.applied_steps = (uint64_t)e->applied_steps;
+    h.skipped_steps = (uint64_t)e->skipped_total;
+    h.train_batch_size = (uint64_t)e->job.ds.train_batch_size;
+    h.micro_batch = (uint64_t)e->job.ds.micro_batch;
+    h.grad_accum = (uint64_t)e->job.ds.grad_accum;
+    h.ls_scale = e->scaler.scale;
+    h.ls_iter = e->scaler.iter;
+    h.ls_last_overflow = e->scaler.last_overflow;
+    h.ls_hysteresis_left = e->scaler.hysteresis_left;
+    h.precision = (uint32_t)e->pdt;
+    h.dims[0] = (uint32_t)e->lay.d.L;
+    h.dims[1] = (uint32_t)e->lay.d.NH;
+    h.dims[2] = (uint32_t)e->lay.d.C;
+    h.dims[3] = (uint32_t)e->lay.d.T;
+    h.dims[4] = (uint32_t)e->lay.d.V;
+    h.dims[5] = (uint32_t)e->lay.d.Vp;
+    h.init_seed = e->job.model.seed;
+    /* snapshot: this rank's chunk of every unit (master, exp_avg, exp_avg_sq), padding zero */
+    float *p = (float *)(w->buf + h.payload_offset);
+    for (int u = 0; u < e->nu; u++) {
+        size_t S = e->S[u], r0 = (size_t)e->rank * S, n = e->lay.unit_numel[u];
+        size_t len = r0 >= n ? 0 : (n - r0 < S ? n - r0 : S);
+        if (len) {
+            zt_engine_region_get(e, u, r0 - e->base[u], len, p);
+            zt_engine_moments_get(e, u, r0 - e->base[u], len, p + S, p + 2 * S);
+        }
+        for (int sec = 0; sec < SECTIONS; sec++)
+            memset(p + (size_t)sec * S + len, 0, (S - len) * sizeof(float));
+        p += SECTIONS * S;
+    }
+    if ((st = e->ops->sync(e->k, err)) != ZT_OK) {
+        zt_free(w);
+        return st;
+    }
     memcpy(w->buf, &h, sizeof(h)); /* the checksums are filled in by the writer thread */
     e->ck_step = e->steps_done;
     e->ck_applied = e->applied_steps;
@@ -667,6 +1169,26 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     return ZT_OK;
 }
 
+typedef struct step_entry {
+    int64_t step;
+    bool complete;
+} step_entry;
+
+static int step_entry_newest_first(const void *a, const void *b)
+{
+    int64_t x = ((const step_entry *)a)->step, y = ((const step_entry *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void report(const zt_engine *e, const char *line, int n)
+{
+    if (e->opts.report_fd >= 0 && n > 0 && write(e->opts.report_fd, line, (size_t)n) < 0)
+        ZT_WARN("ckpt", "cannot write to the report pipe: %s", strerror(errno));
+}
+
+/* Rank 0, after a commit: keeps the newest keep_checkpoints complete checkpoints and removes
+ * incomplete step directories older than the newest complete one. Best effort: a directory
+ * that cannot be listed or removed is left (and logged). */
 static void prune(const zt_engine *e)
 {
     int keep = e->job.train.keep_checkpoints;
@@ -674,36 +1196,44 @@ static void prune(const zt_engine *e)
     DIR *d = opendir(root);
     if (!d)
         return;
-    int64_t steps[4096];
-    int n = 0;
+    step_entry *steps = NULL;
+    size_t n = 0, cap = 0;
     int64_t newest = -1;
+    bool listed = true;
     struct dirent *de;
     char meta[ZT_PATH_MAX + 320];
-    while ((de = readdir(d)) != NULL && n < 4096) {
+    while ((de = readdir(d)) != NULL) {
         int64_t s = parse_step_name(de->d_name);
         if (s < 0)
             continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            step_entry *grown = zt_realloc(steps, ncap * sizeof(*steps));
+            if (!grown) {
+                listed = false;
+                break;
+            }
+            steps = grown;
+            cap = ncap;
+        }
         pathf(meta, sizeof(meta), "%s/%s/%s", root, de->d_name, META_NAME);
-        bool complete = file_exists(meta);
-        steps[n++] = complete ? s : -(s + 2); /* incomplete ones encoded negative */
-        if (complete && s > newest)
+        steps[n].step = s;
+        steps[n].complete = file_exists(meta);
+        if (steps[n].complete && s > newest)
             newest = s;
+        n++;
     }
     closedir(d);
-    /* complete ones sorted newest first */
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (steps[j] > steps[i]) {
-                int64_t t = steps[i];
-                steps[i] = steps[j];
-                steps[j] = t;
-            }
+    if (!listed) { /* a partial list could keep the wrong ones: remove nothing this time */
+        ZT_WARN("ckpt", "out of memory listing %s; old checkpoints are kept this time", root);
+        zt_free(steps);
+        return;
+    }
+    qsort(steps, n, sizeof(*steps), step_entry_newest_first);
     int kept = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t s = steps[i];
-        bool complete = s >= 0;
-        int64_t step = complete ? s : -s - 2;
-        bool drop = complete ? (keep > 0 && ++kept > keep) : step < newest;
+    for (size_t i = 0; i < n; i++) {
+        int64_t step = steps[i].step;
+        bool drop = steps[i].complete ? (keep > 0 && ++kept > keep) : step < newest;
         if (!drop)
             continue;
         char dir[ZT_PATH_MAX + 32];
@@ -723,16 +1253,72 @@ static void prune(const zt_engine *e)
             }
             closedir(sd);
         }
-        rmdir(dir);
-        ZT_INFO("ckpt", "removed checkpoint %s (keep_checkpoints %d)", dir, keep);
-        if (e->opts.report_fd >= 0) { /* incomplete ones too: the coordinator may know them */
-            char line[ZT_PATH_MAX + 96];
-            int n = pathf(line, sizeof(line), "rank=%d ckpt_removed step=%lld dir=%s\n", e->rank,
-                          (long long)step, dir);
-            if (n > 0 && write(e->opts.report_fd, line, (size_t)n) < 0) {
-            }
-        }
+        if (rmdir(dir) != 0)
+            ZT_WARN("ckpt", "cannot remove old checkpoint %s: %s", dir, strerror(errno));
+        else
+            ZT_INFO("ckpt", "removed checkpoint %s (keep_checkpoints %d)", dir, keep);
+        /* incomplete ones too: the coordinator may know them */
+        char line[ZT_PATH_MAX + 96];
+        report(e, line,
+               pathf(line, sizeof(line), "rank=%d ckpt_removed step=%lld dir=%s\n", e->rank,
+                     (long long)step, dir));
     }
+    zt_free(steps);
+}
+
+/* Rank 0: meta.json from every rank's (table crc, bytes), durable, and the step directory's
+ * entry in CKPT_DIR durable before prune may remove older checkpoints. On failure meta.json is
+ * removed again: a checkpoint whose commit failed does not count. */
+static zt_status commit_meta(zt_engine *e, const char *dir, const uint32_t *info, zt_err *err)
+{
+    ckpt_meta m;
+    memset(&m, 0, sizeof(m));
+    m.step = e->ck_step;
+    m.applied_steps = e->ck_applied;
+    m.skipped_steps = e->ck_skipped;
+    m.world = e->world;
+    m.stage = e->stage;
+    m.precision = e->pdt;
+    m.dims = e->lay.d;
+    m.train_batch_size = e->job.ds.train_batch_size;
+    m.micro_batch = e->job.ds.micro_batch;
+    m.grad_accum = e->job.ds.grad_accum;
+    m.n_units = e->nu;
+    m.ls_scale = e->ck_scaler.scale;
+    m.ls_iter = e->ck_scaler.iter;
+    m.ls_last_overflow = e->ck_scaler.last_overflow;
+    m.ls_hyst_left = e->ck_scaler.hysteresis_left;
+    zt_status st = meta_alloc(&m, err);
+    if (st != ZT_OK)
+        return st;
+    for (int u = 0; u < e->nu; u++) {
+        m.numel[u] = e->lay.unit_numel[u];
+        m.shard[u] = e->S[u];
+    }
+    for (int r = 0; r < e->world; r++) {
+        const uint32_t *v = info + (size_t)r * 3;
+        m.crc[r] = v[0];
+        m.bytes[r] = (uint64_t)v[1] | ((uint64_t)v[2] << 32);
+    }
+    char *js = meta_to_json(&m, &e->job);
+    meta_free(&m);
+    char path[ZT_PATH_MAX + 48];
+    pathf(path, sizeof(path), "%s/%s", dir, META_NAME);
+    zt_outfile *f = NULL;
+    if (!js)
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory writing %s", path);
+    else if ((st = zt_outfile_open(&f, path, err)) == ZT_OK &&
+             (st = zt_outfile_write(f, js, strlen(js), err)) == ZT_OK)
+        st = zt_outfile_commit(f, err);
+    else
+        zt_outfile_abort(f);
+    free(js);
+    if (st == ZT_OK)
+        st = zt_dir_fsync(e->job.train.checkpoint_dir, err);
+    if (st != ZT_OK && unlink(path) != 0 && errno != ENOENT)
+        ZT_WARN("ckpt", "cannot remove %s after its failed commit: %s; remove it by hand", path,
+                strerror(errno));
+    return st;
 }
 
 zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
@@ -744,115 +1330,59 @@ zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
     if (e->ck_threaded)
         pthread_join(e->ck_thread, NULL);
     e->ck_writer = NULL;
+    char dir[ZT_PATH_MAX + 32];
+    step_dir_of(e, e->ck_step, dir, sizeof(dir));
+    size_t info_bytes = (size_t)e->world * 3 * sizeof(uint32_t);
+    uint32_t *info = zt_calloc((size_t)e->world * 3, sizeof(uint32_t));
+    float *dev = zt_engine_comm_alloc(e, info_bytes);
     zt_status st = w->st;
     if (st != ZT_OK)
         zt_err_set(err, st, "%s", w->err.msg);
-    /* every rank's (ok, crc, bytes) to everyone: rank 0 commits only if all shards are durable */
-    float *info = zt_calloc((size_t)e->world * 4, sizeof(float));
-    float *dev = zt_engine_comm_alloc(e, (size_t)e->world * 4 * sizeof(float));
-    uint32_t mine[4] = {st == ZT_OK ? 1u : 0u, w->crc, (uint32_t)(w->bytes & 0xffffffffu),
-                        (uint32_t)(w->bytes >> 32)};
-    zt_status cst = ZT_OK;
-    if (!info || !dev) {
-        cst = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-        goto out;
+    else if (!info || !dev)
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    /* is every shard durable? every rank learns the first failure */
+    if ((st = agree(e, st, err)) != ZT_OK)
+        goto failed;
+    /* every rank's (table crc, bytes) for rank 0's meta.json */
+    uint32_t mine[3] = {w->crc, (uint32_t)(w->bytes & 0xffffffffu), (uint32_t)(w->bytes >> 32)};
+    e->ops->copy_h2d(e->k, dev + (size_t)e->rank * 3, mine, sizeof(mine));
+    if ((st = zt_comm_allgather(e->comm, dev + (size_t)e->rank * 3, dev, 3, ZT_F32, NULL, err)) !=
+        ZT_OK)
+        goto failed;
+    e->ops->copy_d2h(e->k, info, dev, info_bytes);
+    /* rank 0 commits; every rank learns whether that worked before anyone reports the step */
+    st = e->rank == 0 ? commit_meta(e, dir, info, err) : ZT_OK;
+    if ((st = agree(e, st, err)) != ZT_OK)
+        goto failed;
+    ZT_INFO("ckpt", "shard %s: %zu bytes written and fsync'd in %.3f s", w->path, w->bytes,
+            w->write_s);
+    char line[ZT_PATH_MAX + 128];
+    report(e, line,
+           pathf(line, sizeof(line), "rank=%d ckpt step=%lld file=%s bytes=%zu crc32c=%08x\n",
+                 e->rank, (long long)e->ck_step, w->path, w->bytes, w->crc));
+    if (e->rank == 0) {
+        prune(e);
+        report(e, line,
+               pathf(line, sizeof(line), "rank=0 ckpt_commit step=%lld dir=%s\n",
+                     (long long)e->ck_step, dir));
     }
-    e->ops->copy_h2d(e->k, dev + (size_t)e->rank * 4, mine, sizeof(mine));
-    cst = zt_comm_allgather(e->comm, dev + (size_t)e->rank * 4, dev, 4, ZT_F32, NULL,
-                            st == ZT_OK ? err : NULL);
-    if (cst != ZT_OK)
-        goto out;
-    e->ops->copy_d2h(e->k, info, dev, (size_t)e->world * 4 * sizeof(float));
-    int failed = -1;
-    for (int r = 0; r < e->world; r++) {
-        uint32_t v[4];
-        memcpy(v, info + (size_t)r * 4, sizeof(v));
-        if (!v[0] && failed < 0)
-            failed = r;
-    }
-    if (st == ZT_OK && failed >= 0)
-        st = zt_err_set(err, ZT_ERR_IO,
-                        "checkpoint step %lld: rank %d could not write its shard (see its log); the checkpoint does not count",
-                        (long long)e->ck_step, failed);
-    char dir[ZT_PATH_MAX + 32];
-    step_dir_of(e, e->ck_step, dir, sizeof(dir));
-    if (st == ZT_OK)
-        ZT_INFO("ckpt", "shard %s: %zu bytes written and fsync'd in %.3f s", w->path, w->bytes,
-                w->write_s);
-    if (st == ZT_OK && e->opts.report_fd >= 0) {
-        char line[ZT_PATH_MAX + 128];
-        int n = pathf(line, sizeof(line), "rank=%d ckpt step=%lld file=%s bytes=%zu crc32c=%08x\n",
-                         e->rank, (long long)e->ck_step, w->path, w->bytes, w->crc);
-        if (n > 0 && write(e->opts.report_fd, line, (size_t)n) < 0) {
-        }
-    }
-    if (st == ZT_OK && e->rank == 0) {
-        ckpt_meta m;
-        memset(&m, 0, sizeof(m));
-        m.step = e->ck_step;
-        m.applied_steps = e->ck_applied;
-        m.skipped_steps = e->ck_skipped;
-        m.world = e->world;
-        m.stage = e->stage;
-        m.precision = e->pdt;
-        m.dims = e->lay.d;
-        m.train_batch_size = e->job.ds.train_batch_size;
-        m.micro_batch = e->job.ds.micro_batch;
-        m.grad_accum = e->job.ds.grad_accum;
-        m.n_units = e->nu;
-        m.ls_scale = e->ck_scaler.scale;
-        m.ls_iter = e->ck_scaler.iter;
-        m.ls_last_overflow = e->ck_scaler.last_overflow;
-        m.ls_hyst_left = e->ck_scaler.hysteresis_left;
-        if ((st = meta_alloc(&m, err)) == ZT_OK) {
-            for (int u = 0; u < e->nu; u++) {
-                m.numel[u] = e->lay.unit_numel[u];
-                m.shard[u] = e->S[u];
-            }
-            for (int r = 0; r < e->world; r++) {
-                uint32_t v[4];
-                memcpy(v, info + (size_t)r * 4, sizeof(v));
-                m.crc[r] = v[1];
-                m.bytes[r] = (uint64_t)v[2] | ((uint64_t)v[3] << 32);
-            }
-            char *js = meta_to_json(&m, &e->job);
-            char path[ZT_PATH_MAX + 16];
-            pathf(path, sizeof(path), "%s/%s", dir, META_NAME);
-            zt_outfile *f = NULL;
-            if (!js)
-                st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-            else if ((st = zt_outfile_open(&f, path, err)) == ZT_OK &&
-                     (st = zt_outfile_write(f, js, strlen(js), err)) == ZT_OK)
-                st = zt_outfile_commit(f, err);
-            else
-                zt_outfile_abort(f);
-            free(js);
-            meta_free(&m);
-        }
-        if (st == ZT_OK) {
-            prune(e);
-            if (e->opts.report_fd >= 0) {
-                char line[ZT_PATH_MAX + 64];
-                int n = pathf(line, sizeof(line), "rank=0 ckpt_commit step=%lld dir=%s\n",
-                                 (long long)e->ck_step, dir);
-                if (n > 0 && write(e->opts.report_fd, line, (size_t)n) < 0) {
-                }
-            }
-        }
-    }
+    e->last_ckpt_step = e->ck_step;
     e->ck_blocked_s += (double)(zt_now_ns() - t0) * 1e-9;
-    if (st == ZT_OK) {
-        e->last_ckpt_step = e->ck_step;
-        if (e->rank == 0)
-            ZT_INFO("ckpt", "checkpoint %s complete: rank 0 wrote %zu bytes in %.3f s (%.3f GB/s, fsync'd), training blocked %.1f ms",
-                    dir, w->bytes, w->write_s, (double)w->bytes / (w->write_s > 0 ? w->write_s : 1e-9) / 1e9,
-                    e->ck_blocked_s * 1e3);
-    }
+    if (e->rank == 0)
+        ZT_INFO("ckpt", "checkpoint %s complete: rank 0 wrote %zu bytes in %.3f s (%.3f GB/s, fsync'd), training blocked %.1f ms",
+                dir, w->bytes, w->write_s,
+                (double)w->bytes / (w->write_s > 0 ? w->write_s : 1e-9) / 1e9,
+                e->ck_blocked_s * 1e3);
+    goto out;
+failed:
+    if (err)
+        zt_err_prefix(err, "checkpoint %s not saved", dir);
 out:
-    zt_engine_comm_free(e, dev, (size_t)e->world * 4 * sizeof(float));
+    if (dev)
+        zt_engine_comm_free(e, dev, info_bytes);
     zt_free(info);
     zt_free(w);
-    return st != ZT_OK ? st : cst;
+    return st;
 }
 
 bool zt_ckpt_write_pending(const zt_engine *e)
@@ -875,9 +1405,7 @@ zt_status zt_ckpt_prepare(zt_engine *e, zt_err *err)
 {
     if (e->ck_buf)
         return ZT_OK;
-    size_t bytes = sizeof(zt_shard_header);
-    for (int u = 0; u < e->nu; u++)
-        bytes += 12 * e->S[u];
+    size_t bytes = shard_bytes(e, NULL);
     /* huge pages where the kernel offers them, and touched now: faulting in a fresh buffer
      * page by page during a save would block training for longer than the copy itself */
     size_t huge = (size_t)2 << 20;
@@ -901,12 +1429,15 @@ void zt_ckpt_release(zt_engine *e)
 
 /* ---- load ---- */
 
-zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
+/* This rank's part of a load: the checkpoint opened (every header checked), then per unit the
+ * master values this rank keeps (all of them below stage 3, its own chunk and optimizer region
+ * at stage 3) and its region's moments, each chunk read verified against its checksum. */
+static zt_status load_local(zt_engine *e, zt_ckpt **cp, const char *path, zt_err *err)
 {
-    zt_ckpt *c = NULL;
-    zt_status st = zt_ckpt_open(&c, path, err);
+    zt_status st = zt_ckpt_open(cp, path, err);
     if (st != ZT_OK)
         return st;
+    zt_ckpt *c = *cp;
     float *vals = NULL, *mv = NULL;
     const zt_gpt2_dims *a = &c->m.dims, *b = &e->lay.d;
     if (a->L != b->L || a->C != b->C || a->NH != b->NH || a->T != b->T || a->V != b->V ||
@@ -917,8 +1448,6 @@ zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
                         b->V, b->Vp);
         goto out;
     }
-    if ((st = zt_ckpt_verify(c, err)) != ZT_OK)
-        goto out;
     size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
     vals = zt_calloc(maxp, sizeof(float));
     mv = zt_calloc(maxp * 2, sizeof(float));
@@ -928,15 +1457,23 @@ zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
     }
     for (int u = 0; u < e->nu; u++) {
         size_t n = e->lay.unit_numel[u];
+        size_t rl = zt_engine_region_len(e, u);
+        size_t lo = 0, hi = n;
+        if (e->stage == 3) { /* its parameter chunk and its optimizer region, nothing else */
+            size_t s0 = (size_t)e->rank * e->S[u], s1 = s0 + e->S[u];
+            lo = rl && e->base[u] < s0 ? e->base[u] : s0;
+            hi = rl && e->base[u] + rl > s1 ? e->base[u] + rl : s1;
+            hi = hi < n ? hi : n;
+            lo = lo < hi ? lo : hi;
+        }
         memset(vals, 0, e->P[u] * sizeof(float));
-        if ((st = zt_ckpt_read(c, 0, u, 0, n, vals, err)) != ZT_OK)
+        if ((st = read_verified(c, 0, u, lo, hi - lo, vals + lo, err)) != ZT_OK)
             goto out;
         if ((st = zt_engine_load_unit(e, u, vals, err)) != ZT_OK)
             goto out;
-        size_t rl = zt_engine_region_len(e, u);
         if (rl) {
-            if ((st = zt_ckpt_read(c, 1, u, e->base[u], rl, mv, err)) != ZT_OK ||
-                (st = zt_ckpt_read(c, 2, u, e->base[u], rl, mv + rl, err)) != ZT_OK)
+            if ((st = read_verified(c, 1, u, e->base[u], rl, mv, err)) != ZT_OK ||
+                (st = read_verified(c, 2, u, e->base[u], rl, mv + rl, err)) != ZT_OK)
                 goto out;
             zt_engine_moments_set(e, u, 0, rl, mv, mv + rl);
         }
@@ -951,34 +1488,48 @@ zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
         e->scaler.last_overflow = c->m.ls_last_overflow;
         e->scaler.hysteresis_left = c->m.ls_hyst_left;
     }
-    if (e->rank == 0)
-        ZT_INFO("ckpt", "resumed from %s (step %lld, written by %d ranks at stage %d; now %d ranks at stage %d)",
-                c->dir, (long long)c->m.step, c->m.world, c->m.stage, e->world, e->stage);
 out:
     zt_free(vals);
     zt_free(mv);
+    return st;
+}
+
+zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
+{
+    zt_ckpt *c = NULL;
+    double t0 = zt_now_s();
+    zt_status st = load_local(e, &c, path, err);
+    if (st == ZT_OK)
+        ZT_INFO("ckpt", "read %.1f MB of %s (every chunk read checksum-verified) in %.3f s",
+                (double)c->bytes_read / 1e6, c->dir, zt_now_s() - t0);
+    /* a chunk only this rank read may be the corrupted one: all ranks refuse together */
+    st = agree(e, st, err);
+    if (st == ZT_OK && e->rank == 0)
+        ZT_INFO("ckpt", "resumed from %s (step %lld, written by %d ranks at stage %d; now %d ranks at stage %d)",
+                c->dir, (long long)c->m.step, c->m.world, c->m.stage, e->world, e->stage);
     zt_ckpt_close(c);
     return st;
 }
 
 zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err *err)
 {
-    ckpt_meta m;
-    zt_status st = meta_read(&m, step_dir, err);
+    zt_ckpt *c = NULL;
+    zt_status st = zt_ckpt_open(&c, step_dir, err);
     if (st != ZT_OK)
         return st;
+    const ckpt_meta *m = &c->m;
     const zt_model_cfg *mc = &job->model;
-    if (m.dims.L != mc->n_layer || m.dims.C != mc->n_embd || m.dims.NH != mc->n_head ||
-        m.dims.T != mc->block_size || m.dims.V != mc->vocab_size ||
-        m.dims.Vp != mc->padded_vocab_size) {
+    if (m->dims.L != mc->n_layer || m->dims.C != mc->n_embd || m->dims.NH != mc->n_head ||
+        m->dims.T != mc->block_size || m->dims.V != mc->vocab_size ||
+        m->dims.Vp != mc->padded_vocab_size) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
                         "checkpoint %s holds a model with n_layer %d n_head %d n_embd %d block_size %d vocab_size %d but the job asks for %d %d %d %d %d; resume with the job that wrote it",
-                        step_dir, m.dims.L, m.dims.NH, m.dims.C, m.dims.T, m.dims.V, mc->n_layer,
-                        mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size);
+                        step_dir, m->dims.L, m->dims.NH, m->dims.C, m->dims.T, m->dims.V,
+                        mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size);
         goto out;
     }
     /* elastic batch: the global batch and the sample order stay; accumulation re-derived */
-    int64_t tb = m.train_batch_size;
+    int64_t tb = m->train_batch_size;
     int64_t micro = job->ds.given_micro_batch ? job->ds.given_micro_batch : job->ds.micro_batch;
     if (micro <= 0 || tb % (micro * world) != 0) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
@@ -992,7 +1543,7 @@ zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err
     job->resources.ranks = world;
     st = zt_job_resolve_batch(job, world, err);
 out:
-    meta_free(&m);
+    zt_ckpt_close(c);
     return st;
 }
 

@@ -8,6 +8,9 @@ zt_add_script_test(NAME engine_precision COMMAND /usr/bin/python3 ${CMAKE_CURREN
                    LABELS integration TIMEOUT 900)
 zt_add_script_test(NAME engine_ckpt COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ckpt.py
                    LABELS integration TIMEOUT 900)
+# LD_PRELOAD shim with which engine_ckpt makes fsync, mkdir and rename fail on request.
+add_library(zt_fault_fs SHARED ${CMAKE_CURRENT_LIST_DIR}/fault_fs.c)
+set_target_properties(zt_fault_fs PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 zt_add_script_test(NAME engine_plan COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_plan.py
                    LABELS integration TIMEOUT 300)
 zt_add_script_test(NAME engine_rank_failure COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_rank_failure.py
