@@ -1,6 +1,8 @@
 """tests/bench/ckpt_io: checkpoint write and read throughput next to the disk's own sequential
 write speed measured in the same run (dd with fsync), and the training time blocked per
-checkpoint (the snapshot to host memory plus any wait for the background write).
+checkpoint (the snapshot to host memory plus any wait for the background write), and what each
+rank reads (and checksums) when resuming: all master values below stage 3 plus its own
+moments, not every shard.
 Model: GPT-2 L6 C512 (about 20M parameters, 12 bytes each in a checkpoint), 2 ranks, a
 checkpoint every 2 steps. Usage: ckpt_io.py [--layers L] [--embd C]"""
 import argparse
@@ -74,6 +76,19 @@ def main():
                   f"(a step takes {step_ms:.0f} ms){' [final save: waits by design]' if i == len(saves) - 1 else ''}")
         print(f"  read + CRC32C verify of all shards (zctl ckpt inspect, {cache}): "
               f"{total / read_s / 1e9:.3f} GB/s ({read_s:.3f} s, includes process start)")
+        # resume on the same 2 ranks for one more step: what each rank reads and verifies
+        job["name"], job["train"]["steps"], job["train"]["checkpoint_dir"] = "io_resume", 7, "ckpt/io_resume"
+        zu.write_job(f"{tmp}/io_resume.json", job)
+        res = zu.run_zctl(["run", f"{tmp}/io_resume.json", "--resume", step_dir], cwd=tmp,
+                          env={"OMP_NUM_THREADS": "1"})
+        if res.returncode != 0:
+            sys.exit(res.stderr)
+        for rk in range(2):
+            m = re.search(r"read ([0-9.]+) MB of \S+ \(every chunk read checksum-verified\) in ([0-9.]+) s",
+                          zu.rank_log(f"{tmp}/ckpt/io_resume", rk))
+            mb, s = float(m.group(1)), float(m.group(2))
+            print(f"  resume, rank {rk}: read and verified {mb:.1f} MB of {total / 1e6:.1f} MB "
+                  f"({mb * 1e6 / total:.2f} of the checkpoint) in {s:.3f} s = {mb / 1e3 / max(s, 1e-9):.3f} GB/s")
 
 
 if __name__ == "__main__":
