@@ -12,39 +12,11 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 
 #define AG_LOG_QUEUE_BYTES (16u << 20)
 
 /* ---- output lines ---------------------------------------------------------------------- */
-
-/* Replaces every byte that is not part of a valid UTF-8 sequence with '?': the coordinator
- * stores and serves the lines as protobuf strings and JSON, which must be UTF-8. */
-static void utf8_clean(char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = u[i];
-        size_t len = c < 0x80                 ? 1
-                     : c >= 0xC2 && c <= 0xDF ? 2
-                     : c >= 0xE0 && c <= 0xEF ? 3
-                     : c >= 0xF0 && c <= 0xF4 ? 4
-                                              : 0;
-        bool ok = len > 0 && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++)
-            ok = (u[i + k] & 0xC0) == 0x80;
-        if (ok && len > 2) {
-            unsigned char c1 = u[i + 1];
-            ok = !((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) ||
-                   (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F));
-        }
-        if (!ok) {
-            s[i++] = '?';
-            continue;
-        }
-        i += len;
-    }
-}
 
 static bool log_push(ag_reports *r, const ag_worker *w, int source, const char *text, size_t len)
 {
@@ -58,7 +30,8 @@ static bool log_push(ag_reports *r, const ag_worker *w, int source, const char *
     e->len = len;
     memcpy(e->text, text, len);
     e->text[len] = '\0';
-    utf8_clean(e->text, len);
+    /* the coordinator stores and serves lines as protobuf strings and JSON: UTF-8 only */
+    zt_utf8_clean(e->text, len);
     if (r->log_tail)
         r->log_tail->next = e;
     else
