@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/utf8.h"
 
 /* Length of the "JOB_STATE_" prefix that value names of enum `type` start with, 0 if not. */
 static size_t enum_prefix_len(const ProtobufCEnumDescriptor *type, const char *value)
@@ -89,8 +90,17 @@ static json_t *value_json(const ProtobufCFieldDescriptor *f, const void *p)
     case PROTOBUF_C_TYPE_ENUM:
         return json_string(zt_pb_enum_short_name(f->descriptor, *(const int *)p));
     case PROTOBUF_C_TYPE_STRING: {
+        /* JSON text is UTF-8: bytes that are not (a peer that broke the protobuf rule) are
+         * printed as '?', never a reason to print nothing */
         const char *s = *(char *const *)p;
-        return json_string(s ? s : "");
+        size_t n = s ? strlen(s) : 0;
+        if (!n || zt_utf8_valid(s, n, NULL)) return json_stringn(n ? s : "", n);
+        char *clean = zt_strndup(s, n);
+        if (!clean) return NULL;
+        zt_utf8_clean(clean, n);
+        json_t *r = json_stringn(clean, n);
+        zt_free(clean);
+        return r;
     }
     case PROTOBUF_C_TYPE_BYTES: {
         const ProtobufCBinaryData *b = p;

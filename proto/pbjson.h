@@ -8,8 +8,8 @@
 #include <jansson.h>
 #include <protobuf-c/protobuf-c.h>
 
-/* A new JSON object for msg (caller owns the reference); NULL on allocation failure.
- * Thread-safe. */
+/* A new JSON object for msg (caller owns the reference); NULL on allocation failure only:
+ * string fields that are not valid UTF-8 are printed with '?' for the bad bytes. Thread-safe. */
 json_t *zt_pb_to_json(const ProtobufCMessage *msg);
 
 /* The name of an enum value without the enum's type prefix: "QUEUED" for

@@ -152,6 +152,16 @@ typedef struct zt_rpc_client_config {
                                     reachable instead of failing at once with UNAVAILABLE */
 } zt_rpc_client_config;
 
+/* Client credentials from files, read the same way by zctl and zagent (--token-file or
+ * ZT_TOKEN_FILE, --tls-ca or ZT_TLS_CA); origin says where the path came from ("--tls-ca",
+ * "ZT_TLS_CA") for the message. The token file holds the token (at most 4 KiB; trailing
+ * newlines and spaces are dropped); *out is a fresh string (zt_free). Errors: ZT_ERR_IO (the
+ * file cannot be read), ZT_ERR_CONFIG (empty, too large). Thread-safe. */
+zt_status zt_rpc_read_token_file(const char *path, const char *origin, char **out, zt_err *err);
+/* PEM roots to verify the coordinator's TLS certificate (at most 1 MiB) into *out (zt_free).
+ * Errors: ZT_ERR_IO, ZT_ERR_CONFIG (too large, or no PEM certificate in it). */
+zt_status zt_rpc_read_ca_file(const char *path, const char *origin, char **out, zt_err *err);
+
 /* Creates a channel (connects lazily). Errors: ZT_ERR_INVALID (no target), ZT_ERR_NOMEM.
  * One client may be used from several threads at once. */
 zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *cfg, zt_err *err);

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "proto/rpc.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +47,77 @@ struct zt_rpc_stream {
 struct zt_rpc_cq {
     grpc_completion_queue *cq;
 };
+
+/* ---- credentials from files ---------------------------------------------------------------- */
+
+/* The file at path (at most max bytes) as a string in *out. */
+static zt_status read_small(const char *path, const char *origin, const char *what, size_t max,
+                            char **out, zt_err *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return zt_err_set(err, ZT_ERR_IO, "cannot read %s %s (%s): %s; check the path", what, path,
+                          origin, strerror(errno));
+    char *buf = zt_malloc(max + 2);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    bool failed = buf && ferror(f);
+    fclose(f);
+    if (!buf) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory reading %s %s", what, path);
+    if (failed) {
+        zt_free(buf);
+        return zt_err_set(err, ZT_ERR_IO, "cannot read %s %s (%s): read error", what, path, origin);
+    }
+    if (n > max) {
+        zt_free(buf);
+        return zt_err_set(err, ZT_ERR_CONFIG,
+                          "%s %s (%s) is larger than %zu bytes; is it the right file?", what, path,
+                          origin, max);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return ZT_OK;
+}
+
+zt_status zt_rpc_read_token_file(const char *path, const char *origin, char **out, zt_err *err)
+{
+    char *t;
+    zt_status st = read_small(path, origin, "the token file", 4096, &t, err);
+    if (st != ZT_OK) {
+        *out = NULL;
+        return st;
+    }
+    size_t n = strlen(t);
+    while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' '))
+        t[--n] = '\0';
+    if (!n) {
+        zt_free(t);
+        *out = NULL;
+        return zt_err_set(err, ZT_ERR_CONFIG, "the token file %s (%s) is empty", path, origin);
+    }
+    *out = t;
+    return ZT_OK;
+}
+
+zt_status zt_rpc_read_ca_file(const char *path, const char *origin, char **out, zt_err *err)
+{
+    char *pem;
+    zt_status st = read_small(path, origin, "the CA certificate", 1 << 20, &pem, err);
+    if (st != ZT_OK) {
+        *out = NULL;
+        return st;
+    }
+    if (!strstr(pem, "-----BEGIN CERTIFICATE")) {
+        zt_free(pem);
+        *out = NULL;
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "%s (%s) holds no PEM certificate; give the CA that signed the coordinator's certificate",
+            path, origin);
+    }
+    *out = pem;
+    return ZT_OK;
+}
 
 /* ---- channel ------------------------------------------------------------------------------ */
 

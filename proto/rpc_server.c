@@ -39,7 +39,7 @@ struct zt_rpc_server {
     grpc_completion_queue *cq;
     srv_method *methods;
     size_t n_methods;
-    char *auth_value; /* "Bearer <token>", NULL = no auth */
+    char *auth_value; /* the token every call must carry as "Bearer <token>", NULL = no auth */
     size_t auth_len;
     int port;
     int stream_queue_max;
@@ -434,10 +434,20 @@ static const char *check_auth(zt_rpc_server *s, zt_rpc_call *c)
     if (!s->auth_value) return NULL;
     for (size_t i = 0; i < c->md.count; i++) {
         if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") != 0) continue;
+        /* credentials = auth-scheme 1*SP token; the scheme is case-insensitive (RFC 7235
+         * section 2.1, RFC 6750 section 2.1) */
         grpc_slice v = c->md.metadata[i].value;
-        if (const_time_equal((const char *)GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v),
-                             s->auth_value, s->auth_len))
-            return NULL;
+        const char *p = (const char *)GRPC_SLICE_START_PTR(v);
+        size_t n = GRPC_SLICE_LENGTH(v), k = 0;
+        static const char scheme[] = "bearer";
+        bool bearer = n > sizeof(scheme) - 1;
+        for (; bearer && k < sizeof(scheme) - 1; k++)
+            bearer = (p[k] | 0x20) == scheme[k];
+        if (bearer && p[k] == ' ') {
+            while (k < n && p[k] == ' ')
+                k++;
+            if (const_time_equal(p + k, n - k, s->auth_value, s->auth_len)) return NULL;
+        }
         return "invalid token: the coordinator did not accept the bearer token sent; check --token-file or ZT_TOKEN";
     }
     return "missing token: this coordinator requires 'authorization: Bearer <token>'; pass --token-file or set ZT_TOKEN";
@@ -604,7 +614,7 @@ zt_status zt_rpc_server_create(zt_rpc_server **out, const zt_rpc_server_config *
     s->stream_queue_max = cfg->stream_queue_max > 0 ? cfg->stream_queue_max : DEFAULT_STREAM_QUEUE;
     s->n_pollers = cfg->pollers > 0 ? cfg->pollers : 1;
     if (cfg->token && cfg->token[0]) {
-        s->auth_value = zt_asprintf("Bearer %s", cfg->token);
+        s->auth_value = zt_strdup(cfg->token);
         if (!s->auth_value) goto fail_alloc;
         s->auth_len = strlen(s->auth_value);
     }
