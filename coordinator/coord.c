@@ -19,6 +19,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "coordinator/sched.h"
 
 #define MAX_BATCH 512
@@ -30,9 +31,14 @@ int64_t coord_now_ms(void)
     return zt_wall_ms();
 }
 
+/* A copy for the live model. Strings come from checked requests or from the store, where a
+ * database written by an older zcoord may hold bytes that are not UTF-8: they are replaced
+ * (replies must be valid protobuf strings). */
 static char *dup_or_empty(const char *s)
 {
-    return zt_strdup(s ? s : "");
+    char *d = zt_strdup(s ? s : "");
+    if (d) zt_utf8_clean(d, strlen(d));
+    return d;
 }
 
 static void set_str(char **dst, const char *s)
@@ -267,6 +273,7 @@ c_job *coord_job_from_rec(const zt_job_rec *r)
     j->ended_ms = r->ended_ms;
     j->attempt_id = r->attempt_id;
     j->metrics_stride = r->metrics_stride > 0 ? r->metrics_stride : 1;
+    j->eligible_ms = r->eligible_ms; /* model_load turns it into eligible_ns */
     return j;
 }
 
@@ -324,7 +331,8 @@ void coord_save_job(zt_coord *c, c_job *j)
                     .started_ms = j->started_ms,
                     .ended_ms = j->ended_ms,
                     .attempt_id = j->attempt_id,
-                    .metrics_stride = j->metrics_stride};
+                    .metrics_stride = j->metrics_stride,
+                    .eligible_ms = j->eligible_ns ? j->eligible_ms : 0};
     DB(c, zt_store_job_save(c->store, &r, err_));
 }
 
@@ -336,6 +344,7 @@ void coord_job_event(zt_coord *c, c_job *j, int64_t attempt_id, const char *agen
     va_start(ap, fmt);
     vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
+    zt_utf8_trim_partial(reason); /* a long path may be cut: never mid-character */
     int64_t now = coord_now_ms();
     zt_event_rec e = {.time_ms = now,
                       .job_id = j->id,
@@ -358,6 +367,7 @@ void coord_job_event(zt_coord *c, c_job *j, int64_t attempt_id, const char *agen
                  change, reason);
     else
         snprintf(line, sizeof(line), "[%s] %s: %s", kind, change, reason);
+    zt_utf8_trim_partial(line);
     zt_log_rec l = {.time_ms = now,
                     .job_id = j->id,
                     .attempt_id = attempt_id,
@@ -391,6 +401,7 @@ void coord_job_set_state(zt_coord *c, c_job *j, zt_job_state to, const char *fmt
     va_start(ap, fmt);
     vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
+    zt_utf8_trim_partial(reason);
     zt_job_state from = j->state;
     j->state = to;
     set_str(&j->reason, reason);
@@ -477,6 +488,8 @@ c_attempt *coord_attempt_find(zt_coord *c, int64_t id)
     return NULL;
 }
 
+static void fail_waiters(zt_coord *c, c_attempt *a, const char *msg);
+
 /* Attempts that ended in this batch: their rendezvous waiters are answered after the
  * commit, then they are freed. */
 static void bury(zt_coord *c, c_attempt *a)
@@ -485,12 +498,7 @@ static void bury(zt_coord *c, c_attempt *a)
         size_t cap = c->cap_grave ? c->cap_grave * 2 : 16;
         c_attempt **n = zt_realloc(c->grave, cap * sizeof(*n));
         if (!n) { /* cannot defer: answer the waiters now */
-            for (c_waiter *w = a->waiters; w;) {
-                c_waiter *nx = w->next;
-                zt_rpc_fail(w->call, ZT_RPC_UNAVAILABLE, "out of memory; retry");
-                zt_free(w);
-                w = nx;
-            }
+            fail_waiters(c, a, "out of memory; retry");
             attempt_free(a);
             return;
         }
@@ -559,6 +567,7 @@ void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retr
             int64_t delay = zt_sched_backoff_ms(c->cfg.restart_backoff_ms,
                                                 c->cfg.restart_backoff_max_ms, j->restarts);
             j->eligible_ns = zt_now_ns() + (uint64_t)delay * 1000000ull;
+            j->eligible_ms = coord_now_ms() + delay; /* stored with the state below */
             coord_job_set_state(
                 c, j, ZT_JOB_QUEUED,
                 "restart %d of %d in %.1f s, from the newest committed checkpoint: attempt %d failed: %s",
@@ -1198,7 +1207,6 @@ void coord_rec_to_pb(const zt_job_rec *r, Zt__V1__Job *o)
 
 void coord_watchers_send(zt_coord *c, c_job *j, const Zt__V1__JobUpdate *u, bool final)
 {
-    (void)c;
     c_watcher **pp = &j->watchers;
     while (*pp) {
         c_watcher *w = *pp;
@@ -1218,6 +1226,8 @@ void coord_watchers_send(zt_coord *c, c_job *j, const Zt__V1__JobUpdate *u, bool
         zt_rpc_call_unref(w->call);
         *pp = w->next;
         zt_free(w);
+        j->n_watchers--;
+        c->n_watchers--;
     }
 }
 
@@ -1330,7 +1340,7 @@ void coord_rdzv_reply(c_attempt *a, zt_rpc_call *call, bool complete)
     zt_free(ep);
 }
 
-static void publish_rdzv(c_attempt *a, uint64_t now, bool ended)
+static void publish_rdzv(zt_coord *c, c_attempt *a, uint64_t now, bool ended)
 {
     c_waiter **pp = &a->waiters;
     while (*pp) {
@@ -1350,6 +1360,8 @@ static void publish_rdzv(c_attempt *a, uint64_t now, bool ended)
         }
         *pp = w->next;
         zt_free(w);
+        a->n_waiters--;
+        c->n_waiters--;
     }
     a->rdzv_changed = false;
 }
@@ -1360,9 +1372,9 @@ static void publish(zt_coord *c)
         if (c->agents[i]->desired_dirty) agent_build_desired(c, c->agents[i]);
     uint64_t now = zt_now_ns();
     for (size_t i = 0; i < c->n_atts; i++)
-        if (c->atts[i]->waiters) publish_rdzv(c->atts[i], now, false);
+        if (c->atts[i]->waiters) publish_rdzv(c, c->atts[i], now, false);
     for (size_t i = 0; i < c->n_grave; i++) {
-        publish_rdzv(c->grave[i], now, true);
+        publish_rdzv(c, c->grave[i], now, true);
         attempt_free(c->grave[i]);
     }
     c->n_grave = 0;
@@ -1377,6 +1389,7 @@ static void publish(zt_coord *c)
                 zt_rpc_stream_finish(w->call, ZT_RPC_OK, NULL);
                 zt_rpc_call_unref(w->call);
                 zt_free(w);
+                c->n_watchers--;
                 w = n;
             }
             job_free(j);
@@ -1519,8 +1532,17 @@ static zt_status model_load(zt_coord *c, zt_err *err)
     if ((st = zt_store_jobs_active(c->store, on_load_job, &L, err)) != ZT_OK) return st;
     if (L.st != ZT_OK)
         return zt_err_set(err, L.st, "out of memory loading the coordinator's state");
+    int64_t now_ms = coord_now_ms();
     for (size_t i = 0; i < c->n_jobs; i++) {
         c_job *j = c->jobs[i];
+        /* a restart backoff that was running when the coordinator stopped runs on (from the
+         * wall clock, so at most --restart-backoff-max whatever the clock did) */
+        if (j->state == ZT_JOB_QUEUED && j->eligible_ms > now_ms) {
+            int64_t left = j->eligible_ms - now_ms;
+            if (left > c->cfg.restart_backoff_max_ms) left = c->cfg.restart_backoff_max_ms;
+            j->eligible_ns = zt_now_ns() + (uint64_t)left * 1000000ull;
+            j->eligible_ms = now_ms + left;
+        }
         zt_store_metrics_count(c->store, j->id, &j->metrics_count, NULL);
         zt_store_logs_count(c->store, j->id, &j->log_count, NULL);
         if (!j->attempt_id || j->state == ZT_JOB_QUEUED) continue;
@@ -1552,7 +1574,7 @@ static zt_status model_load(zt_coord *c, zt_err *err)
     return ZT_OK;
 }
 
-static void end_watchers(c_job *j, zt_rpc_code code, const char *msg)
+static void end_watchers(zt_coord *c, c_job *j, zt_rpc_code code, const char *msg)
 {
     for (c_watcher *w = j->watchers; w;) {
         c_watcher *n = w->next;
@@ -1562,9 +1584,11 @@ static void end_watchers(c_job *j, zt_rpc_code code, const char *msg)
         w = n;
     }
     j->watchers = NULL;
+    c->n_watchers -= j->n_watchers;
+    j->n_watchers = 0;
 }
 
-static void fail_waiters(c_attempt *a, const char *msg)
+static void fail_waiters(zt_coord *c, c_attempt *a, const char *msg)
 {
     for (c_waiter *w = a->waiters; w;) {
         c_waiter *n = w->next;
@@ -1573,13 +1597,15 @@ static void fail_waiters(c_attempt *a, const char *msg)
         w = n;
     }
     a->waiters = NULL;
+    c->n_waiters -= a->n_waiters;
+    a->n_waiters = 0;
 }
 
 /* Drops jobs and attempts from memory (watchers and waiters are told msg). */
 static void model_drop_jobs(zt_coord *c, const char *msg)
 {
     for (size_t i = 0; i < c->n_atts; i++) {
-        fail_waiters(c->atts[i], msg);
+        fail_waiters(c, c->atts[i], msg);
         attempt_free(c->atts[i]);
     }
     c->n_atts = 0;
@@ -1587,12 +1613,12 @@ static void model_drop_jobs(zt_coord *c, const char *msg)
     for (size_t i = 0; i < c->n_agents; i++)
         c->agents[i]->n_places = 0;
     for (size_t i = 0; i < c->n_grave; i++) {
-        fail_waiters(c->grave[i], msg);
+        fail_waiters(c, c->grave[i], msg);
         attempt_free(c->grave[i]);
     }
     c->n_grave = 0;
     for (size_t i = 0; i < c->n_jobs; i++) {
-        end_watchers(c->jobs[i], ZT_RPC_UNAVAILABLE, msg);
+        end_watchers(c, c->jobs[i], ZT_RPC_UNAVAILABLE, msg);
         job_free(c->jobs[i]);
     }
     c->n_jobs = 0;
@@ -1746,6 +1772,8 @@ static void *state_main(void *arg)
         pthread_mutex_unlock(&c->mu);
 
         bool committed = false;
+        if (c->cfg.test_commit_delay_ms > 0 && (ops || reports))
+            zt_sleep_ms(c->cfg.test_commit_delay_ms);
         if (!c->batch_failed) {
             zt_err cerr = {0};
             if (zt_store_commit(c->store, &cerr) == ZT_OK)
@@ -1786,6 +1814,10 @@ static void set_defaults(zt_coord_config *cfg)
     if (cfg->metrics_max_points <= 0) cfg->metrics_max_points = 2000;
     if (cfg->logs_max_lines <= 0) cfg->logs_max_lines = 100000;
     if (cfg->max_log_streams <= 0) cfg->max_log_streams = 64;
+    if (cfg->max_watchers <= 0) cfg->max_watchers = 1024;
+    if (cfg->max_watchers_per_job <= 0) cfg->max_watchers_per_job = 64;
+    if (cfg->max_rdzv_waiters <= 0) cfg->max_rdzv_waiters = 16384;
+    if (cfg->max_rdzv_waiters_per_rank <= 0) cfg->max_rdzv_waiters_per_rank = 2;
     if (!cfg->version) cfg->version = "0";
 }
 
@@ -1867,10 +1899,10 @@ void zt_coord_stop_serving(zt_coord *c)
     if (!c || !atomic_exchange(&c->serving, false)) return;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_jobs; i++)
-        end_watchers(c->jobs[i], ZT_RPC_UNAVAILABLE,
+        end_watchers(c, c->jobs[i], ZT_RPC_UNAVAILABLE,
                      "the coordinator is shutting down; watch again when it is back");
     for (size_t i = 0; i < c->n_atts; i++)
-        fail_waiters(c->atts[i], "the coordinator is shutting down; retry the rendezvous");
+        fail_waiters(c, c->atts[i], "the coordinator is shutting down; retry the rendezvous");
     for (c_watcher *w = c->health_watchers; w;) {
         c_watcher *n = w->next;
         Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
@@ -1879,6 +1911,7 @@ void zt_coord_stop_serving(zt_coord *c)
         zt_rpc_stream_finish(w->call, ZT_RPC_OK, NULL);
         zt_rpc_call_unref(w->call);
         zt_free(w);
+        c->n_watchers--;
         w = n;
     }
     c->health_watchers = NULL;

@@ -24,7 +24,13 @@ typedef struct zt_coord_config {
     int metrics_max_points;         /* stored metric rows per job before thinning; default 2000 */
     int64_t logs_max_lines;         /* stored log lines per job (oldest dropped); default 100000 */
     int max_log_streams;            /* concurrent GetLogs streams; default 64 */
+    int max_watchers;               /* open WatchJob + Health.Watch streams; default 1024 */
+    int max_watchers_per_job;       /* open WatchJob streams of one job; default 64 */
+    int max_rdzv_waiters;           /* Rendezvous calls waiting at once; default 16384 */
+    int max_rdzv_waiters_per_rank;  /* of one attempt: this times its world size; default 2 */
     const char *version;            /* reported by Ping */
+    int test_commit_delay_ms;       /* tests only: sleep before each commit (widens the window
+                                       between a change and its publication); 0 = none */
 } zt_coord_config;
 
 /* Opens the store (migrating it), loads the jobs, attempts and agents that were live when

@@ -106,6 +106,7 @@ typedef struct c_attempt {
     size_t *rdzv_len;
     bool rdzv_changed;
     c_waiter *waiters;
+    int n_waiters;
     /* progress (hang detection, ETA) */
     int64_t progress_sig;
     uint64_t progress_ns;
@@ -133,7 +134,8 @@ struct c_job {
     int64_t total_steps, last_step, submitted_ms, started_ms, ended_ms, attempt_id;
     int64_t metrics_stride, metrics_count, log_count;
     c_attempt *att;       /* the active attempt (STARTING/RUNNING), NULL otherwise */
-    uint64_t eligible_ns; /* restart backoff: not placed before this */
+    uint64_t eligible_ns; /* restart backoff: not placed before this (monotonic) */
+    int64_t eligible_ms;  /* the same in wall-clock ms, as stored (survives a restart) */
     char pending[256];    /* QUEUED: why it is not placed */
     /* live progress */
     int64_t step;
@@ -145,6 +147,7 @@ struct c_job {
     /* state changes of this batch, for watchers */
     c_event *events, *events_tail;
     c_watcher *watchers;
+    int n_watchers;
     zt_job_state pub_state; /* the last state watchers were told (committed) */
     bool done;              /* terminal: removed from memory after the commit */
 };
@@ -189,6 +192,8 @@ struct zt_coord {
     c_attempt **grave; /* attempts that ended in this batch (freed after publishing) */
     size_t n_grave, cap_grave;
     c_watcher *health_watchers;
+    int n_watchers; /* WatchJob and Health.Watch streams open */
+    int n_waiters;  /* Rendezvous calls waiting */
 
     /* ---- the current batch (state thread) ---- */
     bool batch_failed;

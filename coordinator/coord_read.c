@@ -14,6 +14,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 
 /* ---- scratch memory for one reply --------------------------------------------------------- */
 
@@ -44,12 +45,16 @@ static void *arena_alloc(arena *a, size_t size)
     return m;
 }
 
+/* A copy of s for a reply. Requests are checked for UTF-8 before anything is stored, but a
+ * database written by an older zcoord may hold other bytes: they are replaced, so that one bad
+ * row cannot make a reply undecodable for standard clients. */
 static char *arena_str(arena *a, const char *s)
 {
     size_t n = s ? strlen(s) : 0;
     char *d = arena_alloc(a, n + 1);
     if (!d) return (char *)"";
     if (n) memcpy(d, s, n);
+    zt_utf8_clean(d, n);
     return d;
 }
 

@@ -13,6 +13,7 @@
 #include "common/jobfile.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "coordinator/validate.h"
 
 #define CHECK_OR_FAIL(call, check)                                                                 \
@@ -117,6 +118,7 @@ static void h_submit(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     zt_coord *c = user;
     const Zt__V1__SubmitJobRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_submit(q, WHY));
     zt_job *job = zt_calloc(1, sizeof(*job));
     submit_op *s = zt_calloc(1, sizeof(*s));
@@ -247,9 +249,11 @@ static void h_cancel(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     zt_coord *c = user;
     const Zt__V1__CancelJobRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_job_id(q->job_id, WHY));
     cancel_op *x = zt_calloc(1, sizeof(*x));
-    if (!x || !(x->why = zt_strndup(q->reason ? q->reason : "", 400))) {
+    const char *why = q->reason ? q->reason : "";
+    if (!x || !(x->why = zt_strndup(why, zt_utf8_cut(why, strlen(why), 400)))) {
         zt_free(x);
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -282,8 +286,9 @@ static void on_watch_cancel(zt_rpc_call *call, void *arg)
     bool found = false;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_jobs && !found; i++)
-        found = remove_watcher(&c->jobs[i]->watchers, call);
+        if ((found = remove_watcher(&c->jobs[i]->watchers, call))) c->jobs[i]->n_watchers--;
     if (!found) found = remove_watcher(&c->health_watchers, call);
+    if (found) c->n_watchers--;
     pthread_mutex_unlock(&c->mu);
     if (found) {
         zt_rpc_stream_finish(call, ZT_RPC_CANCELLED, "watcher gone");
@@ -291,34 +296,144 @@ static void on_watch_cancel(zt_rpc_call *call, void *arg)
     }
 }
 
+/* Whether one more watch stream (of job j, NULL for Health.Watch) fits the limits (mu held);
+ * when not, the call is answered RESOURCE_EXHAUSTED. */
+static bool watcher_fits(zt_coord *c, const c_job *j, zt_rpc_call *call)
+{
+    if (c->n_watchers >= c->cfg.max_watchers) {
+        zt_rpc_fail(
+            call, ZT_RPC_RESOURCE_EXHAUSTED,
+            "too many watch streams open on this coordinator (%d, its --max-watchers): close some (zctl submit --follow, zctl wait, health watchers) and retry",
+            c->cfg.max_watchers);
+        return false;
+    }
+    if (j && j->n_watchers >= c->cfg.max_watchers_per_job) {
+        zt_rpc_fail(
+            call, ZT_RPC_RESOURCE_EXHAUSTED,
+            "job %lld has %d watch streams open already (the coordinator's --max-watchers-per-job): close some and retry",
+            (long long)j->id, j->n_watchers);
+        return false;
+    }
+    return true;
+}
+
+/* Registers call on a list of watchers (mu held); the list holds a reference. */
+static bool watcher_add(zt_coord *c, c_watcher **list, zt_rpc_call *call)
+{
+    c_watcher *w = zt_calloc(1, sizeof(*w));
+    if (!w) return false;
+    w->call = zt_rpc_call_ref(call);
+    w->next = *list;
+    *list = w;
+    c->n_watchers++;
+    return true;
+}
+
+/* Makes the cancel callback of a call just registered as a watcher remove it again. mu
+ * must be free (the callback takes it, and runs at once when the client has gone already).
+ * The caller's reference (taken under mu) keeps the call alive meanwhile: once mu was
+ * released, a commit may have ended the stream and dropped the list's reference. */
+static void watcher_arm(zt_coord *c, zt_rpc_call *call)
+{
+    zt_rpc_call_on_cancel(call, on_watch_cancel, c);
+    zt_rpc_call_unref(call);
+}
+
+typedef enum { ATTACH_NOT_LIVE, ATTACH_DONE } attach_result;
+
+/* Attaches call to live job id: sends the snapshot of the last published state, and the
+ * commits that follow send the changes until the job ends (final). A job that ended in the
+ * batch being committed (done, its end not yet published) is live too: its watchers get the
+ * final update right after the commit, while a read of the store could still miss the end.
+ * ATTACH_DONE: the call is attached or answered (limits, shutting down, out of memory). */
+static attach_result watch_attach(zt_coord *c, zt_rpc_call *call, int64_t id)
+{
+    pthread_mutex_lock(&c->mu);
+    c_job *j = coord_job_find(c, id);
+    if (!j || !j->pub_state || zt_job_state_terminal(j->pub_state)) {
+        pthread_mutex_unlock(&c->mu);
+        return ATTACH_NOT_LIVE;
+    }
+    if (!atomic_load(&c->serving)) { /* stop_serving has ended the watchers, or is waiting */
+        pthread_mutex_unlock(&c->mu);
+        zt_rpc_fail(call, ZT_RPC_UNAVAILABLE, "the coordinator is shutting down; retry shortly");
+        return ATTACH_DONE;
+    }
+    if (!watcher_fits(c, j, call)) {
+        pthread_mutex_unlock(&c->mu);
+        return ATTACH_DONE;
+    }
+    Zt__V1__Job jb;
+    coord_job_to_pb(j, &jb);
+    jb.state = (Zt__V1__JobState)j->pub_state;
+    Zt__V1__JobUpdate u = ZT__V1__JOB_UPDATE__INIT;
+    u.job = &jb;
+    zt_rpc_stream_send(call, &u.base);
+    if (!watcher_add(c, &j->watchers, call)) {
+        pthread_mutex_unlock(&c->mu);
+        zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return ATTACH_DONE;
+    }
+    j->n_watchers++;
+    zt_rpc_call_ref(call); /* ours, until the cancel callback is set */
+    pthread_mutex_unlock(&c->mu);
+    watcher_arm(c, call);
+    return ATTACH_DONE;
+}
+
 typedef struct watch_task {
     c_task t;
     int64_t id;
+    zt_job_state state; /* as read from the store */
 } watch_task;
 
-static void on_watch_rec(void *arg, const zt_job_rec *r)
+/* A copy of a stored string, with bytes that are not UTF-8 replaced (a database written by
+ * an older zcoord may hold them); NULL on allocation failure. */
+static char *clean_dup(const char *s)
 {
-    zt_rpc_call *call = arg;
-    Zt__V1__Job jb;
-    coord_rec_to_pb(r, &jb);
-    Zt__V1__JobUpdate u = ZT__V1__JOB_UPDATE__INIT;
-    u.job = &jb;
-    u.final = zt_job_state_terminal(r->state);
-    zt_rpc_stream_send(call, &u.base);
+    char *d = zt_strdup(s ? s : "");
+    if (d) zt_utf8_clean(d, strlen(d));
+    return d;
 }
 
+/* An ended job: its one, final update. */
+static void on_watch_rec(void *arg, const zt_job_rec *r)
+{
+    watch_task *w = arg;
+    w->state = r->state;
+    if (!zt_job_state_terminal(r->state)) return;
+    Zt__V1__Job jb;
+    coord_rec_to_pb(r, &jb);
+    char *name = clean_dup(r->name), *reason = clean_dup(r->reason), *user = clean_dup(r->user);
+    if (name && reason && user) {
+        jb.name = name;
+        jb.reason = reason;
+        jb.user = user;
+        Zt__V1__JobUpdate u = ZT__V1__JOB_UPDATE__INIT;
+        u.job = &jb;
+        u.final = true;
+        zt_rpc_stream_send(w->t.call, &u.base);
+    }
+    zt_free(name);
+    zt_free(reason);
+    zt_free(user);
+}
+
+/* A job that was not live when the watch came: answered from the store. A committed job
+ * leaves memory only after its end is committed, so the store shows it ended — or the job
+ * was being submitted and is live now. */
 static void watch_read(zt_coord *c, c_task *t, zt_store *rs)
 {
     watch_task *w = (watch_task *)t;
-    /* the job may have become live again in between (never: ids are not reused) or was
-     * never live: answer from the store */
     zt_err e = {0};
-    zt_status st = zt_store_job_get(rs, w->id, on_watch_rec, t->call, &e);
-    (void)c;
+    zt_status st = zt_store_job_get(rs, w->id, on_watch_rec, w, &e);
     if (st != ZT_OK)
         zt_rpc_fail(t->call, zt_rpc_code_from_status(st), "%s", zt_err_msg(&e));
-    else
+    else if (zt_job_state_terminal(w->state))
         zt_rpc_stream_finish(t->call, ZT_RPC_OK, NULL);
+    else if (watch_attach(c, t->call, w->id) == ATTACH_NOT_LIVE)
+        zt_rpc_fail(t->call, ZT_RPC_UNAVAILABLE,
+                    "job %lld changed while it was being read; watch it again", (long long)w->id);
     zt_free(w);
 }
 
@@ -328,29 +443,7 @@ static void h_watch(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     const Zt__V1__WatchJobRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_job_id(q->job_id, WHY));
-    pthread_mutex_lock(&c->mu);
-    c_job *j = coord_job_find(c, q->job_id);
-    if (j && !j->done && j->pub_state && !zt_job_state_terminal(j->pub_state)) {
-        c_watcher *w = zt_calloc(1, sizeof(*w));
-        if (!w) {
-            pthread_mutex_unlock(&c->mu);
-            zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
-            return;
-        }
-        Zt__V1__Job jb;
-        coord_job_to_pb(j, &jb);
-        jb.state = (Zt__V1__JobState)j->pub_state;
-        Zt__V1__JobUpdate u = ZT__V1__JOB_UPDATE__INIT;
-        u.job = &jb;
-        zt_rpc_stream_send(call, &u.base);
-        w->call = zt_rpc_call_ref(call);
-        w->next = j->watchers;
-        j->watchers = w;
-        pthread_mutex_unlock(&c->mu);
-        zt_rpc_call_on_cancel(call, on_watch_cancel, c);
-        return;
-    }
-    pthread_mutex_unlock(&c->mu);
+    if (watch_attach(c, call, q->job_id) == ATTACH_DONE) return;
     watch_task *w = zt_calloc(1, sizeof(*w));
     if (!w) {
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -473,6 +566,8 @@ static void h_health_check(zt_rpc_call *call, const ProtobufCMessage *m, void *u
 {
     zt_coord *c = user;
     const Grpc__Health__V1__HealthCheckRequest *q = (const void *)m;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
+    CHECK_OR_FAIL(call, zt_check_health(q->service, WHY));
     if (!known_service(q->service)) {
         zt_rpc_fail(call, ZT_RPC_NOT_FOUND, "unknown service '%s'", q->service);
         return;
@@ -488,29 +583,35 @@ static void h_health_watch(zt_rpc_call *call, const ProtobufCMessage *m, void *u
 {
     zt_coord *c = user;
     const Grpc__Health__V1__HealthCheckRequest *q = (const void *)m;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
+    CHECK_OR_FAIL(call, zt_check_health(q->service, WHY));
     Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    if (!known_service(q->service))
-        r.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
-    else if (!atomic_load(&c->serving))
-        r.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-    else
-        r.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-    zt_rpc_stream_send(call, &r.base);
-    if (!atomic_load(&c->serving)) {
+    r.status = known_service(q->service)
+                   ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                   : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
+    /* serving is read under mu: stop_serving clears it before it tells the watchers */
+    pthread_mutex_lock(&c->mu);
+    if (!atomic_load(&c->serving)) { /* and nothing will change any more */
+        pthread_mutex_unlock(&c->mu);
+        if (known_service(q->service))
+            r.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        zt_rpc_stream_send(call, &r.base);
         zt_rpc_stream_finish(call, ZT_RPC_OK, NULL);
         return;
     }
-    c_watcher *w = zt_calloc(1, sizeof(*w));
-    if (!w) {
+    if (!watcher_fits(c, NULL, call)) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    zt_rpc_stream_send(call, &r.base);
+    if (!watcher_add(c, &c->health_watchers, call)) {
+        pthread_mutex_unlock(&c->mu);
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    pthread_mutex_lock(&c->mu);
-    w->call = zt_rpc_call_ref(call);
-    w->next = c->health_watchers;
-    c->health_watchers = w;
+    zt_rpc_call_ref(call); /* ours, until the cancel callback is set */
     pthread_mutex_unlock(&c->mu);
-    zt_rpc_call_on_cancel(call, on_watch_cancel, c);
+    watcher_arm(c, call);
 }
 
 /* ---- RegisterAgent ----------------------------------------------------------------------- */
@@ -545,12 +646,15 @@ static void register_run(zt_coord *c, c_op *op)
         for (size_t i = 0; i < q->n_gpus; i++) {
             gpus[i].index = q->gpus[i]->index;
             snprintf(gpus[i].name, sizeof(gpus[i].name), "%s", q->gpus[i]->name);
+            zt_utf8_trim_partial(gpus[i].name); /* a long name is cut, never mid-character */
             gpus[i].memory_total = q->gpus[i]->memory_total;
             gpus[i].memory_free = q->gpus[i]->memory_free;
         }
     }
-    char *h = zt_strndup(q->hostname, 255), *ad = zt_strndup(q->address, 255),
-         *v = zt_strndup(q->version, 63);
+    /* hostname and address are at most ZT_MAX_HOST bytes (validated); the version is
+     * informational: cut on a character boundary */
+    char *h = zt_strdup(q->hostname), *ad = zt_strdup(q->address),
+         *v = zt_strndup(q->version, zt_utf8_cut(q->version, strlen(q->version), 63));
     if (h) {
         zt_free(a->hostname);
         a->hostname = h;
@@ -619,6 +723,7 @@ static void h_register(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     zt_coord *c = user;
     const Zt__V1__RegisterAgentRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_register(q, WHY));
     register_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -638,6 +743,7 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
 {
     zt_coord *c = user;
     const Zt__V1__HeartbeatRequest *q = (const void *)m;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_heartbeat(q, WHY));
     pthread_mutex_lock(&c->mu);
     c_agent *a = coord_agent_find(c, q->name);
@@ -890,11 +996,13 @@ static void metrics_run(zt_coord *c, c_op *op)
                            .time_ms = s->time_ms ? s->time_ms : coord_now_ms(),
                            .kv = kv};
         zt_err e = {0};
-        if (zt_store_metric_add(c->store, &r, &e) != ZT_OK) {
+        bool added = false;
+        if (zt_store_metric_add(c->store, &r, &added, &e) != ZT_OK) {
             coord_db_failed(c, &e);
             return;
         }
-        if (++j->metrics_count > c->cfg.metrics_max_points) {
+        /* a replaced step (a resumed attempt reports its steps again) adds no row */
+        if (added && ++j->metrics_count > c->cfg.metrics_max_points) {
             j->metrics_stride *= 2;
             if (zt_store_metrics_thin(c->store, j->id, j->metrics_stride, &e) != ZT_OK ||
                 zt_store_metrics_count(c->store, j->id, &j->metrics_count, &e) != ZT_OK) {
@@ -924,6 +1032,7 @@ static void h_report_metrics(zt_rpc_call *call, const ProtobufCMessage *m, void 
     zt_coord *c = user;
     const Zt__V1__ReportMetricsRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_metrics(q, WHY));
     metrics_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -1061,6 +1170,7 @@ static void h_report_ckpt(zt_rpc_call *call, const ProtobufCMessage *m, void *us
     zt_coord *c = user;
     const Zt__V1__ReportCheckpointRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_checkpoint(q, WHY));
     ckpt_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -1148,6 +1258,7 @@ static void h_report_ckpt_removed(zt_rpc_call *call, const ProtobufCMessage *m, 
     zt_coord *c = user;
     const Zt__V1__ReportCheckpointRemovedRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_checkpoint_removed(q, WHY));
     ckpt_rm_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -1173,7 +1284,7 @@ static void logs_run(zt_coord *c, c_op *op)
 {
     logs_op *x = (logs_op *)op;
     const Zt__V1__ReportLogsRequest *q = x->q;
-    int64_t last_attempt = 0;
+    int64_t last_attempt = 0, ended_job = 0, ended_count = 0;
     attempt_info ai = {0};
     for (size_t i = 0; i < q->n_entries; i++) {
         const Zt__V1__LogEntry *le = q->entries[i];
@@ -1182,13 +1293,15 @@ static void logs_run(zt_coord *c, c_op *op)
             last_attempt = le->attempt_id;
         }
         if (!ai.found || le->rank >= ai.world_size) continue;
+        /* stored and served as a protobuf string: cut long lines on a character boundary
+         * and replace what is not UTF-8 (the agent cleans already; other clients may not) */
         char line[ZT_MAX_LOG_LINE + 1];
-        size_t n = strlen(le->text);
-        if (n > ZT_MAX_LOG_LINE) n = ZT_MAX_LOG_LINE;
+        size_t n = zt_utf8_cut(le->text, strlen(le->text), ZT_MAX_LOG_LINE);
         memcpy(line, le->text, n);
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
             n--;
         line[n] = '\0';
+        zt_utf8_clean(line, n);
         zt_log_rec r = {.time_ms = le->time_ms ? le->time_ms : coord_now_ms(),
                         .job_id = ai.job_id,
                         .attempt_id = le->attempt_id,
@@ -1201,13 +1314,26 @@ static void logs_run(zt_coord *c, c_op *op)
             return;
         }
         x->accepted++;
+        /* at most logs_max_lines per job (pruned in steps of a tenth): live jobs keep their
+         * count in memory; lines that come after a job ended (an agent flushing) are counted
+         * in the store, once per job and report */
         c_job *j = coord_job_find(c, ai.job_id);
-        if (j && ++j->log_count > c->cfg.logs_max_lines + c->cfg.logs_max_lines / 10) {
-            if (zt_store_logs_prune(c->store, j->id, c->cfg.logs_max_lines, &e) != ZT_OK) {
+        int64_t *count = j ? &j->log_count : &ended_count;
+        if (!j && ended_job != ai.job_id) {
+            if (zt_store_logs_count(c->store, ai.job_id, &ended_count, &e) != ZT_OK) {
                 coord_db_failed(c, &e);
                 return;
             }
-            j->log_count = c->cfg.logs_max_lines;
+            ended_job = ai.job_id;
+        } else {
+            ++*count;
+        }
+        if (*count > c->cfg.logs_max_lines + c->cfg.logs_max_lines / 10) {
+            if (zt_store_logs_prune(c->store, ai.job_id, c->cfg.logs_max_lines, &e) != ZT_OK) {
+                coord_db_failed(c, &e);
+                return;
+            }
+            *count = c->cfg.logs_max_lines;
         }
     }
 }
@@ -1230,6 +1356,7 @@ static void h_report_logs(zt_rpc_call *call, const ProtobufCMessage *m, void *us
     zt_coord *c = user;
     const Zt__V1__ReportLogsRequest *q = (const void *)m;
     if (refuse_when_stopping(c, call)) return;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_logs(q, WHY));
     logs_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
@@ -1346,6 +1473,23 @@ static void rdzv_run(zt_coord *c, c_op *op)
         }
         return;
     }
+    /* each waiting call holds memory and an open gRPC call: bounded per attempt (agents
+     * retry RESOURCE_EXHAUSTED) and in total */
+    int64_t per_job = (int64_t)c->cfg.max_rdzv_waiters_per_rank * a->world_size;
+    if (c->n_waiters >= c->cfg.max_rdzv_waiters || a->n_waiters >= per_job) {
+        x->code = ZT_RPC_RESOURCE_EXHAUSTED;
+        if (c->n_waiters >= c->cfg.max_rdzv_waiters)
+            snprintf(
+                x->msg, sizeof(x->msg),
+                "too many rendezvous calls waiting on this coordinator (%d, its --max-rdzv-waiters); retry shortly",
+                c->cfg.max_rdzv_waiters);
+        else
+            snprintf(
+                x->msg, sizeof(x->msg),
+                "attempt %lld has %d rendezvous calls waiting already (%d per rank, the coordinator's --max-rdzv-waiters-per-rank): a rank is calling again before its earlier call ended; retry shortly",
+                (long long)a->id, a->n_waiters, c->cfg.max_rdzv_waiters_per_rank);
+        return;
+    }
     c_waiter *w = zt_calloc(1, sizeof(*w));
     if (!w) {
         x->code = ZT_RPC_RESOURCE_EXHAUSTED;
@@ -1357,6 +1501,8 @@ static void rdzv_run(zt_coord *c, c_op *op)
     w->until_ns = zt_now_ns() + (uint64_t)wait_ms * 1000000ull;
     w->next = a->waiters;
     a->waiters = w;
+    a->n_waiters++;
+    c->n_waiters++;
     x->waiting = true;
 }
 
@@ -1418,6 +1564,7 @@ static void h_list_jobs(zt_rpc_call *call, const ProtobufCMessage *m, void *user
 static void h_get_metrics(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 {
     const Zt__V1__GetMetricsRequest *q = (const void *)m;
+    CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_get_metrics(q, WHY));
     coord_read_metrics(user, call, q);
 }

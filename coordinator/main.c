@@ -46,6 +46,11 @@ enum {
     S_POLLERS,
     S_METRICS_POINTS,
     S_LOG_LINES,
+    S_LOG_STREAMS,
+    S_WATCHERS,
+    S_WATCHERS_PER_JOB,
+    S_RDZV_WAITERS,
+    S_RDZV_PER_RANK,
     S_READY_FILE,
     S_LOG_LEVEL,
     S_COUNT
@@ -82,6 +87,16 @@ static setting settings[S_COUNT] = {
                           10000000, "stored metric rows per job before downsampling", NULL, 0},
     [S_LOG_LINES] = {"logs-max-lines", "ZT_LOGS_MAX_LINES", T_INT, "100000", 100, 100000000,
                      "stored log lines per job (oldest dropped)", NULL, 0},
+    [S_LOG_STREAMS] = {"max-log-streams", "ZT_MAX_LOG_STREAMS", T_INT, "64", 1, 100000,
+                       "GetLogs streams open at once (zctl logs -f)", NULL, 0},
+    [S_WATCHERS] = {"max-watchers", "ZT_MAX_WATCHERS", T_INT, "1024", 1, 1000000,
+                    "WatchJob and Health.Watch streams open at once", NULL, 0},
+    [S_WATCHERS_PER_JOB] = {"max-watchers-per-job", "ZT_MAX_WATCHERS_PER_JOB", T_INT, "64", 1,
+                            1000000, "WatchJob streams open at once on one job", NULL, 0},
+    [S_RDZV_WAITERS] = {"max-rdzv-waiters", "ZT_MAX_RDZV_WAITERS", T_INT, "16384", 1, 10000000,
+                        "Rendezvous calls waiting at once", NULL, 0},
+    [S_RDZV_PER_RANK] = {"max-rdzv-waiters-per-rank", "ZT_MAX_RDZV_WAITERS_PER_RANK", T_INT, "2", 1,
+                         1000, "Rendezvous calls waiting on one attempt, per rank of it", NULL, 0},
     [S_READY_FILE] = {"ready-file", "ZT_READY_FILE", T_STR, "", 0, 0,
                       "write {\"grpc\":ADDR,\"http\":ADDR,\"pid\":N} here once serving", NULL, 0},
     [S_LOG_LEVEL] = {"log-level", "ZT_LOG_LEVEL", T_STR, "info", 0, 0, "error|warn|info|debug",
@@ -102,7 +117,7 @@ static void usage(FILE *f)
                  : s->type == T_SIZE   ? "SIZE"
                  : s->type == T_INT    ? "N"
                                        : "VAL");
-        fprintf(f, "  %-28s %s (%s", flag, s->help, s->env);
+        fprintf(f, "  %-32s %s (%s", flag, s->help, s->env);
         if (s->def[0]) fprintf(f, ", default %s", s->def);
         fprintf(f, ")\n");
     }
@@ -195,11 +210,12 @@ static char *read_file(const char *path, size_t max, zt_err *err, const char *wh
     return buf;
 }
 
+/* Listen addresses are host:port or unix:PATH (gRPC cannot bind its ipv4:/ipv6: URI forms). */
 static bool is_loopback(const char *addr)
 {
     if (strncmp(addr, "unix:", 5) == 0) return true;
     return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "localhost:", 10) == 0 ||
-           strncmp(addr, "[::1]:", 6) == 0 || strncmp(addr, "ipv4:127.", 9) == 0;
+           strncmp(addr, "[::1]:", 6) == 0;
 }
 
 static bool health(void *arg)
@@ -338,7 +354,15 @@ int main(int argc, char **argv)
                           .restart_backoff_max_ms = settings[S_BACKOFF_MAX].ival,
                           .metrics_max_points = (int)settings[S_METRICS_POINTS].ival,
                           .logs_max_lines = settings[S_LOG_LINES].ival,
+                          .max_log_streams = (int)settings[S_LOG_STREAMS].ival,
+                          .max_watchers = (int)settings[S_WATCHERS].ival,
+                          .max_watchers_per_job = (int)settings[S_WATCHERS_PER_JOB].ival,
+                          .max_rdzv_waiters = (int)settings[S_RDZV_WAITERS].ival,
+                          .max_rdzv_waiters_per_rank = (int)settings[S_RDZV_PER_RANK].ival,
                           .version = ZT_VERSION};
+    /* a test hook, not a setting: tests/coordinator/test_zcoord.c (test_watch_at_end) */
+    if (getenv("ZT_TEST_COMMIT_DELAY_MS"))
+        cc.test_commit_delay_ms = atoi(getenv("ZT_TEST_COMMIT_DELAY_MS"));
     zt_coord *coord = NULL;
     zt_rpc_server *srv = NULL;
     zt_http *http = NULL;

@@ -69,6 +69,7 @@ typedef struct zt_job_rec {
     int64_t submitted_ms, started_ms, ended_ms;
     int64_t attempt_id; /* current or last attempt, 0 = none */
     int64_t metrics_stride;
+    int64_t eligible_ms; /* restart backoff: not placed before this wall-clock time; 0 = none */
 } zt_job_rec;
 
 typedef struct zt_attempt_rec {

@@ -153,6 +153,8 @@ static const char *const migrations[] = {
     "DROP TABLE checkpoints;"
     "ALTER TABLE checkpoints_v3 RENAME TO checkpoints;"
     "CREATE INDEX checkpoints_job ON checkpoints(job_id, step);",
+    /* 4: a job's restart backoff survives a coordinator restart (wall-clock ms, 0 = none) */
+    "ALTER TABLE jobs ADD COLUMN eligible_ms INTEGER NOT NULL DEFAULT 0;",
 };
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -162,11 +164,11 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
 #define JOB_COLS                                                                                   \
     "id, submit_key, name, state, reason, priority, ranks, ranks_per_node, device, "              \
     "max_restarts, restarts, total_steps, last_step, spec_text, spec_dir, spec_json, spec_hash, "  \
-    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride"
+    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms"
 #define JOB_COLS_LIGHT                                                                             \
     "id, submit_key, name, state, reason, priority, ranks, ranks_per_node, device, "              \
     "max_restarts, restarts, total_steps, last_step, NULL, spec_dir, NULL, spec_hash, "            \
-    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride"
+    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms"
 #define ATTEMPT_COLS                                                                               \
     "id, job_id, number, state, reason, world_size, resume_path, resume_step, created_ms, "        \
     "started_ms, ended_ms"
@@ -192,7 +194,7 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "?19, ?20, ?21, ?22)")                                                                       \
     X(JOB_SAVE,                                                                                    \
       "UPDATE jobs SET state = ?2, reason = ?3, restarts = ?4, last_step = ?5, started_ms = ?6, "   \
-      "ended_ms = ?7, attempt_id = ?8, metrics_stride = ?9 WHERE id = ?1")                         \
+      "ended_ms = ?7, attempt_id = ?8, metrics_stride = ?9, eligible_ms = ?10 WHERE id = ?1")      \
     X(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                      \
     X(JOBS_LIST,                                                                                   \
       "SELECT " JOB_COLS_LIGHT " FROM jobs WHERE (?1 = 0 OR id < ?1) AND (?2 = 0 OR "              \
@@ -239,8 +241,10 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "IN (SELECT value FROM json_each(?3))) ORDER BY id DESC LIMIT ?5) ORDER BY id LIMIT ?6")     \
     X(LOGS_COUNT, "SELECT COUNT(*) FROM logs WHERE job_id = ?1")                                   \
     X(METRIC_ADD,                                                                                  \
-      "INSERT OR REPLACE INTO metrics(job_id, step, attempt_id, time_ms, kv) VALUES(?1, ?2, ?3, "  \
+      "INSERT OR IGNORE INTO metrics(job_id, step, attempt_id, time_ms, kv) VALUES(?1, ?2, ?3, "   \
       "?4, ?5)")                                                                                   \
+    X(METRIC_REPLACE,                                                                              \
+      "UPDATE metrics SET attempt_id = ?3, time_ms = ?4, kv = ?5 WHERE job_id = ?1 AND step = ?2") \
     X(METRICS_THIN, "DELETE FROM metrics WHERE job_id = ?1 AND step % ?2 != 0")                    \
     X(METRICS_LIST,                                                                                \
       "SELECT job_id, attempt_id, step, time_ms, kv FROM metrics WHERE job_id = ?1 AND step >= ?2 " \
@@ -617,6 +621,7 @@ zt_status zt_store_job_save(zt_store *s, const zt_job_rec *r, zt_err *err)
     sqlite3_bind_int64(st, 7, r->ended_ms);
     sqlite3_bind_int64(st, 8, r->attempt_id);
     sqlite3_bind_int64(st, 9, r->metrics_stride > 0 ? r->metrics_stride : 1);
+    sqlite3_bind_int64(st, 10, r->eligible_ms);
     zt_status q = exec_done(s, st, err, "updating a job");
     if (q == ZT_OK && sqlite3_changes(s->db) == 0)
         return zt_err_set(err, ZT_ERR_NOT_FOUND, "job %lld is not in the database",
@@ -650,6 +655,7 @@ static void row_job(sqlite3_stmt *st, zt_job_rec *r)
     r->ended_ms = sqlite3_column_int64(st, 20);
     r->attempt_id = sqlite3_column_int64(st, 21);
     r->metrics_stride = sqlite3_column_int64(st, 22);
+    r->eligible_ms = sqlite3_column_int64(st, 23);
 }
 
 /* Steps st to the end, calling each(row) per row. */
@@ -1005,17 +1011,29 @@ zt_status zt_store_logs_count(zt_store *s, int64_t job_id, int64_t *count, zt_er
 
 /* ---- metrics ----------------------------------------------------------------------------- */
 
-zt_status zt_store_metric_add(zt_store *s, const zt_metric_rec *r, zt_err *err)
+zt_status zt_store_metric_add(zt_store *s, const zt_metric_rec *r, bool *added, zt_err *err)
 {
-    sqlite3_stmt *st = stmt(s, S_METRIC_ADD, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, r->job_id);
-    sqlite3_bind_int64(st, 2, r->step);
-    sqlite3_bind_int64(st, 3, r->attempt_id);
-    sqlite3_bind_int64(st, 4, r->time_ms);
-    bind_text(st, 5, r->kv ? r->kv : "");
-    return exec_done(s, st, err, "recording metrics");
+    if (added)
+        *added = false;
+    for (int pass = 0; pass < 2; pass++) { /* insert; when the step has a row, replace it */
+        sqlite3_stmt *st = stmt(s, pass ? S_METRIC_REPLACE : S_METRIC_ADD, err);
+        if (!st)
+            return ZT_ERR_DB;
+        sqlite3_bind_int64(st, 1, r->job_id);
+        sqlite3_bind_int64(st, 2, r->step);
+        sqlite3_bind_int64(st, 3, r->attempt_id);
+        sqlite3_bind_int64(st, 4, r->time_ms);
+        bind_text(st, 5, r->kv ? r->kv : "");
+        zt_status q = exec_done(s, st, err, "recording metrics");
+        if (q != ZT_OK)
+            return q;
+        if (!pass && sqlite3_changes(s->db) > 0) {
+            if (added)
+                *added = true;
+            return ZT_OK;
+        }
+    }
+    return ZT_OK;
 }
 
 zt_status zt_store_metrics_thin(zt_store *s, int64_t job_id, int64_t stride, zt_err *err)

@@ -16,7 +16,7 @@
 typedef struct zt_store zt_store;
 
 /* The schema version this build migrates to. */
-#define ZT_STORE_SCHEMA_VERSION 3
+#define ZT_STORE_SCHEMA_VERSION 4
 
 /* Opens (creating if needed) the database at path. A writer handle applies the pending
  * migrations in order, each in its own transaction; a database with a newer schema than
@@ -46,7 +46,7 @@ void zt_store_rollback_savepoint(zt_store *s);
 zt_status zt_store_job_insert(zt_store *s, const zt_job_rec *rec, int64_t *id, bool *existed,
                               zt_err *err);
 /* Updates the mutable columns of job rec->id (state, reason, restarts, last_step, times,
- * attempt_id, metrics_stride). */
+ * attempt_id, metrics_stride, eligible_ms). */
 zt_status zt_store_job_save(zt_store *s, const zt_job_rec *rec, zt_err *err);
 zt_status zt_store_attempt_insert(zt_store *s, const zt_attempt_rec *rec, int64_t *id, zt_err *err);
 zt_status zt_store_attempt_save(zt_store *s, const zt_attempt_rec *rec, zt_err *err);
@@ -58,8 +58,9 @@ zt_status zt_store_event_add(zt_store *s, const zt_event_rec *rec, int64_t *id, 
 zt_status zt_store_log_add(zt_store *s, const zt_log_rec *rec, int64_t *id, zt_err *err);
 /* Deletes the oldest log lines of a job so that at most keep remain. */
 zt_status zt_store_logs_prune(zt_store *s, int64_t job_id, int64_t keep, zt_err *err);
-/* Inserts or replaces the metrics of (job, step). */
-zt_status zt_store_metric_add(zt_store *s, const zt_metric_rec *rec, zt_err *err);
+/* Inserts or replaces the metrics of (job, step); *added (optional): a new row was inserted
+ * (false when an existing step was replaced, as a resumed attempt re-reports steps). */
+zt_status zt_store_metric_add(zt_store *s, const zt_metric_rec *rec, bool *added, zt_err *err);
 /* Keeps only the steps divisible by stride (downsampling a long job's metrics). */
 zt_status zt_store_metrics_thin(zt_store *s, int64_t job_id, int64_t stride, zt_err *err);
 /* Records one rank's shard of the checkpoint (job, dir), creating the checkpoint row, and

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 static bool fail(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static bool fail(char *why, size_t cap, const char *fmt, ...)
@@ -18,6 +20,80 @@ static bool fail(char *why, size_t cap, const char *fmt, ...)
     }
     return false;
 }
+
+/* ---- UTF-8 of every string field -------------------------------------------------------- */
+
+/* Why the text s (n bytes) is refused, with where it goes bad: the line and column too when
+ * the text has several lines (a job file). */
+static bool bad_utf8(char *why, size_t cap, const char *path, const char *s, size_t at)
+{
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (s[i] == '\n') {
+            line++;
+            col = 1;
+        } else if (((unsigned char)s[i] & 0xC0) != 0x80) {
+            col++;
+        }
+    }
+    if (line > 1)
+        return fail(
+            why, cap,
+            "%s is not valid UTF-8 at line %zu, column %zu (byte %zu): string fields must be UTF-8; re-encode the text (e.g. iconv -t UTF-8) and send it again",
+            path, line, col, at);
+    return fail(
+        why, cap,
+        "%s is not valid UTF-8 at byte %zu: string fields must be UTF-8; re-encode the text and send it again",
+        path, at);
+}
+
+static bool strings_ok(const ProtobufCMessage *m, char *path, size_t plen, size_t pcap, char *why,
+                       size_t cap, int depth)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+    if (depth > 16) return true; /* the wire format nests no deeper in these messages */
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        if (d == &zt__v1__log_entry__descriptor && strcmp(f->name, "text") == 0)
+            continue; /* cleaned by the handler: worker output is kept, not refused */
+        bool rep = f->label == PROTOBUF_C_LABEL_REPEATED;
+        size_t n = rep ? *(const size_t *)(base + f->quantifier_offset) : 1;
+        const void *const *vals = rep ? *(const void *const *const *)(base + f->offset)
+                                      : (const void *const *)(base + f->offset);
+        for (size_t k = 0; k < n; k++) {
+            const void *v = vals[k];
+            if (!v) continue;
+            int w =
+                rep ? snprintf(path + plen, pcap - plen, "%s%s[%zu]", plen ? "." : "", f->name, k)
+                    : snprintf(path + plen, pcap - plen, "%s%s", plen ? "." : "", f->name);
+            size_t nlen = w > 0 && (size_t)w < pcap - plen ? plen + (size_t)w : pcap - 1;
+            if (f->type == PROTOBUF_C_TYPE_STRING) {
+                const char *str = v;
+                size_t at = 0;
+                if (!zt_utf8_valid(str, strlen(str), &at)) return bad_utf8(why, cap, path, str, at);
+            } else if (!strings_ok(v, path, nlen, pcap, why, cap, depth + 1)) {
+                return false;
+            }
+            path[plen] = '\0';
+        }
+    }
+    return true;
+}
+
+bool zt_check_strings(const ProtobufCMessage *m, char *why, size_t cap)
+{
+    char path[256] = "";
+    return strings_ok(m, path, 0, sizeof(path), why, cap, 0);
+}
+
+static bool too_long(const char *s, size_t max)
+{
+    return s && strlen(s) > max;
+}
+
+/* ---- per request --------------------------------------------------------------------------- */
 
 static bool charset_ok(const char *s, size_t max, const char *extra)
 {
@@ -62,6 +138,11 @@ bool zt_check_submit(const Zt__V1__SubmitJobRequest *q, char *why, size_t cap)
                     ZT_MAX_PRIORITY);
     if (q->submit_key && strlen(q->submit_key) > 128)
         return fail(why, cap, "submit_key is longer than 128 bytes");
+    if (too_long(q->user, ZT_MAX_USER))
+        return fail(why, cap, "user is longer than %d bytes: send a shorter user name",
+                    ZT_MAX_USER);
+    if (too_long(q->job_path, ZT_MAX_JOB_PATH))
+        return fail(why, cap, "job_path is longer than %d bytes", ZT_MAX_JOB_PATH);
     return true;
 }
 
@@ -128,6 +209,9 @@ bool zt_check_register(const Zt__V1__RegisterAgentRequest *q, char *why, size_t 
     for (size_t i = 0; i < q->n_gpus; i++)
         if (q->gpus[i]->index < 0 || q->gpus[i]->memory_total < 0)
             return fail(why, cap, "agent %s: gpus[%zu] has a negative index or memory", q->name, i);
+    if (too_long(q->hostname, ZT_MAX_HOST) || too_long(q->address, ZT_MAX_HOST))
+        return fail(why, cap, "agent %s: hostname or address is longer than %d bytes", q->name,
+                    ZT_MAX_HOST);
     return true;
 }
 
@@ -235,5 +319,12 @@ bool zt_check_rendezvous(const Zt__V1__RendezvousRequest *q, char *why, size_t c
     if (q->wait_ms < 0 || q->wait_ms > ZT_MAX_RDZV_WAIT_MS)
         return fail(why, cap, "wait_ms %d is out of range [0, %d]", q->wait_ms,
                     ZT_MAX_RDZV_WAIT_MS);
+    return true;
+}
+
+bool zt_check_health(const char *service, char *why, size_t cap)
+{
+    if (too_long(service, ZT_MAX_SERVICE))
+        return fail(why, cap, "service name is longer than %d bytes", ZT_MAX_SERVICE);
     return true;
 }

@@ -18,6 +18,17 @@
 #define ZT_MAX_LOG_LINE 8192
 #define ZT_MAX_RDZV_VALUE 65536
 #define ZT_MAX_RDZV_WAIT_MS 60000
+#define ZT_MAX_USER 256      /* SubmitJob user, bytes */
+#define ZT_MAX_JOB_PATH 4096 /* SubmitJob job_path, bytes */
+#define ZT_MAX_HOST 255      /* RegisterAgent hostname and address, bytes */
+#define ZT_MAX_SERVICE 256   /* HealthCheckRequest service, bytes */
+
+/* Every string field of m, nested messages and repeated fields included, is valid UTF-8
+ * (protobuf `string` fields must be; standard clients cannot decode anything else) — except
+ * zt.v1.LogEntry.text, which the ReportLogs handler cleans instead of refusing (worker output
+ * is kept). Otherwise why names the first bad field ("gpus[1].name") and where it goes bad.
+ * Run it before the other checks, whose messages may quote the request's strings. */
+bool zt_check_strings(const ProtobufCMessage *m, char *why, size_t cap);
 
 /* A name for agents: 1..128 of [A-Za-z0-9._-]. */
 bool zt_valid_name(const char *s);
@@ -37,5 +48,7 @@ bool zt_check_report_checkpoint_removed(const Zt__V1__ReportCheckpointRemovedReq
                                         size_t cap);
 bool zt_check_report_logs(const Zt__V1__ReportLogsRequest *q, char *why, size_t cap);
 bool zt_check_rendezvous(const Zt__V1__RendezvousRequest *q, char *why, size_t cap);
+/* grpc.health.v1.HealthCheckRequest: the service name's length. */
+bool zt_check_health(const char *service, char *why, size_t cap);
 
 #endif

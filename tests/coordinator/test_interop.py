@@ -2,8 +2,9 @@
 """Interop: a Python grpcio client built from the same zerotrain.proto (and the standard
 health.proto) talks to the real zcoord binary: every user RPC including both streams, the
 agent RPCs that move a job to COMPLETED (then delete its checkpoint and leave), the health
-service (Check and Watch), bearer-token metadata, and status codes for bad input. Run with
-Debian's /usr/bin/python3."""
+service (Check and Watch), bearer-token metadata (the scheme in any case), status codes for bad
+input, and string fields that are not UTF-8 (refused, or cleaned for log lines, so that every
+read stays decodable by this client). Run with Debian's /usr/bin/python3."""
 import json
 import os
 import shutil
@@ -96,6 +97,29 @@ def main():
         assert again.existed and again.job_id == sub.job_id
         job_id = sub.job_id
 
+        # string fields must be UTF-8: a request with other bytes (this client library would
+        # not send them: the bytes are patched into the encoded message) is refused, names the
+        # field, stores nothing, and every later read stays decodable here
+        raw_submit = channel.unary_unary("/zt.v1.Coordinator/SubmitJob",
+                                         response_deserializer=pb.SubmitJobReply.FromString)
+        enc = pb.SubmitJobRequest(job_text=JOB, job_dir="/tmp", user="XXXX").SerializeToString()
+        details = expect_code(lambda: raw_submit(enc.replace(b"XXXX", b"\xff" b"bad"), metadata=md),
+                              grpc.StatusCode.INVALID_ARGUMENT, "user is not valid UTF-8")
+        print("invalid UTF-8 refused:", details)
+        enc = pb.SubmitJobRequest(job_text=JOB, job_dir="/tmp/YYYY").SerializeToString()
+        expect_code(lambda: raw_submit(enc.replace(b"YYYY", b"\xc3(ab"), metadata=md),
+                    grpc.StatusCode.INVALID_ARGUMENT, "job_dir is not valid UTF-8")
+        assert [j.id for j in user.ListJobs(pb.ListJobsRequest(), metadata=md).jobs] == [job_id]
+
+        # the Bearer scheme is case-insensitive (RFC 7235), the token is not
+        assert user.Ping(pb.PingRequest(), metadata=[("authorization", f"bearer {TOKEN}")]).version
+        assert user.Ping(pb.PingRequest(), metadata=[("authorization", f"BEARER  {TOKEN}")]).version
+        expect_code(lambda: user.Ping(pb.PingRequest(),
+                                      metadata=[("authorization", f"Bearer {TOKEN.upper()}")]),
+                    grpc.StatusCode.UNAUTHENTICATED, "invalid token")
+        expect_code(lambda: user.Ping(pb.PingRequest(), metadata=[("authorization", f"Basic {TOKEN}")]),
+                    grpc.StatusCode.UNAUTHENTICATED, "invalid token")
+
         # WatchJob in the background
         updates = []
 
@@ -146,6 +170,12 @@ def main():
             pb.LogEntry(attempt_id=att, rank=0, source=pb.LOG_SOURCE_STDOUT, text="step=10 loss=3.000000"),
             pb.LogEntry(attempt_id=att, rank=1, source=pb.LOG_SOURCE_STDERR, text="warning from rank 1"),
         ]), metadata=md)
+        # a log line that is not UTF-8 is kept, its bad bytes replaced
+        raw_logs = channel.unary_unary("/zt.v1.AgentControl/ReportLogs",
+                                       response_deserializer=pb.ReportLogsReply.FromString)
+        enc = pb.ReportLogsRequest(agent="py-agent", entries=[pb.LogEntry(
+            attempt_id=att, rank=0, source=pb.LOG_SOURCE_STDOUT, text="ZZZZ then \u20ac")]).SerializeToString()
+        assert raw_logs(enc.replace(b"ZZZZ", b"\xff\xfe\xe2\x82"), metadata=md).accepted == 1
 
         # GetLogs stream with follow, read in the background until the job ends
         followed = []
@@ -176,6 +206,9 @@ def main():
         logs = [e.text for b in user.GetLogs(pb.GetLogsRequest(job_id=job_id, ranks=[1]), metadata=md)
                 for e in b.entries]
         assert "warning from rank 1" in logs and "step=10 loss=3.000000" not in logs, logs
+        logs = [e.text for b in user.GetLogs(pb.GetLogsRequest(job_id=job_id, ranks=[0]), metadata=md)
+                for e in b.entries]
+        assert "???? then \u20ac" in logs, logs
 
         # finish: both ranks exit 0
         agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation,

@@ -1,7 +1,8 @@
 /* Tests coordinator/store.c on a real SQLite file: migrations (fresh, from an older schema,
- * the checkpoints table rebuilt by schema 3 with its shards and foreign keys, refusing a newer
- * one), jobs with idempotent submission, attempts and ranks, foreign keys,
- * events, logs (filters, tail, pruning), metrics thinning, checkpoints committed by the last
+ * the checkpoints table rebuilt by schema 3 with its shards and foreign keys, the restart
+ * backoff column of schema 4, refusing a newer one), jobs with idempotent submission,
+ * attempts and ranks, foreign keys, events, logs (filters, tail, pruning), metrics (a
+ * replaced step is not a new row) and thinning, checkpoints committed by the last
  * shard in one transaction and DELETED when keep_checkpoints removes them, rendezvous entries,
  * rollback, and a read-only handle. */
 #define _POSIX_C_SOURCE 200809L
@@ -281,12 +282,15 @@ static void test_events_logs(zt_store *s)
     ASSERT_STREQ(g_logs, "0:e0,-1:ev");
 }
 
-static char g_steps[1024];
+static char g_steps[1024], g_last_kv[64];
+static int64_t g_last_attempt;
 static void cat_metric(void *arg, const zt_metric_rec *r)
 {
     (void)arg;
     size_t n = strlen(g_steps);
     snprintf(g_steps + n, sizeof(g_steps) - n, "%s%lld", n ? "," : "", (long long)r->step);
+    g_last_attempt = r->attempt_id;
+    snprintf(g_last_kv, sizeof(g_last_kv), "%s", r->kv);
 }
 
 static void test_metrics(zt_store *s)
@@ -299,10 +303,20 @@ static void test_metrics(zt_store *s)
     for (int step = 1; step <= 8; step++) {
         zt_metric_rec m = {
             .job_id = jid, .attempt_id = 1, .step = step, .time_ms = step, .kv = "loss=1 lr=0.1"};
-        ASSERT_OK(zt_store_metric_add(s, &m, &err));
+        bool added = false;
+        ASSERT_OK(zt_store_metric_add(s, &m, &added, &err));
+        ASSERT_TRUE(added);
     }
-    ASSERT_OK(zt_store_metrics_thin(s, jid, 4, &err));
+    /* a resumed attempt reports step 8 again: the row is replaced, not added */
+    zt_metric_rec again = {
+        .job_id = jid, .attempt_id = 2, .step = 8, .time_ms = 99, .kv = "loss=0.5 lr=0.1"};
+    bool added = true;
+    ASSERT_OK(zt_store_metric_add(s, &again, &added, &err));
+    ASSERT_TRUE(!added);
     int64_t n;
+    ASSERT_OK(zt_store_metrics_count(s, jid, &n, &err));
+    ASSERT_EQ_INT(n, 8);
+    ASSERT_OK(zt_store_metrics_thin(s, jid, 4, &err));
     ASSERT_OK(zt_store_metrics_count(s, jid, &n, &err));
     ASSERT_EQ_INT(n, 2);
     g_steps[0] = '\0';
@@ -311,6 +325,8 @@ static void test_metrics(zt_store *s)
     g_steps[0] = '\0';
     ASSERT_OK(zt_store_metrics_list(s, jid, 5, cat_metric, NULL, &err));
     ASSERT_STREQ(g_steps, "8");
+    ASSERT_EQ_INT(g_last_attempt, 2); /* the replacement's values */
+    ASSERT_STREQ(g_last_kv, "loss=0.5 lr=0.1");
 }
 
 static zt_ckpt_rec g_ck;
@@ -491,7 +507,7 @@ static void test_migration_v3(void)
     sqlite3_close(db);
 
     ASSERT_OK(zt_store_open(&s, p2, false, &err));
-    ASSERT_EQ_INT(zt_store_schema_version(s), 3);
+    ASSERT_EQ_INT(zt_store_schema_version(s), ZT_STORE_SCHEMA_VERSION);
     g_first_n = 0;
     ASSERT_OK(zt_store_ckpts_list(s, 1, true, true, first_ckpt, NULL, &err));
     ASSERT_EQ_INT(g_first_n, 2);
@@ -598,6 +614,63 @@ static void test_rdzv_and_rollback(zt_store *s)
     zt_store_close(NULL);
 }
 
+static zt_job_rec g_job4;
+static char g_job4_name[64];
+static void keep_job4(void *arg, const zt_job_rec *r)
+{
+    (void)arg;
+    g_job4 = *r;
+    snprintf(g_job4_name, sizeof(g_job4_name), "%s", r->name);
+    g_job4.name = g_job4_name;
+}
+
+/* Schema 3 -> 4 adds jobs.eligible_ms (the restart backoff survives a coordinator restart):
+ * existing jobs keep every column and read 0; the value is saved and read back. */
+static void test_migration_v4(void)
+{
+    char p3[160];
+    snprintf(p3, sizeof(p3), "%s/v3.db", dir);
+    zt_store *s;
+    zt_err err = {0};
+    ASSERT_OK(zt_store_open_at_version(&s, p3, 3, &err));
+    zt_store_close(s);
+    sqlite3 *db;
+    ASSERT_EQ_INT(sqlite3_open(p3, &db), SQLITE_OK);
+    ASSERT_EQ_INT(sql_int(db, "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = "
+                              "'eligible_ms'"),
+                  0);
+    const char *fill =
+        "INSERT INTO jobs(id, name, state, reason, ranks, ranks_per_node, device, restarts, "
+        "total_steps, spec_text, spec_dir, spec_json, spec_hash, user, submitted_ms, "
+        "metrics_stride) VALUES(5, 'old', 'QUEUED', 'restart 1 of 3', 2, 2, 1, 1, 100, '{}', "
+        "'/tmp', '{}', 'h', 'me', 1, 4);";
+    char *msg = NULL;
+    if (sqlite3_exec(db, fill, NULL, NULL, &msg) != SQLITE_OK) ZT_FAIL("filling v3: %s", msg);
+    sqlite3_close(db);
+
+    ASSERT_OK(zt_store_open(&s, p3, false, &err));
+    ASSERT_EQ_INT(zt_store_schema_version(s), 4);
+    ASSERT_OK(zt_store_job_get(s, 5, keep_job4, NULL, &err));
+    ASSERT_STREQ(g_job4.name, "old");
+    ASSERT_EQ_INT(g_job4.state, ZT_JOB_QUEUED);
+    ASSERT_EQ_INT(g_job4.restarts, 1);
+    ASSERT_EQ_INT(g_job4.metrics_stride, 4);
+    ASSERT_EQ_INT(g_job4.eligible_ms, 0);
+    zt_job_rec save = g_job4;
+    save.reason = "restart 2 of 3 in 60.0 s";
+    save.restarts = 2;
+    save.eligible_ms = 1234567890123;
+    ASSERT_OK(zt_store_job_save(s, &save, &err));
+    ASSERT_OK(zt_store_job_get(s, 5, keep_job4, NULL, &err));
+    ASSERT_EQ_INT(g_job4.eligible_ms, 1234567890123);
+    ASSERT_EQ_INT(g_job4.restarts, 2);
+    /* the light listing reads it too */
+    memset(&g_job4, 0, sizeof(g_job4));
+    ASSERT_OK(zt_store_jobs_list(s, 0, 0, 10, keep_job4, NULL, &err));
+    ASSERT_EQ_INT(g_job4.eligible_ms, 1234567890123);
+    zt_store_close(s);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/zt_store_XXXXXX");
@@ -606,6 +679,7 @@ int main(void)
     snprintf(path, sizeof(path), "%s/zt.db", dir);
     test_migrations();
     test_migration_v3();
+    test_migration_v4();
     zt_store *s;
     zt_err err = {0};
     ASSERT_OK(zt_store_open(&s, path, false, &err));

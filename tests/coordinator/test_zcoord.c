@@ -17,6 +17,7 @@
 
 #include "common/alloc.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "proto/health.pb-c.h"
 #include "proto/pbjson.h"
 #include "proto/rpc.h"
@@ -1045,7 +1046,9 @@ static void test_bad_input(void)
     memset(big, ' ', 100 * 1024 - 1);
     big[100 * 1024 - 1] = '\0';
     sq.job_text = big;
-    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_RESOURCE_EXHAUSTED, NULL);
+    /* refused by the gRPC core before any handler: its message gives both sizes */
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_RESOURCE_EXHAUSTED,
+           "larger than max (102420 vs. 65536)");
     zt_free(big);
 
     /* unknown ids and out-of-range values */
@@ -1155,6 +1158,17 @@ static void test_limits_and_gpus(void)
     for (size_t i = 0; i < mr->n_points; i++)
         ASSERT_EQ_INT(mr->points[i]->step % 8, 0);
     zt_pb_free(mr);
+    /* a resumed attempt reports the same steps again: rows are replaced, not added, so the
+     * stride stays */
+    for (int64_t s = 1; s <= 60; s += 20)
+        report_metrics(c, att, s, s + 19);
+    mr = NULL;
+    ASSERT_EQ_INT(call(c, C_ "GetMetrics", &mq.base, &zt__v1__get_metrics_reply__descriptor,
+                       (void **)&mr, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(mr->stride, 8);
+    ASSERT_TRUE(mr->n_points <= 10 && mr->n_points >= 5);
+    zt_pb_free(mr);
     Zt__V1__GetJobReply *g = get_job(c, id);
     ASSERT_EQ_INT(g->job->step, 60); /* the live step is not thinned */
     zt_pb_free(g);
@@ -1181,6 +1195,29 @@ static void test_limits_and_gpus(void)
     ASSERT_TRUE(lines <= 110 && lines >= 100);
     ASSERT_CONTAINS(logs, "line 149");
     ASSERT_TRUE(!strstr(logs, "line 000"));
+    zt_free(logs);
+    /* lines that come after the job ended (an agent flushing) are bounded the same way */
+    Zt__V1__CancelJobRequest cq = ZT__V1__CANCEL_JOB_REQUEST__INIT;
+    cq.job_id = id;
+    ASSERT_EQ_INT(
+        call(c, C_ "CancelJob", &cq.base, &zt__v1__cancel_job_reply__descriptor, NULL, NULL, 0),
+        ZT_RPC_OK);
+    zt_pb_free(hb(c, "cpu1", inc, NULL, 0));
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 150; i++)
+            snprintf(text[i], sizeof(text[i]), "late %d-%03d", round, i);
+        ASSERT_EQ_INT(call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor,
+                           NULL, NULL, 0),
+                      ZT_RPC_OK);
+    }
+    logs = get_logs(c, id, -1, false);
+    lines = 0;
+    for (const char *q = logs; *q; q++)
+        lines += *q == '\n';
+    if (lines > 110 || lines < 100)
+        ZT_FAIL("%d log lines kept after the job ended, limit 100", lines);
+    ASSERT_CONTAINS(logs, "late 2-149");
+    ASSERT_TRUE(!strstr(logs, "late 0-"));
     zt_free(logs);
 
     /* a GPU agent: slots are its GPUs, device_index the GPU's index */
@@ -1619,6 +1656,522 @@ static void test_ckpt_removed(void)
     current = NULL;
 }
 
+/* ---- UTF-8, resource limits, races at the end of a job, backoff across restarts ------------- */
+
+/* Protobuf strings must be UTF-8: a request with other bytes in any string field is refused
+ * with a message naming the field (nothing stored, so later reads stay decodable); log text
+ * is cleaned instead (worker output is kept), and long lines are cut on a character
+ * boundary. Over-long informational strings are refused. */
+static void test_utf8_input(void)
+{
+    zt_zcoord_proc p;
+    zt_zcoord_start(&p, NULL);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    char *valid = job_text("utf8", 1, 1, 0, 10);
+
+    Zt__V1__SubmitJobRequest sq = ZT__V1__SUBMIT_JOB_REQUEST__INIT;
+    sq.job_text = valid;
+    sq.job_dir = "/tmp";
+    sq.user = "\xff"
+              "bad";
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT,
+           "user is not valid UTF-8 at byte 0");
+    sq.user = "ok";
+    sq.job_dir = "/tmp/caf\xc3";
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "job_dir is not valid UTF-8");
+    sq.job_dir = "/tmp";
+    sq.job_path = "\xed\xa0\x80.json"; /* a UTF-16 surrogate */
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "job_path is not valid UTF-8");
+    sq.job_path = "job.json";
+    char *bad_text =
+        zt_asprintf("{\"name\": \"x\",\n  \"train\": {\"steps\": 1, \"x\": \"\xc0\xaf\"}}");
+    sq.job_text = bad_text;
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT,
+           "job_text is not valid UTF-8 at line 2, column 31");
+    zt_free(bad_text);
+    sq.job_text = valid;
+    char longuser[300];
+    memset(longuser, 'u', sizeof(longuser) - 1);
+    longuser[sizeof(longuser) - 1] = '\0';
+    sq.user = longuser;
+    expect(c, C_ "SubmitJob", &sq.base, ZT_RPC_INVALID_ARGUMENT, "user is longer than 256 bytes");
+    sq.user = "\xc3\xa9lodie"; /* valid UTF-8 is kept as it is */
+    Zt__V1__SubmitJobReply *sr = NULL;
+    ASSERT_EQ_INT(call(c, C_ "SubmitJob", &sq.base, &zt__v1__submit_job_reply__descriptor,
+                       (void **)&sr, NULL, 0),
+                  ZT_RPC_OK);
+    int64_t id = sr->job_id;
+    zt_pb_free(sr);
+    Zt__V1__GetJobReply *g = get_job(c, id);
+    ASSERT_STREQ(g->job->user, "\xc3\xa9lodie");
+    zt_pb_free(g);
+    Zt__V1__CancelJobRequest cq = ZT__V1__CANCEL_JOB_REQUEST__INIT;
+    cq.job_id = id;
+    cq.reason = "no \xff";
+    expect(c, C_ "CancelJob", &cq.base, ZT_RPC_INVALID_ARGUMENT, "reason is not valid UTF-8");
+    cq.reason = "caf\xc3\xa9 closed";
+    Zt__V1__CancelJobReply *cr = NULL;
+    ASSERT_EQ_INT(call(c, C_ "CancelJob", &cq.base, &zt__v1__cancel_job_reply__descriptor,
+                       (void **)&cr, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_CONTAINS(cr->job->reason, "canceled: caf\xc3\xa9 closed");
+    zt_pb_free(cr);
+
+    /* agents: every string field, nested ones named with their index */
+    Zt__V1__RegisterAgentRequest rq = ZT__V1__REGISTER_AGENT_REQUEST__INIT;
+    Zt__V1__Gpu gpus[2], *gp[2] = {&gpus[0], &gpus[1]};
+    for (int i = 0; i < 2; i++) {
+        zt__v1__gpu__init(&gpus[i]);
+        gpus[i].index = i;
+        gpus[i].name = "H100";
+    }
+    rq.name = "u1";
+    rq.device = ZT__V1__DEVICE__DEVICE_CUDA;
+    rq.slots = 2;
+    rq.n_gpus = 2;
+    rq.gpus = gp;
+    rq.hostname = "h\x80st";
+    expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "hostname is not valid UTF-8");
+    rq.hostname = "host";
+    rq.address = "10.0.0.1\xfe";
+    expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "address is not valid UTF-8");
+    rq.address = "10.0.0.1";
+    rq.version = "1.0\xf5";
+    expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "version is not valid UTF-8");
+    rq.version = "1.0";
+    gpus[1].name = "H1\xe2\x82";
+    expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT,
+           "gpus[1].name is not valid UTF-8 at byte 2");
+    gpus[1].name = "H100";
+    char longhost[300];
+    memset(longhost, 'h', sizeof(longhost) - 1);
+    longhost[sizeof(longhost) - 1] = '\0';
+    rq.hostname = longhost;
+    expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "longer than 255 bytes");
+    rq.hostname = "host";
+    Zt__V1__HeartbeatRequest hq = ZT__V1__HEARTBEAT_REQUEST__INIT;
+    hq.name = "u1";
+    hq.n_gpus = 2;
+    hq.gpus = gp;
+    gpus[0].name = "\xc1\xbf";
+    expect(c, A_ "Heartbeat", &hq.base, ZT_RPC_INVALID_ARGUMENT, "gpus[0].name is not valid UTF-8");
+    gpus[0].name = "H100";
+    Zt__V1__ReportCheckpointRequest kq = ZT__V1__REPORT_CHECKPOINT_REQUEST__INIT;
+    kq.attempt_id = 1;
+    kq.dir = "/ckpt/\xff";
+    kq.file = "rank_00000.zts";
+    expect(c, A_ "ReportCheckpoint", &kq.base, ZT_RPC_INVALID_ARGUMENT, "dir is not valid UTF-8");
+    Grpc__Health__V1__HealthCheckRequest h = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    h.service = "zt\xff";
+    expect(c, "/grpc.health.v1.Health/Check", &h.base, ZT_RPC_INVALID_ARGUMENT,
+           "service is not valid UTF-8");
+
+    /* log lines: cleaned and kept; a long line is cut before a character, never inside */
+    int64_t inc = register_agent(c, "u1", 1);
+    int64_t id2 = submit(c, "logs", 1, 1, 0);
+    last_att = 0;
+    int64_t att = run_to_running(c, "u1", inc, id2);
+    Zt__V1__ReportLogsRequest rl = ZT__V1__REPORT_LOGS_REQUEST__INIT;
+    Zt__V1__LogEntry le[2], *lp[2] = {&le[0], &le[1]};
+    char *longline = zt_malloc(9000);
+    memset(longline, 'x', 8191);
+    memcpy(longline + 8191, "\xe2\x82\xac tail", 9); /* the euro sign spans bytes 8191-8193 */
+    for (int i = 0; i < 2; i++) {
+        zt__v1__log_entry__init(&le[i]);
+        le[i].attempt_id = att;
+        le[i].source = ZT__V1__LOG_SOURCE__LOG_SOURCE_STDOUT;
+    }
+    le[0].text = "\xff"
+                 "bad \xc3\xa9 \xe2\x82 end";
+    le[1].text = longline;
+    rl.n_entries = 2;
+    rl.entries = lp;
+    Zt__V1__ReportLogsReply *lr = NULL;
+    ASSERT_EQ_INT(call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor,
+                       (void **)&lr, NULL, 0),
+                  ZT_RPC_OK);
+    ASSERT_EQ_INT(lr->accepted, 2);
+    zt_pb_free(lr);
+    zt_free(longline);
+    char *logs = get_logs(c, id2, 0, false);
+    ASSERT_CONTAINS(logs, "0|?bad \xc3\xa9 ?? end\n");
+    const char *cut = strstr(logs, "0|xxxx");
+    CHECK(cut != NULL);
+    const char *eol = strchr(cut, '\n');
+    ASSERT_EQ_INT(eol - cut - 2, 8191); /* the x's, without the split euro sign */
+    ASSERT_TRUE(zt_utf8_valid(logs, strlen(logs), NULL));
+    zt_free(logs);
+    zt_free(valid);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+/* Opens WatchJob streams on one job again and again, each with a short deadline, until one
+ * brings the final update: so some are opened right as the job ends. Counts the streams that
+ * ended OK without a final update (never allowed). */
+typedef struct churn {
+    zt_rpc_client *c;
+    int64_t id;
+    pthread_t th;
+    int streams, finals, final_state, bad;
+} churn;
+
+static void *churn_main(void *arg)
+{
+    churn *w = arg;
+    uint64_t t0 = zt_now_ns();
+    while (!w->finals && (double)(zt_now_ns() - t0) * 1e-9 < 30.0) {
+        Zt__V1__WatchJobRequest q = ZT__V1__WATCH_JOB_REQUEST__INIT;
+        q.job_id = w->id;
+        zt_rpc_stream *s;
+        zt_err err = {0};
+        if (zt_rpc_stream_open(w->c, C_ "WatchJob", &q.base, 40, &s, &err) != ZT_OK) continue;
+        bool final = false;
+        zt_rpc_code code = ZT_RPC_OK;
+        for (;;) {
+            Zt__V1__JobUpdate *u = NULL;
+            zt_status st =
+                zt_rpc_stream_next(s, &zt__v1__job_update__descriptor, (void **)&u, &code, &err);
+            if (st != ZT_OK) break;
+            if (!u) {
+                code = ZT_RPC_OK;
+                break;
+            }
+            if (u->final) {
+                final = true;
+                w->final_state = u->job->state;
+            }
+            zt_pb_free(u);
+        }
+        zt_rpc_stream_close(s);
+        w->streams++;
+        if (final)
+            w->finals++;
+        else if (code == ZT_RPC_OK)
+            w->bad++;
+    }
+    return NULL;
+}
+
+/* Every WatchJob stream of a job that ends closes with a final update, also one that starts
+ * while the end is being committed (the job is done in memory, the store does not show it
+ * yet): the stream attaches to the live job and gets the final update after the commit. The
+ * coordinator's test hook holds each commit back (ZT_TEST_COMMIT_DELAY_MS) so that a watch
+ * started right after the last heartbeat lands in that window. Streams opened and cancelled
+ * meanwhile exercise the watcher's registration (a reference is held across it: run it under
+ * ASan too). */
+static void test_watch_at_end(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    setenv("ZT_TEST_COMMIT_DELAY_MS", "250", 1);
+    zt_zcoord_start(&p, NULL);
+    unsetenv("ZT_TEST_COMMIT_DELAY_MS");
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "w", 1);
+    enum { ROUNDS = 3, CHURNERS = 6 };
+    int streams = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        int64_t id = submit(c, "ending", 1, 1, 0);
+        int64_t att = run_to_running(c, "w", inc, id);
+        wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_RUNNING, 5000);
+        churn ch[CHURNERS];
+        for (int i = 0; i < CHURNERS; i++) {
+            ch[i] = (churn){.c = c, .id = id};
+            pthread_create(&ch[i].th, NULL, churn_main, &ch[i]);
+        }
+        zt_sleep_ms(30);
+        sim s = {id, att, 0, 7, 0, 0, 100, 1}; /* exits 0: COMPLETED */
+        zt_pb_free(hb(c, "w", inc, &s, 1));
+        /* the end is decided now and committed 250 ms later: watch in between */
+        zt_sleep_ms(60);
+        watch late = {.c = c, .id = id};
+        watch_main(&late);
+        CHECK(late.got_final);
+        ASSERT_EQ_INT(late.final_state, ZT__V1__JOB_STATE__JOB_STATE_COMPLETED);
+        ASSERT_EQ_INT(late.end_code, ZT_RPC_OK);
+        for (int i = 0; i < CHURNERS; i++) {
+            pthread_join(ch[i].th, NULL);
+            streams += ch[i].streams;
+            if (ch[i].bad)
+                ZT_FAIL("round %d: %d WatchJob stream(s) ended OK without a final update", round,
+                        ch[i].bad);
+            CHECK(ch[i].finals == 1);
+            ASSERT_EQ_INT(ch[i].final_state, ZT__V1__JOB_STATE__JOB_STATE_COMPLETED);
+        }
+        zt_pb_free(hb(c, "w", inc, NULL, 0));
+    }
+    fprintf(
+        stderr,
+        "%d WatchJob streams around %d job ends: each ended with a final update or a deadline\n",
+        streams, ROUNDS);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+/* A watch stream that stays open until told to go: it reports its first message (the watch
+ * is registered by then) and cancels the call when released. */
+typedef struct holder {
+    zt_rpc_client *c;
+    const char *path;
+    const ProtobufCMessage *req;
+    const ProtobufCMessageDescriptor *type;
+    pthread_t th;
+    atomic_int got_first, release, ended;
+    zt_rpc_code code;
+    char msg[1024];
+} holder;
+
+static void *holder_main(void *arg)
+{
+    holder *h = arg;
+    zt_rpc_stream *s;
+    zt_err err = {0};
+    ASSERT_OK(zt_rpc_stream_open(h->c, h->path, h->req, 30000, &s, &err));
+    void *m = NULL;
+    zt_status st = zt_rpc_stream_next(s, h->type, &m, &h->code, &err);
+    if (st == ZT_OK && m) {
+        zt_pb_free(m);
+        atomic_store(&h->got_first, 1);
+        while (!atomic_load(&h->release))
+            zt_sleep_ms(5);
+    } else {
+        snprintf(h->msg, sizeof(h->msg), "%s", err.msg);
+    }
+    zt_rpc_stream_close(s);
+    atomic_store(&h->ended, 1);
+    return NULL;
+}
+
+/* Starts a holder and waits until it is registered or refused; returns the refusal's code. */
+static zt_rpc_code hold(holder *h)
+{
+    pthread_create(&h->th, NULL, holder_main, h);
+    for (int t = 0; t < 1000 && !atomic_load(&h->got_first) && !atomic_load(&h->ended); t++)
+        zt_sleep_ms(10);
+    CHECK(atomic_load(&h->got_first) || atomic_load(&h->ended));
+    return atomic_load(&h->got_first) ? ZT_RPC_OK : h->code;
+}
+
+static void unhold(holder *h)
+{
+    atomic_store(&h->release, 1);
+    pthread_join(h->th, NULL);
+}
+
+/* WatchJob and Health.Watch streams, and Rendezvous calls waiting, are bounded per job and in
+ * total (RESOURCE_EXHAUSTED with what to do); a stream that ends frees its place. */
+static void test_stream_limits(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    const char *args[] = {"--max-watchers",
+                          "3",
+                          "--max-watchers-per-job",
+                          "2",
+                          "--max-rdzv-waiters",
+                          "3",
+                          "--max-rdzv-waiters-per-rank",
+                          "1",
+                          NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "big", 4);
+    int64_t ja = submit(c, "a", 2, 2, 0);
+    int64_t jc = submit(c, "c", 2, 2, 0);
+    int64_t atts[2] = {0, 0};
+    for (int t = 0; t < 300 && (!atts[0] || !atts[1]); t++) {
+        Zt__V1__HeartbeatReply *x = hb(c, "big", inc, NULL, 0);
+        for (size_t i = 0; i < x->n_workers; i++)
+            atts[x->workers[i]->job_id == ja ? 0 : 1] = x->workers[i]->attempt_id;
+        zt_pb_free(x);
+        zt_sleep_ms(10);
+    }
+    CHECK(atts[0] && atts[1]);
+
+    /* watchers: two on job a fill its share, a third is refused; the total is 3 */
+    Zt__V1__WatchJobRequest wa = ZT__V1__WATCH_JOB_REQUEST__INIT,
+                            wc = ZT__V1__WATCH_JOB_REQUEST__INIT;
+    wa.job_id = ja;
+    wc.job_id = jc;
+    Grpc__Health__V1__HealthCheckRequest hq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    holder h[6];
+    for (int i = 0; i < 6; i++)
+        h[i] = (holder){.c = c,
+                        .path = C_ "WatchJob",
+                        .req = &wa.base,
+                        .type = &zt__v1__job_update__descriptor};
+    h[3].req = h[5].req = &wc.base;
+    h[4].path = "/grpc.health.v1.Health/Watch";
+    h[4].req = &hq.base;
+    h[4].type = &grpc__health__v1__health_check_response__descriptor;
+    ASSERT_EQ_INT(hold(&h[0]), ZT_RPC_OK);
+    ASSERT_EQ_INT(hold(&h[1]), ZT_RPC_OK);
+    ASSERT_EQ_INT(hold(&h[2]), ZT_RPC_RESOURCE_EXHAUSTED);
+    ASSERT_CONTAINS(h[2].msg, "has 2 watch streams open already");
+    ASSERT_CONTAINS(h[2].msg, "--max-watchers-per-job");
+    pthread_join(h[2].th, NULL);
+    ASSERT_EQ_INT(hold(&h[3]), ZT_RPC_OK); /* job c: the third in all */
+    ASSERT_EQ_INT(hold(&h[4]), ZT_RPC_RESOURCE_EXHAUSTED);
+    ASSERT_CONTAINS(h[4].msg, "too many watch streams open on this coordinator (3");
+    pthread_join(h[4].th, NULL);
+    /* a watcher that goes frees its place: job a takes a new one */
+    unhold(&h[0]);
+    zt_rpc_code code = ZT_RPC_RESOURCE_EXHAUSTED;
+    for (int t = 0; t < 200 && code != ZT_RPC_OK; t++) {
+        h[5] = (holder){.c = c,
+                        .path = C_ "WatchJob",
+                        .req = &wa.base,
+                        .type = &zt__v1__job_update__descriptor};
+        code = hold(&h[5]);
+        if (code != ZT_RPC_OK) {
+            pthread_join(h[5].th, NULL);
+            zt_sleep_ms(20);
+        }
+    }
+    ASSERT_EQ_INT(code, ZT_RPC_OK);
+    unhold(&h[1]);
+    unhold(&h[3]);
+    unhold(&h[5]);
+
+    /* rendezvous: rank 1 of attempt a waits for rank 0, twice (a retry); a third call is over
+     * a's share (1 per rank); then attempt c's second waiter is over the total of 3 */
+    rdzv_call r[5];
+    for (int i = 0; i < 5; i++)
+        r[i] = (rdzv_call){
+            .c = c, .attempt = i < 3 ? atts[0] : atts[1], .rank = 1, .wait = 1, .wait_ms = 8000};
+    for (int i = 0; i < 3; i++)
+        pthread_create(&r[i].th, NULL, rdzv_main, &r[i]);
+    /* one of the three is refused at once, once the other two wait */
+    int refused = -1;
+    for (int t = 0; t < 500 && refused < 0; t++) {
+        for (int i = 0; i < 3; i++)
+            if (r[i].code == ZT_RPC_RESOURCE_EXHAUSTED) refused = i;
+        zt_sleep_ms(10);
+    }
+    CHECK(refused >= 0);
+    ASSERT_CONTAINS(r[refused].msg, "rendezvous calls waiting already (1 per rank");
+    pthread_create(&r[3].th, NULL, rdzv_main, &r[3]);
+    pthread_create(&r[4].th, NULL, rdzv_main, &r[4]);
+    int refused2 = -1;
+    for (int t = 0; t < 500 && refused2 < 0; t++) {
+        for (int i = 3; i < 5; i++)
+            if (r[i].code == ZT_RPC_RESOURCE_EXHAUSTED) refused2 = i;
+        zt_sleep_ms(10);
+    }
+    CHECK(refused2 >= 0);
+    ASSERT_CONTAINS(r[refused2].msg, "too many rendezvous calls waiting on this coordinator (3");
+    /* rank 0 publishes on both attempts: the waiters complete and leave */
+    for (int k = 0; k < 2; k++) {
+        rdzv_call pub = {.c = c, .attempt = atts[k], .rank = 0, .value = "tcp://127.0.0.1:1"};
+        rdzv_main(&pub);
+        ASSERT_EQ_INT(pub.code, ZT_RPC_OK);
+    }
+    for (int i = 0; i < 5; i++) {
+        pthread_join(r[i].th, NULL);
+        if (i == refused || i == refused2) continue;
+        if (r[i].code != ZT_RPC_OK || !r[i].complete)
+            ZT_FAIL("rendezvous %d: %s %s", i, zt_rpc_code_name(r[i].code), r[i].msg);
+    }
+    /* the places are free again: three waiters fit (each returns incomplete after 200 ms) */
+    for (int i = 0; i < 3; i++) {
+        r[i] =
+            (rdzv_call){.c = c, .attempt = atts[i % 2], .rank = i / 2, .wait = 2, .wait_ms = 200};
+        pthread_create(&r[i].th, NULL, rdzv_main, &r[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(r[i].th, NULL);
+        if (r[i].code != ZT_RPC_OK)
+            ZT_FAIL("rendezvous %d after the others left: %s %s", i, zt_rpc_code_name(r[i].code),
+                    r[i].msg);
+    }
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
+/* Waits until a restarted zcoord answers on c's channel. */
+static void wait_ping(zt_rpc_client *c)
+{
+    Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
+    zt_rpc_code pc = ZT_RPC_UNAVAILABLE;
+    for (int t = 0; t < 200 && pc != ZT_RPC_OK; t++) {
+        pc = call(c, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, NULL, 0);
+        if (pc != ZT_RPC_OK) zt_sleep_ms(50);
+    }
+    ASSERT_EQ_INT(pc, ZT_RPC_OK);
+}
+
+/* A job waiting out its restart backoff is not placed as soon as the coordinator restarts:
+ * the backoff's end is stored with the job (schema 4). A restart under a shorter
+ * --restart-backoff-max shortens what is left to it. */
+static void test_backoff_restart(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    const char *args[] = {"--restart-backoff", "60s", "--heartbeat-timeout", "30s", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "b", 1);
+    int64_t id = submit(c, "backoff", 1, 1, 2);
+    run_to_exit(c, "b", inc, id, 1, 0); /* retryable: QUEUED for 60 s */
+    wait_state(c, id, ZT__V1__JOB_STATE__JOB_STATE_QUEUED, 5000);
+    zt_pb_free(hb(c, "b", inc, NULL, 0));
+    char reason[2048];
+    for (int t = 0; t < 200; t++) {
+        job_state(c, id, reason, sizeof(reason));
+        if (strstr(reason, "restart backoff")) break;
+        zt_sleep_ms(10);
+    }
+    ASSERT_CONTAINS(reason, "restart 1 of 2 in 60.0 s");
+    ASSERT_CONTAINS(reason, "restart backoff: attempt 2 may start in");
+
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_restart(&p, args);
+    wait_ping(c);
+    /* the agent heartbeats for a second: nothing to run, the job still waits */
+    for (int t = 0; t < 20; t++) {
+        Zt__V1__HeartbeatReply *x = hb(c, "b", inc, NULL, 0);
+        int n;
+        if (desired_attempt(x, &n)) ZT_FAIL("the job was placed right after the restart");
+        zt_pb_free(x);
+        zt_sleep_ms(50);
+    }
+    ASSERT_EQ_INT(job_state(c, id, reason, sizeof(reason)), ZT__V1__JOB_STATE__JOB_STATE_QUEUED);
+    ASSERT_CONTAINS(reason, "restart backoff: attempt 2 may start in");
+
+    /* at most --restart-backoff-max is left after a restart */
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    const char *args2[] = {"--restart-backoff",
+                           "60s",
+                           "--restart-backoff-max",
+                           "100ms",
+                           "--heartbeat-timeout",
+                           "30s",
+                           NULL};
+    zt_zcoord_restart(&p, args2);
+    wait_ping(c);
+    int64_t att2 = next_attempt(c, "b", inc);
+    CHECK(att2 > 0);
+    Zt__V1__GetJobReply *g = get_job(c, id);
+    ASSERT_EQ_INT(g->job->restarts, 1);
+    ASSERT_EQ_INT(g->n_attempts, 2);
+    zt_pb_free(g);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -1640,6 +2193,10 @@ int main(int argc, char **argv)
     RUN(test_limits_and_gpus);
     RUN(test_agent_leaving);
     RUN(test_ckpt_removed);
+    RUN(test_utf8_input);
+    RUN(test_watch_at_end);
+    RUN(test_stream_limits);
+    RUN(test_backoff_restart);
     printf("test_zcoord: ok\n");
     return 0;
 }

@@ -1,7 +1,8 @@
 /* Fuzz target: arbitrary bytes decoded as each request type zcoord accepts (the first byte
  * picks the type), then what the server does with a decoded request before any state:
- * the stateless checks of coordinator/validate.c, zt_job_parse of a submitted job file,
- * the JSON view, and a re-encode/decode round trip. Built as a libFuzzer target with clang
+ * the UTF-8 check of every string field and the stateless checks of coordinator/validate.c,
+ * zt_job_parse of a submitted job file, the cleaning of log lines (always valid UTF-8 after),
+ * the JSON view (never refused), and a re-encode/decode round trip. Built as a libFuzzer target with clang
  * (tests/fuzz/run_libfuzzer.sh) and with fuzz_main.c as a plain test otherwise. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -11,6 +12,7 @@
 
 #include "common/alloc.h"
 #include "common/jobfile.h"
+#include "common/utf8.h"
 #include "coordinator/validate.h"
 #include "proto/health.pb-c.h"
 #include "proto/pbjson.h"
@@ -61,8 +63,33 @@ WRAP(check_report_metrics, Zt__V1__ReportMetricsRequest, zt_check_report_metrics
 WRAP(check_report_ckpt, Zt__V1__ReportCheckpointRequest, zt_check_report_checkpoint)
 WRAP(check_report_ckpt_removed, Zt__V1__ReportCheckpointRemovedRequest,
      zt_check_report_checkpoint_removed)
-WRAP(check_report_logs, Zt__V1__ReportLogsRequest, zt_check_report_logs)
 WRAP(check_rdzv, Zt__V1__RendezvousRequest, zt_check_rendezvous)
+
+/* The handler stores each line cut to ZT_MAX_LOG_LINE on a character boundary, with bytes that
+ * are not UTF-8 replaced: whatever came, what is stored is valid UTF-8. */
+static bool check_report_logs(const void *m, char *why, size_t cap)
+{
+    const Zt__V1__ReportLogsRequest *q = m;
+    if (!zt_check_report_logs(q, why, cap)) return false;
+    for (size_t i = 0; i < q->n_entries; i++) {
+        char line[ZT_MAX_LOG_LINE + 1];
+        const char *t = q->entries[i]->text;
+        size_t n = zt_utf8_cut(t, strlen(t), ZT_MAX_LOG_LINE);
+        memcpy(line, t, n);
+        line[n] = '\0';
+        zt_utf8_clean(line, n);
+        if (!zt_utf8_valid(line, n, NULL)) {
+            fprintf(stderr, "ReportLogs: entries[%zu] is not valid UTF-8 once cleaned\n", i);
+            abort();
+        }
+    }
+    return true;
+}
+
+static bool check_health(const void *m, char *why, size_t cap)
+{
+    return zt_check_health(((const Grpc__Health__V1__HealthCheckRequest *)m)->service, why, cap);
+}
 
 static bool check_none(const void *m, char *why, size_t cap)
 {
@@ -92,7 +119,7 @@ const zt_fuzz_type zt_fuzz_types[] = {
      check_report_ckpt_removed},
     {"ReportLogs", &zt__v1__report_logs_request__descriptor, check_report_logs},
     {"Rendezvous", &zt__v1__rendezvous_request__descriptor, check_rdzv},
-    {"Health", &grpc__health__v1__health_check_request__descriptor, check_none},
+    {"Health", &grpc__health__v1__health_check_request__descriptor, check_health},
 };
 const size_t zt_fuzz_n_types = sizeof(zt_fuzz_types) / sizeof(zt_fuzz_types[0]);
 
@@ -125,13 +152,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ProtobufCMessage *m = zt_pb_unpack(t->type, data + 1, size - 1);
     if (!m) return 0; /* the server answers INVALID_ARGUMENT */
     char why[512];
-    ((check_fn)t->check)(m, why, sizeof(why));
+    /* every handler refuses strings that are not UTF-8 before its own checks */
+    if (zt_check_strings(m, why, sizeof(why))) ((check_fn)t->check)(m, why, sizeof(why));
+    /* the JSON view prints anything (bad bytes as '?'): only memory can make it fail */
     json_t *j = zt_pb_to_json(m);
-    if (j) {
-        char *s = json_dumps(j, JSON_COMPACT);
-        free(s);
-        json_decref(j);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (!s) {
+        fprintf(stderr, "%s: a decoded message has no JSON view\n", t->name);
+        abort();
     }
+    free(s);
+    json_decref(j);
     size_t n = 0;
     uint8_t *again = zt_pb_pack(m, &n);
     if (again) {

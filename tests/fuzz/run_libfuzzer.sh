@@ -28,7 +28,8 @@ if ! "$CLANG" -fsanitize=fuzzer "$out/probe.c" -o "$out/probe" 2>/dev/null; then
 fi
 flags=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src" -I"$gen" -I"$gen/proto" $(pkg-config --cflags jansson libprotobuf-c))
-common=("$src"/common/alloc.c "$src"/common/status.c "$src"/common/log.c "$src"/common/timeutil.c)
+common=("$src"/common/alloc.c "$src"/common/status.c "$src"/common/log.c "$src"/common/timeutil.c
+        "$src"/common/utf8.c)
 for f in "$src"/common/jobfile*.c "$src"/common/json_locate.c; do
   [ -f "$f" ] && common+=("$f")
 done
