@@ -17,16 +17,9 @@
 
 #define CALL_TIMEOUT_MS 15000
 
-static char *read_pem(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = zt_malloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    return buf;
-}
+const char *zt_cli_token_file_origin = "--token-file";
+const char *zt_cli_tls_ca_origin = "--tls-ca";
+static char *token_read; /* the token file's token, kept for later connections */
 
 zt_rpc_client *zt_cli_connect(void)
 {
@@ -35,14 +28,20 @@ zt_rpc_client *zt_cli_connect(void)
 
 zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready)
 {
+    if (zt_cli.token_file && !token_read) {
+        zt_err err = {0};
+        if (zt_rpc_read_token_file(zt_cli.token_file, zt_cli_token_file_origin, &token_read,
+                                   &err) != ZT_OK) {
+            zt_cli_error("%s", zt_err_msg(&err));
+            return NULL;
+        }
+        zt_cli.token = token_read;
+    }
     char *ca = NULL;
     if (zt_cli.tls_ca) {
-        ca = read_pem(zt_cli.tls_ca);
-        if (!ca || !strstr(ca, "-----BEGIN CERTIFICATE")) {
-            zt_cli_error(
-                "cannot read a PEM certificate from %s (--tls-ca); give the CA that signed the coordinator's certificate",
-                zt_cli.tls_ca);
-            zt_free(ca);
+        zt_err err = {0};
+        if (zt_rpc_read_ca_file(zt_cli.tls_ca, zt_cli_tls_ca_origin, &ca, &err) != ZT_OK) {
+            zt_cli_error("%s", zt_err_msg(&err));
             return NULL;
         }
     }
@@ -79,6 +78,14 @@ void zt_cli_rpc_error(const char *what, zt_status st, zt_rpc_code code, const zt
         zt_cli_error(
             "%s: the coordinator at %s did not answer in time (%s); it may be overloaded, retry",
             what, zt_cli.coordinator, msg);
+        break;
+    case ZT_RPC_RESOURCE_EXHAUSTED:
+        if (strstr(msg, "larger than max"))
+            zt_cli_error(
+                "%s: the request is larger than the coordinator at %s accepts (%s); send less, or raise the coordinator's --max-message",
+                what, zt_cli.coordinator, msg);
+        else
+            zt_cli_error("%s", msg);
         break;
     case ZT_RPC_UNIMPLEMENTED:
         zt_cli_error(
@@ -124,16 +131,16 @@ zt_status zt_cli_call(zt_rpc_client *c, const char *method, const ProtobufCMessa
 
 void zt_cli_print_json(const ProtobufCMessage *msg, bool compact)
 {
+    /* zt_pb_to_json fails only when memory runs out (text that is not UTF-8 is printed with
+     * '?' for the bad bytes) */
     json_t *j = zt_pb_to_json(msg);
-    if (!j) {
-        zt_cli_error("out of memory printing JSON");
-        return;
-    }
-    char *s = json_dumps(j, compact ? JSON_COMPACT : JSON_INDENT(2));
-    if (s) {
+    char *s = j ? json_dumps(j, compact ? JSON_COMPACT : JSON_INDENT(2)) : NULL;
+    if (!s)
+        zt_cli_error("out of memory converting the %s reply to JSON; retry without -o json",
+                     msg->descriptor->short_name);
+    else
         puts(s);
-        free(s);
-    }
+    free(s);
     json_decref(j);
 }
 

@@ -13,6 +13,8 @@
 #include "cli/rpc_cli.h"
 #include "common/alloc.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
+#include "coordinator/validate.h" /* the coordinator's limits: ZT_MAX_USER, ZT_MAX_JOB_PATH */
 
 ZT_COMMAND(submit, zt_cmd_submit, "submit a job file to the coordinator (--follow to watch it)")
 ZT_COMMAND(wait, zt_cmd_wait, "wait until a job ends (the exit code says how it ended)")
@@ -127,9 +129,44 @@ int zt_cmd_submit(int argc, char **argv)
         slash[1] = '\0';
     else if (slash)
         *slash = '\0';
+    /* the coordinator takes UTF-8 only: say so here, where the file can be named */
+    size_t bad = 0;
+    if (!zt_utf8_valid(text, strlen(text), &bad)) {
+        int line = 1, col = 1;
+        for (size_t i = 0; i < bad; i++) {
+            if (text[i] == '\n') {
+                line++;
+                col = 1;
+            } else if (((unsigned char)text[i] & 0xC0) != 0x80) {
+                col++;
+            }
+        }
+        zt_cli_error(
+            "%s:%d:%d: the job file is not valid UTF-8 (byte %zu); save it as UTF-8 (e.g. iconv -t UTF-8)",
+            path, line, col, bad);
+        zt_free(text);
+        return 1;
+    }
+    if (!zt_utf8_valid(absolute, strlen(absolute), NULL)) {
+        zt_cli_error(
+            "the directory of %s is not a valid UTF-8 path (%s); the coordinator stores paths as UTF-8 text: move the job and its data to a directory with a UTF-8 name",
+            path, absolute);
+        zt_free(text);
+        return 1;
+    }
     char key[64];
     make_key(key, sizeof(key));
-    const char *user = getenv("USER");
+    /* informational: who submitted and the name as given, cleaned and cut to fit */
+    char user[ZT_MAX_USER + 1], shown[ZT_MAX_JOB_PATH + 1];
+    const char *u = getenv("USER") ? getenv("USER") : "";
+    size_t un = zt_utf8_cut(u, strlen(u), ZT_MAX_USER);
+    memcpy(user, u, un);
+    user[un] = '\0';
+    zt_utf8_clean(user, un);
+    size_t pn = zt_utf8_cut(path, strlen(path), ZT_MAX_JOB_PATH);
+    memcpy(shown, path, pn);
+    shown[pn] = '\0';
+    zt_utf8_clean(shown, pn);
 
     /* with --retry, calls wait for the coordinator to come (back) up */
     zt_rpc_client *c = zt_cli_connect_opts(retry_s > 0);
@@ -140,10 +177,10 @@ int zt_cmd_submit(int argc, char **argv)
     Zt__V1__SubmitJobRequest q = ZT__V1__SUBMIT_JOB_REQUEST__INIT;
     q.job_text = text;
     q.job_dir = absolute;
-    q.job_path = (char *)path;
+    q.job_path = shown;
     q.submit_key = key;
     q.priority = (int32_t)priority;
-    q.user = (char *)(user ? user : "");
+    q.user = user;
     Zt__V1__SubmitJobReply *r = NULL;
     double t0 = zt_now_s();
     int rc = 1;

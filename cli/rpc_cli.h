@@ -19,8 +19,14 @@
 #define ZT_CLI_EXIT_CANCELED 3
 #define ZT_CLI_EXIT_TIMEOUT 124
 
-/* A client for zt_cli's coordinator; prints why and returns NULL on failure (e.g. an
- * unreadable --tls-ca file). Free with zt_rpc_client_destroy. */
+/* Where zt_cli.token_file and zt_cli.tls_ca came from ("--tls-ca" or "ZT_TLS_CA"), for
+ * messages; set by main. */
+extern const char *zt_cli_token_file_origin;
+extern const char *zt_cli_tls_ca_origin;
+
+/* A client for zt_cli's coordinator; reads the token file (once, into zt_cli.token) and the
+ * CA file as zagent does; prints why and returns NULL on failure (e.g. an unreadable
+ * --tls-ca file). Free with zt_rpc_client_destroy. */
 zt_rpc_client *zt_cli_connect(void);
 /* Same; wait_for_ready: calls wait for the coordinator until their deadline (retries). */
 zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/rpc_cli.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "zctl_commands.h" /* generated: zt_cli_command_table[] */
@@ -36,28 +37,26 @@ static void usage(FILE *f)
     fprintf(f, "usage: zctl [global options] <command> [args]\n\ncommands:\n");
     for (const zt_cli_command *c = zt_cli_command_table; c->name; c++)
         fprintf(f, "  %-10s %s\n", c->name, c->summary);
-    fprintf(f, "\nglobal options (before or after the command):\n"
-               "  --coordinator ADDR  coordinator address (env ZT_COORDINATOR, default "
-               "127.0.0.1:50051)\n"
-               "  --token-file FILE   file holding the API token (env ZT_TOKEN)\n"
-               "  --tls-ca FILE       CA certificate to verify the coordinator's TLS\n"
-               "  -o json             machine-readable output\n"
-               "\n'zctl <command> --help' describes a command.\n");
+    fprintf(f,
+            "\nglobal options (before or after the command; the flag wins over the environment):\n"
+            "  --coordinator ADDR  coordinator address (env ZT_COORDINATOR, default "
+            "127.0.0.1:50051)\n"
+            "  --token-file FILE   file holding the API token (env ZT_TOKEN_FILE; or the\n"
+            "                      token itself in ZT_TOKEN)\n"
+            "  --tls-ca FILE       CA certificate to verify the coordinator's TLS (env ZT_TLS_CA)\n"
+            "  -o json             machine-readable output\n"
+            "\n'zctl <command> --help' describes a command.\n");
 }
 
-static char *read_token_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    return zt_strdup(buf);
-}
+/* The global options that take a value, as "--name VALUE" or "--name=VALUE". */
+static const struct {
+    const char *flag;
+    const char **slot;
+} value_opts[] = {
+    {"--coordinator", &zt_cli.coordinator},
+    {"--token-file", &zt_cli.token_file},
+    {"--tls-ca", &zt_cli.tls_ca},
+};
 
 int main(int argc, char **argv)
 {
@@ -73,29 +72,22 @@ int main(int argc, char **argv)
     int nrest = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char **slot = NULL;
-        if (strcmp(a, "--coordinator") == 0)
-            slot = &zt_cli.coordinator;
-        else if (strcmp(a, "--token-file") == 0)
-            slot = &zt_cli.token_file;
-        else if (strcmp(a, "--tls-ca") == 0)
-            slot = &zt_cli.tls_ca;
-        if (slot) {
-            if (i + 1 >= argc) {
+        bool taken = false;
+        for (size_t k = 0; k < sizeof(value_opts) / sizeof(value_opts[0]) && !taken; k++) {
+            size_t n = strlen(value_opts[k].flag);
+            if (strncmp(a, value_opts[k].flag, n) != 0 || (a[n] != '\0' && a[n] != '=')) continue;
+            taken = true;
+            if (a[n] == '=') {
+                *value_opts[k].slot = a + n + 1;
+            } else if (i + 1 < argc) {
+                *value_opts[k].slot = argv[++i];
+            } else {
                 zt_cli_error("%s needs a value", a);
+                zt_free(rest);
                 return 2;
             }
-            *slot = argv[++i];
-            continue;
         }
-        if (strncmp(a, "--coordinator=", 14) == 0) {
-            zt_cli.coordinator = a + 14;
-            continue;
-        }
-        if (strncmp(a, "--token-file=", 13) == 0) {
-            zt_cli.token_file = a + 13;
-            continue;
-        }
+        if (taken) continue;
         /* "-o json|text" is the global output format; "-o FILE" belongs to the command
          * (zctl ckpt export ... -o FILE) */
         if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && i + 1 < argc &&
@@ -109,20 +101,24 @@ int main(int argc, char **argv)
         }
         rest[nrest++] = argv[i];
     }
-    if (!zt_cli.coordinator)
-        zt_cli.coordinator = getenv("ZT_COORDINATOR");
-    if (!zt_cli.coordinator || !*zt_cli.coordinator)
-        zt_cli.coordinator = "127.0.0.1:50051";
-    if (zt_cli.token_file) {
-        zt_cli.token = read_token_file(zt_cli.token_file);
-        if (!zt_cli.token) {
-            zt_cli_error("cannot read the token file %s; check the path given to --token-file",
-                         zt_cli.token_file);
-            return 2;
-        }
-    } else if (getenv("ZT_TOKEN") && *getenv("ZT_TOKEN")) {
-        zt_cli.token = getenv("ZT_TOKEN");
+    /* the environment, as zagent reads it: ZT_COORDINATOR, ZT_TOKEN_FILE (else ZT_TOKEN),
+     * ZT_TLS_CA */
+    if (!zt_cli.coordinator) zt_cli.coordinator = getenv("ZT_COORDINATOR");
+    if (!zt_cli.coordinator || !*zt_cli.coordinator) zt_cli.coordinator = "127.0.0.1:50051";
+    if (!zt_cli.token_file && getenv("ZT_TOKEN_FILE") && *getenv("ZT_TOKEN_FILE")) {
+        zt_cli.token_file = getenv("ZT_TOKEN_FILE");
+        zt_cli_token_file_origin = "ZT_TOKEN_FILE";
     }
+    if (!zt_cli.tls_ca && getenv("ZT_TLS_CA") && *getenv("ZT_TLS_CA")) {
+        zt_cli.tls_ca = getenv("ZT_TLS_CA");
+        zt_cli_tls_ca_origin = "ZT_TLS_CA";
+    }
+    if (zt_cli.tls_ca && !*zt_cli.tls_ca) zt_cli.tls_ca = NULL;
+    if (zt_cli.token_file && !*zt_cli.token_file) zt_cli.token_file = NULL;
+    /* the token file is read when a command connects (commands without a coordinator do not
+     * need it); it wins over ZT_TOKEN */
+    if (!zt_cli.token_file && getenv("ZT_TOKEN") && *getenv("ZT_TOKEN"))
+        zt_cli.token = getenv("ZT_TOKEN");
 
     if (nrest == 0 || strcmp(rest[0], "-h") == 0 || strcmp(rest[0], "--help") == 0 ||
         strcmp(rest[0], "help") == 0) {

@@ -2,8 +2,9 @@
 """zctl's coordinator commands against the real zcoord (a Python grpcio client plays the
 agent): submit (ids, -o json, invalid files with line:column, --follow with its exit code),
 jobs, job, cancel, wait (exit codes 0/3/124), logs (-f, --rank, -o json), agents, and the
-messages for an unreachable coordinator, a missing or wrong token, and TLS; zcoord's own
-command-line errors."""
+messages for an unreachable coordinator, a missing or wrong token, and TLS (flags and their
+environment variables); text that is not UTF-8 ($USER, job files, directory names); zcoord's
+own command-line errors."""
 import json
 import os
 import shutil
@@ -196,6 +197,36 @@ def main():
             assert zctl("jobs", "--state", "failed,canceled", "-o", "json", env=env,
                         check=0).stdout.count('"id"') == 2
             zctl("jobs", "--state", "sleeping", env=env, check=2)
+
+            # the token file from the environment, as zagent reads it: ZT_TOKEN_FILE wins over
+            # ZT_TOKEN; a bad path is named with where it came from
+            r = zctl("jobs", env=dict(base, ZT_TOKEN_FILE=tokfile, ZT_TOKEN="wrong"), check=0)
+            expect_in(r.stdout, "gamma")
+            r = zctl("jobs", env=dict(base, ZT_TOKEN_FILE=os.path.join(tmp, "nope")), check=1)
+            expect_in(r.stderr, "cannot read the token file")
+            expect_in(r.stderr, "(ZT_TOKEN_FILE)")
+            zctl("jobs", f"--token-file={tokfile}", env=base, check=0)
+
+            # text that is not UTF-8: a $USER with other bytes is cleaned, a job file is refused
+            # with its line and column, a directory name too; every listing stays printable
+            envb = {k.encode(): v.encode() for k, v in env.items()}
+            envb[b"USER"] = b"\xff" b"bad"
+            r = zctl("submit", os.path.join(jobdir, "beta.json"), "-o", "json", env=envb, check=0)
+            bad_user_job = json.loads(r.stdout)["job_id"]
+            jobs = json.loads(zctl("jobs", "-o", "json", env=env, check=0).stdout)["jobs"]
+            assert [j["user"] for j in jobs if j["id"] == bad_user_job] == ["?bad"], jobs
+            with open(os.path.join(jobdir, "latin1.json"), "wb") as f:
+                f.write((JOB % ("caf\u00e9", 1)).encode("latin-1"))
+            r = zctl("submit", os.path.join(jobdir, "latin1.json"), env=env, check=1)
+            expect_in(r.stderr, "latin1.json:2:15: the job file is not valid UTF-8")
+            baddir = os.path.join(jobdir.encode(), b"dir\xff")
+            os.makedirs(baddir)
+            with open(os.path.join(baddir, b"job.json"), "w") as f:
+                f.write(JOB % ("odd-dir", 1))
+            r = subprocess.run([os.path.join(T.BIN, "zctl").encode(), b"submit",
+                                os.path.join(baddir, b"job.json")], env=envb, capture_output=True)
+            assert r.returncode == 1, r
+            assert b"is not a valid UTF-8 path" in r.stderr, r.stderr
             assert zc.stop() == 0
 
         # the HTTP health page
@@ -231,6 +262,13 @@ def main():
                 expect_in(r.stderr, "cannot reach the coordinator")
                 r = zctl("--tls-ca", os.path.join(tmp, "nope.pem"), "jobs", env=env, check=1)
                 expect_in(r.stderr, "--tls-ca")
+                # --tls-ca=FILE and ZT_TLS_CA, as zagent takes them
+                r = zctl(f"--tls-ca={os.path.join(tmp, 'cert.pem')}", "jobs", env=env, check=0)
+                expect_in(r.stdout, "no jobs yet")
+                r = zctl("jobs", env=dict(env, ZT_TLS_CA=os.path.join(tmp, "cert.pem")), check=0)
+                expect_in(r.stdout, "no jobs yet")
+                r = zctl("jobs", env=dict(env, ZT_TLS_CA=tokfile), check=1)
+                expect_in(r.stderr, "(ZT_TLS_CA) holds no PEM certificate")
         print("test_zctl: ok")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
