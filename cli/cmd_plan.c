@@ -1,7 +1,7 @@
 /* zerotrain: `zctl plan job.json` — before anything runs, the memory one rank will need for
  * every ZeRO stage and offload choice of this job (model states, activations, buffers,
- * communication), computed from the engine's own allocation table, and which of them fit a
- * given device memory. */
+ * communication, the checkpoint snapshot, the process itself), computed from the engine's own
+ * allocation table (zt_engine_plan), and which of them fit a given device memory. */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <stdio.h>
@@ -22,7 +22,10 @@ static void usage(FILE *f)
                "Prints the memory one rank will allocate for every ZeRO stage (0-3) with and\n"
                "without optimizer offload, for the job's model, precision, micro batch and rank\n"
                "count (or --nproc N). The job's own configuration is marked with '*'.\n"
-               "--device-memory SIZE (e.g. 80GiB, 24GB, 512MiB) flags what does not fit.\n");
+               "'total' is the rank's peak: device and host memory, the start-up transient and,\n"
+               "on the CPU path, the process itself (code, libraries, heap).\n"
+               "--device-memory SIZE (e.g. 80GiB, 24GB, 512MiB) flags what does not fit: the\n"
+               "device part on cuda, the total on the CPU.\n");
 }
 
 /* "80GiB", "80GB", "80G", "512MiB", "1e9" -> bytes; -1 on error. */
@@ -124,7 +127,7 @@ int zt_cmd_plan(int argc, char **argv)
                job->name, (double)p.num_params / 1e6, world, prec, (long long)job->ds.micro_batch,
                job->model.block_size,
                job->ds.activation_checkpointing.enabled ? ", activation checkpointing" : "");
-        printf("MiB per rank    params  master   grads   optim  activ. buffers    comm |  device    host\n");
+        printf("MiB per rank    params  master   grads   optim  activ. buffers    comm |  device    host   total\n");
     } else {
         printf("{\"job\":\"%s\",\"ranks\":%d,\"precision\":\"%s\",\"rows\":[", job->name, world, prec);
     }
@@ -145,26 +148,30 @@ int zt_cmd_plan(int argc, char **argv)
                         (ratios[ri] < 0 ? !own.offload_optimizer.enabled
                                         : own.offload_optimizer.enabled &&
                                               own.offload_optimizer.ratio == ratios[ri]);
-            bool fits = devmem <= 0 || (double)p.device_total <= devmem;
+            int64_t total = p.total_bytes;
+            bool cpu = job->resources.device == ZT_DEVICE_CPU;
+            bool fits = devmem <= 0 || (double)(cpu ? total : p.device_total) <= devmem;
             char label[32];
             if (ratios[ri] < 0)
                 snprintf(label, sizeof(label), "none");
             else
                 snprintf(label, sizeof(label), "cpu %.2f", ratios[ri]);
             if (zt_cli.json) {
-                printf("%s{\"stage\":%d,\"offload\":\"%s\",\"job\":%s,\"device_bytes\":%lld,\"host_bytes\":%lld,\"fits\":%s,\"bytes\":{",
+                printf("%s{\"stage\":%d,\"offload\":\"%s\",\"job\":%s,\"device_bytes\":%lld,\"host_bytes\":%lld,\"init_bytes\":%lld,\"peak_bytes\":%lld,\"runtime_bytes\":%lld,\"total_bytes\":%lld,\"fits\":%s,\"bytes\":{",
                        row ? "," : "", stage, label, mine ? "true" : "false",
-                       (long long)p.device_total, (long long)p.host_total, fits ? "true" : "false");
+                       (long long)p.device_total, (long long)p.host_total,
+                       (long long)p.init_bytes, (long long)p.peak_total,
+                       (long long)p.runtime_bytes, (long long)total, fits ? "true" : "false");
                 for (int c = 0; c < ZT_MEM_CATEGORY_COUNT; c++)
                     printf("%s\"%s\":%lld", c ? "," : "", zt_mem_category_name((zt_mem_category)c),
                            (long long)p.bytes[c]);
                 printf("}}");
             } else {
-                printf("%c stage %d %-8s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f%s\n",
+                printf("%c stage %d %-8s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f%s\n",
                        mine ? '*' : ' ', stage, label, dev(&p, ZT_MEM_PARAMS),
                        dev(&p, ZT_MEM_MASTER), dev(&p, ZT_MEM_GRADS), dev(&p, ZT_MEM_OPTIM),
                        dev(&p, ZT_MEM_ACTIVATIONS), dev(&p, ZT_MEM_BUFFERS), dev(&p, ZT_MEM_COMM),
-                       mib(p.device_total), mib(p.host_total),
+                       mib(p.device_total), mib(p.host_total), mib(total),
                        fits ? "" : "  DOES NOT FIT");
             }
             if (mine && !fits)
@@ -175,7 +182,15 @@ int zt_cmd_plan(int argc, char **argv)
     if (zt_cli.json) {
         printf("]}\n");
     } else {
-        printf("columns are device memory; host = offloaded master weights, moments and their staging buffers.\n");
+        printf("columns are device memory; host = offloaded master weights, moments and their staging buffers, the checkpoint snapshot (12 bytes per element of the rank's shard) and the collectives' staging.\n");
+        printf("total = the rank's peak: device + host%s, or at start-up the buffers without the snapshot + %.1f MiB to initialise (one unit in fp32%s), whichever is larger%s.\n",
+               job->resources.device == ZT_DEVICE_CPU
+                   ? " + the process itself once it trains (code, libraries, oneDNN kernels, heap: a measured constant)"
+                   : "",
+               mib(p.init_bytes), job->model.init_random ? "" : " and the init file",
+               job->resources.device == ZT_DEVICE_CPU
+                   ? ""
+                   : "; the CUDA context, library workspaces and NCCL's buffers are not included");
         if (devmem > 0)
             printf("device memory %.1f MiB: the job's configuration %s\n", devmem / 1048576.0,
                    rc ? "DOES NOT FIT; pick a higher stage, offload, or a smaller micro batch" : "fits");

@@ -32,6 +32,9 @@ static size_t round_up(size_t x, size_t m)
 
 static void report_line(zt_engine *e, const char *line);
 
+/* Elements zt_engine_load_unit casts at a time to 16 bits. */
+#define ZT_LOAD_PIECE ((size_t)1 << 16)
+
 /* ---- backend memory with accounting ---- */
 
 static void *balloc(zt_engine *e, zt_mem_category cat, size_t bytes)
@@ -191,18 +194,32 @@ zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *er
 {
     size_t n_own = e->stage < 3 ? e->P[u] : e->S[u];
     const float *src = e->stage < 3 ? vals : vals + (size_t)e->rank * e->S[u];
-    void *tmp = zt_malloc(n_own * psize(e));
-    if (!tmp)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory loading unit %d", u);
-    for (size_t i = 0; i < n_own; i++)
-        zt_store_f32(tmp, e->pdt, i, src[i]);
-    void *dst = (char *)e->params + (e->stage < 3 ? e->foff[u] : e->soff[u]) * psize(e);
-    e->ops->copy_h2d(e->k, dst, tmp, n_own * psize(e));
-    zt_free(tmp);
+    char *dst = (char *)e->params + (e->stage < 3 ? e->foff[u] : e->soff[u]) * psize(e);
+    if (e->pdt == ZT_F32) {
+        e->ops->copy_h2d(e->k, dst, src, n_own * sizeof(float));
+    } else {
+        /* cast piece by piece: a whole-unit temporary would be a start-up peak of its own */
+        size_t piece = n_own < ZT_LOAD_PIECE ? n_own : ZT_LOAD_PIECE;
+        void *tmp = zt_malloc(piece * psize(e));
+        if (!tmp)
+            return zt_err_set(err, ZT_ERR_NOMEM, "out of memory loading unit %d", u);
+        zt_status st = ZT_OK;
+        for (size_t i0 = 0; i0 < n_own && st == ZT_OK; i0 += piece) {
+            size_t n = n_own - i0 < piece ? n_own - i0 : piece;
+            for (size_t i = 0; i < n; i++)
+                zt_store_f32(tmp, e->pdt, i, src[i0 + i]);
+            e->ops->copy_h2d(e->k, dst + i0 * psize(e), tmp, n * psize(e));
+            st = e->ops->sync(e->k, err); /* tmp is refilled next */
+        }
+        zt_free(tmp);
+        if (st != ZT_OK)
+            return st;
+    }
     size_t rl = zt_engine_region_len(e, u);
     if (rl)
         zt_engine_region_set(e, u, 0, rl, vals + e->base[u]);
-    return ZT_OK;
+    /* the caller may reuse vals as soon as this returns */
+    return e->ops->sync(e->k, err);
 }
 
 /* ---- parameter slots: compute copies of units ---- */
@@ -793,8 +810,12 @@ static zt_status init_params(zt_engine *e, zt_err *err)
     float *file = NULL, *unit = NULL;
     zt_model_shape shape;
     size_t koff[ZT_T_KIND_COUNT], kper[ZT_T_KIND_COUNT];
+    int64_t file_bytes = 0, unit_bytes = 0; /* the init transient, charged while it lives */
     if (!e->job.model.init_random) {
         CHECK(zt_modelfile_read(e->job.model.init_path, &shape, &file, err), out);
+        size_t sizes[ZT_MODELFILE_NUM_TENSORS];
+        file_bytes = (int64_t)(zt_modelfile_tensor_sizes(&shape, sizes) * sizeof(float));
+        zt_memacct_charge(&e->mem, ZT_MEM_BUFFERS, file_bytes);
         CHECK(zt_modelfile_check_shape(&shape, &e->job.model, e->job.model.init_path, err), out);
         llmc_kind_offsets(&shape, koff, kper);
     }
@@ -804,6 +825,8 @@ static zt_status init_params(zt_engine *e, zt_err *err)
         st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory initialising the model");
         goto out;
     }
+    unit_bytes = (int64_t)(maxp * sizeof(float));
+    zt_memacct_charge(&e->mem, ZT_MEM_BUFFERS, unit_bytes);
     for (int u = 0; u < e->nu; u++) {
         memset(unit, 0, e->P[u] * sizeof(float));
         if (!file) {
@@ -819,6 +842,7 @@ static zt_status init_params(zt_engine *e, zt_err *err)
         CHECK(zt_engine_load_unit(e, u, unit, err), out);
     }
 out:
+    zt_memacct_charge(&e->mem, ZT_MEM_BUFFERS, -(file_bytes + unit_bytes));
     zt_free(file);
     zt_free(unit);
     return st;
@@ -897,6 +921,45 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
         else
             out->device_total += (int64_t)sp[i].bytes;
     }
+    bool cuda = job->resources.device == ZT_DEVICE_CUDA;
+    /* the communicator's own buffers: its largest reduce-scatter is one unit's gradient
+     * (stages 1-3; stage 0 only all-reduces) */
+    size_t max_s = 0;
+    for (int u = 0; u < e->nu; u++)
+        max_s = e->S[u] > max_s ? e->S[u] : max_s;
+    const zt_comm_backend *cb = cuda ? zt_comm_backend_nccl() : zt_comm_backend_tcp();
+    int64_t comm = (int64_t)zt_comm_backend_buffer_bytes(cb, world,
+                                                         e->stage >= 1 ? max_s * gsize(e) : 0);
+    /* the checkpoint snapshot, sized as zt_ckpt_prepare sizes it (header and master weights
+     * and moments of this rank's chunk of every unit, in whole 2 MiB pages); every run ends
+     * with a save */
+    size_t huge = (size_t)2 << 20;
+    int64_t ck = (int64_t)round_up(sizeof(zt_shard_header) + 12 * e->Stot, huge);
+    out->bytes[ZT_MEM_COMM] += comm;
+    out->host_bytes[ZT_MEM_COMM] += comm;
+    out->bytes[ZT_MEM_CKPT] += ck;
+    out->host_bytes[ZT_MEM_CKPT] += ck;
+    out->host_total += comm + ck;
+    /* initialisation: one unit in fp32, the llm.c file when init is one (taken at the job's
+     * block_size), and the 16-bit cast pieces of zt_engine_load_unit */
+    size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
+    out->init_bytes = (int64_t)(maxp * sizeof(float));
+    if (!job->model.init_random) {
+        zt_model_shape shape = {e->dims.T, e->dims.V, e->dims.Vp, e->dims.L, e->dims.NH,
+                                e->dims.C};
+        size_t sizes[ZT_MODELFILE_NUM_TENSORS];
+        out->init_bytes += (int64_t)(zt_modelfile_tensor_sizes(&shape, sizes) * sizeof(float));
+    }
+    if (e->mixed)
+        out->init_bytes += (int64_t)((maxp < ZT_LOAD_PIECE ? maxp : ZT_LOAD_PIECE) * psize(e));
+    out->peak_total = out->device_total + out->host_total +
+                      (out->init_bytes > ck ? out->init_bytes - ck : 0);
+    out->runtime_bytes = cuda ? 0 : ZT_PLAN_RUNTIME_BYTES;
+    /* the snapshot comes after initialisation (start-up or the final save) */
+    int64_t start = out->device_total + out->host_total - ck + out->init_bytes +
+                    (cuda ? 0 : ZT_PLAN_RUNTIME_START_BYTES);
+    int64_t train = out->device_total + out->host_total + out->runtime_bytes;
+    out->total_bytes = start > train ? start : train;
     out->num_params = e->lay.num_params;
     out->padded_params = e->Ptot;
 out:
@@ -905,6 +968,50 @@ out:
     zt_gpt2_layout_free(&e->lay);
     zt_free(e);
     return st;
+}
+
+/* The checkpoint snapshot buffer (ckpt.c), allocated at most once and charged to ZT_MEM_CKPT. */
+static zt_status ckpt_snapshot_ready(zt_engine *e, zt_err *err)
+{
+    zt_status st = zt_ckpt_prepare(e, err);
+    if (st == ZT_OK && e->ck_buf && e->ck_charged == 0) {
+        e->ck_charged = (int64_t)e->ck_buf_bytes;
+        zt_memacct_charge(&e->mem, ZT_MEM_CKPT, e->ck_charged);
+    }
+    return st;
+}
+
+/* Brings the communicator's own staging and scratch (it grows them on first use) into the
+ * comm category. */
+static void charge_comm_buffers(zt_engine *e)
+{
+    zt_comm_stats cs;
+    zt_comm_get_stats(e->comm, &cs);
+    if (cs.buffer_bytes != e->comm_buf_charged) {
+        zt_memacct_charge(&e->mem, ZT_MEM_COMM,
+                          (int64_t)cs.buffer_bytes - (int64_t)e->comm_buf_charged);
+        e->comm_buf_charged = cs.buffer_bytes;
+    }
+}
+
+void zt_engine_log_comm_failure(const zt_engine *e)
+{
+    if (!e || !zt_comm_is_broken(e->comm))
+        return;
+    char buf[4096];
+    zt_comm_describe_recent(e->comm, buf, sizeof(buf));
+    int n = 0;
+    for (const char *p = buf; *p; p++)
+        n += *p == '\n';
+    ZT_ERROR("comm", "rank %d's last %d collectives, oldest first (kind #sequence (size): state):",
+             e->rank, n);
+    for (char *line = buf, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl)
+            break;
+        *nl = '\0';
+        ZT_ERROR("comm", "  %s", line);
+    }
 }
 
 zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
@@ -979,7 +1086,16 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     co.world_size = e->world;
     co.rendezvous = opts->rendezvous;
     co.session = opts->session;
-    co.timeout_ms = opts->comm_timeout_ms;
+    /* the caller's value (zworker: ZT_COMM_TIMEOUT_MS, which zctl run --timeout-ms sets),
+     * else the environment (zt_comm_create reads and checks it), else the job file's
+     * train.comm_timeout_ms: the environment overrides the job for one launch */
+    const char *tenv = getenv("ZT_COMM_TIMEOUT_MS");
+    if (opts->comm_timeout_ms > 0)
+        co.timeout_ms = opts->comm_timeout_ms;
+    else if (tenv && *tenv)
+        co.timeout_ms = 0;
+    else
+        co.timeout_ms = job->train.comm_timeout_ms;
     co.kctx = e->k;
     co.device = opts->local_rank;
     const zt_comm_backend *cb =
@@ -996,11 +1112,13 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
         CHECK(init_params(e, err), fail);
     }
     if (job->train.checkpoint_every > 0)
-        CHECK(zt_ckpt_prepare(e, err), fail);
+        CHECK(ckpt_snapshot_ready(e, err), fail);
     CHECK(e->ops->sync(e->k, err), fail);
+    charge_comm_buffers(e);
     *out = e;
     return ZT_OK;
 fail:
+    zt_engine_log_comm_failure(e);
     zt_engine_destroy(e);
     return st;
 }
@@ -1306,6 +1424,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     e->t_opt = (double)(t_end - t_opt0) * 1e-9 - (e->t_comm - comm_before_opt);
 
     zt_comm_get_stats(e->comm, &cs1);
+    charge_comm_buffers(e);
     s.step = e->steps_done;
     s.skipped_total = e->skipped_total;
     s.step_s = (double)(t_end - t_start) * 1e-9;
@@ -1395,6 +1514,13 @@ static void report_line(zt_engine *e, const char *line)
     }
 }
 
+/* Snapshots a checkpoint with its buffer accounted for. */
+static zt_status save_begin(zt_engine *e, zt_err *err)
+{
+    zt_status st = ckpt_snapshot_ready(e, err);
+    return st == ZT_OK ? zt_ckpt_save_begin(e, err) : st;
+}
+
 zt_status zt_engine_train(zt_engine *e, zt_err *err)
 {
     zt_status st = ZT_OK;
@@ -1423,12 +1549,22 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
         if (e->rank == 0 && (s.step % spp == 0 || s.step == 1))
             ZT_INFO("engine", "step %lld/%lld loss %.4f lr %.3e %.0f tok/s", (long long)s.step,
                     (long long)tc->steps, s.loss, s.lr, s.tokens_per_s);
+        /* the other ranks print no step line: with nobody reading reports (zctl run), their
+         * log says what they hold */
+        if (e->rank > 0 && e->opts.report_fd < 0 && (s.step % spp == 0 || s.step == 1))
+            ZT_INFO("engine",
+                    "step %lld memory: model states %.1f MiB, activations %.1f MiB, buffers %.1f MiB, comm %.1f MiB, ckpt snapshot %.1f MiB, peak %.1f MiB",
+                    (long long)s.step, (double)s.model_state_bytes / 1048576.0,
+                    (double)s.mem[ZT_MEM_ACTIVATIONS] / 1048576.0,
+                    (double)s.mem[ZT_MEM_BUFFERS] / 1048576.0,
+                    (double)s.mem[ZT_MEM_COMM] / 1048576.0, (double)s.mem[ZT_MEM_CKPT] / 1048576.0,
+                    (double)s.mem_peak / 1048576.0);
         /* a checkpoint commits at the first step boundary where every rank's shard is
          * durable (all ranks learn it from the step's all-reduce), so training never waits */
         if (e->ck_all_written)
             CHECK(zt_ckpt_save_finish(e, err), out);
         if (tc->checkpoint_every > 0 && s.step % tc->checkpoint_every == 0 && s.step < tc->steps)
-            CHECK(zt_ckpt_save_begin(e, err), out);
+            CHECK(save_begin(e, err), out);
     }
     CHECK(zt_ckpt_save_finish(e, err), out);
     if (!e->opts.no_final_save && e->last_ckpt_step != e->steps_done) {
@@ -1441,7 +1577,7 @@ out:
 
 zt_status zt_engine_save(zt_engine *e, zt_err *err)
 {
-    zt_status st = zt_ckpt_save_begin(e, err);
+    zt_status st = save_begin(e, err);
     if (st != ZT_OK)
         return st;
     return zt_ckpt_save_finish(e, err);

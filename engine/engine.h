@@ -52,16 +52,44 @@ typedef struct zt_step_stats {
 } zt_step_stats;
 
 /* Memory one rank of the job will allocate, by category, computed from the same table the
- * engine allocates from (no allocation, no I/O). world is the rank count. */
+ * engine allocates from (no allocation, no I/O). world is the rank count.
+ *
+ * What a rank holds over a run: the buffers of the table (steady from start-up to exit), the
+ * communicator's own staging and scratch (tcp; part of ZT_MEM_COMM), the checkpoint snapshot
+ * (ZT_MEM_CKPT, from the first save on: the final save at the latest) and, only while the
+ * model is initialised, the init transient (one unit in fp32, plus the whole llm.c file when
+ * init is a file). peak_total = device_total + host_total + max(0, init_bytes - ckpt). On the
+ * CPU path runtime_bytes is what the process costs beyond its buffers once it trains (code and
+ * libraries, oneDNN's generated kernels, heap and stacks; measured, see ZT_PLAN_RUNTIME_BYTES),
+ * and total_bytes predicts the worker's peak resident memory: the larger of start-up (buffers
+ * without the snapshot, the init transient, ZT_PLAN_RUNTIME_START_BYTES) and training (every
+ * buffer, runtime_bytes). Not modelled: a resume (checkpoint reading), the page cache of the
+ * token shards (mapped, clean, reclaimable), and on cuda the CUDA context, library workspaces
+ * and NCCL's buffers (there total_bytes is peak_total). */
 typedef struct zt_mem_plan {
     int64_t bytes[ZT_MEM_CATEGORY_COUNT];      /* device and host together */
     int64_t host_bytes[ZT_MEM_CATEGORY_COUNT]; /* the host part of each */
-    int64_t device_total; /* everything on the device (all of it on the CPU path) */
-    int64_t host_total;   /* offloaded optimizer states and their staging buffers */
-    size_t num_params;    /* Psi, with the padded vocabulary rows */
-    size_t padded_params; /* with the per-unit padding to the rank count */
+    int64_t device_total;  /* everything on the device (all of it on the CPU path) */
+    int64_t host_total;    /* offloaded optimizer states, their staging, the checkpoint snapshot
+                            * and the communicator's buffers */
+    int64_t init_bytes;    /* host, only while the model is initialised */
+    int64_t peak_total;    /* the most the engine holds at once (device and host) */
+    int64_t runtime_bytes; /* the process beyond its buffers (CPU path; 0 on cuda) */
+    int64_t total_bytes;   /* the process's peak: buffers, transients and runtime */
+    size_t num_params;     /* Psi, with the padded vocabulary rows */
+    size_t padded_params;  /* with the per-unit padding to the rank count */
 } zt_mem_plan;
 zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err *err);
+
+/* Resident memory of a zworker process beyond its engine's buffers on the CPU path, once it
+ * trains: code and shared libraries (about 9 MiB, oneDNN the most), oneDNN's generated kernels
+ * (about 3.5 MiB), malloc's heap (oneDNN's packing buffers, which malloc keeps) and the stacks.
+ * Measured with zworker on x86-64 Linux, one compute thread per rank: 13.5 to 18 MiB over
+ * models from 0.1M to 10M parameters (tests/engine/test_plan.py prints the comparison); more
+ * compute threads keep more packing buffers (about 21 MiB with 2 to 4, 24 to 28 MiB with 8).
+ * Before its first step the process holds far less (nothing generated or paged in yet). */
+#define ZT_PLAN_RUNTIME_BYTES ((int64_t)16 << 20)
+#define ZT_PLAN_RUNTIME_START_BYTES ((int64_t)4 << 20)
 
 /* Checks what a run will read before any process starts: the headers and sizes of the training
  * (and validation) shards, and the init file's header against the model. */
@@ -72,6 +100,11 @@ zt_status zt_engine_preflight(const zt_job *job, zt_err *err);
 zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
                            zt_err *err);
 void zt_engine_destroy(zt_engine *e); /* NULL is a no-op */
+
+/* After a failure: when the communicator has failed, logs this rank's last collectives (kind,
+ * size, sequence number, state) at ERROR, oldest first, so the log shows where each rank was;
+ * a no-op otherwise (NULL included). Call it before logging the error itself. */
+void zt_engine_log_comm_failure(const zt_engine *e);
 
 /* Runs one optimizer step (gradient accumulation included). */
 zt_status zt_engine_step(zt_engine *e, zt_step_stats *st, zt_err *err);

@@ -133,6 +133,8 @@ struct zt_engine {
     int64_t ck_step, ck_applied, ck_skipped;
     zt_loss_scaler ck_scaler;
     double ck_blocked_s;
+    int64_t ck_charged;        /* bytes of ck_buf charged to ZT_MEM_CKPT (engine.c) */
+    uint64_t comm_buf_charged; /* the communicator's own buffers charged to ZT_MEM_COMM */
 };
 
 /* Engine internals shared with ckpt.c. Region = this rank's optimizer elements of a unit,

@@ -3,7 +3,7 @@
 
 
 static const char *const cat_names[ZT_MEM_CATEGORY_COUNT] = {
-    "params", "master", "grads", "optim", "activations", "buffers", "comm", "host_optim",
+    "params", "master", "grads", "optim", "activations", "buffers", "comm", "host_optim", "ckpt",
 };
 
 const char *zt_mem_category_name(zt_mem_category cat)

@@ -17,6 +17,8 @@ typedef enum {
     ZT_MEM_BUFFERS,       /* working buffers: gathered units, unit gradients, scratch */
     ZT_MEM_COMM,          /* communication buffers */
     ZT_MEM_HOST_OPTIM,    /* offloaded master weights and moments (host memory) */
+    ZT_MEM_CKPT,          /* host snapshot a checkpoint is written from (12 bytes per element
+                           * of this rank's shard), held from the first save on */
     ZT_MEM_CATEGORY_COUNT
 } zt_mem_category;
 

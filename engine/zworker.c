@@ -29,7 +29,7 @@ static void usage(FILE *f)
                "Environment: ZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_RENDEZVOUS "
                "(tcp://host:port),\n"
                "ZT_SESSION (run attempt id), ZT_REPORT_FD (fd for machine-readable reports),\n"
-               "ZT_COMM_TIMEOUT_MS, ZT_LOG_LEVEL.\n"
+               "ZT_COMM_TIMEOUT_MS (overrides the job's train.comm_timeout_ms), ZT_LOG_LEVEL.\n"
                "Exit codes: 0 done, 1 runtime failure, 2 bad job/data/checkpoint, 3 a peer "
                "failed, 4 out of memory.\n");
 }
@@ -139,10 +139,14 @@ int main(int argc, char **argv)
         if (st == ZT_OK)
             ZT_INFO("worker", "param_digest=%08x", crc);
     }
-    zt_engine_destroy(e);
     if (st != ZT_OK) {
+        /* where every collective of this rank stood, then the error itself as the last line
+         * (zctl run and the agent show the last lines of a failed rank) */
+        zt_engine_log_comm_failure(e);
         ZT_ERROR("worker", "%s", zt_err_msg(&err));
-        return exit_code_for(st);
     }
+    zt_engine_destroy(e);
+    if (st != ZT_OK)
+        return exit_code_for(st);
     return ZW_EXIT_OK;
 }

@@ -1,10 +1,15 @@
 """A dead or hung rank never hangs the others:
-1. kill -9 one of four ranks mid-training: every other rank exits (code 3, a peer failed)
-   within the collective timeout with a message naming the dead rank;
-2. SIGSTOP one rank (hung, sockets open): the others give up after the timeout, naming it;
+1. kill -9 one of four ranks mid-training (after every rank has reported training steps):
+   every other rank exits (code 3, a peer failed) within the collective timeout with a last
+   line naming the dead rank, after logging its last collectives (kind, sequence, size, state)
+   at ERROR, the failed one among them;
+2. SIGSTOP one rank (hung, sockets open): the others give up after the timeout, naming it, with
+   the same record of their last collectives;
 3. `zctl run` with a rank that aborts mid-step: the other workers are stopped and zctl reports
    the first failure (rank, signal, last lines of its output), exiting non-zero."""
 import os
+import re
+import select
 import signal
 import socket
 import subprocess
@@ -49,25 +54,84 @@ def free_port():
 
 
 def start_ranks(tmp, name):
+    """Four zworker ranks, each reporting on a pipe of its own (ZT_REPORT_FD). Returns the
+    processes and the read ends of their report pipes."""
     port = free_port()
-    procs = []
+    procs, reports = [], []
     for r in range(4):
+        rd, wr = os.pipe()
         env = dict(os.environ, ZT_RANK=str(r), ZT_WORLD_SIZE="4", OMP_NUM_THREADS="1",
-                   ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}", ZT_COMM_TIMEOUT_MS=str(TIMEOUT_MS))
+                   ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}", ZT_COMM_TIMEOUT_MS=str(TIMEOUT_MS),
+                   ZT_REPORT_FD=str(wr))
         procs.append(subprocess.Popen([zu.zt_bin("zworker"), f"{tmp}/{name}.json"], cwd=tmp, env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    return procs
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                      pass_fds=(wr,)))
+        os.close(wr)
+        reports.append(rd)
+    return procs, reports
 
 
-def wait_steps(tmp, name, procs):
-    """Until the run is clearly training (its first checkpoint-free steps pass)."""
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if any(p.poll() is not None for p in procs):
-            sys.exit(f"{name}: a rank exited early")
-        time.sleep(0.5)
-        if time.time() > deadline - 55:  # ~5 s of training
-            return
+def wait_training(name, procs, reports, min_steps=3, limit_s=120):
+    """Until every rank has reported min_steps step lines on its report pipe: all four are in
+    the training loop, so the signal lands mid-training, not during start-up. The pipes are
+    closed afterwards (a rank's later reports then fail quietly instead of filling a pipe)."""
+    seen = [0] * len(reports)
+    bufs = [b""] * len(reports)
+    deadline = time.time() + limit_s
+    try:
+        while min(seen) < min_steps:
+            for r, p in enumerate(procs):
+                if p.poll() is not None:
+                    sys.exit(f"{name}: rank {r} exited ({p.returncode}) before training: "
+                             f"{p.stderr.read()[-2000:]}")
+            left = deadline - time.time()
+            if left <= 0:
+                sys.exit(f"{name}: not every rank reported {min_steps} steps within {limit_s} s "
+                         f"(steps seen per rank: {seen})")
+            ready, _, _ = select.select(reports, [], [], min(left, 1.0))
+            for fd in ready:
+                r = reports.index(fd)
+                chunk = os.read(fd, 65536)
+                bufs[r] += chunk
+                *lines, bufs[r] = bufs[r].split(b"\n")
+                seen[r] += sum(1 for ln in lines if ln.startswith(b"rank=%d step=" % r))
+    finally:
+        for fd in reports:
+            os.close(fd)
+    return seen
+
+
+RECENT_HEADER = re.compile(r"\[comm\] \S+ rank (\d)'s last (\d+) collectives, oldest first")
+RECENT_ENTRY = re.compile(r"\[comm\] \S+   (allreduce|reduce_scatter|allgather|broadcast|barrier) "
+                          r"#(\d+) \((\d+) x (fp32|bf16|fp16)\): "
+                          r"(done in [0-9.]+ ms|running for [0-9.]+ ms|queued for [0-9.]+ ms|"
+                          r"failed \((ERR_\w+)\) after [0-9.]+ ms)$")
+
+
+def check_recent(case, rank, errtext, failures):
+    """The rank logged its last collectives before the error: a header naming it, one line per
+    collective with kind, sequence number, size and state, sequence numbers consecutive, and
+    the collective the final error names among them as failed."""
+    lines = errtext.strip().splitlines()
+    head = [i for i, ln in enumerate(lines) if RECENT_HEADER.search(ln)]
+    if not head:
+        failures.append(f"{case}: rank {rank} logged no record of its last collectives")
+        return
+    m = RECENT_HEADER.search(lines[head[-1]])
+    n = int(m.group(2))
+    entries = [RECENT_ENTRY.search(ln) for ln in lines[head[-1] + 1:head[-1] + 1 + n]]
+    last = lines[-1]
+    named = re.search(r"zworker\.c:\d+: (\w+) #(\d+)", last)
+    if int(m.group(1)) != rank or not 1 <= n <= 16 or not all(entries) or not named:
+        failures.append(f"{case}: rank {rank}: malformed record of its last collectives:\n"
+                        + "\n".join(lines[head[-1]:]))
+        return
+    seqs = [int(e.group(2)) for e in entries]
+    failed = {(e.group(1), int(e.group(2))) for e in entries if e.group(6)}
+    if seqs != list(range(seqs[0], seqs[0] + n)) or \
+            (named.group(1), int(named.group(2))) not in failed:
+        failures.append(f"{case}: rank {rank}: the failed collective {named.group(0)} is not "
+                        f"recorded as failed among {[(e.group(1), e.group(2), e.group(5)) for e in entries]}")
 
 
 def main():
@@ -76,13 +140,19 @@ def main():
         r = zu.run_zctl(["data", "synth", "--out", f"{tmp}/data", "--train-tokens", "100000",
                          "--val-tokens", "0"])
         assert r.returncode == 0, r.stderr
-        for case, sig, victim in (("killed", signal.SIGKILL, 2), ("hung", signal.SIGSTOP, 1)):
+        # a killed rank's sockets close at once: the others must end within the timeout;
+        # a stopped one is only noticed when the timeout expires (its neighbours), then the
+        # news reaches the rest at once (5 s of slack for a loaded machine)
+        for case, sig, victim, limit_s in (
+                ("killed", signal.SIGKILL, 2, TIMEOUT_MS / 1000),
+                ("hung", signal.SIGSTOP, 1, TIMEOUT_MS / 1000 + 5)):
             zu.write_job(f"{tmp}/{case}.json", job(case))
-            procs = start_ranks(tmp, case)
+            procs, reports = start_ranks(tmp, case)
             try:
-                wait_steps(tmp, case, procs)
+                seen = wait_training(case, procs, reports)
                 procs[victim].send_signal(sig)
                 t0 = time.time()
+                print(f"{case}: signalled rank {victim} after steps {seen} were reported")
                 for r, p in enumerate(procs):
                     if r == victim:
                         continue
@@ -97,8 +167,9 @@ def main():
                     print(f"{case}: rank {r} exited {p.returncode} after {took:.2f} s: {last[-160:]}")
                     if p.returncode != 3 or not named:
                         failures.append(f"{case}: rank {r} exit {p.returncode}, message: {last}")
-                    if took > TIMEOUT_MS / 1000 * 2 + 5:
-                        failures.append(f"{case}: rank {r} took {took:.1f} s")
+                    if took > limit_s:
+                        failures.append(f"{case}: rank {r} took {took:.1f} s (limit {limit_s:.0f} s)")
+                    check_recent(case, r, errtext, failures)
             finally:
                 for p in procs:
                     if p.poll() is None:
