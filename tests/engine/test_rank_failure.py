@@ -23,11 +23,14 @@ import ztutil as zu  # noqa: E402
 TIMEOUT_MS = 8000
 
 
-def job(name, steps=100000):
+def job(name, steps=100000, comm_timeout_ms=None):
+    train = {"steps": steps, "checkpoint_dir": f"ckpt/{name}"}
+    if comm_timeout_ms is not None:
+        train["comm_timeout_ms"] = comm_timeout_ms
     return {"name": name,
             "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32, "vocab_size": 256},
             "data": {"train": "data/synth_train_*.bin"},
-            "train": {"steps": steps, "checkpoint_dir": f"ckpt/{name}"},
+            "train": train,
             "resources": {"ranks": 4},
             "deepspeed": {"train_batch_size": 8, "zero_optimization": {"stage": 2}}}
 
@@ -53,16 +56,19 @@ def free_port():
     return p
 
 
-def start_ranks(tmp, name):
+def start_ranks(tmp, name, env_timeout=True):
     """Four zworker ranks, each reporting on a pipe of its own (ZT_REPORT_FD). Returns the
-    processes and the read ends of their report pipes."""
+    processes and the read ends of their report pipes. The collective timeout comes from
+    ZT_COMM_TIMEOUT_MS, or with env_timeout False from the job file."""
     port = free_port()
     procs, reports = [], []
     for r in range(4):
         rd, wr = os.pipe()
         env = dict(os.environ, ZT_RANK=str(r), ZT_WORLD_SIZE="4", OMP_NUM_THREADS="1",
-                   ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}", ZT_COMM_TIMEOUT_MS=str(TIMEOUT_MS),
-                   ZT_REPORT_FD=str(wr))
+                   ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}", ZT_REPORT_FD=str(wr))
+        env.pop("ZT_COMM_TIMEOUT_MS", None)
+        if env_timeout:
+            env["ZT_COMM_TIMEOUT_MS"] = str(TIMEOUT_MS)
         procs.append(subprocess.Popen([zu.zt_bin("zworker"), f"{tmp}/{name}.json"], cwd=tmp, env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                       pass_fds=(wr,)))
@@ -142,12 +148,16 @@ def main():
         assert r.returncode == 0, r.stderr
         # a killed rank's sockets close at once: the others must end within the timeout;
         # a stopped one is only noticed when the timeout expires (its neighbours), then the
-        # news reaches the rest at once (5 s of slack for a loaded machine)
+        # news reaches the rest at once (5 s of slack for a loaded machine). The killed run
+        # takes the timeout from the environment over a job file that says 10 minutes, the
+        # hung one from the job file (train.comm_timeout_ms)
         for case, sig, victim, limit_s in (
                 ("killed", signal.SIGKILL, 2, TIMEOUT_MS / 1000),
                 ("hung", signal.SIGSTOP, 1, TIMEOUT_MS / 1000 + 5)):
-            zu.write_job(f"{tmp}/{case}.json", job(case))
-            procs, reports = start_ranks(tmp, case)
+            from_env = case == "killed"
+            zu.write_job(f"{tmp}/{case}.json",
+                         job(case, comm_timeout_ms=600000 if from_env else TIMEOUT_MS))
+            procs, reports = start_ranks(tmp, case, env_timeout=from_env)
             try:
                 seen = wait_training(case, procs, reports)
                 procs[victim].send_signal(sig)
@@ -170,12 +180,35 @@ def main():
                     if took > limit_s:
                         failures.append(f"{case}: rank {r} took {took:.1f} s (limit {limit_s:.0f} s)")
                     check_recent(case, r, errtext, failures)
+                    waited = re.findall(r"(?:nothing received from|accepted no data for) .*?(\d+) ms", errtext)
+                    if case == "hung" and any(not TIMEOUT_MS <= int(w) < TIMEOUT_MS + 2000 for w in waited):
+                        failures.append(f"hung: rank {r} waited {waited} ms, not the job file's {TIMEOUT_MS}")
             finally:
                 for p in procs:
                     if p.poll() is None:
                         p.send_signal(signal.SIGCONT)
                         p.kill()
                         p.wait()
+
+        # where the timeout comes from, seen at the rendezvous (rank 1 of 2 never comes): the
+        # job file's train.comm_timeout_ms, unless ZT_COMM_TIMEOUT_MS overrides it
+        zu.write_job(f"{tmp}/alone.json", job("alone", comm_timeout_ms=1000))
+        for env_ms, want in ((None, 1000), (1500, 1500)):
+            env = dict(os.environ, ZT_RANK="0", ZT_WORLD_SIZE="2", OMP_NUM_THREADS="1",
+                       ZT_RENDEZVOUS=f"tcp://127.0.0.1:{free_port()}")
+            env.pop("ZT_COMM_TIMEOUT_MS", None)
+            if env_ms:
+                env["ZT_COMM_TIMEOUT_MS"] = str(env_ms)
+            t0 = time.time()
+            p = subprocess.run([zu.zt_bin("zworker"), f"{tmp}/alone.json"], cwd=tmp, env=env,
+                               capture_output=True, text=True, timeout=60)
+            took = time.time() - t0
+            print(f"rendezvous alone, job 1000 ms, environment {env_ms}: exit {p.returncode} "
+                  f"after {took:.2f} s: {p.stderr.strip().splitlines()[-1][-160:]}")
+            if p.returncode != 3 or f"joined within {want} ms" not in p.stderr or \
+                    not want / 1000 - 0.1 <= took <= want / 1000 + 10:
+                failures.append(f"timeout {want} ms expected (env {env_ms}): exit {p.returncode} "
+                                f"after {took:.1f} s\n{p.stderr}")
 
         # zctl run stops the rest and reports the first failure
         zu.write_job(f"{tmp}/crash.json", job("crash", steps=20))
