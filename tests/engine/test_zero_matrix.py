@@ -2,9 +2,11 @@
 train_batch_size, fp32, against the single-rank stage-0 run: per-step losses within 1e-5
 relative, final parameters within 1e-4 relative L2 per tensor, every rank's gathered
 parameters bitwise equal (param_digest), model-state bytes per rank within 5% (plus padding)
-of the ZeRO formula, and bytes sent per step within 5% of the ring volume of 2 Psi
-(stages 0-1; stage 2 reduce-scatters every micro-step) and at most 3 Psi per micro-step for
-stage 3, times 4 bytes and the ring factor (N-1)/N.
+of the ZeRO formula, and bytes sent per step exactly what the ring schedule of DESIGN.md
+costs (zero_expect.step_bytes: 2 Psi for stages 0-1, a reduce-scatter per micro-step for
+stage 2, for stage 3 at the default stage3_max_reuse_distance one gather per unit and step
+since every unit stays in its slot, and with reuse 0 a gather for each use: about 3 Psi),
+times 4 bytes and the ring factor (N-1)/N; the step's ratio to 2 Psi / 3 Psi is printed.
 ZT_TEST_QUICK=1 runs a subset (used under the sanitizers)."""
 import os
 import sys
@@ -14,6 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.environ.get("ZT_SOURCE_DIR", "."), "tests"))
 import ztutil as zu  # noqa: E402
+import zero_expect as zx  # noqa: E402  (tests/engine, this script's directory)
 
 CFG = dict(L=2, NH=2, C=32, T=16, V=120, Vp=128)
 TB = 12
@@ -98,43 +101,40 @@ def main():
             exp = expected_model_states(stage, ranks, psi)
             pad_allow = (CFG["L"] + 2) * 16 * ranks * 16  # <= 16N padding elements per unit, 16 B each
             mem_ok = exp * 0.95 <= ms <= exp * 1.05 + pad_allow
-            # communication per step
+            # communication per step, exactly (every step is alike; the last is checked)
             gas = TB // (micro * ranks)
             cb = int(last["comm_bytes"])
-            ring = (ranks - 1) / ranks
-            unit = psi * 4 * ring if ranks > 1 else 1.0
-            if ranks == 1:
-                comm_exp, comm_ok = 0, cb == 0
-            elif stage < 3:
-                mult = 2 if stage < 2 else 1 + gas  # stage 2 reduce-scatters every micro-step
-                comm_exp = mult * unit
-                comm_ok = abs(cb - comm_exp) <= 0.05 * comm_exp
-            else:
-                # per micro-step: gather for forward, gather for backward, reduce-scatter;
-                # units still resident from the previous use are not gathered again
-                comm_exp = 3 * gas * unit
-                comm_ok = (1 + gas) * unit * 0.95 <= cb <= comm_exp * 1.05
+            comm_exp = zx.step_bytes(stage, ranks, gas, CFG["L"], CFG["C"], CFG["T"], CFG["Vp"], 4, 4)
+            unit = psi * 4 * (ranks - 1) / ranks if ranks > 1 else 1.0
             print(f"{name}: loss rel {worst:.1e}, params rel L2 {perr:.1e}, "
                   f"digest {digests[0]} x{len(digests)}, model states {ms / psi:.3f} Psi "
-                  f"(formula {exp / psi:.3f}), comm {cb / unit:.3f} x 4Psi(N-1)/N "
-                  f"(expected {comm_exp / unit:.1f})")
+                  f"(formula {exp / psi:.3f}), comm {cb} B = {cb / unit:.3f} x 4Psi(N-1)/N "
+                  f"(expected {comm_exp} B)")
             if not mem_ok:
                 failures.append(f"{name}: model states {ms} B, formula {exp:.0f} B")
-            if not comm_ok:
-                failures.append(f"{name}: comm bytes {cb}, expected about {comm_exp:.0f}")
+            if cb != comm_exp:
+                failures.append(f"{name}: comm bytes {cb}, expected exactly {comm_exp}")
+            if ranks > 1 and stage < 2 and abs(cb - 2 * unit) > 0.05 * 2 * unit:
+                failures.append(f"{name}: comm bytes {cb} not within 5% of 2 Psi = {2 * unit:.0f}")
         # stage 3 with release-after-use (stage3_max_reuse_distance 0): every unit is gathered
         # for its forward and again for its backward, so a step sends 3 Psi (ring factor
         # included) up to the small final unit that stays resident across the turn
-        for ranks, micro in ((2, 6), (4, 3)):
+        for ranks, micro in ((2, 3), (4, 3)):  # 2 and 1 micro-steps
             name, steps, params, digests = run(3, ranks, micro, reuse=0)
             worst = max(abs(float(s["loss"]) - b) / b for s, b in zip(steps, base_losses))
             cb = int(steps[-1]["comm_bytes"])
+            gas = TB // (micro * ranks)
+            comm_exp = zx.step_bytes(3, ranks, gas, CFG["L"], CFG["C"], CFG["T"], CFG["Vp"], 4, 4,
+                                     reuse=0)
             unit = psi * 4 * (ranks - 1) / ranks
-            print(f"{name}: loss rel {worst:.1e}, comm {cb / unit:.3f} x 4Psi(N-1)/N (expected 3.0)")
+            print(f"{name}: loss rel {worst:.1e}, comm {cb} B = {cb / unit / gas:.3f} x "
+                  f"4Psi(N-1)/N per micro-step, {gas} micro-steps (expected {comm_exp} B)")
             if worst > 1e-5 or len(set(digests)) != 1:
                 failures.append(f"{name}: loss rel {worst:.2e}, digests {digests}")
-            if abs(cb - 3 * unit) > 0.05 * 3 * unit:
-                failures.append(f"{name}: comm bytes {cb}, expected 3 Psi = {3 * unit:.0f}")
+            if cb != comm_exp:
+                failures.append(f"{name}: comm bytes {cb}, expected exactly {comm_exp}")
+            if abs(cb - 3 * gas * unit) > 0.05 * 3 * gas * unit:
+                failures.append(f"{name}: comm bytes {cb}, not within 5% of 3 Psi per micro-step")
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))
         sys.exit(1)
