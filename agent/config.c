@@ -14,6 +14,7 @@
 #include "agent/gpu.h"
 #include "common/alloc.h"
 #include "common/log.h"
+#include "proto/rpc.h"
 
 #define MAX_SLOTS 4096
 #define MAX_GPUS 256
@@ -131,29 +132,6 @@ static bool valid_name(const char *s)
     return true;
 }
 
-static char *read_small_file(const char *path, size_t max, const char *what, zt_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        zt_err_set(err, ZT_ERR_IO, "cannot read %s %s: %s", what, path, strerror(errno));
-        return NULL;
-    }
-    char *buf = zt_malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (!buf) {
-        zt_err_set(err, ZT_ERR_NOMEM, "out of memory reading %s", path);
-        return NULL;
-    }
-    if (n > max) {
-        zt_free(buf);
-        zt_err_set(err, ZT_ERR_CONFIG, "%s %s is larger than %zu bytes", what, path, max);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
 static int mkdirs(const char *path)
 {
     char tmp[PATH_MAX];
@@ -187,8 +165,7 @@ static bool parse_duration_ms(const char *v, long *ms)
 static bool loopback_target(const char *t)
 {
     return strncmp(t, "unix:", 5) == 0 || strncmp(t, "127.", 4) == 0 ||
-           strncmp(t, "localhost:", 10) == 0 || strncmp(t, "[::1]:", 6) == 0 ||
-           strncmp(t, "ipv4:127.", 9) == 0;
+           strncmp(t, "localhost:", 10) == 0 || strncmp(t, "[::1]:", 6) == 0;
 }
 
 /* The directory of the running executable (for the default worker and the exec wrapper). */
@@ -280,37 +257,18 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
                           origin[S_COORDINATOR]);
     cfg->coordinator = zt_strdup(val[S_COORDINATOR]);
 
-    /* token: the file wins over ZT_TOKEN */
+    /* token: the file wins over ZT_TOKEN; both read as zctl reads them */
     if (val[S_TOKEN_FILE][0]) {
-        char *t = read_small_file(val[S_TOKEN_FILE], 4096, "the token file", err);
-        if (!t) {
-            st = err ? err->status : ZT_ERR_IO;
+        if ((st = zt_rpc_read_token_file(val[S_TOKEN_FILE], origin[S_TOKEN_FILE], &cfg->token,
+                                         err)) != ZT_OK)
             goto fail;
-        }
-        size_t n = strlen(t);
-        while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' '))
-            t[--n] = '\0';
-        if (!n) {
-            zt_free(t);
-            FAIL(ZT_ERR_CONFIG, "the token file %s (%s) is empty", val[S_TOKEN_FILE],
-                 origin[S_TOKEN_FILE]);
-        }
-        cfg->token = t;
     } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
         cfg->token = zt_strdup(getenv("ZT_TOKEN"));
     }
-    if (val[S_TLS_CA][0]) {
-        cfg->tls_ca_pem = read_small_file(val[S_TLS_CA], 1 << 20, "the CA certificate", err);
-        if (!cfg->tls_ca_pem) {
-            st = err ? err->status : ZT_ERR_IO;
-            goto fail;
-        }
-        if (!strstr(cfg->tls_ca_pem, "-----BEGIN CERTIFICATE"))
-            FAIL(
-                ZT_ERR_CONFIG,
-                "%s (%s) holds no PEM certificate; give the CA that signed the coordinator's certificate",
-                val[S_TLS_CA], origin[S_TLS_CA]);
-    }
+    if (val[S_TLS_CA][0] &&
+        (st = zt_rpc_read_ca_file(val[S_TLS_CA], origin[S_TLS_CA], &cfg->tls_ca_pem, err)) !=
+            ZT_OK)
+        goto fail;
 
     /* slots */
     st = zt_agent_parse_slots(val[S_SLOTS], &cfg->device, &cfg->slots, err);
