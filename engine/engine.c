@@ -1003,14 +1003,17 @@ void zt_engine_log_comm_failure(const zt_engine *e)
     int n = 0;
     for (const char *p = buf; *p; p++)
         n += *p == '\n';
-    ZT_ERROR("comm", "rank %d's last %d collectives, oldest first (kind #sequence (size): state):",
+    /* the heading is an error (it reaches zctl run's terminal and the coordinator's events);
+     * the record itself is detail for the rank's log */
+    ZT_ERROR("comm",
+             "rank %d's last %d collectives, oldest first (kind #sequence (size): state), follow in its log:",
              e->rank, n);
     for (char *line = buf, *nl; *line; line = nl + 1) {
         nl = strchr(line, '\n');
         if (!nl)
             break;
         *nl = '\0';
-        ZT_ERROR("comm", "  %s", line);
+        ZT_INFO("comm", "  %s", line);
     }
 }
 

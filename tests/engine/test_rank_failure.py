@@ -108,7 +108,7 @@ def wait_training(name, procs, reports, min_steps=3, limit_s=120):
 
 
 RECENT_HEADER = re.compile(r"\[comm\] \S+ rank (\d)'s last (\d+) collectives, oldest first")
-RECENT_ENTRY = re.compile(r"\[comm\] \S+   (allreduce|reduce_scatter|allgather|broadcast|barrier) "
+RECENT_ENTRY = re.compile(r"\[comm\]   (allreduce|reduce_scatter|allgather|broadcast|barrier) "
                           r"#(\d+) \((\d+) x (fp32|bf16|fp16)\): "
                           r"(done in [0-9.]+ ms|running for [0-9.]+ ms|queued for [0-9.]+ ms|"
                           r"failed \((ERR_\w+)\) after [0-9.]+ ms)$")
