@@ -860,12 +860,17 @@ zt_status zt_engine_preflight(const zt_job *job, zt_err *err)
                                    job->model.vocab_size, err);
     zt_dataset_close(ds);
     if (st != ZT_OK)
-        return st;
-    if (job->data.val[0] && job->train.eval_every > 0) {
+        return zt_err_prefix(err, "data.train");
+    /* a validation set that is given is checked even when nothing evaluates on it: a wrong
+     * pattern is a mistake either way */
+    if (job->data.val[0]) {
         st = zt_dataset_open(&ds, job->data.val, job->model.block_size, job->model.vocab_size, err);
         zt_dataset_close(ds);
         if (st != ZT_OK)
-            return st;
+            return zt_err_prefix(err, "data.val");
+        if (job->train.eval_every <= 0)
+            ZT_WARN("engine",
+                    "data.val is given but train.eval_every is 0, so no validation loss will be computed; set train.eval_every to evaluate every that many steps");
     }
     if (!job->model.init_random) {
         zt_model_shape shape;

@@ -61,7 +61,10 @@ def main():
                           "gradient_accumulation_steps 2"])
         j = good_job()
         j["data"]["train"] = "nodata/x_*.bin"
-        case("missing_data", j, ["nodata/x_*.bin"])
+        case("missing_data", j, ["data.train: ", "nodata/x_*.bin"])
+        j = good_job()
+        j["data"]["val"] = "noval/v_*.bin"  # checked even with eval_every 0
+        case("missing_val", j, ["data.val: ", "noval/v_*.bin"])
 
         def truncated():
             with open(f"{tmp}/data/t_000.bin", "rb") as f:
