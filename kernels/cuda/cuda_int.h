@@ -59,6 +59,10 @@ typedef struct zt_cuda_gemm_entry {
     int usable; /* 0: no algorithm for this key (fallback path) */
 } zt_cuda_gemm_entry;
 
+/* Opens libcublasLt (once per process; cublaslt_dl.c): call before the first cuBLASLt call.
+ * ZT_ERR_CUDA with the loader's message when the library cannot be loaded. Thread-safe. */
+zt_status zt_cuda_lt_load(zt_err *err);
+
 struct zt_kctx {
     int device;
     cudaStream_t stream; /* non-blocking; every op runs here */

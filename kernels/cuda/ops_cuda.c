@@ -143,6 +143,8 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
         what = "cudaStreamCreateWithFlags";
         goto cuda_fail;
     }
+    if ((st = zt_cuda_lt_load(err)) != ZT_OK)
+        goto fail;
     if ((bs = cublasLtCreate(&ctx->lt)) != CUBLAS_STATUS_SUCCESS) {
         st = zt_err_set(
             err, ZT_ERR_CUDA,
