@@ -237,19 +237,26 @@ static void handle_line(rank_proc *r, int rank, int stream, const char *line, pr
     }
 }
 
-/* Reads what is available on fd; returns 0 at EOF or error. */
+/* Hands on an unterminated last line. */
+static void flush_partial(rank_proc *r, int rank, int stream, progress *p)
+{
+    if (r->partial_len[stream]) {
+        r->partial[stream][r->partial_len[stream]] = '\0';
+        handle_line(r, rank, stream, r->partial[stream], p);
+        r->partial_len[stream] = 0;
+    }
+}
+
+/* Reads what is available on fd (non-blocking); returns 1 after reading, 2 when nothing is
+ * there now, 0 at EOF or error. */
 static int drain(rank_proc *r, int rank, int stream, int fd, progress *p)
 {
     char buf[8192];
     ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
-        return 1;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+        return 2;
     if (n <= 0) {
-        if (r->partial_len[stream]) {
-            r->partial[stream][r->partial_len[stream]] = '\0';
-            handle_line(r, rank, stream, r->partial[stream], p);
-            r->partial_len[stream] = 0;
-        }
+        flush_partial(r, rank, stream, p);
         return 0;
     }
     for (ssize_t i = 0; i < n; i++) {
@@ -479,6 +486,8 @@ int zt_cmd_run(int argc, char **argv)
         rp[r].err_fd = errp[0];
         fcntl(out[0], F_SETFD, FD_CLOEXEC);
         fcntl(errp[0], F_SETFD, FD_CLOEXEC);
+        fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
+        fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
         started++;
     }
 
@@ -539,11 +548,14 @@ int zt_cmd_run(int argc, char **argv)
             pid_t w = waitpid(rp[r].pid, &status, WNOHANG);
             if (w != rp[r].pid)
                 continue;
-            /* collect what is left in its pipes */
-            while (rp[r].out_fd >= 0 && drain(&rp[r], r, 0, rp[r].out_fd, &prog)) {
+            /* collect what is left in its pipes; a process it left behind may hold them open,
+             * so take what is there and stop */
+            while (rp[r].out_fd >= 0 && drain(&rp[r], r, 0, rp[r].out_fd, &prog) == 1) {
             }
-            while (rp[r].err_fd >= 0 && drain(&rp[r], r, 1, rp[r].err_fd, &prog)) {
+            while (rp[r].err_fd >= 0 && drain(&rp[r], r, 1, rp[r].err_fd, &prog) == 1) {
             }
+            flush_partial(&rp[r], r, 0, &prog);
+            flush_partial(&rp[r], r, 1, &prog);
             if (rp[r].out_fd >= 0)
                 close(rp[r].out_fd);
             if (rp[r].err_fd >= 0)
