@@ -1505,8 +1505,9 @@ zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
     /* a chunk only this rank read may be the corrupted one: all ranks refuse together */
     st = agree(e, st, err);
     if (st == ZT_OK && e->rank == 0)
-        ZT_INFO("ckpt", "resumed from %s (step %lld, written by %d ranks at stage %d; now %d ranks at stage %d)",
-                c->dir, (long long)c->m.step, c->m.world, c->m.stage, e->world, e->stage);
+        ZT_INFO("ckpt", "resumed from %s (step %lld, written by %d rank%s at stage %d; now %d rank%s at stage %d)",
+                c->dir, (long long)c->m.step, c->m.world, c->m.world == 1 ? "" : "s", c->m.stage,
+                e->world, e->world == 1 ? "" : "s", e->stage);
     zt_ckpt_close(c);
     return st;
 }
