@@ -3,7 +3,10 @@ zctl binary, step-line parsing, comparisons. Run with /usr/bin/python3."""
 import json
 import math
 import os
+import random
+import socket
 import subprocess
+import sys
 
 import numpy as np
 
@@ -128,3 +131,28 @@ def log_value(text, key):
         if tok.startswith(key + "="):
             val = tok.split("=", 1)[1]
     return val
+
+
+def free_port():
+    """A loopback port free now, drawn below the kernel's ephemeral range so that other
+    processes' outgoing connections cannot take it before rank 0 binds it (as zctl run and
+    zagent pick)."""
+    for _ in range(64):
+        p = random.randint(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            continue
+        finally:
+            s.close()
+    sys.exit("no free loopback port between 20000 and 32000")
+
+
+def finish(failures):
+    """Ends a test script: lists the failures and exits 1, or prints ok."""
+    if failures:
+        print("FAILURES:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("ok")

@@ -162,10 +162,7 @@ def main():
             steps = zu.parse_step_lines(f.read())
         check([int(s["step"]) for s in steps] == list(range(1, 7)),
               f"the rank log keeps every step line: {[s['step'] for s in steps]}")
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("ok")
+    zu.finish(failures)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ ZT_TEST_QUICK=1 runs a subset of (1)."""
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -135,21 +134,6 @@ def bf16_rne(a):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def free_port():
-    """A free port below the kernel's ephemeral range (as zctl run picks)."""
-    import random
-    for _ in range(64):
-        p = random.randint(20000, 32000)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", p))
-            return p
-        except OSError:
-            continue
-        finally:
-            s.close()
-    sys.exit("no free port")
-
 
 def fault_env(**faults):
     """Environment that preloads the fault shim with the given ZT_FAULT_* settings."""
@@ -195,7 +179,7 @@ def main():
             failure, before they log theirs): exit codes, stderr texts, report-pipe lines."""
             name = job["name"]
             zu.write_job(f"{tmp}/{name}.json", job)
-            port = free_port()
+            port = zu.free_port()
             procs, reports = [], []
             for rk in range(nproc):
                 rep = open(f"{tmp}/{name}.report{rk}", "w+")
@@ -507,11 +491,8 @@ def main():
         check(rcs == [0, 0] and reported == ["rank=0", "rank=1"] and
               any("ckpt_commit step=10" in l for l in reports[0].splitlines()),
               f"no_fault: {rcs} reported {reported} {[e[-300:] for e in errs]}")
-        print(f"no_fault: both shards of step 10 reported and committed")
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("ok")
+        print("no_fault: both shards of step 10 reported and committed")
+    zu.finish(failures)
 
 
 if __name__ == "__main__":

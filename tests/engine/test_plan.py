@@ -144,10 +144,7 @@ def main():
         bad = zu.run_zctl(["plan", f"{tmp}/plan0.json", "--device-memory", "eighty"])
         if bad.returncode != 2 or "--device-memory" not in bad.stderr:
             failures.append(f"plan with a bad size: rc {bad.returncode} {bad.stderr}")
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("ok")
+    zu.finish(failures)
 
 
 if __name__ == "__main__":

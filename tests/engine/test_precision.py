@@ -233,10 +233,7 @@ def main():
             if not act_on < act_off:
                 failures.append(f"{prec} stage {stage}: activations {act_on} B with checkpointing, "
                                 f"{act_off} B without")
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("ok")
+    zu.finish(failures)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import os
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,32 +34,12 @@ def job(name, steps=100000, comm_timeout_ms=None):
             "deepspeed": {"train_batch_size": 8, "zero_optimization": {"stage": 2}}}
 
 
-def free_port():
-    """A free port below the kernel's ephemeral range, so that other processes' outgoing
-    connections cannot take it before rank 0 binds it (as zctl run and zagent pick)."""
-    import random
-    for _ in range(64):
-        p = random.randint(20000, 32000)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", p))
-            return p
-        except OSError:
-            continue
-        finally:
-            s.close()
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 def start_ranks(tmp, name, env_timeout=True):
     """Four zworker ranks, each reporting on a pipe of its own (ZT_REPORT_FD). Returns the
     processes and the read ends of their report pipes. The collective timeout comes from
     ZT_COMM_TIMEOUT_MS, or with env_timeout False from the job file."""
-    port = free_port()
+    port = zu.free_port()
     procs, reports = [], []
     for r in range(4):
         rd, wr = os.pipe()
@@ -198,7 +177,7 @@ def main():
         zu.write_job(f"{tmp}/alone.json", job("alone", comm_timeout_ms=1000))
         for env_ms, want in ((None, 1000), (1500, 1500)):
             env = dict(os.environ, ZT_RANK="0", ZT_WORLD_SIZE="2", OMP_NUM_THREADS="1",
-                       ZT_RENDEZVOUS=f"tcp://127.0.0.1:{free_port()}")
+                       ZT_RENDEZVOUS=f"tcp://127.0.0.1:{zu.free_port()}")
             env.pop("ZT_COMM_TIMEOUT_MS", None)
             if env_ms:
                 env["ZT_COMM_TIMEOUT_MS"] = str(env_ms)
@@ -221,10 +200,7 @@ def main():
         if r.returncode == 0 or "rank 3 was killed by signal 6" not in r.stderr \
                 or "dies in the middle of step 4" not in r.stderr:
             failures.append(f"zctl run crash report: rc {r.returncode}\n{r.stderr}")
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("ok")
+    zu.finish(failures)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.environ.get("ZT_SOURCE_DIR", "."), "tests"))
 import torch_gpt2 as tg  # noqa: E402
+import ztutil as zu  # noqa: E402
 
 CFG = dict(L=2, NH=4, C=64, T=32, V=200, Vp=256)
 STEPS = 12
@@ -132,10 +133,7 @@ def main():
             if np.any(got["wte"][CFG["V"]:] != 0):
                 failures.append(f"{name}: padded wte rows are not zero")
             print(f"{name}: worst loss rel diff {worst:.2e}")
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("ok")
+    zu.finish(failures)
 
 
 if __name__ == "__main__":

@@ -135,10 +135,7 @@ def main():
                 failures.append(f"{name}: comm bytes {cb}, expected exactly {comm_exp}")
             if abs(cb - 3 * gas * unit) > 0.05 * 3 * gas * unit:
                 failures.append(f"{name}: comm bytes {cb}, not within 5% of 3 Psi per micro-step")
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("ok")
+    zu.finish(failures)
 
 
 if __name__ == "__main__":
