@@ -133,7 +133,12 @@ def main():
         # ---- the progress bar on a terminal, with the real worker ----
         for f in os.listdir(logs):
             os.unlink(os.path.join(logs, f))
-        pid, fd = pty.fork()
+        try:
+            pid, fd = pty.fork()
+        except OSError as ex:  # e.g. a chroot without /dev/pts
+            print(f"SKIP the progress bar: no pseudo-terminal can be opened here ({ex})")
+            zu.finish(failures)
+            return
         if pid == 0:
             os.chdir(tmp)
             os.environ.pop("ZT_WORKER", None)
