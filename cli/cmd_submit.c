@@ -132,17 +132,10 @@ int zt_cmd_submit(int argc, char **argv)
     /* the coordinator takes UTF-8 only: say so here, where the file can be named */
     size_t bad = 0;
     if (!zt_utf8_valid(text, strlen(text), &bad)) {
-        int line = 1, col = 1;
-        for (size_t i = 0; i < bad; i++) {
-            if (text[i] == '\n') {
-                line++;
-                col = 1;
-            } else if (((unsigned char)text[i] & 0xC0) != 0x80) {
-                col++;
-            }
-        }
+        size_t line, col;
+        zt_utf8_position(text, bad, &line, &col);
         zt_cli_error(
-            "%s:%d:%d: the job file is not valid UTF-8 (byte %zu); save it as UTF-8 (e.g. iconv -t UTF-8)",
+            "%s:%zu:%zu: the job file is not valid UTF-8 (byte %zu); save it as UTF-8 (e.g. iconv -t UTF-8)",
             path, line, col, bad);
         zt_free(text);
         return 1;

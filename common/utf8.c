@@ -92,3 +92,18 @@ size_t zt_utf8_trim_partial(char *s)
     }
     return n;
 }
+
+void zt_utf8_position(const char *s, size_t at, size_t *line, size_t *col)
+{
+    size_t l = 1, c = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (s[i] == '\n') {
+            l++;
+            c = 1;
+        } else if (((unsigned char)s[i] & 0xC0) != 0x80) {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}

@@ -25,4 +25,8 @@ size_t zt_utf8_cut(const char *s, size_t n, size_t max);
  * truncating snprintf may leave); returns the new length. */
 size_t zt_utf8_trim_partial(char *s);
 
+/* The 1-based line and column (counted in characters: bytes that do not continue a UTF-8
+ * sequence) of byte offset `at` in s, for messages that point into a text file. */
+void zt_utf8_position(const char *s, size_t at, size_t *line, size_t *col);
+
 #endif

@@ -27,15 +27,8 @@ static bool fail(char *why, size_t cap, const char *fmt, ...)
  * the text has several lines (a job file). */
 static bool bad_utf8(char *why, size_t cap, const char *path, const char *s, size_t at)
 {
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < at; i++) {
-        if (s[i] == '\n') {
-            line++;
-            col = 1;
-        } else if (((unsigned char)s[i] & 0xC0) != 0x80) {
-            col++;
-        }
-    }
+    size_t line, col;
+    zt_utf8_position(s, at, &line, &col);
     if (line > 1)
         return fail(
             why, cap,

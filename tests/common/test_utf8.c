@@ -80,5 +80,15 @@ int main(void)
     ASSERT_EQ_INT(zt_utf8_trim_partial(p4), 5);
     char p5[] = "";
     ASSERT_EQ_INT(zt_utf8_trim_partial(p5), 0);
+
+    /* positions for messages: lines from 1, columns in characters (the euro sign is one) */
+    const char *pos = "ab\n\xe2\x82\xac\xffz";
+    size_t line, col;
+    zt_utf8_position(pos, 0, &line, &col);
+    ASSERT_TRUE(line == 1 && col == 1);
+    zt_utf8_position(pos, 2, &line, &col);
+    ASSERT_TRUE(line == 1 && col == 3);
+    zt_utf8_position(pos, 6, &line, &col); /* the 0xff after the euro sign */
+    ASSERT_TRUE(line == 2 && col == 2);
     return 0;
 }
