@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cliopt.h"
 #include "cli/commands.h"
 #include "cli/rpc_cli.h"
 #include "engine/ckpt.h"
@@ -29,17 +30,14 @@ static int cmd_export(int argc, char **argv)
 {
     const char *dir = NULL, *format = NULL, *out = NULL, *dtype = "fp32";
     for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--format") == 0 && i + 1 < argc)
-            format = argv[++i];
-        else if (strncmp(argv[i], "--format=", 9) == 0)
-            format = argv[i] + 9;
-        else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
-            out = argv[++i];
-        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
-            dtype = argv[++i];
-        else if (strncmp(argv[i], "--dtype=", 8) == 0)
-            dtype = argv[i] + 8;
-        else if (argv[i][0] == '-') {
+        int m;
+        if ((m = zt_cli_take_opt(argc, argv, &i, "--format", &format)) != 0 ||
+            (m = zt_cli_take_opt(argc, argv, &i, "--dtype", &dtype)) != 0 ||
+            (m = zt_cli_take_opt(argc, argv, &i, "--output", &out)) != 0 ||
+            (m = zt_cli_take_opt(argc, argv, &i, "-o", &out)) != 0) {
+            if (m < 0)
+                return 2;
+        } else if (argv[i][0] == '-') {
             zt_cli_error("ckpt export: unknown option %s; see 'zctl ckpt --help'", argv[i]);
             return 2;
         } else if (!dir)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cli/cliopt.h"
 #include "cli/commands.h"
 #include "common/jobfile.h"
 #include "engine/engine.h"
@@ -67,19 +68,20 @@ int zt_cmd_plan(int argc, char **argv)
     int nproc = 0;
     double devmem = 0;
     for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int m;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
-        } else if (strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) {
-            nproc = atoi(argv[++i]);
-            if (nproc < 1) {
-                zt_cli_error("plan: --nproc takes a positive rank count");
+        } else if ((m = zt_cli_take_opt(argc, argv, &i, "--nproc", &v)) != 0) {
+            if (m < 0 || zt_cli_parse_int("--nproc", v, 1, 4096, &nproc) != 0)
                 return 2;
-            }
-        } else if (strcmp(argv[i], "--device-memory") == 0 && i + 1 < argc) {
-            devmem = parse_size(argv[++i]);
+        } else if ((m = zt_cli_take_opt(argc, argv, &i, "--device-memory", &v)) != 0) {
+            if (m < 0)
+                return 2;
+            devmem = parse_size(v);
             if (devmem <= 0) {
-                zt_cli_error("plan: cannot read --device-memory \"%s\"; write it like 80GiB, 24GB or 512MiB", argv[i]);
+                zt_cli_error("plan: cannot read --device-memory \"%s\"; write it like 80GiB, 24GB or 512MiB", v);
                 return 2;
             }
         } else if (argv[i][0] == '-') {
