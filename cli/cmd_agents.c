@@ -49,8 +49,8 @@ int zt_cmd_agents(int argc, char **argv)
             char fr[24], tot[24];
             n += (size_t)snprintf(gpus + n, sizeof(gpus) - n, "%s%d:%s/%s", g ? " " : "",
                                   a->gpus[g]->index,
-                                  zt_cli_fmt_bytes(a->gpus[g]->memory_free, fr, sizeof(fr)),
-                                  zt_cli_fmt_bytes(a->gpus[g]->memory_total, tot, sizeof(tot)));
+                                  zt_fmt_bytes(a->gpus[g]->memory_free, fr, sizeof(fr)),
+                                  zt_fmt_bytes(a->gpus[g]->memory_total, tot, sizeof(tot)));
         }
         printf("%-16.16s %-6s %-6s %-10s %-8zu %-14s %s\n", a->name,
                zt_pb_enum_short_name(&zt__v1__agent_state__descriptor, a->state),
@@ -111,7 +111,7 @@ int zt_cli_ckpt_list(int argc, char **argv)
         snprintf(sh, sizeof(sh), "%d/%d", k->shards, k->world_size);
         printf("%-10lld %-10s %-8s %-10s %-20s %s\n", (long long)k->step,
                zt_pb_enum_short_name(&zt__v1__checkpoint_state__descriptor, k->state), sh,
-               zt_cli_fmt_bytes(k->bytes, sz, sizeof(sz)),
+               zt_fmt_bytes(k->bytes, sz, sizeof(sz)),
                zt_cli_fmt_time(k->committed_ms ? k->committed_ms : k->created_ms, t, sizeof(t)),
                k->path);
     }

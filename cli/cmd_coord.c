@@ -215,22 +215,6 @@ const char *zt_cli_fmt_ago(int64_t ms, char *buf, size_t cap)
     return buf;
 }
 
-const char *zt_cli_fmt_bytes(int64_t b, char *buf, size_t cap)
-{
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024 && i < 4) {
-        v /= 1024;
-        i++;
-    }
-    if (i == 0)
-        snprintf(buf, cap, "%lld B", (long long)b);
-    else
-        snprintf(buf, cap, "%.1f %s", v, u[i]);
-    return buf;
-}
-
 const char *zt_cli_job_state(int state)
 {
     return zt_pb_enum_short_name(&zt__v1__job_state__descriptor, state);

@@ -143,7 +143,7 @@ static void print_job(const Zt__V1__GetJobReply *r)
                         printf(" exit %d", w->exit_code);
                 }
                 if (w->peak_memory_bytes)
-                    printf(" peak %s", zt_cli_fmt_bytes(w->peak_memory_bytes, d, sizeof(d)));
+                    printf(" peak %s", zt_fmt_bytes(w->peak_memory_bytes, d, sizeof(d)));
             }
             printf("\n");
         }

@@ -125,8 +125,9 @@ int zt_cmd_plan(int argc, char **argv)
             free(job);
             return 1;
         }
-        printf("plan for %s: %.2fM parameters (Psi), %d ranks, %s, micro batch %lld x block %d%s\n",
-               job->name, (double)p.num_params / 1e6, world, prec, (long long)job->ds.micro_batch,
+        printf("plan for %s: %.2fM parameters (Psi), %d rank%s, %s, micro batch %lld x block %d%s\n",
+               job->name, (double)p.num_params / 1e6, world, world == 1 ? "" : "s", prec,
+               (long long)job->ds.micro_batch,
                job->model.block_size,
                job->ds.activation_checkpointing.enabled ? ", activation checkpointing" : "");
         printf("MiB per rank    params  master   grads   optim  activ. buffers    comm |  device    host   total\n");

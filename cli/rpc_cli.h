@@ -53,7 +53,6 @@ bool zt_cli_parse_duration(const char *s, double *seconds);
 const char *zt_cli_fmt_time(int64_t ms, char *buf, size_t cap);   /* "10:14:13" or date */
 const char *zt_cli_fmt_ago(int64_t ms, char *buf, size_t cap);    /* "3m ago" */
 const char *zt_cli_fmt_duration(double s, char *buf, size_t cap); /* "1h02m", "42s" */
-const char *zt_cli_fmt_bytes(int64_t b, char *buf, size_t cap);   /* "1.2 GiB" */
 /* The short name of a job state ("RUNNING"). */
 const char *zt_cli_job_state(int state);
 

@@ -127,3 +127,19 @@ void zt_free(void *p)
 {
     free(p);
 }
+
+const char *zt_fmt_bytes(int64_t b, char *buf, size_t cap)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while ((v >= 1024 || v <= -1024) && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, cap, "%lld B", (long long)b);
+    else
+        snprintf(buf, cap, "%.1f %s", v, u[i]);
+    return buf;
+}

@@ -16,6 +16,8 @@ char *zt_strndup(const char *s, size_t n);
 /* printf into a fresh string; NULL on failure. */
 char *zt_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void zt_free(void *p);
+/* "512 B", "1.2 GiB": b in binary units with one decimal; returns buf. */
+const char *zt_fmt_bytes(int64_t b, char *buf, size_t cap);
 
 /* Test hooks: after `n` more successful allocations, every allocation fails (n < 0 turns
  * failure injection off). Also read once from ZT_ALLOC_FAIL_AFTER. */

@@ -730,18 +730,102 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     return n;
 }
 
+/* Arenas: the buffers of one category on one side (backend or host memory) are carved from a
+ * single allocation, each piece 256-byte aligned, so the engine makes a handful of allocations
+ * (cudaMalloc is slow and fragments), an out-of-memory names the category that asked, and the
+ * plan's prediction is these sizes exactly. */
+#define ZT_ARENA_ALIGN 256
+
+static size_t arena_piece(size_t bytes)
+{
+    return round_up(bytes ? bytes : 1, ZT_ARENA_ALIGN);
+}
+
+/* sizes[cat][host] of the arenas holding the buffers in sp */
+static void arena_sizes(const buf_spec *sp, int n, size_t sizes[ZT_MEM_CATEGORY_COUNT][2])
+{
+    memset(sizes, 0, sizeof(size_t) * ZT_MEM_CATEGORY_COUNT * 2);
+    for (int i = 0; i < n; i++)
+        sizes[sp[i].cat][sp[i].host] += arena_piece(sp[i].bytes);
+}
+
+/* What to change when category cat does not fit. */
+static const char *oom_advice(zt_mem_category cat)
+{
+    switch (cat) {
+    case ZT_MEM_ACTIVATIONS:
+    case ZT_MEM_BUFFERS:
+        return "lower train_micro_batch_size_per_gpu (raising gradient_accumulation_steps keeps the batch) or turn on activation_checkpointing";
+    case ZT_MEM_HOST_OPTIM:
+        return "lower zero_optimization.offload_optimizer.ratio (less on the host) or give the node more memory";
+    case ZT_MEM_COMM:
+        return "these buffers follow the largest block and the rank count: use more ranks or a lower zero_optimization.stage";
+    default:
+        return "use a higher zero_optimization.stage, more ranks, or zero_optimization.offload_optimizer";
+    }
+}
+
+/* The error for an arena that could not be allocated: the category, its size, what the
+ * backend still has, what is already held, and what `zctl plan` predicts for the job. */
+static zt_status oom_error(zt_engine *e, zt_mem_category cat, bool host, size_t bytes,
+                           zt_err *err)
+{
+    bool dev = !host && strcmp(e->ops->name, "cpu") != 0;
+    const zt_ops *mops = host ? zt_ops_cpu() : e->ops;
+    size_t avail = 0, total = 0;
+    char have[128] = "", a[32], t[32], need[32], held[32], pc[32], pt[32];
+    if (mops->mem_info(host ? NULL : e->k, &avail, &total))
+        snprintf(have, sizeof(have), " (%s of %s free)", zt_fmt_bytes((int64_t)avail, a, sizeof(a)),
+                 zt_fmt_bytes((int64_t)total, t, sizeof(t)));
+    char planned[256] = "";
+    zt_mem_plan plan;
+    zt_err perr;
+    if (zt_engine_plan(&e->job, e->world, &plan, &perr) == ZT_OK) {
+        int64_t side = dev ? plan.device_total : plan.device_total + plan.host_total;
+        int64_t cb = dev ? plan.bytes[cat] - plan.host_bytes[cat] : plan.bytes[cat];
+        snprintf(planned, sizeof(planned),
+                 "; 'zctl plan' predicts %s of %s and %s of %s memory in all for this job at %d rank%s",
+                 zt_fmt_bytes(cb, pc, sizeof(pc)), zt_mem_category_name(cat),
+                 zt_fmt_bytes(side, pt, sizeof(pt)), dev ? "GPU" : "host", e->world,
+                 e->world == 1 ? "" : "s");
+    }
+    return zt_err_set(err, ZT_ERR_NOMEM,
+                      "rank %d is out of %s memory: its %s need %s more%s, %s already held%s; %s",
+                      e->rank, dev ? "GPU" : "host", zt_mem_category_name(cat),
+                      zt_fmt_bytes((int64_t)bytes, need, sizeof(need)), have,
+                      zt_fmt_bytes(e->mem.total_cur, held, sizeof(held)), planned,
+                      oom_advice(cat));
+}
+
 static zt_status setup_buffers(zt_engine *e, zt_err *err)
 {
     const zt_gpt2_dims *d = &e->lay.d;
     buf_spec sp[ZT_MAX_BUF_SPECS];
     int n = buffer_specs(e, sp);
+    size_t sizes[ZT_MEM_CATEGORY_COUNT][2], used[ZT_MEM_CATEGORY_COUNT][2] = {{0}};
+    arena_sizes(sp, n, sizes);
+    /* the largest first, so the likeliest failure comes before anything else is held */
+    for (;;) {
+        int bc = -1, bh = 0;
+        for (int c = 0; c < ZT_MEM_CATEGORY_COUNT; c++)
+            for (int h = 0; h < 2; h++)
+                if (sizes[c][h] && !e->arena[c][h] &&
+                    (bc < 0 || sizes[c][h] > sizes[bc][bh])) {
+                    bc = c;
+                    bh = h;
+                }
+        if (bc < 0)
+            break;
+        size_t b = sizes[bc][bh];
+        e->arena[bc][bh] = bh ? halloc(e, (zt_mem_category)bc, b) : balloc(e, (zt_mem_category)bc, b);
+        if (!e->arena[bc][bh])
+            return oom_error(e, (zt_mem_category)bc, bh, b, err);
+        e->arena_bytes[bc][bh] = b;
+    }
     for (int i = 0; i < n; i++) {
-        *sp[i].slot = sp[i].host ? halloc(e, sp[i].cat, sp[i].bytes) : balloc(e, sp[i].cat, sp[i].bytes);
-        if (!*sp[i].slot)
-            return zt_err_set(err, ZT_ERR_NOMEM,
-                              "out of memory allocating %zu bytes of %s on rank %d (%.1f MiB already in use); run 'zctl plan' on the job to see what each ZeRO stage and offload choice needs",
-                              sp[i].bytes, zt_mem_category_name(sp[i].cat), e->rank,
-                              (double)e->mem.total_cur / 1048576.0);
+        size_t *u = &used[sp[i].cat][sp[i].host];
+        *sp[i].slot = (char *)e->arena[sp[i].cat][sp[i].host] + *u;
+        *u += arena_piece(sp[i].bytes);
     }
     for (int i = 0; i < e->npslots; i++) {
         e->pslots[i].unit = -1;
@@ -771,17 +855,18 @@ static zt_status setup_buffers(zt_engine *e, zt_err *err)
 static void free_buffers(zt_engine *e)
 {
     buf_spec sp[ZT_MAX_BUF_SPECS];
-    for (int i = 0; i < e->npslots; i++)
-        if (e->pslots[i].gbuf == e->pslots[i].cbuf)
-            e->pslots[i].gbuf = NULL;
     int n = buffer_specs(e, sp);
-    for (int i = n - 1; i >= 0; i--) {
-        if (sp[i].host)
-            hfree(e, sp[i].cat, *sp[i].slot, sp[i].bytes);
-        else
-            bfree(e, sp[i].cat, *sp[i].slot, sp[i].bytes);
+    for (int i = 0; i < n; i++)
         *sp[i].slot = NULL;
-    }
+    for (int c = ZT_MEM_CATEGORY_COUNT - 1; c >= 0; c--)
+        for (int h = 1; h >= 0; h--) {
+            if (h)
+                hfree(e, (zt_mem_category)c, e->arena[c][h], e->arena_bytes[c][h]);
+            else
+                bfree(e, (zt_mem_category)c, e->arena[c][h], e->arena_bytes[c][h]);
+            e->arena[c][h] = NULL;
+            e->arena_bytes[c][h] = 0;
+        }
     zt_free(e->acts);
     zt_free(e->h_inp);
     zt_free(e->h_tgt);
@@ -917,14 +1002,13 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
         goto out;
     buf_spec sp[ZT_MAX_BUF_SPECS];
     int n = buffer_specs(e, sp);
-    for (int i = 0; i < n; i++) {
-        out->bytes[sp[i].cat] += (int64_t)sp[i].bytes;
-        if (sp[i].host) {
-            out->host_bytes[sp[i].cat] += (int64_t)sp[i].bytes;
-            out->host_total += (int64_t)sp[i].bytes;
-        }
-        else
-            out->device_total += (int64_t)sp[i].bytes;
+    size_t sizes[ZT_MEM_CATEGORY_COUNT][2];
+    arena_sizes(sp, n, sizes);
+    for (int c = 0; c < ZT_MEM_CATEGORY_COUNT; c++) {
+        out->bytes[c] += (int64_t)(sizes[c][0] + sizes[c][1]);
+        out->host_bytes[c] += (int64_t)sizes[c][1];
+        out->host_total += (int64_t)sizes[c][1];
+        out->device_total += (int64_t)sizes[c][0];
     }
     bool cuda = job->resources.device == ZT_DEVICE_CUDA;
     /* the communicator's own buffers: its largest reduce-scatter is one unit's gradient

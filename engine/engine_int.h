@@ -87,6 +87,10 @@ struct zt_engine {
     zt_optseg *segs;
     int nsegs;
 
+    /* one allocation per category and side (backend 0, host 1); the buffers are carved from them */
+    void *arena[ZT_MEM_CATEGORY_COUNT][2];
+    size_t arena_bytes[ZT_MEM_CATEGORY_COUNT][2];
+
     /* working buffers */
     zt_pslot pslots[4]; /* [0] for unit 0, [1..3] for the rest */
     int npslots;

@@ -18,6 +18,7 @@
 #ifndef ZT_KERNELS_OPS_H
 #define ZT_KERNELS_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +63,9 @@ typedef struct zt_ops {
     void *(*stream)(zt_kctx *ctx);
     /* Waits for everything queued on the context; reports an asynchronous failure. */
     zt_status (*sync)(zt_kctx *ctx, zt_err *err);
+    /* Memory the backend could still hand out and all it has, in bytes (cudaMemGetInfo on cuda;
+     * MemAvailable and MemTotal on cpu); false where it cannot tell. For error messages. */
+    bool (*mem_info)(zt_kctx *ctx, size_t *avail, size_t *total);
 
     /* ---- GPT-2 forward/backward ---- */
     /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +145,28 @@ static zt_status cpu_sync(zt_kctx *ctx, zt_err *err)
     return ZT_OK;
 }
 
+/* MemAvailable and MemTotal of /proc/meminfo: what the kernel could give without swapping. */
+static bool cpu_mem_info(zt_kctx *ctx, size_t *avail, size_t *total)
+{
+    (void)ctx;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return false;
+    char line[256];
+    unsigned long long kb;
+    int found = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            *avail = (size_t)kb * 1024;
+            found |= 1;
+        } else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
+            *total = (size_t)kb * 1024;
+            found |= 2;
+        }
+    }
+    fclose(f);
+    return found == 3;
+}
+
 static const zt_ops cpu_ops = {
     .name = "cpu",
     .ctx_create = cpu_ctx_create,
@@ -158,6 +181,7 @@ static const zt_ops cpu_ops = {
     .copy_d2d = cpu_copy,
     .stream = cpu_stream,
     .sync = cpu_sync,
+    .mem_info = cpu_mem_info,
     .encoder_forward = zt_cpu_encoder_forward,
     .encoder_backward = zt_cpu_encoder_backward,
     .layernorm_forward = zt_cpu_layernorm_forward,

@@ -427,6 +427,16 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *att, int B, int T, int C, int NH);
 
+static bool cuda_mem_info(zt_kctx *ctx, size_t *avail, size_t *total)
+{
+    (void)ctx;
+    if (cudaMemGetInfo(avail, total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
 static const zt_ops cuda_ops = {
     .name = "cuda",
     .ctx_create = cuda_ctx_create,
@@ -441,6 +451,7 @@ static const zt_ops cuda_ops = {
     .copy_d2d = cuda_copy_d2d,
     .stream = cuda_stream,
     .sync = cuda_sync,
+    .mem_info = cuda_mem_info,
     .encoder_forward = zt_cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = zt_cuda_layernorm_forward,

@@ -8,7 +8,8 @@ descendants of a fresh python process that ran only that case's `zctl plan` and 
 also checked against what those modules really allocated, as the step line reports it: the
 checkpoint snapshot (ckpt.c) and the communicator's own buffers (comm_tcp.c). Ranks above 0,
 which print no step line under `zctl run`, log their memory. The plan flags a configuration
-that does not fit --device-memory and exits non-zero; bad sizes are refused. Under a sanitizer
+that does not fit --device-memory and exits non-zero; bad sizes are refused. A job that cannot
+be allocated fails with the category, its planned size and what to change. Under a sanitizer
 (ZT_TEST_SANITIZED=1) resident memory means nothing and only the plan's own checks run.
 ZT_TEST_QUICK=1 runs three of the cases."""
 import json
@@ -88,6 +89,52 @@ def one_case(tmp, i, c):
                       "rank_log_memory": mem_lines[-1] if mem_lines else None}))
 
 
+def fmt_bytes(b):
+    """common/alloc.c's zt_fmt_bytes"""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    v, i = float(b), 0
+    while abs(v) >= 1024 and i < 4:
+        v, i = v / 1024, i + 1
+    return f"{b} B" if i == 0 else f"{v:.1f} {units[i]}"
+
+
+def check_oom(tmp, sanitized):
+    """A micro batch whose activations (about 2.8 TiB) no machine has: the worker fails before
+    training with an error that names the category, its size as the plan predicts it, and what
+    to change; zctl run exits non-zero. The size is past any RAM (the kernel refuses it under
+    overcommit heuristics) and past ASan's largest allocation; outside a sanitizer an address
+    space limit makes the refusal certain whatever the machine's overcommit setting."""
+    job = {"name": "oom",
+           "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "vocab_size": 256,
+                     "init": "random"},
+           "data": {"train": "data/synth_train_*.bin"},
+           "train": {"steps": 1, "checkpoint_dir": "ckpt/oom"},
+           "resources": {"ranks": 1},
+           "deepspeed": {"train_batch_size": 4000000, "train_micro_batch_size_per_gpu": 4000000}}
+    zu.write_job(f"{tmp}/oom.json", job)
+    p = zu.run_zctl(["plan", f"{tmp}/oom.json", "-o", "json"])
+    row = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]
+    want = fmt_bytes(row["bytes"]["activations"])
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (16 << 30, 16 << 30))
+
+    env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") +
+               ":allocator_may_return_null=1")
+    r = subprocess.run([zu.zt_bin("zctl"), "run", f"{tmp}/oom.json"], cwd=tmp, env=env,
+                       capture_output=True, text=True, timeout=300,
+                       preexec_fn=None if sanitized else limit)
+    text = r.stdout + r.stderr
+    print(f"out of memory: rc {r.returncode}: {text.strip().splitlines()[0] if text.strip() else ''}")
+    need = [f"rank 0 is out of host memory: its activations need {want} more",
+            f"'zctl plan' predicts {want} of activations", "train_micro_batch_size_per_gpu",
+            "activation_checkpointing"]
+    missing = [n for n in need if n not in text]
+    if r.returncode == 0 or missing:
+        return [f"out-of-memory job: rc {r.returncode}, missing {missing} in:\n{text}"]
+    return []
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--case":
         one_case(sys.argv[2], int(sys.argv[3]), CASES[int(sys.argv[3])])
@@ -141,6 +188,8 @@ def main():
         small = zu.run_zctl(["plan", f"{tmp}/plan0.json", "--device-memory", "1MiB"])
         if small.returncode != 1 or "DOES NOT FIT" not in small.stdout:
             failures.append(f"plan with 1MiB: rc {small.returncode}\n{small.stdout}")
+        # a job that cannot be allocated: the worker names the category and the plan's figures
+        failures += check_oom(tmp, sanitized)
         bad = zu.run_zctl(["plan", f"{tmp}/plan0.json", "--device-memory", "eighty"])
         if bad.returncode != 2 or "--device-memory" not in bad.stderr:
             failures.append(f"plan with a bad size: rc {bad.returncode} {bad.stderr}")
