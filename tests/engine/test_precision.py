@@ -11,7 +11,8 @@ ranks:
 - an injected non-finite gradient on one of four ranks skips the step on every rank, is counted
   (skipped=1) and reported, in fp16 (the loss scale halves), fp32 and bf16 (the parameters
   after the skipped step are bitwise those of a run that stopped before it);
-- offload_optimizer ratio 0, 0.5 and 1 give bitwise the same model as no offload: fp32 at
+- offload_optimizer ratio 0, 0.5 and 1 (and 0.5 with the host pipeline cut into small pieces)
+  give bitwise the same model as no offload: fp32 at
   stage 1, bf16 at stages 2 and 3 (the host and device sides run the same CPU AdamW here);
 - activation checkpointing gives bitwise the same losses and parameters as keeping every
   block's activations (fp32 stage 3, bf16 stage 1) while reporting less activation memory.
@@ -189,24 +190,26 @@ def main():
             if not same:
                 failures.append(f"{prec}: the skipped step changed the master weights (rel L2 {worst:.2e})")
 
-        # 4. offload ratios: bitwise the same model as no offload
+        # 4. offload ratios: bitwise the same model as no offload; "0.5 piecewise" cuts the
+        # host part's pipeline into 777-element segments (ZT_OFFLOAD_PIECE), inside tensors
         ratios = (0.5,) if QUICK else (0.0, 0.5, 1.0)
+        cases = [(r, r, None) for r in ratios] + [("0.5 piecewise", 0.5, {"ZT_OFFLOAD_PIECE": "777"})]
         for prec, stage, steps in (("fp32", 1, 10), ("bf16", 2, 6), ("bf16", 3, 6)):
             outs = {}
-            for ratio in (None,) + ratios:
-                name = f"offload_{prec}_{stage}_{ratio}"
+            for label, ratio, env in [(None, None, None)] + cases:
+                name = f"offload_{prec}_{stage}_{label}".replace(" ", "_")
                 job = base_job(name, 2, stage, steps, prec=prec)
                 if ratio is not None:
                     job["deepspeed"]["zero_optimization"]["offload_optimizer"] = {"device": "cpu",
                                                                                   "ratio": ratio}
-                run(job)
-                outs[ratio] = export(name)
-            for ratio in ratios:
-                same, worst = same_model(outs[None], outs[ratio])
-                print(f"{prec} stage {stage} offload ratio {ratio}: "
+                run(job, env)
+                outs[label] = export(name)
+            for label, _, _ in cases:
+                same, worst = same_model(outs[None], outs[label])
+                print(f"{prec} stage {stage} offload ratio {label}: "
                       f"{'bitwise equal to' if same else 'DIFFERS from'} no offload")
                 if not same:
-                    failures.append(f"{prec} stage {stage} offload ratio {ratio}: not bitwise "
+                    failures.append(f"{prec} stage {stage} offload ratio {label}: not bitwise "
                                     f"equal (rel L2 {worst:.2e})")
 
         # 5. activation checkpointing: recomputing each block's forward in backward changes
