@@ -9,6 +9,18 @@
 
 #include "../ops.h"
 
+/* A build tuned for the build machine (ZT_NATIVE, -march=native) compiles every loop for it.
+ * A portable build compiles the optimizer's per-chunk loops three times, for x86-64-v4
+ * (AVX-512), x86-64-v3 (AVX2 and FMA) and the baseline, and the loader picks the best the CPU
+ * has (an ifunc): without FMA every fmaf is a library call and the host AdamW of an offloaded
+ * step runs about 20 times slower. Applied to functions called per chunk, not to ones that open
+ * an OpenMP region (the region's body is outlined before cloning and would stay baseline). */
+#if defined(__x86_64__) && !defined(__AVX2__) && !defined(__clang__) && defined(__gnu_linux__)
+#define ZT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ZT_CPU_CLONES
+#endif
+
 /* How attention spreads over threads. */
 typedef enum {
     ZT_CPU_ATTN_OUTER = 0, /* one (b, h) pair per thread, each sgemm single-threaded */

@@ -19,7 +19,7 @@ static size_t nchunks(size_t n)
 }
 
 /* dst[0,n) = src[off, off+n) widened to float. */
-static void load_f32(float *restrict dst, const void *src, zt_dtype t, size_t off, size_t n)
+ZT_CPU_CLONES static void load_f32(float *restrict dst, const void *src, zt_dtype t, size_t off, size_t n)
 {
     if (t == ZT_F32) {
         memcpy(dst, (const float *)src + off, n * sizeof(float));
@@ -37,7 +37,7 @@ static void load_f32(float *restrict dst, const void *src, zt_dtype t, size_t of
 }
 
 /* dst[off, off+n) = src[0,n) rounded to t (nearest even). */
-static void store_f32(void *dst, zt_dtype t, size_t off, const float *restrict src, size_t n)
+ZT_CPU_CLONES static void store_f32(void *dst, zt_dtype t, size_t off, const float *restrict src, size_t n)
 {
     if (t == ZT_F32) {
         memcpy((float *)dst + off, src, n * sizeof(float));
@@ -69,7 +69,7 @@ typedef struct adam_consts {
     float b1, omb1, b2, omb2, eps, wd, gs, step, bc2_sqrt, decay;
 } adam_consts;
 
-static void adamw_chunk(const adam_consts *k, int l2_mode, float *restrict p,
+ZT_CPU_CLONES static void adamw_chunk(const adam_consts *k, int l2_mode, float *restrict p,
                         const float *restrict g, float *restrict m, float *restrict v, size_t n)
 {
     if (l2_mode) {
@@ -160,6 +160,15 @@ void zt_cpu_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, z
     }
 }
 
+/* d[0,len) += scale * s[0,len) */
+ZT_CPU_CLONES static void axpy_chunk(float *restrict d, const float *restrict s, float scale,
+                                     size_t len)
+{
+#pragma omp simd
+    for (size_t i = 0; i < len; i++)
+        d[i] = fmaf(scale, s[i], d[i]);
+}
+
 void zt_cpu_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src, float scale,
                        size_t n)
 {
@@ -169,18 +178,12 @@ void zt_cpu_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float 
     for (size_t c = 0; c < nc; c++) {
         size_t off = c * ZT_CHUNK;
         size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
-        const float *restrict s = src + off;
         if (dst_dtype == ZT_F32) {
-            float *restrict d = (float *)dst + off;
-#pragma omp simd
-            for (size_t i = 0; i < len; i++)
-                d[i] = fmaf(scale, s[i], d[i]);
+            axpy_chunk((float *)dst + off, src + off, scale, len);
         } else {
             float buf[ZT_CHUNK];
             load_f32(buf, dst, dst_dtype, off, len);
-#pragma omp simd
-            for (size_t i = 0; i < len; i++)
-                buf[i] = fmaf(scale, s[i], buf[i]);
+            axpy_chunk(buf, src + off, scale, len);
             store_f32(dst, dst_dtype, off, buf, len);
         }
     }
@@ -196,6 +199,25 @@ void zt_cpu_scale(zt_kctx *ctx, float *x, float s, size_t n)
 
 /* ---------------------------------------------------------------------------------------- */
 /* squared norm and non-finite count */
+
+/* sum of squares of the finite f[0,len) in double; *bad = how many are not finite */
+ZT_CPU_CLONES static double sumsq_chunk(const float *restrict f, size_t len, uint32_t *bad)
+{
+    double s = 0.0;
+    uint32_t b = 0;
+#pragma omp simd reduction(+ : s, b)
+    for (size_t i = 0; i < len; i++) {
+        /* mask the bits rather than select floats: gcc will not if-convert a float->double
+         * conversion of a possible NaN (it may trap) and would keep the loop scalar */
+        uint32_t u = zt_v_bits(f[i]);
+        uint32_t nonfinite = (u & 0x7f800000u) == 0x7f800000u;
+        double d = (double)zt_v_float(u & (nonfinite - 1u));
+        s += d * d;
+        b += nonfinite;
+    }
+    *bad = b;
+    return s;
+}
 
 void zt_cpu_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t n, double out[2])
 {
@@ -215,18 +237,8 @@ void zt_cpu_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t 
             load_f32(buf, x, dtype, off, len); /* widening keeps inf and NaN */
             f = buf;
         }
-        double s = 0.0;
         uint32_t b = 0; /* at most ZT_CHUNK */
-#pragma omp simd reduction(+ : s, b)
-        for (size_t i = 0; i < len; i++) {
-            /* mask the bits rather than select floats: gcc will not if-convert a float->double
-             * conversion of a possible NaN (it may trap) and would keep the loop scalar */
-            uint32_t u = zt_v_bits(f[i]);
-            uint32_t nonfinite = (u & 0x7f800000u) == 0x7f800000u;
-            double d = (double)zt_v_float(u & (nonfinite - 1u));
-            s += d * d;
-            b += nonfinite;
-        }
+        double s = sumsq_chunk(f, len, &b);
         sum += s;
         bad += b;
     }
