@@ -2,10 +2,12 @@
 never a crash: malformed JSON with line and column, unknown keys with the closest key
 suggested, unsupported keys, inconsistent batch sizes naming all three, missing and truncated
 data shards, a shard with a wrong magic, an init file whose shape disagrees with the config,
-a block_size larger than a shard allows, a checkpoint to resume that does not exist."""
+a block_size larger than a shard allows, a checkpoint to resume that does not exist, device
+"cuda" on a machine without a usable GPU (or a build without CUDA)."""
 import json
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -97,6 +99,20 @@ def main():
         j["model"]["block_size"] = 1024
         case("block_size", j, ["t_000.bin", "1024"])
         case("no_ckpt", good_job(), ["nothing-here"], args=["--resume", f"{tmp}/nothing-here"])
+        # device "cuda" where no GPU can be used: the worker says why and what to set
+        probe = os.path.join(os.environ.get("ZT_BUILD_DIR", "build"), "tests", "zt_gpu_probe")
+        if os.path.exists(probe) and subprocess.run([probe], capture_output=True).returncode == 0:
+            print("no_gpu: skipped, this machine has a usable GPU")
+        else:
+            j = good_job()
+            j["resources"]["device"] = "cuda"
+            zu.write_job(f"{tmp}/cuda.json", j)
+            r = zu.run_zctl(["run", f"{tmp}/cuda.json"], cwd=tmp)
+            msg = r.stdout + r.stderr
+            print(f"no_gpu: rc {r.returncode}: {msg.strip().splitlines()[0] if msg.strip() else ''}")
+            if r.returncode in (0, 1) or r.returncode >= 128 or 'resources.device to \"cpu\"' not in msg \
+                    or ("no usable CUDA GPU" not in msg and "built without CUDA" not in msg):
+                failures.append(f"no_gpu: rc {r.returncode}:\n{msg}")
         r = zu.run_zctl(["run", f"{tmp}/does-not-exist.json"])
         print(f"missing job file: rc {r.returncode}: {r.stderr.strip()}")
         if r.returncode != 2 or "does-not-exist.json" not in r.stderr:
