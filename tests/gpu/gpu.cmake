@@ -7,10 +7,8 @@ zt_add_test(NAME test_gpu_fault SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_fault
             LIBS zt_kernels zt_common LABELS gpu TIMEOUT 120)
 
 # exit 0 when a GPU is usable, 77 when not: the scripts below ask it first
-add_executable(zt_gpu_probe ${CMAKE_CURRENT_LIST_DIR}/gpu_probe.c)
-target_include_directories(zt_gpu_probe PRIVATE ${CMAKE_SOURCE_DIR})
-target_link_libraries(zt_gpu_probe PRIVATE zt_kernels zt_common)
-set_target_properties(zt_gpu_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+zt_add_program(NAME zt_gpu_probe SOURCES ${CMAKE_CURRENT_LIST_DIR}/gpu_probe.c
+               LIBS zt_kernels zt_common DIR tests)
 
 zt_add_script_test(NAME gpu_engine COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_gpu_engine.py
                    LABELS gpu TIMEOUT 1800)
