@@ -10,15 +10,17 @@
 #           the C runtime (dpkg -x unpacks them there; nothing is installed)
 # scripts/gpu-run.sh unpacks it on the GPU machine and runs everything. NCCL and cuBLASLt are
 # not carried (about 700 MiB): gpu-run.sh takes them from the PyTorch installed there.
-# Usage: scripts/gpu-pack.sh [BUILD_DIR]     then call the device tool with carry [".gpu"]
+# The build is portable (ZT_NATIVE=OFF: the GPU machine's processor is not this one; the CPU
+# optimizer loops still get AVX2/AVX-512 where present, see kernels/cpu/cpu_int.h).
+# Usage: scripts/gpu-pack.sh [BUILD_DIR, default build-gpu]   then the device tool, carry [".gpu"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${1:-build}
+BUILD=${1:-build-gpu}
 if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
   echo "gpu-pack: no nvcc here: the GPU backend would not be built; run this where the CUDA toolkit is" >&2
   exit 1
 fi
-make build BUILD="$BUILD" >/dev/null
+make build BUILD="$BUILD" CMAKE_FLAGS="-DZT_NATIVE=OFF -DZT_CUDA=ON" >/dev/null
 
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/tests .gpu/lib .gpu/debs

@@ -87,38 +87,44 @@ void zt_cpu_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const float
 /* ---------------------------------------------------------------------------------------- */
 /* LayerNorm */
 
+ZT_CPU_CLONES static void layernorm_forward_row(float *restrict o, float *m_out, float *rs_out,
+                                                const float *restrict x,
+                                                const float *restrict weight,
+                                                const float *restrict bias, size_t Cs)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (size_t c = 0; c < Cs; c++)
+        s += x[c];
+    float m = s / (float)Cs;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (size_t c = 0; c < Cs; c++) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(v / (float)Cs + ZT_LN_EPS);
+#pragma omp simd
+    for (size_t c = 0; c < Cs; c++)
+        o[c] = fmaf((x[c] - m) * rs, weight[c], bias[c]);
+    if (m_out) *m_out = m;
+    if (rs_out) *rs_out = rs;
+}
+
 void zt_cpu_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C)
 {
     size_t Cs = (size_t)C;
     int nt = zt_cpu_threads_for(ctx, (size_t)N * Cs);
 #pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
-    for (int i = 0; i < N; i++) {
-        const float *restrict x = inp + (size_t)i * Cs;
-        float *restrict o = out + (size_t)i * Cs;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (size_t c = 0; c < Cs; c++)
-            s += x[c];
-        float m = s / (float)C;
-        float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (size_t c = 0; c < Cs; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        float rs = 1.0f / sqrtf(v / (float)C + ZT_LN_EPS);
-#pragma omp simd
-        for (size_t c = 0; c < Cs; c++)
-            o[c] = fmaf((x[c] - m) * rs, weight[c], bias[c]);
-        if (mean) mean[i] = m;
-        if (rstd) rstd[i] = rs;
-    }
+    for (int i = 0; i < N; i++)
+        layernorm_forward_row(out + (size_t)i * Cs, mean ? mean + i : NULL, rstd ? rstd + i : NULL,
+                              inp + (size_t)i * Cs, weight, bias, Cs);
 }
 
 /* Rows [r0, r1) of the LayerNorm backward. dinp, dw, db may each be NULL; dw and db are
  * accumulators for this range's parameter gradients. */
-static void layernorm_backward_rows(float *dinp, float *dw, float *db, const float *dout,
+ZT_CPU_CLONES static void layernorm_backward_rows(float *dinp, float *dw, float *db, const float *dout,
                                     const float *inp, const float *weight, const float *mean,
                                     const float *rstd, size_t r0, size_t r1, size_t C)
 {
@@ -222,21 +228,22 @@ static inline float gelu_e(float x)
     return zt_v_expf(arg);
 }
 
-void zt_cpu_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
+/* Elements of one GELU work item (a clone call, see cpu_int.h). */
+#define ZT_GELU_CHUNK 4096
+
+ZT_CPU_CLONES static void gelu_forward_chunk(float *out, const float *inp, size_t n)
 {
-    int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = x / (1.0f + gelu_e(x));
     }
 }
 
-void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+ZT_CPU_CLONES static void gelu_backward_chunk(float *dinp, const float *inp, const float *dout,
+                                              size_t n)
 {
-    if (!dinp) return;
-    int nt = zt_cpu_threads_for(ctx, n);
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (parallel : nt > 1)
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float e = gelu_e(x);
@@ -244,6 +251,30 @@ void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const flo
         float du = ZT_GELU_K * (1.0f + 3.0f * ZT_GELU_C * x * x);
         float g = s + 2.0f * x * du * ((s * e) * s);
         dinp[i] = fmaf(g, dout[i], dinp[i]);
+    }
+}
+
+void zt_cpu_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
+{
+    int nt = zt_cpu_threads_for(ctx, n);
+    size_t nc = (n + ZT_GELU_CHUNK - 1) / ZT_GELU_CHUNK;
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t off = c * ZT_GELU_CHUNK;
+        gelu_forward_chunk(out + off, inp + off, n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK);
+    }
+}
+
+void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    if (!dinp) return;
+    int nt = zt_cpu_threads_for(ctx, n);
+    size_t nc = (n + ZT_GELU_CHUNK - 1) / ZT_GELU_CHUNK;
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t off = c * ZT_GELU_CHUNK;
+        gelu_backward_chunk(dinp + off, inp + off, dout + off,
+                            n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK);
     }
 }
 
@@ -278,6 +309,41 @@ void zt_cpu_residual_backward(zt_kctx *ctx, float *da, float *db, const float *d
 /* ---------------------------------------------------------------------------------------- */
 /* softmax + cross-entropy */
 
+/* One row; no restrict: dlogits may alias logits (every loop reads index j before writing it) */
+ZT_CPU_CLONES static void crossentropy_row(float *loss, float *d, const float *l, int32_t t,
+                                           size_t Vs, size_t Vps, float dloss)
+{
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (size_t j = 0; j < Vs; j++)
+        mx = l[j] > mx ? l[j] : mx;
+    int valid = t >= 0 && (size_t)t < Vs;
+    float lt = valid ? l[t] : NAN; /* a bad target gives a NaN loss, not a crash */
+    float sum = 0.0f;
+    if (d) {
+#pragma omp simd reduction(+ : sum)
+        for (size_t j = 0; j < Vs; j++) {
+            float e = zt_v_expf(l[j] - mx);
+            d[j] = e;
+            sum += e;
+        }
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (size_t j = 0; j < Vs; j++)
+            sum += zt_v_expf(l[j] - mx);
+    }
+    *loss = logf(sum) - (lt - mx);
+    if (d) {
+        float k = dloss / sum;
+#pragma omp simd
+        for (size_t j = 0; j < Vs; j++)
+            d[j] *= k;
+        if (valid) d[t] -= dloss;
+        for (size_t j = Vs; j < Vps; j++)
+            d[j] = 0.0f;
+    }
+}
+
 void zt_cpu_crossentropy_forward_backward(zt_kctx *ctx, float *losses, float *dlogits,
                                           const float *logits, const int32_t *targets, int N, int V,
                                           int Vp, float dloss)
@@ -285,39 +351,7 @@ void zt_cpu_crossentropy_forward_backward(zt_kctx *ctx, float *losses, float *dl
     size_t Vs = (size_t)V, Vps = (size_t)Vp;
     int nt = zt_cpu_threads_for(ctx, (size_t)N * Vs);
 #pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
-    for (int i = 0; i < N; i++) {
-        /* no restrict: dlogits may alias logits; every loop reads index j before writing it */
-        const float *l = logits + (size_t)i * Vps;
-        float *d = dlogits ? dlogits + (size_t)i * Vps : NULL;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (size_t j = 0; j < Vs; j++)
-            mx = l[j] > mx ? l[j] : mx;
-        int32_t t = targets[i];
-        int valid = t >= 0 && t < V;
-        float lt = valid ? l[t] : NAN; /* a bad target gives a NaN loss, not a crash */
-        float sum = 0.0f;
-        if (d) {
-#pragma omp simd reduction(+ : sum)
-            for (size_t j = 0; j < Vs; j++) {
-                float e = zt_v_expf(l[j] - mx);
-                d[j] = e;
-                sum += e;
-            }
-        } else {
-#pragma omp simd reduction(+ : sum)
-            for (size_t j = 0; j < Vs; j++)
-                sum += zt_v_expf(l[j] - mx);
-        }
-        losses[i] = logf(sum) - (lt - mx);
-        if (d) {
-            float k = dloss / sum;
-#pragma omp simd
-            for (size_t j = 0; j < Vs; j++)
-                d[j] *= k;
-            if (valid) d[t] -= dloss;
-            for (size_t j = Vs; j < Vps; j++)
-                d[j] = 0.0f;
-        }
-    }
+    for (int i = 0; i < N; i++)
+        crossentropy_row(losses + i, dlogits ? dlogits + (size_t)i * Vps : NULL,
+                         logits + (size_t)i * Vps, targets[i], Vs, Vps, dloss);
 }

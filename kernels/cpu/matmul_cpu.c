@@ -66,7 +66,7 @@ void zt_cpu_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const flo
 #define ZT_COLSUM_COLS 256
 #define ZT_COLSUM_ROWS 64
 
-static void colsum_block(float *dbias, const float *dout, size_t N, size_t OC, size_t c0, size_t c1)
+ZT_CPU_CLONES static void colsum_block(float *dbias, const float *dout, size_t N, size_t OC, size_t c0, size_t c1)
 {
     float acc[ZT_COLSUM_COLS], blk[ZT_COLSUM_COLS];
     for (size_t cb = c0; cb < c1; cb += ZT_COLSUM_COLS) {
@@ -129,7 +129,7 @@ typedef struct attn_shape {
 } attn_shape;
 
 /* Causal softmax of row i of S in place over j <= i; zeros for j > i up to T. */
-static void causal_softmax_row(float *restrict s, size_t i, size_t T)
+ZT_CPU_CLONES static void causal_softmax_row(float *restrict s, size_t i, size_t T)
 {
     size_t n = i + 1;
     float mx = -INFINITY;
@@ -188,7 +188,7 @@ void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *att, const float 
         attn_forward_pair(&sh, out, att, qkv, p / sh.NH, p % sh.NH);
 }
 
-static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *scratch, const float *dout,
+ZT_CPU_CLONES static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att, size_t b, size_t h)
 {
     size_t T = sh->T, C = sh->C, C3 = sh->C3, hs = sh->hs;

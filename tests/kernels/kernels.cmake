@@ -18,7 +18,7 @@ zt_add_test(NAME test_kernels_cpu_adamw_torch
             LIBS zt_kernels zt_common LABELS unit TIMEOUT 120)
 
 # The CPU kernels as a portable build compiles them (-march=x86-64: no AVX, no FMA, the
-# optimizer loops dispatched at load time to their AVX-512 / AVX2 clones, see cpu_int.h),
+# element-wise loops dispatched at load time to their AVX-512 / AVX2 clones, see cpu_int.h),
 # checked by the same tests, so that a build for other machines is tested too.
 if(ZT_NATIVE AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   file(GLOB ZT_KERNELS_CPU_PORTABLE_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cpu/*.c)
@@ -27,7 +27,7 @@ if(ZT_NATIVE AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_include_directories(zt_kernels_portable PUBLIC ${CMAKE_SOURCE_DIR} ${DNNL_INCLUDE_DIR})
   target_link_libraries(zt_kernels_portable PUBLIC zt_common ${DNNL_LIBRARY} OpenMP::OpenMP_C m)
   target_compile_options(zt_kernels_portable PRIVATE -march=x86-64 -mtune=generic)
-  foreach(t test_kernels_cpu_optim test_kernels_cpu_adamw_torch)
+  foreach(t test_kernels_cpu_gpt2 test_kernels_cpu_optim test_kernels_cpu_adamw_torch)
     zt_add_test(NAME ${t}_portable SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
                 LIBS zt_kernels_portable zt_common LABELS unit TIMEOUT 300)
   endforeach()
