@@ -1169,6 +1169,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
         e->ops = zt_ops_cpu();
     }
     CHECK(e->ops->ctx_create(&e->k, opts->local_rank, err), fail);
+    e->ops->set_matmul_dtype(e->k, e->pdt);
 
     if (zt_gpt2_layout_init(&e->lay, &e->dims) != ZT_OK) {
         st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");

@@ -13,7 +13,9 @@
  *  - Ops run asynchronously on the context's stream (cuda) or synchronously (cpu); call sync
  *    before reading results on the host. copy_d2h is complete when it returns; the source of
  *    a copy_h2d from host memory must stay unchanged until the next sync.
- *  - ZT_CUDA_TF32=1 lets the CUDA matmuls use TF32 tensor cores (off by default: exact fp32).
+ *  - CUDA matmuls run in exact fp32 for fp32 jobs and on TF32 tensor cores (10-bit mantissa,
+ *    fp32 accumulate) for bf16/fp16 jobs, whose parameters already carry 8 or 11 bits
+ *    (set_matmul_dtype); ZT_CUDA_TF32=1 or 0 forces one or the other.
  *  - Ops are thread-safe across distinct contexts, not within one. */
 #ifndef ZT_KERNELS_OPS_H
 #define ZT_KERNELS_OPS_H
@@ -63,6 +65,10 @@ typedef struct zt_ops {
     void *(*stream)(zt_kctx *ctx);
     /* Waits for everything queued on the context; reports an asynchronous failure. */
     zt_status (*sync)(zt_kctx *ctx, zt_err *err);
+    /* The precision of the job's compute parameters (ZT_F32, ZT_BF16, ZT_F16): the matmuls may
+     * round their inputs to a format at least as precise (TF32 on cuda for bf16/fp16); the cpu
+     * backend always multiplies in fp32. */
+    void (*set_matmul_dtype)(zt_kctx *ctx, zt_dtype dtype);
     /* Memory the backend could still hand out and all it has, in bytes (cudaMemGetInfo on cuda;
      * MemAvailable and MemTotal on cpu); false where it cannot tell. For error messages. */
     bool (*mem_info)(zt_kctx *ctx, size_t *avail, size_t *total);

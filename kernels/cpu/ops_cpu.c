@@ -145,6 +145,11 @@ static zt_status cpu_sync(zt_kctx *ctx, zt_err *err)
     return ZT_OK;
 }
 
+static void cpu_set_matmul_dtype(zt_kctx *ctx, zt_dtype dtype)
+{
+    (void)ctx, (void)dtype; /* oneDNN sgemm: fp32 whatever the parameters' storage */
+}
+
 /* MemAvailable and MemTotal of /proc/meminfo: what the kernel could give without swapping. */
 static bool cpu_mem_info(zt_kctx *ctx, size_t *avail, size_t *total)
 {
@@ -181,6 +186,7 @@ static const zt_ops cpu_ops = {
     .copy_d2d = cpu_copy,
     .stream = cpu_stream,
     .sync = cpu_sync,
+    .set_matmul_dtype = cpu_set_matmul_dtype,
     .mem_info = cpu_mem_info,
     .encoder_forward = zt_cpu_encoder_forward,
     .encoder_backward = zt_cpu_encoder_backward,

@@ -1,7 +1,8 @@
 /* zerotrain: the CUDA ops built on cuBLASLt: the linear layer (bias fused as an epilogue) and
  * causal self-attention, whose Q K^T, P V and gradients are strided-batched GEMMs over the
  * heads of one sequence on views of the (B, T, 3C) qkv tensor. fp32 in, fp32 accumulate
- * (CUBLAS_COMPUTE_32F), TF32 only when ZT_CUDA_TF32=1. Algorithm choices are cached per shape. */
+ * (CUBLAS_COMPUTE_32F), TF32 for bf16/fp16 jobs or ZT_CUDA_TF32=1 (set_matmul_dtype). Algorithm
+ * choices are cached per shape. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>

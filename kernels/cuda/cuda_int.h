@@ -68,7 +68,8 @@ struct zt_kctx {
     cudaStream_t stream; /* non-blocking; every op runs here */
     cublasLtHandle_t lt;
     void *lt_ws; /* ZT_CUDA_LT_WORKSPACE bytes */
-    int tf32;    /* ZT_CUDA_TF32=1: matmuls in TF32 (fp32 in, fp32 accumulate) */
+    int tf32;    /* matmuls in TF32 (fp32 in, fp32 accumulate): set_matmul_dtype, ZT_CUDA_TF32 */
+    int tf32_env; /* ZT_CUDA_TF32: -1 unset, 0 exact fp32, 1 TF32 */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 

@@ -90,14 +90,16 @@ void zt_cuda_flush(zt_kctx *ctx)
 
 static void cuda_ctx_destroy(zt_kctx *ctx);
 
-/* ZT_CUDA_TF32: unset, "" or "0" off; "1" on; anything else warns and stays off. */
+/* ZT_CUDA_TF32: unset or "" -1 (the job's precision decides, see set_matmul_dtype), "0" exact
+ * fp32, "1" TF32; anything else warns and counts as unset. */
 static int tf32_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_TF32");
-    if (!s || !*s || strcmp(s, "0") == 0) return 0;
+    if (!s || !*s) return -1;
+    if (strcmp(s, "0") == 0) return 0;
     if (strcmp(s, "1") == 0) return 1;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_TF32=%s: expected 0 or 1; matmuls stay in exact fp32", s);
-    return 0;
+    ZT_WARN("kernels", "ignoring ZT_CUDA_TF32=%s: expected 0 or 1; the job's precision decides", s);
+    return -1;
 }
 
 static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
@@ -125,7 +127,8 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
             "cannot allocate the CUDA kernel context: out of host memory; free memory and retry");
     }
     ctx->device = device;
-    ctx->tf32 = tf32_from_env();
+    ctx->tf32_env = tf32_from_env();
+    ctx->tf32 = ctx->tf32_env == 1;
     zt_status st = ZT_OK;
     const char *what = NULL;
     cublasStatus_t bs;
@@ -186,7 +189,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
             device, prop.name, prop.major, prop.minor, cudaGetErrorString(ce));
         goto fail;
     }
-    if (ctx->tf32) ZT_INFO("kernels", "GPU %d: matmuls use TF32 (ZT_CUDA_TF32=1)", device);
+    if (ctx->tf32) ZT_INFO("kernels", "GPU %d: matmuls in TF32 (ZT_CUDA_TF32=1)", device);
     *out = ctx;
     return ZT_OK;
 
@@ -427,6 +430,16 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *att, int B, int T, int C, int NH);
 
+static void cuda_set_matmul_dtype(zt_kctx *ctx, zt_dtype dtype)
+{
+    int tf32 = ctx->tf32_env >= 0 ? ctx->tf32_env : dtype != ZT_F32;
+    if (tf32 != ctx->tf32)
+        ZT_INFO("kernels", "GPU %d: matmuls in %s (%s parameters%s)", ctx->device,
+                tf32 ? "TF32" : "exact fp32", zt_dtype_name(dtype),
+                ctx->tf32_env >= 0 ? ", ZT_CUDA_TF32 set" : "");
+    ctx->tf32 = tf32;
+}
+
 static bool cuda_mem_info(zt_kctx *ctx, size_t *avail, size_t *total)
 {
     (void)ctx;
@@ -451,6 +464,7 @@ static const zt_ops cuda_ops = {
     .copy_d2d = cuda_copy_d2d,
     .stream = cuda_stream,
     .sync = cuda_sync,
+    .set_matmul_dtype = cuda_set_matmul_dtype,
     .mem_info = cuda_mem_info,
     .encoder_forward = zt_cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,

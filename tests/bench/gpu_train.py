@@ -6,8 +6,10 @@ after --warmup and prints tokens/s, achieved TFLOP/s ((6N + 6LCT) x tokens/s, ll
 MFU against the peak of the precision that ran and against the dense bf16 peak (989 TFLOP/s on
 H100 SXM/H200; fp32/tf32/bf16 peaks are looked up from the device name), the framework's peak
 memory and the device's peak (nvidia-smi, polled).
-  zerotrain: fp32 (ZT_CUDA_TF32=0, exact fp32 cuBLASLt) and tf32 (ZT_CUDA_TF32=1); fp32
-             activations as kernels/ops.h defines them.
+  zerotrain: fp32 (ZT_CUDA_TF32=0, exact fp32 cuBLASLt), tf32 (ZT_CUDA_TF32=1) and bf16 (the
+             job's bf16 section: bf16 parameters and gradients, fp32 master weights, TF32
+             matmuls as set_matmul_dtype picks for bf16); fp32 activations as kernels/ops.h
+             defines them. The bf16 rows of both are the issue's comparison.
   PyTorch:   fp32, tf32 and bf16 autocast, torch.compile, fused AdamW, scaled-dot-product
              attention (flash/memory-efficient kernels); the model follows tests/torch_gpt2.py.
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
@@ -16,7 +18,7 @@ Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTo
 Python whose torch has CUDA (--torch-python, $ZT_TORCH_PYTHON, else python3 on PATH, else
 /usr/bin/python3); without one the PyTorch rows are skipped with a warning.
 Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--skip-torch]
-                    [--skip-twinflow] [--zt-precisions fp32,tf32] [--torch-modes fp32,tf32,bf16]"""
+                    [--skip-twinflow] [--zt-precisions fp32,tf32,bf16] [--torch-modes fp32,tf32,bf16]"""
 import argparse
 import json
 import os
@@ -272,9 +274,9 @@ def main():
     ap.add_argument("--batches", default="64,48,32,24,16,12,8,4,2,1")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-twinflow", action="store_true")
-    ap.add_argument("--zt-precisions", default="fp32,tf32")
+    ap.add_argument("--zt-precisions", default="fp32,tf32,bf16")
     ap.add_argument("--torch-modes", default="fp32,tf32,bf16")
-    ap.add_argument("--twinflow-precision", default="tf32")
+    ap.add_argument("--twinflow-precision", default="bf16")
     ap.add_argument("--torch-python")
     ap.add_argument("--torch-worker", action="store_true")
     ap.add_argument("--mode")
@@ -296,7 +298,7 @@ def main():
         rng = np.random.default_rng(1)
         zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, V, 4_000_000))
 
-        def zt_job(jname, B, stage=0, offload=None):
+        def zt_job(jname, B, prec, stage=0, offload=None):
             zo = {"stage": stage}
             if offload is not None:
                 zo["offload_optimizer"] = {"device": "cpu", "pin_memory": True, "ratio": offload}
@@ -309,12 +311,14 @@ def main():
                     "deepspeed": {"train_batch_size": B, "train_micro_batch_size_per_gpu": B,
                                   "optimizer": {"type": "AdamW",
                                                 "params": {"lr": 3e-4, "weight_decay": 0.1}},
-                                  "zero_optimization": zo}}
+                                  "zero_optimization": zo,
+                                  **({"bf16": {"enabled": True}} if prec == "bf16" else {})}}
 
         def zt_run(jname, job, prec):
             zu.write_job(f"{tmp}/{jname}.json", job)
-            env = {"ZT_CUDA_TF32": "1" if prec == "tf32" else "0",
-                   "ZT_PEAK_TFLOPS": str(peak_of[prec])}
+            env = {"ZT_PEAK_TFLOPS": str(peak_of[prec])}
+            if prec != "bf16":  # bf16 jobs: the engine's own choice (TF32 matmuls)
+                env["ZT_CUDA_TF32"] = "1" if prec == "tf32" else "0"
             with GpuMemPoller() as mem:
                 r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
             steps = zu.parse_step_lines(r.stdout)
@@ -327,7 +331,7 @@ def main():
 
         def largest(prec):
             for B in [int(b) for b in args.batches.split(",")]:
-                res, err = zt_run(f"zt_{prec}_b{B}", zt_job(f"zt_{prec}_b{B}", B), prec)
+                res, err = zt_run(f"zt_{prec}_b{B}", zt_job(f"zt_{prec}_b{B}", B, prec), prec)
                 if res:
                     res["batch"] = B
                     res["tok_s"] = B * T / res["step_s"]
@@ -363,7 +367,7 @@ def main():
             B = zt_best[tp]["batch"]
             for ratio in (None, 1.0, 0.75, 0.5, 0.25):
                 jname = f"twin_{'none' if ratio is None else ratio}"
-                res, err = zt_run(jname, zt_job(jname, B, stage=2, offload=ratio), tp)
+                res, err = zt_run(jname, zt_job(jname, B, tp, stage=2, offload=ratio), tp)
                 if res is None:
                     print(f"  Twin-Flow ratio {ratio}: failed: {err.strip()[-400:]}")
                 twin.append((ratio, res))

@@ -321,6 +321,56 @@ static void test_tf32(void)
     zt_free(x), zt_free(w), zt_free(out), zt_free(got), zt_free(want);
 }
 
+/* The job's precision picks the matmul mode (set_matmul_dtype): bf16 parameters give TF32,
+ * fp32 exact fp32, and ZT_CUDA_TF32=0 keeps exact fp32 whatever the parameters. Returns the
+ * largest error relative to the rms of the result of one forward in context c. */
+static double matmul_err(zt_kctx *c, int N, int C, int OC, const float *d_x, const float *d_w,
+                         float *d_o, const double *want, float *got)
+{
+    zt_err err;
+    GPU->matmul_forward(c, d_o, d_x, d_w, NULL, N, C, OC);
+    GPU->copy_d2h(c, got, d_o, (size_t)N * OC * 4);
+    ASSERT_OK(GPU->sync(c, &err));
+    double maxrel = 0.0, rms = kc_rms_d(want, (size_t)N * OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        maxrel = fmax(maxrel, fabs(got[i] - want[i]) / rms);
+    return maxrel;
+}
+
+static void test_matmul_dtype(void)
+{
+    int N = 256, C = 1024, OC = 256;
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NO = (size_t)N * OC;
+    float *x = kc_frandn(NC, 1.0), *w = kc_frandn(OCC, 1.0);
+    float *out = kc_falloc(NO), *got = kc_falloc(NO);
+    CPU->matmul_forward(CC, out, x, w, NULL, N, C, OC);
+    double *want = kc_widen(out, NO);
+    for (int forced = 0; forced < 2; forced++) {
+        if (forced) setenv("ZT_CUDA_TF32", "0", 1);
+        zt_kctx *c = NULL;
+        zt_err err;
+        zt_status st = GPU->ctx_create(&c, 0, &err);
+        unsetenv("ZT_CUDA_TF32");
+        if (st != ZT_OK) ZT_FAIL("ctx_create: %s", zt_err_msg(&err));
+        float *d_x = GPU->alloc(c, NC * 4), *d_w = GPU->alloc(c, OCC * 4), *d_o = GPU->alloc(c, NO * 4);
+        ASSERT_TRUE(d_x && d_w && d_o);
+        GPU->copy_h2d(c, d_x, x, NC * 4);
+        GPU->copy_h2d(c, d_w, w, OCC * 4);
+        GPU->set_matmul_dtype(c, ZT_BF16);
+        double e16 = matmul_err(c, N, C, OC, d_x, d_w, d_o, want, got);
+        GPU->set_matmul_dtype(c, ZT_F32);
+        double e32 = matmul_err(c, N, C, OC, d_x, d_w, d_o, want, got);
+        printf("matmul dtype%s: bf16 parameters %.2e, fp32 %.2e of rms\n",
+               forced ? " (ZT_CUDA_TF32=0)" : "", e16, e32);
+        ASSERT_TRUE(e16 < 5e-3);
+        ASSERT_TRUE(e32 < 1e-5);
+        ASSERT_TRUE(forced ? e16 < 1e-5 : e16 > 1e-5); /* TF32 ran only where it should */
+        GPU->free(c, d_x), GPU->free(c, d_w), GPU->free(c, d_o);
+        GPU->ctx_destroy(c);
+    }
+    zt_free(x), zt_free(w), zt_free(out), zt_free(got), zt_free(want);
+}
+
 /* ---- attention ---- */
 
 static void test_attention(int B, int T, int C, int NH)
@@ -652,7 +702,7 @@ int main(void)
         printf("SKIP: this build has no CUDA backend\n");
         return ZT_TEST_SKIP;
     }
-    unsetenv("ZT_CUDA_TF32"); /* exact fp32 matmuls for the comparisons */
+    unsetenv("ZT_CUDA_TF32"); /* exact fp32 matmuls for the comparisons (fp32 is the default) */
     zt_err err;
     zt_err_clear(&err);
     zt_status st = GPU->ctx_create(&GC, 0, &err);
@@ -692,6 +742,7 @@ int main(void)
     test_matmul_at(33, 64, 128, 1);
     test_matmul_at(128, 768, 768, 2);
     test_tf32();
+    test_matmul_dtype();
     test_attention(1, 1, 4, 1);
     test_attention(2, 7, 12, 3);
     test_attention(1, 129, 96, 2);
