@@ -272,8 +272,8 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     ops->matmul_forward(k, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
     ops->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
     ops->matmul_forward(k, a->attproj, a->atty, p->attprojw, p->attprojb, N, C, C);
-    ops->residual_forward(k, a->res2, x_in, a->attproj, nC);
-    ops->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
+    ops->residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, a->attproj,
+                                    p->ln2w, p->ln2b, N, C);
     ops->matmul_forward(k, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
     ops->gelu_forward(k, a->fch_gelu, a->fch, n4C);
     ops->matmul_forward(k, a->fcproj, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);

@@ -90,6 +90,12 @@ typedef struct zt_ops {
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);
 
+    /* res = a + b, then out = LayerNorm(res) as layernorm_forward: the block's residual and the
+     * next LayerNorm in one pass (bitwise the two ops in sequence). res may alias a or b. */
+    void (*residual_layernorm_forward)(zt_kctx *ctx, float *res /* (N,C) */, float *out,
+                                       float *mean, float *rstd, const float *a, const float *b,
+                                       const float *weight, const float *bias, int N, int C);
+
     /* out = inp @ weight^T + bias (bias may be NULL). */
     void (*matmul_forward)(zt_kctx *ctx, float *out /* (N,OC) */, const float *inp /* (N,C) */,
                            const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,

@@ -59,6 +59,9 @@ void zt_cpu_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const float
                              const int32_t *inp, int B, int T, int C);
 void zt_cpu_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C);
+void zt_cpu_residual_layernorm_forward(zt_kctx *ctx, float *res, float *out, float *mean,
+                                       float *rstd, const float *a, const float *b,
+                                       const float *weight, const float *bias, int N, int C);
 void zt_cpu_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);

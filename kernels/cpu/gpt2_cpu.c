@@ -122,6 +122,32 @@ void zt_cpu_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd
                               inp + (size_t)i * Cs, weight, bias, Cs);
 }
 
+/* r = a + b for one row (r may alias a or b), then its LayerNorm: the row is still in L1 */
+ZT_CPU_CLONES static void residual_layernorm_row(float *r, float *restrict o, float *m_out,
+                                                 float *rs_out, const float *a, const float *b,
+                                                 const float *restrict weight,
+                                                 const float *restrict bias, size_t Cs)
+{
+#pragma omp simd
+    for (size_t c = 0; c < Cs; c++)
+        r[c] = a[c] + b[c];
+    layernorm_forward_row(o, m_out, rs_out, r, weight, bias, Cs);
+}
+
+void zt_cpu_residual_layernorm_forward(zt_kctx *ctx, float *res, float *out, float *mean,
+                                       float *rstd, const float *a, const float *b,
+                                       const float *weight, const float *bias, int N, int C)
+{
+    size_t Cs = (size_t)C;
+    int nt = zt_cpu_threads_for(ctx, (size_t)N * Cs);
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * Cs;
+        residual_layernorm_row(res + o, out + o, mean ? mean + i : NULL, rstd ? rstd + i : NULL,
+                               a + o, b + o, weight, bias, Cs);
+    }
+}
+
 /* Rows [r0, r1) of the LayerNorm backward. dinp, dw, db may each be NULL; dw and db are
  * accumulators for this range's parameter gradients. */
 ZT_CPU_CLONES static void layernorm_backward_rows(float *dinp, float *dw, float *db, const float *dout,

@@ -191,6 +191,7 @@ static const zt_ops cpu_ops = {
     .encoder_forward = zt_cpu_encoder_forward,
     .encoder_backward = zt_cpu_encoder_backward,
     .layernorm_forward = zt_cpu_layernorm_forward,
+    .residual_layernorm_forward = zt_cpu_residual_layernorm_forward,
     .layernorm_backward = zt_cpu_layernorm_backward,
     .matmul_forward = zt_cpu_matmul_forward,
     .matmul_backward = zt_cpu_matmul_backward,

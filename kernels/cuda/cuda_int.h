@@ -131,6 +131,9 @@ void zt_cuda_encoder_dwte(zt_kctx *ctx, float *dwte, const float *dout, const in
                           const int32_t *start, const int32_t *order, int nu, int C);
 void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd, const float *inp,
                                const float *weight, const float *bias, int N, int C);
+void zt_cuda_residual_layernorm_forward(zt_kctx *ctx, float *res, float *out, float *mean,
+                                        float *rstd, const float *a, const float *b,
+                                        const float *weight, const float *bias, int N, int C);
 void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const float *inp, const float *weight,
                                 const float *mean, const float *rstd, int N, int C);

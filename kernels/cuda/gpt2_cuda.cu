@@ -112,6 +112,40 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
     }
 }
 
+/* res = a + b, then the LayerNorm of res, one warp per row: each lane reads back only the
+ * elements it wrote, so no barrier is needed; the sums are those of the two kernels apart. */
+static __global__ void residual_layernorm_forward_kernel(float *res, float *out, float *mean,
+                                                         float *rstd, const float *a,
+                                                         const float *b, const float *w,
+                                                         const float *bias, int N, int C)
+{
+    int row = blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* whole warps leave together */
+    size_t off = (size_t)row * C;
+    float *x = res + off;
+    float *o = out + off;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float v = a[off + c] + b[off + c];
+        x[c] = v;
+        s += v;
+    }
+    float m = zt_warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(zt_warp_sum(v) / (float)C + ZT_LN_EPS);
+    for (int c = lane; c < C; c += 32)
+        o[c] = fmaf((x[c] - m) * rs, w[c], bias[c]);
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
 static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
                                                       const float *inp, const float *w,
                                                       const float *mean, const float *rstd, int N,
@@ -231,6 +265,17 @@ extern "C" void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean,
     unsigned blocks = (unsigned)((N + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
     ZT_CUDA_LAUNCH(ctx, "layernorm_forward", layernorm_forward_kernel, blocks, ZT_CUDA_THREADS, out,
                    mean, rstd, inp, weight, bias, N, C);
+}
+
+extern "C" void zt_cuda_residual_layernorm_forward(zt_kctx *ctx, float *res, float *out,
+                                                   float *mean, float *rstd, const float *a,
+                                                   const float *b, const float *weight,
+                                                   const float *bias, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    unsigned blocks = (unsigned)((N + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
+    ZT_CUDA_LAUNCH(ctx, "residual_layernorm_forward", residual_layernorm_forward_kernel, blocks,
+                   ZT_CUDA_THREADS, res, out, mean, rstd, a, b, weight, bias, N, C);
 }
 
 extern "C" void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,

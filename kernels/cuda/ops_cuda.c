@@ -469,6 +469,7 @@ static const zt_ops cuda_ops = {
     .encoder_forward = zt_cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = zt_cuda_layernorm_forward,
+    .residual_layernorm_forward = zt_cuda_residual_layernorm_forward,
     .layernorm_backward = zt_cuda_layernorm_backward,
     .matmul_forward = zt_cuda_matmul_forward,
     .matmul_backward = zt_cuda_matmul_backward,

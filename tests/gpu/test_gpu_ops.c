@@ -182,6 +182,37 @@ static void test_encoder(int B, int T, int C, int V)
 
 /* ---- layernorm ---- */
 
+/* the fused residual + LayerNorm against the CPU's (which is bitwise its two ops) */
+static void test_residual_layernorm(int N, int C)
+{
+    char what[128];
+    size_t NC = (size_t)N * C;
+    float *a = kc_frandn(NC, 2.0), *b = kc_frandn(NC, 1.0);
+    float *w = kc_frandn((size_t)C, 1.0), *bias = kc_frandn((size_t)C, 1.0);
+    float *res = kc_falloc(NC), *out = kc_falloc(NC), *mean = kc_falloc((size_t)N);
+    float *rstd = kc_falloc((size_t)N);
+    CPU->residual_layernorm_forward(CC, res, out, mean, rstd, a, b, w, bias, N, C);
+    float *d_a = upf(a, NC), *d_b = upf(b, NC), *d_w = upf(w, (size_t)C);
+    float *d_bias = upf(bias, (size_t)C), *d_res = dalloc(NC * 4), *d_out = dalloc(NC * 4);
+    float *d_mean = dalloc((size_t)N * 4), *d_rstd = dalloc((size_t)N * 4);
+    GPU->residual_layernorm_forward(GC, d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C);
+    snprintf(what, sizeof(what), "residual_layernorm_forward res N=%d C=%d", N, C);
+    check_f(what, d_res, res, NC, RT_EXACT, 0);
+    snprintf(what, sizeof(what), "residual_layernorm_forward out N=%d C=%d", N, C);
+    check_f(what, d_out, out, NC, RT_RED, 1e-6);
+    snprintf(what, sizeof(what), "residual_layernorm_forward rstd N=%d C=%d", N, C);
+    check_f(what, d_rstd, rstd, (size_t)N, RT_RED, 0);
+    /* in place over a */
+    GPU->residual_layernorm_forward(GC, d_a, d_out, NULL, NULL, d_a, d_b, d_w, d_bias, N, C);
+    snprintf(what, sizeof(what), "residual_layernorm_forward in place N=%d C=%d", N, C);
+    check_f(what, d_a, res, NC, RT_EXACT, 0);
+    dfree(d_a), dfree(d_b), dfree(d_w), dfree(d_bias), dfree(d_res), dfree(d_out);
+    dfree(d_mean), dfree(d_rstd);
+    zt_free(a), zt_free(b), zt_free(w), zt_free(bias), zt_free(res), zt_free(out);
+    zt_free(mean), zt_free(rstd);
+    printf("residual_layernorm N=%d C=%d: ok\n", N, C);
+}
+
 static void test_layernorm(int N, int C)
 {
     char what[128];
@@ -733,6 +764,9 @@ int main(void)
     test_layernorm(64, 768);
     test_layernorm(37, 1000);
     test_layernorm(300, 2049);
+    test_residual_layernorm(5, 7);
+    test_residual_layernorm(64, 768);
+    test_residual_layernorm(300, 2049);
     test_matmul(1, 1, 1);
     test_matmul(7, 13, 5);
     test_matmul(33, 65, 129);

@@ -214,6 +214,34 @@ static double ln_loss_op(void *p)
     return kc_dot_fd(s->out, s->wt, (size_t)s->N * s->C);
 }
 
+/* The fused residual + LayerNorm is bitwise residual_forward then layernorm_forward, also with
+ * the sum written over one of its inputs. */
+static void test_residual_layernorm(int N, int C)
+{
+    size_t NC = (size_t)N * C;
+    float *a = kc_frandn(NC, 1.0), *b = kc_frandn(NC, 1.0), *w = kc_frandn(C, 1.0);
+    float *bias = kc_frandn(C, 1.0);
+    for (size_t i = 0; i < NC; i++)
+        a[i] += (float)(i / C % 4);
+    float *res = kc_falloc(NC), *out = kc_falloc(NC), *mean = kc_falloc(N), *rstd = kc_falloc(N);
+    float *res2 = kc_falloc(NC), *out2 = kc_falloc(NC), *mean2 = kc_falloc(N), *rstd2 = kc_falloc(N);
+    OPS->residual_forward(CTX, res, a, b, NC);
+    OPS->layernorm_forward(CTX, out, mean, rstd, res, w, bias, N, C);
+    OPS->residual_layernorm_forward(CTX, res2, out2, mean2, rstd2, a, b, w, bias, N, C);
+    ASSERT_TRUE(memcmp(res, res2, NC * 4) == 0);
+    ASSERT_TRUE(memcmp(out, out2, NC * 4) == 0);
+    ASSERT_TRUE(memcmp(mean, mean2, (size_t)N * 4) == 0);
+    ASSERT_TRUE(memcmp(rstd, rstd2, (size_t)N * 4) == 0);
+    /* in place over a, statistics not wanted */
+    memset(out2, 0, NC * 4);
+    OPS->residual_layernorm_forward(CTX, a, out2, NULL, NULL, a, b, w, bias, N, C);
+    ASSERT_TRUE(memcmp(res, a, NC * 4) == 0);
+    ASSERT_TRUE(memcmp(out, out2, NC * 4) == 0);
+    zt_free(a), zt_free(b), zt_free(w), zt_free(bias), zt_free(res), zt_free(out);
+    zt_free(mean), zt_free(rstd), zt_free(res2), zt_free(out2), zt_free(mean2), zt_free(rstd2);
+    printf("residual_layernorm_forward N=%d C=%d: bitwise the two ops\n", N, C);
+}
+
 static void test_layernorm(int N, int C)
 {
     size_t NC = (size_t)N * C;
@@ -855,6 +883,7 @@ static void test_table_and_memory(void)
     CHECK_FN(encoder_forward);
     CHECK_FN(encoder_backward);
     CHECK_FN(layernorm_forward);
+    CHECK_FN(residual_layernorm_forward);
     CHECK_FN(layernorm_backward);
     CHECK_FN(matmul_forward);
     CHECK_FN(matmul_backward);
@@ -925,6 +954,7 @@ static void test_empty(void)
     OPS->encoder_forward(CTX, buf, tok, buf, buf, 0, 4, 8);
     OPS->encoder_backward(CTX, buf, buf, buf, tok, 0, 4, 8);
     OPS->layernorm_forward(CTX, buf, buf, buf, buf, buf, buf, 0, 8);
+    OPS->residual_layernorm_forward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8);
     OPS->layernorm_backward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8);
     OPS->matmul_forward(CTX, buf, buf, buf, buf, 0, 8, 8);
     OPS->matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, 0, 8, 8);
@@ -966,6 +996,9 @@ static void run_all(int big)
     test_layernorm(7, 48);
     test_layernorm(1, 1);
     test_layernorm(37, 256);
+    test_residual_layernorm(1, 1);
+    test_residual_layernorm(37, 256);
+    test_residual_layernorm(300, 77);
     if (big) test_layernorm(300, 200);
 
     test_matmul(7, 48, 144);
