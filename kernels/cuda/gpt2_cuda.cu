@@ -85,18 +85,13 @@ extern "C" void zt_cuda_encoder_dwte(zt_kctx *ctx, float *dwte, const float *dou
 /* ---------------------------------------------------------------------------------------- */
 /* LayerNorm: one warp per row */
 
-static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
-                                                const float *inp, const float *w, const float *b,
-                                                int N, int C)
+/* The rest of a row's LayerNorm once each lane holds its partial sum s of the row x (lane c
+ * covers x[c], x[c+32], ...): mean, variance, output and the statistics. */
+static __device__ __forceinline__ void layernorm_row_finish(float *o, float *mean, float *rstd,
+                                                            const float *x, float s,
+                                                            const float *w, const float *b,
+                                                            int row, int C, int lane)
 {
-    int row = blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return; /* whole warps leave together */
-    const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32)
-        s += x[c];
     float m = zt_warp_sum(s) / (float)C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) {
@@ -112,6 +107,20 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
     }
 }
 
+static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+                                                const float *inp, const float *w, const float *b,
+                                                int N, int C)
+{
+    int row = blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* whole warps leave together */
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        s += x[c];
+    layernorm_row_finish(out + (size_t)row * C, mean, rstd, x, s, w, b, row, C, lane);
+}
+
 /* res = a + b, then the LayerNorm of res, one warp per row: each lane reads back only the
  * elements it wrote, so no barrier is needed; the sums are those of the two kernels apart. */
 static __global__ void residual_layernorm_forward_kernel(float *res, float *out, float *mean,
@@ -124,26 +133,13 @@ static __global__ void residual_layernorm_forward_kernel(float *res, float *out,
     if (row >= N) return; /* whole warps leave together */
     size_t off = (size_t)row * C;
     float *x = res + off;
-    float *o = out + off;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float v = a[off + c] + b[off + c];
         x[c] = v;
         s += v;
     }
-    float m = zt_warp_sum(s) / (float)C;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = x[c] - m;
-        v += d * d;
-    }
-    float rs = 1.0f / sqrtf(zt_warp_sum(v) / (float)C + ZT_LN_EPS);
-    for (int c = lane; c < C; c += 32)
-        o[c] = fmaf((x[c] - m) * rs, w[c], bias[c]);
-    if (lane == 0) {
-        if (mean) mean[row] = m;
-        if (rstd) rstd[row] = rs;
-    }
+    layernorm_row_finish(out + off, mean, rstd, x, s, w, bias, row, C, lane);
 }
 
 static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
