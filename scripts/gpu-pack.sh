@@ -4,7 +4,7 @@
 # Debian libraries (oneDNN, gRPC, ...), and reaches no package registry. So this script runs
 # HERE, on a machine with the CUDA toolkit: it builds, then gathers into .gpu/ (ignored by git)
 #   bin/    zctl, zworker (stripped)
-#   tests/  the GPU test programs and the GPU probe
+#   tests/  the GPU test programs, the GPU probe and the GPU op benchmark
 #   lib/    libcudart of this build
 #   debs/   the Debian packages of every other shared library those load that is not part of
 #           the C runtime (dpkg -x unpacks them there; nothing is installed)
@@ -29,7 +29,7 @@ for b in zctl zworker zt_sgemm_peak; do
 done
 ldd .gpu/bin/zworker | grep -q libcudart ||
   { echo "gpu-pack: $BUILD was configured without the CUDA backend (ZT_CUDA=OFF?)" >&2; exit 1; }
-for t in zt_gpu_probe test_gpu_ops test_gpu_fault test_comm_nccl; do
+for t in zt_gpu_probe test_gpu_ops test_gpu_fault test_comm_nccl bench_kernels_gpu; do
   cp "$BUILD/tests/$t" .gpu/tests/ && strip .gpu/tests/$t
 done
 

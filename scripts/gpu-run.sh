@@ -88,6 +88,7 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   item gpu_sanitizer "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+  item bench_kernels_gpu .gpu/tests/bench_kernels_gpu
   item bench_gpu_train "${PY[@]}" tests/bench/gpu_train.py
 fi
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null))"

@@ -2,3 +2,7 @@
 # tokens/s, MFU, peak memory, and the Twin-Flow offload curve. Exits 77 without a GPU.
 zt_add_script_test(NAME bench_gpu_train COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/gpu_train.py
                    LABELS bench TIMEOUT 5400)
+# Every CUDA op at GPT-2 124M's shapes against the copy and matmul ceilings measured in the same
+# run (label bench). Exits 77 without a GPU.
+zt_add_test(NAME bench_kernels_gpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernels_gpu.c
+            LIBS zt_kernels zt_common LABELS bench TIMEOUT 600)

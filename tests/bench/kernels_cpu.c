@@ -17,6 +17,7 @@
 #include "common/timeutil.h"
 #include "kernels/cpu/cpu_int.h"
 #include "kernels/ops.h"
+#include "tests/bench/bench_shapes.h"
 
 /* the reference config */
 enum { L = 4, C = 256, NH = 4, T = 256, B = 8, V = 256, VP = 256 };
@@ -117,14 +118,7 @@ static void bench_ops(void)
     TIME_IT(s, OPS->layernorm_backward(CTX, dx, dw, db, z, x, w, mean, rstd, (int)N, C));
     report("layernorm_backward", s, 0, 4.0 * NC * 4);
 
-    static const struct {
-        const char *name;
-        int in, out;
-    } mm[] = {{"qkv", C, 3 * C},
-              {"attproj", C, C},
-              {"fc", C, 4 * C},
-              {"fcproj", 4 * C, C},
-              {"lm head (no bias)", C, VP}};
+    static const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
     for (size_t k = 0; k < sizeof(mm) / sizeof(mm[0]); k++) {
         char what[80];
         const float *bb = k == 4 ? NULL : bias;

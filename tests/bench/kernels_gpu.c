@@ -1,0 +1,245 @@
+/* zerotrain bench: every op of the CUDA table at GPT-2 124M's shapes (n_layer 12, n_embd 768,
+ * n_head 12, block 1024, vocabulary padded to 50304, micro batch 8 unless --batch), timed on the
+ * GPU, next to the two ceilings measured in the same run: device-to-device copy bandwidth
+ * (bytes read plus written) and the rate of a large matmul in exact fp32 and in TF32. Each op
+ * prints its time, its rate (TFLOP/s for matmuls and attention, GB/s of the fewest bytes it must
+ * move otherwise) and that rate as a share of its ceiling: the gap METHOD.md asks for first.
+ * Timing: the op is queued `reps` times, then one sync; the best of 3 such rounds, after one
+ * warm-up round. Exits 77 without a GPU. Usage: bench_kernels_gpu [--batch B] [--quick] */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/timeutil.h"
+#include "kernels/ops.h"
+#include "tests/bench/bench_shapes.h"
+
+enum { L = 12, C = 768, NH = 12, T = 1024, VP = 50304, V = 50257 };
+
+static const zt_ops *G;
+static zt_kctx *K;
+static int REPS = 20;
+static double BW = 0, MM32 = 0, MMTF = 0; /* ceilings: GB/s, TFLOP/s */
+
+static void die(const char *what)
+{
+    zt_err err;
+    if (G->sync(K, &err) != ZT_OK)
+        fprintf(stderr, "bench_kernels_gpu: %s: %s\n", what, err.msg);
+    else
+        fprintf(stderr, "bench_kernels_gpu: %s failed\n", what);
+    exit(1);
+}
+
+static void *dalloc(size_t bytes)
+{
+    void *p = G->alloc(K, bytes);
+    if (!p) die("out of GPU memory");
+    return p;
+}
+
+/* device floats filled with small deterministic values (never zeros: they run faster) */
+static float *drand(size_t n, float scale)
+{
+    float *h = zt_malloc(n * sizeof(float));
+    if (!h) die("out of host memory");
+    uint64_t s = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = scale * ((float)(s >> 40) / (float)(1u << 24) - 0.5f);
+    }
+    float *d = dalloc(n * sizeof(float));
+    G->copy_h2d(K, d, h, n * sizeof(float));
+    zt_err err;
+    if (G->sync(K, &err) != ZT_OK) die("upload");
+    zt_free(h);
+    return d;
+}
+
+/* seconds per call of stmt: `REPS` calls queued then one sync, best of 3 after a warm-up */
+#define TIME_IT(out, stmt)                                                                         \
+    do {                                                                                           \
+        zt_err err_;                                                                               \
+        double best_ = 1e30;                                                                       \
+        for (int round_ = 0; round_ < 4; round_++) {                                               \
+            double t0_ = zt_now_s();                                                               \
+            for (int r_ = 0; r_ < REPS; r_++) {                                                    \
+                stmt;                                                                              \
+            }                                                                                      \
+            if (G->sync(K, &err_) != ZT_OK) die(#stmt);                                            \
+            double dt_ = (zt_now_s() - t0_) / REPS;                                                \
+            if (round_ > 0 && dt_ < best_) best_ = dt_;                                            \
+        }                                                                                          \
+        (out) = best_;                                                                             \
+    } while (0)
+
+static void report_flops(const char *what, double sec, double flops, double ceiling)
+{
+    double tf = flops / sec * 1e-12;
+    printf("  %-40s %9.3f ms %8.1f TFLOP/s %6.1f%% of %s\n", what, sec * 1e3, tf,
+           100.0 * tf / ceiling, ceiling == MMTF ? "TF32 matmul" : "fp32 matmul");
+}
+
+static void report_bytes(const char *what, double sec, double bytes)
+{
+    double gb = bytes / sec * 1e-9;
+    printf("  %-40s %9.3f ms %8.1f GB/s    %6.1f%% of copy\n", what, sec * 1e3, gb,
+           100.0 * gb / BW);
+}
+
+static void ceilings(void)
+{
+    size_t n = (size_t)1 << 28; /* 1 GiB each way */
+    float *a = dalloc(n * 4), *b = dalloc(n * 4);
+    G->memset0(K, a, n * 4);
+    double s;
+    TIME_IT(s, G->copy_d2d(K, b, a, n * 4));
+    BW = 2.0 * n * 4 / s * 1e-9;
+    printf("  %-40s %9.3f ms %8.1f GB/s    (ceiling)\n", "copy 1 GiB device to device", s * 1e3, BW);
+    G->free(K, a), G->free(K, b);
+    int M = 8192;
+    float *x = drand((size_t)M * M, 1.0f), *w = drand((size_t)M * M, 1.0f);
+    float *y = dalloc((size_t)M * M * 4);
+    double fl = 2.0 * M * (double)M * M;
+    G->set_matmul_dtype(K, ZT_F32);
+    TIME_IT(s, G->matmul_forward(K, y, x, w, NULL, M, M, M));
+    MM32 = fl / s * 1e-12;
+    printf("  %-40s %9.3f ms %8.1f TFLOP/s (ceiling)\n", "matmul 8192^3 fp32", s * 1e3, MM32);
+    G->set_matmul_dtype(K, ZT_BF16);
+    TIME_IT(s, G->matmul_forward(K, y, x, w, NULL, M, M, M));
+    MMTF = fl / s * 1e-12;
+    printf("  %-40s %9.3f ms %8.1f TFLOP/s (ceiling)\n", "matmul 8192^3 TF32", s * 1e3, MMTF);
+    G->free(K, x), G->free(K, w), G->free(K, y);
+}
+
+int main(int argc, char **argv)
+{
+    int B = 8;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) B = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0) REPS = 5;
+        else {
+            fprintf(stderr, "usage: bench_kernels_gpu [--batch B] [--quick]\n");
+            return 2;
+        }
+    }
+    if (B < 1) B = 1;
+    G = zt_ops_cuda();
+    if (!G) {
+        printf("SKIP: this build has no CUDA backend\n");
+        return 77;
+    }
+    zt_err err;
+    zt_status st = G->ctx_create(&K, 0, &err);
+    if (st == ZT_ERR_NO_DEVICE) {
+        printf("SKIP: %s\n", err.msg);
+        return 77;
+    }
+    if (st != ZT_OK) {
+        fprintf(stderr, "bench_kernels_gpu: %s\n", err.msg);
+        return 1;
+    }
+    size_t N = (size_t)B * T, NC = N * C;
+    printf("bench_kernels_gpu: GPT-2 124M shapes, micro batch %d x block %d (N = %zu rows)\n", B,
+           T, N);
+    ceilings();
+
+    double s;
+    float *x = drand(NC * 4, 1.0f), *y = drand(NC * 4, 1.0f), *z = drand(NC * 4, 1.0f);
+    float *dx = drand(NC * 4, 1.0f), *w = drand((size_t)VP * C, 0.05f);
+    float *bias = drand((size_t)4 * C, 0.1f), *dw = drand((size_t)VP * C, 0.0f);
+    float *db = drand((size_t)4 * C, 0.0f), *mean = drand(N, 0.1f), *rstd = drand(N, 1.0f);
+    float *wpe = drand((size_t)T * C, 0.02f);
+    int32_t *tok_h = zt_calloc(N, sizeof(int32_t));
+    for (size_t i = 0; i < N; i++)
+        tok_h[i] = (int32_t)((i * 7919) % V);
+    int32_t *tok = dalloc(N * sizeof(int32_t));
+    G->copy_h2d(K, tok, tok_h, N * sizeof(int32_t));
+
+    TIME_IT(s, G->encoder_forward(K, y, tok, w, wpe, B, T, C));
+    report_bytes("encoder_forward", s, 3.0 * NC * 4);
+    TIME_IT(s, G->encoder_backward(K, dw, dx, x, tok, B, T, C));
+    report_bytes("encoder_backward", s, 4.0 * NC * 4);
+    TIME_IT(s, G->layernorm_forward(K, y, mean, rstd, x, w, bias, (int)N, C));
+    report_bytes("layernorm_forward", s, 2.0 * NC * 4);
+    TIME_IT(s, G->residual_layernorm_forward(K, z, y, mean, rstd, x, dx, w, bias, (int)N, C));
+    report_bytes("residual_layernorm_forward", s, 4.0 * NC * 4);
+    TIME_IT(s, G->layernorm_backward(K, dx, dw, db, z, x, w, mean, rstd, (int)N, C));
+    report_bytes("layernorm_backward", s, 4.0 * NC * 4);
+
+    static const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
+    float *big = dalloc(N * VP * 4); /* the logits */
+    for (int tf = 0; tf < 2; tf++) {
+        G->set_matmul_dtype(K, tf ? ZT_BF16 : ZT_F32);
+        for (size_t k = 0; k < sizeof(mm) / sizeof(mm[0]); k++) {
+            char what[96];
+            const float *bb = k == 4 ? NULL : bias;
+            float *out = k == 4 ? big : y;
+            double fl = 2.0 * N * mm[k].in * mm[k].out;
+            TIME_IT(s, G->matmul_forward(K, out, x, w, bb, (int)N, mm[k].in, mm[k].out));
+            snprintf(what, sizeof what, "matmul_forward %s %s", mm[k].name, tf ? "TF32" : "fp32");
+            report_flops(what, s, fl, tf ? MMTF : MM32);
+            TIME_IT(s, G->matmul_backward(K, dx, dw, k == 4 ? NULL : db, out, x, w, (int)N,
+                                          mm[k].in, mm[k].out));
+            snprintf(what, sizeof what, "matmul_backward %s %s", mm[k].name, tf ? "TF32" : "fp32");
+            report_flops(what, s, 2 * fl, tf ? MMTF : MM32);
+        }
+    }
+
+    /* attention: causal FLOPs (half of the full T x T products) */
+    size_t natt = (size_t)B * NH * T * T;
+    float *att = dalloc(natt * 4), *scr = dalloc(natt * 4);
+    float *qkv = drand(N * 3 * C, 1.0f), *dqkv = drand(N * 3 * C, 0.0f);
+    double afl = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0;
+    for (int tf = 0; tf < 2; tf++) {
+        G->set_matmul_dtype(K, tf ? ZT_BF16 : ZT_F32);
+        char what[96];
+        TIME_IT(s, G->attention_forward(K, y, att, qkv, B, T, C, NH));
+        snprintf(what, sizeof what, "attention_forward %s", tf ? "TF32" : "fp32");
+        report_flops(what, s, afl, tf ? MMTF : MM32);
+        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, att, B, T, C, NH));
+        snprintf(what, sizeof what, "attention_backward %s", tf ? "TF32" : "fp32");
+        report_flops(what, s, 2 * afl, tf ? MMTF : MM32);
+    }
+    printf("  (attention keeps B x NH x T x T = %.0f MiB of probabilities per layer)\n",
+           natt * 4.0 / 1048576.0);
+    G->free(K, att), G->free(K, scr);
+
+    size_t n4 = NC * 4;
+    TIME_IT(s, G->gelu_forward(K, y, x, n4));
+    report_bytes("gelu_forward (N x 4C)", s, 2.0 * n4 * 4);
+    TIME_IT(s, G->gelu_backward(K, dx, x, z, n4));
+    report_bytes("gelu_backward (N x 4C)", s, 4.0 * n4 * 4);
+    TIME_IT(s, G->residual_forward(K, y, x, z, NC));
+    report_bytes("residual_forward", s, 3.0 * NC * 4);
+    TIME_IT(s, G->crossentropy_forward_backward(K, mean, big, big, tok, (int)N, V, VP, 1.0f));
+    report_bytes("crossentropy_forward_backward (in place)", s, 2.0 * N * VP * 4);
+    G->free(K, big);
+
+    /* the optimizer over all of GPT-2 124M's parameters */
+    size_t P = (size_t)124475904;
+    float *p = drand(P, 0.02f), *g = drand(P, 1e-3f), *m = drand(P, 1e-4f), *v = drand(P, 1e-6f);
+    uint16_t *lp = dalloc(P * 2);
+    G->cast(K, lp, ZT_BF16, g, ZT_F32, P);
+    zt_adamw_args a = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                       .weight_decay = 0.1f, .bc1 = 0.1f, .bc2 = 0.05f, .grad_scale = 1.0f};
+    REPS = REPS > 5 ? 5 : REPS;
+    TIME_IT(s, G->adamw(K, p, g, ZT_F32, m, v, P, &a, NULL, ZT_F32));
+    report_bytes("adamw 124M (fp32 grads)", s, 28.0 * P);
+    TIME_IT(s, G->adamw(K, p, lp, ZT_BF16, m, v, P, &a, lp, ZT_BF16));
+    report_bytes("adamw 124M (bf16 grads, bf16 copy out)", s, 28.0 * P);
+    TIME_IT(s, G->cast(K, lp, ZT_BF16, p, ZT_F32, P));
+    report_bytes("cast fp32 -> bf16 124M", s, 6.0 * P);
+    double out2[2] = {0, 0};
+    TIME_IT(s, G->sumsq_nonfinite(K, g, ZT_F32, P, out2));
+    report_bytes("sumsq_nonfinite 124M fp32", s, 4.0 * P);
+    if (G->sync(K, &err) != ZT_OK) die("final sync");
+    G->ctx_destroy(K);
+    zt_free(tok_h);
+    printf("bench_kernels_gpu: done\n");
+    return 0;
+}
