@@ -61,7 +61,8 @@ def main():
                 wrapper = f"{tmp}/{name}.sh"
                 with open(wrapper, "w") as f:
                     f.write("#!/bin/sh\n"
-                            f"exec '{san}' --tool {tool} --error-exitcode 99 --print-limit 50 "
+                            f"exec '{san}' --tool {tool} --target-processes all --error-exitcode 99 "
+                            "--print-limit 50 "
                             f"'{worker}' \"$@\"\n")
                 os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR)
                 ds = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
