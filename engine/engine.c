@@ -514,8 +514,8 @@ static zt_status forward(zt_engine *e, float dloss, zt_err *err)
         if ((st = param_prefetch(e, u + 1, err)) != ZT_OK)
             return st;
         zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
-        zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), xres(e, l), xres(e, l + 1),
-                              B, T);
+        zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
+                              xres(e, l + 1), B, T);
         param_release(e, u);
     }
     float *pf, *p0;
@@ -577,8 +577,8 @@ static zt_status backward(zt_engine *e, zt_err *err)
             return st;
         zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
         if (e->ckpt_act)
-            zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), xres(e, l), e->x_tmp,
-                                  B, T);
+            zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
+                                  e->x_tmp, B, T);
         if ((st = grad_acquire(e, u, &g, err)) != ZT_OK)
             return st;
         zt_gpt2_block gb = zt_gpt2_block_view(lay, g);

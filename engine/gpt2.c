@@ -190,7 +190,7 @@ void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, s
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 6 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T * T + BT * 4 * C * 2;
+    return BT * C * 6 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C * 2;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
@@ -202,7 +202,7 @@ void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int 
     a->ln1_rstd = m; m += BT;
     a->qkv = m; m += BT * 3 * C;
     a->atty = m; m += BT * C;
-    a->att = m; m += (size_t)B * d->NH * T * T;
+    a->lse = m; m += (size_t)B * d->NH * T;
     a->attproj = m; m += BT * C;
     a->res2 = m; m += BT * C;
     a->ln2 = m; m += BT * C;
@@ -216,7 +216,7 @@ void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int 
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 2 + BT * 3 * C + BT * 4 * C * 2 + (size_t)B * d->NH * T * T;
+    return BT * C * 2 + BT * 3 * C + BT * 4 * C * 2 + zt_attention_scratch_floats(B, T, d->NH);
 }
 
 void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int T, float *m)
@@ -227,7 +227,7 @@ void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int
     s->d_qkv = m; m += BT * 3 * C;
     s->d_fch = m; m += BT * 4 * C;
     s->d_fch2 = m; m += BT * 4 * C;
-    s->d_att = m;
+    s->attn = m;
 }
 
 size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T)
@@ -263,14 +263,15 @@ void zt_gpt2_embed_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
 }
 
 void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
-                           const zt_gpt2_block *p, zt_gpt2_block_acts *a, const float *x_in,
-                           float *x_out, int B, int T)
+                           const zt_gpt2_block *p, zt_gpt2_block_acts *a,
+                           const zt_gpt2_scratch *s, const float *x_in, float *x_out, int B,
+                           int T)
 {
     int C = lay->d.C, NH = lay->d.NH, N = B * T;
     size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C;
     ops->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
     ops->matmul_forward(k, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
-    ops->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
+    ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, B, T, C, NH);
     ops->matmul_forward(k, a->attproj, a->atty, p->attprojw, p->attprojb, N, C, C);
     ops->residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, a->attproj,
                                     p->ln2w, p->ln2b, N, C);
@@ -302,7 +303,8 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C,
                          C);
     ops->memset0(k, s->d_qkv, n3C * sizeof(float));
-    ops->attention_backward(k, s->d_qkv, s->d_att, s->d_btc2, a->qkv, a->att, B, T, C, NH);
+    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, B, T, C,
+                            NH);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
     ops->matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, a->ln1, p->qkvw, N, C, 3 * C);
     ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,

@@ -104,7 +104,7 @@ typedef struct zt_gpt2_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C) (B,T) (B,T) */
     float *qkv;                       /* (B,T,3C) */
     float *atty;                      /* (B,T,C) */
-    float *att;                       /* (B,NH,T,T) */
+    float *lse;                       /* (B,NH,T) attention's log-sum-exp per query */
     float *attproj;                   /* (B,T,C) */
     float *res2;                      /* (B,T,C) */
     float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C) (B,T) (B,T) */
@@ -123,7 +123,7 @@ typedef struct zt_gpt2_scratch {
     float *d_qkv;   /* (B,T,3C) */
     float *d_fch;   /* (B,T,4C) */
     float *d_fch2;  /* (B,T,4C) */
-    float *d_att;   /* (B,NH,T,T) */
+    float *attn;    /* zt_attention_scratch_floats: attention's working memory */
 } zt_gpt2_scratch;
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T);
 void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int T, float *mem);
@@ -146,10 +146,11 @@ void zt_gpt2_embed_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
 void zt_gpt2_embed_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
                             const zt_gpt2_embed *g, const int32_t *inputs, const float *dx0,
                             int B, int T);
-/* x_out = block(x_in), keeping activations in a. */
+/* x_out = block(x_in), keeping activations in a; s lends attention its working memory. */
 void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
-                           const zt_gpt2_block *p, zt_gpt2_block_acts *a, const float *x_in,
-                           float *x_out, int B, int T);
+                           const zt_gpt2_block *p, zt_gpt2_block_acts *a,
+                           const zt_gpt2_scratch *s, const float *x_in, float *x_out, int B,
+                           int T);
 /* On entry dres holds dL/dx_out; on exit dL/dx_in. Parameter gradients accumulate into g. */
 void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
                             const zt_gpt2_block *p, const zt_gpt2_block *g,

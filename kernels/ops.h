@@ -104,15 +104,18 @@ typedef struct zt_ops {
                             float *dbias /* (OC) */, const float *dout /* (N,OC) */,
                             const float *inp, const float *weight, int N, int C, int OC);
 
-    /* Causal multi-head self-attention, scale 1/sqrt(C/NH). qkv holds q, k, v side by side
-     * per token (llm.c layout). att keeps the post-softmax probabilities for backward
-     * (zero above the diagonal). */
-    void (*attention_forward)(zt_kctx *ctx, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
-                              const float *qkv /* (B,T,3C) */, int B, int T, int C, int NH);
-    /* scratch: (B,NH,T,T) floats, contents undefined on entry and exit. */
+    /* Causal multi-head self-attention, scale 1/sqrt(C/NH), without keeping the T x T
+     * probabilities: forward saves each query row's log-sum-exp, lse = log sum_j<=i exp(s_ij)
+     * with s_ij = scale q_i.k_j, and backward recomputes P_ij = exp(s_ij - lse_i). qkv holds q,
+     * k, v side by side per token (llm.c layout). Both take `scratch` of
+     * zt_attention_scratch_floats(B, T, NH) floats, contents undefined on entry and exit. */
+    void (*attention_forward)(zt_kctx *ctx, float *out /* (B,T,C) */, float *lse /* (B,NH,T) */,
+                              float *scratch, const float *qkv /* (B,T,3C) */, int B, int T,
+                              int C, int NH);
+    /* out and lse are the forward's; dS = P (dP - rowsum(dO * out)) scale. */
     void (*attention_backward)(zt_kctx *ctx, float *dqkv /* (B,T,3C) */, float *scratch,
                                const float *dout /* (B,T,C) */, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+                               const float *out, const float *lse, int B, int T, int C, int NH);
 
     /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     void (*gelu_forward)(zt_kctx *ctx, float *out, const float *inp, size_t n);
@@ -152,6 +155,16 @@ typedef struct zt_ops {
     void (*sumsq_nonfinite)(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t n,
                             double out[2]);
 } zt_ops;
+
+/* Attention's working memory works through whole sequences a chunk at a time: two T x T
+ * matrices per (sequence, head) pair of a chunk, as many sequences as fit in
+ * ZT_ATTENTION_SCRATCH_BUDGET floats and at least one. The same on every backend (the CPU one
+ * uses a few row blocks of it per thread), so a plan needs no backend. */
+#define ZT_ATTENTION_SCRATCH_BUDGET ((size_t)32 << 20) /* floats: 128 MiB */
+/* Sequences per chunk, in [1, B] (0 when B <= 0). */
+int zt_attention_chunk_seqs(int B, int T, int NH);
+/* Floats of scratch attention_forward and attention_backward need for (B, T, NH). */
+size_t zt_attention_scratch_floats(int B, int T, int NH);
 
 /* The CPU table; always present. */
 const zt_ops *zt_ops_cpu(void);

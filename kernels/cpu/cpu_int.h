@@ -79,10 +79,11 @@ void zt_cpu_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const flo
 void zt_cpu_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const float *weight, int N, int C,
                             int OC);
-void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B, int T,
-                              int C, int NH);
+void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                              const float *qkv, int B, int T, int C, int NH);
 void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH);
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int C, int NH);
 
 /* optim_cpu.c */
 void zt_cpu_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,

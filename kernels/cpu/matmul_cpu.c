@@ -66,7 +66,8 @@ void zt_cpu_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const flo
 #define ZT_COLSUM_COLS 256
 #define ZT_COLSUM_ROWS 64
 
-ZT_CPU_CLONES static void colsum_block(float *dbias, const float *dout, size_t N, size_t OC, size_t c0, size_t c1)
+ZT_CPU_CLONES static void colsum_block(float *dbias, const float *dout, size_t N, size_t OC,
+                                       size_t c0, size_t c1)
 {
     float acc[ZT_COLSUM_COLS], blk[ZT_COLSUM_COLS];
     for (size_t cb = c0; cb < c1; cb += ZT_COLSUM_COLS) {
@@ -119,60 +120,18 @@ void zt_cpu_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *db
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* attention. For one (b, h): Q, K, V are T x hs views of qkv with row stride 3C; P is the
- * T x T probability matrix (att). Rows are processed in blocks [i0, i1); a block only needs
- * keys 0..i1-1, so the causal upper triangle costs at most one diagonal block per row block. */
+/* attention. For one (b, h): Q, K, V are T x hs views of qkv with row stride 3C. Rows are
+ * processed in blocks [i0, i1); a block only needs keys 0..i1-1, so the causal upper triangle
+ * costs at most one diagonal block per row block. A block's scores and their gradients live in
+ * two bs x T matrices of the thread's part of the scratch; nothing T x T is kept: forward
+ * saves each row's log-sum-exp and backward recomputes the probabilities from it. */
 
 typedef struct attn_shape {
     size_t T, C, C3, hs, NH, bs;
     float scale;
 } attn_shape;
 
-/* Causal softmax of row i of S in place over j <= i; zeros for j > i up to T. */
-ZT_CPU_CLONES static void causal_softmax_row(float *restrict s, size_t i, size_t T)
-{
-    size_t n = i + 1;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (size_t j = 0; j < n; j++)
-        mx = s[j] > mx ? s[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (size_t j = 0; j < n; j++) {
-        float e = zt_v_expf(s[j] - mx);
-        s[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-#pragma omp simd
-    for (size_t j = 0; j < n; j++)
-        s[j] *= inv;
-    if (n < T) memset(s + n, 0, (T - n) * sizeof(float));
-}
-
-static void attn_forward_pair(const attn_shape *sh, float *out, float *att, const float *qkv,
-                              size_t b, size_t h)
-{
-    size_t T = sh->T, C = sh->C, C3 = sh->C3, hs = sh->hs;
-    const float *q = qkv + b * T * C3 + h * hs;
-    const float *k = q + C;
-    const float *v = q + 2 * C;
-    float *P = att + (b * sh->NH + h) * T * T;
-    float *o = out + b * T * C + h * hs;
-    for (size_t i0 = 0; i0 < T; i0 += sh->bs) {
-        size_t i1 = i0 + sh->bs < T ? i0 + sh->bs : T;
-        size_t m = i1 - i0;
-        /* S = scale Q K^T for rows [i0, i1), keys [0, i1) */
-        sgemm('N', 'T', m, i1, hs, sh->scale, q + i0 * C3, C3, k, C3, 0.0f, P + i0 * T, T);
-        for (size_t i = i0; i < i1; i++)
-            causal_softmax_row(P + i * T, i, T);
-        /* out = P V */
-        sgemm('N', 'N', m, hs, i1, 1.0f, P + i0 * T, T, v, C3, 0.0f, o + i0 * C, C);
-    }
-}
-
-void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B, int T,
-                              int C, int NH)
+static attn_shape attn_shape_of(const zt_kctx *ctx, int T, int C, int NH)
 {
     attn_shape sh = {.T = (size_t)T,
                      .C = (size_t)C,
@@ -180,16 +139,110 @@ void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *att, const float 
                      .hs = (size_t)(C / NH),
                      .NH = (size_t)NH,
                      .bs = (size_t)ctx->attn_block};
+    if (sh.bs > sh.T) sh.bs = sh.T;
     sh.scale = 1.0f / sqrtf((float)sh.hs);
-    size_t pairs = (size_t)B * sh.NH;
-    int nt = ctx->attn_mode == ZT_CPU_ATTN_OUTER && pairs > 1 ? ctx->nthreads : 1;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (parallel : nt > 1)
-    for (size_t p = 0; p < pairs; p++)
-        attn_forward_pair(&sh, out, att, qkv, p / sh.NH, p % sh.NH);
+    return sh;
 }
 
-ZT_CPU_CLONES static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, size_t b, size_t h)
+/* Threads that work on (b, h) pairs side by side: each needs 2 bs T floats of the scratch,
+ * which holds at least NH of them (zt_attention_scratch_floats). */
+static int attn_threads(const zt_kctx *ctx, const attn_shape *sh, size_t pairs, size_t scratch)
+{
+    if (ctx->attn_mode != ZT_CPU_ATTN_OUTER || pairs < 2) return 1;
+    size_t fit = scratch / (2 * sh->bs * sh->T);
+    size_t nt = (size_t)ctx->nthreads;
+    nt = nt < pairs ? nt : pairs;
+    nt = nt < fit ? nt : fit;
+    return nt > 1 ? (int)nt : 1;
+}
+
+/* Row i of S (keys 0..i of n) to its causal softmax in place, returning the row's log-sum-exp;
+ * zeros for j in (i, n). */
+ZT_CPU_CLONES static float causal_softmax_row(float *restrict s, size_t i, size_t n)
+{
+    size_t k = i + 1;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (size_t j = 0; j < k; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (size_t j = 0; j < k; j++) {
+        float e = zt_v_expf(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (size_t j = 0; j < k; j++)
+        s[j] *= inv;
+    if (k < n) memset(s + k, 0, (n - k) * sizeof(float));
+    return mx + logf(sum);
+}
+
+/* Row i of S back to probabilities exp(s - lse), zeros for j in (i, n). */
+ZT_CPU_CLONES static void causal_probs_row(float *restrict s, float lse, size_t i, size_t n)
+{
+    size_t k = i + 1;
+#pragma omp simd
+    for (size_t j = 0; j < k; j++)
+        s[j] = zt_v_expf(s[j] - lse);
+    if (k < n) memset(s + k, 0, (n - k) * sizeof(float));
+}
+
+/* dP row to dS = P (dP - delta) scale, delta = dO_i . O_i; zeros for j in (i, n). */
+ZT_CPU_CLONES static void causal_dscores_row(float *restrict d, const float *restrict p,
+                                             const float *restrict dO, const float *restrict O,
+                                             size_t hs, float scale, size_t i, size_t n)
+{
+    float delta = 0.0f;
+#pragma omp simd reduction(+ : delta)
+    for (size_t c = 0; c < hs; c++)
+        delta += dO[c] * O[c];
+    size_t k = i + 1;
+#pragma omp simd
+    for (size_t j = 0; j < k; j++)
+        d[j] = p[j] * (d[j] - delta) * scale;
+    if (k < n) memset(d + k, 0, (n - k) * sizeof(float));
+}
+
+static void attn_forward_pair(const attn_shape *sh, float *out, float *lse, float *work,
+                              const float *qkv, size_t b, size_t h)
+{
+    size_t T = sh->T, C = sh->C, C3 = sh->C3, hs = sh->hs;
+    const float *q = qkv + b * T * C3 + h * hs;
+    const float *k = q + C;
+    const float *v = q + 2 * C;
+    float *o = out + b * T * C + h * hs;
+    float *l = lse + (b * sh->NH + h) * T;
+    for (size_t i0 = 0; i0 < T; i0 += sh->bs) {
+        size_t i1 = i0 + sh->bs < T ? i0 + sh->bs : T;
+        size_t m = i1 - i0;
+        /* P = softmax(scale Q K^T) for rows [i0, i1), keys [0, i1) */
+        sgemm('N', 'T', m, i1, hs, sh->scale, q + i0 * C3, C3, k, C3, 0.0f, work, T);
+        for (size_t i = i0; i < i1; i++)
+            l[i] = causal_softmax_row(work + (i - i0) * T, i, i1);
+        /* out = P V */
+        sgemm('N', 'N', m, hs, i1, 1.0f, work, T, v, C3, 0.0f, o + i0 * C, C);
+    }
+}
+
+void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                              const float *qkv, int B, int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    attn_shape sh = attn_shape_of(ctx, T, C, NH);
+    size_t pairs = (size_t)B * sh.NH, part = 2 * sh.bs * sh.T;
+    int nt = attn_threads(ctx, &sh, pairs, zt_attention_scratch_floats(B, T, NH));
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (parallel : nt > 1)
+    for (size_t p = 0; p < pairs; p++)
+        attn_forward_pair(&sh, out, lse, scratch + (size_t)omp_get_thread_num() * part, qkv,
+                          p / sh.NH, p % sh.NH);
+}
+
+static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *work, const float *dout,
+                               const float *qkv, const float *out, const float *lse, size_t b,
+                               size_t h)
 {
     size_t T = sh->T, C = sh->C, C3 = sh->C3, hs = sh->hs;
     const float *q = qkv + b * T * C3 + h * hs;
@@ -199,52 +252,39 @@ ZT_CPU_CLONES static void attn_backward_pair(const attn_shape *sh, float *dqkv, 
     float *dk = dq + C;
     float *dv = dq + 2 * C;
     const float *dO = dout + b * T * C + h * hs;
-    const float *P = att + (b * sh->NH + h) * T * T;
-    float *D = scratch + (b * sh->NH + h) * T * T;
+    const float *O = out + b * T * C + h * hs;
+    const float *l = lse + (b * sh->NH + h) * T;
+    float *P = work, *D = work + sh->bs * T;
     for (size_t i0 = 0; i0 < T; i0 += sh->bs) {
         size_t i1 = i0 + sh->bs < T ? i0 + sh->bs : T;
         size_t m = i1 - i0;
-        const float *Pb = P + i0 * T;
-        float *Db = D + i0 * T;
+        /* P = exp(scale Q K^T - lse), recomputed */
+        sgemm('N', 'T', m, i1, hs, sh->scale, q + i0 * C3, C3, k, C3, 0.0f, P, T);
+        for (size_t i = i0; i < i1; i++)
+            causal_probs_row(P + (i - i0) * T, l[i], i, i1);
         /* dP = dO V^T */
-        sgemm('N', 'T', m, i1, hs, 1.0f, dO + i0 * C, C, v, C3, 0.0f, Db, T);
+        sgemm('N', 'T', m, i1, hs, 1.0f, dO + i0 * C, C, v, C3, 0.0f, D, T);
         /* dV[0:i1] += P^T dO (P is zero above the diagonal) */
-        sgemm('T', 'N', i1, hs, m, 1.0f, Pb, T, dO + i0 * C, C, 1.0f, dv, C3);
-        /* dS = P * (dP - rowsum(dP * P)) * scale, zero above the diagonal */
-        for (size_t i = i0; i < i1; i++) {
-            const float *restrict pr = P + i * T;
-            float *restrict dr = D + i * T;
-            size_t n = i + 1;
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (size_t j = 0; j < n; j++)
-                s += dr[j] * pr[j];
-            float sc = sh->scale;
-#pragma omp simd
-            for (size_t j = 0; j < n; j++)
-                dr[j] = pr[j] * (dr[j] - s) * sc;
-            if (n < i1) memset(dr + n, 0, (i1 - n) * sizeof(float));
-        }
+        sgemm('T', 'N', i1, hs, m, 1.0f, P, T, dO + i0 * C, C, 1.0f, dv, C3);
+        for (size_t i = i0; i < i1; i++)
+            causal_dscores_row(D + (i - i0) * T, P + (i - i0) * T, dO + i * C, O + i * C, hs,
+                               sh->scale, i, i1);
         /* dQ += dS K ; dK[0:i1] += dS^T Q */
-        sgemm('N', 'N', m, hs, i1, 1.0f, Db, T, k, C3, 1.0f, dq + i0 * C3, C3);
-        sgemm('T', 'N', i1, hs, m, 1.0f, Db, T, q + i0 * C3, C3, 1.0f, dk, C3);
+        sgemm('N', 'N', m, hs, i1, 1.0f, D, T, k, C3, 1.0f, dq + i0 * C3, C3);
+        sgemm('T', 'N', i1, hs, m, 1.0f, D, T, q + i0 * C3, C3, 1.0f, dk, C3);
     }
 }
 
 void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH)
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int C, int NH)
 {
-    if (!dqkv) return;
-    attn_shape sh = {.T = (size_t)T,
-                     .C = (size_t)C,
-                     .C3 = 3 * (size_t)C,
-                     .hs = (size_t)(C / NH),
-                     .NH = (size_t)NH,
-                     .bs = (size_t)ctx->attn_block};
-    sh.scale = 1.0f / sqrtf((float)sh.hs);
-    size_t pairs = (size_t)B * sh.NH;
-    int nt = ctx->attn_mode == ZT_CPU_ATTN_OUTER && pairs > 1 ? ctx->nthreads : 1;
+    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    attn_shape sh = attn_shape_of(ctx, T, C, NH);
+    size_t pairs = (size_t)B * sh.NH, part = 2 * sh.bs * sh.T;
+    int nt = attn_threads(ctx, &sh, pairs, zt_attention_scratch_floats(B, T, NH));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (parallel : nt > 1)
     for (size_t p = 0; p < pairs; p++)
-        attn_backward_pair(&sh, dqkv, scratch, dout, qkv, att, p / sh.NH, p % sh.NH);
+        attn_backward_pair(&sh, dqkv, scratch + (size_t)omp_get_thread_num() * part, dout, qkv, out,
+                           lse, p / sh.NH, p % sh.NH);
 }

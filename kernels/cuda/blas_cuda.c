@@ -265,59 +265,84 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
 
 /* ---------------------------------------------------------------------------------------- */
 /* attention. For sequence b, head h: Q, K, V are T x hs views of qkv (row stride 3C, head h at
- * column h*hs); P (att) and the scratch are T x T per (b, h). One strided-batched GEMM covers
- * the NH heads of a sequence (head stride hs in qkv and out, T*T in att). The full T x T
- * products are computed and the softmax kernels zero the causal upper triangle, so the
- * following GEMMs may run over whole rows. */
+ * column h*hs); the scores and their gradients are T x T per (b, h) in the scratch. One
+ * strided-batched GEMM covers the NH heads of a sequence (head stride hs in qkv and out, T*T in
+ * the scratch). Sequences go through in chunks of zt_attention_chunk_seqs: region S of the
+ * scratch holds a chunk's scores (then probabilities), region D their gradients. The full T x T
+ * products are computed and the row kernels zero the causal upper triangle, so the following
+ * GEMMs may run over whole rows. */
 
-void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B, int T,
-                               int C, int NH)
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                               const float *qkv, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH, C3 = 3 * C;
+    int chunk = zt_attention_chunk_seqs(B, T, NH);
     long long TT = (long long)T * T;
+    size_t seq = (size_t)NH * (size_t)TT; /* scratch floats per sequence and region */
     float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) { /* S = scale Q K^T */
-        const float *q = qkv + (size_t)b * T * C3;
-        gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-             att + (size_t)b * NH * TT, T, TT, NH, NULL);
-    }
-    zt_cuda_attn_softmax(ctx, att, (size_t)B * NH * T, T);
-    for (int b = 0; b < B; b++) { /* out = P V */
-        const float *q = qkv + (size_t)b * T * C3;
-        gemm(ctx, 'N', 'N', T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, q + 2 * C, C3, hs,
-             0.0f, out + (size_t)b * T * C, C, hs, NH, NULL);
+    float *S = scratch;
+    for (int b0 = 0; b0 < B; b0 += chunk) {
+        int b1 = B - b0 < chunk ? B : b0 + chunk;
+        for (int b = b0; b < b1; b++) { /* S = scale Q K^T */
+            const float *q = qkv + (size_t)b * T * C3;
+            gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
+                 S + (size_t)(b - b0) * seq, T, TT, NH, NULL);
+        }
+        zt_cuda_attn_softmax(ctx, S, lse + (size_t)b0 * NH * T, (size_t)(b1 - b0) * NH * T, T);
+        for (int b = b0; b < b1; b++) { /* out = P V */
+            const float *q = qkv + (size_t)b * T * C3;
+            gemm(ctx, 'N', 'N', T, hs, T, 1.0f, S + (size_t)(b - b0) * seq, T, TT, q + 2 * C, C3,
+                 hs, 0.0f, out + (size_t)b * T * C, C, hs, NH, NULL);
+        }
     }
 }
 
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *att, int B, int T, int C, int NH)
+                                const float *qkv, const float *out, const float *lse, int B, int T,
+                                int C, int NH)
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH, C3 = 3 * C;
+    int chunk = zt_attention_chunk_seqs(B, T, NH);
     long long TT = (long long)T * T;
+    size_t seq = (size_t)NH * (size_t)TT;
     float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * C3;
-        float *dq = dqkv + (size_t)b * T * C3;
-        const float *dO = dout + (size_t)b * T * C;
-        const float *P = att + (size_t)b * NH * TT;
-        float *D = scratch + (size_t)b * NH * TT;
-        /* dP = dO V^T */
-        gemm(ctx, 'N', 'T', T, T, hs, 1.0f, dO, C, hs, q + 2 * C, C3, hs, 0.0f, D, T, TT, NH, NULL);
-        /* dV += P^T dO */
-        gemm(ctx, 'T', 'N', T, hs, T, 1.0f, P, T, TT, dO, C, hs, 1.0f, dq + 2 * C, C3, hs, NH,
-             NULL);
-    }
-    /* dS = P * (dP - rowsum(dP * P)) * scale, zero above the diagonal */
-    zt_cuda_attn_softmax_backward(ctx, scratch, att, (size_t)B * NH * T, T, scale);
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * C3;
-        float *dq = dqkv + (size_t)b * T * C3;
-        const float *D = scratch + (size_t)b * NH * TT;
-        /* dQ += dS K */
-        gemm(ctx, 'N', 'N', T, hs, T, 1.0f, D, T, TT, q + C, C3, hs, 1.0f, dq, C3, hs, NH, NULL);
-        /* dK += dS^T Q */
-        gemm(ctx, 'T', 'N', T, hs, T, 1.0f, D, T, TT, q, C3, hs, 1.0f, dq + C, C3, hs, NH, NULL);
+    float *S = scratch, *D = scratch + (size_t)chunk * seq;
+    for (int b0 = 0; b0 < B; b0 += chunk) {
+        int b1 = B - b0 < chunk ? B : b0 + chunk;
+        size_t rows = (size_t)(b1 - b0) * NH * T;
+        for (int b = b0; b < b1; b++) { /* S = scale Q K^T, as the forward computed it */
+            const float *q = qkv + (size_t)b * T * C3;
+            gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
+                 S + (size_t)(b - b0) * seq, T, TT, NH, NULL);
+        }
+        /* P = exp(S - lse), zero above the diagonal */
+        zt_cuda_attn_probs(ctx, S, lse + (size_t)b0 * NH * T, rows, T);
+        for (int b = b0; b < b1; b++) {
+            const float *q = qkv + (size_t)b * T * C3;
+            float *dq = dqkv + (size_t)b * T * C3;
+            const float *dO = dout + (size_t)b * T * C;
+            /* dP = dO V^T */
+            gemm(ctx, 'N', 'T', T, T, hs, 1.0f, dO, C, hs, q + 2 * C, C3, hs, 0.0f,
+                 D + (size_t)(b - b0) * seq, T, TT, NH, NULL);
+            /* dV += P^T dO */
+            gemm(ctx, 'T', 'N', T, hs, T, 1.0f, S + (size_t)(b - b0) * seq, T, TT, dO, C, hs, 1.0f,
+                 dq + 2 * C, C3, hs, NH, NULL);
+        }
+        /* dS = P * (dP - dO.out) * scale, zero above the diagonal */
+        zt_cuda_attn_dscores(ctx, D, S, dout + (size_t)b0 * T * C, out + (size_t)b0 * T * C, rows,
+                             T, NH, C, scale);
+        for (int b = b0; b < b1; b++) {
+            const float *q = qkv + (size_t)b * T * C3;
+            float *dq = dqkv + (size_t)b * T * C3;
+            const float *dS = D + (size_t)(b - b0) * seq;
+            /* dQ += dS K */
+            gemm(ctx, 'N', 'N', T, hs, T, 1.0f, dS, T, TT, q + C, C3, hs, 1.0f, dq, C3, hs, NH,
+                 NULL);
+            /* dK += dS^T Q */
+            gemm(ctx, 'T', 'N', T, hs, T, 1.0f, dS, T, TT, q, C3, hs, 1.0f, dq + C, C3, hs, NH,
+                 NULL);
+        }
     }
 }

@@ -148,12 +148,17 @@ void zt_cuda_residual_forward(zt_kctx *ctx, float *out, const float *a, const fl
 void zt_cuda_residual_backward(zt_kctx *ctx, float *da, float *db, const float *dout, size_t n);
 void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const float *logits,
                           const int32_t *targets, int N, int V, int Vp, float dloss);
-/* Causal softmax in place over rows of att (rows = B*NH*T, row r is query r % T); zeros above
- * the diagonal. */
-void zt_cuda_attn_softmax(zt_kctx *ctx, float *att, size_t rows, int T);
-/* dS = P * (dP - rowsum(dP * P)) * scale in place in d, zero above the diagonal. */
-void zt_cuda_attn_softmax_backward(zt_kctx *ctx, float *d, const float *att, size_t rows, int T,
-                                   float scale);
+/* Attention's row kernels work on the T x T matrices of a chunk of whole sequences: rows in
+ * (sequence, head, query) order from the chunk's first sequence (row r is query r % T, lse[r]
+ * its log-sum-exp), each zeroed above the diagonal. */
+/* Causal softmax in place in att, writing lse. */
+void zt_cuda_attn_softmax(zt_kctx *ctx, float *att, float *lse, size_t rows, int T);
+/* The probabilities back from scores: att = exp(att - lse[r]) in place. */
+void zt_cuda_attn_probs(zt_kctx *ctx, float *att, const float *lse, size_t rows, int T);
+/* dS = P * (dP - delta) * scale in place in d (dP there, P in att), delta = dout_i . out_i over
+ * the row's head: dout and out are (B,T,C) tensors offset to the chunk's first sequence. */
+void zt_cuda_attn_dscores(zt_kctx *ctx, float *d, const float *att, const float *dout,
+                          const float *out, size_t rows, int T, int NH, int C, float scale);
 
 void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
                    float *v, size_t n, const zt_adamw_args *args, void *param_lp,

@@ -1,6 +1,7 @@
 /* zerotrain: the element-wise and row-wise GPT-2 kernels on CUDA: embeddings, LayerNorm, GELU,
- * residual, fused softmax + cross-entropy, the causal softmax of attention and its backward,
- * and deterministic column sums (bias and LayerNorm parameter gradients). Arithmetic follows
+ * residual, fused softmax + cross-entropy, attention's causal softmax (with each row's
+ * log-sum-exp), the recomputation of its probabilities and the gradient of its scores, and
+ * deterministic column sums (bias and LayerNorm parameter gradients). Arithmetic follows
  * kernels/cpu/gpt2_cpu.c expression by expression; sums run in another order. */
 #include "cuda_int.h"
 
@@ -436,9 +437,11 @@ extern "C" void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* attention softmax: one warp per (b, h, query) row of T */
+/* attention: one warp per (b, h, query) row of T over the T x T matrices of a chunk of whole
+ * sequences; row r of the chunk is query r % T, and the causal upper triangle is written as
+ * zeros so that the GEMMs after these kernels may run over whole rows. */
 
-static __global__ void attn_softmax_kernel(float *att, size_t rows, int T)
+static __global__ void attn_softmax_kernel(float *att, float *lse, size_t rows, int T)
 {
     size_t row = (size_t)blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -455,28 +458,51 @@ static __global__ void attn_softmax_kernel(float *att, size_t rows, int T)
         p[j] = e;
         sum += e;
     }
-    float inv = 1.0f / zt_warp_sum(sum);
+    sum = zt_warp_sum(sum);
+    float inv = 1.0f / sum;
     for (int j = lane; j < n; j += 32)
         p[j] *= inv;
     for (int j = n + lane; j < T; j += 32)
         p[j] = 0.0f;
+    if (lane == 0) lse[row] = mx + logf(sum);
 }
 
-static __global__ void attn_softmax_backward_kernel(float *d, const float *att, size_t rows, int T,
-                                                    float scale)
+static __global__ void attn_probs_kernel(float *att, const float *lse, size_t rows, int T)
 {
     size_t row = (size_t)blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= rows) return;
     int n = (int)(row % (size_t)T) + 1;
+    float *p = att + row * (size_t)T;
+    float l = lse[row];
+    for (int j = lane; j < n; j += 32)
+        p[j] = expf(p[j] - l);
+    for (int j = n + lane; j < T; j += 32)
+        p[j] = 0.0f;
+}
+
+/* delta = dO_i . out_i equals rowsum(dP * P) (out_i = sum_j P_ij V_j) at hs multiply-adds per
+ * row instead of i + 1. dout and out start at the chunk's first sequence. */
+static __global__ void attn_dscores_kernel(float *d, const float *att, const float *dout,
+                                           const float *out, size_t rows, int T, int NH, int C,
+                                           int hs, float scale)
+{
+    size_t row = (size_t)blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    size_t bh = row / (size_t)T;
+    int i = (int)(row % (size_t)T), n = i + 1;
+    size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
+    size_t off = (b * (size_t)T + (size_t)i) * (size_t)C + h * (size_t)hs;
+    const float *go = dout + off, *o = out + off;
+    float delta = 0.0f;
+    for (int c = lane; c < hs; c += 32)
+        delta += go[c] * o[c];
+    delta = zt_warp_sum(delta);
     const float *p = att + row * (size_t)T;
     float *dr = d + row * (size_t)T;
-    float s = 0.0f;
     for (int j = lane; j < n; j += 32)
-        s += dr[j] * p[j];
-    s = zt_warp_sum(s);
-    for (int j = lane; j < n; j += 32)
-        dr[j] = p[j] * (dr[j] - s) * scale;
+        dr[j] = p[j] * (dr[j] - delta) * scale;
     for (int j = n + lane; j < T; j += 32)
         dr[j] = 0.0f;
 }
@@ -486,19 +512,27 @@ static unsigned row_blocks(size_t rows)
     return (unsigned)((rows + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
 }
 
-extern "C" void zt_cuda_attn_softmax(zt_kctx *ctx, float *att, size_t rows, int T)
+extern "C" void zt_cuda_attn_softmax(zt_kctx *ctx, float *att, float *lse, size_t rows, int T)
 {
     if (!rows) return;
     ZT_CUDA_LAUNCH(ctx, "attention_forward (softmax)", attn_softmax_kernel, row_blocks(rows),
-                   ZT_CUDA_THREADS, att, rows, T);
+                   ZT_CUDA_THREADS, att, lse, rows, T);
 }
 
-extern "C" void zt_cuda_attn_softmax_backward(zt_kctx *ctx, float *d, const float *att, size_t rows,
-                                              int T, float scale)
+extern "C" void zt_cuda_attn_probs(zt_kctx *ctx, float *att, const float *lse, size_t rows, int T)
 {
     if (!rows) return;
-    ZT_CUDA_LAUNCH(ctx, "attention_backward (softmax)", attn_softmax_backward_kernel,
-                   row_blocks(rows), ZT_CUDA_THREADS, d, att, rows, T, scale);
+    ZT_CUDA_LAUNCH(ctx, "attention_backward (probabilities)", attn_probs_kernel, row_blocks(rows),
+                   ZT_CUDA_THREADS, att, lse, rows, T);
+}
+
+extern "C" void zt_cuda_attn_dscores(zt_kctx *ctx, float *d, const float *att, const float *dout,
+                                     const float *out, size_t rows, int T, int NH, int C,
+                                     float scale)
+{
+    if (!rows) return;
+    ZT_CUDA_LAUNCH(ctx, "attention_backward (scores)", attn_dscores_kernel, row_blocks(rows),
+                   ZT_CUDA_THREADS, d, att, dout, out, rows, T, NH, C, C / NH, scale);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -425,10 +425,11 @@ void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const fl
 void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                              const float *dout, const float *inp, const float *weight, int N, int C,
                              int OC);
-void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *att, const float *qkv, int B, int T,
-                               int C, int NH);
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                               const float *qkv, int B, int T, int C, int NH);
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *att, int B, int T, int C, int NH);
+                                const float *qkv, const float *out, const float *lse, int B, int T,
+                                int C, int NH);
 
 static void cuda_set_matmul_dtype(zt_kctx *ctx, zt_dtype dtype)
 {

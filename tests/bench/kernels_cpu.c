@@ -133,15 +133,15 @@ static void bench_ops(void)
     }
 
     /* attention: FLOPs of the causal half that is needed (QK^T and PV: 2 * B*NH*T*T*hs each
-     * for the full square; backward twice that) */
-    size_t natt = (size_t)B * NH * T * T;
-    float *att = falloc(natt), *scr = falloc(natt), *qkv = frand(3 * NC, 1.0f);
+     * for the full square; backward twice that, not counting its recomputed QK^T) */
+    size_t nlse = (size_t)B * NH * T, nscr = zt_attention_scratch_floats(B, T, NH);
+    float *lse = falloc(nlse), *scr = falloc(nscr), *qkv = frand(3 * NC, 1.0f);
     float *dqkv = falloc(3 * NC);
     memset(dqkv, 0, 3 * NC * sizeof(float));
     double att_fl = 4.0 * B * NH * (double)T * T * (C / NH) * 0.5;
-    TIME_IT(s, OPS->attention_forward(CTX, y, att, qkv, B, T, C, NH));
+    TIME_IT(s, OPS->attention_forward(CTX, y, lse, scr, qkv, B, T, C, NH));
     report("attention_forward (causal flops)", s, att_fl, 0);
-    TIME_IT(s, OPS->attention_backward(CTX, dqkv, scr, z, qkv, att, B, T, C, NH));
+    TIME_IT(s, OPS->attention_backward(CTX, dqkv, scr, z, qkv, y, lse, B, T, C, NH));
     report("attention_backward (causal flops)", s, 2 * att_fl, 0);
 
     TIME_IT(s, OPS->gelu_forward(CTX, y, x, 4 * NC));
@@ -194,14 +194,14 @@ static void bench_ops(void)
 
     zt_free(x), zt_free(y), zt_free(z), zt_free(dx), zt_free(w), zt_free(bias), zt_free(dw);
     zt_free(db), zt_free(mean), zt_free(rstd), zt_free(tok), zt_free(wte), zt_free(wpe);
-    zt_free(att), zt_free(scr), zt_free(qkv), zt_free(dqkv), zt_free(losses), zt_free(p);
+    zt_free(lse), zt_free(scr), zt_free(qkv), zt_free(dqkv), zt_free(losses), zt_free(p);
     zt_free(g), zt_free(m), zt_free(v), zt_free(lp);
 }
 
 static void bench_attention_variants(void)
 {
-    size_t NC = N * C, natt = (size_t)B * NH * T * T;
-    float *att = falloc(natt), *scr = falloc(natt), *qkv = frand(3 * NC, 1.0f);
+    size_t NC = N * C, nlse = (size_t)B * NH * T, nscr = zt_attention_scratch_floats(B, T, NH);
+    float *lse = falloc(nlse), *scr = falloc(nscr), *qkv = frand(3 * NC, 1.0f);
     float *out = falloc(NC), *dout = frand(NC, 1.0f), *dqkv = falloc(3 * NC);
     memset(dqkv, 0, 3 * NC * sizeof(float));
     double fl = 3 * 4.0 * B * NH * (double)T * T * (C / NH) * 0.5;
@@ -214,8 +214,8 @@ static void bench_attention_variants(void)
             CTX->attn_block = blocks[k];
             double s;
             TIME_IT(s, {
-                OPS->attention_forward(CTX, out, att, qkv, B, T, C, NH);
-                OPS->attention_backward(CTX, dqkv, scr, dout, qkv, att, B, T, C, NH);
+                OPS->attention_forward(CTX, out, lse, scr, qkv, B, T, C, NH);
+                OPS->attention_backward(CTX, dqkv, scr, dout, qkv, out, lse, B, T, C, NH);
             });
             char what[80];
             snprintf(what, sizeof what, "attn fwd+bwd %s block %d", mode ? "inner" : "outer",
@@ -224,7 +224,7 @@ static void bench_attention_variants(void)
         }
     CTX->attn_mode = saved_mode;
     CTX->attn_block = saved_block;
-    zt_free(att), zt_free(scr), zt_free(qkv), zt_free(out), zt_free(dout), zt_free(dqkv);
+    zt_free(lse), zt_free(scr), zt_free(qkv), zt_free(out), zt_free(dout), zt_free(dqkv);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -243,7 +243,7 @@ static double KT[K_COUNT];
     } while (0)
 
 typedef struct {
-    float *ln1, *ln1m, *ln1r, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg,
+    float *ln1, *ln1m, *ln1r, *qkv, *atty, *lse, *attproj, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg,
         *fcproj, *res3;
 } layer_acts;
 
@@ -256,7 +256,7 @@ static float *sub(float **p, size_t n)
 
 static void bench_step(double peak_gf, int steps)
 {
-    size_t NC = N * C, TT = (size_t)B * NH * T * T;
+    size_t NC = N * C, NL = (size_t)B * NH * T, NS = zt_attention_scratch_floats(B, T, NH);
     /* parameters, llm.c order, and their gradients */
     size_t sizes[16] = {(size_t)VP * C,
                         (size_t)T * C,
@@ -292,16 +292,16 @@ static void bench_step(double peak_gf, int steps)
         pp[14][c] = 1.0f;
 
     /* activations and their gradients */
-    size_t per_layer = 18 * NC + 4 * N + TT;
+    size_t per_layer = 18 * NC + 4 * N + NL;
     size_t nacts = NC + (size_t)L * per_layer + NC + 3 * N + N * VP;
-    float *acts = falloc(nacts), *dacts = falloc(nacts), *scratch = falloc(TT);
+    float *acts = falloc(nacts), *dacts = falloc(nacts), *scratch = falloc(NS);
     memset(acts, 0, nacts * sizeof(float));
     float *ap = acts;
     float *encoded = sub(&ap, NC);
     layer_acts la[L];
     for (int l = 0; l < L; l++) {
         la[l].ln1 = sub(&ap, NC), la[l].ln1m = sub(&ap, N), la[l].ln1r = sub(&ap, N);
-        la[l].qkv = sub(&ap, 3 * NC), la[l].atty = sub(&ap, NC), la[l].att = sub(&ap, TT);
+        la[l].qkv = sub(&ap, 3 * NC), la[l].atty = sub(&ap, NC), la[l].lse = sub(&ap, NL);
         la[l].attproj = sub(&ap, NC), la[l].res2 = sub(&ap, NC), la[l].ln2 = sub(&ap, NC);
         la[l].ln2m = sub(&ap, N), la[l].ln2r = sub(&ap, N), la[l].fch = sub(&ap, 4 * NC);
         la[l].fchg = sub(&ap, 4 * NC), la[l].fcproj = sub(&ap, NC), la[l].res3 = sub(&ap, NC);
@@ -337,7 +337,8 @@ static void bench_step(double peak_gf, int steps)
                                                pp[3] + l * C, (int)N, C));
             TIMED(K_MM, OPS->matmul_forward(CTX, a->qkv, a->ln1, pp[4] + (size_t)l * 3 * C * C,
                                             pp[5] + l * 3 * C, (int)N, C, 3 * C));
-            TIMED(K_ATT, OPS->attention_forward(CTX, a->atty, a->att, a->qkv, B, T, C, NH));
+            TIMED(K_ATT,
+                  OPS->attention_forward(CTX, a->atty, a->lse, scratch, a->qkv, B, T, C, NH));
             TIMED(K_MM, OPS->matmul_forward(CTX, a->attproj, a->atty, pp[6] + (size_t)l * C * C,
                                             pp[7] + l * C, (int)N, C, C));
             TIMED(K_RES, OPS->residual_forward(CTX, a->res2, res, a->attproj, NC));
@@ -382,7 +383,7 @@ static void bench_step(double peak_gf, int steps)
                                              gp[7] + l * C, D(a->attproj), a->atty,
                                              pp[6] + (size_t)l * C * C, (int)N, C, C));
             TIMED(K_ATT, OPS->attention_backward(CTX, D(a->qkv), scratch, D(a->atty), a->qkv,
-                                                 a->att, B, T, C, NH));
+                                                 a->atty, a->lse, B, T, C, NH));
             TIMED(K_MM, OPS->matmul_backward(CTX, D(a->ln1), gp[4] + (size_t)l * 3 * C * C,
                                              gp[5] + l * 3 * C, D(a->qkv), a->ln1,
                                              pp[4] + (size_t)l * 3 * C * C, (int)N, C, 3 * C));
@@ -412,10 +413,10 @@ static void bench_step(double peak_gf, int steps)
 #undef D
     double sec = best, mean = total / steps;
     /* FLOPs: every matmul forward 2*N*in*out, backward twice that; attention as computed
-     * (causal half of QK^T and PV, forward 2 matmuls, backward 4) */
+     * (causal half of QK^T and PV, forward 2 matmuls, backward 5 with QK^T recomputed) */
     double mm = 2.0 * N * ((double)L * (3.0 * C * C + C * C + 8.0 * C * C) + (double)C * VP);
     double att = 2.0 * (double)B * NH * T * T * (C / NH) * 0.5;
-    double fl = 3.0 * mm + 6.0 * L * att;
+    double fl = 3.0 * mm + 7.0 * L * att;
     /* the usual model FLOPs: 6 * params * tokens + attention 6 * L * T * C * tokens (full) */
     double model_fl = 6.0 * (double)(P - (size_t)T * C) * N + 12.0 * L * T * C * (double)N;
     printf("  step: best %.2f ms (mean %.2f ms over %d), %.0f tokens/s, loss %.4f -> %.4f\n",

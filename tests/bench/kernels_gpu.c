@@ -190,24 +190,26 @@ int main(int argc, char **argv)
         }
     }
 
-    /* attention: causal FLOPs (half of the full T x T products) */
-    size_t natt = (size_t)B * NH * T * T;
-    float *att = dalloc(natt * 4), *scr = dalloc(natt * 4);
+    /* attention: causal FLOPs (half of the full T x T products); backward's recomputation of
+     * Q K^T is not counted, so its rate is that of the work a kept P would leave */
+    size_t nlse = (size_t)B * NH * T, nscr = zt_attention_scratch_floats(B, T, NH);
+    float *lse = dalloc(nlse * 4), *scr = dalloc(nscr * 4);
     float *qkv = drand(N * 3 * C, 1.0f), *dqkv = drand(N * 3 * C, 0.0f);
     double afl = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0;
     for (int tf = 0; tf < 2; tf++) {
         G->set_matmul_dtype(K, tf ? ZT_BF16 : ZT_F32);
         char what[96];
-        TIME_IT(s, G->attention_forward(K, y, att, qkv, B, T, C, NH));
+        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
         snprintf(what, sizeof what, "attention_forward %s", tf ? "TF32" : "fp32");
         report_flops(what, s, afl, tf ? MMTF : MM32);
-        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, att, B, T, C, NH));
+        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
         snprintf(what, sizeof what, "attention_backward %s", tf ? "TF32" : "fp32");
         report_flops(what, s, 2 * afl, tf ? MMTF : MM32);
     }
-    printf("  (attention keeps B x NH x T x T = %.0f MiB of probabilities per layer)\n",
-           natt * 4.0 / 1048576.0);
-    G->free(K, att), G->free(K, scr);
+    printf("  (attention keeps B x NH x T = %.2f MiB of log-sum-exps per layer; scratch %.0f MiB, "
+           "chunks of %d sequences)\n",
+           nlse * 4.0 / 1048576.0, nscr * 4.0 / 1048576.0, zt_attention_chunk_seqs(B, T, NH));
+    G->free(K, lse), G->free(K, scr);
 
     size_t n4 = NC * 4;
     TIME_IT(s, G->gelu_forward(K, y, x, n4));

@@ -407,32 +407,37 @@ static void test_matmul_dtype(void)
 static void test_attention(int B, int T, int C, int NH)
 {
     char what[128];
-    size_t N = (size_t)B * T, n3 = N * 3 * C, nC = N * C, nA = (size_t)B * NH * T * T;
+    size_t N = (size_t)B * T, n3 = N * 3 * C, nC = N * C, nL = (size_t)B * NH * T;
+    size_t nS = zt_attention_scratch_floats(B, T, NH);
     float *qkv = kc_frandn(n3, 1.0);
-    float *out = kc_falloc(nC), *att = kc_falloc(nA);
-    CPU->attention_forward(CC, out, att, qkv, B, T, C, NH);
-    float *d_qkv = upf(qkv, n3), *d_out = dalloc(nC * 4), *d_att = dalloc(nA * 4);
-    GPU->memset0(GC, d_att, nA * 4);
-    GPU->attention_forward(GC, d_out, d_att, d_qkv, B, T, C, NH);
-    snprintf(what, sizeof(what), "attention_forward out B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    check_f(what, d_out, out, nC, RT_GEMM, 1e-6);
-    snprintf(what, sizeof(what), "attention_forward att B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    check_f(what, d_att, att, nA, RT_GEMM, 1e-7);
-
-    float *dout = kc_frandn(nC, 1.0), *dqkv = kc_frandn(n3, 1.0), *scr = kc_falloc(nA);
-    float *nan_fill = kc_falloc(nA);
-    for (size_t i = 0; i < nA; i++)
+    float *out = kc_falloc(nC), *lse = kc_falloc(nL), *scr = kc_falloc(nS);
+    float *nan_fill = kc_falloc(nS);
+    for (size_t i = 0; i < nS; i++)
         nan_fill[i] = NAN; /* scratch contents are undefined on entry: NaN must not leak */
-    float *d_dout = upf(dout, nC), *d_dqkv = upf(dqkv, n3), *d_scr = upf(nan_fill, nA);
-    float *d_att2 = upf(att, nA); /* the CPU's probabilities, so only the backward differs */
-    CPU->attention_backward(CC, dqkv, scr, dout, qkv, att, B, T, C, NH);
-    GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, d_att2, B, T, C, NH);
-    GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, d_att2, B, T, C, NH); /* no-op */
+    CPU->attention_forward(CC, out, lse, scr, qkv, B, T, C, NH);
+    float *d_qkv = upf(qkv, n3), *d_out = dalloc(nC * 4), *d_lse = dalloc(nL * 4);
+    float *d_scr = upf(nan_fill, nS);
+    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+    snprintf(what, sizeof(what), "attention_forward out B=%d T=%d C=%d NH=%d (chunks of %d)", B, T,
+             C, NH, zt_attention_chunk_seqs(B, T, NH));
+    check_f(what, d_out, out, nC, RT_GEMM, 1e-6);
+    snprintf(what, sizeof(what), "attention_forward lse B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check_f(what, d_lse, lse, nL, RT_GEMM, 1e-5);
+
+    float *dout = kc_frandn(nC, 1.0), *dqkv = kc_frandn(n3, 1.0);
+    float *d_dout = upf(dout, nC), *d_dqkv = upf(dqkv, n3);
+    /* the CPU's out and lse, so only the backward differs */
+    float *d_out2 = upf(out, nC), *d_lse2 = upf(lse, nL);
+    GPU->copy_h2d(GC, d_scr, nan_fill, nS * sizeof(float)); /* undefined on entry again */
+    CPU->attention_backward(CC, dqkv, scr, dout, qkv, out, lse, B, T, C, NH);
+    GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, d_out2, d_lse2, B, T, C, NH);
+    /* a NULL dqkv is a no-op */
+    GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, d_out2, d_lse2, B, T, C, NH);
     snprintf(what, sizeof(what), "attention_backward dqkv B=%d T=%d C=%d NH=%d", B, T, C, NH);
     check_f(what, d_dqkv, dqkv, n3, RT_GEMM, 1e-6);
-    dfree(d_qkv), dfree(d_out), dfree(d_att), dfree(d_dout), dfree(d_dqkv), dfree(d_scr);
-    dfree(d_att2);
-    zt_free(qkv), zt_free(out), zt_free(att), zt_free(dout), zt_free(dqkv), zt_free(scr);
+    dfree(d_qkv), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dout), dfree(d_dqkv);
+    dfree(d_out2), dfree(d_lse2);
+    zt_free(qkv), zt_free(out), zt_free(lse), zt_free(scr), zt_free(dout), zt_free(dqkv);
     zt_free(nan_fill);
     printf("attention B=%d T=%d C=%d NH=%d: ok\n", B, T, C, NH);
 }
@@ -782,6 +787,10 @@ int main(void)
     test_attention(1, 129, 96, 2);
     test_attention(2, 64, 128, 4);
     test_attention(2, 256, 768, 12);
+    /* more sequences than one scratch chunk holds: chunks of 5 and a last one of 2, then
+     * chunks of one sequence each */
+    test_attention(7, 512, 384, 12);
+    test_attention(3, 1024, 256, 16);
     test_gelu_residual(1);
     test_gelu_residual(1000);
     test_gelu_residual(100003);

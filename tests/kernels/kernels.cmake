@@ -23,7 +23,7 @@ zt_add_test(NAME test_kernels_cpu_adamw_torch
 if(ZT_NATIVE AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   file(GLOB ZT_KERNELS_CPU_PORTABLE_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cpu/*.c)
   add_library(zt_kernels_portable STATIC ${ZT_KERNELS_CPU_PORTABLE_SRC}
-              ${CMAKE_SOURCE_DIR}/kernels/ops_nocuda.c)
+              ${CMAKE_SOURCE_DIR}/kernels/ops_common.c ${CMAKE_SOURCE_DIR}/kernels/ops_nocuda.c)
   target_include_directories(zt_kernels_portable PUBLIC ${CMAKE_SOURCE_DIR} ${DNNL_INCLUDE_DIR})
   target_link_libraries(zt_kernels_portable PUBLIC zt_common ${DNNL_LIBRARY} OpenMP::OpenMP_C m)
   target_compile_options(zt_kernels_portable PRIVATE -march=x86-64 -mtune=generic)

@@ -224,7 +224,8 @@ static void test_residual_layernorm(int N, int C)
     for (size_t i = 0; i < NC; i++)
         a[i] += (float)(i / C % 4);
     float *res = kc_falloc(NC), *out = kc_falloc(NC), *mean = kc_falloc(N), *rstd = kc_falloc(N);
-    float *res2 = kc_falloc(NC), *out2 = kc_falloc(NC), *mean2 = kc_falloc(N), *rstd2 = kc_falloc(N);
+    float *res2 = kc_falloc(NC), *out2 = kc_falloc(NC), *mean2 = kc_falloc(N),
+          *rstd2 = kc_falloc(N);
     OPS->residual_forward(CTX, res, a, b, NC);
     OPS->layernorm_forward(CTX, out, mean, rstd, res, w, bias, N, C);
     OPS->residual_layernorm_forward(CTX, res2, out2, mean2, rstd2, a, b, w, bias, N, C);
@@ -427,8 +428,8 @@ static void test_matmul(int N, int C, int OC)
 /* ======================================================================================== */
 /* attention (llm.c's loops, in double) */
 
-static void ref_attention_forward(double *out, double *att, const double *qkv, int B, int T, int C,
-                                  int NH)
+static void ref_attention_forward(double *out, double *att, double *lse, const double *qkv, int B,
+                                  int T, int C, int NH)
 {
     int hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
@@ -452,6 +453,7 @@ static void ref_attention_forward(double *out, double *att, const double *qkv, i
                     pre[t2] = exp(pre[t2] - mx);
                     sum += pre[t2];
                 }
+                if (lse) lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
                 double *a = att + (((size_t)b * NH + h) * T + t) * T;
                 for (int t2 = 0; t2 < T; t2++)
                     a[t2] = t2 <= t ? pre[t2] / sum : 0.0;
@@ -509,59 +511,63 @@ static void ref_attention_backward(double *dqkv, const double *dout, const doubl
 typedef struct {
     int B, T, C, NH;
     double *qkv_d, *out_d, *att_d;
-    float *qkv, *out, *att;
+    float *qkv, *out, *lse, *scratch;
     const double *wt;
 } att_state;
 
 static double att_loss_ref(void *p)
 {
     att_state *s = p;
-    ref_attention_forward(s->out_d, s->att_d, s->qkv_d, s->B, s->T, s->C, s->NH);
+    ref_attention_forward(s->out_d, s->att_d, NULL, s->qkv_d, s->B, s->T, s->C, s->NH);
     return kc_dot_dd(s->out_d, s->wt, (size_t)s->B * s->T * s->C);
 }
 
 static double att_loss_op(void *p)
 {
     att_state *s = p;
-    OPS->attention_forward(CTX, s->out, s->att, s->qkv, s->B, s->T, s->C, s->NH);
+    OPS->attention_forward(CTX, s->out, s->lse, s->scratch, s->qkv, s->B, s->T, s->C, s->NH);
     return kc_dot_fd(s->out, s->wt, (size_t)s->B * s->T * s->C);
 }
 
 static void test_attention(int B, int T, int C, int NH)
 {
     size_t NQ = (size_t)B * T * 3 * C, NO = (size_t)B * T * C, NA = (size_t)B * NH * T * T;
-    float *qkv = kc_frandn(NQ, 1.0), *out = kc_falloc(NO), *att = kc_falloc(NA);
+    size_t NL = (size_t)B * NH * T, NS = zt_attention_scratch_floats(B, T, NH);
+    ASSERT_TRUE(NS >= 2 * (size_t)NH * T * T); /* room for a whole sequence at least */
+    float *qkv = kc_frandn(NQ, 1.0), *out = kc_falloc(NO), *lse = kc_falloc(NL);
     double *qkv_d = kc_widen(qkv, NQ), *out_d = kc_dalloc(NO), *att_d = kc_dalloc(NA);
-    float *dout = kc_frandn(NO, 1.0), *scratch = kc_falloc(NA), *dqkv = kc_falloc(NQ);
+    double *lse_d = kc_dalloc(NL);
+    float *dout = kc_frandn(NO, 1.0), *scratch = kc_falloc(NS), *dqkv = kc_falloc(NQ);
     double *dout_d = kc_widen(dout, NO), *dqkv_d = kc_dalloc(NQ), *pre_d = kc_dalloc(NQ);
-    ref_attention_forward(out_d, att_d, qkv_d, B, T, C, NH);
+    ref_attention_forward(out_d, att_d, lse_d, qkv_d, B, T, C, NH);
     prefill(dqkv, pre_d, NQ);
     memcpy(dqkv_d, pre_d, NQ * sizeof(double));
     ref_attention_backward(dqkv_d, dout_d, qkv_d, att_d, B, T, C, NH);
 
-    /* every threading mode and causal block size gives the same result */
+    /* every threading mode, thread count and causal block size gives the same result */
     static const int blocks[] = {64, 16, 5, 1 << 20};
     zt_cpu_attn_mode saved_mode = CTX->attn_mode;
-    int saved_block = CTX->attn_block;
-    for (int mode = 0; mode < 2; mode++) {
+    int saved_block = CTX->attn_block, saved_threads = CTX->nthreads;
+    for (int mode = 0; mode < 3; mode++) {
         for (size_t bi = 0; bi < sizeof(blocks) / sizeof(blocks[0]); bi++) {
-            CTX->attn_mode = mode ? ZT_CPU_ATTN_INNER : ZT_CPU_ATTN_OUTER;
+            CTX->attn_mode = mode == 1 ? ZT_CPU_ATTN_INNER : ZT_CPU_ATTN_OUTER;
+            CTX->nthreads = mode == 2 ? 7 : saved_threads; /* more threads than cores */
             CTX->attn_block = blocks[bi];
             char what[160];
-            for (size_t i = 0; i < NA; i++) /* garbage where the op must write zeros */
-                att[i] = 1e30f;
-            OPS->attention_forward(CTX, out, att, qkv, B, T, C, NH);
+            for (size_t i = 0; i < NS; i++)
+                scratch[i] = NAN; /* contents undefined on entry */
+            OPS->attention_forward(CTX, out, lse, scratch, qkv, B, T, C, NH);
             snprintf(what, sizeof what, "attention_forward out (mode %d, block %d)", mode,
                      blocks[bi]);
             kc_check_close(what, out, out_d, NO, RT_FWD, 0);
-            snprintf(what, sizeof what, "attention_forward att (mode %d, block %d)", mode,
+            snprintf(what, sizeof what, "attention_forward lse (mode %d, block %d)", mode,
                      blocks[bi]);
-            kc_check_close(what, att, att_d, NA, RT_FWD, 0);
+            kc_check_close(what, lse, lse_d, NL, RT_FWD, 0);
             for (size_t i = 0; i < NQ; i++)
                 dqkv[i] = (float)pre_d[i];
-            for (size_t i = 0; i < NA; i++)
-                scratch[i] = NAN; /* contents undefined on entry */
-            OPS->attention_backward(CTX, dqkv, scratch, dout, qkv, att, B, T, C, NH);
+            for (size_t i = 0; i < NS; i++)
+                scratch[i] = NAN;
+            OPS->attention_backward(CTX, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
             snprintf(what, sizeof what, "attention_backward dqkv accumulated (mode %d, block %d)",
                      mode, blocks[bi]);
             kc_check_close(what, dqkv, dqkv_d, NQ, RT_BWD, 0);
@@ -569,23 +575,41 @@ static void test_attention(int B, int T, int C, int NH)
     }
     CTX->attn_mode = saved_mode;
     CTX->attn_block = saved_block;
-    OPS->attention_backward(CTX, NULL, scratch, dout, qkv, att, B, T, C, NH); /* skipped */
+    CTX->nthreads = saved_threads;
+    OPS->attention_backward(CTX, NULL, scratch, dout, qkv, out, lse, B, T, C, NH); /* skipped */
 
     double *g = kc_dalloc(NQ);
     ref_attention_backward(g, dout_d, qkv_d, att_d, B, T, C, NH);
-    att_state st = {B, T, C, NH, qkv_d, out_d, att_d, qkv, out, att, dout_d};
+    att_state st = {B, T, C, NH, qkv_d, out_d, att_d, qkv, out, lse, scratch, dout_d};
     kc_fd_check_d("attention ref dqkv", att_loss_ref, &st, qkv_d, g, NQ, FD_SAMPLES * 2, FD_H_REF,
                   FD_RT_REF);
     float *gf = kc_falloc(NQ);
     memset(gf, 0, NQ * sizeof(float));
-    OPS->attention_forward(CTX, out, att, qkv, B, T, C, NH);
-    OPS->attention_backward(CTX, gf, scratch, dout, qkv, att, B, T, C, NH);
+    OPS->attention_forward(CTX, out, lse, scratch, qkv, B, T, C, NH);
+    OPS->attention_backward(CTX, gf, scratch, dout, qkv, out, lse, B, T, C, NH);
     kc_fd_check_f("attention op dqkv", att_loss_op, &st, qkv, gf, NQ, FD_SAMPLES * 2, FD_H_OP,
                   FD_RT_OP);
 
-    zt_free(qkv), zt_free(out), zt_free(att), zt_free(qkv_d), zt_free(out_d), zt_free(att_d);
-    zt_free(dout), zt_free(scratch), zt_free(dqkv), zt_free(dout_d), zt_free(dqkv_d);
-    zt_free(pre_d), zt_free(g), zt_free(gf);
+    zt_free(qkv), zt_free(out), zt_free(lse), zt_free(qkv_d), zt_free(out_d), zt_free(att_d);
+    zt_free(lse_d), zt_free(dout), zt_free(scratch), zt_free(dqkv), zt_free(dout_d);
+    zt_free(dqkv_d), zt_free(pre_d), zt_free(g), zt_free(gf);
+}
+
+/* The scratch's chunking: whole sequences, within the budget, at least one. */
+static void test_attention_scratch(void)
+{
+    ASSERT_EQ_INT(zt_attention_chunk_seqs(0, 64, 4), 0);
+    ASSERT_EQ_INT(zt_attention_chunk_seqs(3, 64, 4), 3);
+    /* GPT-2 124M at block 1024: 24 Mi floats a sequence, one fits in the 32 Mi budget */
+    ASSERT_EQ_INT(zt_attention_chunk_seqs(8, 1024, 12), 1);
+    ASSERT_TRUE(zt_attention_scratch_floats(8, 1024, 12) == (size_t)24 << 20);
+    /* a sequence bigger than the budget still gets one */
+    ASSERT_EQ_INT(zt_attention_chunk_seqs(2, 4096, 16), 1);
+    for (int B = 1; B < 40; B += 3) {
+        int c = zt_attention_chunk_seqs(B, 256, 12);
+        ASSERT_TRUE(c >= 1 && c <= B);
+        ASSERT_TRUE(zt_attention_scratch_floats(B, 256, 12) <= ZT_ATTENTION_SCRATCH_BUDGET);
+    }
 }
 
 /* ======================================================================================== */
@@ -958,8 +982,8 @@ static void test_empty(void)
     OPS->layernorm_backward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8);
     OPS->matmul_forward(CTX, buf, buf, buf, buf, 0, 8, 8);
     OPS->matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, 0, 8, 8);
-    OPS->attention_forward(CTX, buf, buf, buf, 0, 4, 8, 2);
-    OPS->attention_backward(CTX, buf, buf, buf, buf, buf, 0, 4, 8, 2);
+    OPS->attention_forward(CTX, buf, buf, buf, buf, 0, 4, 8, 2);
+    OPS->attention_backward(CTX, buf, buf, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->gelu_forward(CTX, buf, buf, 0);
     OPS->gelu_backward(CTX, buf, buf, buf, 0);
     OPS->residual_forward(CTX, buf, buf, buf, 0);
@@ -1006,6 +1030,7 @@ static void run_all(int big)
     test_matmul(1, 3, 1);
     if (big) test_matmul(300, 96, 130);
 
+    test_attention_scratch();
     test_attention(2, 7, 48, 3);
     test_attention(2, 33, 32, 2);
     test_attention(1, 1, 8, 1);
