@@ -190,7 +190,7 @@ void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, s
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 6 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C * 2;
+    return BT * C * 4 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C * 2;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
@@ -203,14 +203,12 @@ void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int 
     a->qkv = m; m += BT * 3 * C;
     a->atty = m; m += BT * C;
     a->lse = m; m += (size_t)B * d->NH * T;
-    a->attproj = m; m += BT * C;
     a->res2 = m; m += BT * C;
     a->ln2 = m; m += BT * C;
     a->ln2_mean = m; m += BT;
     a->ln2_rstd = m; m += BT;
     a->fch = m; m += BT * 4 * C;
-    a->fch_gelu = m; m += BT * 4 * C;
-    a->fcproj = m;
+    a->fch_gelu = m;
 }
 
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T)
@@ -272,13 +270,16 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     ops->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
     ops->matmul_forward(k, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
     ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, B, T, C, NH);
-    ops->matmul_forward(k, a->attproj, a->atty, p->attprojw, p->attprojb, N, C, C);
-    ops->residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, a->attproj,
+    /* the two projections are needed only until their residual add: backward's scratch holds
+     * them (free until backward zeroes it) */
+    float *proj = s->d_btc;
+    ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
+    ops->residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
     ops->matmul_forward(k, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
     ops->gelu_forward(k, a->fch_gelu, a->fch, n4C);
-    ops->matmul_forward(k, a->fcproj, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
-    ops->residual_forward(k, x_out, a->res2, a->fcproj, nC);
+    ops->matmul_forward(k, proj, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
+    ops->residual_forward(k, x_out, a->res2, proj, nC);
 }
 
 void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
