@@ -190,7 +190,7 @@ void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, s
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 4 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C * 2;
+    return BT * C * 4 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
@@ -207,8 +207,7 @@ void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int 
     a->ln2 = m; m += BT * C;
     a->ln2_mean = m; m += BT;
     a->ln2_rstd = m; m += BT;
-    a->fch = m; m += BT * 4 * C;
-    a->fch_gelu = m;
+    a->fch = m;
 }
 
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T)
@@ -277,8 +276,9 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     ops->residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
     ops->matmul_forward(k, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
-    ops->gelu_forward(k, a->fch_gelu, a->fch, n4C);
-    ops->matmul_forward(k, proj, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
+    /* GELU's output is kept only as long as its matmul needs it; backward recomputes it */
+    ops->gelu_forward(k, s->d_fch, a->fch, n4C);
+    ops->matmul_forward(k, proj, s->d_fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
     ops->residual_forward(k, x_out, a->res2, proj, nC);
 }
 
@@ -290,8 +290,9 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     int C = lay->d.C, NH = lay->d.NH, N = B * T;
     size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C, n3C = (size_t)N * 3 * C;
     /* x_out = res2 + fcproj: dres already is d(res2) from the residual path and d(fcproj) */
+    ops->gelu_forward(k, s->d_fch, a->fch, n4C); /* GELU's output again, for dW of fcproj */
     ops->memset0(k, s->d_fch2, n4C * sizeof(float));
-    ops->matmul_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N,
+    ops->matmul_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw, N,
                          4 * C, C);
     ops->memset0(k, s->d_fch, n4C * sizeof(float));
     ops->gelu_backward(k, s->d_fch, a->fch, s->d_fch2, n4C);

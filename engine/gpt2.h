@@ -107,15 +107,16 @@ typedef struct zt_gpt2_block_acts {
     float *lse;                       /* (B,NH,T) attention's log-sum-exp per query */
     float *res2;                      /* (B,T,C) */
     float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C) (B,T) (B,T) */
-    float *fch, *fch_gelu;            /* (B,T,4C) */
+    float *fch;                       /* (B,T,4C) GELU's input; its output is recomputed */
 } zt_gpt2_block_acts;
 /* Floats one block's activations need; carve them out of a buffer with _block_acts_carve. */
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T);
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
                               float *mem);
 
-/* Scratch shared by all blocks of a micro-batch: backward's activation gradients (forward
- * parks its two projections in d_btc until their residual add) and attention's working memory. */
+/* Scratch shared by all blocks of a micro-batch: backward's activation gradients and attention's
+ * working memory; forward parks its two projections in d_btc until their residual add and
+ * GELU's output in d_fch until its matmul. */
 typedef struct zt_gpt2_scratch {
     float *d_btc;   /* (B,T,C) */
     float *d_btc2;  /* (B,T,C) */
