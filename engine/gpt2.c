@@ -190,21 +190,19 @@ void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, s
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 4 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C;
+    return BT * C * 2 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
                               float *m)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    a->ln1 = m; m += BT * C;
     a->ln1_mean = m; m += BT;
     a->ln1_rstd = m; m += BT;
     a->qkv = m; m += BT * 3 * C;
     a->atty = m; m += BT * C;
     a->lse = m; m += (size_t)B * d->NH * T;
     a->res2 = m; m += BT * C;
-    a->ln2 = m; m += BT * C;
     a->ln2_mean = m; m += BT;
     a->ln2_rstd = m; m += BT;
     a->fch = m;
@@ -213,7 +211,8 @@ void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int 
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 2 + BT * 3 * C + BT * 4 * C * 2 + zt_attention_scratch_floats(B, T, d->NH);
+    return BT * C * 2 + BT * 3 * C + BT * 4 * C * 2 + BT * 2 +
+           zt_attention_scratch_floats(B, T, d->NH);
 }
 
 void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int T, float *m)
@@ -224,6 +223,8 @@ void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int
     s->d_qkv = m; m += BT * 3 * C;
     s->d_fch = m; m += BT * 4 * C;
     s->d_fch2 = m; m += BT * 4 * C;
+    s->ln_mean = m; m += BT;
+    s->ln_rstd = m; m += BT;
     s->attn = m;
 }
 
@@ -266,17 +267,17 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
 {
     int C = lay->d.C, NH = lay->d.NH, N = B * T;
     size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C;
-    ops->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
-    ops->matmul_forward(k, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
+    /* What backward can recompute cheaply from what is kept (the LayerNorms' outputs from their
+     * inputs, GELU's output from its input) and what it never reads (the projections before
+     * their residual adds) lives in backward's scratch, free until backward zeroes it. */
+    float *ln = s->d_btc2, *proj = s->d_btc;
+    ops->layernorm_forward(k, ln, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
+    ops->matmul_forward(k, a->qkv, ln, p->qkvw, p->qkvb, N, C, 3 * C);
     ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, B, T, C, NH);
-    /* the two projections are needed only until their residual add: backward's scratch holds
-     * them (free until backward zeroes it) */
-    float *proj = s->d_btc;
     ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
-    ops->residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, proj,
+    ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
-    ops->matmul_forward(k, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
-    /* GELU's output is kept only as long as its matmul needs it; backward recomputes it */
+    ops->matmul_forward(k, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
     ops->gelu_forward(k, s->d_fch, a->fch, n4C);
     ops->matmul_forward(k, proj, s->d_fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
     ops->residual_forward(k, x_out, a->res2, proj, nC);
@@ -296,8 +297,10 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
                          4 * C, C);
     ops->memset0(k, s->d_fch, n4C * sizeof(float));
     ops->gelu_backward(k, s->d_fch, a->fch, s->d_fch2, n4C);
+    /* LN2's output again (bitwise the forward's: same input, same op) */
+    ops->layernorm_forward(k, s->d_btc2, s->ln_mean, s->ln_rstd, a->res2, p->ln2w, p->ln2b, N, C);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch, a->ln2, p->fcw, N, C, 4 * C);
+    ops->matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch, s->d_btc2, p->fcw, N, C, 4 * C);
     ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
@@ -307,8 +310,10 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     ops->memset0(k, s->d_qkv, n3C * sizeof(float));
     ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, B, T, C,
                             NH);
+    ops->layernorm_forward(k, s->d_btc2, s->ln_mean, s->ln_rstd, x_in, p->ln1w, p->ln1b, N, C);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, a->ln1, p->qkvw, N, C, 3 * C);
+    ops->matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, p->qkvw, N, C,
+                         3 * C);
     ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);
 }

@@ -101,12 +101,12 @@ void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, s
 
 /* Activations of one block for a micro-batch (B, T). Pointers into memory the caller owns. */
 typedef struct zt_gpt2_block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C) (B,T) (B,T) */
+    float *ln1_mean, *ln1_rstd;       /* (B,T) (B,T); LN1's output is recomputed */
     float *qkv;                       /* (B,T,3C) */
     float *atty;                      /* (B,T,C) */
     float *lse;                       /* (B,NH,T) attention's log-sum-exp per query */
     float *res2;                      /* (B,T,C) */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C) (B,T) (B,T) */
+    float *ln2_mean, *ln2_rstd;       /* (B,T) (B,T); LN2's output is recomputed */
     float *fch;                       /* (B,T,4C) GELU's input; its output is recomputed */
 } zt_gpt2_block_acts;
 /* Floats one block's activations need; carve them out of a buffer with _block_acts_carve. */
@@ -114,15 +114,16 @@ size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T);
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
                               float *mem);
 
-/* Scratch shared by all blocks of a micro-batch: backward's activation gradients and attention's
- * working memory; forward parks its two projections in d_btc until their residual add and
- * GELU's output in d_fch until its matmul. */
+/* Scratch shared by all blocks of a micro-batch: backward's activation gradients, the outputs it
+ * recomputes and attention's working memory; forward parks the LayerNorms' outputs in d_btc2,
+ * its two projections in d_btc and GELU's output in d_fch while they are needed. */
 typedef struct zt_gpt2_scratch {
     float *d_btc;   /* (B,T,C) */
     float *d_btc2;  /* (B,T,C) */
     float *d_qkv;   /* (B,T,3C) */
     float *d_fch;   /* (B,T,4C) */
     float *d_fch2;  /* (B,T,4C) */
+    float *ln_mean, *ln_rstd; /* (B,T): statistics of a recomputed LayerNorm (unused) */
     float *attn;    /* zt_attention_scratch_floats: attention's working memory */
 } zt_gpt2_scratch;
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T);
