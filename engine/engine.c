@@ -492,8 +492,10 @@ static float *xres(zt_engine *e, int l)
     return e->x + (size_t)l * e->B * e->T * e->lay.d.C;
 }
 
-/* Forward through the whole model. With dloss != 0 the head leaves dlogits for backward and
- * units 0 and L+1 stay acquired; with dloss == 0 (evaluation) everything is released. */
+/* Forward through the whole model. With dloss != 0 (training) the head also runs its own
+ * backward, chunk by chunk while each chunk's logits exist, leaving dL/dx_L in dres; the
+ * gradients of units 0 and L+1 stay acquired for backward. With dloss == 0 (evaluation) everything
+ * is released. */
 static zt_status forward(zt_engine *e, float dloss, zt_err *err)
 {
     zt_status st;
@@ -525,15 +527,29 @@ static zt_status forward(zt_engine *e, float dloss, zt_err *err)
         return st;
     zt_gpt2_final fv = zt_gpt2_final_view(lay, pf);
     zt_gpt2_embed ev = zt_gpt2_embed_view(lay, p0);
-    zt_gpt2_head_forward(e->ops, e->k, lay, &fv, ev.wte, &e->head, xres(e, L), e->d_tgt, dloss, B,
-                         T);
     if (dloss == 0.0f) {
+        zt_gpt2_head(e->ops, e->k, lay, &fv, ev.wte, NULL, NULL, &e->head, &e->scr, xres(e, L),
+                     e->d_tgt, 0.0f, NULL, B, T);
         param_release(e, 0);
         param_release(e, uf);
-    } else {
-        e->head_pf = pf; /* kept acquired for backward */
-        e->head_p0 = p0;
+        return ZT_OK;
     }
+    float *gf, *g0;
+    if ((st = grad_acquire(e, uf, &gf, err)) != ZT_OK)
+        return st;
+    if ((st = grad_acquire(e, 0, &g0, err)) != ZT_OK)
+        return st;
+    /* the last block's parameters come (back) while the head computes */
+    if ((st = param_prefetch(e, zt_gpt2_block_unit(L - 1), err)) != ZT_OK)
+        return st;
+    zt_gpt2_final gfv = zt_gpt2_final_view(lay, gf);
+    zt_gpt2_embed gev = zt_gpt2_embed_view(lay, g0);
+    zt_gpt2_head(e->ops, e->k, lay, &fv, ev.wte, &gfv, gev.wte, &e->head, &e->scr, xres(e, L),
+                 e->d_tgt, dloss, e->dres, B, T);
+    param_release(e, 0);
+    param_release(e, uf);
+    e->head_gf = gf; /* kept acquired for backward */
+    e->head_g0 = g0;
     return ZT_OK;
 }
 
@@ -552,20 +568,10 @@ static zt_status backward(zt_engine *e, zt_err *err)
     zt_status st;
     const zt_gpt2_layout *lay = &e->lay;
     int L = lay->d.L, B = e->B, T = e->T, uf = zt_gpt2_final_unit(lay);
-    float *pf = e->head_pf, *p0 = e->head_p0, *gf, *g0; /* still acquired by forward */
-    if ((st = grad_acquire(e, uf, &gf, err)) != ZT_OK)
-        return st;
-    if ((st = grad_acquire(e, 0, &g0, err)) != ZT_OK)
-        return st;
-    if ((st = param_prefetch(e, zt_gpt2_block_unit(L - 1), err)) != ZT_OK)
-        return st;
-    zt_gpt2_final pfv = zt_gpt2_final_view(lay, pf), gfv = zt_gpt2_final_view(lay, gf);
-    zt_gpt2_embed pev = zt_gpt2_embed_view(lay, p0), gev = zt_gpt2_embed_view(lay, g0);
-    zt_gpt2_head_backward(e->ops, e->k, lay, &pfv, pev.wte, &gfv, gev.wte, &e->head, &e->scr,
-                          xres(e, L), e->dres, B, T);
+    /* the head's backward ran in forward; its gradients are still acquired */
+    float *gf = e->head_gf, *g0 = e->head_g0;
+    zt_gpt2_embed gev = zt_gpt2_embed_view(lay, g0);
     maybe_inject(e, gf);
-    param_release(e, uf);
-    param_release(e, 0);
     if ((st = grad_finish(e, uf, err)) != ZT_OK)
         return st;
     for (int l = L - 1; l >= 0; l--) {
@@ -729,7 +735,7 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     size_t nacts = e->ckpt_act ? 1 : (size_t)L;
     SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_block_acts_floats(d, B, T) * nacts * 4, false);
     SPEC(&e->x, ZT_MEM_ACTIVATIONS, BTC * (size_t)(L + 1) * 4, false);
-    SPEC(&e->head_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T) * 4, false);
+    SPEC(&e->head_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T, e->head_rows) * 4, false);
     SPEC(&e->d_inp, ZT_MEM_ACTIVATIONS, BT * 4, false);
     SPEC(&e->d_tgt, ZT_MEM_ACTIVATIONS, BT * 4, false);
     SPEC(&e->scr_mem, ZT_MEM_BUFFERS, zt_gpt2_scratch_floats(d, B, T) * 4, false);
@@ -858,7 +864,7 @@ static zt_status setup_buffers(zt_engine *e, zt_err *err)
     size_t per = zt_gpt2_block_acts_floats(d, B, T);
     for (int i = 0; i < nacts; i++)
         zt_gpt2_block_acts_carve(&e->acts[i], d, B, T, e->acts_mem + per * (size_t)i);
-    zt_gpt2_head_acts_carve(&e->head, d, B, T, e->head_mem);
+    zt_gpt2_head_acts_carve(&e->head, d, B, T, e->head_rows, e->head_mem);
     zt_gpt2_scratch_carve(&e->scr, d, B, T, e->scr_mem);
     return ZT_OK;
 }
@@ -995,6 +1001,11 @@ static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
     zt_gpt2_dims d = {job->model.n_layer, job->model.n_embd, job->model.n_head,
                       job->model.block_size, job->model.vocab_size, job->model.padded_vocab_size};
     e->dims = d;
+    e->head_rows = zt_gpt2_head_rows(&d, e->B, e->T);
+    /* test hook: ZT_HEAD_ROWS=N cuts the classifier into chunks of N rows on a small model */
+    const char *hr = getenv("ZT_HEAD_ROWS");
+    if (hr && atoi(hr) > 0 && atoi(hr) < e->head_rows)
+        e->head_rows = atoi(hr);
 }
 
 zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err *err)

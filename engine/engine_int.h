@@ -98,7 +98,8 @@ struct zt_engine {
     zt_gslot gslots[3]; /* [0] for unit 0, [1..2] for the rest, in rotation */
     int ngslots;
     int gnext;          /* the general gradient slot taken next (1 or 2) */
-    float *head_pf, *head_p0; /* units L+1 and 0, acquired from head forward to head backward */
+    float *head_gf, *head_g0; /* gradients of units L+1 and 0, acquired from the head (in
+                               * forward) to the end of their use in backward */
     float *d_red;       /* backend buffer for the small per-step all-reduce */
 
     /* activations for one micro-batch */
@@ -110,6 +111,7 @@ struct zt_engine {
     zt_gpt2_block_acts *acts;    /* L sets, or 1 with activation checkpointing */
     float *acts_mem;
     zt_gpt2_head_acts head;
+    int head_rows; /* rows of logits per chunk (zt_gpt2_head_rows) */
     float *head_mem;
     zt_gpt2_scratch scr;
     float *scr_mem;
@@ -122,7 +124,7 @@ struct zt_engine {
     int64_t skipped_total;
     zt_loss_scaler scaler;
     double peak_flops;           /* device peak for MFU, 0 = unknown */
-    double t_fwd, t_bwd, t_opt, t_comm; /* per-step accumulators */
+    double t_fwd, t_bwd, t_opt, t_comm; /* per-step accumulators (fwd includes the head's backward) */
     int64_t inject_step;         /* test hook: ZT_INJECT_NONFINITE=rank:step */
     int64_t crash_step;          /* test hook: ZT_INJECT_CRASH=rank:step */
     int64_t last_ckpt_step;

@@ -228,21 +228,28 @@ void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int
     s->attn = m;
 }
 
-size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T)
+int zt_gpt2_head_rows(const zt_gpt2_dims *d, int B, int T)
 {
-    size_t BT = (size_t)B * T;
-    return BT * d->C + BT * 2 + BT * d->Vp + BT;
+    size_t N = (size_t)B * T, fit = ZT_GPT2_LOGITS_BUDGET / (size_t)(d->Vp > 0 ? d->Vp : 1);
+    if (fit < 1) fit = 1;
+    return (int)(fit < N ? fit : N);
 }
 
-void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B, int T,
+size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T, int rows)
+{
+    size_t BT = (size_t)B * T;
+    return BT * 2 + (size_t)rows * d->Vp + BT;
+}
+
+void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B, int T, int rows,
                              float *m)
 {
     size_t BT = (size_t)B * T;
-    a->lnf = m; m += BT * d->C;
     a->lnf_mean = m; m += BT;
     a->lnf_rstd = m; m += BT;
-    a->logits = m; m += BT * d->Vp;
+    a->logits = m; m += (size_t)rows * d->Vp;
     a->losses = m;
+    a->rows = rows;
 }
 
 /* ---- forward / backward ---- */
@@ -318,27 +325,28 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
                             a->ln1_rstd, N, C);
 }
 
-void zt_gpt2_head_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
-                          const zt_gpt2_final *pf, const float *wte, zt_gpt2_head_acts *a,
-                          const float *x_L, const int32_t *targets, float dloss, int B, int T)
+void zt_gpt2_head(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                  const zt_gpt2_final *pf, const float *wte, const zt_gpt2_final *gf, float *dwte,
+                  zt_gpt2_head_acts *a, const zt_gpt2_scratch *s, const float *x_L,
+                  const int32_t *targets, float dloss, float *dres, int B, int T)
 {
-    int C = lay->d.C, N = B * T;
-    ops->layernorm_forward(k, a->lnf, a->lnf_mean, a->lnf_rstd, x_L, pf->lnfw, pf->lnfb, N, C);
-    ops->matmul_forward(k, a->logits, a->lnf, wte, NULL, N, C, lay->d.Vp);
-    ops->crossentropy_forward_backward(k, a->losses, dloss != 0.0f ? a->logits : NULL, a->logits,
-                                       targets, N, lay->d.V, lay->d.Vp, dloss);
-}
-
-void zt_gpt2_head_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
-                           const zt_gpt2_final *pf, const float *wte, const zt_gpt2_final *gf,
-                           float *dwte, const zt_gpt2_head_acts *a, const zt_gpt2_scratch *s,
-                           const float *x_L, float *dres, int B, int T)
-{
-    int C = lay->d.C, N = B * T;
+    int C = lay->d.C, Vp = lay->d.Vp, N = B * T;
     size_t nC = (size_t)N * C;
-    ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->matmul_backward(k, s->d_btc, dwte, NULL, a->logits, a->lnf, wte, N, C, lay->d.Vp);
+    float *lnf = s->d_btc2, *dlnf = s->d_btc;
+    ops->layernorm_forward(k, lnf, a->lnf_mean, a->lnf_rstd, x_L, pf->lnfw, pf->lnfb, N, C);
+    if (gf) ops->memset0(k, dlnf, nC * sizeof(float));
+    for (int r0 = 0; r0 < N; r0 += a->rows) {
+        int m = N - r0 < a->rows ? N - r0 : a->rows;
+        const float *x = lnf + (size_t)r0 * C;
+        ops->matmul_forward(k, a->logits, x, wte, NULL, m, C, Vp);
+        ops->crossentropy_forward_backward(k, a->losses + r0, gf ? a->logits : NULL, a->logits,
+                                           targets + r0, m, lay->d.V, Vp, dloss);
+        if (gf)
+            ops->matmul_backward(k, dlnf + (size_t)r0 * C, dwte, NULL, a->logits, x, wte, m, C,
+                                 Vp);
+    }
+    if (!gf) return;
     ops->memset0(k, dres, nC * sizeof(float));
-    ops->layernorm_backward(k, dres, gf->lnfw, gf->lnfb, s->d_btc, x_L, pf->lnfw, a->lnf_mean,
+    ops->layernorm_backward(k, dres, gf->lnfw, gf->lnfb, dlnf, x_L, pf->lnfw, a->lnf_mean,
                             a->lnf_rstd, N, C);
 }

@@ -129,14 +129,20 @@ typedef struct zt_gpt2_scratch {
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T);
 void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int T, float *mem);
 
-/* Final LayerNorm + classifier activations. */
+/* Final LayerNorm + classifier: the logits exist one chunk of `rows` rows at a time (the
+ * LayerNorm's output and its gradient live in the blocks' scratch, free after their forward). */
+#define ZT_GPT2_LOGITS_BUDGET ((size_t)64 << 20) /* floats of one chunk of logits: 256 MiB */
 typedef struct zt_gpt2_head_acts {
-    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
-    float *logits;                    /* (B,T,Vp); dlogits in place after forward_backward */
-    float *losses;                    /* (B,T) */
+    float *lnf_mean, *lnf_rstd; /* (B,T) (B,T) */
+    float *logits;              /* (rows,Vp); dlogits in place */
+    float *losses;              /* (B,T) */
+    int rows;
 } zt_gpt2_head_acts;
-size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T);
-void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B, int T,
+/* Rows of logits per chunk: all B*T when they fit in ZT_GPT2_LOGITS_BUDGET, else as many as
+ * do (at least 1). */
+int zt_gpt2_head_rows(const zt_gpt2_dims *d, int B, int T);
+size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T, int rows);
+void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B, int T, int rows,
                              float *mem);
 
 /* x0 = wte[inputs] + wpe. */
@@ -157,15 +163,13 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
                             const zt_gpt2_block *p, const zt_gpt2_block *g,
                             const zt_gpt2_block_acts *a, const zt_gpt2_scratch *s,
                             const float *x_in, float *dres, int B, int T);
-/* Final LayerNorm, tied classifier, fused softmax/cross-entropy. With dloss != 0 the logits
- * buffer holds dlogits afterwards (training); with dloss == 0 only losses are computed. */
-void zt_gpt2_head_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
-                          const zt_gpt2_final *pf, const float *wte, zt_gpt2_head_acts *a,
-                          const float *x_L, const int32_t *targets, float dloss, int B, int T);
-/* Backward of the head: dwte, dlnf += ; dres = dL/dx_L (overwritten). */
-void zt_gpt2_head_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
-                           const zt_gpt2_final *pf, const float *wte, const zt_gpt2_final *gf,
-                           float *dwte, const zt_gpt2_head_acts *a, const zt_gpt2_scratch *s,
-                           const float *x_L, float *dres, int B, int T);
+/* Final LayerNorm, tied classifier, fused softmax/cross-entropy, a chunk of rows at a time:
+ * losses always. With gf non-NULL (training) also the head's backward, chunk by chunk while the
+ * chunk's dlogits exist: dwte and gf's LayerNorm gradients accumulate (+=), dres receives
+ * dL/dx_L (overwritten). dloss is the gradient of the loss w.r.t. each row's loss. */
+void zt_gpt2_head(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
+                  const zt_gpt2_final *pf, const float *wte, const zt_gpt2_final *gf, float *dwte,
+                  zt_gpt2_head_acts *a, const zt_gpt2_scratch *s, const float *x_L,
+                  const int32_t *targets, float dloss, float *dres, int B, int T);
 
 #endif
