@@ -124,7 +124,8 @@ struct zt_engine {
     int64_t skipped_total;
     zt_loss_scaler scaler;
     double peak_flops;           /* device peak for MFU, 0 = unknown */
-    double t_fwd, t_bwd, t_opt, t_comm; /* per-step accumulators (fwd includes the head's backward) */
+    /* per-step accumulators; forward includes the head's backward */
+    double t_fwd, t_bwd, t_opt, t_comm;
     int64_t inject_step;         /* test hook: ZT_INJECT_NONFINITE=rank:step */
     int64_t crash_step;          /* test hook: ZT_INJECT_CRASH=rank:step */
     int64_t last_ckpt_step;
