@@ -494,8 +494,8 @@ static float *xres(zt_engine *e, int l)
 
 /* Forward through the whole model. With dloss != 0 (training) the head also runs its own
  * backward, chunk by chunk while each chunk's logits exist, leaving dL/dx_L in dres; the
- * gradients of units 0 and L+1 stay acquired for backward. With dloss == 0 (evaluation) everything
- * is released. */
+ * gradients of units 0 and L+1 stay acquired for backward. With dloss == 0 (evaluation)
+ * everything is released. */
 static zt_status forward(zt_engine *e, float dloss, zt_err *err)
 {
     zt_status st;
@@ -735,7 +735,8 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     size_t nacts = e->ckpt_act ? 1 : (size_t)L;
     SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_block_acts_floats(d, B, T) * nacts * 4, false);
     SPEC(&e->x, ZT_MEM_ACTIVATIONS, BTC * (size_t)(L + 1) * 4, false);
-    SPEC(&e->head_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T, e->head_rows) * 4, false);
+    SPEC(&e->head_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T, e->head_rows) * 4,
+         false);
     SPEC(&e->d_inp, ZT_MEM_ACTIVATIONS, BT * 4, false);
     SPEC(&e->d_tgt, ZT_MEM_ACTIVATIONS, BT * 4, false);
     SPEC(&e->scr_mem, ZT_MEM_BUFFERS, zt_gpt2_scratch_floats(d, B, T) * 4, false);
