@@ -273,7 +273,7 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
                            int T)
 {
     int C = lay->d.C, NH = lay->d.NH, N = B * T;
-    size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C;
+    size_t nC = (size_t)N * C;
     /* What backward can recompute cheaply from what is kept (the LayerNorms' outputs from their
      * inputs, GELU's output from its input) and what it never reads (the projections before
      * their residual adds) lives in backward's scratch, free until backward zeroes it. */
@@ -284,8 +284,7 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
     ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
-    ops->matmul_forward(k, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
-    ops->gelu_forward(k, s->d_fch, a->fch, n4C);
+    ops->matmul_gelu_forward(k, s->d_fch, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
     ops->matmul_forward(k, proj, s->d_fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
     ops->residual_forward(k, x_out, a->res2, proj, nC);
 }

@@ -103,6 +103,12 @@ typedef struct zt_ops {
     void (*matmul_backward)(zt_kctx *ctx, float *dinp /* (N,C) */, float *dweight /* (OC,C) */,
                             float *dbias /* (OC) */, const float *dout /* (N,OC) */,
                             const float *inp, const float *weight, int N, int C, int OC);
+    /* pre = inp @ weight^T + bias (bias may be NULL), out = GELU(pre) as gelu_forward: the MLP's
+     * first layer and its activation in one pass where the backend can (cuBLASLt's GELU
+     * epilogue on cuda, which may round GELU differently; bitwise the two ops on cpu). */
+    void (*matmul_gelu_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *pre /* (N,OC) */,
+                                const float *inp /* (N,C) */, const float *weight /* (OC,C) */,
+                                const float *bias /* (OC) */, int N, int C, int OC);
 
     /* Causal multi-head self-attention, scale 1/sqrt(C/NH), without keeping the T x T
      * probabilities: forward saves each query row's log-sum-exp, lse = log sum_j<=i exp(s_ij)

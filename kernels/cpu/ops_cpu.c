@@ -172,6 +172,14 @@ static bool cpu_mem_info(zt_kctx *ctx, size_t *avail, size_t *total)
     return found == 3;
 }
 
+/* oneDNN's sgemm has no GELU post-op on this path: the two ops, bitwise. */
+static void cpu_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
+                                    const float *weight, const float *bias, int N, int C, int OC)
+{
+    zt_cpu_matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
+    if (N > 0 && OC > 0) zt_cpu_gelu_forward(ctx, out, pre, (size_t)N * (size_t)OC);
+}
+
 static const zt_ops cpu_ops = {
     .name = "cpu",
     .ctx_create = cpu_ctx_create,
@@ -195,6 +203,7 @@ static const zt_ops cpu_ops = {
     .layernorm_backward = zt_cpu_layernorm_backward,
     .matmul_forward = zt_cpu_matmul_forward,
     .matmul_backward = zt_cpu_matmul_backward,
+    .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .attention_forward = zt_cpu_attention_forward,
     .attention_backward = zt_cpu_attention_backward,
     .gelu_forward = zt_cpu_gelu_forward,

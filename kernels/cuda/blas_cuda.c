@@ -1,8 +1,8 @@
-/* zerotrain: the CUDA ops built on cuBLASLt: the linear layer (bias fused as an epilogue) and
- * causal self-attention, whose Q K^T, P V and gradients are strided-batched GEMMs over the
- * heads of one sequence on views of the (B, T, 3C) qkv tensor. fp32 in, fp32 accumulate
- * (CUBLAS_COMPUTE_32F), TF32 for bf16/fp16 jobs or ZT_CUDA_TF32=1 (set_matmul_dtype). Algorithm
- * choices are cached per shape. */
+/* zerotrain: the CUDA ops built on cuBLASLt: the linear layer (bias, and GELU for the MLP's
+ * first layer, fused as epilogues) and causal self-attention, whose Q K^T, P V and gradients
+ * are strided-batched GEMMs over the heads of one sequence on views of the (B, T, 3C) qkv
+ * tensor. fp32 in, fp32 accumulate (CUBLAS_COMPUTE_32F), TF32 for bf16/fp16 jobs or
+ * ZT_CUDA_TF32=1 (set_matmul_dtype). Algorithm choices are cached per shape. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -99,8 +99,9 @@ typedef enum {
     LT_NO_ALGO, /* cuBLASLt has no algorithm or rejects the problem: nothing queued or recorded */
 } lt_result;
 
-/* One cuBLASLt call for g (bias as an epilogue when use_bias). A rejected problem is remembered
- * in the algorithm cache so that later calls go straight to the caller's fallback. */
+/* One cuBLASLt call for g (bias as an epilogue when use_bias, GELU with its input kept in aux
+ * when g->aux). A rejected problem is remembered in the algorithm cache so that later calls go
+ * straight to the caller's fallback. */
 static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
 {
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B */
@@ -124,6 +125,8 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     key.alignB = ptr_align(g->A, g->sA, g->batch);
     key.alignC = ptr_align(g->C, g->sC, g->batch);
     key.alignBias = use_bias ? ptr_align(g->bias, 0, 1) : 0;
+    key.gelu = g->aux != NULL;
+    key.alignAux = g->aux ? ptr_align(g->aux, 0, 1) : 0;
     if (g->batch > 1) {
         key.sA = g->sA;
         key.sB = g->sB;
@@ -138,12 +141,23 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
         s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    if (s == CUBLAS_STATUS_SUCCESS && use_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (s == CUBLAS_STATUS_SUCCESS && (use_bias || g->aux)) {
+        cublasLtEpilogue_t epi = !g->aux    ? CUBLASLT_EPILOGUE_BIAS
+                                 : use_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                            : CUBLASLT_EPILOGUE_GELU_AUX;
         s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
-        if (s == CUBLAS_STATUS_SUCCESS)
+        if (s == CUBLAS_STATUS_SUCCESS && use_bias)
             s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                                sizeof(g->bias));
+        if (s == CUBLAS_STATUS_SUCCESS && g->aux) {
+            /* aux has D's column-major layout: ld = ldc */
+            int64_t ld = g->ldc;
+            s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                               &g->aux, sizeof(g->aux));
+            if (s == CUBLAS_STATUS_SUCCESS)
+                s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                                   sizeof(ld));
+        }
     }
     /* stored shapes (row-major): B is K x N ('N') or N x K ('T'); A is M x K or K x M */
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -165,8 +179,10 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     s = cublasLtMatmul(ctx->lt, &op, &g->alpha, g->B, &la, g->A, &lb, &g->beta, g->C, &lc, g->C,
                        &lc, &e->algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
     if (s == CUBLAS_STATUS_INVALID_VALUE || s == CUBLAS_STATUS_NOT_SUPPORTED) {
-        ZT_DEBUG("kernels", "cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d: %s",
-                 g->ta, g->tb, g->M, g->N, g->K, g->batch, use_bias, cublasLtGetStatusString(s));
+        ZT_DEBUG("kernels",
+                 "cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d gelu=%d: %s", g->ta,
+                 g->tb, g->M, g->N, g->K, g->batch, use_bias, g->aux != NULL,
+                 cublasLtGetStatusString(s));
         e->usable = 0;
         return LT_NO_ALGO;
     }
@@ -181,6 +197,19 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
 void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
+    if (g->aux) {
+        /* the GELU epilogue (its aux leading dimension must be a multiple of 8), else the
+         * product into aux and GELU over it (C and aux are whole N-column rows: ldc == N) */
+        if (g->batch == 1 && g->K > 0 && g->ldc % 8 == 0 && g->beta == 0.0f &&
+            gemm_lt(ctx, g, g->bias != NULL) == LT_DONE)
+            return;
+        zt_cuda_gemm plain = *g;
+        plain.aux = NULL;
+        plain.C = g->aux;
+        zt_cuda_gemm_run(ctx, &plain);
+        zt_cuda_gelu_forward(ctx, g->C, g->aux, (size_t)g->M * (size_t)g->N);
+        return;
+    }
     if (g->K <= 0) { /* empty product: C = beta C (+ bias) */
         if (g->batch == 1 && g->beta == 0.0f && g->ldc == g->N)
             zt_cuda_bias_fill(ctx, g->C, g->bias, g->M, g->N);
@@ -248,6 +277,17 @@ void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const fl
 {
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias */
     gemm(ctx, 'N', 'T', N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, bias);
+}
+
+void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
+                                 const float *weight, const float *bias, int N, int C, int OC)
+{
+    zt_cuda_gemm g;
+    memset(&g, 0, sizeof(g));
+    g.ta = 'N', g.tb = 'T', g.M = N, g.N = OC, g.K = C, g.alpha = 1.0f, g.beta = 0.0f;
+    g.A = inp, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
+    g.bias = bias, g.aux = pre;
+    zt_cuda_gemm_run(ctx, &g);
 }
 
 void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,

@@ -40,6 +40,7 @@ typedef struct zt_cuda_gemm {
     const float *A, *B;
     float *C;
     const float *bias; /* (N) or NULL; only with batch == 1 */
+    float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
     int lda, ldb, ldc;
     long long sA, sB, sC;
     int batch;
@@ -48,8 +49,8 @@ typedef struct zt_cuda_gemm {
 /* The part of a GEMM that decides which cuBLASLt algorithm runs (pointer alignments
  * included), compared bytewise: build it zeroed. */
 typedef struct zt_cuda_gemm_key {
-    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, tf32;
-    int alignA, alignB, alignC, alignBias;
+    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, tf32, gelu;
+    int alignA, alignB, alignC, alignBias, alignAux;
     long long sA, sB, sC;
 } zt_cuda_gemm_key;
 

@@ -188,6 +188,13 @@ int main(int argc, char **argv)
             snprintf(what, sizeof what, "matmul_backward %s %s", mm[k].name, tf ? "TF32" : "fp32");
             report_flops(what, s, 2 * fl, tf ? MMTF : MM32);
         }
+        /* the MLP's first layer with GELU as cuBLASLt's epilogue (next to matmul_forward fc
+         * above plus gelu_forward below) */
+        char what[96];
+        double fl = 2.0 * N * C * 4.0 * C;
+        TIME_IT(s, G->matmul_gelu_forward(K, y, big, x, w, bias, (int)N, C, 4 * C));
+        snprintf(what, sizeof what, "matmul_gelu_forward fc %s", tf ? "TF32" : "fp32");
+        report_flops(what, s, fl, tf ? MMTF : MM32);
     }
 
     /* attention: causal FLOPs (half of the full T x T products); backward's recomputation of

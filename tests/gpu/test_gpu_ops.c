@@ -183,6 +183,32 @@ static void test_encoder(int B, int T, int C, int V)
 /* ---- layernorm ---- */
 
 /* the fused residual + LayerNorm against the CPU's (which is bitwise its two ops) */
+/* The MLP's first layer with its GELU against the CPU's two ops: cuBLASLt's GELU epilogue where
+ * OC is a multiple of 8, the product then the GELU kernel elsewhere; with and without bias. */
+static void test_matmul_gelu(int N, int C, int OC)
+{
+    char what[128];
+    size_t NO = (size_t)N * OC;
+    float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 0.3);
+    float *bias = kc_frandn((size_t)OC, 1.0), *pre = kc_falloc(NO), *out = kc_falloc(NO);
+    float *d_x = upf(x, (size_t)N * C), *d_w = upf(w, (size_t)OC * C);
+    float *d_bias = upf(bias, (size_t)OC), *d_pre = dalloc(NO * 4), *d_out = dalloc(NO * 4);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        CPU->matmul_gelu_forward(CC, out, pre, x, w, with_bias ? bias : NULL, N, C, OC);
+        GPU->matmul_gelu_forward(GC, d_out, d_pre, d_x, d_w, with_bias ? d_bias : NULL, N, C,
+                                 OC);
+        snprintf(what, sizeof(what), "matmul_gelu_forward pre N=%d C=%d OC=%d bias=%d", N, C, OC,
+                 with_bias);
+        check_f(what, d_pre, pre, NO, RT_GEMM, 1e-6);
+        snprintf(what, sizeof(what), "matmul_gelu_forward out N=%d C=%d OC=%d bias=%d", N, C, OC,
+                 with_bias);
+        check_f(what, d_out, out, NO, 1e-4, 1e-5);
+    }
+    dfree(d_x), dfree(d_w), dfree(d_bias), dfree(d_pre), dfree(d_out);
+    zt_free(x), zt_free(w), zt_free(bias), zt_free(pre), zt_free(out);
+    printf("matmul_gelu N=%d C=%d OC=%d: ok\n", N, C, OC);
+}
+
 static void test_residual_layernorm(int N, int C)
 {
     char what[128];
@@ -778,6 +804,8 @@ int main(void)
     test_matmul(64, 768, 2304);
     test_matmul(96, 64, 50304);
     test_matmul(1000, 3, 7);
+    test_matmul_gelu(64, 768, 3072);
+    test_matmul_gelu(33, 65, 12);
     test_matmul_at(33, 64, 128, 1);
     test_matmul_at(128, 768, 768, 2);
     test_tf32();

@@ -214,6 +214,29 @@ static double ln_loss_op(void *p)
     return kc_dot_fd(s->out, s->wt, (size_t)s->N * s->C);
 }
 
+/* The MLP's first layer with its GELU is bitwise matmul_forward then gelu_forward, with and
+ * without a bias. */
+static void test_matmul_gelu(int N, int C, int OC)
+{
+    size_t NO = (size_t)N * OC;
+    float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 0.3);
+    float *bias = kc_frandn((size_t)OC, 1.0);
+    float *pre = kc_falloc(NO), *out = kc_falloc(NO), *pre2 = kc_falloc(NO), *out2 = kc_falloc(NO);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        const float *b = with_bias ? bias : NULL;
+        OPS->matmul_forward(CTX, pre, x, w, b, N, C, OC);
+        OPS->gelu_forward(CTX, out, pre, NO);
+        memset(out2, 0xff, NO * 4); /* NaN everywhere the op must write */
+        memset(pre2, 0xff, NO * 4);
+        OPS->matmul_gelu_forward(CTX, out2, pre2, x, w, b, N, C, OC);
+        ASSERT_TRUE(memcmp(pre, pre2, NO * 4) == 0);
+        ASSERT_TRUE(memcmp(out, out2, NO * 4) == 0);
+    }
+    zt_free(x), zt_free(w), zt_free(bias), zt_free(pre), zt_free(out), zt_free(pre2);
+    zt_free(out2);
+    printf("matmul_gelu_forward N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
+}
+
 /* The fused residual + LayerNorm is bitwise residual_forward then layernorm_forward, also with
  * the sum written over one of its inputs. */
 static void test_residual_layernorm(int N, int C)
@@ -911,6 +934,7 @@ static void test_table_and_memory(void)
     CHECK_FN(layernorm_backward);
     CHECK_FN(matmul_forward);
     CHECK_FN(matmul_backward);
+    CHECK_FN(matmul_gelu_forward);
     CHECK_FN(attention_forward);
     CHECK_FN(attention_backward);
     CHECK_FN(gelu_forward);
@@ -982,6 +1006,7 @@ static void test_empty(void)
     OPS->layernorm_backward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8);
     OPS->matmul_forward(CTX, buf, buf, buf, buf, 0, 8, 8);
     OPS->matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, 0, 8, 8);
+    OPS->matmul_gelu_forward(CTX, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->attention_forward(CTX, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->attention_backward(CTX, buf, buf, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->gelu_forward(CTX, buf, buf, 0);
@@ -1020,6 +1045,9 @@ static void run_all(int big)
     test_layernorm(7, 48);
     test_layernorm(1, 1);
     test_layernorm(37, 256);
+    test_matmul_gelu(1, 1, 1);
+    test_matmul_gelu(37, 64, 256);
+    test_matmul_gelu(300, 77, 12);
     test_residual_layernorm(1, 1);
     test_residual_layernorm(37, 256);
     test_residual_layernorm(300, 77);
