@@ -211,8 +211,7 @@ void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int 
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T)
 {
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 2 + BT * 3 * C + BT * 4 * C * 2 + BT * 2 +
-           zt_attention_scratch_floats(B, T, d->NH);
+    return BT * C * 2 + BT * 3 * C + BT * 4 * C * 2 + zt_attention_scratch_floats(B, T, d->NH);
 }
 
 void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int T, float *m)
@@ -223,8 +222,6 @@ void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int
     s->d_qkv = m; m += BT * 3 * C;
     s->d_fch = m; m += BT * 4 * C;
     s->d_fch2 = m; m += BT * 4 * C;
-    s->ln_mean = m; m += BT;
-    s->ln_rstd = m; m += BT;
     s->attn = m;
 }
 
@@ -304,7 +301,7 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     ops->memset0(k, s->d_fch, n4C * sizeof(float));
     ops->gelu_backward(k, s->d_fch, a->fch, s->d_fch2, n4C);
     /* LN2's output again (bitwise the forward's: same input, same op) */
-    ops->layernorm_forward(k, s->d_btc2, s->ln_mean, s->ln_rstd, a->res2, p->ln2w, p->ln2b, N, C);
+    ops->layernorm_forward(k, s->d_btc2, NULL, NULL, a->res2, p->ln2w, p->ln2b, N, C);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
     ops->matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch, s->d_btc2, p->fcw, N, C, 4 * C);
     ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
@@ -316,7 +313,7 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     ops->memset0(k, s->d_qkv, n3C * sizeof(float));
     ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, B, T, C,
                             NH);
-    ops->layernorm_forward(k, s->d_btc2, s->ln_mean, s->ln_rstd, x_in, p->ln1w, p->ln1b, N, C);
+    ops->layernorm_forward(k, s->d_btc2, NULL, NULL, x_in, p->ln1w, p->ln1b, N, C);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
     ops->matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, p->qkvw, N, C,
                          3 * C);

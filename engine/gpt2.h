@@ -123,7 +123,6 @@ typedef struct zt_gpt2_scratch {
     float *d_qkv;   /* (B,T,3C) */
     float *d_fch;   /* (B,T,4C) */
     float *d_fch2;  /* (B,T,4C) */
-    float *ln_mean, *ln_rstd; /* (B,T): statistics of a recomputed LayerNorm (unused) */
     float *attn;    /* zt_attention_scratch_floats: attention's working memory */
 } zt_gpt2_scratch;
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T);

@@ -81,7 +81,8 @@ typedef struct zt_ops {
     void (*encoder_backward)(zt_kctx *ctx, float *dwte, float *dwpe, const float *dout,
                              const int32_t *inp, int B, int T, int C);
 
-    /* LayerNorm over the last dim, eps 1e-5; mean and rstd are saved for backward. */
+    /* LayerNorm over the last dim, eps 1e-5; mean and rstd are saved for backward (either may
+     * be NULL when not wanted, as when backward recomputes the output). */
     void (*layernorm_forward)(zt_kctx *ctx, float *out /* (N,C) */, float *mean /* (N) */,
                               float *rstd /* (N) */, const float *inp /* (N,C) */,
                               const float *weight /* (C) */, const float *bias /* (C) */, int N,
