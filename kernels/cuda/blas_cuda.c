@@ -312,6 +312,21 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
  * products are computed and the row kernels zero the causal upper triangle, so the following
  * GEMMs may run over whole rows. */
 
+/* S = scale Q K^T for sequences [b0, b1), sequence b at S + (b - b0) NH T T: the scores forward
+ * computes and backward recomputes, by the same calls. */
+static void attn_scores(zt_kctx *ctx, float *S, const float *qkv, int b0, int b1, int T, int C,
+                        int NH)
+{
+    int hs = C / NH, C3 = 3 * C;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = b0; b < b1; b++) {
+        const float *q = qkv + (size_t)b * T * C3;
+        gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
+             S + (size_t)(b - b0) * NH * TT, T, TT, NH, NULL);
+    }
+}
+
 void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                                const float *qkv, int B, int T, int C, int NH)
 {
@@ -320,15 +335,10 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
     int chunk = zt_attention_chunk_seqs(B, T, NH);
     long long TT = (long long)T * T;
     size_t seq = (size_t)NH * (size_t)TT; /* scratch floats per sequence and region */
-    float scale = 1.0f / sqrtf((float)hs);
     float *S = scratch;
     for (int b0 = 0; b0 < B; b0 += chunk) {
         int b1 = B - b0 < chunk ? B : b0 + chunk;
-        for (int b = b0; b < b1; b++) { /* S = scale Q K^T */
-            const float *q = qkv + (size_t)b * T * C3;
-            gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-                 S + (size_t)(b - b0) * seq, T, TT, NH, NULL);
-        }
+        attn_scores(ctx, S, qkv, b0, b1, T, C, NH);
         zt_cuda_attn_softmax(ctx, S, lse + (size_t)b0 * NH * T, (size_t)(b1 - b0) * NH * T, T);
         for (int b = b0; b < b1; b++) { /* out = P V */
             const float *q = qkv + (size_t)b * T * C3;
@@ -352,11 +362,7 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
     for (int b0 = 0; b0 < B; b0 += chunk) {
         int b1 = B - b0 < chunk ? B : b0 + chunk;
         size_t rows = (size_t)(b1 - b0) * NH * T;
-        for (int b = b0; b < b1; b++) { /* S = scale Q K^T, as the forward computed it */
-            const float *q = qkv + (size_t)b * T * C3;
-            gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-                 S + (size_t)(b - b0) * seq, T, TT, NH, NULL);
-        }
+        attn_scores(ctx, S, qkv, b0, b1, T, C, NH); /* as the forward computed them */
         /* P = exp(S - lse), zero above the diagonal */
         zt_cuda_attn_probs(ctx, S, lse + (size_t)b0 * NH * T, rows, T);
         for (int b = b0; b < b1; b++) {
