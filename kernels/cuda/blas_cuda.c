@@ -199,8 +199,15 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
     if (g->aux) {
         /* the GELU epilogue (its aux leading dimension must be a multiple of 8), else the
-         * product into aux and GELU over it (C and aux are whole N-column rows: ldc == N) */
-        if (g->batch == 1 && g->K > 0 && g->ldc % 8 == 0 && g->beta == 0.0f &&
+         * product into aux and GELU over it; both need one matrix of whole N-column rows
+         * (ldc == N) and no C to add (beta 0), which is all matmul_gelu_forward asks */
+        if (g->batch != 1 || g->ldc != g->N || g->beta != 0.0f) {
+            zt_cuda_fail(ctx, ZT_ERR_UNSUPPORTED,
+                         "GPU %d: a GELU GEMM needs batch 1, ldc == N and beta 0 (got batch %d, ldc %d, N %d, beta %g); this is a bug in the caller",
+                         ctx->device, g->batch, g->ldc, g->N, (double)g->beta);
+            return;
+        }
+        if (g->K > 0 && g->ldc % 8 == 0 &&
             gemm_lt(ctx, g, g->bias != NULL) == LT_DONE)
             return;
         zt_cuda_gemm plain = *g;

@@ -161,17 +161,19 @@ void zt_cuda_attn_probs(zt_kctx *ctx, float *att, const float *lse, size_t rows,
 void zt_cuda_attn_dscores(zt_kctx *ctx, float *d, const float *att, const float *dout,
                           const float *out, size_t rows, int T, int NH, int C, float scale);
 
-void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
-                   float *v, size_t n, const zt_adamw_args *args, void *param_lp,
-                   zt_dtype lp_dtype);
-void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype,
+/* The optimizer and precision launchers take each zt_dtype as an int and validate it
+ * themselves: C++ may not even load an enum holding a value outside its enumerators, and a bad
+ * type from a caller must be a recorded ZT_ERR_INVALID. */
+void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, int grad_dtype, float *m,
+                   float *v, size_t n, const zt_adamw_args *args, void *param_lp, int lp_dtype);
+void zt_cuda_cast(zt_kctx *ctx, void *dst, int dst_dtype, const void *src, int src_dtype,
                   size_t n);
-void zt_cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src, float scale,
+void zt_cuda_accumulate(zt_kctx *ctx, void *dst, int dst_dtype, const float *src, float scale,
                         size_t n);
 void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n);
 /* Sum of squares (finite elements, double) and non-finite count of x into device slot
  * red[0..1] (written, not added). */
-void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, zt_dtype dtype, size_t n);
+void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, int dtype, size_t n);
 /* Writes one float into device memory with a kernel (ctx_create's can-this-GPU-run-our-code
  * probe). */
 void zt_cuda_probe(zt_kctx *ctx, float *dst);
@@ -180,11 +182,20 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
 }
 #endif
 
-#ifdef __CUDACC__
-/* ---- device helpers shared by the .cu files ---- */
+#if defined(__CUDACC__) || defined(ZT_CUDA_EMU)
+/* ---- device helpers shared by the .cu files (and by their CPU emulation in tests/gpu/emu) */
 #include <math.h>
 
 #define ZT_CUDA_THREADS 256
+
+/* kernel<<<grid, block, 0, stream>>>(args...), or its emulation on the CPU. */
+#ifdef ZT_CUDA_EMU
+#define ZT_CUDA_KERNEL(name, kernel, grid, block, stream, ...)                                     \
+    ZT_EMU_LAUNCH(name, kernel, grid, block, stream, __VA_ARGS__)
+#else
+#define ZT_CUDA_KERNEL(name, kernel, grid, block, stream, ...)                                     \
+    kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
 
 /* Launches kernel<<<grid, block, 0, ctx->stream>>>(args...) and records a launch failure under
  * `name`. The runtime's last-error slot is cleared first: a library (cuBLASLt, NCCL) may leave
@@ -192,7 +203,7 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
 #define ZT_CUDA_LAUNCH(ctx, name, kernel, grid, block, ...)                                        \
     do {                                                                                           \
         (void)cudaGetLastError();                                                                  \
-        kernel<<<(grid), (block), 0, (ctx)->stream>>>(__VA_ARGS__);                                \
+        ZT_CUDA_KERNEL(name, kernel, grid, block, (ctx)->stream, __VA_ARGS__);                     \
         zt_cuda_check_launch((ctx), (name));                                                       \
     } while (0)
 
@@ -260,6 +271,6 @@ static __device__ __forceinline__ double zt_block_sum_d(double v, double *sh)
     v = lane < nw ? sh[lane] : 0.0;
     return zt_warp_sum_d(v);
 }
-#endif /* __CUDACC__ */
+#endif /* __CUDACC__ || ZT_CUDA_EMU */
 
 #endif

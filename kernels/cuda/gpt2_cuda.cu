@@ -544,5 +544,5 @@ static __global__ void probe_kernel(float *dst)
 
 extern "C" void zt_cuda_probe(zt_kctx *ctx, float *dst)
 {
-    probe_kernel<<<1, 32, 0, ctx->stream>>>(dst);
+    ZT_CUDA_KERNEL("probe", probe_kernel, 1, 32, ctx->stream, dst);
 }

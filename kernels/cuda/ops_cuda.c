@@ -311,7 +311,27 @@ static void cuda_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, si
     if (ctx->red_pending == ZT_CUDA_RED_SLOTS) zt_cuda_flush(ctx);
     int k = ctx->red_pending++;
     ctx->red_out[k] = out;
-    zt_cuda_sumsq(ctx, ctx->red_dev + 2 * (size_t)k, x, dtype, n);
+    zt_cuda_sumsq(ctx, ctx->red_dev + 2 * (size_t)k, x, (int)dtype, n);
+}
+
+/* The zt_dtype arguments cross into the .cu launchers as int (cuda_int.h says why). */
+static void cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
+                       float *v, size_t n, const zt_adamw_args *args, void *param_lp,
+                       zt_dtype lp_dtype)
+{
+    zt_cuda_adamw(ctx, param, grad, (int)grad_dtype, m, v, n, args, param_lp, (int)lp_dtype);
+}
+
+static void cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src,
+                      zt_dtype src_dtype, size_t n)
+{
+    zt_cuda_cast(ctx, dst, (int)dst_dtype, src, (int)src_dtype, n);
+}
+
+static void cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src,
+                            float scale, size_t n)
+{
+    zt_cuda_accumulate(ctx, dst, (int)dst_dtype, src, scale, n);
 }
 
 /* Grows a pinned host buffer of int32 to at least n elements (contents dropped). The stream
@@ -484,9 +504,9 @@ static const zt_ops cuda_ops = {
     .residual_forward = zt_cuda_residual_forward,
     .residual_backward = zt_cuda_residual_backward,
     .crossentropy_forward_backward = zt_cuda_crossentropy,
-    .adamw = zt_cuda_adamw,
-    .cast = zt_cuda_cast,
-    .accumulate = zt_cuda_accumulate,
+    .adamw = cuda_adamw,
+    .cast = cuda_cast,
+    .accumulate = cuda_accumulate,
     .scale = zt_cuda_scale,
     .sumsq_nonfinite = cuda_sumsq_nonfinite,
 };

@@ -61,13 +61,13 @@ static __device__ __forceinline__ void store_f32(void *p, int t, size_t i, float
         ((uint16_t *)p)[i] = t == ZT_BF16 ? bf16_from_f32(v) : f16_from_f32(v);
 }
 
-static bool dtype_ok(zt_kctx *ctx, zt_dtype t, const char *op)
+static bool dtype_ok(zt_kctx *ctx, int t, const char *op)
 {
     if (t == ZT_F32 || t == ZT_BF16 || t == ZT_F16) return true;
     zt_cuda_fail(
         ctx, ZT_ERR_INVALID,
         "%s: unknown element type %d (expected fp32, bf16 or fp16); this is a bug in the caller",
-        op, (int)t);
+        op, t);
     return false;
 }
 
@@ -104,9 +104,9 @@ static __global__ void adamw_kernel(float *p, const void *g, int gdt, float *m, 
     }
 }
 
-extern "C" void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype,
+extern "C" void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, int grad_dtype,
                               float *m, float *v, size_t n, const zt_adamw_args *args,
-                              void *param_lp, zt_dtype lp_dtype)
+                              void *param_lp, int lp_dtype)
 {
     if (!n || !dtype_ok(ctx, grad_dtype, "adamw") ||
         (param_lp && !dtype_ok(ctx, lp_dtype, "adamw")))
@@ -125,7 +125,7 @@ extern "C" void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, zt_d
     k.decay = (float)(1.0 - (double)args->lr * (double)args->weight_decay);
     k.l2 = args->l2_mode;
     ZT_CUDA_LAUNCH(ctx, "adamw", adamw_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, param, grad,
-                   (int)grad_dtype, m, v, n, k, param_lp, (int)lp_dtype);
+                   grad_dtype, m, v, n, k, param_lp, lp_dtype);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -153,28 +153,28 @@ static __global__ void scale_kernel(float *x, float s, size_t n)
         x[i] = __fmul_rn(x[i], s);
 }
 
-extern "C" void zt_cuda_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src,
-                             zt_dtype src_dtype, size_t n)
+extern "C" void zt_cuda_cast(zt_kctx *ctx, void *dst, int dst_dtype, const void *src,
+                             int src_dtype, size_t n)
 {
     if (!n || !dtype_ok(ctx, dst_dtype, "cast") || !dtype_ok(ctx, src_dtype, "cast")) return;
     if (dst_dtype == src_dtype) {
         if (dst != src)
             zt_cuda_check(ctx,
-                          cudaMemcpyAsync(dst, src, n * zt_dtype_size(dst_dtype),
+                          cudaMemcpyAsync(dst, src, n * zt_dtype_size((zt_dtype)dst_dtype),
                                           cudaMemcpyDeviceToDevice, ctx->stream),
                           "cast (same type: cudaMemcpyAsync)");
         return;
     }
     ZT_CUDA_LAUNCH(ctx, "cast", cast_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, dst,
-                   (int)dst_dtype, src, (int)src_dtype, n);
+                   dst_dtype, src, src_dtype, n);
 }
 
-extern "C" void zt_cuda_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src,
+extern "C" void zt_cuda_accumulate(zt_kctx *ctx, void *dst, int dst_dtype, const float *src,
                                    float scale, size_t n)
 {
     if (!n || !dtype_ok(ctx, dst_dtype, "accumulate")) return;
     ZT_CUDA_LAUNCH(ctx, "accumulate", accumulate_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, dst,
-                   (int)dst_dtype, src, scale, n);
+                   dst_dtype, src, scale, n);
 }
 
 extern "C" void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n)
@@ -225,7 +225,7 @@ static __global__ void sumsq_final_kernel(double *red, const double *part, int n
     }
 }
 
-extern "C" void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, zt_dtype dtype, size_t n)
+extern "C" void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, int dtype, size_t n)
 {
     if (!dtype_ok(ctx, dtype, "sumsq_nonfinite")) {
         zt_cuda_check(ctx, cudaMemsetAsync(red, 0, 2 * sizeof(double), ctx->stream),
@@ -237,7 +237,7 @@ extern "C" void zt_cuda_sumsq(zt_kctx *ctx, double *red, const void *x, zt_dtype
     if (blocks < 1) blocks = 1;
     double *part = (double *)ctx->scratch;
     ZT_CUDA_LAUNCH(ctx, "sumsq_nonfinite", sumsq_partial_kernel, (unsigned)blocks, ZT_CUDA_THREADS,
-                   part, x, (int)dtype, n);
+                   part, x, dtype, n);
     ZT_CUDA_LAUNCH(ctx, "sumsq_nonfinite", sumsq_final_kernel, 1, ZT_CUDA_THREADS, red, part,
                    (int)blocks);
 }

@@ -2,7 +2,9 @@
  * random inputs (the seed is printed; ZT_TEST_SEED=n repeats a run), several shapes including
  * odd ones, backward ops accumulating into prefilled buffers, NULL outputs, in-place
  * cross-entropy, bit-exact optimizer and precision ops, the TF32 switch, and error reporting.
- * Exits 77 when the build has no CUDA or no GPU is usable (after checking the message). */
+ * Exits 77 when the build has no CUDA or no GPU is usable (after checking the message). The
+ * same file, linked with tests/gpu/emu instead of the CUDA runtime, is test_gpu_ops_emu: the
+ * CUDA backend's code on the CPU, in every CI run. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -559,7 +561,11 @@ static void test_crossentropy(int N, int V, int Vp)
         if (mode < 2) { /* the bad-target row has a gradient too: the softmax, no one-hot */
             snprintf(what, sizeof(what), "crossentropy dlogits (%s) N=%d V=%d Vp=%d", modes[mode],
                      N, V, Vp);
-            check_f(what, d_dl, mode == 0 ? dl : inplace, n, RT_FWD, 1e-9);
+            /* every gradient carries the relative error of the softmax's float sum of V
+             * terms, which the CPU may add in one chain (an unvectorised -O0 build): about
+             * sqrt(V) roundings */
+            double rt = RT_FWD + 8.0 * sqrt((double)V) * 0x1p-24;
+            check_f(what, d_dl, mode == 0 ? dl : inplace, n, rt, 1e-9);
         }
     }
     dfree(d_l), dfree(d_dl), dfree(d_loss), dfree(d_tg);

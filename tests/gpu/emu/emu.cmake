@@ -1,0 +1,36 @@
+# tests/gpu/emu/: the CUDA backend's own code (kernels/cuda/: ops_cuda.c, blas_cuda.c and the
+# kernels of the .cu files, compiled by g++) run on the CPU through an emulation of the CUDA
+# runtime, of kernel launches and of cuBLASLt, and test_gpu_ops against it. Needs the
+# toolkit's headers only (no nvcc, no GPU): it runs in CI, in the sanitizer build too, where
+# AddressSanitizer sees every kernel's memory accesses.
+find_path(ZT_CUDA_EMU_INCLUDE NAMES cublasLt.h PATHS /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
+if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
+  set(ZT_EMU_DIR ${CMAKE_CURRENT_LIST_DIR})
+  file(GLOB ZT_EMU_CPU_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cpu/*.c)
+  add_library(zt_kernels_emu STATIC
+              ${ZT_EMU_CPU_SRC} ${CMAKE_SOURCE_DIR}/kernels/ops_common.c
+              ${CMAKE_SOURCE_DIR}/kernels/cuda/ops_cuda.c ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_cuda.c
+              ${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
+              ${ZT_EMU_DIR}/emu_sched.c ${ZT_EMU_DIR}/emu_runtime.c ${ZT_EMU_DIR}/emu_cublaslt.c)
+  target_include_directories(zt_kernels_emu PUBLIC ${CMAKE_SOURCE_DIR} ${DNNL_INCLUDE_DIR})
+  target_include_directories(zt_kernels_emu PRIVATE ${ZT_EMU_DIR} ${CMAKE_SOURCE_DIR}/kernels/cuda)
+  target_include_directories(zt_kernels_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
+  target_link_libraries(zt_kernels_emu PUBLIC zt_common ${DNNL_LIBRARY} OpenMP::OpenMP_C m)
+  # C++ only for the .cu files: ISO C++ (no FMA contraction, as the CPU kernels), warnings as
+  # errors, and the sanitizers of the C code
+  set_source_files_properties(${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
+                              PROPERTIES COMPILE_OPTIONS
+                              "-std=c++17;-Wall;-Wextra;-Werror;-ffp-contract=off;${ZT_SAN_FLAGS}")
+  add_library(zt_cuda_emu_selftest STATIC ${ZT_EMU_DIR}/emu_selftest.cpp ${ZT_EMU_DIR}/emu_sched.c
+              ${ZT_EMU_DIR}/emu_runtime.c)
+  target_include_directories(zt_cuda_emu_selftest PUBLIC ${ZT_EMU_DIR})
+  target_include_directories(zt_cuda_emu_selftest SYSTEM PUBLIC ${ZT_CUDA_EMU_INCLUDE})
+  set_source_files_properties(${ZT_EMU_DIR}/emu_selftest.cpp PROPERTIES COMPILE_OPTIONS
+                              "-std=c++17;-Wall;-Wextra;-Werror;${ZT_SAN_FLAGS}")
+  # the reference GEMMs optimised in every build type (the sanitizers still see them)
+  set_source_files_properties(${ZT_EMU_DIR}/emu_cublaslt.c PROPERTIES COMPILE_OPTIONS "-O2")
+  zt_add_test(NAME test_cuda_emu SOURCES ${ZT_EMU_DIR}/test_cuda_emu.c
+              LIBS zt_cuda_emu_selftest zt_common LABELS unit emu TIMEOUT 120)
+  zt_add_test(NAME test_gpu_ops_emu SOURCES ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_ops.c
+              LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 900)
+endif()

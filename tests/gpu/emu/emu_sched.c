@@ -1,0 +1,352 @@
+/* zerotrain tests: the CUDA emulation's kernel scheduler (see cuda_emu.h). A launch runs its
+ * blocks one after another on the calling thread; the threads of a block are fibers run
+ * round-robin, each until it exits or waits at a barrier (__syncthreads, or a warp's shuffle).
+ * When none can run, the barriers every participant has reached are released; a barrier that
+ * can never be released is an error in the kernel, reported with its name and the block, and
+ * the process stops (a test would otherwise hang or pass on garbage). Fibers switch with a few
+ * instructions on x86-64 (millions of switches per test: ucontext's system call per switch
+ * would dominate) and with ucontext elsewhere; AddressSanitizer is told about every switch. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include "emu_int.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+#define EMU_MAX_THREADS 1024
+#define EMU_STACK ((size_t)64 << 10)
+
+__thread uint3 zt_emu_thread_idx, zt_emu_block_idx;
+__thread dim3 zt_emu_block_dim, zt_emu_grid_dim;
+
+typedef enum { F_RUN, F_SYNC, F_SHFL, F_DONE } fiber_state;
+
+typedef struct fiber {
+#if defined(__x86_64__)
+    void *sp; /* saved stack pointer while switched out */
+    void *fake; /* AddressSanitizer's fake stack while switched out */
+#else
+    ucontext_t uc;
+#endif
+    uint3 tid;
+    fiber_state st;
+    unsigned mask; /* F_SHFL: the shuffle's mask, source lane and value */
+    int src;
+    uint64_t bits, result;
+} fiber;
+
+typedef struct sched {
+#if defined(__x86_64__)
+    void *main_sp, *main_fake;
+    const void *main_bottom; /* the scheduler's stack, for AddressSanitizer */
+    size_t main_size;
+#else
+    ucontext_t main;
+#endif
+    fiber *f;     /* EMU_MAX_THREADS */
+    char *stacks; /* EMU_MAX_THREADS * EMU_STACK */
+    int nt;       /* threads of the running block */
+    int cur;      /* fiber running, -1 when the scheduler runs */
+    const char *kernel;
+    void (*fn)(void *);
+    void *arg;
+} sched;
+
+static __thread sched *S;
+
+static void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void emu_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda-emu: kernel %s, block (%u,%u,%u): ", S && S->kernel ? S->kernel : "?",
+            zt_emu_block_idx.x, zt_emu_block_idx.y, zt_emu_block_idx.z);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+static sched *sched_get(void)
+{
+    if (S)
+        return S;
+    sched *s = calloc(1, sizeof(*s));
+    if (!s)
+        emu_fail("out of host memory for the scheduler");
+    s->f = calloc(EMU_MAX_THREADS, sizeof(*s->f));
+    void *st = mmap(NULL, EMU_MAX_THREADS * EMU_STACK, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!s->f || st == MAP_FAILED)
+        emu_fail("out of host memory for %d fiber stacks", EMU_MAX_THREADS);
+    s->stacks = st;
+    s->cur = -1;
+    S = s;
+    return s;
+}
+
+/* ---- switching: fiber_init, to_fiber (scheduler -> fiber), to_sched (fiber -> scheduler) */
+
+static void fiber_main(void);
+
+#if defined(__x86_64__)
+/* Pushes rbp, rbx, r12-r15 and the SSE and x87 control words, stores the stack pointer in
+ * *save, continues on stack pointer `load` by undoing the same (System V: every other
+ * register is the caller's to save). */
+void zt_emu_switch(void **save, void *load);
+__asm__(".pushsection .text\n"
+        ".globl zt_emu_switch\n"
+        ".hidden zt_emu_switch\n"
+        ".type zt_emu_switch, @function\n"
+        "zt_emu_switch:\n"
+        "\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
+        "\tsubq $8, %rsp\n\tstmxcsr (%rsp)\n\tfnstcw 4(%rsp)\n"
+        "\tmovq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n"
+        "\tldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n"
+        "\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
+        "\tret\n"
+        ".size zt_emu_switch, .-zt_emu_switch\n"
+        ".popsection\n");
+
+/* A stack that zt_emu_switch "returns" into fiber_main from: control words, six zero
+ * registers, then fiber_main's address where its entry sees the stack pointer at 8 mod 16. */
+static void fiber_init(sched *s, fiber *f, int i)
+{
+    char *top = s->stacks + (size_t)(i + 1) * EMU_STACK;
+    uint64_t *sp = (uint64_t *)(void *)(top - 72);
+    unsigned mxcsr = __builtin_ia32_stmxcsr();
+    uint16_t fpucw;
+    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+    memset(sp, 0, 72);
+    memcpy(sp, &mxcsr, sizeof(mxcsr));
+    memcpy((char *)sp + 4, &fpucw, sizeof(fpucw));
+    sp[7] = (uint64_t)(uintptr_t)fiber_main;
+    f->sp = sp;
+    f->fake = NULL;
+}
+
+static void to_fiber(sched *s, fiber *f, int i)
+{
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(&s->main_fake, s->stacks + (size_t)i * EMU_STACK, EMU_STACK);
+#else
+    (void)i;
+#endif
+    zt_emu_switch(&s->main_sp, f->sp);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(s->main_fake, NULL, NULL);
+#endif
+}
+
+/* Back to the scheduler; a dying fiber is never resumed. */
+static void to_sched(sched *s, fiber *f, bool dying)
+{
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(dying ? NULL : &f->fake, s->main_bottom, s->main_size);
+#else
+    (void)dying;
+#endif
+    zt_emu_switch(&f->sp, s->main_sp);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(f->fake, &s->main_bottom, &s->main_size);
+#endif
+}
+
+static void fiber_entered(sched *s)
+{
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &s->main_bottom, &s->main_size);
+#else
+    (void)s;
+#endif
+}
+#else
+static void fiber_init(sched *s, fiber *f, int i)
+{
+    if (getcontext(&f->uc) != 0)
+        emu_fail("getcontext failed");
+    f->uc.uc_stack.ss_sp = s->stacks + (size_t)i * EMU_STACK;
+    f->uc.uc_stack.ss_size = EMU_STACK;
+    f->uc.uc_link = NULL;
+    makecontext(&f->uc, fiber_main, 0);
+}
+
+static void to_fiber(sched *s, fiber *f, int i)
+{
+    (void)i;
+    swapcontext(&s->main, &f->uc);
+}
+
+static void to_sched(sched *s, fiber *f, bool dying)
+{
+    (void)dying;
+    swapcontext(&f->uc, &s->main);
+}
+
+static void fiber_entered(sched *s)
+{
+    (void)s;
+}
+#endif
+
+static void fiber_main(void)
+{
+    sched *s = S;
+    fiber_entered(s);
+    s->fn(s->arg);
+    fiber *f = &s->f[s->cur];
+    f->st = F_DONE;
+    to_sched(s, f, true); /* never resumed */
+    abort();
+}
+
+/* Parks the running fiber in state st and returns to the scheduler. */
+static fiber *fiber_yield(fiber_state st, const char *what)
+{
+    sched *s = S;
+    if (!s || s->cur < 0) {
+        fprintf(stderr, "cuda-emu: %s called outside a kernel\n", what);
+        abort();
+    }
+    fiber *f = &s->f[s->cur];
+    f->st = st;
+    to_sched(s, f, false);
+    return f;
+}
+
+void zt_emu_syncthreads(void)
+{
+    fiber_yield(F_SYNC, "__syncthreads");
+}
+
+uint64_t zt_emu_shfl(unsigned mask, uint64_t bits, int src_lane)
+{
+    sched *s = S;
+    if (s && s->cur >= 0) {
+        fiber *f = &s->f[s->cur];
+        f->mask = mask;
+        f->bits = bits;
+        f->src = src_lane;
+    }
+    return fiber_yield(F_SHFL, "__shfl_xor_sync")->result;
+}
+
+static const char *state_name(fiber_state st)
+{
+    switch (st) {
+    case F_RUN: return "runs";
+    case F_SYNC: return "waits at __syncthreads";
+    case F_SHFL: return "waits in a shuffle";
+    case F_DONE: return "has exited";
+    }
+    return "?";
+}
+
+/* Releases the barriers that every participant has reached; false when the block is done.
+ * Stops the process on a barrier that can never be released. */
+static bool resolve(sched *s)
+{
+    int done = 0, shfl = 0;
+    for (int i = 0; i < s->nt; i++) {
+        done += s->f[i].st == F_DONE;
+        shfl += s->f[i].st == F_SHFL;
+    }
+    if (done == s->nt)
+        return false;
+    if (shfl) {
+        for (int lo = 0; lo < s->nt; lo += 32) {
+            int hi = lo + 32 < s->nt ? lo + 32 : s->nt, n = 0;
+            for (int i = lo; i < hi; i++)
+                n += s->f[i].st == F_SHFL;
+            if (!n)
+                continue;
+            if (hi - lo < 32)
+                emu_fail("warp %d has %d threads (%d in the block): a full-mask shuffle needs 32",
+                         lo / 32, hi - lo, s->nt);
+            for (int i = lo; i < hi; i++) {
+                if (s->f[i].st != F_SHFL)
+                    emu_fail("lane %d of warp %d %s while other lanes wait in a full-mask "
+                             "shuffle (undefined on the GPU: every lane of the mask must "
+                             "reach it)",
+                             i - lo, lo / 32, state_name(s->f[i].st));
+                if (s->f[i].mask != 0xffffffffu)
+                    emu_fail("shuffle mask %08x: the emulation knows full-warp shuffles only",
+                             s->f[i].mask);
+            }
+            for (int i = lo; i < hi; i++) {
+                s->f[i].result = s->f[lo + s->f[i].src].bits;
+                s->f[i].st = F_RUN;
+            }
+        }
+        return true;
+    }
+    if (done)
+        emu_fail("%d of %d threads exited while the others wait at __syncthreads (undefined on "
+                 "the GPU: the whole block must reach the barrier)",
+                 done, s->nt);
+    for (int i = 0; i < s->nt; i++)
+        s->f[i].st = F_RUN;
+    return true;
+}
+
+static void run_block(sched *s, dim3 block)
+{
+    for (int i = 0; i < s->nt; i++) {
+        fiber *f = &s->f[i];
+        fiber_init(s, f, i);
+        f->st = F_RUN;
+        f->tid.x = (unsigned)i % block.x;
+        f->tid.y = (unsigned)i / block.x % block.y;
+        f->tid.z = (unsigned)i / (block.x * block.y);
+    }
+    do {
+        for (int i = 0; i < s->nt; i++) {
+            if (s->f[i].st != F_RUN)
+                continue;
+            s->cur = i;
+            zt_emu_thread_idx = s->f[i].tid;
+            to_fiber(s, &s->f[i], i);
+        }
+        s->cur = -1;
+    } while (resolve(s));
+}
+
+void zt_emu_launch(const char *kernel, dim3 grid, dim3 block, void (*fn)(void *), void *arg)
+{
+    sched *s = sched_get();
+    if (s->cur >= 0)
+        emu_fail("kernel %s launched from inside a kernel", kernel);
+    size_t nt = (size_t)block.x * block.y * block.z;
+    if (nt == 0 || nt > EMU_MAX_THREADS || block.z > 64 || grid.x == 0 || grid.x > INT_MAX ||
+        grid.y == 0 || grid.y > 65535 || grid.z == 0 || grid.z > 65535) {
+        zt_emu_record_error(cudaErrorInvalidConfiguration);
+        return;
+    }
+    s->kernel = kernel;
+    s->fn = fn;
+    s->arg = arg;
+    s->nt = (int)nt;
+    zt_emu_block_dim = block;
+    zt_emu_grid_dim = grid;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                zt_emu_block_idx.x = x;
+                zt_emu_block_idx.y = y;
+                zt_emu_block_idx.z = z;
+                run_block(s, block);
+            }
+    s->kernel = NULL;
+}
