@@ -248,47 +248,21 @@ cublasStatus_t cublasLtMatmulPreferenceInit_internal(cublasLtMatmulPreference_t 
 
 /* ---- attributes: each with its documented type, and exactly that type's size ---- */
 
-static cublasStatus_t get_i32(const void *buf, size_t size, int32_t *v)
+/* Copies an attribute value that must be exactly `want` bytes (the size of *v in GET_ATTR). */
+static cublasStatus_t get_attr(const void *buf, size_t size, void *v, size_t want)
 {
-    if (size != sizeof(*v)) return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(v, buf, sizeof(*v));
+    if (size != want) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(v, buf, want);
     return CUBLAS_STATUS_SUCCESS;
 }
-
-static cublasStatus_t get_u32(const void *buf, size_t size, uint32_t *v)
-{
-    if (size != sizeof(*v)) return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(v, buf, sizeof(*v));
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-static cublasStatus_t get_i64(const void *buf, size_t size, int64_t *v)
-{
-    if (size != sizeof(*v)) return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(v, buf, sizeof(*v));
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-static cublasStatus_t get_u64(const void *buf, size_t size, uint64_t *v)
-{
-    if (size != sizeof(*v)) return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(v, buf, sizeof(*v));
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-static cublasStatus_t get_ptr(const void *buf, size_t size, void **v)
-{
-    if (size != sizeof(*v)) return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(v, buf, sizeof(*v));
-    return CUBLAS_STATUS_SUCCESS;
-}
+#define GET_ATTR(buf, size, v) get_attr((buf), (size), (v), sizeof(*(v)))
 
 /* cublasOperation_t as int32_t: N or T (C is T for real data; CONJG is not supported by
  * cuBLAS, any other value is not an operation). */
 static cublasStatus_t get_op(const void *buf, size_t size, int32_t *v)
 {
     int32_t x;
-    cublasStatus_t s = get_i32(buf, size, &x);
+    cublasStatus_t s = GET_ATTR(buf, size, &x);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     if (x == CUBLAS_OP_C) x = CUBLAS_OP_T;
     if (x != CUBLAS_OP_N && x != CUBLAS_OP_T) return CUBLAS_STATUS_INVALID_VALUE;
@@ -308,7 +282,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
     case CUBLASLT_MATMUL_DESC_TRANSB: s = get_op(buf, size, &d.transb); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE: {
         uint32_t e;
-        s = get_u32(buf, size, &e);
+        s = GET_ATTR(buf, size, &e);
         if (s != CUBLAS_STATUS_SUCCESS) break;
         if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS &&
             e != CUBLASLT_EPILOGUE_GELU_AUX && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
@@ -320,12 +294,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
     }
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: {
         void *p;
-        s = get_ptr(buf, size, &p);
+        s = GET_ATTR(buf, size, &p);
         if (s == CUBLAS_STATUS_SUCCESS) d.bias = p;
         break;
     }
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: s = get_ptr(buf, size, &d.aux); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: s = get_i64(buf, size, &d.aux_ld); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: s = GET_ATTR(buf, size, &d.aux); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: s = GET_ATTR(buf, size, &d.aux_ld); break;
     default: s = CUBLAS_STATUS_NOT_SUPPORTED; break;
     }
     if (s == CUBLAS_STATUS_SUCCESS) memcpy(desc, &d, sizeof(d));
@@ -342,12 +316,12 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
     switch (attr) {
     case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: {
         int32_t b;
-        s = get_i32(buf, size, &b);
+        s = GET_ATTR(buf, size, &b);
         if (s == CUBLAS_STATUS_SUCCESS && b < 1) s = CUBLAS_STATUS_INVALID_VALUE;
         if (s == CUBLAS_STATUS_SUCCESS) x.batch = b;
         break;
     }
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: s = get_i64(buf, size, &x.stride); break;
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: s = GET_ATTR(buf, size, &x.stride); break;
     default: s = CUBLAS_STATUS_NOT_SUPPORTED; break;
     }
     if (s == CUBLAS_STATUS_SUCCESS) memcpy(l, &x, sizeof(x));
@@ -362,11 +336,11 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     if (!pref_get(pref, &f) || !buf) return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t s;
     switch (attr) {
-    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: s = get_u64(buf, size, &f.max_ws); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: s = get_u32(buf, size, &f.align[0]); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: s = get_u32(buf, size, &f.align[1]); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: s = get_u32(buf, size, &f.align[2]); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: s = get_u32(buf, size, &f.align[3]); break;
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: s = GET_ATTR(buf, size, &f.max_ws); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: s = GET_ATTR(buf, size, &f.align[0]); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: s = GET_ATTR(buf, size, &f.align[1]); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: s = GET_ATTR(buf, size, &f.align[2]); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: s = GET_ATTR(buf, size, &f.align[3]); break;
     default: s = CUBLAS_STATUS_NOT_SUPPORTED; break;
     }
     if (s == CUBLAS_STATUS_SUCCESS) memcpy(pref, &f, sizeof(f));
