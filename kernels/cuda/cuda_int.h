@@ -182,7 +182,7 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
 }
 #endif
 
-#if defined(__CUDACC__) || defined(ZT_CUDA_EMU)
+#if defined(__CUDACC__) || (defined(ZT_CUDA_EMU) && defined(__cplusplus))
 /* ---- device helpers shared by the .cu files (and by their CPU emulation in tests/gpu/emu) */
 #include <math.h>
 

@@ -7,13 +7,24 @@
   with the same tolerances;
 - optimizer offload on the GPU (ratio 0.5 and 1, stage 2): bitwise the same exported model as no
   offload, since the CUDA AdamW is bit-exact with the CPU AdamW that runs the host part;
-- bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums).
-Exits 77 when the build has no CUDA backend or no GPU is usable (tests/zt_gpu_probe decides)."""
+- bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums);
+- with two GPUs or more (ZT_GPU_COUNT, default 1): two ranks on the NCCL path, stages 1-3,
+  against two CPU ranks with the same tolerances, and a rank killed mid-training: the other
+  exits 3 within the collective timeout.
+Exits 77 when the build has no CUDA backend or no GPU is usable (tests/zt_gpu_probe decides).
+
+--emu: the same on the CUDA emulation (tests/gpu/emu): zworker_emu runs the engine on
+emulated GPUs (their kernels are the .cu files compiled for the CPU) with NCCL emulated
+across processes; two GPUs per process, so the two-rank cases run too. The CPU side of each
+comparison is the real zworker. --quick (the sanitizer build): 10 steps, stages 0 and 3,
+offload 0.5, two ranks at stage 2 only."""
 import filecmp
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -22,8 +33,10 @@ SRC = os.environ.get("ZT_SOURCE_DIR",
 sys.path.insert(0, os.path.join(SRC, "tests"))
 import ztutil as zu  # noqa: E402
 
+EMU = "--emu" in sys.argv[1:]
+QUICK = "--quick" in sys.argv[1:]
 CFG = dict(L=2, NH=4, C=64, T=32, V=200, Vp=256)
-STEPS = 20
+STEPS = 10 if QUICK else 20
 TB, MICRO = 8, 4
 LOSS_RTOL = 1e-4
 PARAM_RTOL = 1e-4  # all parameters as one vector
@@ -33,8 +46,15 @@ PARAM_RTOL = 1e-4  # all parameters as one vector
 TENSOR_RTOL = 5e-3
 
 
+BUILD = os.environ.get("ZT_BUILD_DIR", "build")
+# the environment of every GPU run: the emulation's worker and GPU count
+GPU_ENV = {"ZT_WORKER": os.path.abspath(os.path.join(BUILD, "tests", "zworker_emu")),
+           "ZT_CUDA_EMU_DEVICES": "2"} if EMU else {}
+GPUS = 2 if EMU else int(os.environ.get("ZT_GPU_COUNT", "1"))
+
+
 def probe():
-    exe = os.path.join(os.environ.get("ZT_BUILD_DIR", "build"), "tests", "zt_gpu_probe")
+    exe = os.path.join(BUILD, "tests", "zt_gpu_probe_emu" if EMU else "zt_gpu_probe")
     if not os.path.exists(exe):
         print(f"SKIP: {exe} is not built")
         sys.exit(77)
@@ -46,7 +66,7 @@ def probe():
         sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
 
 
-def job_for(name, device, stage=0, prec="fp32", offload=None):
+def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1):
     ds = {
         "train_batch_size": TB, "train_micro_batch_size_per_gpu": MICRO,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
@@ -63,7 +83,7 @@ def job_for(name, device, stage=0, prec="fp32", offload=None):
                   "block_size": CFG["T"], "vocab_size": CFG["V"], "init": "init.bin"},
         "data": {"train": "data/t_*.bin"},
         "train": {"steps": STEPS, "checkpoint_dir": f"ckpt/{name}"},
-        "resources": {"ranks": 1, "device": device},
+        "resources": {"ranks": ranks, "device": device},
         "deepspeed": ds,
     }
 
@@ -83,8 +103,10 @@ def main():
         def run(job):
             name = job["name"]
             zu.write_job(f"{tmp}/{name}.json", job)
-            r = zu.run_zctl(["run", f"{tmp}/{name}.json"], cwd=tmp,
-                            env={"OMP_NUM_THREADS": "4", "ZT_CUDA_TF32": "0"})
+            env = {"OMP_NUM_THREADS": "4", "ZT_CUDA_TF32": "0"}
+            if job["resources"]["device"] == "cuda":
+                env.update(GPU_ENV)
+            r = zu.run_zctl(["run", f"{tmp}/{name}.json"], cwd=tmp, env=env)
             if r.returncode != 0:
                 sys.exit(f"{name}: zctl run failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
             steps = zu.parse_step_lines(r.stdout)
@@ -118,7 +140,7 @@ def main():
             failures.append("the CPU run did not learn; the comparison would be vacuous")
 
         gpu_files = {}
-        for stage in range(4):
+        for stage in (0, 3) if QUICK else range(4):
             losses, params, path, steps = run(job_for(f"cuda_s{stage}", "cuda", stage))
             gpu_files[stage] = path
             compare(f"cuda stage {stage} vs cpu", losses, params, cpu_losses, cpu_params,
@@ -128,7 +150,7 @@ def main():
 
         # optimizer offload (Twin-Flow) on the GPU: same arithmetic on both sides
         _, _, ref_path, _ = run(job_for("cuda_s2_nooff", "cuda", 2))
-        for ratio in (0.5, 1.0):
+        for ratio in (0.5,) if QUICK else (0.5, 1.0):
             _, _, path, _ = run(job_for(f"cuda_s2_off{ratio}", "cuda", 2, offload=ratio))
             same = filecmp.cmp(path, ref_path, shallow=False)
             print(f"cuda stage 2 offload ratio {ratio}: {'bitwise equal' if same else 'DIFFERS'}"
@@ -143,10 +165,78 @@ def main():
         print(f"bf16 cuda vs cpu: max rel loss deviation {dev:.4f}")
         if dev > 0.02:
             failures.append(f"bf16 on cuda deviates {dev:.4f} > 2% from bf16 on cpu")
+
+        if GPUS >= 2:
+            multi_rank(tmp, run, compare, failures)
+        else:
+            print("skipped: two ranks on the NCCL path (one GPU; ZT_GPU_COUNT says how many)")
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))
         sys.exit(1)
     print("ok")
+
+
+def multi_rank(tmp, run, compare, failures):
+    """Two GPU ranks (one per GPU, NCCL) against two CPU ranks (TCP), then a rank that dies
+    mid-step and one that hangs: the other rank gives up with exit code 3 instead of waiting."""
+    c_losses, c_params, _, _ = run(job_for("cpu_r2", "cpu", 2, ranks=2))
+    for stage in (2,) if QUICK else (1, 2, 3):
+        losses, params, _, _ = run(job_for(f"cuda_r2_s{stage}", "cuda", stage, ranks=2))
+        compare(f"cuda 2 ranks stage {stage} vs cpu 2 ranks", losses, params, c_losses, c_params,
+                LOSS_RTOL, PARAM_RTOL)
+    if not QUICK:
+        cl, _, _, _ = run(job_for("cpu_r2_bf16", "cpu", 3, "bf16", ranks=2))
+        gl, _, _, _ = run(job_for("cuda_r2_bf16", "cuda", 3, "bf16", ranks=2))
+        dev = max(abs(a - b) / b for a, b in zip(gl, cl))
+        print(f"bf16 stage 3, 2 ranks, cuda vs cpu: max rel loss deviation {dev:.4f}")
+        if dev > 0.02:
+            failures.append(f"bf16 stage 3 on 2 cuda ranks deviates {dev:.4f} > 2% from cpu")
+
+    timeout_ms = 6000
+    for case in ("dies", "hangs"):
+        job = job_for(f"fail_{case}", "cuda", 2, ranks=2)
+        job["train"]["steps"] = 100000
+        zu.write_job(f"{tmp}/fail_{case}.json", job)
+        worker = GPU_ENV.get("ZT_WORKER", zu.zt_bin("zworker"))
+        port = zu.free_port()
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, **GPU_ENV, ZT_RANK=str(r), ZT_WORLD_SIZE="2",
+                       ZT_LOCAL_RANK=str(r), ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}",
+                       ZT_COMM_TIMEOUT_MS=str(timeout_ms), OMP_NUM_THREADS="1")
+            if case == "dies":
+                env["ZT_INJECT_CRASH"] = "1:3"  # rank 1 aborts in the middle of step 3
+            procs.append(subprocess.Popen([worker, f"{tmp}/fail_{case}.json"], cwd=tmp, env=env,
+                                          stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True))
+        try:
+            if case == "hangs":  # once rank 0 trains, stop rank 1 (alive, never arriving)
+                for line in procs[0].stdout:
+                    if line.startswith("step=3 "):
+                        break
+                procs[1].send_signal(signal.SIGSTOP)
+            t0 = time.time()
+            try:
+                _, err = procs[0].communicate(timeout=timeout_ms / 1000 * 3 + 30)
+            except subprocess.TimeoutExpired:
+                failures.append(f"{case}: rank 0 still running {time.time() - t0:.0f} s later")
+                continue
+            took = time.time() - t0
+            last = err.strip().splitlines()[-1] if err.strip() else ""
+            print(f"rank 1 {case}: rank 0 exited {procs[0].returncode} after {took:.1f} s: "
+                  f"{last[-200:]}")
+            want = "rank 1" if case == "dies" else f"not complete after {timeout_ms} ms"
+            if procs[0].returncode != 3 or want not in last:
+                failures.append(f"{case}: rank 0 exit {procs[0].returncode}, expected 3 and "
+                                f"'{want}' in: {last}")
+            if case == "hangs" and took < timeout_ms / 1000 - 0.5:
+                failures.append(f"hangs: rank 0 gave up after {took:.1f} s, before the timeout")
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                p.communicate()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,9 @@ void zt_emu_syncthreads(void);
 /* The warp exchange under every shuffle: returns lane src_lane's `bits` (all 32 lanes of the
  * warp must call it with the same mask, which must be 0xffffffff). */
 uint64_t zt_emu_shfl(unsigned mask, uint64_t bits, int src_lane);
+/* Blocks until the asynchronous operation pending on stream s, if any, is complete: work queued
+ * on a stream starts after what is before it (emu_runtime.c). */
+void zt_emu_stream_wait(cudaStream_t s);
 
 #ifdef __cplusplus
 }
@@ -120,7 +123,7 @@ template <class F> static void zt_emu_trampoline(void *f)
  * call, so each thread owns its copies as on the GPU */
 #define ZT_EMU_LAUNCH(name, kernel, grid, block, stream, ...)                                      \
     do {                                                                                           \
-        (void)(stream);                                                                            \
+        zt_emu_stream_wait(stream);                                                                \
         auto zt_emu_body = [&]() { kernel(__VA_ARGS__); };                                         \
         zt_emu_launch((name), dim3(grid), dim3(block),                                             \
                       zt_emu_trampoline<decltype(zt_emu_body)>, &zt_emu_body);                     \

@@ -33,4 +33,36 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
               LIBS zt_cuda_emu_selftest zt_common LABELS unit emu TIMEOUT 120)
   zt_add_test(NAME test_gpu_ops_emu SOURCES ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_ops.c
               LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 900)
+
+  # The engine on the emulated GPUs, its collectives through engine/comm_nccl.c and an
+  # emulation of NCCL across processes (emu_nccl.c): zworker_emu and zt_gpu_probe_emu, which
+  # test_gpu_engine.py --emu drives through the real zctl run.
+  file(GLOB ZT_EMU_ENGINE_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/*.c)
+  list(FILTER ZT_EMU_ENGINE_SRC EXCLUDE REGEX ".*/(zworker|comm_nccl_none)\\.c$")
+  add_library(ztengine_emu STATIC ${ZT_EMU_ENGINE_SRC} ${ZT_EMU_DIR}/emu_nccl.c)
+  target_include_directories(ztengine_emu PUBLIC ${CMAKE_SOURCE_DIR})
+  target_include_directories(ztengine_emu PRIVATE ${ZT_EMU_DIR})
+  target_include_directories(ztengine_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
+  pkg_check_modules(ZT_EMU_JANSSON REQUIRED IMPORTED_TARGET jansson)
+  target_link_libraries(ztengine_emu PUBLIC zt_kernels_emu zt_common PkgConfig::ZT_EMU_JANSSON
+                        Threads::Threads m)
+  # engine/comm_nccl.c's own test, on four emulated GPUs: a world of one, then of four ranks
+  zt_add_test(NAME test_comm_nccl_emu SOURCES ${CMAKE_SOURCE_DIR}/tests/engine/test_comm_nccl.c
+              LIBS ztengine_emu LABELS unit emu TIMEOUT 300)
+  target_include_directories(test_comm_nccl_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
+  set_property(TEST test_comm_nccl_emu APPEND PROPERTY ENVIRONMENT "ZT_CUDA_EMU_DEVICES=4")
+  add_executable(zworker_emu ${CMAKE_SOURCE_DIR}/engine/zworker.c)
+  target_link_libraries(zworker_emu PRIVATE ztengine_emu)
+  set_target_properties(zworker_emu PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  zt_add_program(NAME zt_gpu_probe_emu SOURCES ${CMAKE_CURRENT_LIST_DIR}/../gpu_probe.c
+                 LIBS zt_kernels_emu zt_common DIR tests)
+  # a subset in the sanitizer build, where each step is four times slower
+  set(ZT_EMU_ENGINE_ARGS --emu)
+  if(ZT_SAN_FLAGS)
+    list(APPEND ZT_EMU_ENGINE_ARGS --quick)
+  endif()
+  zt_add_script_test(NAME gpu_engine_emu
+                     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_engine.py
+                             ${ZT_EMU_ENGINE_ARGS}
+                     LABELS integration emu TIMEOUT 1200)
 endif()

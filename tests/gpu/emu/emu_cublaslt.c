@@ -22,6 +22,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "cuda_emu.h"
 #include "cuda_int.h"
 
 /* Magics that mark initialised objects (an uninitialised descriptor is caught) */
@@ -695,8 +696,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
 {
     (void)ws; /* the emulated algorithm needs no workspace */
     (void)ws_bytes;
-    (void)stream; /* the product is complete when this returns */
     if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    zt_emu_stream_wait(stream); /* then the product is complete when this returns */
     lt_desc d;
     lt_layout a, b, c, dd;
     if (!desc_get(op, &d) || !layout_get(Adesc, &a) || !layout_get(Bdesc, &b) ||

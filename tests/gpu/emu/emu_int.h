@@ -4,6 +4,19 @@
 
 #include "cuda_emu.h"
 
+/* An asynchronous operation (an emulated collective) queued on a stream: later work on the
+ * stream, events recorded on it and cudaStreamSynchronize wait for it. zt_emu_op_enqueue
+ * makes a new operation the stream's latest (its issuer runs it after the stream's previous
+ * one, if that is still pending)
+ * (s may be NULL: not on a stream) and returns it, NULL when out of memory;
+ * zt_emu_op_done completes it (from any thread) and gives up the issuer's reference. */
+typedef struct zt_emu_op zt_emu_op;
+zt_emu_op *zt_emu_op_enqueue(cudaStream_t s);
+void zt_emu_op_done(zt_emu_op *op);
+
+/* Whether [p, p + bytes) lies inside one cudaMalloc allocation (bytes may be 0). */
+bool zt_emu_device_range(const void *p, size_t bytes);
+
 /* Sets the calling thread's last error, which cudaGetLastError returns and clears. */
 void zt_emu_record_error(cudaError_t e);
 
