@@ -160,11 +160,12 @@ int zt_cmd_plan(int argc, char **argv)
             else
                 snprintf(label, sizeof(label), "cpu %.2f", ratios[ri]);
             if (zt_cli.json) {
-                printf("%s{\"stage\":%d,\"offload\":\"%s\",\"job\":%s,\"device_bytes\":%lld,\"host_bytes\":%lld,\"init_bytes\":%lld,\"peak_bytes\":%lld,\"runtime_bytes\":%lld,\"total_bytes\":%lld,\"fits\":%s,\"bytes\":{",
+                printf("%s{\"stage\":%d,\"offload\":\"%s\",\"job\":%s,\"device_bytes\":%lld,\"host_bytes\":%lld,\"init_bytes\":%lld,\"peak_bytes\":%lld,\"runtime_bytes\":%lld,\"backend_bytes\":%lld,\"total_bytes\":%lld,\"fits\":%s,\"bytes\":{",
                        row ? "," : "", stage, label, mine ? "true" : "false",
                        (long long)p.device_total, (long long)p.host_total,
                        (long long)p.init_bytes, (long long)p.peak_total,
-                       (long long)p.runtime_bytes, (long long)total, fits ? "true" : "false");
+                       (long long)p.runtime_bytes, (long long)p.backend_bytes, (long long)total,
+                       fits ? "true" : "false");
                 for (int c = 0; c < ZT_MEM_CATEGORY_COUNT; c++)
                     printf("%s\"%s\":%lld", c ? "," : "", zt_mem_category_name((zt_mem_category)c),
                            (long long)p.bytes[c]);
@@ -185,15 +186,17 @@ int zt_cmd_plan(int argc, char **argv)
     if (zt_cli.json) {
         printf("]}\n");
     } else {
+        char cuda_note[160];
+        snprintf(cuda_note, sizeof(cuda_note),
+                 "; device also holds the CUDA kernels' workspace and scratch (%.1f MiB), not the CUDA context itself or NCCL's buffers",
+                 mib(p.backend_bytes));
         printf("columns are device memory; host = offloaded master weights, moments and their staging buffers, the checkpoint snapshot (12 bytes per element of the rank's shard) and the collectives' staging.\n");
         printf("total = the rank's peak: device + host%s, or at start-up the buffers without the snapshot + %.1f MiB to initialise (one unit in fp32%s), whichever is larger%s.\n",
                job->resources.device == ZT_DEVICE_CPU
                    ? " + the process itself once it trains (code, libraries, oneDNN kernels, heap: a measured constant)"
                    : "",
                mib(p.init_bytes), job->model.init_random ? "" : " and the init file",
-               job->resources.device == ZT_DEVICE_CPU
-                   ? ""
-                   : "; the CUDA context, library workspaces and NCCL's buffers are not included");
+               job->resources.device == ZT_DEVICE_CPU ? "" : cuda_note);
         if (devmem > 0)
             printf("device memory %.1f MiB: the job's configuration %s\n", devmem / 1048576.0,
                    rc ? "DOES NOT FIT; pick a higher stage, offload, or a smaller micro batch" : "fits");

@@ -1034,6 +1034,11 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
         out->device_total += (int64_t)sizes[c][0];
     }
     bool cuda = job->resources.device == ZT_DEVICE_CUDA;
+    /* the CUDA kernel context's own device buffers (cuBLASLt workspace, scratch, ...) */
+    if (cuda) {
+        out->backend_bytes = (int64_t)zt_cuda_context_device_bytes(e->B, e->T);
+        out->device_total += out->backend_bytes;
+    }
     /* the communicator's own buffers: its largest reduce-scatter is one unit's gradient
      * (stages 1-3; stage 0 only all-reduces) */
     size_t max_s = 0;

@@ -64,12 +64,14 @@ typedef struct zt_step_stats {
  * and total_bytes predicts the worker's peak resident memory: the larger of start-up (buffers
  * without the snapshot, the init transient, ZT_PLAN_RUNTIME_START_BYTES) and training (every
  * buffer, runtime_bytes). Not modelled: a resume (checkpoint reading), the page cache of the
- * token shards (mapped, clean, reclaimable), and on cuda the CUDA context, library workspaces
- * and NCCL's buffers (there total_bytes is peak_total). */
+ * token shards (mapped, clean, reclaimable), and on cuda the CUDA context itself and NCCL's
+ * buffers (there total_bytes is peak_total); the kernel context's device buffers (cuBLASLt
+ * workspace, scratch) are backend_bytes, part of device_total. */
 typedef struct zt_mem_plan {
     int64_t bytes[ZT_MEM_CATEGORY_COUNT];      /* device and host together */
     int64_t host_bytes[ZT_MEM_CATEGORY_COUNT]; /* the host part of each */
     int64_t device_total;  /* everything on the device (all of it on the CPU path) */
+    int64_t backend_bytes; /* on cuda: the kernel context's device buffers, in device_total */
     int64_t host_total;    /* offloaded optimizer states, their staging, the checkpoint snapshot
                             * and the communicator's buffers */
     int64_t init_bytes;    /* host, only while the model is initialised */

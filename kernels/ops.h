@@ -173,6 +173,15 @@ int zt_attention_chunk_seqs(int B, int T, int NH);
 /* Floats of scratch attention_forward and attention_backward need for (B, T, NH). */
 size_t zt_attention_scratch_floats(int B, int T, int NH);
 
+/* Device memory the CUDA backend's context holds beyond what is allocated through the table:
+ * cuBLASLt's workspace, the kernel scratch, the reduction slots, and encoder_backward's token
+ * groups for micro-batches of B x T tokens. Defined here, not in kernels/cuda/, so that a plan
+ * needs no CUDA build. */
+#define ZT_CUDA_LT_WORKSPACE ((size_t)32 << 20) /* Hopper wants 32 MiB for its best kernels */
+#define ZT_CUDA_SCRATCH_FLOATS ((size_t)1 << 20) /* partial sums: column reductions, norms */
+#define ZT_CUDA_RED_SLOTS 256 /* sumsq_nonfinite results waiting for the next sync */
+size_t zt_cuda_context_device_bytes(int B, int T);
+
 /* The CPU table; always present. */
 const zt_ops *zt_ops_cpu(void);
 /* The CUDA table, or NULL when built without CUDA. */

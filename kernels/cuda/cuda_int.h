@@ -18,12 +18,8 @@ extern "C" {
 
 #include "../ops.h"
 
-/* cuBLASLt workspace (Hopper wants 32 MiB for its best kernels). */
-#define ZT_CUDA_LT_WORKSPACE ((size_t)32 << 20)
-/* Device scratch for partial sums (column reductions, norms): 4 MiB of floats. */
-#define ZT_CUDA_SCRATCH_FLOATS ((size_t)1 << 20)
-/* sumsq_nonfinite results waiting for the next sync (a full table is flushed early). */
-#define ZT_CUDA_RED_SLOTS 256
+/* The context's device buffers are sized in ops.h (ZT_CUDA_LT_WORKSPACE, ..., which
+ * zt_cuda_context_device_bytes adds up). */
 /* Cached cuBLASLt algorithm choices (shapes seen; evicted round-robin when full). */
 #define ZT_CUDA_GEMM_CACHE 128
 /* Blocks of the first pass of a norm reduction (partials fit the scratch many times over). */

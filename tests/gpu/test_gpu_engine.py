@@ -19,6 +19,7 @@ across processes; two GPUs per process, so the two-rank cases run too. The CPU s
 comparison is the real zworker. --quick (the sanitizer build): 10 steps, stages 0 and 3,
 offload 0.5, two ranks at stage 2 only."""
 import filecmp
+import json
 import os
 import signal
 import subprocess
@@ -104,11 +105,18 @@ def main():
             name = job["name"]
             zu.write_job(f"{tmp}/{name}.json", job)
             env = {"OMP_NUM_THREADS": "4", "ZT_CUDA_TF32": "0"}
+            report = None
             if job["resources"]["device"] == "cuda":
                 env.update(GPU_ENV)
+                if EMU:  # each rank writes its peak of emulated device memory at exit
+                    report = f"{tmp}/devmem_{name}"
+                    os.makedirs(report)
+                    env["ZT_CUDA_EMU_REPORT"] = report
             r = zu.run_zctl(["run", f"{tmp}/{name}.json"], cwd=tmp, env=env)
             if r.returncode != 0:
                 sys.exit(f"{name}: zctl run failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+            if report:
+                check_device_memory(tmp, name, report, job["resources"]["ranks"], failures)
             steps = zu.parse_step_lines(r.stdout)
             if len(steps) != STEPS:
                 sys.exit(f"{name}: {len(steps)} step lines, expected {STEPS}:\n{r.stdout}")
@@ -174,6 +182,33 @@ def main():
         print("FAILURES:\n  " + "\n  ".join(failures))
         sys.exit(1)
     print("ok")
+
+
+# What a rank may allocate on the device beyond zctl plan's device total: the small exchange
+# buffers of a checkpoint's outcome (one error message, ZT_ERRMSG_MAX) and NCCL's barrier float.
+DEVICE_SLACK = 4096
+
+
+def check_device_memory(tmp, name, report, ranks, failures):
+    """Every device allocation of the run (the emulated runtime counts them all, the kernel
+    context's included) stays within what zctl plan predicted for the job's device."""
+    p = zu.run_zctl(["plan", f"{tmp}/{name}.json", "-o", "json"])
+    if p.returncode != 0:
+        failures.append(f"{name}: zctl plan failed: {p.stderr}")
+        return
+    plan = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]["device_bytes"]
+    peaks = []
+    for f in sorted(os.listdir(report)):
+        with open(os.path.join(report, f)) as fh:
+            peaks.append(int(fh.read().split("=")[1]))
+    if len(peaks) != ranks:
+        failures.append(f"{name}: {len(peaks)} device memory reports for {ranks} ranks")
+        return
+    worst = max(peaks)
+    print(f"{name}: device memory peak {worst} bytes, zctl plan {plan} (+{worst - plan})")
+    if not plan <= worst <= plan + DEVICE_SLACK:
+        failures.append(f"{name}: device memory peak {worst} bytes outside zctl plan's {plan} "
+                        f"+ [0, {DEVICE_SLACK}]")
 
 
 def multi_rank(tmp, run, compare, failures):

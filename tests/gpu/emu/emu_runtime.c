@@ -433,6 +433,35 @@ static cudaError_t block_free(void *p, uint64_t magic)
     return cudaSuccess;
 }
 
+/* Device bytes held now and at most (as asked for, without the allocation's rounding). */
+static atomic_size_t dev_cur, dev_peak;
+
+static void dev_charge(size_t bytes, bool add)
+{
+    if (!add) {
+        atomic_fetch_sub(&dev_cur, bytes);
+        return;
+    }
+    size_t now = atomic_fetch_add(&dev_cur, bytes) + bytes;
+    size_t peak = atomic_load(&dev_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&dev_peak, &peak, now)) {
+    }
+}
+
+/* ZT_CUDA_EMU_REPORT=DIR: at exit each process writes DIR/device-PID.txt with its peak of
+ * device memory (tests compare it with what zctl plan predicts). */
+static void write_report(void)
+{
+    const char *dir = getenv("ZT_CUDA_EMU_REPORT");
+    if (!dir || !*dir) return;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/device-%d.txt", dir, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "peak_device_bytes=%zu\n", atomic_load(&dev_peak));
+    fclose(f);
+}
+
 /* The device allocations, for zt_emu_device_range (few: the engine allocates arenas). */
 static struct {
     pthread_mutex_t lock;
@@ -457,8 +486,11 @@ static bool dev_block_add(const char *p, size_t bytes)
         ok = s && b;
     }
     if (ok) {
+        static bool registered;
+        if (!registered) registered = atexit(write_report) == 0;
         dev_blocks.start[dev_blocks.n] = p;
         dev_blocks.bytes[dev_blocks.n++] = bytes;
+        dev_charge(bytes, true);
     }
     pthread_mutex_unlock(&dev_blocks.lock);
     return ok;
@@ -469,6 +501,7 @@ static void dev_block_remove(const char *p)
     pthread_mutex_lock(&dev_blocks.lock);
     for (size_t i = 0; i < dev_blocks.n; i++)
         if (dev_blocks.start[i] == p) {
+            dev_charge(dev_blocks.bytes[i], false);
             dev_blocks.start[i] = dev_blocks.start[--dev_blocks.n];
             dev_blocks.bytes[i] = dev_blocks.bytes[dev_blocks.n];
             break;
