@@ -4,6 +4,7 @@ import json
 import math
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -148,6 +149,16 @@ def free_port():
         finally:
             s.close()
     sys.exit("no free loopback port between 20000 and 32000")
+
+
+def reap(procs):
+    """Ends the processes still running (a stopped one is continued first, so that it dies) and
+    collects every one's exit and output."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+        p.communicate()
 
 
 def finish(failures):

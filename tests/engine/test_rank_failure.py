@@ -166,11 +166,7 @@ def main():
                     if case == "hung" and any(not TIMEOUT_MS <= int(w) < TIMEOUT_MS + 2000 for w in waited):
                         failures.append(f"hung: rank {r} waited {waited} ms, not the job file's {TIMEOUT_MS}")
             finally:
-                for p in procs:
-                    if p.poll() is None:
-                        p.send_signal(signal.SIGCONT)
-                        p.kill()
-                        p.wait()
+                zu.reap(procs)
 
         # where the timeout comes from, seen at the rendezvous (rank 1 of 2 never comes): the
         # job file's train.comm_timeout_ms, unless ZT_COMM_TIMEOUT_MS overrides it

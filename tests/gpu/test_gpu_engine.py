@@ -267,11 +267,7 @@ def multi_rank(tmp, run, compare, failures):
             if case == "hangs" and took < timeout_ms / 1000 - 0.5:
                 failures.append(f"hangs: rank 0 gave up after {took:.1f} s, before the timeout")
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGCONT)
-                    p.kill()
-                p.communicate()
+            zu.reap(procs)
 
 
 if __name__ == "__main__":
