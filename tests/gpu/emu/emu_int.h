@@ -14,6 +14,9 @@ typedef struct zt_emu_op zt_emu_op;
 zt_emu_op *zt_emu_op_enqueue(cudaStream_t s);
 void zt_emu_op_done(zt_emu_op *op);
 
+/* One wait of a polling loop: yields the first 100 times, then sleeps 50 us. */
+void zt_emu_pause(unsigned *spins);
+
 /* Whether [p, p + bytes) lies inside one cudaMalloc allocation (bytes may be 0). */
 bool zt_emu_device_range(const void *p, size_t bytes);
 

@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -156,16 +155,6 @@ static void set_error_locked(ncclComm_t c, ncclResult_t r, const char *fmt, ...)
     va_end(ap);
 }
 
-static void pause_briefly(unsigned *spins)
-{
-    if (++*spins < 100) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, 50000};
-    nanosleep(&ts, NULL);
-}
-
 static bool comm_ok(ncclComm_t c)
 {
     return c && c->magic == EMU_NCCL_MAGIC;
@@ -232,7 +221,7 @@ static bool wait_all(ncclComm_t c, size_t field_off, uint64_t want, const char *
         while (atomic_load_explicit(v, memory_order_acquire) < want) {
             if (atomic_load(&c->stop)) return false;
             if ((spins & 63) == 0 && peer_failed(c, k, what)) return false;
-            pause_briefly(&spins);
+            zt_emu_pause(&spins);
         }
     }
     return true;
@@ -533,7 +522,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
     if (pthread_create(&c->thread, NULL, comm_thread, c) != 0) goto fail;
     *out = c;
     if (c->blocking) {
-        for (unsigned spins = 0; !all_joined(c); pause_briefly(&spins)) {
+        for (unsigned spins = 0; !all_joined(c); zt_emu_pause(&spins)) {
         }
         return ncclSuccess;
     }

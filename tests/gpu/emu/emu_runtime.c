@@ -215,16 +215,20 @@ static bool op_done(const zt_emu_op *op)
     return !op || atomic_load_explicit(&op->done, memory_order_acquire);
 }
 
+void zt_emu_pause(unsigned *spins)
+{
+    if (++*spins < 100) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+}
+
 /* The host waits for the GPU: for an operation that ends on another thread. */
 static void op_wait(const zt_emu_op *op)
 {
-    for (unsigned spins = 0; !op_done(op); spins++) {
-        if (spins < 100) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
+    for (unsigned spins = 0; !op_done(op); zt_emu_pause(&spins)) {
     }
 }
 
