@@ -180,6 +180,8 @@ size_t zt_attention_scratch_floats(int B, int T, int NH);
 #define ZT_CUDA_LT_WORKSPACE ((size_t)32 << 20) /* Hopper wants 32 MiB for its best kernels */
 #define ZT_CUDA_SCRATCH_FLOATS ((size_t)1 << 20) /* partial sums: column reductions, norms */
 #define ZT_CUDA_RED_SLOTS 256 /* sumsq_nonfinite results waiting for the next sync */
+/* int32 entries of encoder_backward's device token groups for n tokens (tok, start, order) */
+#define ZT_CUDA_TOKEN_GROUP_INTS(n) (3 * (size_t)(n) + 2)
 size_t zt_cuda_context_device_bytes(int B, int T);
 
 /* The CPU table; always present. */

@@ -20,5 +20,5 @@ size_t zt_cuda_context_device_bytes(int B, int T)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(T > 0 ? T : 0);
     return ZT_CUDA_LT_WORKSPACE + ZT_CUDA_SCRATCH_FLOATS * sizeof(float) +
-           ZT_CUDA_RED_SLOTS * 2 * sizeof(double) + (3 * n + 2) * sizeof(int32_t);
+           ZT_CUDA_RED_SLOTS * 2 * sizeof(double) + ZT_CUDA_TOKEN_GROUP_INTS(n) * sizeof(int32_t);
 }

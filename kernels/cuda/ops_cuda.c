@@ -376,7 +376,7 @@ static void cuda_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const 
     if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize")) return;
     /* host layout: ids [0,N) | nu | tok [nu] | start [nu+1] | order [N]; at most 4N+2 */
     if (!grow_host_i32(ctx, &ctx->enc_host, &ctx->enc_host_cap, 4 * N + 2) ||
-        !grow_dev_i32(ctx, &ctx->enc_dev, &ctx->enc_dev_cap, 3 * N + 2))
+        !grow_dev_i32(ctx, &ctx->enc_dev, &ctx->enc_dev_cap, ZT_CUDA_TOKEN_GROUP_INTS(N)))
         return;
     int32_t *ids = ctx->enc_host;
     if (zt_cuda_check(

@@ -6,9 +6,9 @@
 
 /* An asynchronous operation (an emulated collective) queued on a stream: later work on the
  * stream, events recorded on it and cudaStreamSynchronize wait for it. zt_emu_op_enqueue
- * makes a new operation the stream's latest (its issuer runs it after the stream's previous
- * one, if that is still pending)
- * (s may be NULL: not on a stream) and returns it, NULL when out of memory;
+ * makes a new operation the stream's latest (s may be NULL: not on a stream) and returns it,
+ * NULL when out of memory; its issuer runs it after the stream's previous one if that is
+ * still pending;
  * zt_emu_op_done completes it (from any thread) and gives up the issuer's reference. */
 typedef struct zt_emu_op zt_emu_op;
 zt_emu_op *zt_emu_op_enqueue(cudaStream_t s);
