@@ -202,14 +202,13 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
          * product into aux and GELU over it; both need one matrix of whole N-column rows
          * (ldc == N) and no C to add (beta 0), which is all matmul_gelu_forward asks */
         if (g->batch != 1 || g->ldc != g->N || g->beta != 0.0f) {
-            zt_cuda_fail(ctx, ZT_ERR_UNSUPPORTED,
-                         "GPU %d: a GELU GEMM needs batch 1, ldc == N and beta 0 (got batch %d, ldc %d, N %d, beta %g); this is a bug in the caller",
-                         ctx->device, g->batch, g->ldc, g->N, (double)g->beta);
+            zt_cuda_fail(
+                ctx, ZT_ERR_UNSUPPORTED,
+                "GPU %d: a GELU GEMM needs batch 1, ldc == N and beta 0 (got batch %d, ldc %d, N %d, beta %g); this is a bug in the caller",
+                ctx->device, g->batch, g->ldc, g->N, (double)g->beta);
             return;
         }
-        if (g->K > 0 && g->ldc % 8 == 0 &&
-            gemm_lt(ctx, g, g->bias != NULL) == LT_DONE)
-            return;
+        if (g->K > 0 && g->ldc % 8 == 0 && gemm_lt(ctx, g, g->bias != NULL) == LT_DONE) return;
         zt_cuda_gemm plain = *g;
         plain.aux = NULL;
         plain.C = g->aux;
@@ -314,10 +313,10 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
 /* attention. For sequence b, head h: Q, K, V are T x hs views of qkv (row stride 3C, head h at
  * column h*hs); the scores and their gradients are T x T per (b, h) in the scratch. One
  * strided-batched GEMM covers the NH heads of a sequence (head stride hs in qkv and out, T*T in
- * the scratch). Sequences go through in chunks of zt_attention_chunk_seqs: region S of the
- * scratch holds a chunk's scores (then probabilities), region D their gradients. The full T x T
- * products are computed and the row kernels zero the causal upper triangle, so the following
- * GEMMs may run over whole rows. */
+ * the scratch). ZT_CUDA_ATTN=fused runs attn_cuda.cu's kernels instead where they fit. Sequences go
+ * through in chunks of zt_attention_chunk_seqs: region S of the scratch holds a chunk's scores
+ * (then probabilities), region D their gradients. The full T x T products are computed and the row
+ * kernels zero the causal upper triangle, so the following GEMMs may run over whole rows. */
 
 /* S = scale Q K^T for sequences [b0, b1), sequence b at S + (b - b0) NH T T: the scores forward
  * computes and backward recomputes, by the same calls. */
@@ -338,6 +337,10 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
                                const float *qkv, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    if (ctx->attn_fused && zt_cuda_attn_fused_fits(B, T, C, NH)) {
+        zt_cuda_attn_fused_forward(ctx, out, lse, qkv, B, T, C, NH);
+        return;
+    }
     int hs = C / NH, C3 = 3 * C;
     int chunk = zt_attention_chunk_seqs(B, T, NH);
     long long TT = (long long)T * T;
@@ -360,6 +363,10 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
                                 int C, int NH)
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    if (ctx->attn_fused && zt_cuda_attn_fused_fits(B, T, C, NH)) {
+        zt_cuda_attn_fused_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+        return;
+    }
     int hs = C / NH, C3 = 3 * C;
     int chunk = zt_attention_chunk_seqs(B, T, NH);
     long long TT = (long long)T * T;

@@ -64,9 +64,10 @@ struct zt_kctx {
     int device;
     cudaStream_t stream; /* non-blocking; every op runs here */
     cublasLtHandle_t lt;
-    void *lt_ws; /* ZT_CUDA_LT_WORKSPACE bytes */
-    int tf32;    /* matmuls in TF32 (fp32 in, fp32 accumulate): set_matmul_dtype, ZT_CUDA_TF32 */
-    int tf32_env; /* ZT_CUDA_TF32: -1 unset, 0 exact fp32, 1 TF32 */
+    void *lt_ws;    /* ZT_CUDA_LT_WORKSPACE bytes */
+    int tf32;       /* matmuls in TF32 (fp32 in, fp32 accumulate): set_matmul_dtype, ZT_CUDA_TF32 */
+    int tf32_env;   /* ZT_CUDA_TF32: -1 unset, 0 exact fp32, 1 TF32 */
+    int attn_fused; /* ZT_CUDA_ATTN=fused: attention by attn_cuda.cu's kernels where they fit */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 
@@ -157,13 +158,21 @@ void zt_cuda_attn_probs(zt_kctx *ctx, float *att, const float *lse, size_t rows,
 void zt_cuda_attn_dscores(zt_kctx *ctx, float *d, const float *att, const float *dout,
                           const float *out, size_t rows, int T, int NH, int C, float scale);
 
+/* Fused causal attention (attn_cuda.cu): the op table's attention_forward and
+ * attention_backward without the scratch, for the shapes zt_cuda_attn_fused_fits accepts (the
+ * compiled head size). */
+bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH);
+void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv, int B,
+                                int T, int C, int NH);
+void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
+                                 const float *out, const float *lse, int B, int T, int C, int NH);
+
 /* The optimizer and precision launchers take each zt_dtype as an int and validate it
  * themselves: C++ may not even load an enum holding a value outside its enumerators, and a bad
  * type from a caller must be a recorded ZT_ERR_INVALID. */
-void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, int grad_dtype, float *m,
-                   float *v, size_t n, const zt_adamw_args *args, void *param_lp, int lp_dtype);
-void zt_cuda_cast(zt_kctx *ctx, void *dst, int dst_dtype, const void *src, int src_dtype,
-                  size_t n);
+void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, int grad_dtype, float *m, float *v,
+                   size_t n, const zt_adamw_args *args, void *param_lp, int lp_dtype);
+void zt_cuda_cast(zt_kctx *ctx, void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
 void zt_cuda_accumulate(zt_kctx *ctx, void *dst, int dst_dtype, const float *src, float scale,
                         size_t n);
 void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n);

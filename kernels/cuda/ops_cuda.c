@@ -102,6 +102,17 @@ static int tf32_from_env(void)
     return -1;
 }
 
+/* ZT_CUDA_ATTN: "fused" (attn_cuda.cu's kernels where the head size fits) or "chunked" (the
+ * default: cuBLASLt GEMMs over the scratch); anything else warns and counts as unset. */
+static int attn_fused_from_env(void)
+{
+    const char *s = getenv("ZT_CUDA_ATTN");
+    if (!s || !*s || strcmp(s, "chunked") == 0) return 0;
+    if (strcmp(s, "fused") == 0) return 1;
+    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN=%s: expected 'fused' or 'chunked'", s);
+    return 0;
+}
+
 static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
 {
     *out = NULL;
@@ -129,6 +140,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->device = device;
     ctx->tf32_env = tf32_from_env();
     ctx->tf32 = ctx->tf32_env == 1;
+    ctx->attn_fused = attn_fused_from_env();
     zt_status st = ZT_OK;
     const char *what = NULL;
     cublasStatus_t bs;
@@ -146,8 +158,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
         what = "cudaStreamCreateWithFlags";
         goto cuda_fail;
     }
-    if ((st = zt_cuda_lt_load(err)) != ZT_OK)
-        goto fail;
+    if ((st = zt_cuda_lt_load(err)) != ZT_OK) goto fail;
     if ((bs = cublasLtCreate(&ctx->lt)) != CUBLAS_STATUS_SUCCESS) {
         st = zt_err_set(
             err, ZT_ERR_CUDA,

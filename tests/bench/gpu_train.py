@@ -12,6 +12,10 @@ memory and the device's peak (nvidia-smi, polled).
              defines them. The bf16 rows of both are the issue's comparison.
   PyTorch:   fp32, tf32 and bf16 autocast, torch.compile, fused AdamW, scaled-dot-product
              attention (flash/memory-efficient kernels); the model follows tests/torch_gpt2.py.
+The attention of the zerotrain rows is the default, chunked one (cuBLASLt GEMMs over a T x T
+scratch); a "zt-fused" row reruns zerotrain's best bf16 (else first) precision at the same micro
+batch with ZT_CUDA_ATTN=fused (kernels/cuda/attn_cuda.cu) and the ratio of the two is printed:
+the measurement that decides which attention becomes the default.
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -314,9 +318,9 @@ def main():
                                   "zero_optimization": zo,
                                   **({"bf16": {"enabled": True}} if prec == "bf16" else {})}}
 
-        def zt_run(jname, job, prec):
+        def zt_run(jname, job, prec, attn="chunked"):
             zu.write_job(f"{tmp}/{jname}.json", job)
-            env = {"ZT_PEAK_TFLOPS": str(peak_of[prec])}
+            env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn}
             if prec != "bf16":  # bf16 jobs: the engine's own choice (TF32 matmuls)
                 env["ZT_CUDA_TF32"] = "1" if prec == "tf32" else "0"
             with GpuMemPoller() as mem:
@@ -346,6 +350,19 @@ def main():
             if res:
                 zt_best[prec] = res
                 rows.append(("zerotrain", prec, res))
+
+        fused_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
+        if fused_prec:
+            B = zt_best[fused_prec]["batch"]
+            jname = f"zt_{fused_prec}_b{B}_fused"
+            res, err = zt_run(jname, zt_job(jname, B, fused_prec), fused_prec, attn="fused")
+            if res:
+                res["batch"] = B
+                res["tok_s"] = B * T / res["step_s"]
+                rows.append(("zt-fused", fused_prec, res))
+            else:
+                print(f"  zerotrain {fused_prec} with the fused attention failed: "
+                      f"{err.strip()[-400:]}")
 
         torch_info = ""
         if not args.skip_torch:
@@ -393,6 +410,12 @@ def main():
     for p in zt_tf:
         if p in th:
             print(f"zerotrain/pytorch at {p}: {zt_tf[p]['tok_s'] / th[p]['tok_s']:.2f}x tokens/s")
+    for w, p, r in rows:
+        if w == "zt-fused" and p in zt_tf:
+            print(f"fused/chunked attention at {p}, micro batch {r['batch']}: "
+                  f"{r['tok_s'] / zt_tf[p]['tok_s']:.2f}x tokens/s "
+                  f"(fwd {r['line'].get('fwd_ms', '?')} vs {zt_tf[p]['line'].get('fwd_ms', '?')} ms, "
+                  f"bwd {r['line'].get('bwd_ms', '?')} vs {zt_tf[p]['line'].get('bwd_ms', '?')} ms)")
     if twin:
         base = next((r for ratio, r in twin if ratio is None and r), None)
         print(f"\nTwin-Flow (zerotrain {tp}, ZeRO stage 2, micro batch {zt_best[tp]['batch']}): "

@@ -8,6 +8,8 @@
 - optimizer offload on the GPU (ratio 0.5 and 1, stage 2): bitwise the same exported model as no
   offload, since the CUDA AdamW is bit-exact with the CPU AdamW that runs the host part;
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums);
+- the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
+  against the CPU with the same tolerances (--quick leaves them out);
 - with two GPUs or more (ZT_GPU_COUNT, default 1): two ranks on the NCCL path, stages 1-3,
   against two CPU ranks with the same tolerances, and a rank killed mid-training: the other
   exits 3 within the collective timeout.
@@ -37,6 +39,7 @@ import ztutil as zu  # noqa: E402
 EMU = "--emu" in sys.argv[1:]
 QUICK = "--quick" in sys.argv[1:]
 CFG = dict(L=2, NH=4, C=64, T=32, V=200, Vp=256)
+CFG_HS64 = dict(CFG, NH=1)  # the head size of the fused attention kernels
 STEPS = 10 if QUICK else 20
 TB, MICRO = 8, 4
 LOSS_RTOL = 1e-4
@@ -67,7 +70,7 @@ def probe():
         sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
 
 
-def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1):
+def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, init="init.bin"):
     ds = {
         "train_batch_size": TB, "train_micro_batch_size_per_gpu": MICRO,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
@@ -80,8 +83,8 @@ def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1):
         ds[prec] = {"enabled": True}
     return {
         "name": name,
-        "model": {"arch": "gpt2", "n_layer": CFG["L"], "n_head": CFG["NH"], "n_embd": CFG["C"],
-                  "block_size": CFG["T"], "vocab_size": CFG["V"], "init": "init.bin"},
+        "model": {"arch": "gpt2", "n_layer": cfg["L"], "n_head": cfg["NH"], "n_embd": cfg["C"],
+                  "block_size": cfg["T"], "vocab_size": cfg["V"], "init": init},
         "data": {"train": "data/t_*.bin"},
         "train": {"steps": STEPS, "checkpoint_dir": f"ckpt/{name}"},
         "resources": {"ranks": ranks, "device": device},
@@ -101,10 +104,10 @@ def main():
             sys.exit(f"zctl data synth failed: {r.stderr}")
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=9))
 
-        def run(job):
+        def run(job, extra_env=None):
             name = job["name"]
             zu.write_job(f"{tmp}/{name}.json", job)
-            env = {"OMP_NUM_THREADS": "4", "ZT_CUDA_TF32": "0"}
+            env = {"OMP_NUM_THREADS": "4", "ZT_CUDA_TF32": "0", **(extra_env or {})}
             report = None
             if job["resources"]["device"] == "cuda":
                 env.update(GPU_ENV)
@@ -173,6 +176,15 @@ def main():
         print(f"bf16 cuda vs cpu: max rel loss deviation {dev:.4f}")
         if dev > 0.02:
             failures.append(f"bf16 on cuda deviates {dev:.4f} > 2% from bf16 on cpu")
+
+        if not QUICK:  # the fused attention, on one head of 64
+            zu.write_model(f"{tmp}/init64.bin", CFG_HS64, zu.random_model(CFG_HS64, seed=9))
+            cl, cp, _, _ = run(job_for("cpu_hs64", "cpu", cfg=CFG_HS64, init="init64.bin"))
+            for attn in ("chunked", "fused"):
+                gl, gp, _, _ = run(job_for(f"cuda_hs64_{attn}", "cuda", cfg=CFG_HS64,
+                                           init="init64.bin"), {"ZT_CUDA_ATTN": attn})
+                compare(f"cuda {attn} attention (head size 64) vs cpu", gl, gp, cl, cp,
+                        LOSS_RTOL, PARAM_RTOL)
 
         if GPUS >= 2:
             multi_rank(tmp, run, compare, failures)

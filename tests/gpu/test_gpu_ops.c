@@ -432,9 +432,12 @@ static void test_matmul_dtype(void)
 
 /* ---- attention ---- */
 
-static void test_attention(int B, int T, int C, int NH)
+static zt_kctx *GF; /* a second CUDA context, with ZT_CUDA_ATTN=fused */
+
+/* attention on the context GC, named `mode` in failures */
+static void attention_case(int B, int T, int C, int NH, const char *mode)
 {
-    char what[128];
+    char what[160];
     size_t N = (size_t)B * T, n3 = N * 3 * C, nC = N * C, nL = (size_t)B * NH * T;
     size_t nS = zt_attention_scratch_floats(B, T, NH);
     float *qkv = kc_frandn(n3, 1.0);
@@ -446,10 +449,11 @@ static void test_attention(int B, int T, int C, int NH)
     float *d_qkv = upf(qkv, n3), *d_out = dalloc(nC * 4), *d_lse = dalloc(nL * 4);
     float *d_scr = upf(nan_fill, nS);
     GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
-    snprintf(what, sizeof(what), "attention_forward out B=%d T=%d C=%d NH=%d (chunks of %d)", B, T,
-             C, NH, zt_attention_chunk_seqs(B, T, NH));
+    snprintf(what, sizeof(what), "attention_forward %s out B=%d T=%d C=%d NH=%d (chunks of %d)",
+             mode, B, T, C, NH, zt_attention_chunk_seqs(B, T, NH));
     check_f(what, d_out, out, nC, RT_GEMM, 1e-6);
-    snprintf(what, sizeof(what), "attention_forward lse B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    snprintf(what, sizeof(what), "attention_forward %s lse B=%d T=%d C=%d NH=%d", mode, B, T, C,
+             NH);
     check_f(what, d_lse, lse, nL, RT_GEMM, 1e-5);
 
     float *dout = kc_frandn(nC, 1.0), *dqkv = kc_frandn(n3, 1.0);
@@ -461,13 +465,26 @@ static void test_attention(int B, int T, int C, int NH)
     GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, d_out2, d_lse2, B, T, C, NH);
     /* a NULL dqkv is a no-op */
     GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, d_out2, d_lse2, B, T, C, NH);
-    snprintf(what, sizeof(what), "attention_backward dqkv B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    snprintf(what, sizeof(what), "attention_backward %s dqkv B=%d T=%d C=%d NH=%d", mode, B, T,
+             C, NH);
     check_f(what, d_dqkv, dqkv, n3, RT_GEMM, 1e-6);
     dfree(d_qkv), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dout), dfree(d_dqkv);
     dfree(d_out2), dfree(d_lse2);
     zt_free(qkv), zt_free(out), zt_free(lse), zt_free(scr), zt_free(dout), zt_free(dqkv);
     zt_free(nan_fill);
-    printf("attention B=%d T=%d C=%d NH=%d: ok\n", B, T, C, NH);
+    printf("attention %s B=%d T=%d C=%d NH=%d: ok\n", mode, B, T, C, NH);
+}
+
+/* Both CUDA attentions against the CPU: the chunked one, and the fused kernels where the head
+ * size is theirs (elsewhere the fused context runs the chunked code). */
+static void test_attention(int B, int T, int C, int NH)
+{
+    attention_case(B, T, C, NH, "chunked");
+    if (C != 64 * NH) return;
+    zt_kctx *chunked = GC;
+    GC = GF;
+    attention_case(B, T, C, NH, "fused");
+    GC = chunked;
 }
 
 /* ---- gelu, residual ---- */
@@ -771,6 +788,7 @@ int main(void)
         return ZT_TEST_SKIP;
     }
     unsetenv("ZT_CUDA_TF32"); /* exact fp32 matmuls for the comparisons (fp32 is the default) */
+    unsetenv("ZT_CUDA_ATTN"); /* the chunked attention, the default */
     zt_err err;
     zt_err_clear(&err);
     zt_status st = GPU->ctx_create(&GC, 0, &err);
@@ -784,6 +802,10 @@ int main(void)
     }
     if (st != ZT_OK) ZT_FAIL("ctx_create(0): %s", zt_err_msg(&err));
     ASSERT_OK(CPU->ctx_create(&CC, 0, &err));
+    setenv("ZT_CUDA_ATTN", "fused", 1);
+    st = GPU->ctx_create(&GF, 0, &err);
+    unsetenv("ZT_CUDA_ATTN");
+    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_ATTN=fused: %s", zt_err_msg(&err));
 
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     const char *s = getenv("ZT_TEST_SEED");
@@ -825,6 +847,13 @@ int main(void)
      * chunks of one sequence each */
     test_attention(7, 512, 384, 12);
     test_attention(3, 1024, 256, 16);
+    /* the fused kernels' edges: one token, tails of their 64-row blocks and 32-row tiles, a
+     * long sequence */
+    test_attention(1, 1, 64, 1);
+    test_attention(2, 7, 128, 2);
+    test_attention(1, 129, 192, 3);
+    test_attention(3, 95, 64, 1);
+    test_attention(1, 1024, 128, 2);
     test_gelu_residual(1);
     test_gelu_residual(1000);
     test_gelu_residual(100003);
@@ -840,6 +869,7 @@ int main(void)
     test_sumsq(1000003);
     test_errors();
 
+    GPU->ctx_destroy(GF);
     GPU->ctx_destroy(GC);
     CPU->ctx_destroy(CC);
     printf("ok\n");

@@ -52,10 +52,12 @@ void zt_emu_stream_wait(cudaStream_t s);
 #undef __host__
 #undef __forceinline__
 #undef __shared__
+#undef __launch_bounds__
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 /* one array per OS thread, shared by the fibers of the block that thread runs */
 #define __shared__ static __thread
 

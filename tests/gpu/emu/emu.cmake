@@ -11,6 +11,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
               ${ZT_EMU_CPU_SRC} ${CMAKE_SOURCE_DIR}/kernels/ops_common.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/ops_cuda.c ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_cuda.c
               ${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
+              ${ZT_EMU_DIR}/attn_cuda_emu.cpp
               ${ZT_EMU_DIR}/emu_sched.c ${ZT_EMU_DIR}/emu_runtime.c ${ZT_EMU_DIR}/emu_cublaslt.c)
   target_include_directories(zt_kernels_emu PUBLIC ${CMAKE_SOURCE_DIR} ${DNNL_INCLUDE_DIR})
   target_include_directories(zt_kernels_emu PRIVATE ${ZT_EMU_DIR} ${CMAKE_SOURCE_DIR}/kernels/cuda)
@@ -19,6 +20,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   # C++ only for the .cu files: ISO C++ (no FMA contraction, as the CPU kernels), warnings as
   # errors, and the sanitizers of the C code
   set_source_files_properties(${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
+                              ${ZT_EMU_DIR}/attn_cuda_emu.cpp
                               PROPERTIES COMPILE_OPTIONS
                               "-std=c++17;-Wall;-Wextra;-Werror;-ffp-contract=off;${ZT_SAN_FLAGS}")
   add_library(zt_cuda_emu_selftest STATIC ${ZT_EMU_DIR}/emu_selftest.cpp ${ZT_EMU_DIR}/emu_sched.c
