@@ -295,15 +295,13 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C, n3C = (size_t)N * 3 * C;
     /* x_out = res2 + fcproj: dres already is d(res2) from the residual path and d(fcproj) */
     ops->gelu_forward(k, s->d_fch, a->fch, n4C); /* GELU's output again, for dW of fcproj */
-    ops->memset0(k, s->d_fch2, n4C * sizeof(float));
-    ops->matmul_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw, N,
-                         4 * C, C);
-    ops->memset0(k, s->d_fch, n4C * sizeof(float));
-    ops->gelu_backward(k, s->d_fch, a->fch, s->d_fch2, n4C);
+    /* d(fch) = GELU'(fch) * (dres @ fcprojw), written into d_fch2 */
+    ops->matmul_gelu_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw,
+                              a->fch, N, 4 * C, C);
     /* LN2's output again (bitwise the forward's: same input, same op) */
     ops->layernorm_forward(k, s->d_btc2, NULL, NULL, a->res2, p->ln2w, p->ln2b, N, C);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch, s->d_btc2, p->fcw, N, C, 4 * C);
+    ops->matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch2, s->d_btc2, p->fcw, N, C, 4 * C);
     ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */

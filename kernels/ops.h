@@ -111,6 +111,18 @@ typedef struct zt_ops {
                                 const float *inp /* (N,C) */, const float *weight /* (OC,C) */,
                                 const float *bias /* (OC) */, int N, int C, int OC);
 
+    /* The backward of out = GELU(pre) @ weight^T + bias through that GELU, in one pass where
+     * the backend can (cuBLASLt's DGELU epilogue on cuda, which may round GELU' differently;
+     * bitwise matmul_backward into zeros then gelu_backward into zeros on cpu):
+     *   dpre = GELU'(pre) * (dout @ weight)   WRITTEN, not accumulated (the caller's buffer)
+     *   dweight += dout^T @ inp, dbias += column sums of dout   (as matmul_backward)
+     * where inp = GELU(pre) as gelu_forward computes it. NULL dweight or dbias is skipped. */
+    void (*matmul_gelu_backward)(zt_kctx *ctx, float *dpre /* (N,C) */,
+                                 float *dweight /* (OC,C) */, float *dbias /* (OC) */,
+                                 const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
+                                 const float *weight /* (OC,C) */, const float *pre /* (N,C) */,
+                                 int N, int C, int OC);
+
     /* Causal multi-head self-attention, scale 1/sqrt(C/NH), without keeping the T x T
      * probabilities: forward saves each query row's log-sum-exp, lse = log sum_j<=i exp(s_ij)
      * with s_ij = scale q_i.k_j, and backward recomputes P_ij = exp(s_ij - lse_i). qkv holds q,

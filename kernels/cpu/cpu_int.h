@@ -67,6 +67,8 @@ void zt_cpu_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float 
                                const float *mean, const float *rstd, int N, int C);
 void zt_cpu_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n);
 void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+/* d = GELU'(inp) d in place (gelu_backward into zeros, bitwise) */
+void zt_cpu_gelu_grad_inplace(zt_kctx *ctx, float *d, const float *inp, size_t n);
 void zt_cpu_residual_forward(zt_kctx *ctx, float *out, const float *a, const float *b, size_t n);
 void zt_cpu_residual_backward(zt_kctx *ctx, float *da, float *db, const float *dout, size_t n);
 void zt_cpu_crossentropy_forward_backward(zt_kctx *ctx, float *losses, float *dlogits,

@@ -266,18 +266,29 @@ ZT_CPU_CLONES static void gelu_forward_chunk(float *out, const float *inp, size_
     }
 }
 
+/* GELU'(x) */
+static inline float gelu_grad(float x)
+{
+    float e = gelu_e(x);
+    float s = 1.0f / (1.0f + e);
+    float du = ZT_GELU_K * (1.0f + 3.0f * ZT_GELU_C * x * x);
+    return s + 2.0f * x * du * ((s * e) * s);
+}
+
 ZT_CPU_CLONES static void gelu_backward_chunk(float *dinp, const float *inp, const float *dout,
                                               size_t n)
 {
 #pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float e = gelu_e(x);
-        float s = 1.0f / (1.0f + e);
-        float du = ZT_GELU_K * (1.0f + 3.0f * ZT_GELU_C * x * x);
-        float g = s + 2.0f * x * du * ((s * e) * s);
-        dinp[i] = fmaf(g, dout[i], dinp[i]);
-    }
+    for (size_t i = 0; i < n; i++)
+        dinp[i] = fmaf(gelu_grad(inp[i]), dout[i], dinp[i]);
+}
+
+/* d = GELU'(inp) d in place, bitwise gelu_backward_chunk into zeros */
+ZT_CPU_CLONES static void gelu_grad_chunk(float *d, const float *inp, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++)
+        d[i] = fmaf(gelu_grad(inp[i]), d[i], 0.0f);
 }
 
 void zt_cpu_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
@@ -301,6 +312,17 @@ void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const flo
         size_t off = c * ZT_GELU_CHUNK;
         gelu_backward_chunk(dinp + off, inp + off, dout + off,
                             n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK);
+    }
+}
+
+void zt_cpu_gelu_grad_inplace(zt_kctx *ctx, float *d, const float *inp, size_t n)
+{
+    int nt = zt_cpu_threads_for(ctx, n);
+    size_t nc = (n + ZT_GELU_CHUNK - 1) / ZT_GELU_CHUNK;
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t off = c * ZT_GELU_CHUNK;
+        gelu_grad_chunk(d + off, inp + off, n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK);
     }
 }
 

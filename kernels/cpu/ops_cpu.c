@@ -180,6 +180,19 @@ static void cpu_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const 
     if (N > 0 && OC > 0) zt_cpu_gelu_forward(ctx, out, pre, (size_t)N * (size_t)OC);
 }
 
+/* The two ops, bitwise: the product into zeros, then GELU' in place (what gelu_backward into
+ * zeros computes). */
+static void cpu_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *weight,
+                                     const float *pre, int N, int C, int OC)
+{
+    if (N <= 0 || C <= 0) return;
+    size_t n = (size_t)N * (size_t)C;
+    cpu_memset0(ctx, dpre, n * sizeof(float));
+    zt_cpu_matmul_backward(ctx, dpre, dweight, dbias, dout, inp, weight, N, C, OC);
+    zt_cpu_gelu_grad_inplace(ctx, dpre, pre, n);
+}
+
 static const zt_ops cpu_ops = {
     .name = "cpu",
     .ctx_create = cpu_ctx_create,
@@ -203,6 +216,7 @@ static const zt_ops cpu_ops = {
     .layernorm_backward = zt_cpu_layernorm_backward,
     .matmul_forward = zt_cpu_matmul_forward,
     .matmul_backward = zt_cpu_matmul_backward,
+    .matmul_gelu_backward = cpu_matmul_gelu_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .attention_forward = zt_cpu_attention_forward,
     .attention_backward = zt_cpu_attention_backward,

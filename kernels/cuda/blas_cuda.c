@@ -38,7 +38,10 @@ static cublasStatus_t layout_init(cublasLtMatrixLayoutOpaque_t *l, int rows, int
 }
 
 /* Looks up (or asks the heuristic for, and caches) the algorithm for key. Returns the entry,
- * whose `usable` says whether cuBLASLt offered one. */
+ * whose `usable` says whether cuBLASLt offered one. "No algorithm" (none returned,
+ * NOT_SUPPORTED, INVALID_VALUE) is cached and reported once, since the caller's fallback is
+ * slower; any other failure of the heuristic (ALLOC_FAILED, INTERNAL_ERROR, ...) may pass, so
+ * it is not cached: this call falls back and the next one asks again. */
 static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
                                     cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                                     cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc)
@@ -84,12 +87,20 @@ static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
         res.workspaceSize <= ZT_CUDA_LT_WORKSPACE) {
         e->algo = res.algo;
         e->usable = 1;
-    } else {
-        ZT_DEBUG(
+    } else if (s == CUBLAS_STATUS_SUCCESS || s == CUBLAS_STATUS_NOT_SUPPORTED ||
+               s == CUBLAS_STATUS_INVALID_VALUE) {
+        ZT_WARN(
             "kernels",
-            "cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d (status %s, %d results)",
-            key->ta, key->tb, key->M, key->N, key->K, key->batch, key->has_bias,
-            cublasLtGetStatusString(s), nres);
+            "GPU %d: cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d (%s, %d results); this shape runs a slower fallback",
+            ctx->device, key->ta, key->tb, key->M, key->N, key->K, key->batch, key->has_bias,
+            key->gelu, cublasLtGetStatusString(s), nres);
+    } else {
+        ZT_WARN(
+            "kernels",
+            "GPU %d: cuBLASLt's heuristic failed for %c%c M=%d N=%d K=%d batch=%d: %s; this call runs a slower fallback and the next one asks again",
+            ctx->device, key->ta, key->tb, key->M, key->N, key->K, key->batch,
+            cublasLtGetStatusString(s));
+        memset(&e->key, 0xff, sizeof(e->key)); /* matches no shape: forgotten */
     }
     return e;
 }
@@ -125,7 +136,7 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     key.alignB = ptr_align(g->A, g->sA, g->batch);
     key.alignC = ptr_align(g->C, g->sC, g->batch);
     key.alignBias = use_bias ? ptr_align(g->bias, 0, 1) : 0;
-    key.gelu = g->aux != NULL;
+    key.gelu = !g->aux ? 0 : g->dgelu ? 2 : 1;
     key.alignAux = g->aux ? ptr_align(g->aux, 0, 1) : 0;
     if (g->batch > 1) {
         key.sA = g->sA;
@@ -143,6 +154,7 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
         s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
     if (s == CUBLAS_STATUS_SUCCESS && (use_bias || g->aux)) {
         cublasLtEpilogue_t epi = !g->aux    ? CUBLASLT_EPILOGUE_BIAS
+                                 : g->dgelu ? CUBLASLT_EPILOGUE_DGELU
                                  : use_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                             : CUBLASLT_EPILOGUE_GELU_AUX;
         s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
@@ -179,10 +191,13 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     s = cublasLtMatmul(ctx->lt, &op, &g->alpha, g->B, &la, g->A, &lb, &g->beta, g->C, &lc, g->C,
                        &lc, &e->algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
     if (s == CUBLAS_STATUS_INVALID_VALUE || s == CUBLAS_STATUS_NOT_SUPPORTED) {
-        ZT_DEBUG("kernels",
-                 "cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d gelu=%d: %s", g->ta,
-                 g->tb, g->M, g->N, g->K, g->batch, use_bias, g->aux != NULL,
-                 cublasLtGetStatusString(s));
+        /* the heuristic's own choice refused: reported once (the entry remembers it), since a
+         * wrong mapping of ours would otherwise only show as a slower run */
+        ZT_WARN(
+            "kernels",
+            "GPU %d: cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d with the heuristic's algorithm: %s; this shape runs a slower fallback",
+            ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, use_bias, key.gelu,
+            cublasLtGetStatusString(s));
         e->usable = 0;
         return LT_NO_ALGO;
     }
@@ -201,19 +216,26 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
         /* the GELU epilogue (its aux leading dimension must be a multiple of 8), else the
          * product into aux and GELU over it; both need one matrix of whole N-column rows
          * (ldc == N) and no C to add (beta 0), which is all matmul_gelu_forward asks */
-        if (g->batch != 1 || g->ldc != g->N || g->beta != 0.0f) {
+        if (g->batch != 1 || g->ldc != g->N || g->beta != 0.0f || (g->dgelu && g->bias)) {
             zt_cuda_fail(
                 ctx, ZT_ERR_UNSUPPORTED,
-                "GPU %d: a GELU GEMM needs batch 1, ldc == N and beta 0 (got batch %d, ldc %d, N %d, beta %g); this is a bug in the caller",
-                ctx->device, g->batch, g->ldc, g->N, (double)g->beta);
+                "GPU %d: a GELU GEMM needs batch 1, ldc == N and beta 0, and its gradient no bias (got batch %d, ldc %d, N %d, beta %g, dgelu %d, bias %d); this is a bug in the caller",
+                ctx->device, g->batch, g->ldc, g->N, (double)g->beta, g->dgelu, g->bias != NULL);
             return;
         }
         if (g->K > 0 && g->ldc % 8 == 0 && gemm_lt(ctx, g, g->bias != NULL) == LT_DONE) return;
         zt_cuda_gemm plain = *g;
         plain.aux = NULL;
+        plain.dgelu = 0;
+        size_t n = (size_t)g->M * (size_t)g->N;
+        if (g->dgelu) { /* the product into C, then GELU' of aux onto it */
+            zt_cuda_gemm_run(ctx, &plain);
+            zt_cuda_gelu_grad_inplace(ctx, g->C, g->aux, n);
+            return;
+        }
         plain.C = g->aux;
         zt_cuda_gemm_run(ctx, &plain);
-        zt_cuda_gelu_forward(ctx, g->C, g->aux, (size_t)g->M * (size_t)g->N);
+        zt_cuda_gelu_forward(ctx, g->C, g->aux, n);
         return;
     }
     if (g->K <= 0) { /* empty product: C = beta C (+ bias) */
@@ -307,6 +329,21 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
     if (dweight)
         gemm(ctx, 'T', 'N', OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1, NULL);
     if (dbias) zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
+}
+
+void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *pre, int N, int C, int OC)
+{
+    /* dpre (N, C) = GELU'(pre) * (dout (N, OC) @ weight (OC, C)): the DGELU epilogue reads
+     * pre (its aux, never written with dgelu) */
+    zt_cuda_gemm g;
+    memset(&g, 0, sizeof(g));
+    g.ta = 'N', g.tb = 'N', g.M = N, g.N = C, g.K = OC, g.alpha = 1.0f, g.beta = 0.0f;
+    g.A = dout, g.lda = OC, g.B = weight, g.ldb = C, g.C = dpre, g.ldc = C, g.batch = 1;
+    g.aux = (float *)pre, g.dgelu = 1;
+    zt_cuda_gemm_run(ctx, &g);
+    zt_cuda_matmul_backward(ctx, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 /* ---------------------------------------------------------------------------------------- */

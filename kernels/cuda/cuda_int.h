@@ -37,6 +37,7 @@ typedef struct zt_cuda_gemm {
     float *C;
     const float *bias; /* (N) or NULL; only with batch == 1 */
     float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
+    int dgelu;         /* with aux: C = GELU'(aux) * product instead, aux only read (no bias) */
     int lda, ldb, ldc;
     long long sA, sB, sC;
     int batch;
@@ -45,7 +46,8 @@ typedef struct zt_cuda_gemm {
 /* The part of a GEMM that decides which cuBLASLt algorithm runs (pointer alignments
  * included), compared bytewise: build it zeroed. */
 typedef struct zt_cuda_gemm_key {
-    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, tf32, gelu;
+    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, tf32;
+    int gelu; /* 0 none, 1 GELU_AUX (forward), 2 DGELU (backward) */
     int alignA, alignB, alignC, alignBias, alignAux;
     long long sA, sB, sC;
 } zt_cuda_gemm_key;
@@ -142,6 +144,8 @@ void zt_cuda_bias_fill(zt_kctx *ctx, float *out, const float *bias, int N, int O
 void zt_cuda_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n);
 void zt_cuda_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout,
                            size_t n);
+/* d = GELU'(inp) d in place (gelu_backward into zeros, bitwise) */
+void zt_cuda_gelu_grad_inplace(zt_kctx *ctx, float *d, const float *inp, size_t n);
 void zt_cuda_residual_forward(zt_kctx *ctx, float *out, const float *a, const float *b, size_t n);
 void zt_cuda_residual_backward(zt_kctx *ctx, float *da, float *db, const float *dout, size_t n);
 void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const float *logits,

@@ -328,18 +328,28 @@ static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t 
     }
 }
 
+/* GELU'(x) */
+static __device__ __forceinline__ float gelu_grad(float x)
+{
+    float e = gelu_e(x);
+    float s = 1.0f / (1.0f + e);
+    float du = ZT_GELU_K * (1.0f + 3.0f * ZT_GELU_C * x * x);
+    return s + 2.0f * x * du * ((s * e) * s);
+}
+
 static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
                                             size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        float e = gelu_e(x);
-        float s = 1.0f / (1.0f + e);
-        float du = ZT_GELU_K * (1.0f + 3.0f * ZT_GELU_C * x * x);
-        float g = s + 2.0f * x * du * ((s * e) * s);
-        dinp[i] = fmaf(g, dout[i], dinp[i]);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        dinp[i] = fmaf(gelu_grad(inp[i]), dout[i], dinp[i]);
+}
+
+static __global__ void gelu_grad_kernel(float *d, const float *inp, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        d[i] = fmaf(gelu_grad(inp[i]), d[i], 0.0f);
 }
 
 extern "C" void zt_cuda_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
@@ -355,6 +365,13 @@ extern "C" void zt_cuda_gelu_backward(zt_kctx *ctx, float *dinp, const float *in
     if (!n || !dinp) return;
     ZT_CUDA_LAUNCH(ctx, "gelu_backward", gelu_backward_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS,
                    dinp, inp, dout, n);
+}
+
+extern "C" void zt_cuda_gelu_grad_inplace(zt_kctx *ctx, float *d, const float *inp, size_t n)
+{
+    if (!n) return;
+    ZT_CUDA_LAUNCH(ctx, "gelu_grad", gelu_grad_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, d, inp,
+                   n);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -456,6 +456,9 @@ void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const fl
 void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                              const float *dout, const float *inp, const float *weight, int N, int C,
                              int OC);
+void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *pre, int N, int C, int OC);
 void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
                                  const float *weight, const float *bias, int N, int C, int OC);
 void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
@@ -507,6 +510,7 @@ static const zt_ops cuda_ops = {
     .layernorm_backward = zt_cuda_layernorm_backward,
     .matmul_forward = zt_cuda_matmul_forward,
     .matmul_backward = zt_cuda_matmul_backward,
+    .matmul_gelu_backward = zt_cuda_matmul_gelu_backward,
     .matmul_gelu_forward = zt_cuda_matmul_gelu_forward,
     .attention_forward = zt_cuda_attention_forward,
     .attention_backward = zt_cuda_attention_backward,

@@ -211,6 +211,36 @@ static void test_matmul_gelu(int N, int C, int OC)
     printf("matmul_gelu N=%d C=%d OC=%d: ok\n", N, C, OC);
 }
 
+/* The MLP's second layer backward through its GELU against the CPU's (bitwise its two ops):
+ * cuBLASLt's DGELU epilogue where C is a multiple of 8, the product then the GELU' kernel
+ * elsewhere; dpre written over NaN, dweight and dbias accumulated onto prefilled values. */
+static void test_matmul_gelu_backward(int N, int C, int OC)
+{
+    char what[128];
+    size_t NC = (size_t)N * C, WC = (size_t)OC * C, NO = (size_t)N * OC;
+    float *pre = kc_frandn(NC, 2.0), *inp = kc_falloc(NC), *w = kc_frandn(WC, 0.3);
+    float *dout = kc_frandn(NO, 1.0), *dw = kc_frandn(WC, 1.0), *db = kc_frandn((size_t)OC, 1.0);
+    float *dpre = kc_falloc(NC), *nan_fill = kc_falloc(NC);
+    for (size_t i = 0; i < NC; i++)
+        nan_fill[i] = NAN;
+    CPU->gelu_forward(CC, inp, pre, NC);
+    float *d_pre = upf(pre, NC), *d_inp = upf(inp, NC), *d_w = upf(w, WC), *d_dout = upf(dout, NO);
+    float *d_dw = upf(dw, WC), *d_db = upf(db, (size_t)OC), *d_dpre = upf(nan_fill, NC);
+    CPU->matmul_gelu_backward(CC, dpre, dw, db, dout, inp, w, pre, N, C, OC);
+    GPU->matmul_gelu_backward(GC, d_dpre, d_dw, d_db, d_dout, d_inp, d_w, d_pre, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_gelu_backward dpre N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_dpre, dpre, NC, 1e-4, 1e-5);
+    snprintf(what, sizeof(what), "matmul_gelu_backward dweight N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_dw, dw, WC, RT_GEMM, 1e-6);
+    snprintf(what, sizeof(what), "matmul_gelu_backward dbias N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_db, db, (size_t)OC, RT_RED, 1e-6);
+    dfree(d_pre), dfree(d_inp), dfree(d_w), dfree(d_dout), dfree(d_dw), dfree(d_db);
+    dfree(d_dpre);
+    zt_free(pre), zt_free(inp), zt_free(w), zt_free(dout), zt_free(dw), zt_free(db);
+    zt_free(dpre), zt_free(nan_fill);
+    printf("matmul_gelu_backward N=%d C=%d OC=%d: ok\n", N, C, OC);
+}
+
 static void test_residual_layernorm(int N, int C)
 {
     char what[128];
@@ -429,6 +459,42 @@ static void test_matmul_dtype(void)
     }
     zt_free(x), zt_free(w), zt_free(out), zt_free(got), zt_free(want);
 }
+
+#ifdef ZT_TEST_EMU
+/* emu_cublaslt.c's test hooks */
+void zt_emu_lt_fail_heuristics(int n, int status);
+unsigned long zt_emu_lt_heuristic_queries(void);
+
+/* A heuristic query that fails for a passing reason (ALLOC_FAILED here) costs that call its
+ * fused algorithm, not the shape's for good: the result is right either way, and the next call
+ * of the shape asks again while a shape already asked for does not. */
+static void test_heuristic_failure(void)
+{
+    int N = 5, C = 24, OC = 40; /* a shape no other case uses */
+    size_t NO = (size_t)N * OC;
+    float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 0.3);
+    float *bias = kc_frandn((size_t)OC, 1.0), *out = kc_falloc(NO);
+    CPU->matmul_forward(CC, out, x, w, bias, N, C, OC);
+    float *d_x = upf(x, (size_t)N * C), *d_w = upf(w, (size_t)OC * C), *d_b = upf(bias, OC);
+    float *d_out = dalloc(NO * 4);
+    unsigned long q0 = zt_emu_lt_heuristic_queries();
+    zt_emu_lt_fail_heuristics(1, 3 /* CUBLAS_STATUS_ALLOC_FAILED */);
+    GPU->matmul_forward(GC, d_out, d_x, d_w, d_b, N, C, OC); /* falls back: bias, then GEMM */
+    check_f("matmul_forward after a failed heuristic query", d_out, out, NO, RT_GEMM, 1e-6);
+    unsigned long q1 = zt_emu_lt_heuristic_queries();
+    ASSERT_TRUE(q1 >= q0 + 2); /* the failed query and the fallback's own */
+    GPU->matmul_forward(GC, d_out, d_x, d_w, d_b, N, C, OC);
+    check_f("matmul_forward, the query repeated", d_out, out, NO, RT_GEMM, 1e-6);
+    unsigned long q2 = zt_emu_lt_heuristic_queries();
+    ASSERT_TRUE(q2 == q1 + 1); /* asked again for the fused-bias algorithm, and got it */
+    GPU->matmul_forward(GC, d_out, d_x, d_w, d_b, N, C, OC);
+    ASSERT_TRUE(zt_emu_lt_heuristic_queries() == q2); /* now cached */
+    gsync("heuristic failure");
+    dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_out);
+    zt_free(x), zt_free(w), zt_free(bias), zt_free(out);
+    printf("heuristic failure: not cached, ok\n");
+}
+#endif
 
 /* ---- attention ---- */
 
@@ -834,9 +900,14 @@ int main(void)
     test_matmul(1000, 3, 7);
     test_matmul_gelu(64, 768, 3072);
     test_matmul_gelu(33, 65, 12);
+    test_matmul_gelu_backward(64, 3072, 768);
+    test_matmul_gelu_backward(33, 65, 12);
     test_matmul_at(33, 64, 128, 1);
     test_matmul_at(128, 768, 768, 2);
     test_tf32();
+#ifdef ZT_TEST_EMU
+    test_heuristic_failure();
+#endif
     test_matmul_dtype();
     test_attention(1, 1, 4, 1);
     test_attention(2, 7, 12, 3);

@@ -237,6 +237,37 @@ static void test_matmul_gelu(int N, int C, int OC)
     printf("matmul_gelu_forward N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
 }
 
+/* The MLP's second layer backward through its GELU is bitwise matmul_backward into zeros then
+ * gelu_backward into zeros; dweight and dbias accumulate, NULL ones are skipped. */
+static void test_matmul_gelu_backward(int N, int C, int OC)
+{
+    size_t NC = (size_t)N * C, WC = (size_t)OC * C;
+    float *pre = kc_frandn(NC, 2.0), *inp = kc_falloc(NC), *w = kc_frandn(WC, 0.3);
+    float *dout = kc_frandn((size_t)N * OC, 1.0), *dw0 = kc_frandn(WC, 1.0);
+    float *db0 = kc_frandn((size_t)OC, 1.0);
+    float *tmp = kc_falloc(NC), *dpre = kc_falloc(NC), *dw = kc_falloc(WC);
+    float *db = kc_falloc((size_t)OC), *dpre2 = kc_falloc(NC), *dw2 = kc_falloc(WC);
+    float *db2 = kc_falloc((size_t)OC);
+    OPS->gelu_forward(CTX, inp, pre, NC);
+    memcpy(dw, dw0, WC * 4), memcpy(db, db0, (size_t)OC * 4);
+    memset(tmp, 0, NC * 4), memset(dpre, 0, NC * 4);
+    OPS->matmul_backward(CTX, tmp, dw, db, dout, inp, w, N, C, OC);
+    OPS->gelu_backward(CTX, dpre, pre, tmp, NC);
+    memcpy(dw2, dw0, WC * 4), memcpy(db2, db0, (size_t)OC * 4);
+    memset(dpre2, 0xff, NC * 4); /* NaN everywhere the op must write */
+    OPS->matmul_gelu_backward(CTX, dpre2, dw2, db2, dout, inp, w, pre, N, C, OC);
+    ASSERT_TRUE(memcmp(dpre, dpre2, NC * 4) == 0);
+    ASSERT_TRUE(memcmp(dw, dw2, WC * 4) == 0);
+    ASSERT_TRUE(memcmp(db, db2, (size_t)OC * 4) == 0);
+    memset(dpre2, 0xff, NC * 4);
+    OPS->matmul_gelu_backward(CTX, dpre2, NULL, NULL, dout, inp, w, pre, N, C, OC);
+    ASSERT_TRUE(memcmp(dpre, dpre2, NC * 4) == 0);
+    zt_free(pre), zt_free(inp), zt_free(w), zt_free(dout), zt_free(dw0), zt_free(db0);
+    zt_free(tmp), zt_free(dpre), zt_free(dw), zt_free(db), zt_free(dpre2), zt_free(dw2);
+    zt_free(db2);
+    printf("matmul_gelu_backward N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
+}
+
 /* The fused residual + LayerNorm is bitwise residual_forward then layernorm_forward, also with
  * the sum written over one of its inputs. */
 static void test_residual_layernorm(int N, int C)
@@ -941,6 +972,7 @@ static void test_table_and_memory(void)
     CHECK_FN(matmul_forward);
     CHECK_FN(matmul_backward);
     CHECK_FN(matmul_gelu_forward);
+    CHECK_FN(matmul_gelu_backward);
     CHECK_FN(attention_forward);
     CHECK_FN(attention_backward);
     CHECK_FN(gelu_forward);
@@ -1013,6 +1045,7 @@ static void test_empty(void)
     OPS->matmul_forward(CTX, buf, buf, buf, buf, 0, 8, 8);
     OPS->matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, 0, 8, 8);
     OPS->matmul_gelu_forward(CTX, buf, buf, buf, buf, buf, 0, 8, 8);
+    OPS->matmul_gelu_backward(CTX, buf, NULL, NULL, buf, buf, buf, buf, 0, 8, 8);
     OPS->attention_forward(CTX, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->attention_backward(CTX, buf, buf, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->gelu_forward(CTX, buf, buf, 0);
@@ -1054,6 +1087,9 @@ static void run_all(int big)
     test_matmul_gelu(1, 1, 1);
     test_matmul_gelu(37, 64, 256);
     test_matmul_gelu(300, 77, 12);
+    test_matmul_gelu_backward(1, 1, 1);
+    test_matmul_gelu_backward(37, 256, 64);
+    test_matmul_gelu_backward(300, 12, 77);
     test_residual_layernorm(1, 1);
     test_residual_layernorm(37, 256);
     test_residual_layernorm(300, 77);

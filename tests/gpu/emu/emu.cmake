@@ -35,6 +35,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
               LIBS zt_cuda_emu_selftest zt_common LABELS unit emu TIMEOUT 120)
   zt_add_test(NAME test_gpu_ops_emu SOURCES ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_ops.c
               LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 900)
+  target_compile_definitions(test_gpu_ops_emu PRIVATE ZT_TEST_EMU=1) # its emulation-only cases
 
   # The engine on the emulated GPUs, its collectives through engine/comm_nccl.c and an
   # emulation of NCCL across processes (emu_nccl.c): zworker_emu and zt_gpu_probe_emu, which

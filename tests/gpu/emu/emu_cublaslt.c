@@ -6,12 +6,13 @@
  * the CPU op table. It follows the documented cuBLASLt semantics: a call the real library
  * rejects gets the documented status, never a computed result; an algorithm used on pointers
  * less aligned than it was chosen for fails as a GPU would. It is stricter where zerotrain
- * never goes (empty matrices, attributes zerotrain does not set). No global state; thread-safe
- * (a handle runs one product at a time). */
+ * never goes (empty matrices, attributes zerotrain does not set). Thread-safe (a handle runs
+ * one product at a time); the only global state is two test hooks (zt_emu_lt_*, below). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -101,6 +102,7 @@ typedef struct {
     bool ta, tb; /* op(X) = X^T */
     bool tf32;
     bool bias, gelu;
+    bool dgelu; /* D = GELU'(aux) * product: aux is read */
 } lt_problem;
 
 /* ---- objects: descriptors live in the caller's opaque storage, copied with memcpy ---- */
@@ -286,7 +288,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
         s = GET_ATTR(buf, size, &e);
         if (s != CUBLAS_STATUS_SUCCESS) break;
         if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS &&
-            e != CUBLASLT_EPILOGUE_GELU_AUX && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+            e != CUBLASLT_EPILOGUE_GELU_AUX && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+            e != CUBLASLT_EPILOGUE_DGELU) {
             s = CUBLAS_STATUS_NOT_SUPPORTED;
             break;
         }
@@ -380,7 +383,8 @@ static cublasStatus_t problem_check(const lt_desc *d, const lt_layout *a, const 
               d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     p->gelu = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
               d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    if (p->gelu) {
+    p->dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU;
+    if (p->gelu || p->dgelu) {
         /* documented: the GELU input's leading dimension must be divisible by 8 and no less
          * than D's rows. A batched GELU_AUX needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
          * which zerotrain never sets (and this emulation does not accept). */
@@ -421,6 +425,22 @@ static cublasStatus_t algo_make(const lt_desc *d, const lt_pref *f, lt_algo *al)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Test hooks: the next n heuristic queries fail with `status` (a transient failure such as
+ * CUBLAS_STATUS_ALLOC_FAILED), and how many queries were made. */
+static _Atomic int lt_fail_n, lt_fail_status;
+static _Atomic unsigned long lt_queries;
+
+void zt_emu_lt_fail_heuristics(int n, int status)
+{
+    lt_fail_status = status;
+    lt_fail_n = n;
+}
+
+unsigned long zt_emu_lt_heuristic_queries(void)
+{
+    return lt_queries;
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
                                               cublasLtMatrixLayout_t Adesc,
                                               cublasLtMatrixLayout_t Bdesc,
@@ -433,6 +453,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (requested < 1 || !results || !returned) return CUBLAS_STATUS_INVALID_VALUE;
     *returned = 0;
+    lt_queries++;
+    for (int n = lt_fail_n; n > 0;)
+        if (atomic_compare_exchange_weak(&lt_fail_n, &n, n - 1))
+            return (cublasStatus_t)lt_fail_status;
     lt_desc d;
     lt_layout a, b, c, dd;
     lt_pref f;
@@ -584,6 +608,13 @@ static inline float gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+/* its derivative */
+static inline float gelu_tanh_grad(float x)
+{
+    float k = 0.7978845608028654f, t = tanhf(k * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 /* Pointers and scalars of one matrix of the batch */
 typedef struct {
     const float *A, *B, *C;
@@ -593,6 +624,7 @@ typedef struct {
     const float *bias; /* (m) or NULL */
     float *aux;        /* GELU input, or NULL */
     int64_t aux_ld;
+    bool dgelu; /* aux is read: D = GELU'(aux) * (alpha product) */
 } lt_operands;
 
 /* Scratch of one cublasLtMatmul, in floats */
@@ -624,7 +656,9 @@ static void epilogue(const lt_operands *o, const float *acc, int64_t wp, int64_t
             float v = o->alpha * a[i];
             if (ccol) v += o->beta * ccol[i];
             if (o->bias) v += o->bias[i0 + i];
-            if (xcol) {
+            if (xcol && o->dgelu) {
+                v *= gelu_tanh_grad(xcol[i]);
+            } else if (xcol) {
                 xcol[i] = v;
                 v = gelu_tanh(v);
             }
@@ -733,7 +767,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     if (C == D && (c.ld != dd.ld || (p.batch > 1 && c.stride != dd.stride)))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (p.bias && !d.bias) return CUBLAS_STATUS_INVALID_VALUE;
-    if (p.gelu && !d.aux) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((p.gelu || p.dgelu) && !d.aux) return CUBLAS_STATUS_INVALID_VALUE;
+    /* what DGELU makes of beta C is not documented; zerotrain never asks */
+    if (p.dgelu && o.beta != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
 
     int nb = p.batch;
     if (!check_align("A", A, a.stride, nb, al.align[AL_A]) ||
@@ -741,7 +777,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
         (C && !check_align("C", C, c.stride, nb, al.align[AL_C])) ||
         !check_align("D", D, dd.stride, nb, al.align[AL_D]) ||
         (p.bias && !check_align("the bias", d.bias, 0, 1, al.align[AL_BIAS])) ||
-        (p.gelu && !check_align("the GELU aux", d.aux, 0, 1, al.align[AL_AUX])))
+        ((p.gelu || p.dgelu) && !check_align("the GELU aux", d.aux, 0, 1, al.align[AL_AUX])))
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     /* m, n, k < 2^31: the float counts fit a size_t, their bytes may not */
@@ -764,7 +800,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     o.ldc = c.ld;
     o.ldd = dd.ld;
     o.bias = p.bias ? d.bias : NULL;
-    o.aux = p.gelu ? d.aux : NULL;
+    o.aux = p.gelu || p.dgelu ? d.aux : NULL;
+    o.dgelu = p.dgelu;
     o.aux_ld = d.aux_ld;
     for (int i = 0; i < nb; i++) {
         lt_operands ob = o;
