@@ -1824,39 +1824,6 @@ out:
     return st;
 }
 
-zt_status zt_engine_gather_llmc(zt_engine *e, float **out, size_t *n, zt_err *err)
-{
-    zt_status st = ZT_OK;
-    const zt_gpt2_layout *lay = &e->lay;
-    zt_model_shape shape = {lay->d.T, lay->d.V, lay->d.Vp, lay->d.L, lay->d.NH, lay->d.C};
-    size_t koff[ZT_T_KIND_COUNT], kper[ZT_T_KIND_COUNT];
-    llmc_kind_offsets(&shape, koff, kper);
-    size_t sizes[ZT_MODELFILE_NUM_TENSORS];
-    size_t total = zt_modelfile_tensor_sizes(&shape, sizes);
-    float *all = zt_calloc(total, sizeof(float));
-    size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
-    float *unit = zt_calloc(maxp, sizeof(float));
-    if (!all || !unit) {
-        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory gathering the model");
-        goto out;
-    }
-    for (int u = 0; u < e->nu; u++) {
-        CHECK(zt_engine_gather_unit(e, u, 0, unit, err), out);
-        for (int ti = lay->unit_first_tensor[u]; ti < lay->unit_first_tensor[u + 1]; ti++) {
-            const zt_gpt2_tensor *t = &lay->tensors[ti];
-            size_t dst = koff[t->kind] + (t->layer >= 0 ? (size_t)t->layer * kper[t->kind] : 0);
-            memcpy(all + dst, unit + t->offset, t->numel * sizeof(float));
-        }
-    }
-    *out = all;
-    *n = total;
-    all = NULL;
-out:
-    zt_free(all);
-    zt_free(unit);
-    return st;
-}
-
 zt_status zt_engine_param_digest(zt_engine *e, uint32_t *crc, zt_err *err)
 {
     zt_status st = ZT_OK;

@@ -117,9 +117,6 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err);
 /* Steps completed so far (including skipped ones). */
 int64_t zt_engine_steps_done(const zt_engine *e);
 
-/* The full model in llm.c tensor order (fp32), gathered from all ranks. Collective: every
- * rank must call it; *out (zt_malloc'd, caller frees) is filled on every rank. */
-zt_status zt_engine_gather_llmc(zt_engine *e, float **out, size_t *n, zt_err *err);
 /* CRC32C of this rank's full compute-precision parameters as it holds them (stage 3: as it
  * gathers them). Every rank must get the same value (collective in stage 3). */
 zt_status zt_engine_param_digest(zt_engine *e, uint32_t *crc, zt_err *err);
