@@ -291,39 +291,40 @@ ZT_CPU_CLONES static void gelu_grad_chunk(float *d, const float *inp, size_t n)
         d[i] = fmaf(gelu_grad(inp[i]), d[i], 0.0f);
 }
 
-void zt_cpu_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
+typedef enum { GELU_FWD, GELU_BWD, GELU_GRAD } gelu_kind;
+
+/* The chunks of one GELU op over the context's threads: out = GELU(inp) (fwd),
+ * out += GELU'(inp) dout (bwd), out = GELU'(inp) out (grad). */
+static void gelu_run(zt_kctx *ctx, gelu_kind kind, float *out, const float *inp,
+                     const float *dout, size_t n)
 {
     int nt = zt_cpu_threads_for(ctx, n);
     size_t nc = (n + ZT_GELU_CHUNK - 1) / ZT_GELU_CHUNK;
 #pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
     for (size_t c = 0; c < nc; c++) {
-        size_t off = c * ZT_GELU_CHUNK;
-        gelu_forward_chunk(out + off, inp + off, n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK);
+        size_t off = c * ZT_GELU_CHUNK, len = n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK;
+        if (kind == GELU_FWD)
+            gelu_forward_chunk(out + off, inp + off, len);
+        else if (kind == GELU_BWD)
+            gelu_backward_chunk(out + off, inp + off, dout + off, len);
+        else
+            gelu_grad_chunk(out + off, inp + off, len);
     }
+}
+
+void zt_cpu_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n)
+{
+    gelu_run(ctx, GELU_FWD, out, inp, NULL, n);
 }
 
 void zt_cpu_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout, size_t n)
 {
-    if (!dinp) return;
-    int nt = zt_cpu_threads_for(ctx, n);
-    size_t nc = (n + ZT_GELU_CHUNK - 1) / ZT_GELU_CHUNK;
-#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
-    for (size_t c = 0; c < nc; c++) {
-        size_t off = c * ZT_GELU_CHUNK;
-        gelu_backward_chunk(dinp + off, inp + off, dout + off,
-                            n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK);
-    }
+    if (dinp) gelu_run(ctx, GELU_BWD, dinp, inp, dout, n);
 }
 
 void zt_cpu_gelu_grad_inplace(zt_kctx *ctx, float *d, const float *inp, size_t n)
 {
-    int nt = zt_cpu_threads_for(ctx, n);
-    size_t nc = (n + ZT_GELU_CHUNK - 1) / ZT_GELU_CHUNK;
-#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
-    for (size_t c = 0; c < nc; c++) {
-        size_t off = c * ZT_GELU_CHUNK;
-        gelu_grad_chunk(d + off, inp + off, n - off < ZT_GELU_CHUNK ? n - off : ZT_GELU_CHUNK);
-    }
+    gelu_run(ctx, GELU_GRAD, d, inp, NULL, n);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -71,7 +71,36 @@ template <int HS> static __device__ __forceinline__ float fa_dot(const float *x,
     return d;
 }
 
-/* Forward. grid (query tiles, B NH), the longest (last) query tiles first. */
+/* Where a thread of a block is: the block's (sequence b, head h) and its row (a query, or a key
+ * for dK/dV) among the FA_BR rows of tile `tile`, and the head's columns in qkv. The query
+ * kernels take their tiles last first (the longest rows start first). */
+struct fa_pos {
+    int C, r, sub, b, h, bh, row;
+    bool valid; /* row < T */
+    size_t C3;
+    const float *base; /* qkv at (b, token 0, head h) */
+};
+
+template <int HS>
+static __device__ __forceinline__ fa_pos fa_pos_of(const float *qkv, int T, int NH, bool last_first)
+{
+    fa_pos p;
+    int nt = (T + FA_BR - 1) / FA_BR;
+    int tile = last_first ? nt - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    p.C = NH * HS;
+    p.r = threadIdx.x / FA_TPR;
+    p.sub = threadIdx.x % FA_TPR;
+    p.bh = (int)blockIdx.y;
+    p.b = p.bh / NH;
+    p.h = p.bh % NH;
+    p.row = tile * FA_BR + p.r;
+    p.valid = p.row < T;
+    p.C3 = 3 * (size_t)p.C;
+    p.base = qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * HS;
+    return p;
+}
+
+/* Forward. grid (query tiles, B NH). */
 template <int HS>
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, float scale)
@@ -80,13 +109,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
     __shared__ float Ks[FA_BC][HS + 1];
     __shared__ float Vs[FA_BC][HS + 1];
     __shared__ float Ps[FA_BR][FA_BC + 1];
-    int C = NH * HS, r = threadIdx.x / FA_TPR, sub = threadIdx.x % FA_TPR;
-    int nt = (T + FA_BR - 1) / FA_BR, qt = nt - 1 - (int)blockIdx.x;
-    int bh = (int)blockIdx.y, b = bh / NH, h = bh % NH;
-    int i = qt * FA_BR + r;
-    bool valid = i < T;
-    size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    fa_pos p = fa_pos_of<HS>(qkv, T, NH, true);
+    int C = p.C, r = p.r, sub = p.sub, b = p.b, h = p.h, bh = p.bh, i = p.row;
+    bool valid = p.valid;
+    size_t C3 = p.C3;
+    const float *base = p.base;
 
     float q[HS], acc[CPT];
     FA_UNROLL
@@ -96,10 +123,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
     for (int cc = 0; cc < CPT; cc++)
         acc[cc] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    int kend = min(T, (qt + 1) * FA_BR); /* keys the tile's last query sees */
+    int kend = min(T, (i - r) + FA_BR); /* keys the tile's last query sees */
     for (int k0 = 0; k0 < kend; k0 += FA_BC) {
         __syncthreads(); /* the previous tile is used up */
-        fa_load_tile<HS, FA_BC>(Ks, base + C, k0, T, C3);
+        fa_load_tile<HS, FA_BC>(Ks, base + C, k0, T, C3); /* keys k0.. and their values */
         fa_load_tile<HS, FA_BC>(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
         float s[FA_PER], mx = -INFINITY;
@@ -176,13 +203,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
     __shared__ float Pt[FA_BR][FA_BC + 1];
     __shared__ float dSt[FA_BR][FA_BC + 1];
     __shared__ float ls[FA_BC], dl[FA_BC];
-    int C = NH * HS, r = threadIdx.x / FA_TPR, sub = threadIdx.x % FA_TPR;
+    fa_pos p = fa_pos_of<HS>(qkv, T, NH, false);
+    int C = p.C, r = p.r, sub = p.sub, b = p.b, h = p.h, bh = p.bh, j = p.row;
     int kt = (int)blockIdx.x;
-    int bh = (int)blockIdx.y, b = bh / NH, h = bh % NH;
-    int j = kt * FA_BR + r;
-    bool valid = j < T;
-    size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    bool valid = p.valid;
+    size_t C3 = p.C3;
+    const float *base = p.base;
     size_t hoff = (size_t)b * T * C + (size_t)h * HS; /* (b, h) in dout and out */
 
     float k[HS], v[HS], dk[CPT], dv[CPT];
@@ -240,13 +266,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
     __shared__ float Ks[FA_BC][HS + 1];
     __shared__ float Vs[FA_BC][HS + 1];
     __shared__ float dSs[FA_BR][FA_BC + 1];
-    int C = NH * HS, r = threadIdx.x / FA_TPR, sub = threadIdx.x % FA_TPR;
-    int nt = (T + FA_BR - 1) / FA_BR, qt = nt - 1 - (int)blockIdx.x;
-    int bh = (int)blockIdx.y, b = bh / NH, h = bh % NH;
-    int i = qt * FA_BR + r;
-    bool valid = i < T;
-    size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    fa_pos p = fa_pos_of<HS>(qkv, T, NH, true);
+    int C = p.C, r = p.r, sub = p.sub, b = p.b, h = p.h, bh = p.bh, i = p.row;
+    bool valid = p.valid;
+    size_t C3 = p.C3;
+    const float *base = p.base;
 
     float q[HS], go[HS], dq[CPT], delta = 0.0f, li = 0.0f;
     if (valid) {
@@ -269,10 +293,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
     FA_UNROLL
     for (int cc = 0; cc < CPT; cc++)
         dq[cc] = 0.0f;
-    int kend = min(T, (qt + 1) * FA_BR);
+    int kend = min(T, (i - r) + FA_BR);
     for (int k0 = 0; k0 < kend; k0 += FA_BC) {
         __syncthreads();
-        fa_load_tile<HS, FA_BC>(Ks, base + C, k0, T, C3);
+        fa_load_tile<HS, FA_BC>(Ks, base + C, k0, T, C3); /* keys k0.. and their values */
         fa_load_tile<HS, FA_BC>(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
         FA_UNROLL
