@@ -487,6 +487,29 @@ static zt_gpt2_block_acts *block_acts(zt_engine *e, int l)
     return e->ckpt_act ? &e->acts[0] : &e->acts[l];
 }
 
+/* act16: block l's qkv, atty and fch (contiguous in the working set) into their 16-bit home
+ * after its forward (keep), and back into the working set before its backward (restore): what
+ * a mixed-precision job's backward reads is rounded to its 16-bit type, as under PyTorch's
+ * autocast. With checkpointing the one set is rounded through its home after the
+ * recomputation, so that backward sees the same values either way. */
+static void *acts16_home(zt_engine *e, int l)
+{
+    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T);
+    return (char *)e->acts16 + (e->ckpt_act ? 0 : (size_t)l) * lp * psize(e);
+}
+
+static void acts16_keep(zt_engine *e, int l)
+{
+    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T);
+    e->ops->cast(e->k, acts16_home(e, l), e->pdt, block_acts(e, l)->qkv, ZT_F32, lp);
+}
+
+static void acts16_restore(zt_engine *e, int l)
+{
+    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T);
+    e->ops->cast(e->k, block_acts(e, l)->qkv, ZT_F32, acts16_home(e, l), e->pdt, lp);
+}
+
 static float *xres(zt_engine *e, int l)
 {
     return e->x + (size_t)l * e->B * e->T * e->lay.d.C;
@@ -518,6 +541,8 @@ static zt_status forward(zt_engine *e, float dloss, zt_err *err)
         zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
         zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                               xres(e, l + 1), B, T);
+        if (e->act16 && !e->ckpt_act && dloss != 0.0f)
+            acts16_keep(e, l);
         param_release(e, u);
     }
     float *pf, *p0;
@@ -585,6 +610,11 @@ static zt_status backward(zt_engine *e, zt_err *err)
         if (e->ckpt_act)
             zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                                   e->x_tmp, B, T);
+        if (e->act16) {
+            if (e->ckpt_act)
+                acts16_keep(e, l);
+            acts16_restore(e, l);
+        }
         if ((st = grad_acquire(e, u, &g, err)) != ZT_OK)
             return st;
         zt_gpt2_block gb = zt_gpt2_block_view(lay, g);
@@ -733,7 +763,15 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     int B = e->B, T = e->T, L = d->L;
     size_t BT = (size_t)B * T, BTC = BT * d->C;
     size_t nacts = e->ckpt_act ? 1 : (size_t)L;
-    SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_block_acts_floats(d, B, T) * nacts * 4, false);
+    if (e->act16) { /* per set: the fp32 part, and the rest in pdt; one fp32 working set */
+        size_t lp = zt_gpt2_block_acts_lp_floats(d, B, T);
+        SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS,
+             (zt_gpt2_block_acts_f32_floats(d, B, T) * nacts + lp) * 4, false);
+        SPEC(&e->acts16, ZT_MEM_ACTIVATIONS, lp * nacts * psize(e), false);
+    } else {
+        SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_block_acts_floats(d, B, T) * nacts * 4,
+             false);
+    }
     SPEC(&e->x, ZT_MEM_ACTIVATIONS, BTC * (size_t)(L + 1) * 4, false);
     SPEC(&e->head_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_head_acts_floats(d, B, T, e->head_rows) * 4,
          false);
@@ -863,8 +901,14 @@ static zt_status setup_buffers(zt_engine *e, zt_err *err)
     if (!e->acts || !e->h_inp || !e->h_tgt || !e->h_losses)
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
     size_t per = zt_gpt2_block_acts_floats(d, B, T);
-    for (int i = 0; i < nacts; i++)
-        zt_gpt2_block_acts_carve(&e->acts[i], d, B, T, e->acts_mem + per * (size_t)i);
+    size_t f32 = zt_gpt2_block_acts_f32_floats(d, B, T);
+    for (int i = 0; i < nacts; i++) {
+        if (e->act16) /* every set's 16-bit part is worked on in the one fp32 working set */
+            zt_gpt2_block_acts_carve_split(&e->acts[i], d, B, T, e->acts_mem + f32 * (size_t)i,
+                                           e->acts_mem + f32 * (size_t)nacts);
+        else
+            zt_gpt2_block_acts_carve(&e->acts[i], d, B, T, e->acts_mem + per * (size_t)i);
+    }
     zt_gpt2_head_acts_carve(&e->head, d, B, T, e->head_rows, e->head_mem);
     zt_gpt2_scratch_carve(&e->scr, d, B, T, e->scr_mem);
     return ZT_OK;
@@ -996,6 +1040,9 @@ static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
     zt_precision prec = precision_of(job);
     e->pdt = prec == ZT_PREC_FP16 ? ZT_F16 : prec == ZT_PREC_BF16 ? ZT_BF16 : ZT_F32;
     e->mixed = e->pdt != ZT_F32;
+    /* ZT_ACTIVATIONS_FP32=1 keeps a mixed-precision job's activations in fp32 (comparisons) */
+    const char *a32 = getenv("ZT_ACTIVATIONS_FP32");
+    e->act16 = e->mixed && !(a32 && strcmp(a32, "1") == 0);
     e->gdt = job->ds.grad_accum_fp32 ? ZT_F32 : e->pdt;
     e->B = (int)job->ds.micro_batch;
     e->T = job->model.block_size;

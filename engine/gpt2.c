@@ -187,25 +187,40 @@ void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, s
 
 /* ---- activations ---- */
 
+size_t zt_gpt2_block_acts_f32_floats(const zt_gpt2_dims *d, int B, int T)
+{
+    return (size_t)B * T * (4 + (size_t)d->C) + (size_t)B * d->NH * T;
+}
+
+size_t zt_gpt2_block_acts_lp_floats(const zt_gpt2_dims *d, int B, int T)
+{
+    return (size_t)B * T * 8 * (size_t)d->C;
+}
+
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T)
 {
+    return zt_gpt2_block_acts_f32_floats(d, B, T) + zt_gpt2_block_acts_lp_floats(d, B, T);
+}
+
+void zt_gpt2_block_acts_carve_split(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
+                                    float *f32, float *lp)
+{
     size_t BT = (size_t)B * T, C = (size_t)d->C;
-    return BT * C * 2 + BT * 4 + BT * 3 * C + (size_t)B * d->NH * T + BT * 4 * C;
+    a->ln1_mean = f32; f32 += BT;
+    a->ln1_rstd = f32; f32 += BT;
+    a->ln2_mean = f32; f32 += BT;
+    a->ln2_rstd = f32; f32 += BT;
+    a->res2 = f32; f32 += BT * C;
+    a->lse = f32;
+    a->qkv = lp; lp += BT * 3 * C;
+    a->atty = lp; lp += BT * C;
+    a->fch = lp;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
                               float *m)
 {
-    size_t BT = (size_t)B * T, C = (size_t)d->C;
-    a->ln1_mean = m; m += BT;
-    a->ln1_rstd = m; m += BT;
-    a->qkv = m; m += BT * 3 * C;
-    a->atty = m; m += BT * C;
-    a->lse = m; m += (size_t)B * d->NH * T;
-    a->res2 = m; m += BT * C;
-    a->ln2_mean = m; m += BT;
-    a->ln2_rstd = m; m += BT;
-    a->fch = m;
+    zt_gpt2_block_acts_carve_split(a, d, B, T, m, m + zt_gpt2_block_acts_f32_floats(d, B, T));
 }
 
 size_t zt_gpt2_scratch_floats(const zt_gpt2_dims *d, int B, int T)

@@ -113,6 +113,14 @@ typedef struct zt_gpt2_block_acts {
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T);
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
                               float *mem);
+/* The same in two parts: what stays fp32 in a mixed-precision job (the LayerNorm statistics,
+ * lse, and res2 of the fp32 residual stream, as PyTorch's autocast keeps them) and the linear
+ * layers' and attention's outputs qkv, atty and fch, contiguous in that order (8 C per token),
+ * which it keeps in 16 bits between forward and backward. */
+size_t zt_gpt2_block_acts_f32_floats(const zt_gpt2_dims *d, int B, int T);
+size_t zt_gpt2_block_acts_lp_floats(const zt_gpt2_dims *d, int B, int T);
+void zt_gpt2_block_acts_carve_split(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
+                                    float *f32, float *lp);
 
 /* Scratch shared by all blocks of a micro-batch: backward's activation gradients, the outputs it
  * recomputes and attention's working memory; forward parks the LayerNorms' outputs in d_btc2,

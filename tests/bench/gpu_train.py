@@ -8,8 +8,9 @@ H100 SXM/H200; fp32/tf32/bf16 peaks are looked up from the device name), the fra
 memory and the device's peak (nvidia-smi, polled).
   zerotrain: fp32 (ZT_CUDA_TF32=0, exact fp32 cuBLASLt), tf32 (ZT_CUDA_TF32=1) and bf16 (the
              job's bf16 section: bf16 parameters and gradients, fp32 master weights, TF32
-             matmuls as set_matmul_dtype picks for bf16); fp32 activations as kernels/ops.h
-             defines them. The bf16 rows of both are the issue's comparison.
+             matmuls as set_matmul_dtype picks for bf16); the ops compute in fp32 as kernels/ops.h
+             defines them, and a bf16 job keeps qkv, attention output and MLP input in bf16
+             between forward and backward. The bf16 rows of both are the issue's comparison.
   PyTorch:   fp32, tf32 and bf16 autocast, torch.compile, fused AdamW, scaled-dot-product
              attention (flash/memory-efficient kernels); the model follows tests/torch_gpt2.py.
 The attention of the zerotrain rows is the default, chunked one (cuBLASLt GEMMs over a T x T
