@@ -65,7 +65,7 @@ struct zt_engine {
     bool mixed;     /* fp32 master copy kept (pdt != fp32) */
     int stage;
     bool ckpt_act;  /* activation checkpointing */
-    bool act16;     /* mixed precision: blocks' large activations kept in pdt (see acts16) */
+    bool act16;     /* mixed precision: blocks' qkv, atty, fch kept in pdt (see acts16) */
 
     /* partition: unit u is padded to P[u] = S[u] * world elements */
     int nu;
@@ -110,8 +110,8 @@ struct zt_engine {
     float *x;                    /* (L+1, B,T,C) residual stream */
     float *x_tmp;                /* (B,T,C) recompute output */
     zt_gpt2_block_acts *acts;    /* L sets, or 1 with activation checkpointing */
-    float *acts_mem;             /* act16: the sets' statistics, then one set of large ones */
-    void *acts16;                /* act16: each set's large activations in pdt */
+    float *acts_mem;             /* act16: the sets' fp32 parts, then one fp32 working set */
+    void *acts16;                /* act16: each set's qkv, atty, fch in pdt */
     zt_gpt2_head_acts head;
     int head_rows; /* rows of logits per chunk (zt_gpt2_head_rows) */
     float *head_mem;
