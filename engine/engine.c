@@ -1042,7 +1042,13 @@ static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
     e->mixed = e->pdt != ZT_F32;
     /* ZT_ACTIVATIONS_FP32=1 keeps a mixed-precision job's activations in fp32 (comparisons) */
     const char *a32 = getenv("ZT_ACTIVATIONS_FP32");
-    e->act16 = e->mixed && !(a32 && strcmp(a32, "1") == 0);
+    bool keep32 = a32 && strcmp(a32, "1") == 0;
+    static bool warned_a32; /* a plan makes many engines */
+    if (a32 && *a32 && !keep32 && strcmp(a32, "0") != 0 && !warned_a32) {
+        warned_a32 = true;
+        ZT_WARN("engine", "ignoring ZT_ACTIVATIONS_FP32=%s: expected 0 or 1", a32);
+    }
+    e->act16 = e->mixed && !keep32;
     e->gdt = job->ds.grad_accum_fp32 ? ZT_F32 : e->pdt;
     e->B = (int)job->ds.micro_batch;
     e->T = job->model.block_size;

@@ -20,7 +20,7 @@ ranks:
   and backward: on a 4-layer model the activation bytes are exactly the layout's (LayerNorm
   statistics, lse and res2 in fp32 per block, 8 C per token in 2 bytes per block, one fp32
   working set) and less than with ZT_ACTIVATIONS_FP32=1, the losses differ from that run (the
-  rounding happens) by less than 1%.
+  rounding happens) by less than 1%; ZT_ACTIVATIONS_FP32=yes is named once and ignored.
 ZT_TEST_QUICK=1 shortens the curve comparison and runs fewer stages, offload ratios and
 checkpointing pairs (sanitizer builds)."""
 import filecmp
@@ -270,6 +270,17 @@ def main():
             if l16 == l32 or not dev < 0.01:
                 failures.append(f"{prec}: losses with 16-bit activations {l16} vs fp32 {l32}: "
                                 f"identical, or more than 1% apart")
+        # a value the switch does not know is named once, and changes nothing
+        zu.write_job(f"{tmp}/act16_plan.json", base_job("act16_plan", 1, 0, 4, tb=micro,
+                                                         prec="bf16", layers=L))
+        plans = {v: zu.run_zctl(["plan", f"{tmp}/act16_plan.json"], env={"ZT_ACTIVATIONS_FP32": v})
+                 for v in ("", "yes")}
+        warned = plans["yes"].stderr.count("ignoring ZT_ACTIVATIONS_FP32=yes: expected 0 or 1")
+        print(f"ZT_ACTIVATIONS_FP32=yes: warned {warned} time(s), plan "
+              f"{'unchanged' if plans['yes'].stdout == plans[''].stdout else 'CHANGED'}")
+        if warned != 1 or plans["yes"].stdout != plans[""].stdout or plans[""].returncode != 0:
+            failures.append(f"ZT_ACTIVATIONS_FP32=yes: warned {warned} times (want 1), plan "
+                            f"changed or failed ({plans[''].returncode})")
     zu.finish(failures)
 
 
