@@ -13,9 +13,10 @@
  *  - Ops run asynchronously on the context's stream (cuda) or synchronously (cpu); call sync
  *    before reading results on the host. copy_d2h is complete when it returns; the source of
  *    a copy_h2d from host memory must stay unchanged until the next sync.
- *  - CUDA matmuls run in exact fp32 for fp32 jobs and on TF32 tensor cores (10-bit mantissa,
- *    fp32 accumulate) for bf16/fp16 jobs, whose parameters already carry 8 or 11 bits
- *    (set_matmul_dtype); ZT_CUDA_TF32=1 or 0 forces one or the other.
+ *  - CUDA matmuls keep fp32 in memory and accumulate in fp32; their inputs are rounded as the
+ *    job's parameters are (set_matmul_dtype): exact fp32 for fp32 jobs, bf16 or fp16 tensor
+ *    cores for bf16/fp16 jobs, the products of PyTorch's autocast; ZT_CUDA_MATMUL=fp32, tf32,
+ *    bf16 or fp16 forces one.
  *  - Ops are thread-safe across distinct contexts, not within one. */
 #ifndef ZT_KERNELS_OPS_H
 #define ZT_KERNELS_OPS_H
@@ -66,8 +67,8 @@ typedef struct zt_ops {
     /* Waits for everything queued on the context; reports an asynchronous failure. */
     zt_status (*sync)(zt_kctx *ctx, zt_err *err);
     /* The precision of the job's compute parameters (ZT_F32, ZT_BF16, ZT_F16): the matmuls may
-     * round their inputs to a format at least as precise (TF32 on cuda for bf16/fp16); the cpu
-     * backend always multiplies in fp32. */
+     * round their inputs to that format (on cuda, unless ZT_CUDA_MATMUL says otherwise); the
+     * cpu backend always multiplies in fp32. */
     void (*set_matmul_dtype)(zt_kctx *ctx, zt_dtype dtype);
     /* Memory the backend could still hand out and all it has, in bytes (cudaMemGetInfo on cuda;
      * MemAvailable and MemTotal on cpu); false where it cannot tell. For error messages. */

@@ -1,8 +1,9 @@
 /* zerotrain: the CUDA ops built on cuBLASLt: the linear layer (bias, and GELU for the MLP's
  * first layer, fused as epilogues) and causal self-attention, whose Q K^T, P V and gradients
  * are strided-batched GEMMs over the heads of one sequence on views of the (B, T, 3C) qkv
- * tensor. fp32 in, fp32 accumulate (CUBLAS_COMPUTE_32F), TF32 for bf16/fp16 jobs or
- * ZT_CUDA_TF32=1 (set_matmul_dtype). Algorithm choices are cached per shape. */
+ * tensor. fp32 in and out, fp32 accumulate; the inputs rounded to the context's zt_cuda_mm
+ * (the compute type: exact fp32, TF32, bf16 or fp16 tensor cores). Algorithm choices are
+ * cached per shape. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -91,9 +92,9 @@ static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
                s == CUBLAS_STATUS_INVALID_VALUE) {
         ZT_WARN(
             "kernels",
-            "GPU %d: cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d (%s, %d results); this shape runs a slower fallback",
+            "GPU %d: cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d inputs %s (%s, %d results); this shape runs a slower fallback",
             ctx->device, key->ta, key->tb, key->M, key->N, key->K, key->batch, key->has_bias,
-            key->gelu, cublasLtGetStatusString(s), nres);
+            key->gelu, zt_cuda_mm_name(key->mm), cublasLtGetStatusString(s), nres);
     } else {
         ZT_WARN(
             "kernels",
@@ -131,7 +132,7 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     key.batch = g->batch;
     key.has_bias = use_bias;
     key.beta_zero = g->beta == 0.0f;
-    key.tf32 = ctx->tf32;
+    key.mm = ctx->mm;
     key.alignA = ptr_align(g->B, g->sB, g->batch); /* cuBLASLt's A */
     key.alignB = ptr_align(g->A, g->sA, g->batch);
     key.alignC = ptr_align(g->C, g->sC, g->batch);
@@ -146,7 +147,10 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
 
     cublasLtMatmulDescOpaque_t op;
     cublasLtMatrixLayoutOpaque_t la, lb, lc;
-    cublasComputeType_t ct = ctx->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t ct = ctx->mm == ZT_MM_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                             : ctx->mm == ZT_MM_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                             : ctx->mm == ZT_MM_FP16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                                                     : CUBLAS_COMPUTE_32F;
     cublasStatus_t s = cublasLtMatmulDescInit(&op, ct, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
@@ -195,9 +199,9 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
          * wrong mapping of ours would otherwise only show as a slower run */
         ZT_WARN(
             "kernels",
-            "GPU %d: cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d with the heuristic's algorithm: %s; this shape runs a slower fallback",
+            "GPU %d: cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d inputs %s with the heuristic's algorithm: %s; this shape runs a slower fallback",
             ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, use_bias, key.gelu,
-            cublasLtGetStatusString(s));
+            zt_cuda_mm_name(key.mm), cublasLtGetStatusString(s));
         e->usable = 0;
         return LT_NO_ALGO;
     }

@@ -25,6 +25,21 @@ extern "C" {
 /* Blocks of the first pass of a norm reduction (partials fit the scratch many times over). */
 #define ZT_CUDA_RED_BLOCKS 1024
 
+/* How the matmuls multiply: their inputs and outputs stay fp32 in memory and they accumulate
+ * in fp32; the inputs are rounded (by cuBLASLt, as it loads them) to the format named here,
+ * which picks the tensor cores that run them. ZT_CUDA_MATMUL names one; unset, the job's
+ * precision decides (set_matmul_dtype): fp32 jobs exact, bf16 jobs bf16, fp16 jobs fp16, the
+ * products PyTorch's autocast and DeepSpeed's 16-bit modes compute. */
+typedef enum {
+    ZT_MM_FP32, /* CUBLAS_COMPUTE_32F: exact fp32 (CUDA cores) */
+    ZT_MM_TF32, /* CUBLAS_COMPUTE_32F_FAST_TF32: 10 mantissa bits, fp32's range */
+    ZT_MM_BF16, /* CUBLAS_COMPUTE_32F_FAST_16BF: 7 mantissa bits, fp32's range */
+    ZT_MM_FP16, /* CUBLAS_COMPUTE_32F_FAST_16F: 10 mantissa bits, |x| < 65520, else inf */
+} zt_cuda_mm;
+
+/* "fp32", "tf32", "bf16", "fp16" */
+const char *zt_cuda_mm_name(int mm);
+
 /* One row-major (batched) GEMM as the CPU backend writes it:
  *   C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]  (+ bias[j] on every row of C when bias)
  * op(A) is M x K, op(B) is K x N, C is M x N; ta/tb are 'N' or 'T'; s* are batch strides in
@@ -46,7 +61,7 @@ typedef struct zt_cuda_gemm {
 /* The part of a GEMM that decides which cuBLASLt algorithm runs (pointer alignments
  * included), compared bytewise: build it zeroed. */
 typedef struct zt_cuda_gemm_key {
-    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, tf32;
+    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, mm;
     int gelu; /* 0 none, 1 GELU_AUX (forward), 2 DGELU (backward) */
     int alignA, alignB, alignC, alignBias, alignAux;
     long long sA, sB, sC;
@@ -67,8 +82,8 @@ struct zt_kctx {
     cudaStream_t stream; /* non-blocking; every op runs here */
     cublasLtHandle_t lt;
     void *lt_ws;    /* ZT_CUDA_LT_WORKSPACE bytes */
-    int tf32;       /* matmuls in TF32 (fp32 in, fp32 accumulate): set_matmul_dtype, ZT_CUDA_TF32 */
-    int tf32_env;   /* ZT_CUDA_TF32: -1 unset, 0 exact fp32, 1 TF32 */
+    int mm;         /* zt_cuda_mm of the matmuls: set_matmul_dtype, ZT_CUDA_MATMUL */
+    int mm_env;     /* ZT_CUDA_MATMUL: -1 unset, else the zt_cuda_mm it names */
     int attn_fused; /* ZT_CUDA_ATTN=fused: attention by attn_cuda.cu's kernels where they fit */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */

@@ -90,15 +90,24 @@ void zt_cuda_flush(zt_kctx *ctx)
 
 static void cuda_ctx_destroy(zt_kctx *ctx);
 
-/* ZT_CUDA_TF32: unset or "" -1 (the job's precision decides, see set_matmul_dtype), "0" exact
- * fp32, "1" TF32; anything else warns and counts as unset. */
-static int tf32_from_env(void)
+const char *zt_cuda_mm_name(int mm)
 {
-    const char *s = getenv("ZT_CUDA_TF32");
+    static const char *const names[] = {"fp32", "tf32", "bf16", "fp16"};
+    return mm >= ZT_MM_FP32 && mm <= ZT_MM_FP16 ? names[mm] : "?";
+}
+
+/* ZT_CUDA_MATMUL: unset or "" -1 (the job's precision decides, see set_matmul_dtype), else
+ * "fp32", "tf32", "bf16" or "fp16"; anything else warns and counts as unset. */
+static int mm_from_env(void)
+{
+    const char *s = getenv("ZT_CUDA_MATMUL");
     if (!s || !*s) return -1;
-    if (strcmp(s, "0") == 0) return 0;
-    if (strcmp(s, "1") == 0) return 1;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_TF32=%s: expected 0 or 1; the job's precision decides", s);
+    for (int mm = ZT_MM_FP32; mm <= ZT_MM_FP16; mm++)
+        if (strcmp(s, zt_cuda_mm_name(mm)) == 0) return mm;
+    ZT_WARN(
+        "kernels",
+        "ignoring ZT_CUDA_MATMUL=%s: expected fp32, tf32, bf16 or fp16; the job's precision decides",
+        s);
     return -1;
 }
 
@@ -138,8 +147,8 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
             "cannot allocate the CUDA kernel context: out of host memory; free memory and retry");
     }
     ctx->device = device;
-    ctx->tf32_env = tf32_from_env();
-    ctx->tf32 = ctx->tf32_env == 1;
+    ctx->mm_env = mm_from_env();
+    ctx->mm = ctx->mm_env >= 0 ? ctx->mm_env : ZT_MM_FP32;
     ctx->attn_fused = attn_fused_from_env();
     zt_status st = ZT_OK;
     const char *what = NULL;
@@ -200,7 +209,9 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
             device, prop.name, prop.major, prop.minor, cudaGetErrorString(ce));
         goto fail;
     }
-    if (ctx->tf32) ZT_INFO("kernels", "GPU %d: matmuls in TF32 (ZT_CUDA_TF32=1)", device);
+    if (ctx->mm_env >= 0)
+        ZT_INFO("kernels", "GPU %d: matmuls with %s inputs (ZT_CUDA_MATMUL)", device,
+                zt_cuda_mm_name(ctx->mm));
     *out = ctx;
     return ZT_OK;
 
@@ -469,12 +480,15 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
 
 static void cuda_set_matmul_dtype(zt_kctx *ctx, zt_dtype dtype)
 {
-    int tf32 = ctx->tf32_env >= 0 ? ctx->tf32_env : dtype != ZT_F32;
-    if (tf32 != ctx->tf32)
-        ZT_INFO("kernels", "GPU %d: matmuls in %s (%s parameters%s)", ctx->device,
-                tf32 ? "TF32" : "exact fp32", zt_dtype_name(dtype),
-                ctx->tf32_env >= 0 ? ", ZT_CUDA_TF32 set" : "");
-    ctx->tf32 = tf32;
+    int mm = ctx->mm_env >= 0   ? ctx->mm_env
+             : dtype == ZT_BF16 ? ZT_MM_BF16
+             : dtype == ZT_F16  ? ZT_MM_FP16
+                                : ZT_MM_FP32;
+    if (mm != ctx->mm)
+        ZT_INFO("kernels", "GPU %d: matmuls with %s inputs (%s parameters%s)", ctx->device,
+                zt_cuda_mm_name(mm), zt_dtype_name(dtype),
+                ctx->mm_env >= 0 ? ", ZT_CUDA_MATMUL set" : "");
+    ctx->mm = mm;
 }
 
 static bool cuda_mem_info(zt_kctx *ctx, size_t *avail, size_t *total)

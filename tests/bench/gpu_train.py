@@ -6,11 +6,13 @@ after --warmup and prints tokens/s, achieved TFLOP/s ((6N + 6LCT) x tokens/s, ll
 MFU against the peak of the precision that ran and against the dense bf16 peak (989 TFLOP/s on
 H100 SXM/H200; fp32/tf32/bf16 peaks are looked up from the device name), the framework's peak
 memory and the device's peak (nvidia-smi, polled).
-  zerotrain: fp32 (ZT_CUDA_TF32=0, exact fp32 cuBLASLt), tf32 (ZT_CUDA_TF32=1) and bf16 (the
-             job's bf16 section: bf16 parameters and gradients, fp32 master weights, TF32
-             matmuls as set_matmul_dtype picks for bf16); the ops compute in fp32 as kernels/ops.h
-             defines them, and a bf16 job keeps qkv, attention output and MLP input in bf16
-             between forward and backward. The bf16 rows of both are the issue's comparison.
+  zerotrain: fp32 (ZT_CUDA_MATMUL=fp32, exact fp32 cuBLASLt), tf32 (ZT_CUDA_MATMUL=tf32), bf16
+             (the job's bf16 section: bf16 parameters and gradients, fp32 master weights, matmul
+             inputs rounded to bf16 as set_matmul_dtype picks for bf16 jobs) and bf16-tf32 (the
+             same job with ZT_CUDA_MATMUL=tf32: TF32 matmuls, the choice before bf16 inputs);
+             the ops keep fp32 in memory as kernels/ops.h defines them, and a bf16 job keeps
+             qkv, attention output and MLP input in bf16 between forward and backward. The bf16
+             rows of both are the issue's comparison.
   PyTorch:   fp32, tf32 and bf16 autocast, torch.compile, fused AdamW, scaled-dot-product
              attention (flash/memory-efficient kernels); the model follows tests/torch_gpt2.py.
 The attention of the zerotrain rows is the default, chunked one (cuBLASLt GEMMs over a T x T
@@ -23,7 +25,8 @@ Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTo
 Python whose torch has CUDA (--torch-python, $ZT_TORCH_PYTHON, else python3 on PATH, else
 /usr/bin/python3); without one the PyTorch rows are skipped with a warning.
 Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--skip-torch]
-                    [--skip-twinflow] [--zt-precisions fp32,tf32,bf16] [--torch-modes fp32,tf32,bf16]"""
+                    [--skip-twinflow] [--zt-precisions fp32,tf32,bf16,bf16-tf32]
+                    [--torch-modes fp32,tf32,bf16]"""
 import argparse
 import json
 import os
@@ -279,7 +282,7 @@ def main():
     ap.add_argument("--batches", default="64,48,32,24,16,12,8,4,2,1")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-twinflow", action="store_true")
-    ap.add_argument("--zt-precisions", default="fp32,tf32,bf16")
+    ap.add_argument("--zt-precisions", default="fp32,tf32,bf16,bf16-tf32")
     ap.add_argument("--torch-modes", default="fp32,tf32,bf16")
     ap.add_argument("--twinflow-precision", default="bf16")
     ap.add_argument("--torch-python")
@@ -296,7 +299,9 @@ def main():
     probe(build)
     name = gpu_name()
     (pk_bf16, pk_tf32, pk_fp32), known = peaks_for(name)
-    peak_of = {"fp32": pk_fp32, "tf32": pk_tf32, "bf16": pk_bf16}
+    peak_of = {"fp32": pk_fp32, "tf32": pk_tf32, "bf16": pk_bf16, "bf16-tf32": pk_tf32}
+    # ZT_CUDA_MATMUL of each zerotrain precision ("": the job's precision decides)
+    mm_of = {"fp32": "fp32", "tf32": "tf32", "bf16": "", "bf16-tf32": "tf32"}
     rows = []
     with tempfile.TemporaryDirectory(prefix="zt-bench-gpu-") as tmp:
         os.makedirs(f"{tmp}/data")
@@ -317,13 +322,13 @@ def main():
                                   "optimizer": {"type": "AdamW",
                                                 "params": {"lr": 3e-4, "weight_decay": 0.1}},
                                   "zero_optimization": zo,
-                                  **({"bf16": {"enabled": True}} if prec == "bf16" else {})}}
+                                  **({"bf16": {"enabled": True}} if prec.startswith("bf16")
+                                     else {})}}
 
         def zt_run(jname, job, prec, attn="chunked"):
             zu.write_job(f"{tmp}/{jname}.json", job)
-            env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn}
-            if prec != "bf16":  # bf16 jobs: the engine's own choice (TF32 matmuls)
-                env["ZT_CUDA_TF32"] = "1" if prec == "tf32" else "0"
+            env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn,
+                   "ZT_CUDA_MATMUL": mm_of[prec]}
             with GpuMemPoller() as mem:
                 r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
             steps = zu.parse_step_lines(r.stdout)
@@ -411,6 +416,12 @@ def main():
     for p in zt_tf:
         if p in th:
             print(f"zerotrain/pytorch at {p}: {zt_tf[p]['tok_s'] / th[p]['tok_s']:.2f}x tokens/s")
+    if "bf16" in zt_tf and "bf16-tf32" in zt_tf:
+        a, b = zt_tf["bf16"], zt_tf["bf16-tf32"]
+        print(f"bf16 job, bf16/TF32 matmul inputs: {a['tok_s'] / b['tok_s']:.2f}x tokens/s "
+              f"(micro batch {a['batch']} vs {b['batch']}; fwd {a['line'].get('fwd_ms', '?')} vs "
+              f"{b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
+              f"{b['line'].get('bwd_ms', '?')} ms)")
     for w, p, r in rows:
         if w == "zt-fused" and p in zt_tf:
             print(f"fused/chunked attention at {p}, micro batch {r['batch']}: "

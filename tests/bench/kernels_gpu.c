@@ -1,7 +1,8 @@
 /* zerotrain bench: every op of the CUDA table at GPT-2 124M's shapes (n_layer 12, n_embd 768,
  * n_head 12, block 1024, vocabulary padded to 50304, micro batch 8 unless --batch), timed on the
- * GPU, next to the two ceilings measured in the same run: device-to-device copy bandwidth
- * (bytes read plus written) and the rate of a large matmul in exact fp32 and in TF32. Each op
+ * GPU, next to the ceilings measured in the same run: device-to-device copy bandwidth (bytes
+ * read plus written) and the rate of a large matmul with each input rounding (exact fp32, TF32,
+ * bf16: see ZT_CUDA_MATMUL; the matmuls and attention run in each). Each op
  * prints its time, its rate (TFLOP/s for matmuls and attention, GB/s of the fewest bytes it must
  * move otherwise) and that rate as a share of its ceiling: the gap METHOD.md asks for first.
  * Timing: the op is queued `reps` times, then one sync; the best of 3 such rounds, after one
@@ -21,9 +22,27 @@
 enum { L = 12, C = 768, NH = 12, T = 1024, VP = 50304, V = 50257 };
 
 static const zt_ops *G;
-static zt_kctx *K;
+static zt_kctx *K;   /* the context the ops run in: K0, or KTF for TF32 */
+static zt_kctx *K0;  /* ZT_CUDA_MATMUL unset: the dtype given to set_matmul_dtype decides */
+static zt_kctx *KTF; /* ZT_CUDA_MATMUL=tf32 (no job precision picks TF32) */
 static int REPS = 20;
-static double BW = 0, MM32 = 0, MMTF = 0; /* ceilings: GB/s, TFLOP/s */
+static double BW = 0; /* ceiling: GB/s */
+
+/* The matmul input modes and their ceilings in TFLOP/s (a matmul of 8192^3). Device memory
+ * is the GPU's, so either context's ops may use any buffer; TIME_IT syncs the one in use. */
+enum { NMODES = 3 };
+static const struct {
+    const char *name;
+    zt_dtype dtype;
+    int tf32;
+} MODES[NMODES] = {{"fp32", ZT_F32, 0}, {"TF32", ZT_F32, 1}, {"bf16", ZT_BF16, 0}};
+static double CEIL[NMODES];
+
+static void use_mode(int k)
+{
+    K = MODES[k].tf32 ? KTF : K0;
+    G->set_matmul_dtype(K, MODES[k].dtype);
+}
 
 static void die(const char *what)
 {
@@ -77,11 +96,14 @@ static float *drand(size_t n, float scale)
         (out) = best_;                                                                             \
     } while (0)
 
-static void report_flops(const char *what, double sec, double flops, double ceiling)
+/* a rate in input mode k, as a share of that mode's ceiling */
+static void report_flops(const char *what, int k, double sec, double flops)
 {
+    char name[112];
+    snprintf(name, sizeof name, "%s %s", what, MODES[k].name);
     double tf = flops / sec * 1e-12;
-    printf("  %-40s %9.3f ms %8.1f TFLOP/s %6.1f%% of %s\n", what, sec * 1e3, tf,
-           100.0 * tf / ceiling, ceiling == MMTF ? "TF32 matmul" : "fp32 matmul");
+    printf("  %-40s %9.3f ms %8.1f TFLOP/s %6.1f%% of %s matmul\n", name, sec * 1e3, tf,
+           100.0 * tf / CEIL[k], MODES[k].name);
 }
 
 static void report_bytes(const char *what, double sec, double bytes)
@@ -105,14 +127,15 @@ static void ceilings(void)
     float *x = drand((size_t)M * M, 1.0f), *w = drand((size_t)M * M, 1.0f);
     float *y = dalloc((size_t)M * M * 4);
     double fl = 2.0 * M * (double)M * M;
-    G->set_matmul_dtype(K, ZT_F32);
-    TIME_IT(s, G->matmul_forward(K, y, x, w, NULL, M, M, M));
-    MM32 = fl / s * 1e-12;
-    printf("  %-40s %9.3f ms %8.1f TFLOP/s (ceiling)\n", "matmul 8192^3 fp32", s * 1e3, MM32);
-    G->set_matmul_dtype(K, ZT_BF16);
-    TIME_IT(s, G->matmul_forward(K, y, x, w, NULL, M, M, M));
-    MMTF = fl / s * 1e-12;
-    printf("  %-40s %9.3f ms %8.1f TFLOP/s (ceiling)\n", "matmul 8192^3 TF32", s * 1e3, MMTF);
+    for (int k = 0; k < NMODES; k++) {
+        use_mode(k);
+        TIME_IT(s, G->matmul_forward(K, y, x, w, NULL, M, M, M));
+        CEIL[k] = fl / s * 1e-12;
+        char what[64];
+        snprintf(what, sizeof what, "matmul 8192^3 %s", MODES[k].name);
+        printf("  %-40s %9.3f ms %8.1f TFLOP/s (ceiling)\n", what, s * 1e3, CEIL[k]);
+    }
+    use_mode(0);
     G->free(K, x), G->free(K, w), G->free(K, y);
 }
 
@@ -134,15 +157,22 @@ int main(int argc, char **argv)
         return 77;
     }
     zt_err err;
-    zt_status st = G->ctx_create(&K, 0, &err);
+    unsetenv("ZT_CUDA_MATMUL");
+    zt_status st = G->ctx_create(&K0, 0, &err);
     if (st == ZT_ERR_NO_DEVICE) {
         printf("SKIP: %s\n", err.msg);
         return 77;
+    }
+    if (st == ZT_OK) {
+        setenv("ZT_CUDA_MATMUL", "tf32", 1);
+        st = G->ctx_create(&KTF, 0, &err);
+        unsetenv("ZT_CUDA_MATMUL");
     }
     if (st != ZT_OK) {
         fprintf(stderr, "bench_kernels_gpu: %s\n", err.msg);
         return 1;
     }
+    K = K0;
     size_t N = (size_t)B * T, NC = N * C;
     printf("bench_kernels_gpu: GPT-2 124M shapes, micro batch %d x block %d (N = %zu rows)\n", B,
            T, N);
@@ -173,29 +203,28 @@ int main(int argc, char **argv)
 
     static const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
     float *big = dalloc(N * VP * 4); /* the logits */
-    for (int tf = 0; tf < 2; tf++) {
-        G->set_matmul_dtype(K, tf ? ZT_BF16 : ZT_F32);
+    for (int md = 0; md < NMODES; md++) {
+        use_mode(md);
         for (size_t k = 0; k < sizeof(mm) / sizeof(mm[0]); k++) {
             char what[96];
             const float *bb = k == 4 ? NULL : bias;
             float *out = k == 4 ? big : y;
             double fl = 2.0 * N * mm[k].in * mm[k].out;
             TIME_IT(s, G->matmul_forward(K, out, x, w, bb, (int)N, mm[k].in, mm[k].out));
-            snprintf(what, sizeof what, "matmul_forward %s %s", mm[k].name, tf ? "TF32" : "fp32");
-            report_flops(what, s, fl, tf ? MMTF : MM32);
+            snprintf(what, sizeof what, "matmul_forward %s", mm[k].name);
+            report_flops(what, md, s, fl);
             TIME_IT(s, G->matmul_backward(K, dx, dw, k == 4 ? NULL : db, out, x, w, (int)N,
                                           mm[k].in, mm[k].out));
-            snprintf(what, sizeof what, "matmul_backward %s %s", mm[k].name, tf ? "TF32" : "fp32");
-            report_flops(what, s, 2 * fl, tf ? MMTF : MM32);
+            snprintf(what, sizeof what, "matmul_backward %s", mm[k].name);
+            report_flops(what, md, s, 2 * fl);
         }
         /* the MLP's first layer with GELU as cuBLASLt's epilogue (next to matmul_forward fc
          * above plus gelu_forward below) */
-        char what[96];
         double fl = 2.0 * N * C * 4.0 * C;
         TIME_IT(s, G->matmul_gelu_forward(K, y, big, x, w, bias, (int)N, C, 4 * C));
-        snprintf(what, sizeof what, "matmul_gelu_forward fc %s", tf ? "TF32" : "fp32");
-        report_flops(what, s, fl, tf ? MMTF : MM32);
+        report_flops("matmul_gelu_forward fc", md, s, fl);
     }
+    use_mode(0);
 
     /* attention: causal FLOPs (half of the full T x T products); backward's recomputation of
      * Q K^T is not counted, so its rate is that of the work a kept P would leave */
@@ -203,16 +232,14 @@ int main(int argc, char **argv)
     float *lse = dalloc(nlse * 4), *scr = dalloc(nscr * 4);
     float *qkv = drand(N * 3 * C, 1.0f), *dqkv = drand(N * 3 * C, 0.0f);
     double afl = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0;
-    for (int tf = 0; tf < 2; tf++) {
-        G->set_matmul_dtype(K, tf ? ZT_BF16 : ZT_F32);
-        char what[96];
+    for (int md = 0; md < NMODES; md++) {
+        use_mode(md);
         TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
-        snprintf(what, sizeof what, "attention_forward %s", tf ? "TF32" : "fp32");
-        report_flops(what, s, afl, tf ? MMTF : MM32);
+        report_flops("attention_forward", md, s, afl);
         TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
-        snprintf(what, sizeof what, "attention_backward %s", tf ? "TF32" : "fp32");
-        report_flops(what, s, 2 * afl, tf ? MMTF : MM32);
+        report_flops("attention_backward", md, s, 2 * afl);
     }
+    use_mode(0);
     printf("  (attention keeps B x NH x T = %.2f MiB of log-sum-exps per layer; scratch %.0f MiB, "
            "chunks of %d sequences)\n",
            nlse * 4.0 / 1048576.0, nscr * 4.0 / 1048576.0, zt_attention_chunk_seqs(B, T, NH));
@@ -247,6 +274,7 @@ int main(int argc, char **argv)
     TIME_IT(s, G->sumsq_nonfinite(K, g, ZT_F32, P, out2));
     report_bytes("sumsq_nonfinite 124M fp32", s, 4.0 * P);
     if (G->sync(K, &err) != ZT_OK) die("final sync");
+    G->ctx_destroy(KTF);
     G->ctx_destroy(K);
     zt_free(tok_h);
     printf("bench_kernels_gpu: done\n");

@@ -1,7 +1,7 @@
 /* zerotrain tests: every op of the CUDA table (kernels/cuda) against the CPU table on fresh
  * random inputs (the seed is printed; ZT_TEST_SEED=n repeats a run), several shapes including
  * odd ones, backward ops accumulating into prefilled buffers, NULL outputs, in-place
- * cross-entropy, bit-exact optimizer and precision ops, the TF32 switch, and error reporting.
+ * cross-entropy, bit-exact optimizer and precision ops, the matmul input modes (ZT_CUDA_MATMUL), and error reporting.
  * Exits 77 when the build has no CUDA or no GPU is usable (after checking the message). The
  * same file, linked with tests/gpu/emu instead of the CUDA runtime, is test_gpu_ops_emu: the
  * CUDA backend's code on the CPU, in every CI run. */
@@ -376,88 +376,109 @@ static void test_matmul(int N, int C, int OC)
     test_matmul_at(N, C, OC, 0);
 }
 
-/* The TF32 switch: a context created with ZT_CUDA_TF32=1 is close (TF32 has 10 mantissa
- * bits) but, for a long reduction, not equal to fp32. */
-static void test_tf32(void)
+/* A context whose matmuls ZT_CUDA_MATMUL=mode sets (NULL: unset) */
+static zt_kctx *ctx_with_mm(const char *mode)
 {
-    int N = 512, C = 1024, OC = 512;
-    setenv("ZT_CUDA_TF32", "1", 1);
-    zt_kctx *tc = NULL;
+    if (mode)
+        setenv("ZT_CUDA_MATMUL", mode, 1);
+    else
+        unsetenv("ZT_CUDA_MATMUL");
+    zt_kctx *c = NULL;
     zt_err err;
-    zt_status st = GPU->ctx_create(&tc, 0, &err);
-    unsetenv("ZT_CUDA_TF32");
-    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_TF32=1: %s", zt_err_msg(&err));
-    float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 1.0);
-    float *out = kc_falloc((size_t)N * OC), *got = kc_falloc((size_t)N * OC);
-    CPU->matmul_forward(CC, out, x, w, NULL, N, C, OC);
-    float *d_x = GPU->alloc(tc, (size_t)N * C * 4), *d_w = GPU->alloc(tc, (size_t)OC * C * 4);
-    float *d_o = GPU->alloc(tc, (size_t)N * OC * 4);
-    ASSERT_TRUE(d_x && d_w && d_o);
-    GPU->copy_h2d(tc, d_x, x, (size_t)N * C * 4);
-    GPU->copy_h2d(tc, d_w, w, (size_t)OC * C * 4);
-    GPU->matmul_forward(tc, d_o, d_x, d_w, NULL, N, C, OC);
-    GPU->copy_d2h(tc, got, d_o, (size_t)N * OC * 4);
-    ASSERT_OK(GPU->sync(tc, &err));
-    double *want = kc_widen(out, (size_t)N * OC);
-    kc_check_close("matmul_forward (TF32)", got, want, (size_t)N * OC, 5e-3, 0);
-    double maxrel = 0.0, rms = kc_rms_d(want, (size_t)N * OC);
-    for (size_t i = 0; i < (size_t)N * OC; i++)
-        maxrel = fmax(maxrel, fabs(got[i] - want[i]) / rms);
-    printf("tf32: max error %.2e of rms (fp32 would be ~1e-7)\n", maxrel);
-    ASSERT_TRUE(maxrel > 1e-5); /* TF32 really ran */
-    GPU->free(tc, d_x), GPU->free(tc, d_w), GPU->free(tc, d_o);
-    GPU->ctx_destroy(tc);
-    zt_free(x), zt_free(w), zt_free(out), zt_free(got), zt_free(want);
+    zt_status st = GPU->ctx_create(&c, 0, &err);
+    unsetenv("ZT_CUDA_MATMUL");
+    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_MATMUL=%s: %s", mode, zt_err_msg(&err));
+    return c;
 }
 
-/* The job's precision picks the matmul mode (set_matmul_dtype): bf16 parameters give TF32,
- * fp32 exact fp32, and ZT_CUDA_TF32=0 keeps exact fp32 whatever the parameters. Returns the
- * largest error relative to the rms of the result of one forward in context c. */
-static double matmul_err(zt_kctx *c, int N, int C, int OC, const float *d_x, const float *d_w,
-                         float *d_o, const double *want, float *got)
+/* The largest error, relative to the rms of the exact result, of one matmul_forward in
+ * context c on x (N, C) and w (OC, C) that the host holds. */
+static double matmul_err(zt_kctx *c, int N, int C, int OC, const float *x, const float *w)
 {
-    zt_err err;
-    GPU->matmul_forward(c, d_o, d_x, d_w, NULL, N, C, OC);
-    GPU->copy_d2h(c, got, d_o, (size_t)N * OC * 4);
-    ASSERT_OK(GPU->sync(c, &err));
-    double maxrel = 0.0, rms = kc_rms_d(want, (size_t)N * OC);
-    for (size_t i = 0; i < (size_t)N * OC; i++)
-        maxrel = fmax(maxrel, fabs(got[i] - want[i]) / rms);
-    return maxrel;
-}
-
-static void test_matmul_dtype(void)
-{
-    int N = 256, C = 1024, OC = 256;
     size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NO = (size_t)N * OC;
-    float *x = kc_frandn(NC, 1.0), *w = kc_frandn(OCC, 1.0);
     float *out = kc_falloc(NO), *got = kc_falloc(NO);
     CPU->matmul_forward(CC, out, x, w, NULL, N, C, OC);
     double *want = kc_widen(out, NO);
-    for (int forced = 0; forced < 2; forced++) {
-        if (forced) setenv("ZT_CUDA_TF32", "0", 1);
-        zt_kctx *c = NULL;
-        zt_err err;
-        zt_status st = GPU->ctx_create(&c, 0, &err);
-        unsetenv("ZT_CUDA_TF32");
-        if (st != ZT_OK) ZT_FAIL("ctx_create: %s", zt_err_msg(&err));
-        float *d_x = GPU->alloc(c, NC * 4), *d_w = GPU->alloc(c, OCC * 4), *d_o = GPU->alloc(c, NO * 4);
-        ASSERT_TRUE(d_x && d_w && d_o);
-        GPU->copy_h2d(c, d_x, x, NC * 4);
-        GPU->copy_h2d(c, d_w, w, OCC * 4);
-        GPU->set_matmul_dtype(c, ZT_BF16);
-        double e16 = matmul_err(c, N, C, OC, d_x, d_w, d_o, want, got);
-        GPU->set_matmul_dtype(c, ZT_F32);
-        double e32 = matmul_err(c, N, C, OC, d_x, d_w, d_o, want, got);
-        printf("matmul dtype%s: bf16 parameters %.2e, fp32 %.2e of rms\n",
-               forced ? " (ZT_CUDA_TF32=0)" : "", e16, e32);
-        ASSERT_TRUE(e16 < 5e-3);
-        ASSERT_TRUE(e32 < 1e-5);
-        ASSERT_TRUE(forced ? e16 < 1e-5 : e16 > 1e-5); /* TF32 ran only where it should */
-        GPU->free(c, d_x), GPU->free(c, d_w), GPU->free(c, d_o);
+    float *d_x = GPU->alloc(c, NC * 4), *d_w = GPU->alloc(c, OCC * 4), *d_o = GPU->alloc(c, NO * 4);
+    ASSERT_TRUE(d_x && d_w && d_o);
+    GPU->copy_h2d(c, d_x, x, NC * 4);
+    GPU->copy_h2d(c, d_w, w, OCC * 4);
+    GPU->matmul_forward(c, d_o, d_x, d_w, NULL, N, C, OC);
+    GPU->copy_d2h(c, got, d_o, NO * 4);
+    zt_err err;
+    ASSERT_OK(GPU->sync(c, &err));
+    double maxrel = 0.0, rms = kc_rms_d(want, NO);
+    for (size_t i = 0; i < NO; i++)
+        maxrel = fmax(maxrel, fabs(got[i] - want[i]) / rms);
+    GPU->free(c, d_x), GPU->free(c, d_w), GPU->free(c, d_o);
+    zt_free(out), zt_free(got), zt_free(want);
+    return maxrel;
+}
+
+/* ZT_CUDA_MATMUL: each reduced-precision mode is close to fp32 (within what its inputs'
+ * mantissa allows over a long reduction) but not equal. cuBLASLt may run a 16-bit compute type
+ * on TF32 instead; the emulation always rounds to the type, so there bf16 must be the coarser
+ * and fp16 must lose small inputs (below 2^-14 its mantissa shrinks) where TF32 does not. */
+static void test_matmul_modes(void)
+{
+    int N = 512, C = 1024, OC = 512;
+    float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 1.0);
+    float *xs = kc_falloc((size_t)N * C);
+    for (size_t i = 0; i < (size_t)N * C; i++)
+        xs[i] = ldexpf(x[i], -20);
+    static const struct {
+        const char *mode;
+        double bound;
+    } modes[] = {{"tf32", 5e-3}, {"bf16", 4e-2}, {"fp16", 5e-3}};
+    double e[3], es[3];
+    for (int k = 0; k < 3; k++) {
+        zt_kctx *c = ctx_with_mm(modes[k].mode);
+        GPU->set_matmul_dtype(c, ZT_F32); /* the environment wins over the job */
+        e[k] = matmul_err(c, N, C, OC, x, w);
+        es[k] = matmul_err(c, N, C, OC, xs, w);
         GPU->ctx_destroy(c);
+        printf("matmul %s inputs: max error %.2e of rms (inputs scaled by 2^-20: %.2e)\n",
+               modes[k].mode, e[k], es[k]);
+        ASSERT_TRUE(e[k] < modes[k].bound);
+        ASSERT_TRUE(e[k] > 1e-5); /* rounded: exact fp32 stays near 1e-7 */
     }
-    zt_free(x), zt_free(w), zt_free(out), zt_free(got), zt_free(want);
+    ASSERT_TRUE(es[0] < 5e-3); /* TF32 has fp32's range */
+#ifdef ZT_TEST_EMU
+    ASSERT_TRUE(e[1] > 4.0 * e[0]); /* 7 mantissa bits against 10 */
+    ASSERT_TRUE(es[2] > 1e-2);      /* fp16 subnormals */
+#endif
+    /* a value that names no mode is ignored: the job's precision decides */
+    zt_kctx *c = ctx_with_mm("bfloat16");
+    GPU->set_matmul_dtype(c, ZT_F32);
+    ASSERT_TRUE(matmul_err(c, N, C, OC, x, w) < 1e-5);
+    GPU->ctx_destroy(c);
+    zt_free(x), zt_free(w), zt_free(xs);
+}
+
+/* The job's precision picks the matmul mode (set_matmul_dtype): bf16 parameters give bf16
+ * inputs, fp16 fp16, fp32 exact fp32, and ZT_CUDA_MATMUL=fp32 keeps exact fp32 whatever the
+ * parameters. */
+static void test_matmul_dtype(void)
+{
+    int N = 256, C = 1024, OC = 256;
+    float *x = kc_frandn((size_t)N * C, 1.0), *w = kc_frandn((size_t)OC * C, 1.0);
+    for (int forced = 0; forced < 2; forced++) {
+        zt_kctx *c = ctx_with_mm(forced ? "fp32" : NULL);
+        GPU->set_matmul_dtype(c, ZT_BF16);
+        double e16 = matmul_err(c, N, C, OC, x, w);
+        GPU->set_matmul_dtype(c, ZT_F16);
+        double eh = matmul_err(c, N, C, OC, x, w);
+        GPU->set_matmul_dtype(c, ZT_F32);
+        double e32 = matmul_err(c, N, C, OC, x, w);
+        GPU->ctx_destroy(c);
+        printf("matmul dtype%s: bf16 parameters %.2e, fp16 %.2e, fp32 %.2e of rms\n",
+               forced ? " (ZT_CUDA_MATMUL=fp32)" : "", e16, eh, e32);
+        ASSERT_TRUE(e16 < 4e-2 && eh < 5e-3);
+        ASSERT_TRUE(e32 < 1e-5);
+        /* rounded inputs only where they should be */
+        ASSERT_TRUE(forced ? e16 < 1e-5 && eh < 1e-5 : e16 > 1e-5 && eh > 1e-5);
+    }
+    zt_free(x), zt_free(w);
 }
 
 #ifdef ZT_TEST_EMU
@@ -853,7 +874,7 @@ int main(void)
         printf("SKIP: this build has no CUDA backend\n");
         return ZT_TEST_SKIP;
     }
-    unsetenv("ZT_CUDA_TF32"); /* exact fp32 matmuls for the comparisons (fp32 is the default) */
+    unsetenv("ZT_CUDA_MATMUL"); /* exact fp32 matmuls for the comparisons (fp32 is the default) */
     unsetenv("ZT_CUDA_ATTN"); /* the chunked attention, the default */
     zt_err err;
     zt_err_clear(&err);
@@ -904,7 +925,7 @@ int main(void)
     test_matmul_gelu_backward(33, 65, 12);
     test_matmul_at(33, 64, 128, 1);
     test_matmul_at(128, 768, 768, 2);
-    test_tf32();
+    test_matmul_modes();
 #ifdef ZT_TEST_EMU
     test_heuristic_failure();
 #endif

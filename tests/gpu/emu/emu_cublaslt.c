@@ -23,6 +23,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "common/dtype.h"
 #include "cuda_emu.h"
 #include "cuda_int.h"
 
@@ -95,12 +96,16 @@ _Static_assert(sizeof(lt_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "lt_la
 _Static_assert(sizeof(lt_pref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "lt_pref too big");
 _Static_assert(sizeof(lt_algo) <= sizeof(cublasLtMatmulAlgo_t), "lt_algo too big");
 
+/* How the inputs are rounded before they are multiplied (the compute type's down-conversion;
+ * cuBLASLt may also pick TF32 for the 16-bit types, this emulation always rounds to them) */
+enum lt_rnd { RND_NONE, RND_TF32, RND_BF16, RND_FP16 };
+
 /* One problem as cuBLASLt sees it: D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C */
 typedef struct {
     int64_t m, n, k;
     int batch;
     bool ta, tb; /* op(X) = X^T */
-    bool tf32;
+    int rnd; /* the inputs' rounding: lt_rnd */
     bool bias, gelu;
     bool dgelu; /* D = GELU'(aux) * product: aux is read */
 } lt_problem;
@@ -360,15 +365,19 @@ static cublasStatus_t problem_check(const lt_desc *d, const lt_layout *a, const 
                                     const lt_layout *c, const lt_layout *dd, lt_problem *p)
 {
     memset(p, 0, sizeof(*p));
-    if (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+    switch (d->compute) {
+    case CUBLAS_COMPUTE_32F: p->rnd = RND_NONE; break;
+    case CUBLAS_COMPUTE_32F_FAST_TF32: p->rnd = RND_TF32; break;
+    case CUBLAS_COMPUTE_32F_FAST_16BF: p->rnd = RND_BF16; break;
+    case CUBLAS_COMPUTE_32F_FAST_16F: p->rnd = RND_FP16; break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     if (d->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (a->type != CUDA_R_32F || b->type != CUDA_R_32F || c->type != CUDA_R_32F ||
         dd->type != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     p->ta = d->transa == CUBLAS_OP_T;
     p->tb = d->transb == CUBLAS_OP_T;
-    p->tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     uint64_t m = p->ta ? a->cols : a->rows, ka = p->ta ? a->rows : a->cols;
     uint64_t kb = p->tb ? b->cols : b->rows, n = p->tb ? b->rows : b->cols;
     if (ka != kb || dd->rows != m || dd->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
@@ -496,6 +505,17 @@ static inline float tf32_round(float x)
     return x;
 }
 
+/* x rounded as the inputs of p are */
+static inline float in_round(float x, int rnd)
+{
+    switch (rnd) {
+    case RND_TF32: return tf32_round(x);
+    case RND_BF16: return zt_f32_from_bf16(zt_bf16_from_f32(x));
+    case RND_FP16: return zt_f32_from_f16(zt_f16_from_f32(x));
+    default: return x;
+    }
+}
+
 /* Rows and columns of D per micro-tile (panels are padded with zero rows and columns to
  * them): the micro-kernel keeps LT_MR x LT_NR accumulators in registers. */
 #define LT_MR 8
@@ -506,17 +526,17 @@ static int64_t round_up(int64_t v, int64_t to)
     return (v + to - 1) / to * to;
 }
 
-/* dst (c x r, column stride ldd) = the transpose of src (r x c, column stride lds), rounded to
- * TF32 when tf32; in 32 x 32 blocks, so that both sides stay in cache. */
+/* dst (c x r, column stride ldd) = the transpose of src (r x c, column stride lds), rounded
+ * (in_round); in 32 x 32 blocks, so that both sides stay in cache. */
 static void transpose(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds,
-                      int64_t r, int64_t c, bool tf32)
+                      int64_t r, int64_t c, int rnd)
 {
     for (int64_t j0 = 0; j0 < c; j0 += 32)
         for (int64_t i0 = 0; i0 < r; i0 += 32) {
             int64_t j1 = c - j0 < 32 ? c : j0 + 32, i1 = r - i0 < 32 ? r : i0 + 32;
             for (int64_t j = j0; j < j1; j++)
                 for (int64_t i = i0; i < i1; i++)
-                    dst[j + i * ldd] = tf32 ? tf32_round(src[i + j * lds]) : src[i + j * lds];
+                    dst[j + i * ldd] = in_round(src[i + j * lds], rnd);
         }
 }
 
@@ -533,16 +553,16 @@ static void pack_a(float *restrict P, const float *restrict A, int64_t lda, cons
             for (int64_t kk = 0; kk < k; kk++) {
                 const float *src = A + kk * lda + i0;
                 float *dst = Pb + kk * wp;
-                if (p->tf32)
+                if (p->rnd != RND_NONE)
                     for (int64_t i = 0; i < w; i++)
-                        dst[i] = tf32_round(src[i]);
+                        dst[i] = in_round(src[i], p->rnd);
                 else
                     memcpy(dst, src, (size_t)w * sizeof(float));
                 for (int64_t i = w; i < wp; i++)
                     dst[i] = 0.0f;
             }
         } else { /* op(A)(i, kk) = A[kk + i lda] */
-            transpose(Pb, wp, A + i0 * lda, lda, k, w, p->tf32);
+            transpose(Pb, wp, A + i0 * lda, lda, k, w, p->rnd);
             for (int64_t kk = 0; kk < k; kk++)
                 for (int64_t i = w; i < wp; i++)
                     Pb[kk * wp + i] = 0.0f;
@@ -559,14 +579,14 @@ static void pack_b(float *restrict Q, const float *restrict B, int64_t ldb, cons
         for (int64_t j = 0; j < n; j++) {
             const float *src = B + j * ldb;
             float *dst = Q + j * k;
-            if (p->tf32)
+            if (p->rnd != RND_NONE)
                 for (int64_t kk = 0; kk < k; kk++)
-                    dst[kk] = tf32_round(src[kk]);
+                    dst[kk] = in_round(src[kk], p->rnd);
             else
                 memcpy(dst, src, (size_t)k * sizeof(float));
         }
     } else { /* op(B)(kk, j) = B[j + kk ldb] */
-        transpose(Q, k, B, ldb, n, k, p->tf32);
+        transpose(Q, k, B, ldb, n, k, p->rnd);
     }
     memset(Q + n * k, 0, (size_t)((round_up(n, LT_NR) - n) * k) * sizeof(float));
 }
