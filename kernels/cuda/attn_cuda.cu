@@ -1,7 +1,8 @@
 /* zerotrain: causal self-attention on CUDA as fused, flash-style kernels (ZT_CUDA_ATTN=fused):
  * the scores never leave the chip, so neither the T x T scratch nor its memory traffic is
  * needed. fp32 throughout (as the op table's activations), the head size fixed at compile time
- * (64: every GPT-2 size); blas_cuda.c picks these kernels or the chunked cuBLASLt path.
+ * (64: every GPT-2 size); blas_cuda.c picks these kernels or the chunked cuBLASLt path. Where
+ * the context's matmuls take 16-bit inputs, attn_tc_cuda.cu's tensor-core kernels run instead.
  *
  * Forward: a block takes FA_BR queries of one (sequence, head), FA_TPR threads per query, and
  * walks the keys up to its last query in tiles of FA_BC held in shared memory, keeping each
@@ -332,6 +333,10 @@ extern "C" bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH)
 extern "C" void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv,
                                            int B, int T, int C, int NH)
 {
+    if (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16) {
+        zt_cuda_attn_tc_forward(ctx, out, lse, qkv, B, T, C, NH);
+        return;
+    }
     float scale = 1.0f / sqrtf((float)(C / NH));
     dim3 grid((unsigned)((T + FA_BR - 1) / FA_BR), (unsigned)(B * NH));
     ZT_CUDA_LAUNCH(ctx, "attention_forward (fused)", flash_fwd_kernel<FA_HS>, grid, FA_THREADS, out,
@@ -342,6 +347,10 @@ extern "C" void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, const flo
                                             const float *qkv, const float *out, const float *lse,
                                             int B, int T, int C, int NH)
 {
+    if (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16) {
+        zt_cuda_attn_tc_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+        return;
+    }
     float scale = 1.0f / sqrtf((float)(C / NH));
     dim3 grid((unsigned)((T + FA_BR - 1) / FA_BR), (unsigned)(B * NH));
     ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV)", flash_bwd_kv_kernel<FA_HS>, grid,

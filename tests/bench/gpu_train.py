@@ -17,8 +17,9 @@ memory and the device's peak (nvidia-smi, polled).
              attention (flash/memory-efficient kernels); the model follows tests/torch_gpt2.py.
 The attention of the zerotrain rows is the default, chunked one (cuBLASLt GEMMs over a T x T
 scratch); a "zt-fused" row reruns zerotrain's best bf16 (else first) precision at the same micro
-batch with ZT_CUDA_ATTN=fused (kernels/cuda/attn_cuda.cu) and the ratio of the two is printed:
-the measurement that decides which attention becomes the default.
+batch with ZT_CUDA_ATTN=fused (kernels/cuda/attn_cuda.cu; for bf16 matmul inputs its bf16
+tensor-core version, attn_tc_cuda.cu) and the ratio of the two is printed: the measurement that
+decides which attention becomes the default.
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a

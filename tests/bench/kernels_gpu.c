@@ -2,7 +2,8 @@
  * n_head 12, block 1024, vocabulary padded to 50304, micro batch 8 unless --batch), timed on the
  * GPU, next to the ceilings measured in the same run: device-to-device copy bandwidth (bytes
  * read plus written) and the rate of a large matmul with each input rounding (exact fp32, TF32,
- * bf16: see ZT_CUDA_MATMUL; the matmuls and attention run in each). Each op
+ * bf16: see ZT_CUDA_MATMUL; the matmuls and attention run in each, the fused attention of
+ * ZT_CUDA_ATTN=fused in fp32 and on bf16 tensor cores). Each op
  * prints its time, its rate (TFLOP/s for matmuls and attention, GB/s of the fewest bytes it must
  * move otherwise) and that rate as a share of its ceiling: the gap METHOD.md asks for first.
  * Timing: the op is queued `reps` times, then one sync; the best of 3 such rounds, after one
@@ -25,6 +26,7 @@ static const zt_ops *G;
 static zt_kctx *K;   /* the context the ops run in: K0, or KTF for TF32 */
 static zt_kctx *K0;  /* ZT_CUDA_MATMUL unset: the dtype given to set_matmul_dtype decides */
 static zt_kctx *KTF; /* ZT_CUDA_MATMUL=tf32 (no job precision picks TF32) */
+static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores for bf16) */
 static int REPS = 20;
 static double BW = 0; /* ceiling: GB/s */
 
@@ -168,6 +170,11 @@ int main(int argc, char **argv)
         st = G->ctx_create(&KTF, 0, &err);
         unsetenv("ZT_CUDA_MATMUL");
     }
+    if (st == ZT_OK) {
+        setenv("ZT_CUDA_ATTN", "fused", 1);
+        st = G->ctx_create(&KF, 0, &err);
+        unsetenv("ZT_CUDA_ATTN");
+    }
     if (st != ZT_OK) {
         fprintf(stderr, "bench_kernels_gpu: %s\n", err.msg);
         return 1;
@@ -239,6 +246,15 @@ int main(int argc, char **argv)
         TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
         report_flops("attention_backward", md, s, 2 * afl);
     }
+    /* the fused kernels (ZT_CUDA_ATTN=fused): fp32, and bf16 tensor cores for 16-bit inputs */
+    for (int md = 0; md < NMODES; md += 2) {
+        K = KF;
+        G->set_matmul_dtype(K, MODES[md].dtype);
+        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
+        report_flops("attention_forward fused", md, s, afl);
+        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
+        report_flops("attention_backward fused", md, s, 2 * afl);
+    }
     use_mode(0);
     printf("  (attention keeps B x NH x T = %.2f MiB of log-sum-exps per layer; scratch %.0f MiB, "
            "chunks of %d sequences)\n",
@@ -275,6 +291,7 @@ int main(int argc, char **argv)
     report_bytes("sumsq_nonfinite 124M fp32", s, 4.0 * P);
     if (G->sync(K, &err) != ZT_OK) die("final sync");
     G->ctx_destroy(KTF);
+    G->ctx_destroy(KF);
     G->ctx_destroy(K);
     zt_free(tok_h);
     printf("bench_kernels_gpu: done\n");

@@ -10,7 +10,8 @@
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums),
   with fp32 matmuls and with the bf16 matmul inputs a bf16 job gets by default;
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
-  against the CPU with the same tolerances (--quick leaves them out);
+  against the CPU with the same tolerances, and their tensor-core version in a bf16 job
+  against bf16 on the CPU within 2% (--quick leaves them out);
 - with two GPUs or more (ZT_GPU_COUNT, default 1): two ranks on the NCCL path, stages 1-3,
   against two CPU ranks with the same tolerances, and a rank killed mid-training: the other
   exits 3 within the collective timeout.
@@ -190,6 +191,17 @@ def main():
                                            init="init64.bin"), {"ZT_CUDA_ATTN": attn})
                 compare(f"cuda {attn} attention (head size 64) vs cpu", gl, gp, cl, cp,
                         LOSS_RTOL, PARAM_RTOL)
+            # a bf16 job with its own (bf16) matmul inputs: the tensor-core attention kernels
+            cl, _, _, _ = run(job_for("cpu_hs64_bf16", "cpu", prec="bf16", cfg=CFG_HS64,
+                                      init="init64.bin"))
+            gl, _, _, _ = run(job_for("cuda_hs64_bf16_fused", "cuda", prec="bf16", cfg=CFG_HS64,
+                                      init="init64.bin"),
+                              {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_MATMUL": ""})
+            dev = max(abs(a - b) / b for a, b in zip(gl, cl))
+            print(f"bf16 cuda fused attention on tensor cores (head size 64) vs cpu: max rel loss "
+                  f"deviation {dev:.4f} (last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
+            if dev > 0.02:
+                failures.append(f"bf16 fused tensor-core attention deviates {dev:.4f} > 2%")
 
         if GPUS >= 2:
             multi_rank(tmp, run, compare, failures)

@@ -62,6 +62,28 @@ static void dfree(void *d)
     GPU->free(GC, d);
 }
 
+/* GPU floats d (n) against CPU floats want (n), both less base (n) when not NULL (what an
+ * accumulating op added): the rms of the error within rms_tol of the rms of want (16-bit
+ * arithmetic, whose single elements stray further; check_f bounds those) */
+static void check_rms(const char *what, const float *d, const float *want, const float *base,
+                      size_t n, double rms_tol)
+{
+    float *got = kc_falloc(n);
+    GPU->copy_d2h(GC, got, d, n * sizeof(float));
+    gsync(what);
+    double e2 = 0.0, w2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double w = (double)want[i] - (base ? (double)base[i] : 0.0);
+        double e = (double)got[i] - (double)want[i];
+        e2 += e * e;
+        w2 += w * w;
+    }
+    double rel = sqrt(e2 / (w2 > 0 ? w2 : 1.0));
+    if (!(rel <= rms_tol)) ZT_FAIL("%s: rms error %.3g of the rms, more than %g", what, rel, rms_tol);
+    printf("%s: rms error %.2e of the rms\n", what, rel);
+    zt_free(got);
+}
+
 /* GPU floats d (n) against CPU floats want (n) */
 static void check_f(const char *what, const float *d, const float *want, size_t n, double rtol,
                     double atol)
@@ -521,8 +543,10 @@ static void test_heuristic_failure(void)
 
 static zt_kctx *GF; /* a second CUDA context, with ZT_CUDA_ATTN=fused */
 
-/* attention on the context GC, named `mode` in failures */
-static void attention_case(int B, int T, int C, int NH, const char *mode)
+/* attention on the context GC, named `mode` in failures; results within rtol of the CPU's
+ * (relative to |want| + rms) and, unless rms_tol is 0, their rms error within rms_tol */
+static void attention_case(int B, int T, int C, int NH, const char *mode, double rtol,
+                           double rms_tol)
 {
     char what[160];
     size_t N = (size_t)B * T, n3 = N * 3 * C, nC = N * C, nL = (size_t)B * NH * T;
@@ -538,12 +562,14 @@ static void attention_case(int B, int T, int C, int NH, const char *mode)
     GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
     snprintf(what, sizeof(what), "attention_forward %s out B=%d T=%d C=%d NH=%d (chunks of %d)",
              mode, B, T, C, NH, zt_attention_chunk_seqs(B, T, NH));
-    check_f(what, d_out, out, nC, RT_GEMM, 1e-6);
+    check_f(what, d_out, out, nC, rtol, 1e-6);
+    if (rms_tol > 0) check_rms(what, d_out, out, NULL, nC, rms_tol);
     snprintf(what, sizeof(what), "attention_forward %s lse B=%d T=%d C=%d NH=%d", mode, B, T, C,
              NH);
-    check_f(what, d_lse, lse, nL, RT_GEMM, 1e-5);
+    check_f(what, d_lse, lse, nL, rtol, 1e-5);
 
-    float *dout = kc_frandn(nC, 1.0), *dqkv = kc_frandn(n3, 1.0);
+    float *dout = kc_frandn(nC, 1.0), *dqkv = kc_frandn(n3, 1.0), *dqkv0 = kc_falloc(n3);
+    memcpy(dqkv0, dqkv, n3 * sizeof(float));
     float *d_dout = upf(dout, nC), *d_dqkv = upf(dqkv, n3);
     /* the CPU's out and lse, so only the backward differs */
     float *d_out2 = upf(out, nC), *d_lse2 = upf(lse, nL);
@@ -554,23 +580,30 @@ static void attention_case(int B, int T, int C, int NH, const char *mode)
     GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, d_out2, d_lse2, B, T, C, NH);
     snprintf(what, sizeof(what), "attention_backward %s dqkv B=%d T=%d C=%d NH=%d", mode, B, T,
              C, NH);
-    check_f(what, d_dqkv, dqkv, n3, RT_GEMM, 1e-6);
+    check_f(what, d_dqkv, dqkv, n3, rtol, 1e-6);
+    if (rms_tol > 0) check_rms(what, d_dqkv, dqkv, dqkv0, n3, rms_tol);
     dfree(d_qkv), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dout), dfree(d_dqkv);
     dfree(d_out2), dfree(d_lse2);
     zt_free(qkv), zt_free(out), zt_free(lse), zt_free(scr), zt_free(dout), zt_free(dqkv);
-    zt_free(nan_fill);
+    zt_free(nan_fill), zt_free(dqkv0);
     printf("attention %s B=%d T=%d C=%d NH=%d: ok\n", mode, B, T, C, NH);
 }
 
 /* Both CUDA attentions against the CPU: the chunked one, and the fused kernels where the head
- * size is theirs (elsewhere the fused context runs the chunked code). */
+ * size is theirs (elsewhere the fused context runs the chunked code), in fp32 and, for 16-bit
+ * matmul inputs, on bf16 tensor cores: Q, K, V, dO, P and dS rounded to bf16 (2^-9 relative
+ * each) leave an rms error of 2e-3 to 7e-3 of the rms (a wrong tile or rescale: ~1), single elements
+ * up to ~3e-2 of |want| + rms. */
 static void test_attention(int B, int T, int C, int NH)
 {
-    attention_case(B, T, C, NH, "chunked");
+    attention_case(B, T, C, NH, "chunked", RT_GEMM, 0);
     if (C != 64 * NH) return;
     zt_kctx *chunked = GC;
     GC = GF;
-    attention_case(B, T, C, NH, "fused");
+    attention_case(B, T, C, NH, "fused", RT_GEMM, 0);
+    GPU->set_matmul_dtype(GF, ZT_BF16);
+    attention_case(B, T, C, NH, "fused bf16", 0.1, 2e-2);
+    GPU->set_matmul_dtype(GF, ZT_F32);
     GC = chunked;
 }
 

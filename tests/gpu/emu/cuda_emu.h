@@ -130,6 +130,9 @@ template <class F> static void zt_emu_trampoline(void *f)
         zt_emu_launch((name), dim3(grid), dim3(block),                                             \
                       zt_emu_trampoline<decltype(zt_emu_body)>, &zt_emu_body);                     \
     } while (0)
+
+/* the warp matrix functions (mma.h) and __syncwarp */
+#include "wmma_emu.h"
 #endif /* __cplusplus */
 
 #endif

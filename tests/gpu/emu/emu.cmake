@@ -11,28 +11,30 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
               ${ZT_EMU_CPU_SRC} ${CMAKE_SOURCE_DIR}/kernels/ops_common.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/ops_cuda.c ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_cuda.c
               ${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
-              ${ZT_EMU_DIR}/attn_cuda_emu.cpp
+              ${ZT_EMU_DIR}/attn_cuda_emu.cpp ${ZT_EMU_DIR}/attn_tc_cuda_emu.cpp
               ${ZT_EMU_DIR}/emu_sched.c ${ZT_EMU_DIR}/emu_runtime.c ${ZT_EMU_DIR}/emu_cublaslt.c)
   target_include_directories(zt_kernels_emu PUBLIC ${CMAKE_SOURCE_DIR} ${DNNL_INCLUDE_DIR})
   target_include_directories(zt_kernels_emu PRIVATE ${ZT_EMU_DIR} ${CMAKE_SOURCE_DIR}/kernels/cuda)
   target_include_directories(zt_kernels_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
   target_link_libraries(zt_kernels_emu PUBLIC zt_common ${DNNL_LIBRARY} OpenMP::OpenMP_C m)
   # C++ only for the .cu files: ISO C++ (no FMA contraction, as the CPU kernels), warnings as
-  # errors, and the sanitizers of the C code
+  # errors, and the sanitizers of the C code; shared memory is reinterpreted as the GPU allows
+  # (16-bit P over its fp32 scores), so no type-based alias analysis
   set_source_files_properties(${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
-                              ${ZT_EMU_DIR}/attn_cuda_emu.cpp
+                              ${ZT_EMU_DIR}/attn_cuda_emu.cpp ${ZT_EMU_DIR}/attn_tc_cuda_emu.cpp
                               PROPERTIES COMPILE_OPTIONS
-                              "-std=c++17;-Wall;-Wextra;-Werror;-ffp-contract=off;${ZT_SAN_FLAGS}")
+                              "-std=c++17;-Wall;-Wextra;-Werror;-ffp-contract=off;-fno-strict-aliasing;${ZT_SAN_FLAGS}")
   add_library(zt_cuda_emu_selftest STATIC ${ZT_EMU_DIR}/emu_selftest.cpp ${ZT_EMU_DIR}/emu_sched.c
               ${ZT_EMU_DIR}/emu_runtime.c)
   target_include_directories(zt_cuda_emu_selftest PUBLIC ${ZT_EMU_DIR})
   target_include_directories(zt_cuda_emu_selftest SYSTEM PUBLIC ${ZT_CUDA_EMU_INCLUDE})
   set_source_files_properties(${ZT_EMU_DIR}/emu_selftest.cpp PROPERTIES COMPILE_OPTIONS
-                              "-std=c++17;-Wall;-Wextra;-Werror;${ZT_SAN_FLAGS}")
+                              "-std=c++17;-Wall;-Wextra;-Werror;-ffp-contract=off;${ZT_SAN_FLAGS}")
   # the reference GEMMs optimised in every build type (the sanitizers still see them)
   set_source_files_properties(${ZT_EMU_DIR}/emu_cublaslt.c PROPERTIES COMPILE_OPTIONS "-O2")
   zt_add_test(NAME test_cuda_emu SOURCES ${ZT_EMU_DIR}/test_cuda_emu.c
               LIBS zt_cuda_emu_selftest zt_common LABELS unit emu TIMEOUT 120)
+  target_compile_options(test_cuda_emu PRIVATE -ffp-contract=off) # exact products to compare
   zt_add_test(NAME test_gpu_ops_emu SOURCES ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_ops.c
               LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 900)
   target_compile_definitions(test_gpu_ops_emu PRIVATE ZT_TEST_EMU=1) # its emulation-only cases

@@ -1,6 +1,7 @@
 /* zerotrain tests: kernels that exercise the CUDA emulation itself (test_cuda_emu.c): a block
- * reduction through shared memory and shuffles, a 3-D grid's indices, and two kernels with
- * barriers that not every thread reaches, which the emulator must refuse. */
+ * reduction through shared memory and shuffles, a 3-D grid's indices, two kernels with
+ * barriers that not every thread reaches, which the emulator must refuse, and the warp matrix
+ * functions: a product in each layout, a misaligned and a divergent call (refused). */
 #include "cuda_emu.h"
 
 extern "C" {
@@ -9,6 +10,54 @@ void emu_indices(int *out, dim3 grid, dim3 block);
 void emu_bad_sync(float *out);
 void emu_bad_shfl(float *out);
 void emu_launch_config(unsigned threads);
+void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col);
+void emu_wmma_misaligned(float *out);
+void emu_wmma_divergent(float *out);
+}
+
+namespace wmma = nvcuda::wmma;
+
+/* d (16 x 16, row-major) = a b + 1 over one warp: a and b (16 x 16 floats, row-major or, with
+ * a_col / b_col, column-major) rounded to bf16 in shared memory, padded rows of 24 */
+template <class LA, class LB>
+static __global__ void wmma_product_kernel(float *d, const float *a, const float *b)
+{
+    __shared__ __align__(32) __nv_bfloat16 as[16 * 24], bs[16 * 24];
+    __shared__ __align__(32) float ds[16 * 20];
+    for (int e = threadIdx.x; e < 256; e += 32) {
+        as[(e / 16) * 24 + e % 16] = __float2bfloat16_rn(a[e]);
+        bs[(e / 16) * 24 + e % 16] = __float2bfloat16_rn(b[e]);
+    }
+    __syncwarp();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LB> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 1.0f);
+    wmma::load_matrix_sync(fa, as, 24);
+    wmma::load_matrix_sync(fb, bs, 24);
+    wmma::mma_sync(acc, fa, fb, acc);
+    wmma::store_matrix_sync(ds, acc, 20, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = threadIdx.x; e < 256; e += 32)
+        d[e] = ds[(e / 16) * 20 + e % 16];
+}
+
+static __global__ void wmma_misaligned_kernel(float *out)
+{
+    __shared__ __align__(32) float ds[16 * 20];
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    wmma::store_matrix_sync(ds + 2, acc, 20, wmma::mem_row_major); /* 8 bytes off */
+    out[threadIdx.x] = ds[threadIdx.x];
+}
+
+static __global__ void wmma_divergent_kernel(float *out)
+{
+    __shared__ __align__(32) float ds[2][16 * 16];
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    wmma::store_matrix_sync(ds[threadIdx.x % 2], acc, 16, wmma::mem_row_major);
+    out[threadIdx.x] = ds[0][threadIdx.x];
 }
 
 static __global__ void block_sums_kernel(float *out, const float *in, int n)
@@ -78,4 +127,30 @@ void emu_bad_shfl(float *out)
 void emu_launch_config(unsigned threads)
 {
     ZT_EMU_LAUNCH("nothing", nothing_kernel, 1, threads, 0, nullptr);
+}
+
+void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col)
+{
+    if (!a_col && !b_col)
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::row_major, wmma::row_major>), 1,
+                      32, 0, d, a, b);
+    else if (!a_col)
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::row_major, wmma::col_major>), 1,
+                      32, 0, d, a, b);
+    else if (!b_col)
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::col_major, wmma::row_major>), 1,
+                      32, 0, d, a, b);
+    else
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::col_major, wmma::col_major>), 1,
+                      32, 0, d, a, b);
+}
+
+void emu_wmma_misaligned(float *out)
+{
+    ZT_EMU_LAUNCH("wmma_misaligned", wmma_misaligned_kernel, 1, 32, 0, out);
+}
+
+void emu_wmma_divergent(float *out)
+{
+    ZT_EMU_LAUNCH("wmma_divergent", wmma_divergent_kernel, 1, 32, 0, out);
 }

@@ -2,7 +2,8 @@
  * CI: reductions through shuffles and shared memory come out right, every thread of a 3-D
  * grid runs exactly once, a bad launch configuration is a cudaGetLastError, and a barrier that
  * not every thread reaches stops the process with a message naming the kernel (as the GPU
- * would hang or compute garbage). */
+ * would hang or compute garbage). The warp matrix functions multiply as the programming guide
+ * defines them, in every layout, and refuse a misaligned pointer and a divergent call. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,9 @@ void emu_indices(int *out, dim3 grid, dim3 block);
 void emu_bad_sync(float *out);
 void emu_bad_shfl(float *out);
 void emu_launch_config(unsigned threads);
+void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col);
+void emu_wmma_misaligned(float *out);
+void emu_wmma_divergent(float *out);
 
 static void test_block_sums(int n, unsigned blocks, unsigned threads)
 {
@@ -47,6 +51,39 @@ static void test_indices(dim3 grid, dim3 block)
     for (size_t i = 0; i < n; i++)
         ASSERT_EQ_INT(out[i], (int)i + 1);
     free(out);
+}
+
+/* bf16 rounding, to nearest even (finite values) */
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof(u));
+    return x;
+}
+
+/* A 16 x 16 x 16 product with the inputs in each layout: the bf16-rounded product plus 1,
+ * exactly as fp32 sums in order of k (bf16 products are exact in fp32) */
+static void test_wmma_product(int a_col, int b_col)
+{
+    float a[256], b[256], d[256];
+    for (int e = 0; e < 256; e++) {
+        a[e] = (float)((e * 37) % 101) / 7.0f - 7.0f; /* not bf16-exact: the rounding shows */
+        b[e] = (float)((e * 53) % 89) / 9.0f - 5.0f;
+    }
+    emu_wmma_product(d, a, b, a_col, b_col);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            float s = 1.0f;
+            for (int k = 0; k < 16; k++) {
+                float x = bf16_round(a_col ? a[k * 16 + i] : a[i * 16 + k]);
+                float y = bf16_round(b_col ? b[j * 16 + k] : b[k * 16 + j]);
+                s += x * y;
+            }
+            ASSERT_NEAR(d[i * 16 + j], s, 0, 0);
+        }
 }
 
 /* Runs fn in a child; it must abort with `needle` on stderr. */
@@ -94,6 +131,11 @@ int main(void)
     ASSERT_EQ_INT(cudaGetLastError(), cudaErrorInvalidConfiguration);
     expect_abort(emu_bad_sync, "kernel bad_sync, block (0,0,0): 24 of 64 threads exited");
     expect_abort(emu_bad_shfl, "lane 5 of warp 0 has exited");
+    for (int l = 0; l < 4; l++)
+        test_wmma_product(l & 1, l >> 1);
+    expect_abort(emu_wmma_misaligned, "store_matrix_sync");
+    expect_abort(emu_wmma_misaligned, "not 256-bit aligned");
+    expect_abort(emu_wmma_divergent, "the lanes of the warp pass different arguments");
     printf("ok\n");
     return 0;
 }

@@ -1,0 +1,364 @@
+/* zerotrain: the fused causal attention of ZT_CUDA_ATTN=fused on tensor cores, for jobs whose
+ * matmuls take 16-bit inputs (zt_cuda_mm bf16 or fp16): attn_cuda.cu's algorithm (online
+ * softmax forward; backward without atomics, one kernel for dK and dV and one for dQ, both
+ * recomputing P = exp(s - lse) and dS = P (dO.V - delta) scale, delta = dO.out) with every
+ * product on bf16 tensor cores through the warp matrix functions (mma.h, 16 x 16 x 16, fp32
+ * accumulators), as FlashAttention does under bf16: Q, K, V and dO are rounded to bf16 as a
+ * tile is loaded, P and dS as they are written for their products; the softmax, the running
+ * sums, delta and lse stay fp32, and so do the results in memory. Head size 64.
+ *
+ * A block is 4 warps and owns 64 rows (queries, or keys for dK/dV), 16 per warp, and walks
+ * the other side in tiles of 32 rows held in shared memory. A warp's 16 x 32 scores go
+ * through its own part of shared memory (fragments keep no known element order), where two
+ * lanes per row run the softmax and write the 16-bit P or dS over the scores' own rows. The
+ * forward keeps each warp's 16 x 64 output in shared memory, rescaled there by the running
+ * maximum; the backward keeps its gradients in accumulator fragments and adds them to dqkv
+ * once, through shared memory (so rows past T are never touched). */
+#include "cuda_int.h"
+
+#ifndef ZT_CUDA_EMU
+#include <cuda_bf16.h>
+#include <mma.h>
+#endif
+
+namespace wmma = nvcuda::wmma;
+typedef __nv_bfloat16 tc_bf16;
+
+#define TC_HS 64                 /* the head size compiled */
+#define TC_WARPS 4
+#define TC_THREADS (32 * TC_WARPS)
+#define TC_BR (16 * TC_WARPS)    /* rows a block owns */
+#define TC_BC 32                 /* rows of a walked tile */
+#define TC_LDH (TC_HS + 8)       /* bf16 row stride of head-vector tiles */
+#define TC_LDS (TC_BC + 4)       /* float row stride of a warp's 16 x TC_BC scores */
+#define TC_LDP (2 * TC_LDS)      /* bf16 row stride of P or dS written over them */
+#define TC_LDO (TC_HS + 4)       /* float row stride of a warp's 16 x TC_HS outputs */
+#define TC_HEAD ((size_t)TC_BR * TC_LDH * 2)      /* bytes of TC_BR bf16 head vectors */
+#define TC_TILE ((size_t)TC_BC * TC_LDH * 2)      /* bytes of TC_BC bf16 head vectors */
+#define TC_SCORES ((size_t)TC_WARPS * 16 * TC_LDS * 4)
+#define TC_OUT ((size_t)TC_WARPS * 16 * TC_LDO * 4)
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, tc_bf16, wmma::row_major> tc_frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, tc_bf16, wmma::row_major> tc_frag_b;
+/* a matrix_b given by the rows of its transpose */
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, tc_bf16, wmma::col_major> tc_frag_bt;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_frag_c;
+
+static_assert(TC_HEAD % 32 == 0 && TC_TILE % 32 == 0 && TC_SCORES % 32 == 0 &&
+                  TC_OUT % 32 == 0 && (16 * TC_LDS * 4) % 32 == 0 && (16 * TC_LDO * 4) % 32 == 0,
+              "every region and every warp's part starts 256-bit aligned");
+
+/* dst (ROWS x TC_HS bf16, row stride TC_LDH) = rows row0.. of src (row stride ld), zero past T */
+template <int ROWS>
+static __device__ __forceinline__ void tc_load(tc_bf16 *dst, const float *src, int row0, int T,
+                                               size_t ld)
+{
+    for (int e = threadIdx.x; e < ROWS * TC_HS; e += TC_THREADS) {
+        int r = e / TC_HS, c = e % TC_HS, i = row0 + r;
+        dst[r * TC_LDH + c] = __float2bfloat16_rn(i < T ? src[(size_t)i * ld + c] : 0.0f);
+    }
+}
+
+/* s (16 x 16 NB, row stride lds) = a (16 x 16 KB) b^T, a and b row-major bf16 (b: 16 NB rows
+ * of 16 KB), lda = ldb = TC_LDH. Collective over the warp. */
+template <int NB, int KB>
+static __device__ __forceinline__ void tc_abt(float *s, int lds, const tc_bf16 *a,
+                                              const tc_bf16 *b)
+{
+    for (int n = 0; n < NB; n++) {
+        tc_frag_c acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int k = 0; k < KB; k++) {
+            tc_frag_a fa;
+            tc_frag_bt fb;
+            wmma::load_matrix_sync(fa, a + k * 16, TC_LDH);
+            wmma::load_matrix_sync(fb, b + (size_t)n * 16 * TC_LDH + k * 16, TC_LDH);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(s + n * 16, acc, lds, wmma::mem_row_major);
+    }
+}
+
+/* acc[n] += a (16 x 16 KB, row stride TC_LDP) b (16 KB x 16 NB, row stride TC_LDH), both
+ * row-major bf16: a warp's P or dS times a tile. Collective over the warp. */
+template <int NB, int KB>
+static __device__ __forceinline__ void tc_ab_acc(tc_frag_c *acc, const tc_bf16 *a,
+                                                 const tc_bf16 *b)
+{
+    for (int k = 0; k < KB; k++) {
+        tc_frag_a fa;
+        wmma::load_matrix_sync(fa, a + k * 16, TC_LDP);
+        for (int n = 0; n < NB; n++) {
+            tc_frag_b fb;
+            wmma::load_matrix_sync(fb, b + (size_t)k * 16 * TC_LDH + n * 16, TC_LDH);
+            wmma::mma_sync(acc[n], fa, fb, acc[n]);
+        }
+    }
+}
+
+/* dst rows row0.. (row stride ld) += a warp's 16 x TC_HS accumulators, through its part of
+ * shared memory `stage` (16 x TC_LDO floats); rows at or past T are left alone. */
+static __device__ __forceinline__ void tc_add_out(float *dst, size_t ld, int row0, int T,
+                                                  float *stage, const tc_frag_c *acc)
+{
+    int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+    for (int n = 0; n < TC_HS / 16; n++)
+        wmma::store_matrix_sync(stage + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
+    __syncwarp();
+    if (row0 + r < T)
+        for (int c = half * (TC_HS / 2); c < (half + 1) * (TC_HS / 2); c++)
+            dst[(size_t)(row0 + r) * ld + c] += stage[r * TC_LDO + c];
+    __syncwarp();
+}
+
+/* The block's place: (sequence b, head h) from blockIdx.y, its tile of TC_BR rows (the last
+ * first when last_first: the longest query rows start first), qkv at (b, token 0, head h). */
+struct tc_pos {
+    int C, b, h, bh, row0, warp, lane;
+    size_t C3;
+    const float *base;
+};
+
+static __device__ __forceinline__ tc_pos tc_pos_of(const float *qkv, int T, int NH,
+                                                   bool last_first)
+{
+    tc_pos p;
+    int nt = (T + TC_BR - 1) / TC_BR;
+    int tile = last_first ? nt - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    p.C = NH * TC_HS;
+    p.bh = (int)blockIdx.y;
+    p.b = p.bh / NH;
+    p.h = p.bh % NH;
+    p.row0 = tile * TC_BR;
+    p.warp = (int)threadIdx.x / 32;
+    p.lane = (int)threadIdx.x % 32;
+    p.C3 = 3 * (size_t)p.C;
+    p.base = qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    return p;
+}
+
+/* Forward. grid (query tiles, B NH). */
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, float scale)
+{
+    __shared__ __align__(32) unsigned char sm[TC_HEAD + 2 * TC_TILE + TC_SCORES + TC_OUT];
+    tc_bf16 *Qs = (tc_bf16 *)sm, *Ks = (tc_bf16 *)(sm + TC_HEAD);
+    tc_bf16 *Vs = (tc_bf16 *)(sm + TC_HEAD + TC_TILE);
+    tc_pos p = tc_pos_of(qkv, T, NH, true);
+    float *S = (float *)(sm + TC_HEAD + 2 * TC_TILE) + p.warp * 16 * TC_LDS;
+    tc_bf16 *P = (tc_bf16 *)S; /* over the scores, row stride TC_LDP */
+    float *O = (float *)(sm + TC_HEAD + 2 * TC_TILE + TC_SCORES) + p.warp * 16 * TC_LDO;
+    int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
+    int c0 = half * (TC_HS / 2), j0 = half * 16; /* this lane's output columns and keys */
+
+    tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
+    for (int c = c0; c < c0 + TC_HS / 2; c++)
+        O[r * TC_LDO + c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    int kend = min(T, p.row0 + TC_BR); /* keys the block's last query sees */
+    for (int k0 = 0; k0 < kend; k0 += TC_BC) {
+        __syncthreads(); /* the previous tile is used up */
+        tc_load<TC_BC>(Ks, p.base + p.C, k0, T, p.C3);
+        tc_load<TC_BC>(Vs, p.base + 2 * p.C, k0, T, p.C3);
+        __syncthreads();
+        if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
+        tc_abt<TC_BC / 16, TC_HS / 16>(S, TC_LDS, Qs + 16 * p.warp * TC_LDH, Ks);
+        __syncwarp();
+        float s[16], mx = -INFINITY;
+        for (int t = 0; t < 16; t++) {
+            int j = k0 + j0 + t;
+            s[t] = i < T && j <= i ? scale * S[r * TC_LDS + j0 + t] : -INFINITY;
+            mx = fmaxf(mx, s[t]);
+        }
+        float mnew = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+        /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
+        float mref = mnew == -INFINITY ? 0.0f : mnew;
+        float alpha = expf(m - mref), ps = 0.0f;
+        __syncwarp(); /* the scores are read before P overwrites them */
+        for (int t = 0; t < 16; t++) {
+            float e = expf(s[t] - mref);
+            ps += e;
+            P[r * TC_LDP + j0 + t] = __float2bfloat16_rn(e);
+        }
+        l = l * alpha + ps + __shfl_xor_sync(0xffffffffu, ps, 1);
+        m = mnew;
+        for (int c = c0; c < c0 + TC_HS / 2; c++)
+            O[r * TC_LDO + c] *= alpha;
+        __syncwarp();
+        tc_frag_c acc[TC_HS / 16];
+        for (int n = 0; n < TC_HS / 16; n++)
+            wmma::load_matrix_sync(acc[n], O + n * 16, TC_LDO, wmma::mem_row_major);
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(acc, P, Vs);
+        for (int n = 0; n < TC_HS / 16; n++)
+            wmma::store_matrix_sync(O + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
+        __syncwarp();
+    }
+    if (i >= T) return;
+    float *o = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS;
+    for (int c = c0; c < c0 + TC_HS / 2; c++)
+        o[c] = O[r * TC_LDO + c] / l;
+    if (half == 0) lse[(size_t)p.bh * T + i] = m + logf(l);
+}
+
+/* delta = dO.out (fp32, from memory) and lse of the ROWS queries from q0 into dl[], ls[] (0
+ * past T): TC_THREADS / ROWS threads per query, neighbouring lanes. dout and out at (b, h). */
+template <int ROWS>
+static __device__ __forceinline__ void tc_delta(float *dl, float *ls, const float *dout,
+                                                const float *out, const float *lse_bh, int q0,
+                                                int T, int C)
+{
+    constexpr int TPQ = TC_THREADS / ROWS;
+    static_assert(32 % TPQ == 0 && TC_HS % TPQ == 0, "a query's threads share a warp");
+    int ii = (int)threadIdx.x / TPQ, part = (int)threadIdx.x % TPQ, i = q0 + ii;
+    float d = 0.0f;
+    if (i < T)
+        for (int c = part; c < TC_HS; c += TPQ)
+            d += dout[(size_t)i * C + c] * out[(size_t)i * C + c];
+    for (int w = 1; w < TPQ; w <<= 1)
+        d += __shfl_xor_sync(0xffffffffu, d, w);
+    if (part == 0) {
+        dl[ii] = d;
+        ls[ii] = i < T ? lse_bh[i] : 0.0f;
+    }
+}
+
+/* Backward, dK and dV. grid (key tiles, B NH), the first (longest) key tiles first. */
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
+                     const float *lse, int T, int NH, float scale)
+{
+    __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
+                                              2 * TC_BC * 4];
+    static_assert(2 * TC_TILE + 2 * TC_SCORES >= TC_OUT, "the staging fits the tiles' place");
+    tc_bf16 *Ks = (tc_bf16 *)sm, *Vs = (tc_bf16 *)(sm + TC_HEAD);
+    tc_bf16 *Qs = (tc_bf16 *)(sm + 2 * TC_HEAD), *dOs = (tc_bf16 *)(sm + 2 * TC_HEAD + TC_TILE);
+    unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
+    tc_pos p = tc_pos_of(qkv, T, NH, false);
+    float *St = (float *)sc + p.warp * 16 * TC_LDS;                /* S^T, then P^T */
+    float *dPt = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dP^T, then dS^T */
+    float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BC;
+    int jw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, j = jw + r;
+    int i0 = half * 16; /* this lane's queries in a tile */
+    size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS; /* (b, h) in dout and out */
+
+    tc_load<TC_BR>(Ks, p.base + p.C, p.row0, T, p.C3);
+    tc_load<TC_BR>(Vs, p.base + 2 * p.C, p.row0, T, p.C3);
+    tc_frag_c dk[TC_HS / 16], dv[TC_HS / 16];
+    for (int n = 0; n < TC_HS / 16; n++) {
+        wmma::fill_fragment(dk[n], 0.0f);
+        wmma::fill_fragment(dv[n], 0.0f);
+    }
+    for (int q0 = p.row0; q0 < T; q0 += TC_BC) { /* queries i >= the tile's first key */
+        __syncthreads();
+        tc_load<TC_BC>(Qs, p.base, q0, T, p.C3);
+        tc_load<TC_BC>(dOs, dout + hoff, q0, T, (size_t)p.C);
+        tc_delta<TC_BC>(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, q0, T, p.C);
+        __syncthreads();
+        if (q0 + TC_BC - 1 < jw) continue; /* no query of the tile sees the warp's keys */
+        tc_abt<TC_BC / 16, TC_HS / 16>(St, TC_LDS, Ks + 16 * p.warp * TC_LDH, Qs);
+        tc_abt<TC_BC / 16, TC_HS / 16>(dPt, TC_LDS, Vs + 16 * p.warp * TC_LDH, dOs);
+        __syncwarp();
+        float pv[16], dsv[16];
+        for (int t = 0; t < 16; t++) {
+            int ii = i0 + t, i = q0 + ii;
+            float e = 0.0f, ds = 0.0f;
+            if (j < T && i < T && j <= i) {
+                e = expf(scale * St[r * TC_LDS + ii] - ls[ii]);
+                ds = e * (dPt[r * TC_LDS + ii] - dl[ii]) * scale;
+            }
+            pv[t] = e;
+            dsv[t] = ds;
+        }
+        __syncwarp(); /* read before overwritten */
+        tc_bf16 *Pt = (tc_bf16 *)St, *dSt = (tc_bf16 *)dPt;
+        for (int t = 0; t < 16; t++) {
+            Pt[r * TC_LDP + i0 + t] = __float2bfloat16_rn(pv[t]);
+            dSt[r * TC_LDP + i0 + t] = __float2bfloat16_rn(dsv[t]);
+        }
+        __syncwarp();
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(dv, Pt, dOs);
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(dk, dSt, Qs);
+    }
+    __syncthreads(); /* the tiles' place becomes the staging */
+    float *stage = (float *)(sm + 2 * TC_HEAD) + p.warp * 16 * TC_LDO;
+    float *g = dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    tc_add_out(g + p.C, p.C3, jw, T, stage, dk);
+    tc_add_out(g + 2 * p.C, p.C3, jw, T, stage, dv);
+}
+
+/* Backward, dQ. grid (query tiles, B NH), the last (longest) query tiles first. */
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
+                    const float *lse, int T, int NH, float scale)
+{
+    __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
+                                              2 * TC_BR * 4];
+    tc_bf16 *Qs = (tc_bf16 *)sm, *dOs = (tc_bf16 *)(sm + TC_HEAD);
+    tc_bf16 *Ks = (tc_bf16 *)(sm + 2 * TC_HEAD), *Vs = (tc_bf16 *)(sm + 2 * TC_HEAD + TC_TILE);
+    unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
+    tc_pos p = tc_pos_of(qkv, T, NH, true);
+    float *S = (float *)sc + p.warp * 16 * TC_LDS;                /* S, then dS */
+    float *dP = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dO V^T */
+    float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BR;
+    int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
+    int j0 = half * 16;
+    size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
+
+    tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
+    tc_load<TC_BR>(dOs, dout + hoff, p.row0, T, (size_t)p.C);
+    tc_delta<TC_BR>(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, p.row0, T, p.C);
+    tc_frag_c dq[TC_HS / 16];
+    for (int n = 0; n < TC_HS / 16; n++)
+        wmma::fill_fragment(dq[n], 0.0f);
+    int kend = min(T, p.row0 + TC_BR);
+    for (int k0 = 0; k0 < kend; k0 += TC_BC) {
+        __syncthreads();
+        tc_load<TC_BC>(Ks, p.base + p.C, k0, T, p.C3);
+        tc_load<TC_BC>(Vs, p.base + 2 * p.C, k0, T, p.C3);
+        __syncthreads();
+        if (k0 > qw + 15) continue;
+        tc_abt<TC_BC / 16, TC_HS / 16>(S, TC_LDS, Qs + 16 * p.warp * TC_LDH, Ks);
+        tc_abt<TC_BC / 16, TC_HS / 16>(dP, TC_LDS, dOs + 16 * p.warp * TC_LDH, Vs);
+        __syncwarp();
+        float dsv[16], li = ls[16 * p.warp + r], di = dl[16 * p.warp + r];
+        for (int t = 0; t < 16; t++) {
+            int j = k0 + j0 + t;
+            float ds = 0.0f;
+            if (i < T && j <= i) {
+                float e = expf(scale * S[r * TC_LDS + j0 + t] - li);
+                ds = e * (dP[r * TC_LDS + j0 + t] - di) * scale;
+            }
+            dsv[t] = ds;
+        }
+        __syncwarp();
+        tc_bf16 *dS = (tc_bf16 *)S;
+        for (int t = 0; t < 16; t++)
+            dS[r * TC_LDP + j0 + t] = __float2bfloat16_rn(dsv[t]);
+        __syncwarp();
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(dq, dS, Ks);
+    }
+    __syncthreads();
+    float *stage = (float *)(sm + 2 * TC_HEAD) + p.warp * 16 * TC_LDO;
+    tc_add_out(dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage, dq);
+}
+
+extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv,
+                                        int B, int T, int C, int NH)
+{
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(B * NH));
+    ZT_CUDA_LAUNCH(ctx, "attention_forward (fused, tensor cores)", tc_fwd_kernel, grid,
+                   TC_THREADS, out, lse, qkv, T, NH, scale);
+}
+
+extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, const float *dout,
+                                         const float *qkv, const float *out, const float *lse,
+                                         int B, int T, int C, int NH)
+{
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(B * NH));
+    ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, tensor cores)", tc_bwd_kv_kernel, grid,
+                   TC_THREADS, dqkv, dout, qkv, out, lse, T, NH, scale);
+    ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, tensor cores)", tc_bwd_q_kernel, grid,
+                   TC_THREADS, dqkv, dout, qkv, out, lse, T, NH, scale);
+}
