@@ -2,7 +2,10 @@
 (ZT_WORKER) that runs it under compute-sanitizer --tool memcheck, then --tool racecheck, on a
 tiny model for two optimizer steps with gradient accumulation (every op of the CUDA table runs:
 embeddings, LayerNorm, matmuls, attention, GELU, residual, cross-entropy, norms, AdamW), once in
-fp32 and once in bf16 (casts, 16-bit accumulation). Passes when every run exits 0 and the
+fp32 and once in bf16 (casts, 16-bit accumulation); then the fused attention kernels
+(ZT_CUDA_ATTN=fused, a model of head size 64 and a block of 80 tokens, so their tiles have
+tails): fp32 (attn_cuda.cu) and bf16 (the tensor-core kernels of attn_tc_cuda.cu). Passes when
+every run exits 0 and the
 sanitizer reports 0 errors. Exits 77 without a usable GPU or without compute-sanitizer
 (/usr/local/cuda/bin/compute-sanitizer or on PATH)."""
 import os
@@ -20,6 +23,12 @@ sys.path.insert(0, os.path.join(SRC, "tests"))
 import ztutil as zu  # noqa: E402
 
 CFG = dict(L=1, NH=2, C=32, T=16, V=60, Vp=128)
+CFG_HS64 = dict(L=1, NH=1, C=64, T=80, V=60, Vp=128)  # the fused attention's head size
+# (name, precision, model, model file, environment)
+VARIANTS = [("fp32", "fp32", CFG, "init.bin", {}),
+            ("bf16", "bf16", CFG, "init.bin", {}),
+            ("fp32_fused", "fp32", CFG_HS64, "init64.bin", {"ZT_CUDA_ATTN": "fused"}),
+            ("bf16_fused", "bf16", CFG_HS64, "init64.bin", {"ZT_CUDA_ATTN": "fused"})]
 
 
 def probe():
@@ -55,9 +64,10 @@ def main():
         os.makedirs(f"{tmp}/data")
         zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, CFG["V"], 2000))
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=2))
+        zu.write_model(f"{tmp}/init64.bin", CFG_HS64, zu.random_model(CFG_HS64, seed=2))
         for tool in ("memcheck", "racecheck"):
-            for prec in ("fp32", "bf16"):
-                name = f"{tool}_{prec}"
+            for variant, prec, cfg, init, extra_env in VARIANTS:
+                name = f"{tool}_{variant}"
                 wrapper = f"{tmp}/{name}.sh"
                 with open(wrapper, "w") as f:
                     f.write("#!/bin/sh\n"
@@ -71,16 +81,16 @@ def main():
                 if prec == "bf16":
                     ds["bf16"] = {"enabled": True}
                 job = {"name": name,
-                       "model": {"arch": "gpt2", "n_layer": CFG["L"], "n_head": CFG["NH"],
-                                 "n_embd": CFG["C"], "block_size": CFG["T"],
-                                 "vocab_size": CFG["V"], "init": "init.bin"},
+                       "model": {"arch": "gpt2", "n_layer": cfg["L"], "n_head": cfg["NH"],
+                                 "n_embd": cfg["C"], "block_size": cfg["T"],
+                                 "vocab_size": cfg["V"], "init": init},
                        "data": {"train": "data/t_*.bin"},
                        "train": {"steps": 2, "checkpoint_dir": f"ckpt/{name}"},
                        "resources": {"ranks": 1, "device": "cuda"},
                        "deepspeed": ds}
                 zu.write_job(f"{tmp}/{name}.json", job)
                 r = zu.run_zctl(["run", "--timeout-ms", "1200000", f"{tmp}/{name}.json"], cwd=tmp,
-                                env={"ZT_WORKER": wrapper}, timeout=1500)
+                                env={"ZT_WORKER": wrapper, **extra_env}, timeout=1500)
                 try:
                     log = zu.rank_log(f"{tmp}/ckpt/{name}", 0)
                 except OSError:
