@@ -607,6 +607,52 @@ static void test_attention(int B, int T, int C, int NH)
     GC = chunked;
 }
 
+/* Which attention ZT_CUDA_ATTN picks, seen from the scratch: the chunked path writes its
+ * scores there, the fused kernels never touch it. "fused" (in both matmul modes) leaves it as
+ * it was; unset, "chunked" and a value that names neither (warned, ignored) write it. */
+static void test_attention_choice(void)
+{
+    int B = 1, T = 64, C = 64, NH = 1;
+    size_t n3 = (size_t)B * T * 3 * C, nS = zt_attention_scratch_floats(B, T, NH);
+    float *qkv = kc_frandn(n3, 1.0), *scr = kc_falloc(nS);
+    static const struct {
+        const char *env;
+        zt_dtype mm;
+        int fused;
+    } cases[] = {{NULL, ZT_F32, 0},    {"chunked", ZT_F32, 0}, {"flash", ZT_F32, 0},
+                 {"fused", ZT_F32, 1}, {"fused", ZT_BF16, 1},  {"", ZT_BF16, 0}};
+    zt_kctx *keep = GC;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        if (cases[k].env)
+            setenv("ZT_CUDA_ATTN", cases[k].env, 1);
+        else
+            unsetenv("ZT_CUDA_ATTN");
+        zt_err err;
+        zt_status st = GPU->ctx_create(&GC, 0, &err);
+        unsetenv("ZT_CUDA_ATTN");
+        if (st != ZT_OK)
+            ZT_FAIL("ctx_create with ZT_CUDA_ATTN=%s: %s", cases[k].env, zt_err_msg(&err));
+        GPU->set_matmul_dtype(GC, cases[k].mm);
+        for (size_t i = 0; i < nS; i++)
+            scr[i] = NAN;
+        float *d_qkv = upf(qkv, n3), *d_scr = upf(scr, nS);
+        float *d_out = dalloc((size_t)B * T * C * 4), *d_lse = dalloc((size_t)B * NH * T * 4);
+        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+        GPU->copy_d2h(GC, scr, d_scr, nS * sizeof(float));
+        gsync("attention choice");
+        size_t untouched = 0;
+        for (size_t i = 0; i < nS; i++)
+            untouched += isnan(scr[i]) != 0;
+        printf("ZT_CUDA_ATTN=%s, %s inputs: %zu of %zu scratch floats untouched\n",
+               cases[k].env ? cases[k].env : "(unset)", zt_dtype_name(cases[k].mm), untouched, nS);
+        ASSERT_TRUE(cases[k].fused ? untouched == nS : untouched < nS);
+        dfree(d_qkv), dfree(d_scr), dfree(d_out), dfree(d_lse);
+        GPU->ctx_destroy(GC);
+    }
+    GC = keep;
+    zt_free(qkv), zt_free(scr);
+}
+
 /* ---- gelu, residual ---- */
 
 static void test_gelu_residual(size_t n)
@@ -979,6 +1025,7 @@ int main(void)
     test_attention(1, 129, 192, 3);
     test_attention(3, 95, 64, 1);
     test_attention(1, 1024, 128, 2);
+    test_attention_choice();
     test_gelu_residual(1);
     test_gelu_residual(1000);
     test_gelu_residual(100003);
