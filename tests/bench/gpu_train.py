@@ -8,8 +8,9 @@ H100 SXM/H200; fp32/tf32/bf16 peaks are looked up from the device name), the fra
 memory and the device's peak (nvidia-smi, polled).
   zerotrain: fp32 (ZT_CUDA_MATMUL=fp32, exact fp32 cuBLASLt), tf32 (ZT_CUDA_MATMUL=tf32), bf16
              (the job's bf16 section: bf16 parameters and gradients, fp32 master weights, matmul
-             inputs rounded to bf16 as set_matmul_dtype picks for bf16 jobs) and bf16-tf32 (the
-             same job with ZT_CUDA_MATMUL=tf32: TF32 matmuls, the choice before bf16 inputs);
+             inputs rounded to bf16 as set_matmul_dtype picks for bf16 jobs), and a bf16-tf32 row
+             at bf16's micro batch (the same job with ZT_CUDA_MATMUL=tf32: TF32 matmuls, the
+             choice before bf16 inputs) with the ratio of the two;
              the ops keep fp32 in memory as kernels/ops.h defines them, and a bf16 job keeps
              qkv, attention output and MLP input in bf16 between forward and backward. The bf16
              rows of both are the issue's comparison.
@@ -26,7 +27,7 @@ Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTo
 Python whose torch has CUDA (--torch-python, $ZT_TORCH_PYTHON, else python3 on PATH, else
 /usr/bin/python3); without one the PyTorch rows are skipped with a warning.
 Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--skip-torch]
-                    [--skip-twinflow] [--zt-precisions fp32,tf32,bf16,bf16-tf32]
+                    [--skip-twinflow] [--zt-precisions fp32,tf32,bf16]
                     [--torch-modes fp32,tf32,bf16]"""
 import argparse
 import json
@@ -283,7 +284,7 @@ def main():
     ap.add_argument("--batches", default="64,48,32,24,16,12,8,4,2,1")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-twinflow", action="store_true")
-    ap.add_argument("--zt-precisions", default="fp32,tf32,bf16,bf16-tf32")
+    ap.add_argument("--zt-precisions", default="fp32,tf32,bf16")
     ap.add_argument("--torch-modes", default="fp32,tf32,bf16")
     ap.add_argument("--twinflow-precision", default="bf16")
     ap.add_argument("--torch-python")
@@ -358,6 +359,18 @@ def main():
                 zt_best[prec] = res
                 rows.append(("zerotrain", prec, res))
 
+        # bf16 jobs with TF32 matmuls, at bf16's micro batch (no search of its own)
+        if "bf16" in zt_best:
+            B = zt_best["bf16"]["batch"]
+            jname = f"zt_bf16-tf32_b{B}"
+            res, err = zt_run(jname, zt_job(jname, B, "bf16-tf32"), "bf16-tf32")
+            if res:
+                res["batch"] = B
+                res["tok_s"] = B * T / res["step_s"]
+                rows.append(("zerotrain", "bf16-tf32", res))
+            else:
+                print(f"  zerotrain bf16 with TF32 matmuls failed: {err.strip()[-400:]}")
+
         fused_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
         if fused_prec:
             B = zt_best[fused_prec]["batch"]
@@ -419,8 +432,8 @@ def main():
             print(f"zerotrain/pytorch at {p}: {zt_tf[p]['tok_s'] / th[p]['tok_s']:.2f}x tokens/s")
     if "bf16" in zt_tf and "bf16-tf32" in zt_tf:
         a, b = zt_tf["bf16"], zt_tf["bf16-tf32"]
-        print(f"bf16 job, bf16/TF32 matmul inputs: {a['tok_s'] / b['tok_s']:.2f}x tokens/s "
-              f"(micro batch {a['batch']} vs {b['batch']}; fwd {a['line'].get('fwd_ms', '?')} vs "
+        print(f"bf16 job, bf16/TF32 matmul inputs at micro batch {a['batch']}: "
+              f"{a['tok_s'] / b['tok_s']:.2f}x tokens/s (fwd {a['line'].get('fwd_ms', '?')} vs "
               f"{b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
               f"{b['line'].get('bwd_ms', '?')} ms)")
     for w, p, r in rows:
