@@ -10,8 +10,9 @@
  * call is collective (all 32 lanes of the warp reach it, with the same pointer and leading
  * dimension), pointers are 256-bit aligned, ldm is a multiple of 16 bytes. A store writes each
  * element from one lane only (element e from lane e % 32), so a lane that reads what another
- * stored without __syncwarp between may read stale memory, as on the GPU. The products are
- * exact fp32 sums in order of k (a GPU's tensor cores add in another order). */
+ * stored without __syncwarp between may read stale memory, as on the GPU. The products of bf16
+ * values are exact in fp32 and summed in fp32 in order of k (a GPU's tensor cores add in
+ * another order). */
 #ifndef ZT_TESTS_GPU_EMU_WMMA_EMU_H
 #define ZT_TESTS_GPU_EMU_WMMA_EMU_H
 
