@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/dtype.h"
 #include "cuda_emu.h"
 #include "tests/test.h"
 
@@ -53,15 +54,9 @@ static void test_indices(dim3 grid, dim3 block)
     free(out);
 }
 
-/* bf16 rounding, to nearest even (finite values) */
 static float bf16_round(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof(u));
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, sizeof(u));
-    return x;
+    return zt_f32_from_bf16(zt_bf16_from_f32(x));
 }
 
 /* A 16 x 16 x 16 product with the inputs in each layout: the bf16-rounded product plus 1,
