@@ -159,7 +159,8 @@ int main(int argc, char **argv)
         return 77;
     }
     zt_err err;
-    unsetenv("ZT_CUDA_MATMUL");
+    unsetenv("ZT_CUDA_MATMUL"); /* K0: the job's dtype decides, chunked attention */
+    unsetenv("ZT_CUDA_ATTN");
     zt_status st = G->ctx_create(&K0, 0, &err);
     if (st == ZT_ERR_NO_DEVICE) {
         printf("SKIP: %s\n", err.msg);
