@@ -1,10 +1,11 @@
 /* zerotrain tests: every op of the CUDA table (kernels/cuda) against the CPU table on fresh
  * random inputs (the seed is printed; ZT_TEST_SEED=n repeats a run), several shapes including
  * odd ones, backward ops accumulating into prefilled buffers, NULL outputs, in-place
- * cross-entropy, bit-exact optimizer and precision ops, the matmul input modes (ZT_CUDA_MATMUL), and error reporting.
- * Exits 77 when the build has no CUDA or no GPU is usable (after checking the message). The
- * same file, linked with tests/gpu/emu instead of the CUDA runtime, is test_gpu_ops_emu: the
- * CUDA backend's code on the CPU, in every CI run. */
+ * cross-entropy, bit-exact optimizer and precision ops, the matmul input modes
+ * (ZT_CUDA_MATMUL), which attention ZT_CUDA_ATTN picks, and error reporting. Exits 77 when
+ * the build has no CUDA or no GPU is usable (after checking the message). The same file,
+ * linked with tests/gpu/emu instead of the CUDA runtime, is test_gpu_ops_emu: the CUDA
+ * backend's code on the CPU, in every CI run. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
