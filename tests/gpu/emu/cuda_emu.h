@@ -81,13 +81,18 @@ static inline void __syncthreads(void)
     zt_emu_syncthreads();
 }
 
+/* the calling thread's lane in its warp */
+static inline unsigned zt_emu_lane(void)
+{
+    return (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) & 31u;
+}
+
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask)
 {
     static_assert(sizeof(T) <= sizeof(uint64_t), "shuffle of a type wider than 64 bits");
     uint64_t bits = 0;
     memcpy(&bits, &v, sizeof(v));
-    unsigned lane = (threadIdx.x + threadIdx.y * blockDim.x +
-                     threadIdx.z * blockDim.x * blockDim.y) & 31u;
+    unsigned lane = zt_emu_lane();
     bits = zt_emu_shfl(mask, bits, (int)(lane ^ (unsigned)lane_mask) & 31);
     memcpy(&v, &bits, sizeof(v));
     return v;

@@ -84,11 +84,6 @@ static inline void zt_emu_wmma_check(const char *fn, const void *p, unsigned ldm
     }
 }
 
-static inline unsigned zt_emu_lane(void)
-{
-    return (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) & 31u;
-}
-
 template <class Use, int M, int N, int K, class T, class Layout, class V>
 static inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, V v)
 {
