@@ -53,22 +53,43 @@ static inline ct_shared *ct_shared_create(void)
     return p;
 }
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
-static inline int ct_free_port(void)
+/* Whether `port` on 127.0.0.1 can be bound right now. */
+static inline int ct_port_bindable(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
     struct sockaddr_in a;
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        perror("bind");
-        exit(1);
-    }
-    socklen_t l = sizeof(a);
-    getsockname(fd, (struct sockaddr *)&a, &l);
+    a.sin_port = htons((uint16_t)port);
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
     close(fd);
-    return ntohs(a.sin_port);
+    return ok;
+}
+
+/* A TCP port on 127.0.0.1 that was free a moment ago, chosen below the kernel's ephemeral
+ * range (ip_local_port_range): a port the kernel hands out (the source port of some other
+ * test's connection, or another kernel-chosen listener) could be taken before rank 0 binds
+ * it, which made parallel test runs fail now and then with "Address already in use". */
+static inline int ct_free_port(void)
+{
+    int lo = 32768, a = 0, b = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &a, &b) == 2 && a > 4096) lo = a;
+        fclose(f);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t s = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec;
+    for (int tries = 0; tries < 500; tries++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int port = 2048 + (int)((s >> 33) % (uint64_t)(lo - 2048));
+        if (ct_port_bindable(port)) return port;
+    }
+    fprintf(stderr, "ct_free_port: no free port below %d on 127.0.0.1\n", lo);
+    exit(1);
 }
 
 static inline double ct_now_ms(void)
