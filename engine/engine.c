@@ -829,7 +829,17 @@ static zt_status oom_error(zt_engine *e, zt_mem_category cat, bool host, size_t 
     bool dev = !host && strcmp(e->ops->name, "cpu") != 0;
     const zt_ops *mops = host ? zt_ops_cpu() : e->ops;
     size_t avail = 0, total = 0;
-    char have[128] = "", a[32], t[32], need[32], held[32], pc[32], pt[32];
+    char have[128] = "", a[32], t[32], need[32], held[32], pc[32], pt[32], kb[32];
+    char held_s[96];
+    int64_t arenas = e->mem.total_cur;
+    if (dev) { /* the kernel context's buffers (cuBLASLt workspace, scratch) came first */
+        int64_t ctx = (int64_t)zt_cuda_context_device_bytes(e->B, e->T);
+        snprintf(held_s, sizeof(held_s), "%s already held (%s of it the CUDA context's buffers)",
+                 zt_fmt_bytes(arenas + ctx, held, sizeof(held)), zt_fmt_bytes(ctx, kb, sizeof(kb)));
+    } else {
+        snprintf(held_s, sizeof(held_s), "%s already held",
+                 zt_fmt_bytes(arenas, held, sizeof(held)));
+    }
     if (mops->mem_info(host ? NULL : e->k, &avail, &total))
         snprintf(have, sizeof(have), " (%s of %s free)", zt_fmt_bytes((int64_t)avail, a, sizeof(a)),
                  zt_fmt_bytes((int64_t)total, t, sizeof(t)));
@@ -846,10 +856,9 @@ static zt_status oom_error(zt_engine *e, zt_mem_category cat, bool host, size_t 
                  e->world == 1 ? "" : "s");
     }
     return zt_err_set(err, ZT_ERR_NOMEM,
-                      "rank %d is out of %s memory: its %s need %s more%s, %s already held%s; %s",
+                      "rank %d is out of %s memory: its %s need %s more%s, %s%s; %s",
                       e->rank, dev ? "GPU" : "host", zt_mem_category_name(cat),
-                      zt_fmt_bytes((int64_t)bytes, need, sizeof(need)), have,
-                      zt_fmt_bytes(e->mem.total_cur, held, sizeof(held)), planned,
+                      zt_fmt_bytes((int64_t)bytes, need, sizeof(need)), have, held_s, planned,
                       oom_advice(cat));
 }
 

@@ -103,6 +103,15 @@ def rel_l2(a, b):
     return np.linalg.norm(a - b) / (nb if nb > 0 else 1.0)
 
 
+def fmt_bytes(b):
+    """common/alloc.c's zt_fmt_bytes"""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    v, i = float(b), 0
+    while abs(v) >= 1024 and i < 4:
+        v, i = v / 1024, i + 1
+    return f"{b} B" if i == 0 else f"{v:.1f} {units[i]}"
+
+
 def zt_bin(name):
     return os.path.join(os.environ.get("ZT_BIN", "build/bin"), name)
 

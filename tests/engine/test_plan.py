@@ -89,15 +89,6 @@ def one_case(tmp, i, c):
                       "rank_log_memory": mem_lines[-1] if mem_lines else None}))
 
 
-def fmt_bytes(b):
-    """common/alloc.c's zt_fmt_bytes"""
-    units = ["B", "KiB", "MiB", "GiB", "TiB"]
-    v, i = float(b), 0
-    while abs(v) >= 1024 and i < 4:
-        v, i = v / 1024, i + 1
-    return f"{b} B" if i == 0 else f"{v:.1f} {units[i]}"
-
-
 def check_oom(tmp, sanitized):
     """A micro batch whose activations (about 2.8 TiB) no machine has: the worker fails before
     training with an error that names the category, its size as the plan predicts it, and what
@@ -114,7 +105,7 @@ def check_oom(tmp, sanitized):
     zu.write_job(f"{tmp}/oom.json", job)
     p = zu.run_zctl(["plan", f"{tmp}/oom.json", "-o", "json"])
     row = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]
-    want = fmt_bytes(row["bytes"]["activations"])
+    want = zu.fmt_bytes(row["bytes"]["activations"])
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (16 << 30, 16 << 30))

@@ -12,6 +12,8 @@
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
   against the CPU with the same tolerances, and their tensor-core version in a bf16 job
   against bf16 on the CPU within 2% (--quick leaves them out);
+- a job whose arenas do not fit the GPU fails before training with an out-of-memory report
+  that names the category and zctl plan's figure for it (the emulated GPU: 128 MiB);
 - with two GPUs or more (ZT_GPU_COUNT, default 1): two ranks on the NCCL path, stages 1-3,
   against two CPU ranks with the same tolerances, and a rank killed mid-training: the other
   exits 3 within the collective timeout.
@@ -25,6 +27,7 @@ offload 0.5, two ranks at stage 2 only."""
 import filecmp
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -203,6 +206,8 @@ def main():
             if dev > 0.02:
                 failures.append(f"bf16 fused tensor-core attention deviates {dev:.4f} > 2%")
 
+        check_gpu_oom(tmp, failures)
+
         if GPUS >= 2:
             multi_rank(tmp, run, compare, failures)
         else:
@@ -211,6 +216,44 @@ def main():
         print("FAILURES:\n  " + "\n  ".join(failures))
         sys.exit(1)
     print("ok")
+
+
+def check_gpu_oom(tmp, failures):
+    """A job whose device arenas do not fit the GPU: the worker fails before training, naming
+    the GPU, the category whose arena could not be had, its size as zctl plan predicts it, the
+    device's free and total memory, what the rank holds already and what to change; zctl run exits non-zero. On the emulation
+    the GPU has 128 MiB (ZT_CUDA_EMU_MEMORY_MIB) and a micro batch of 1024 needs about 400 MiB;
+    on a real GPU a micro batch of 4,000,000 needs about 1.6 TB."""
+    job = job_for("gpu_oom", "cuda")
+    micro = 1024 if EMU else 4_000_000
+    job["deepspeed"].update(train_batch_size=micro, train_micro_batch_size_per_gpu=micro)
+    job["train"]["steps"] = 1
+    zu.write_job(f"{tmp}/gpu_oom.json", job)
+    p = zu.run_zctl(["plan", f"{tmp}/gpu_oom.json", "-o", "json"])
+    if p.returncode != 0:
+        failures.append(f"gpu_oom: zctl plan failed: {p.stderr}")
+        return
+    planned = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]["bytes"]
+    env = dict(GPU_ENV, ZT_CUDA_EMU_MEMORY_MIB="128") if EMU else {}
+    r = zu.run_zctl(["run", f"{tmp}/gpu_oom.json"], cwd=tmp, env=env, timeout=300)
+    text = r.stdout + r.stderr
+    m = re.search(r"rank 0 is out of GPU memory: its (\w+) need (.+?) more \((.+?) of (.+?) free\)",
+                  text)
+    print(f"GPU out of memory: rc {r.returncode}: {m.group(0) if m else text.strip()[-300:]}")
+    if r.returncode == 0 or not m:
+        failures.append(f"gpu_oom: rc {r.returncode}, no GPU out-of-memory report in:\n{text}")
+        return
+    cat, need, total = m.group(1), m.group(2), m.group(4)
+    want = [f"'zctl plan' predicts {need} of {cat}", "of it the CUDA context's buffers",
+            "lower train_micro_batch_size_per_gpu"]
+    if cat not in planned or need != zu.fmt_bytes(planned[cat]):
+        failures.append(f"gpu_oom: {cat} needs {need}, zctl plan says "
+                        f"{planned.get(cat)} bytes")
+    if EMU and total != "128.0 MiB":
+        failures.append(f"gpu_oom: the device's total reads {total}, not 128.0 MiB")
+    missing = [w for w in want if w not in text]
+    if missing:
+        failures.append(f"gpu_oom: missing {missing} in:\n{text}")
 
 
 # What a rank may allocate on the device beyond zctl plan's device total: the small exchange

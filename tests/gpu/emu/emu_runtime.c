@@ -5,7 +5,8 @@
  * (emu_nccl.c), which completes on its communicator's thread: a stream remembers its latest
  * such operation, an event recorded on the stream stands for it, and anything queued behind it
  * on the stream (or told to wait for the event) blocks the host until it is done — the order a
- * GPU keeps, with the host waiting where the GPU would. Device allocations are
+ * GPU keeps, with the host waiting where the GPU would. ZT_CUDA_EMU_MEMORY_MIB caps the
+ * device memory a process may hold (default: the host's), as a GPU's size does. Device allocations are
  * 256-byte aligned, filled with 0xff bytes (NaN as floats, so that a kernel reading memory
  * nobody wrote shows up) and carry a header that cudaFree checks. Prototypes come from the
  * toolkit's cuda_runtime.h, so a mismatch does not compile. */
@@ -58,6 +59,9 @@ typedef struct emu_block {
 } emu_block;
 
 static __thread cudaError_t last_error = cudaSuccess;
+
+/* Device bytes held now and at most (as asked for, without the allocation's rounding). */
+static atomic_size_t dev_cur, dev_peak;
 
 void zt_emu_record_error(cudaError_t e)
 {
@@ -129,6 +133,29 @@ static size_t host_bytes(int name)
     return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : (size_t)1 << 34;
 }
 
+/* ZT_CUDA_EMU_MEMORY_MIB (1 to 2^30): the device memory of the process's emulated GPUs
+ * together, in MiB; 0 when unset (the host's memory). */
+static size_t memory_cap(void)
+{
+    static size_t cap = SIZE_MAX;
+    if (cap != SIZE_MAX) return cap;
+    const char *v = getenv("ZT_CUDA_EMU_MEMORY_MIB");
+    char *end;
+    long long mib = v && *v ? strtoll(v, &end, 10) : 0;
+    if (v && *v && (*end || mib < 1 || mib > (1LL << 30))) {
+        fprintf(stderr, "CUDA emulation: ZT_CUDA_EMU_MEMORY_MIB=\"%s\" is not a size in MiB from 1 to 2^30\n", v);
+        abort();
+    }
+    cap = (size_t)mib << 20;
+    return cap;
+}
+
+static size_t device_total(void)
+{
+    size_t cap = memory_cap();
+    return cap ? cap : host_bytes(_SC_PHYS_PAGES);
+}
+
 /* ZT_CUDA_EMU_DEVICES (1 to 64, default 1): how many GPUs each process sees, so that ranks
  * of one node can each have their own (each process's emulated GPUs are its own memory). */
 static int device_count(void)
@@ -173,7 +200,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof(*prop));
     snprintf(prop->name, sizeof(prop->name), "zerotrain CUDA emulation on the CPU");
-    prop->totalGlobalMem = host_bytes(_SC_PHYS_PAGES);
+    prop->totalGlobalMem = device_total();
     prop->warpSize = 32;
     prop->maxThreadsPerBlock = 1024;
     prop->major = 9;
@@ -185,8 +212,9 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 cudaError_t cudaMemGetInfo(size_t *avail, size_t *total)
 {
     if (!avail || !total) return fail(cudaErrorInvalidValue);
-    *avail = host_bytes(_SC_AVPHYS_PAGES);
-    *total = host_bytes(_SC_PHYS_PAGES);
+    size_t cap = memory_cap(), cur = atomic_load(&dev_cur);
+    *avail = cap ? (cur < cap ? cap - cur : 0) : host_bytes(_SC_AVPHYS_PAGES);
+    *total = device_total();
     return cudaSuccess;
 }
 
@@ -437,8 +465,6 @@ static cudaError_t block_free(void *p, uint64_t magic)
     return cudaSuccess;
 }
 
-/* Device bytes held now and at most (as asked for, without the allocation's rounding). */
-static atomic_size_t dev_cur, dev_peak;
 
 static void dev_charge(size_t bytes, bool add)
 {
@@ -477,8 +503,9 @@ static struct {
 static bool dev_block_add(const char *p, size_t bytes)
 {
     pthread_mutex_lock(&dev_blocks.lock);
-    bool ok = true;
-    if (dev_blocks.n == dev_blocks.cap) {
+    size_t cap = memory_cap();
+    bool ok = !cap || bytes <= cap - atomic_load(&dev_cur); /* dev_cur <= cap: charged here */
+    if (ok && dev_blocks.n == dev_blocks.cap) {
         size_t cap = dev_blocks.cap ? 2 * dev_blocks.cap : 64;
         const char **s = realloc(dev_blocks.start, cap * sizeof(*s));
         if (s) dev_blocks.start = s;
@@ -527,6 +554,11 @@ bool zt_emu_device_range(const void *p, size_t bytes)
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    size_t cap = memory_cap();
+    if (p && cap && bytes > cap - atomic_load(&dev_cur)) { /* before touching the host's memory */
+        *p = NULL;
+        return fail(cudaErrorMemoryAllocation);
+    }
     cudaError_t e = block_alloc(p, bytes, EMU_MAGIC_DEV, 0xff);
     if (e == cudaSuccess && !dev_block_add(*p, bytes)) {
         block_free(*p, EMU_MAGIC_DEV);
