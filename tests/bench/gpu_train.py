@@ -28,7 +28,11 @@ Python whose torch has CUDA (--torch-python, $ZT_TORCH_PYTHON, else python3 on P
 /usr/bin/python3); without one the PyTorch rows are skipped with a warning.
 Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--skip-torch]
                     [--skip-twinflow] [--zt-precisions fp32,tf32,bf16]
-                    [--torch-modes fp32,tf32,bf16]"""
+                    [--torch-modes fp32,tf32,bf16]
+--emu: the whole zerotrain side on the CUDA emulation (tests/gpu/emu: zworker_emu, a 60 MiB
+GPU) with a small model (L2 NH2 C128 T64 V500), no PyTorch, 1 + 2 steps: the test that this
+script works (every row measured, the micro batch search falling back past one that does not
+fit, the Twin-Flow curve complete; exits 1 otherwise) before a GPU's time is spent on it."""
 import argparse
 import json
 import os
@@ -43,9 +47,16 @@ SRC = os.environ.get("ZT_SOURCE_DIR",
                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(SRC, "tests"))
 
-L, NH, C, T, V, VP = 12, 12, 768, 1024, 50257, 50304
+EMU = "--emu" in sys.argv[1:]
+L, NH, C, T, V, VP = (2, 2, 128, 64, 500, 512) if EMU else (12, 12, 768, 1024, 50257, 50304)
 N_PARAMS = VP * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 FLOP_PER_TOKEN = 6 * N_PARAMS + 6 * L * C * T
+MODEL = "a small model on the CUDA emulation" if EMU else "GPT-2 124M"
+BUILD = os.environ.get("ZT_BUILD_DIR", "build")
+# the emulation's worker and GPU (its size makes --emu's first micro batch not fit)
+EMU_ENV = {"ZT_WORKER": os.path.abspath(os.path.join(BUILD, "tests", "zworker_emu")),
+           "ZT_CUDA_EMU_DEVICES": "1", "ZT_CUDA_EMU_MEMORY_MIB": "60",
+           "OMP_NUM_THREADS": "2"} if EMU else {}
 
 # dense peaks in TFLOP/s: (bf16, tf32, fp32), matched on the device name in this order
 PEAKS = [
@@ -103,6 +114,8 @@ class GpuMemPoller:
 
 
 def gpu_name():
+    if EMU:
+        return "CUDA emulation"
     smi = shutil.which("nvidia-smi")
     if smi:
         r = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
@@ -113,7 +126,7 @@ def gpu_name():
 
 
 def probe(build_dir):
-    exe = os.path.join(build_dir, "tests", "zt_gpu_probe")
+    exe = os.path.join(build_dir, "tests", "zt_gpu_probe_emu" if EMU else "zt_gpu_probe")
     if not os.path.exists(exe):
         print(f"SKIP: {exe} is not built")
         sys.exit(77)
@@ -290,15 +303,17 @@ def main():
     ap.add_argument("--torch-python")
     ap.add_argument("--torch-worker", action="store_true")
     ap.add_argument("--mode")
+    ap.add_argument("--emu", action="store_true")
     args = ap.parse_args()
     if args.torch_worker:
         return torch_worker(args)
+    if EMU:
+        args.steps, args.warmup, args.batches, args.skip_torch = 2, 1, "16,4", True
 
     import numpy as np
     import ztutil as zu
 
-    build = os.environ.get("ZT_BUILD_DIR", "build")
-    probe(build)
+    probe(BUILD)
     name = gpu_name()
     (pk_bf16, pk_tf32, pk_fp32), known = peaks_for(name)
     peak_of = {"fp32": pk_fp32, "tf32": pk_tf32, "bf16": pk_bf16, "bf16-tf32": pk_tf32}
@@ -308,7 +323,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="zt-bench-gpu-") as tmp:
         os.makedirs(f"{tmp}/data")
         rng = np.random.default_rng(1)
-        zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, V, 4_000_000))
+        zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, V, 100_000 if EMU else 4_000_000))
 
         def zt_job(jname, B, prec, stage=0, offload=None):
             zo = {"stage": stage}
@@ -330,7 +345,7 @@ def main():
         def zt_run(jname, job, prec, attn="chunked"):
             zu.write_job(f"{tmp}/{jname}.json", job)
             env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn,
-                   "ZT_CUDA_MATMUL": mm_of[prec]}
+                   "ZT_CUDA_MATMUL": mm_of[prec], **EMU_ENV}
             with GpuMemPoller() as mem:
                 r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
             steps = zu.parse_step_lines(r.stdout)
@@ -341,6 +356,8 @@ def main():
             return {"step_s": step_s, "mem_peak": int(timed[-1]["mem_peak"]),
                     "dev_peak_mib": mem.peak, "loss": float(timed[-1]["loss"]), "line": timed[-1]}, ""
 
+        too_big = []  # (precision, micro batch, the rank's out-of-memory report or None)
+
         def largest(prec):
             for B in [int(b) for b in args.batches.split(",")]:
                 res, err = zt_run(f"zt_{prec}_b{B}", zt_job(f"zt_{prec}_b{B}", B, prec), prec)
@@ -348,8 +365,10 @@ def main():
                     res["batch"] = B
                     res["tok_s"] = B * T / res["step_s"]
                     return res
+                oom = next((ln for ln in err.splitlines() if "out of GPU memory" in ln), None)
+                too_big.append((prec, B, oom))
                 print(f"  zerotrain {prec}: micro batch {B} failed or does not fit: "
-                      f"{err.strip().splitlines()[-1] if err.strip() else '?'}")
+                      f"{(oom or err.strip() or '?').splitlines()[-1][-400:]}")
             return None
 
         zt_best = {}
@@ -410,7 +429,7 @@ def main():
                 twin.append((ratio, res))
 
     print()
-    print(f"gpu_train: GPT-2 124M (L{L} NH{NH} C{C} T{T} V{V}/{VP}), N = {N_PARAMS / 1e6:.2f}M "
+    print(f"gpu_train: {MODEL} (L{L} NH{NH} C{C} T{T} V{V}/{VP}), N = {N_PARAMS / 1e6:.2f}M "
           f"parameters, {FLOP_PER_TOKEN / 1e9:.3f} GFLOP per token (6N + 6LCT)")
     print(f"GPU: {name}; dense peaks bf16 {pk_bf16:.0f}, tf32 {pk_tf32:.0f}, fp32 {pk_fp32:.1f} "
           f"TFLOP/s{'' if known else ' (unknown model: H100 SXM figures assumed)'}")
@@ -455,6 +474,37 @@ def main():
             opt = r["line"].get("opt_ms", "?")
             print(f"  {label:<11} step {r['step_s'] * 1e3:8.1f} ms{rel}, optimizer {opt} ms, "
                   f"peak alloc {r['mem_peak'] / 2**30:.1f} GiB")
+    if EMU:
+        sys.exit(check_emu(rows, twin, too_big, args))
+
+
+def check_emu(rows, twin, too_big, args):
+    """--emu's verdict: every row and every Twin-Flow point measured, each precision's first
+    micro batch refused for GPU memory (with the rank's report), the second run."""
+    want = [("zerotrain", p) for p in args.zt_precisions.split(",") if p]
+    if "bf16" in args.zt_precisions.split(","):
+        want += [("zerotrain", "bf16-tf32"), ("zt-fused", "bf16")]
+    have = {(w, p): r for w, p, r in rows}
+    problems = [f"no {w} {p} row" for w, p in want if (w, p) not in have]
+    first, second = (int(b) for b in args.batches.split(",")[:2])
+    for w, p in want:
+        if (w, p) in have and have[(w, p)]["batch"] != second:
+            problems.append(f"{w} {p} ran micro batch {have[(w, p)]['batch']}, not {second}")
+    for p in [p for w, p in want if w == "zerotrain" and p in args.zt_precisions.split(",")]:
+        rep = [oom for q, b, oom in too_big if q == p and b == first]
+        if not rep or not rep[0] or "'zctl plan' predicts" not in rep[0]:
+            problems.append(f"{p}: micro batch {first} was not refused with a GPU out-of-memory "
+                            f"report: {rep}")
+    if not args.skip_twinflow and (len(twin) != 5 or not all(r for _, r in twin)):
+        problems.append(f"Twin-Flow curve incomplete: {[(ratio, bool(r)) for ratio, r in twin]}")
+    for w, p, r in rows:
+        if not (r["tok_s"] > 0 and r["mem_peak"] > 0 and 0 < r["loss"] < 20):
+            problems.append(f"{w} {p}: implausible figures {r}")
+    if problems:
+        print("FAILURES:\n  " + "\n  ".join(problems))
+        return 1
+    print("ok")
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@
  * prints its time, its rate (TFLOP/s for matmuls and attention, GB/s of the fewest bytes it must
  * move otherwise) and that rate as a share of its ceiling: the gap METHOD.md asks for first.
  * Timing: the op is queued `reps` times, then one sync; the best of 3 such rounds, after one
- * warm-up round. Exits 77 without a GPU. Usage: bench_kernels_gpu [--batch B] [--quick] */
+ * warm-up round. Exits 77 without a GPU. Usage: bench_kernels_gpu [--batch B] [--quick] [--small]
+ * --small: every op once at a small model's shapes (L2 C128 NH2 T64, vocabulary 500/512; 256^3
+ * ceiling, 1M-parameter optimizer), the run the CUDA emulation makes in CI (bench_kernels_gpu_emu)
+ * so that the bench itself is proven before a GPU's time is spent on it. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdint.h>
@@ -20,7 +23,10 @@
 #include "kernels/ops.h"
 #include "tests/bench/bench_shapes.h"
 
-enum { L = 12, C = 768, NH = 12, T = 1024, VP = 50304, V = 50257 };
+static int C = 768, NH = 12, T = 1024, VP = 50304, V = 50257;
+static int CEIL_M = 8192;                /* the ceiling matmul's size */
+static size_t COPY_FLOATS = (size_t)1 << 28; /* 1 GiB each way */
+static size_t OPT_PARAMS = 124475904;    /* GPT-2 124M */
 
 static const zt_ops *G;
 static zt_kctx *K;   /* the context the ops run in: K0, or KTF for TF32 */
@@ -117,15 +123,17 @@ static void report_bytes(const char *what, double sec, double bytes)
 
 static void ceilings(void)
 {
-    size_t n = (size_t)1 << 28; /* 1 GiB each way */
+    size_t n = COPY_FLOATS;
     float *a = dalloc(n * 4), *b = dalloc(n * 4);
     G->memset0(K, a, n * 4);
     double s;
     TIME_IT(s, G->copy_d2d(K, b, a, n * 4));
     BW = 2.0 * n * 4 / s * 1e-9;
-    printf("  %-40s %9.3f ms %8.1f GB/s    (ceiling)\n", "copy 1 GiB device to device", s * 1e3, BW);
+    char cw[64];
+    snprintf(cw, sizeof cw, "copy %.0f MiB device to device", (double)n * 4 / 1048576.0);
+    printf("  %-40s %9.3f ms %8.1f GB/s    (ceiling)\n", cw, s * 1e3, BW);
     G->free(K, a), G->free(K, b);
-    int M = 8192;
+    int M = CEIL_M;
     float *x = drand((size_t)M * M, 1.0f), *w = drand((size_t)M * M, 1.0f);
     float *y = dalloc((size_t)M * M * 4);
     double fl = 2.0 * M * (double)M * M;
@@ -134,7 +142,7 @@ static void ceilings(void)
         TIME_IT(s, G->matmul_forward(K, y, x, w, NULL, M, M, M));
         CEIL[k] = fl / s * 1e-12;
         char what[64];
-        snprintf(what, sizeof what, "matmul 8192^3 %s", MODES[k].name);
+        snprintf(what, sizeof what, "matmul %d^3 %s", M, MODES[k].name);
         printf("  %-40s %9.3f ms %8.1f TFLOP/s (ceiling)\n", what, s * 1e3, CEIL[k]);
     }
     use_mode(0);
@@ -147,8 +155,11 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) B = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0) REPS = 5;
-        else {
-            fprintf(stderr, "usage: bench_kernels_gpu [--batch B] [--quick]\n");
+        else if (strcmp(argv[i], "--small") == 0) {
+            C = 128, NH = 2, T = 64, VP = 512, V = 500, CEIL_M = 256;
+            COPY_FLOATS = (size_t)1 << 18, OPT_PARAMS = (size_t)1 << 20, REPS = 1, B = 2;
+        } else {
+            fprintf(stderr, "usage: bench_kernels_gpu [--batch B] [--quick] [--small]\n");
             return 2;
         }
     }
@@ -182,8 +193,9 @@ int main(int argc, char **argv)
     }
     K = K0;
     size_t N = (size_t)B * T, NC = N * C;
-    printf("bench_kernels_gpu: GPT-2 124M shapes, micro batch %d x block %d (N = %zu rows)\n", B,
-           T, N);
+    printf("bench_kernels_gpu: %s shapes (C %d, NH %d, vocabulary %d/%d), micro batch %d x "
+           "block %d (N = %zu rows)\n",
+           C == 768 ? "GPT-2 124M" : "small", C, NH, V, VP, B, T, N);
     ceilings();
 
     double s;
@@ -209,7 +221,7 @@ int main(int argc, char **argv)
     TIME_IT(s, G->layernorm_backward(K, dx, dw, db, z, x, w, mean, rstd, (int)N, C));
     report_bytes("layernorm_backward", s, 4.0 * NC * 4);
 
-    static const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
+    const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
     float *big = dalloc(N * VP * 4); /* the logits */
     for (int md = 0; md < NMODES; md++) {
         use_mode(md);
@@ -273,24 +285,33 @@ int main(int argc, char **argv)
     report_bytes("crossentropy_forward_backward (in place)", s, 2.0 * N * VP * 4);
     G->free(K, big);
 
-    /* the optimizer over all of GPT-2 124M's parameters */
-    size_t P = (size_t)124475904;
+    /* the optimizer over all of GPT-2 124M's parameters (--small: 1M) */
+    size_t P = OPT_PARAMS;
     float *p = drand(P, 0.02f), *g = drand(P, 1e-3f), *m = drand(P, 1e-4f), *v = drand(P, 1e-6f);
     uint16_t *lp = dalloc(P * 2);
     G->cast(K, lp, ZT_BF16, g, ZT_F32, P);
     zt_adamw_args a = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                        .weight_decay = 0.1f, .bc1 = 0.1f, .bc2 = 0.05f, .grad_scale = 1.0f};
     REPS = REPS > 5 ? 5 : REPS;
+    char pw[96];
+    double pm = (double)P / 1e6;
     TIME_IT(s, G->adamw(K, p, g, ZT_F32, m, v, P, &a, NULL, ZT_F32));
-    report_bytes("adamw 124M (fp32 grads)", s, 28.0 * P);
+    snprintf(pw, sizeof pw, "adamw %.0fM (fp32 grads)", pm);
+    report_bytes(pw, s, 28.0 * P);
     TIME_IT(s, G->adamw(K, p, lp, ZT_BF16, m, v, P, &a, lp, ZT_BF16));
-    report_bytes("adamw 124M (bf16 grads, bf16 copy out)", s, 28.0 * P);
+    snprintf(pw, sizeof pw, "adamw %.0fM (bf16 grads, bf16 copy out)", pm);
+    report_bytes(pw, s, 28.0 * P);
     TIME_IT(s, G->cast(K, lp, ZT_BF16, p, ZT_F32, P));
-    report_bytes("cast fp32 -> bf16 124M", s, 6.0 * P);
+    snprintf(pw, sizeof pw, "cast fp32 -> bf16 %.0fM", pm);
+    report_bytes(pw, s, 6.0 * P);
     double out2[2] = {0, 0};
     TIME_IT(s, G->sumsq_nonfinite(K, g, ZT_F32, P, out2));
-    report_bytes("sumsq_nonfinite 124M fp32", s, 4.0 * P);
+    snprintf(pw, sizeof pw, "sumsq_nonfinite %.0fM fp32", pm);
+    report_bytes(pw, s, 4.0 * P);
     if (G->sync(K, &err) != ZT_OK) die("final sync");
+    void *bufs[] = {x, y, z, dx, w, bias, dw, db, mean, rstd, wpe, tok, qkv, dqkv, p, g, m, v, lp};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        G->free(K, bufs[i]);
     G->ctx_destroy(KTF);
     G->ctx_destroy(KF);
     G->ctx_destroy(K);

@@ -38,6 +38,9 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   zt_add_test(NAME test_gpu_ops_emu SOURCES ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_ops.c
               LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 900)
   target_compile_definitions(test_gpu_ops_emu PRIVATE ZT_TEST_EMU=1) # its emulation-only cases
+  # tests/bench/kernels_gpu.c once at small shapes: the GPU op benchmark proven to run
+  zt_add_test(NAME bench_kernels_gpu_emu SOURCES ${CMAKE_SOURCE_DIR}/tests/bench/kernels_gpu.c
+              LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 300 ARGS --small)
 
   # The engine on the emulated GPUs, its collectives through engine/comm_nccl.c and an
   # emulation of NCCL across processes (emu_nccl.c): zworker_emu and zt_gpu_probe_emu, which
@@ -65,6 +68,14 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   set(ZT_EMU_ENGINE_ARGS --emu)
   if(ZT_SAN_FLAGS)
     list(APPEND ZT_EMU_ENGINE_ARGS --quick)
+  endif()
+  # tests/bench/gpu_train.py's zerotrain side on the emulation with a small model: the GPU
+  # benchmark's driver proven before a GPU runs it (not in the sanitizer build: its engine
+  # paths are gpu_engine_emu's)
+  if(NOT ZT_SAN_FLAGS)
+    zt_add_script_test(NAME bench_gpu_train_emu
+                       COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/bench/gpu_train.py --emu
+                       LABELS integration emu TIMEOUT 600)
   endif()
   zt_add_script_test(NAME gpu_engine_emu
                      COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_engine.py
