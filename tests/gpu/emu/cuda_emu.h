@@ -32,6 +32,9 @@ extern __thread dim3 zt_emu_block_dim, zt_emu_grid_dim;
  * A bad configuration sets cudaErrorInvalidConfiguration for cudaGetLastError and runs
  * nothing, as the runtime does. */
 void zt_emu_launch(const char *kernel, dim3 grid, dim3 block, void (*fn)(void *), void *arg);
+/* The calling thread's schedule from now on, as ZT_CUDA_EMU_SCHEDULE gives it (emu_sched.c):
+ * "forward", "reverse", "random" or "random:SEED"; another value stops the process. */
+void zt_emu_schedule(const char *spec);
 /* __syncthreads of the calling fiber. */
 void zt_emu_syncthreads(void);
 /* The warp exchange under every shuffle: returns lane src_lane's `bits` (all 32 lanes of the

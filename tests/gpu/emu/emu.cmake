@@ -38,6 +38,15 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   zt_add_test(NAME test_gpu_ops_emu SOURCES ${CMAKE_CURRENT_LIST_DIR}/../test_gpu_ops.c
               LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 900)
   target_compile_definitions(test_gpu_ops_emu PRIVATE ZT_TEST_EMU=1) # its emulation-only cases
+  # the kernels under a second schedule (the threads of a block in reverse order between
+  # barriers; the default is a random order): a race shows as a result that changes with it
+  if(NOT ZT_SAN_FLAGS)
+    add_test(NAME test_gpu_ops_emu_reverse COMMAND test_gpu_ops_emu
+             WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    set_tests_properties(test_gpu_ops_emu_reverse PROPERTIES LABELS "unit;emu" TIMEOUT 900
+                         SKIP_RETURN_CODE 77
+                         ENVIRONMENT "ZT_CUDA_EMU_SCHEDULE=reverse;ZT_TEST_QUICK=1")
+  endif()
   # tests/bench/kernels_gpu.c once at small shapes: the GPU op benchmark proven to run
   zt_add_test(NAME bench_kernels_gpu_emu SOURCES ${CMAKE_SOURCE_DIR}/tests/bench/kernels_gpu.c
               LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 300 ARGS --small)

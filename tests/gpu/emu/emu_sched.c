@@ -5,7 +5,15 @@
  * can never be released is an error in the kernel, reported with its name and the block, and
  * the process stops (a test would otherwise hang or pass on garbage). Fibers switch with a few
  * instructions on x86-64 (millions of switches per test: ucontext's system call per switch
- * would dominate) and with ucontext elsewhere; AddressSanitizer is told about every switch. */
+ * would dominate) and with ucontext elsewhere; AddressSanitizer is told about every switch.
+ *
+ * The order in which the runnable threads of a block run, each round between barriers, is the
+ * schedule (ZT_CUDA_EMU_SCHEDULE, or zt_emu_schedule): "forward" (thread 0 first), "reverse",
+ * or "random[:SEED]", a fresh permutation every round from a generator seeded with SEED
+ * (default 1), the default. A GPU promises no order between the barriers either, so a kernel
+ * whose result depends on it has a race: a thread reading shared or global memory that
+ * another writes without a barrier between. A kernel free of races computes the same bits under
+ * every schedule; tests run the kernels under several and compare with the CPU. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdarg.h>
@@ -26,6 +34,8 @@
 
 #define EMU_MAX_THREADS 1024
 #define EMU_STACK ((size_t)64 << 10)
+
+typedef enum { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM } order_kind;
 
 __thread uint3 zt_emu_thread_idx, zt_emu_block_idx;
 __thread dim3 zt_emu_block_dim, zt_emu_grid_dim;
@@ -56,6 +66,9 @@ typedef struct sched {
 #endif
     fiber *f;     /* EMU_MAX_THREADS */
     char *stacks; /* EMU_MAX_THREADS * EMU_STACK */
+    int *ord;     /* EMU_MAX_THREADS: the order of the round that runs */
+    order_kind order;
+    uint64_t rng; /* ORDER_RANDOM's generator (xorshift64*) */
     int nt;       /* threads of the running block */
     int cur;      /* fiber running, -1 when the scheduler runs */
     const char *kernel;
@@ -79,6 +92,44 @@ static void emu_fail(const char *fmt, ...)
     abort();
 }
 
+/* Parses a schedule ("forward", "reverse", "random" or "random:SEED"); false if malformed. */
+static bool parse_schedule(const char *v, order_kind *kind, uint64_t *seed)
+{
+    *seed = 1;
+    if (strcmp(v, "forward") == 0) {
+        *kind = ORDER_FORWARD;
+        return true;
+    }
+    if (strcmp(v, "reverse") == 0) {
+        *kind = ORDER_REVERSE;
+        return true;
+    }
+    if (strncmp(v, "random", 6) != 0 || (v[6] && v[6] != ':'))
+        return false;
+    *kind = ORDER_RANDOM;
+    if (!v[6])
+        return true;
+    char *end;
+    unsigned long long n = strtoull(v + 7, &end, 10);
+    if (!v[7] || *end || v[7] == '-')
+        return false;
+    *seed = n;
+    return true;
+}
+
+static void set_schedule(sched *s, const char *spec, const char *origin)
+{
+    uint64_t seed;
+    if (!parse_schedule(spec, &s->order, &seed)) {
+        fprintf(stderr, "cuda-emu: %s \"%s\" is not forward, reverse, random or random:SEED\n",
+                origin, spec);
+        abort();
+    }
+    s->rng = seed * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull; /* never 0 */
+    if (!s->rng)
+        s->rng = 1;
+}
+
 static sched *sched_get(void)
 {
     if (S)
@@ -87,14 +138,42 @@ static sched *sched_get(void)
     if (!s)
         emu_fail("out of host memory for the scheduler");
     s->f = calloc(EMU_MAX_THREADS, sizeof(*s->f));
+    s->ord = calloc(EMU_MAX_THREADS, sizeof(*s->ord));
     void *st = mmap(NULL, EMU_MAX_THREADS * EMU_STACK, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!s->f || st == MAP_FAILED)
+    if (!s->f || !s->ord || st == MAP_FAILED)
         emu_fail("out of host memory for %d fiber stacks", EMU_MAX_THREADS);
     s->stacks = st;
     s->cur = -1;
+    const char *v = getenv("ZT_CUDA_EMU_SCHEDULE");
+    set_schedule(s, v && *v ? v : "random", "ZT_CUDA_EMU_SCHEDULE");
     S = s;
     return s;
+}
+
+void zt_emu_schedule(const char *spec)
+{
+    set_schedule(sched_get(), spec, "zt_emu_schedule");
+}
+
+/* s->ord: this round's order of the block's threads */
+static void round_order(sched *s)
+{
+    int n = s->nt;
+    for (int k = 0; k < n; k++)
+        s->ord[k] = s->order == ORDER_REVERSE ? n - 1 - k : k;
+    if (s->order != ORDER_RANDOM)
+        return;
+    for (int k = n - 1; k > 0; k--) { /* Fisher-Yates */
+        s->rng ^= s->rng >> 12;
+        s->rng ^= s->rng << 25;
+        s->rng ^= s->rng >> 27;
+        uint64_t r = (s->rng * 0x2545f4914f6cdd1dull) >> 32;
+        int j = (int)(r % (uint64_t)(k + 1));
+        int t = s->ord[k];
+        s->ord[k] = s->ord[j];
+        s->ord[j] = t;
+    }
 }
 
 /* ---- switching: fiber_init, to_fiber (scheduler -> fiber), to_sched (fiber -> scheduler) */
@@ -312,7 +391,9 @@ static void run_block(sched *s, dim3 block)
         f->tid.z = (unsigned)i / (block.x * block.y);
     }
     do {
-        for (int i = 0; i < s->nt; i++) {
+        round_order(s);
+        for (int k = 0; k < s->nt; k++) {
+            int i = s->ord[k];
             if (s->f[i].st != F_RUN)
                 continue;
             s->cur = i;

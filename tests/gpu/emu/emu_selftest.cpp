@@ -1,7 +1,8 @@
 /* zerotrain tests: kernels that exercise the CUDA emulation itself (test_cuda_emu.c): a block
  * reduction through shared memory and shuffles, a 3-D grid's indices, two kernels with
  * barriers that not every thread reaches, which the emulator must refuse, and the warp matrix
- * functions: a product in each layout, a misaligned and a divergent call (refused). */
+ * functions: a product in each layout, a misaligned and a divergent call (refused); a kernel
+ * with a race on shared memory, and without. */
 #include "cuda_emu.h"
 
 extern "C" {
@@ -13,6 +14,7 @@ void emu_launch_config(unsigned threads);
 void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col);
 void emu_wmma_misaligned(float *out);
 void emu_wmma_divergent(float *out);
+void emu_neighbour(float *out, int barrier);
 }
 
 namespace wmma = nvcuda::wmma;
@@ -99,6 +101,17 @@ static __global__ void bad_shfl_kernel(float *out)
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
+/* out[t] = what thread t + 1 put in shared memory: a race without the barrier */
+static __global__ void neighbour_kernel(float *out, int barrier)
+{
+    __shared__ float sh[64];
+    sh[threadIdx.x] = (float)(threadIdx.x + 1000 * blockIdx.x);
+    if (barrier) __syncthreads();
+    out[blockIdx.x * 64 + threadIdx.x] = sh[(threadIdx.x + 1) % 64];
+    __syncthreads(); /* the next block's threads write sh after every read of this one */
+    sh[threadIdx.x] = -1.0f;
+}
+
 static __global__ void nothing_kernel(float *out)
 {
     (void)out;
@@ -153,4 +166,9 @@ void emu_wmma_misaligned(float *out)
 void emu_wmma_divergent(float *out)
 {
     ZT_EMU_LAUNCH("wmma_divergent", wmma_divergent_kernel, 1, 32, 0, out);
+}
+
+void emu_neighbour(float *out, int barrier)
+{
+    ZT_EMU_LAUNCH("neighbour", neighbour_kernel, 2, 64, 0, out, barrier);
 }

@@ -3,7 +3,8 @@
  * grid runs exactly once, a bad launch configuration is a cudaGetLastError, and a barrier that
  * not every thread reaches stops the process with a message naming the kernel (as the GPU
  * would hang or compute garbage). The warp matrix functions multiply as the programming guide
- * defines them, in every layout, and refuse a misaligned pointer and a divergent call. */
+ * defines them, in every layout, and refuse a misaligned pointer and a divergent call. The
+ * schedule (the order of a block's threads between barriers) exposes a race. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ void emu_launch_config(unsigned threads);
 void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col);
 void emu_wmma_misaligned(float *out);
 void emu_wmma_divergent(float *out);
+void emu_neighbour(float *out, int barrier);
 
 static void test_block_sums(int n, unsigned blocks, unsigned threads)
 {
@@ -81,6 +83,44 @@ static void test_wmma_product(int a_col, int b_col)
         }
 }
 
+/* The schedule decides what a racy kernel computes and nothing else: a kernel that reads a
+ * neighbour's shared memory without a barrier gets different values under forward, reverse and
+ * random order (each thread runs once under each: the indices come out right); with the barrier
+ * every schedule gives the right values. */
+static void test_schedules(void)
+{
+    static const char *const specs[] = {"forward", "reverse", "random:7", "random"};
+    float got[4][128];
+    for (int barrier = 0; barrier < 2; barrier++) {
+        for (int k = 0; k < 4; k++) {
+            zt_emu_schedule(specs[k]);
+            test_indices((dim3){3, 1, 1}, (dim3){40, 3, 1});
+            emu_neighbour(got[k], barrier);
+            ASSERT_EQ_INT(cudaGetLastError(), cudaSuccess);
+        }
+        int right[4] = {0};
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 128; i++)
+                right[k] += got[k][i] == (float)((i % 64 + 1) % 64 + 1000 * (i / 64));
+        printf("%s barrier: right values forward %d, reverse %d, random:7 %d, random %d of 128\n",
+               barrier ? "with" : "without", right[0], right[1], right[2], right[3]);
+        for (int k = 0; k < 4; k++)
+            ASSERT_TRUE(barrier ? right[k] == 128 : right[k] < 128);
+        if (!barrier) { /* forward: only the last thread sees a neighbour's (thread 0's) write */
+            ASSERT_EQ_INT(right[0], 2);
+            ASSERT_EQ_INT(right[1], 126); /* reverse: all but the last thread do */
+            ASSERT_TRUE(right[2] > 2 && right[2] < 126);
+        }
+    }
+    zt_emu_schedule("random");
+}
+
+static void bad_schedule(float *out)
+{
+    (void)out;
+    zt_emu_schedule("sideways");
+}
+
 /* Runs fn in a child; it must abort with `needle` on stderr. */
 static void expect_abort(void (*fn)(float *), const char *needle)
 {
@@ -131,6 +171,8 @@ int main(void)
     expect_abort(emu_wmma_misaligned, "store_matrix_sync");
     expect_abort(emu_wmma_misaligned, "not 256-bit aligned");
     expect_abort(emu_wmma_divergent, "the lanes of the warp pass different arguments");
+    test_schedules();
+    expect_abort(bad_schedule, "\"sideways\" is not forward, reverse, random or random:SEED");
     printf("ok\n");
     return 0;
 }
