@@ -1229,7 +1229,8 @@ static void prune(const zt_engine *e)
         zt_free(steps);
         return;
     }
-    qsort(steps, n, sizeof(*steps), step_entry_newest_first);
+    if (n > 1) /* qsort wants a valid pointer, even for no elements */
+        qsort(steps, n, sizeof(*steps), step_entry_newest_first);
     int kept = 0;
     for (size_t i = 0; i < n; i++) {
         int64_t step = steps[i].step;
