@@ -12,6 +12,8 @@
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
   against the CPU with the same tolerances, and their tensor-core version in a bf16 job
   against bf16 on the CPU within 2% (--quick leaves them out);
+- (--emu) training allocates nothing on the device or pinned host once the first step runs;
+  launches, matmuls, copies, synchronisations and collectives per step are printed;
 - a job whose arenas do not fit the GPU fails before training with an out-of-memory report
   that names the category and zctl plan's figure for it (the emulated GPU: 128 MiB);
 - with two GPUs or more (ZT_GPU_COUNT, default 1): two ranks on the NCCL path, stages 1-3,
@@ -207,6 +209,8 @@ def main():
                 failures.append(f"bf16 fused tensor-core attention deviates {dev:.4f} > 2%")
 
         check_gpu_oom(tmp, failures)
+        if EMU:
+            check_step_costs(tmp, failures)
 
         if GPUS >= 2:
             multi_rank(tmp, run, compare, failures)
@@ -261,6 +265,49 @@ def check_gpu_oom(tmp, failures):
 DEVICE_SLACK = 4096
 
 
+def check_step_costs(tmp, failures):
+    """What a training step asks of the (emulated) GPU, from the difference between a run of 4
+    steps and one of 8: no device or pinned host allocation once training runs (every buffer
+    lives in the arenas set up before the first step); launches, matmuls, copies,
+    synchronisations and collectives per step are printed."""
+    cases = [dict(stage=3)] if QUICK else [dict(stage=0), dict(stage=3),
+                                           dict(stage=2, offload=0.5), dict(stage=2, prec="bf16")]
+    for cfg in cases:
+        label = " ".join(f"{k} {v}" for k, v in cfg.items())
+        counts = {}
+        for steps in (4, 8):
+            name = f"costs_{steps}_{'_'.join(str(v) for v in cfg.values())}"
+            job = job_for(name, "cuda", **cfg)
+            job["train"]["steps"] = steps
+            zu.write_job(f"{tmp}/{name}.json", job)
+            report = f"{tmp}/report_{name}"
+            os.makedirs(report)
+            r = zu.run_zctl(["run", f"{tmp}/{name}.json"], cwd=tmp,
+                            env=dict(GPU_ENV, ZT_CUDA_EMU_REPORT=report, ZT_CUDA_MATMUL="fp32"))
+            reports = read_reports(report) if r.returncode == 0 else []
+            if len(reports) != 1:
+                failures.append(f"step costs ({label}): rc {r.returncode}, {len(reports)} "
+                                f"reports:\n{r.stderr[-2000:]}")
+                break
+            counts[steps] = reports[0]
+        if len(counts) != 2:
+            continue
+        per = {k: (counts[8][k] - counts[4][k]) / 4 for k in counts[8] if k != "peak_device_bytes"}
+        print(f"per step ({label}, {TB // MICRO} micro-steps, {CFG['L']} layers): "
+              + ", ".join(f"{k} {v:g}" for k, v in per.items()))
+        if per["device_allocs"] or per["host_allocs"]:
+            failures.append(f"step costs ({label}): allocations during training: {per}")
+
+
+def read_reports(report):
+    """The emulation's report of each rank (ZT_CUDA_EMU_REPORT): {name: count}"""
+    out = []
+    for f in sorted(os.listdir(report)):
+        with open(os.path.join(report, f)) as fh:
+            out.append({k: int(v) for k, v in (ln.split("=", 1) for ln in fh.read().split())})
+    return out
+
+
 def check_device_memory(tmp, name, report, ranks, failures):
     """Every device allocation of the run (the emulated runtime counts them all, the kernel
     context's included) stays within what zctl plan predicted for the job's device."""
@@ -269,10 +316,7 @@ def check_device_memory(tmp, name, report, ranks, failures):
         failures.append(f"{name}: zctl plan failed: {p.stderr}")
         return
     plan = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]["device_bytes"]
-    peaks = []
-    for f in sorted(os.listdir(report)):
-        with open(os.path.join(report, f)) as fh:
-            peaks.append(int(fh.read().split("=")[1]))
+    peaks = [r["peak_device_bytes"] for r in read_reports(report)]
     if len(peaks) != ranks:
         failures.append(f"{name}: {len(peaks)} device memory reports for {ranks} ranks")
         return

@@ -24,8 +24,8 @@
 #include <cuda_runtime.h>
 
 #include "common/dtype.h"
-#include "cuda_emu.h"
 #include "cuda_int.h"
+#include "emu_int.h"
 
 /* Magics that mark initialised objects (an uninitialised descriptor is caught) */
 #define LT_HANDLE_MAGIC UINT64_C(0x7a74656d754c7448) /* "zTemuLtH" */
@@ -751,6 +751,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     (void)ws; /* the emulated algorithm needs no workspace */
     (void)ws_bytes;
     if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    zt_emu_count(ZT_EMU_GEMM);
     zt_emu_stream_wait(stream); /* then the product is complete when this returns */
     lt_desc d;
     lt_layout a, b, c, dd;

@@ -20,6 +20,23 @@ void zt_emu_pause(unsigned *spins);
 /* Whether [p, p + bytes) lies inside one cudaMalloc allocation (bytes may be 0). */
 bool zt_emu_device_range(const void *p, size_t bytes);
 
+/* Counts of what the process asked for, written to ZT_CUDA_EMU_REPORT's file at exit
+ * (emu_runtime.c): kernel launches, cuBLASLt matmuls, cudaMalloc and cudaMallocHost calls,
+ * copies (cudaMemcpy and cudaMemcpyAsync), stream and event synchronisations, NCCL
+ * collectives. */
+typedef enum {
+    ZT_EMU_LAUNCH,
+    ZT_EMU_GEMM,
+    ZT_EMU_MALLOC,
+    ZT_EMU_HOST_ALLOC,
+    ZT_EMU_COPY,
+    ZT_EMU_STREAM_SYNC,
+    ZT_EMU_EVENT_SYNC,
+    ZT_EMU_COLLECTIVE,
+    ZT_EMU_COUNTERS
+} zt_emu_counter;
+void zt_emu_count(zt_emu_counter c);
+
 /* Sets the calling thread's last error, which cudaGetLastError returns and clears. */
 void zt_emu_record_error(cudaError_t e);
 

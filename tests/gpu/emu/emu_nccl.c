@@ -574,6 +574,7 @@ static ncclResult_t enqueue(ncclComm_t c, coll_kind kind, const void *send, void
     if (finalizing) return ncclInvalidUsage;
     coll *q = calloc(1, sizeof(*q));
     if (!q) return ncclSystemError;
+    zt_emu_count(ZT_EMU_COLLECTIVE);
     q->op = zt_emu_op_enqueue(stream);
     if (!q->op) {
         free(q);

@@ -330,6 +330,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    zt_emu_count(ZT_EMU_STREAM_SYNC);
     zt_emu_stream_wait(s);
     return cudaSuccess;
 }
@@ -398,6 +399,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle);
+    zt_emu_count(ZT_EMU_EVENT_SYNC);
     zt_emu_op *op = event_pending(e);
     op_wait(op);
     op_release(op);
@@ -478,8 +480,23 @@ static void dev_charge(size_t bytes, bool add)
     }
 }
 
-/* ZT_CUDA_EMU_REPORT=DIR: at exit each process writes DIR/device-PID.txt with its peak of
- * device memory (tests compare it with what zctl plan predicts). */
+/* What the process asked of the runtime, for the report: the counts of zt_emu_counter. */
+static atomic_ullong counts[ZT_EMU_COUNTERS];
+static const char *const count_names[ZT_EMU_COUNTERS] = {
+    [ZT_EMU_LAUNCH] = "launches",         [ZT_EMU_GEMM] = "gemms",
+    [ZT_EMU_MALLOC] = "device_allocs",    [ZT_EMU_HOST_ALLOC] = "host_allocs",
+    [ZT_EMU_COPY] = "copies",             [ZT_EMU_STREAM_SYNC] = "stream_syncs",
+    [ZT_EMU_EVENT_SYNC] = "event_syncs",  [ZT_EMU_COLLECTIVE] = "collectives",
+};
+
+void zt_emu_count(zt_emu_counter c)
+{
+    atomic_fetch_add_explicit(&counts[c], 1, memory_order_relaxed);
+}
+
+/* ZT_CUDA_EMU_REPORT=DIR: at exit each process writes DIR/device-PID.txt, lines of name=value:
+ * its peak of device memory (tests compare it with what zctl plan predicts) and the counts
+ * above (tests compare them between runs of different lengths: what a training step costs). */
 static void write_report(void)
 {
     const char *dir = getenv("ZT_CUDA_EMU_REPORT");
@@ -489,6 +506,8 @@ static void write_report(void)
     FILE *f = fopen(path, "w");
     if (!f) return;
     fprintf(f, "peak_device_bytes=%zu\n", atomic_load(&dev_peak));
+    for (int c = 0; c < ZT_EMU_COUNTERS; c++)
+        fprintf(f, "%s=%llu\n", count_names[c], (unsigned long long)atomic_load(&counts[c]));
     fclose(f);
 }
 
@@ -554,6 +573,7 @@ bool zt_emu_device_range(const void *p, size_t bytes)
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    zt_emu_count(ZT_EMU_MALLOC);
     size_t cap = memory_cap();
     if (p && cap && bytes > cap - atomic_load(&dev_cur)) { /* before touching the host's memory */
         *p = NULL;
@@ -576,6 +596,7 @@ cudaError_t cudaFree(void *p)
 
 cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
+    zt_emu_count(ZT_EMU_HOST_ALLOC);
     return block_alloc(p, bytes, EMU_MAGIC_HOST, 0xff);
 }
 
@@ -599,6 +620,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if ((unsigned)kind > (unsigned)cudaMemcpyDefault || (bytes && (!dst || !src)))
         return fail(cudaErrorInvalidValue);
+    zt_emu_count(ZT_EMU_COPY);
     zt_emu_stream_wait(s);
     if (bytes) memcpy(dst, src, bytes); /* overlapping ranges are undefined on the GPU too */
     return cudaSuccess;
