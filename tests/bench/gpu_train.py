@@ -1,7 +1,9 @@
 """tests/bench/gpu_train: zerotrain vs PyTorch training GPT-2 124M on one GPU, in the same run.
 Model: n_layer 12, n_head 12, n_embd 768, vocab 50257 (padded 50304), block 1024, random init,
 random tokens. For each side and precision it finds the largest micro batch that fits (trying
---batches in descending order; an out-of-memory attempt is dropped), then times --steps steps
+--batches in descending order; zerotrain skips those zctl plan puts past the GPU's memory, and
+PyTorch, whose every try costs a compilation, starts at the largest zerotrain ran unless
+--torch-batches says otherwise; an out-of-memory attempt is dropped), then times --steps steps
 after --warmup and prints tokens/s, achieved TFLOP/s ((6N + 6LCT) x tokens/s, llm.c's count),
 MFU against the peak of the precision that ran and against the dense bf16 peak (989 TFLOP/s on
 H100 SXM/H200; fp32/tf32/bf16 peaks are looked up from the device name), the framework's peak
@@ -26,13 +28,15 @@ ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
 Python whose torch has CUDA (--torch-python, $ZT_TORCH_PYTHON, else python3 on PATH, else
 /usr/bin/python3); without one the PyTorch rows are skipped with a warning.
-Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--skip-torch]
-                    [--skip-twinflow] [--zt-precisions fp32,tf32,bf16]
+Every result is printed when measured, then all again as a table with the ratios.
+Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--torch-batches B,...]
+                    [--skip-torch] [--skip-twinflow] [--zt-precisions fp32,tf32,bf16]
                     [--torch-modes fp32,tf32,bf16]
 --emu: the whole zerotrain side on the CUDA emulation (tests/gpu/emu: zworker_emu, a 60 MiB
-GPU) with a small model (L2 NH2 C128 T64 V500), no PyTorch, 1 + 2 steps: the test that this
-script works (every row measured, the micro batch search falling back past one that does not
-fit, the Twin-Flow curve complete; exits 1 otherwise) before a GPU's time is spent on it."""
+GPU) with a small model (L2 NH2 C128 T64 V500), PyTorch's side on the CPU (bf16, eager), 1 + 2
+steps: the test that this script works (every row measured, the micro batch search skipping
+what zctl plan says cannot fit and falling back past one that does not, the Twin-Flow curve
+complete; exits 1 otherwise) before a GPU's time is spent on it."""
 import argparse
 import json
 import os
@@ -198,23 +202,28 @@ def torch_worker(args):
     torch.backends.cuda.matmul.allow_tf32 = mode in ("tf32", "bf16")
     torch.backends.cudnn.allow_tf32 = mode in ("tf32", "bf16")
     torch.manual_seed(1)
-    dev = torch.device("cuda")
+    dev = torch.device(args.torch_device)
+    cuda = dev.type == "cuda"  # cpu: --emu's check of this code, eager, with the torch there
     model = GPT().to(dev)
     decay = [p for p in model.parameters() if p.dim() == 2]
     nodecay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": nodecay, "weight_decay": 0.0}], lr=3e-4, fused=True)
-    compiled = True
-    try:
-        cmodel = torch.compile(model)
-    except Exception as e:  # noqa: BLE001 - report and run eagerly
-        print(f"torch.compile unavailable ({e}); running eagerly", file=sys.stderr)
-        cmodel, compiled = model, False
+                             {"params": nodecay, "weight_decay": 0.0}], lr=3e-4,
+                            **({"fused": True} if cuda else {}))
+    compiled = cuda and hasattr(torch, "compile")
+    cmodel = model
+    if compiled:
+        try:
+            cmodel = torch.compile(model)
+        except Exception as e:  # noqa: BLE001 - report and run eagerly
+            print(f"torch.compile unavailable ({e}); running eagerly", file=sys.stderr)
+            cmodel, compiled = model, False
+    oom_error = getattr(torch.cuda, "OutOfMemoryError", None) or MemoryError
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)
         if mode == "bf16":
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
                 loss = cmodel(x, y)
         else:
             loss = cmodel(x, y)
@@ -222,51 +231,64 @@ def torch_worker(args):
         opt.step()
         return loss
 
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
     result = None
     batches = [int(b) for b in args.batches.split(",")]
     while batches:
         B = batches[0]
+        oom = False
         try:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
             g = torch.Generator(device="cpu").manual_seed(B)
             x = torch.randint(0, V, (B, T), generator=g).to(dev)
             y = torch.randint(0, V, (B, T), generator=g).to(dev)
             for _ in range(args.warmup):
                 step(x, y)
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             for _ in range(args.steps):
                 loss = step(x, y)
-            torch.cuda.synchronize()
+            sync()
             dt = (time.perf_counter() - t0) / args.steps
             result = {"batch": B, "step_s": dt, "tok_s": B * T / dt, "loss": float(loss),
-                      "mem_alloc": torch.cuda.max_memory_allocated(),
-                      "mem_reserved": torch.cuda.max_memory_reserved(),
-                      "compiled": compiled, "torch": torch.__version__,
-                      "device": torch.cuda.get_device_name(0)}
+                      "mem_alloc": torch.cuda.max_memory_allocated() if cuda else 0,
+                      "mem_reserved": torch.cuda.max_memory_reserved() if cuda else 0,
+                      "compiled": compiled, "torch": torch.__version__, "fused_adamw": cuda,
+                      "sdpa": hasattr(F, "scaled_dot_product_attention"),
+                      "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
             break
-        except torch.cuda.OutOfMemoryError:
+        except oom_error:
             print(f"pytorch {mode}: micro batch {B} does not fit", file=sys.stderr)
-            opt.zero_grad(set_to_none=True)
-            batches.pop(0)
+            oom = True
         except Exception as e:  # noqa: BLE001 - compilation failing at the first call
             if not compiled:
                 raise
             print(f"torch.compile failed at the first step ({e!r}); running eagerly",
                   file=sys.stderr)
             cmodel, compiled = model, False
+        if oom:  # outside the handler, whose traceback holds the failed step's tensors
+            x = y = loss = None
+            opt.zero_grad(set_to_none=True)
+            opt.state.clear()
+            import gc
+            gc.collect()
+            batches.pop(0)
     print(json.dumps(result))
 
 
-def find_torch_python(explicit):
+def find_torch_python(explicit, need_cuda=True):
     cands = [explicit, os.environ.get("ZT_TORCH_PYTHON"), shutil.which("python3"), "/usr/bin/python3"]
     for py in cands:
         if not py:
             continue
         r = subprocess.run([py, "-c", "import torch; print(int(torch.cuda.is_available()))"],
                            capture_output=True, text=True)
-        if r.returncode == 0 and r.stdout.strip() == "1":
+        if r.returncode == 0 and r.stdout.strip() in (("1",) if need_cuda else ("0", "1")):
             return py
     return None
 
@@ -275,7 +297,8 @@ def torch_run(py, mode, args, poller_cls):
     with poller_cls() as mem:
         r = subprocess.run([py, os.path.abspath(__file__), "--torch-worker", "--mode", mode,
                             "--batches", args.batches, "--steps", str(args.steps),
-                            "--warmup", str(args.warmup)], capture_output=True, text=True)
+                            "--warmup", str(args.warmup), "--torch-device", args.torch_device]
+                           + (["--emu"] if EMU else []), capture_output=True, text=True)
     if r.returncode != 0:
         print(f"WARNING: pytorch {mode} failed ({r.returncode}):\n{r.stderr[-3000:]}")
         return None
@@ -290,11 +313,49 @@ def torch_run(py, mode, args, poller_cls):
 # ---------------------------------------------------------------------------------------------
 # zerotrain side
 
+def gpu_memory_mib():
+    """The GPU's memory in MiB (nvidia-smi; on the emulation its ZT_CUDA_EMU_MEMORY_MIB), or None."""
+    if EMU:
+        return float(EMU_ENV["ZT_CUDA_EMU_MEMORY_MIB"])
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    r = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
+                       capture_output=True, text=True)
+    try:
+        return float(r.stdout.strip().splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+# What a process holds on the GPU beyond zctl plan's device total (the CUDA context, NCCL's
+# buffers), when deciding which micro batches to try: a batch the plan puts within this of the
+# GPU's size is still tried. The emulation counts every byte, so there the margin is negative:
+# a batch up to 10 MiB past its size is tried (and refused), the out-of-memory path's test.
+PLAN_MARGIN_MIB = -10 if EMU else 1536
+
+
+def fmt_row(who, prec, r, peak_of, pk_bf16):
+    tflops = r["tok_s"] * FLOP_PER_TOKEN / 1e12
+    alloc = r.get("mem_peak", r.get("mem_alloc", 0)) / 2**30
+    dpk = f"{r['dev_peak_mib'] / 1024:.1f}" if r.get("dev_peak_mib") else "n/a"
+    return (f"{who:<10} {prec:<9} {r['batch']:>7} {r['tok_s']:>9.0f} {tflops:>8.1f} "
+            f"{100 * tflops / peak_of[prec]:>6.1f}% {100 * tflops / pk_bf16:>7.1f}% "
+            f"{alloc:>14.2f} {dpk:>15}")
+
+
+HEADER = (f"{'system':<10} {'precision':<9} {'micro B':>7} {'tok/s':>9} {'TFLOP/s':>8} "
+          f"{'MFU':>7} {'MFU bf16':>8} {'peak alloc GiB':>14} {'device peak GiB':>15}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batches", default="64,48,32,24,16,12,8,4,2,1")
+    ap.add_argument("--torch-batches",
+                    help="PyTorch's micro batches to try, largest first (default: --batches from "
+                         "the largest zerotrain ran down, or all of --batches without one)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-twinflow", action="store_true")
     ap.add_argument("--zt-precisions", default="fp32,tf32,bf16")
@@ -304,11 +365,13 @@ def main():
     ap.add_argument("--torch-worker", action="store_true")
     ap.add_argument("--mode")
     ap.add_argument("--emu", action="store_true")
+    ap.add_argument("--torch-device", default="cuda")
     args = ap.parse_args()
     if args.torch_worker:
         return torch_worker(args)
-    if EMU:
-        args.steps, args.warmup, args.batches, args.skip_torch = 2, 1, "16,4", True
+    if EMU:  # PyTorch on the CPU (bf16 only): this script's PyTorch code run, not measured
+        args.steps, args.warmup, args.batches = 2, 1, "32,16,4"
+        args.torch_device, args.torch_modes = "cpu", "bf16"
 
     import numpy as np
     import ztutil as zu
@@ -319,7 +382,23 @@ def main():
     peak_of = {"fp32": pk_fp32, "tf32": pk_tf32, "bf16": pk_bf16, "bf16-tf32": pk_tf32}
     # ZT_CUDA_MATMUL of each zerotrain precision ("": the job's precision decides)
     mm_of = {"fp32": "fp32", "tf32": "tf32", "bf16": "", "bf16-tf32": "tf32"}
+    mem_mib = gpu_memory_mib()
+    # Each result is printed as soon as it is measured (a run cut short by a time limit still
+    # reports what it finished), then all of them again as one table with the ratios.
+    print(f"gpu_train: {MODEL} (L{L} NH{NH} C{C} T{T} V{V}/{VP}), N = {N_PARAMS / 1e6:.2f}M "
+          f"parameters, {FLOP_PER_TOKEN / 1e9:.3f} GFLOP per token (6N + 6LCT)")
+    print(f"GPU: {name}"
+          f"{f', {mem_mib / 1024:.1f} GiB' if mem_mib and not EMU else ''}"
+          f"{f', {mem_mib:.0f} MiB' if mem_mib and EMU else ''}; dense peaks bf16 "
+          f"{pk_bf16:.0f}, tf32 {pk_tf32:.0f}, fp32 {pk_fp32:.1f} TFLOP/s"
+          f"{'' if known else ' (unknown model: H100 SXM figures assumed)'}")
+    print(HEADER, flush=True)
     rows = []
+
+    def add_row(who, prec, res):
+        rows.append((who, prec, res))
+        print(fmt_row(who, prec, res, peak_of, pk_bf16), flush=True)
+
     with tempfile.TemporaryDirectory(prefix="zt-bench-gpu-") as tmp:
         os.makedirs(f"{tmp}/data")
         rng = np.random.default_rng(1)
@@ -342,6 +421,15 @@ def main():
                                   **({"bf16": {"enabled": True}} if prec.startswith("bf16")
                                      else {})}}
 
+        def plan_mib(jname, job):
+            """zctl plan's device total for the job, MiB (None if the plan fails)"""
+            zu.write_job(f"{tmp}/{jname}.json", job)
+            p = zu.run_zctl(["plan", f"{tmp}/{jname}.json", "-o", "json"], cwd=tmp)
+            if p.returncode != 0:
+                return None
+            row = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]
+            return row["device_bytes"] / 2**20
+
         def zt_run(jname, job, prec, attn="chunked"):
             zu.write_job(f"{tmp}/{jname}.json", job)
             env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn,
@@ -357,10 +445,19 @@ def main():
                     "dev_peak_mib": mem.peak, "loss": float(timed[-1]["loss"]), "line": timed[-1]}, ""
 
         too_big = []  # (precision, micro batch, the rank's out-of-memory report or None)
+        skipped = []  # (precision, micro batch, zctl plan's MiB): not tried
 
         def largest(prec):
             for B in [int(b) for b in args.batches.split(",")]:
-                res, err = zt_run(f"zt_{prec}_b{B}", zt_job(f"zt_{prec}_b{B}", B, prec), prec)
+                jname = f"zt_{prec}_b{B}"
+                job = zt_job(jname, B, prec)
+                need = plan_mib(jname, job)
+                if mem_mib and need and need > mem_mib - PLAN_MARGIN_MIB:
+                    skipped.append((prec, B, need))
+                    print(f"  zerotrain {prec}: micro batch {B} not tried: zctl plan says "
+                          f"{need:.0f} MiB of the GPU's {mem_mib:.0f}", flush=True)
+                    continue
+                res, err = zt_run(jname, job, prec)
                 if res:
                     res["batch"] = B
                     res["tok_s"] = B * T / res["step_s"]
@@ -368,7 +465,7 @@ def main():
                 oom = next((ln for ln in err.splitlines() if "out of GPU memory" in ln), None)
                 too_big.append((prec, B, oom))
                 print(f"  zerotrain {prec}: micro batch {B} failed or does not fit: "
-                      f"{(oom or err.strip() or '?').splitlines()[-1][-400:]}")
+                      f"{(oom or err.strip() or '?').splitlines()[-1][-400:]}", flush=True)
             return None
 
         zt_best = {}
@@ -376,7 +473,7 @@ def main():
             res = largest(prec)
             if res:
                 zt_best[prec] = res
-                rows.append(("zerotrain", prec, res))
+                add_row("zerotrain", prec, res)
 
         # bf16 jobs with TF32 matmuls, at bf16's micro batch (no search of its own)
         if "bf16" in zt_best:
@@ -386,7 +483,7 @@ def main():
             if res:
                 res["batch"] = B
                 res["tok_s"] = B * T / res["step_s"]
-                rows.append(("zerotrain", "bf16-tf32", res))
+                add_row("zerotrain", "bf16-tf32", res)
             else:
                 print(f"  zerotrain bf16 with TF32 matmuls failed: {err.strip()[-400:]}")
 
@@ -398,57 +495,66 @@ def main():
             if res:
                 res["batch"] = B
                 res["tok_s"] = B * T / res["step_s"]
-                rows.append(("zt-fused", fused_prec, res))
+                add_row("zt-fused", fused_prec, res)
             else:
                 print(f"  zerotrain {fused_prec} with the fused attention failed: "
                       f"{err.strip()[-400:]}")
 
         torch_info = ""
         if not args.skip_torch:
-            py = find_torch_python(args.torch_python)
+            py = find_torch_python(args.torch_python, need_cuda=not EMU)
             if not py:
                 print("WARNING: no Python with a CUDA PyTorch found (--torch-python, "
                       "ZT_TORCH_PYTHON, python3, /usr/bin/python3); PyTorch rows skipped")
             else:
+                # each batch PyTorch cannot hold costs a compilation: start at zerotrain's
+                tb = args.torch_batches
+                if not tb:
+                    top = max((r["batch"] for r in zt_best.values()), default=None)
+                    tb = ",".join(b for b in args.batches.split(",") if top is None or int(b) <= top)
                 for mode in [m for m in args.torch_modes.split(",") if m]:
-                    res = torch_run(py, mode, args, GpuMemPoller)
+                    res = torch_run(py, mode, argparse.Namespace(**{**vars(args), "batches": tb}),
+                                    GpuMemPoller)
                     if res:
-                        rows.append(("pytorch", mode, res))
-                        torch_info = (f"PyTorch {res['torch']} ({py}), "
-                                      f"{'torch.compile' if res['compiled'] else 'eager (compile failed)'}")
+                        add_row("pytorch", mode, res)
+                        torch_info = (
+                            f"PyTorch {res['torch']} ({py}) on {res['device']}: "
+                            f"{'torch.compile' if res['compiled'] else 'eager'}, "
+                            f"{'fused' if res['fused_adamw'] else 'plain'} AdamW, "
+                            f"{'scaled_dot_product_attention' if res['sdpa'] else 'unfused attention'}"
+                            f"; micro batches tried from {tb.split(',')[0]}")
 
         twin = []
         tp = args.twinflow_precision
         if not args.skip_twinflow and tp in zt_best:
             B = zt_best[tp]["batch"]
+            print(f"Twin-Flow (zerotrain {tp}, ZeRO stage 2, micro batch {B}):", flush=True)
             for ratio in (None, 1.0, 0.75, 0.5, 0.25):
                 jname = f"twin_{'none' if ratio is None else ratio}"
                 res, err = zt_run(jname, zt_job(jname, B, tp, stage=2, offload=ratio), tp)
                 if res is None:
                     print(f"  Twin-Flow ratio {ratio}: failed: {err.strip()[-400:]}")
+                else:
+                    print(f"  {'no offload' if ratio is None else f'ratio {ratio:.2f}'}: step "
+                          f"{res['step_s'] * 1e3:.1f} ms", flush=True)
                 twin.append((ratio, res))
 
     print()
-    print(f"gpu_train: {MODEL} (L{L} NH{NH} C{C} T{T} V{V}/{VP}), N = {N_PARAMS / 1e6:.2f}M "
-          f"parameters, {FLOP_PER_TOKEN / 1e9:.3f} GFLOP per token (6N + 6LCT)")
-    print(f"GPU: {name}; dense peaks bf16 {pk_bf16:.0f}, tf32 {pk_tf32:.0f}, fp32 {pk_fp32:.1f} "
-          f"TFLOP/s{'' if known else ' (unknown model: H100 SXM figures assumed)'}")
+    print("== summary")
     if torch_info:
-        print(torch_info + ", fused AdamW, scaled_dot_product_attention")
-    print(f"{'system':<10} {'precision':<9} {'micro B':>7} {'tok/s':>9} {'TFLOP/s':>8} "
-          f"{'MFU':>7} {'MFU bf16':>8} {'peak alloc GiB':>14} {'device peak GiB':>15}")
+        print(torch_info)
+    print(HEADER)
     for who, prec, r in rows:
-        tflops = r["tok_s"] * FLOP_PER_TOKEN / 1e12
-        alloc = r.get("mem_peak", r.get("mem_alloc", 0)) / 2**30
-        dpk = f"{r['dev_peak_mib'] / 1024:.1f}" if r.get("dev_peak_mib") else "n/a"
-        print(f"{who:<10} {prec:<9} {r['batch']:>7} {r['tok_s']:>9.0f} {tflops:>8.1f} "
-              f"{100 * tflops / peak_of[prec]:>6.1f}% {100 * tflops / pk_bf16:>7.1f}% "
-              f"{alloc:>14.1f} {dpk:>15}")
+        print(fmt_row(who, prec, r, peak_of, pk_bf16))
     zt_tf = {p: r for w, p, r in rows if w == "zerotrain"}
     th = {p: r for w, p, r in rows if w == "pytorch"}
     for p in zt_tf:
         if p in th:
-            print(f"zerotrain/pytorch at {p}: {zt_tf[p]['tok_s'] / th[p]['tok_s']:.2f}x tokens/s")
+            a, b = zt_tf[p], th[p]
+            mem = (f", {a['mem_peak'] / b['mem_alloc']:.2f}x peak allocated memory"
+                   if b["mem_alloc"] else "")
+            print(f"zerotrain/pytorch at {p}: {a['tok_s'] / b['tok_s']:.2f}x tokens/s "
+                  f"(micro batch {a['batch']} vs {b['batch']}){mem}")
     if "bf16" in zt_tf and "bf16-tf32" in zt_tf:
         a, b = zt_tf["bf16"], zt_tf["bf16-tf32"]
         print(f"bf16 job, bf16/TF32 matmul inputs at micro batch {a['batch']}: "
@@ -473,32 +579,38 @@ def main():
             rel = f" ({r['step_s'] / base['step_s']:.2f}x no offload)" if base else ""
             opt = r["line"].get("opt_ms", "?")
             print(f"  {label:<11} step {r['step_s'] * 1e3:8.1f} ms{rel}, optimizer {opt} ms, "
-                  f"peak alloc {r['mem_peak'] / 2**30:.1f} GiB")
+                  f"peak alloc {r['mem_peak'] / 2**30:.2f} GiB")
     if EMU:
-        sys.exit(check_emu(rows, twin, too_big, args))
+        sys.exit(check_emu(rows, twin, too_big, skipped, args))
 
 
-def check_emu(rows, twin, too_big, args):
-    """--emu's verdict: every row and every Twin-Flow point measured, each precision's first
-    micro batch refused for GPU memory (with the rank's report), the second run."""
+def check_emu(rows, twin, too_big, skipped, args):
+    """--emu's verdict: every row and every Twin-Flow point measured; of each precision's micro
+    batches the first not tried (zctl plan puts it past the GPU), the second refused for GPU
+    memory with the rank's report (the plan puts it within the margin), the third run."""
     want = [("zerotrain", p) for p in args.zt_precisions.split(",") if p]
     if "bf16" in args.zt_precisions.split(","):
         want += [("zerotrain", "bf16-tf32"), ("zt-fused", "bf16")]
+    if not args.skip_torch:
+        want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}
     problems = [f"no {w} {p} row" for w, p in want if (w, p) not in have]
-    first, second = (int(b) for b in args.batches.split(",")[:2])
+    first, second, third = (int(b) for b in args.batches.split(",")[:3])
     for w, p in want:
-        if (w, p) in have and have[(w, p)]["batch"] != second:
-            problems.append(f"{w} {p} ran micro batch {have[(w, p)]['batch']}, not {second}")
+        if (w, p) in have and have[(w, p)]["batch"] != third:
+            problems.append(f"{w} {p} ran micro batch {have[(w, p)]['batch']}, not {third}")
     for p in [p for w, p in want if w == "zerotrain" and p in args.zt_precisions.split(",")]:
-        rep = [oom for q, b, oom in too_big if q == p and b == first]
+        if not [b for q, b, _ in skipped if q == p and b == first]:
+            problems.append(f"{p}: micro batch {first} was tried: {skipped}")
+        rep = [oom for q, b, oom in too_big if q == p and b == second]
         if not rep or not rep[0] or "'zctl plan' predicts" not in rep[0]:
-            problems.append(f"{p}: micro batch {first} was not refused with a GPU out-of-memory "
+            problems.append(f"{p}: micro batch {second} was not refused with a GPU out-of-memory "
                             f"report: {rep}")
     if not args.skip_twinflow and (len(twin) != 5 or not all(r for _, r in twin)):
         problems.append(f"Twin-Flow curve incomplete: {[(ratio, bool(r)) for ratio, r in twin]}")
     for w, p, r in rows:
-        if not (r["tok_s"] > 0 and r["mem_peak"] > 0 and 0 < r["loss"] < 20):
+        mem_ok = r["mem_peak"] > 0 if w != "pytorch" else r["mem_alloc"] == 0  # on the CPU
+        if not (r["tok_s"] > 0 and mem_ok and 0 < r["loss"] < 20):
             problems.append(f"{w} {p}: implausible figures {r}")
     if problems:
         print("FAILURES:\n  " + "\n  ".join(problems))
