@@ -5,13 +5,20 @@
 # libraries the machine lacks, takes NCCL and cuBLASLt from the PyTorch installed there, and
 # writes two files under $OUT (the device tool brings back at most 8): log.txt, the machine and
 # every item's whole output, and summary.txt, one line per item.
-# Usage: scripts/gpu-run.sh [tests|bench|all] [SECONDS_PER_ITEM]   (ZT_PYTHON: the python with
+# A session has 15 minutes of device time in all, the machine's start included, so `all` runs
+# everything in one call within TOTAL_SECONDS (default 500): the items in the order of what the
+# issue needs proven first, each with its own limit cut to what is left, an item that would
+# get under 20 s skipped (SKIP(time) in the summary):
+#   probe, test_gpu_ops, test_gpu_fault, test_comm_nccl, gpu_engine (GPU vs CPU engine),
+#   gpu_train bf16 (zerotrain vs PyTorch, fused attention, Twin-Flow), gpu_sanitizer,
+#   bench_kernels_gpu --quick, gpu_train fp32 and tf32 rows.
+# Usage: scripts/gpu-run.sh [tests|bench|all] [TOTAL_SECONDS]   (ZT_PYTHON: the python with
 # PyTorch and numpy, python3 by default)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 R=$(pwd)
-WHAT=${1:-tests}
-LIMIT=${2:-420}
+WHAT=${1:-all}
+TOTAL=${2:-500}
 OUT=${OUT:-$R/out}
 mkdir -p "$OUT"
 [ -d .gpu/bin ] || { echo "gpu-run: no .gpu/ here: run scripts/gpu-pack.sh first and carry .gpu" >&2; exit 2; }
@@ -63,33 +70,47 @@ export ZT_SOURCE_DIR=$R ZT_BUILD_DIR=$R/.gpu ZT_BIN=$W PYTHONUNBUFFERED=1
 cat "$OUT/log.txt"
 
 SUMMARY=()
-item() { # name command...: runs with a time limit, its output appended to $OUT/log.txt
-  local name=$1
-  shift
+item() { # name cap command...: runs with a limit of min(cap, what is left), output to log.txt
+  local name=$1 cap=$2
+  shift 2
+  local left=$((TOTAL - SECONDS - 5))
+  local limit=$((cap < left ? cap : left))
+  if [ "$limit" -lt 20 ]; then
+    SUMMARY+=("$(printf '%-18s %-14s %4ds' "$name" "SKIP(time)" 0)")
+    echo "---- $name: skipped, ${left}s left"
+    return
+  fi
   local t0=$SECONDS
   local tmp=/tmp/zt-gpu-item.log
-  timeout "$LIMIT" "$@" >"$tmp" 2>&1
+  timeout "$limit" "$@" >"$tmp" 2>&1
   local rc=$?
-  { echo; echo "======== $name (exit $rc)"; cat "$tmp"; } >>"$OUT/log.txt"
+  { echo; echo "======== $name (exit $rc, limit ${limit}s)"; cat "$tmp"; } >>"$OUT/log.txt"
   local verdict=PASS
-  case $rc in 0) ;; 77) verdict=SKIP ;; 124) verdict="TIMEOUT(${LIMIT}s)" ;; *) verdict="FAIL($rc)" ;; esac
+  case $rc in 0) ;; 77) verdict=SKIP ;; 124) verdict="TIMEOUT(${limit}s)" ;; *) verdict="FAIL($rc)" ;; esac
   SUMMARY+=("$(printf '%-18s %-14s %4ds' "$name" "$verdict" $((SECONDS - t0)))")
   echo "---- $name: $verdict ($((SECONDS - t0)) s); last lines:"
   tail -n 15 "$tmp"
 }
 PY=(env "LD_LIBRARY_PATH=$PYLD" "${ZT_PYTHON:-python3}")
+TRAIN=(tests/bench/gpu_train.py --steps 8 --warmup 2)
 
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-  item probe .gpu/tests/zt_gpu_probe
-  item gpu_ops .gpu/tests/test_gpu_ops
-  item gpu_fault .gpu/tests/test_gpu_fault
-  item comm_nccl .gpu/tests/test_comm_nccl
-  item gpu_engine "${PY[@]}" tests/gpu/test_gpu_engine.py
-  item gpu_sanitizer "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
+  item probe 30 .gpu/tests/zt_gpu_probe
+  item gpu_ops 150 .gpu/tests/test_gpu_ops
+  item gpu_fault 30 .gpu/tests/test_gpu_fault
+  item comm_nccl 60 .gpu/tests/test_comm_nccl
+  item gpu_engine 180 "${PY[@]}" tests/gpu/test_gpu_engine.py
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
-  item bench_kernels_gpu .gpu/tests/bench_kernels_gpu
-  item bench_gpu_train "${PY[@]}" tests/bench/gpu_train.py
+  item gpu_train_bf16 330 "${PY[@]}" "${TRAIN[@]}" --zt-precisions bf16 --torch-modes bf16
 fi
-echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null))"
+if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
+  item gpu_sanitizer 150 "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
+fi
+if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+  item bench_kernels_gpu 90 .gpu/tests/bench_kernels_gpu --quick
+  item gpu_train_fp32 300 "${PY[@]}" "${TRAIN[@]}" --zt-precisions fp32,tf32 --torch-modes tf32 \
+    --skip-twinflow
+fi
+echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null), ${SECONDS}s of ${TOTAL}s)"
 printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
