@@ -86,7 +86,12 @@ item() { # name cap command...: runs with a limit of min(cap, what is left), out
   local rc=$?
   { echo; echo "======== $name (exit $rc, limit ${limit}s)"; cat "$tmp"; } >>"$OUT/log.txt"
   local verdict=PASS
-  case $rc in 0) ;; 77) verdict=SKIP ;; 124) verdict="TIMEOUT(${limit}s)" ;; *) verdict="FAIL($rc)" ;; esac
+  case $rc in
+    0) ;;
+    77) verdict=SKIP ;;
+    124) verdict="TIMEOUT(${limit}s)" ;;
+    *) verdict="FAIL($rc)" ;;
+  esac
   SUMMARY+=("$(printf '%-18s %-14s %4ds' "$name" "$verdict" $((SECONDS - t0)))")
   echo "---- $name: $verdict ($((SECONDS - t0)) s); last lines:"
   tail -n 15 "$tmp"
@@ -112,5 +117,6 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   item gpu_train_fp32 300 "${PY[@]}" "${TRAIN[@]}" --zt-precisions fp32,tf32 --torch-modes tf32 \
     --skip-twinflow
 fi
-echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null), ${SECONDS}s of ${TOTAL}s)"
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
+echo "== summary ($GPU, ${SECONDS}s of ${TOTAL}s)"
 printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"

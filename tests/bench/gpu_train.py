@@ -314,14 +314,14 @@ def torch_run(py, mode, args, poller_cls):
 # zerotrain side
 
 def gpu_memory_mib():
-    """The GPU's memory in MiB (nvidia-smi; on the emulation its ZT_CUDA_EMU_MEMORY_MIB), or None."""
+    """The GPU's memory in MiB (nvidia-smi; the emulation's ZT_CUDA_EMU_MEMORY_MIB), or None."""
     if EMU:
         return float(EMU_ENV["ZT_CUDA_EMU_MEMORY_MIB"])
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
-    r = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
-                       capture_output=True, text=True)
+    r = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                        "-i", "0"], capture_output=True, text=True)
     try:
         return float(r.stdout.strip().splitlines()[0])
     except (ValueError, IndexError):
@@ -511,18 +511,20 @@ def main():
                 tb = args.torch_batches
                 if not tb:
                     top = max((r["batch"] for r in zt_best.values()), default=None)
-                    tb = ",".join(b for b in args.batches.split(",") if top is None or int(b) <= top)
+                    tb = ",".join(b for b in args.batches.split(",")
+                                  if top is None or int(b) <= top)
                 for mode in [m for m in args.torch_modes.split(",") if m]:
                     res = torch_run(py, mode, argparse.Namespace(**{**vars(args), "batches": tb}),
                                     GpuMemPoller)
                     if res:
                         add_row("pytorch", mode, res)
+                        attn = ("scaled_dot_product_attention" if res["sdpa"]
+                                else "unfused attention")
                         torch_info = (
                             f"PyTorch {res['torch']} ({py}) on {res['device']}: "
                             f"{'torch.compile' if res['compiled'] else 'eager'}, "
-                            f"{'fused' if res['fused_adamw'] else 'plain'} AdamW, "
-                            f"{'scaled_dot_product_attention' if res['sdpa'] else 'unfused attention'}"
-                            f"; micro batches tried from {tb.split(',')[0]}")
+                            f"{'fused' if res['fused_adamw'] else 'plain'} AdamW, {attn}; "
+                            f"micro batches tried from {tb.split(',')[0]}")
 
         twin = []
         tp = args.twinflow_precision

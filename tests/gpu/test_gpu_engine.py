@@ -225,9 +225,9 @@ def main():
 def check_gpu_oom(tmp, failures):
     """A job whose device arenas do not fit the GPU: the worker fails before training, naming
     the GPU, the category whose arena could not be had, its size as zctl plan predicts it, the
-    device's free and total memory, what the rank holds already and what to change; zctl run exits non-zero. On the emulation
-    the GPU has 128 MiB (ZT_CUDA_EMU_MEMORY_MIB) and a micro batch of 1024 needs about 400 MiB;
-    on a real GPU a micro batch of 4,000,000 needs about 1.6 TB."""
+    device's free and total memory, what the rank holds already and what to change; zctl run
+    exits non-zero. On the emulation the GPU has 128 MiB (ZT_CUDA_EMU_MEMORY_MIB) and a micro
+    batch of 1024 needs about 400 MiB; on a real GPU a micro batch of 4,000,000 about 1.6 TB."""
     job = job_for("gpu_oom", "cuda")
     micro = 1024 if EMU else 4_000_000
     job["deepspeed"].update(train_batch_size=micro, train_micro_batch_size_per_gpu=micro)

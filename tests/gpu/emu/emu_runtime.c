@@ -2,14 +2,14 @@
  * kernels/cuda/ and engine/comm_nccl.c call, on the CPU: emulated GPUs (ordinal 0, or
  * ZT_CUDA_EMU_DEVICES of them) whose memory is the host's. Kernels, copies and memsets complete
  * before they return; the one asynchronous kind of work is an emulated NCCL collective
- * (emu_nccl.c), which completes on its communicator's thread: a stream remembers its latest
- * such operation, an event recorded on the stream stands for it, and anything queued behind it
- * on the stream (or told to wait for the event) blocks the host until it is done — the order a
- * GPU keeps, with the host waiting where the GPU would. ZT_CUDA_EMU_MEMORY_MIB caps the
- * device memory a process may hold (default: the host's), as a GPU's size does. Device allocations are
- * 256-byte aligned, filled with 0xff bytes (NaN as floats, so that a kernel reading memory
- * nobody wrote shows up) and carry a header that cudaFree checks. Prototypes come from the
- * toolkit's cuda_runtime.h, so a mismatch does not compile. */
+ * (emu_nccl.c), which completes on its communicator's thread: a stream remembers its latest such
+ * operation, an event recorded on the stream stands for it, and anything queued behind it on the
+ * stream (or told to wait for the event) blocks the host until it is done — the order a GPU keeps,
+ * with the host waiting where the GPU would. ZT_CUDA_EMU_MEMORY_MIB caps the device memory a
+ * process may hold (default: the host's), as a GPU's size does. Device allocations are 256-byte
+ * aligned, filled with 0xff bytes (NaN as floats, so that a kernel reading memory nobody wrote
+ * shows up) and carry a header that cudaFree checks. Prototypes come from the toolkit's
+ * cuda_runtime.h, so a mismatch does not compile. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -143,7 +143,10 @@ static size_t memory_cap(void)
     char *end;
     long long mib = v && *v ? strtoll(v, &end, 10) : 0;
     if (v && *v && (*end || mib < 1 || mib > (1LL << 30))) {
-        fprintf(stderr, "CUDA emulation: ZT_CUDA_EMU_MEMORY_MIB=\"%s\" is not a size in MiB from 1 to 2^30\n", v);
+        fprintf(stderr,
+                "CUDA emulation: ZT_CUDA_EMU_MEMORY_MIB=\"%s\" is not a size in MiB "
+                "from 1 to 2^30\n",
+                v);
         abort();
     }
     cap = (size_t)mib << 20;
@@ -466,7 +469,6 @@ static cudaError_t block_free(void *p, uint64_t magic)
     free(h);
     return cudaSuccess;
 }
-
 
 static void dev_charge(size_t bytes, bool add)
 {

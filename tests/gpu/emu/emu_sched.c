@@ -15,6 +15,7 @@
  * another writes without a barrier between. A kernel free of races computes the same bits under
  * every schedule; tests run the kernels under several and compare with the CPU. */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,7 +112,7 @@ static bool parse_schedule(const char *v, order_kind *kind, uint64_t *seed)
         return true;
     char *end;
     unsigned long long n = strtoull(v + 7, &end, 10);
-    if (!v[7] || *end || v[7] == '-')
+    if (!isdigit((unsigned char)v[7]) || *end)
         return false;
     *seed = n;
     return true;
