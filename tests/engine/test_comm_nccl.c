@@ -1,12 +1,15 @@
 /* zerotrain tests: the NCCL collectives (engine/comm_nccl.c) on real GPUs. A world of one on
  * GPU 0, then one rank per GPU (up to 4) as forked processes when there are several. Sums of
  * integer-valued floats are exact, so results are checked exactly and bitwise across ranks.
- * Exits 77 (skip) without a GPU. CUDA is only touched in child processes (fork safety). */
+ * Exits 77 (skip) without a GPU. CUDA is only touched in child processes (fork safety). On the
+ * emulation (ZT_TEST_EMU) also NCCL misuse that the emulation reports: a host buffer, and
+ * ranks whose calls differ. */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
 
 #include "common/alloc.h"
 #include "common/dtype.h"
+#include "common/timeutil.h"
 #include "engine/comm.h"
 #include "tests/engine/comm_test_util.h"
 #include "tests/test.h"
@@ -139,6 +142,50 @@ static int rank_collectives(int rank, int world, const char *rdv, void *arg)
     return 0;
 }
 
+#ifdef ZT_TEST_EMU
+/* The emulation's checks of NCCL's rules, through comm_nccl.c (on a GPU these hang or corrupt
+ * memory rather than fail): arg 0, a host buffer given to a collective; arg 1, ranks calling a
+ * collective with different counts. Each rank's call must fail, not hang, with the reason. */
+static int rank_misuse(int rank, int world, const char *rdv, void *arg)
+{
+    int kind = *(int *)arg;
+    CUDA_OK(cudaSetDevice(rank));
+    zt_comm_opts o;
+    memset(&o, 0, sizeof(o));
+    o.rank = rank;
+    o.world_size = world;
+    o.rendezvous = rdv;
+    o.session = "nccl-misuse";
+    o.timeout_ms = 30000;
+    o.device = rank;
+    zt_comm *c = NULL;
+    zt_err err;
+    zt_err_clear(&err);
+    if (zt_comm_create(&c, zt_comm_backend_nccl(), &o, &err) != ZT_OK)
+        ZT_FAIL("rank %d: zt_comm_create(nccl): %s", rank, zt_err_msg(&err));
+    size_t n = kind == 0 ? 64 : 64 * (size_t)(rank + 1);
+    float *host = zt_calloc(n, sizeof(float));
+    void *dev = NULL;
+    ASSERT_TRUE(host != NULL);
+    CUDA_OK(cudaMalloc(&dev, n * sizeof(float)));
+    CUDA_OK(cudaMemset(dev, 0, n * sizeof(float)));
+    double t0 = zt_now_s();
+    zt_comm_req *q = NULL;
+    zt_status st = zt_comm_allreduce(c, kind == 0 ? (void *)host : dev, n, ZT_F32, &q, &err);
+    if (st == ZT_OK) st = zt_comm_wait(c, q, &err);
+    double took = zt_now_s() - t0;
+    printf("rank %d, %s: status %d after %.2f s: %s\n", rank,
+           kind == 0 ? "host buffer" : "counts differ", (int)st, took, zt_err_msg(&err));
+    ASSERT_TRUE(st != ZT_OK);
+    ASSERT_TRUE(took < 20.0); /* reported, not timed out */
+    ASSERT_CONTAINS(zt_err_msg(&err), kind == 0 ? "not device memory" : "differs across ranks");
+    CUDA_OK(cudaFree(dev));
+    zt_free(host);
+    zt_comm_destroy(c);
+    return 0;
+}
+#endif
+
 int main(void)
 {
     sh = ct_shared_create();
@@ -159,6 +206,13 @@ int main(void)
         for (int r = 1; r < world; r++)
             ASSERT_EQ_INT(sh->digest[0][r][0], sh->digest[0][0][0]);
         printf("ok: nccl, world %d\n", world);
+#ifdef ZT_TEST_EMU
+        for (int kind = 0; kind < 2; kind++) {
+            ct_run_world(2, rank_misuse, &kind, 60000, codes);
+            ct_expect_all_ok(kind == 0 ? "nccl host buffer" : "nccl counts differ", 2, codes);
+        }
+        printf("ok: nccl misuse reported\n");
+#endif
     } else {
         printf("skipped: nccl with several ranks (one GPU here)\n");
     }

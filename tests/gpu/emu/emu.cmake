@@ -67,6 +67,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   zt_add_test(NAME test_comm_nccl_emu SOURCES ${CMAKE_SOURCE_DIR}/tests/engine/test_comm_nccl.c
               LIBS ztengine_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_comm_nccl_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
+  target_compile_definitions(test_comm_nccl_emu PRIVATE ZT_TEST_EMU=1) # the misuse cases
   set_property(TEST test_comm_nccl_emu APPEND PROPERTY ENVIRONMENT "ZT_CUDA_EMU_DEVICES=4")
   add_executable(zworker_emu ${CMAKE_SOURCE_DIR}/engine/zworker.c)
   target_link_libraries(zworker_emu PRIVATE ztengine_emu)
