@@ -2,10 +2,11 @@
  * matmuls take 16-bit inputs (zt_cuda_mm bf16 or fp16): attn_cuda.cu's algorithm (online
  * softmax forward; backward without atomics, one kernel for dK and dV and one for dQ, both
  * recomputing P = exp(s - lse) and dS = P (dO.V - delta) scale, delta = dO.out) with every
- * product on bf16 tensor cores through the warp matrix functions (mma.h, 16 x 16 x 16, fp32
- * accumulators), as FlashAttention does under bf16: Q, K, V and dO are rounded to bf16 as a
- * tile is loaded, P and dS as they are written for their products; the softmax, the running
- * sums, delta and lse stay fp32, and so do the results in memory. Head size 64.
+ * product on 16-bit tensor cores through the warp matrix functions (mma.h, 16 x 16 x 16, fp32
+ * accumulators), as FlashAttention does under bf16 and fp16: Q, K, V and dO are rounded to the
+ * context's 16-bit type (E: bf16, or fp16 for fp16 contexts) as a tile is loaded, P and dS as
+ * they are written for their products; the softmax, the running sums, delta and lse stay fp32,
+ * and so do the results in memory. Head size 64.
  *
  * A block is 4 warps and owns 64 rows (queries, or keys for dK/dV), 16 per warp, and walks
  * the other side in tiles of 32 rows held in shared memory. A warp's 16 x 32 scores go
@@ -18,59 +19,68 @@
 
 #ifndef ZT_CUDA_EMU
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <mma.h>
 #endif
 
 namespace wmma = nvcuda::wmma;
-typedef __nv_bfloat16 tc_bf16;
+
+/* x rounded to the 16-bit input type E */
+template <class E> static __device__ __forceinline__ E tc_round(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 tc_round<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half tc_round<__half>(float x)
+{
+    return __float2half_rn(x);
+}
 
 #define TC_HS 64                 /* the head size compiled */
 #define TC_WARPS 4
 #define TC_THREADS (32 * TC_WARPS)
 #define TC_BR (16 * TC_WARPS)    /* rows a block owns */
 #define TC_BC 32                 /* rows of a walked tile */
-#define TC_LDH (TC_HS + 8)       /* bf16 row stride of head-vector tiles */
+#define TC_LDH (TC_HS + 8)       /* 16-bit row stride of head-vector tiles */
 #define TC_LDS (TC_BC + 4)       /* float row stride of a warp's 16 x TC_BC scores */
-#define TC_LDP (2 * TC_LDS)      /* bf16 row stride of P or dS written over them */
+#define TC_LDP (2 * TC_LDS)      /* 16-bit row stride of P or dS written over them */
 #define TC_LDO (TC_HS + 4)       /* float row stride of a warp's 16 x TC_HS outputs */
-#define TC_HEAD ((size_t)TC_BR * TC_LDH * 2)      /* bytes of TC_BR bf16 head vectors */
-#define TC_TILE ((size_t)TC_BC * TC_LDH * 2)      /* bytes of TC_BC bf16 head vectors */
+#define TC_HEAD ((size_t)TC_BR * TC_LDH * 2)      /* bytes of TC_BR 16-bit head vectors */
+#define TC_TILE ((size_t)TC_BC * TC_LDH * 2)      /* bytes of TC_BC 16-bit head vectors */
 #define TC_SCORES ((size_t)TC_WARPS * 16 * TC_LDS * 4)
 #define TC_OUT ((size_t)TC_WARPS * 16 * TC_LDO * 4)
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, tc_bf16, wmma::row_major> tc_frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, tc_bf16, wmma::row_major> tc_frag_b;
+template <class E> using tc_frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
+template <class E> using tc_frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major>;
 /* a matrix_b given by the rows of its transpose */
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, tc_bf16, wmma::col_major> tc_frag_bt;
+template <class E> using tc_frag_bt = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major>;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_frag_c;
 
 static_assert(TC_HEAD % 32 == 0 && TC_TILE % 32 == 0 && TC_SCORES % 32 == 0 &&
                   TC_OUT % 32 == 0 && (16 * TC_LDS * 4) % 32 == 0 && (16 * TC_LDO * 4) % 32 == 0,
               "every region and every warp's part starts 256-bit aligned");
 
-/* dst (ROWS x TC_HS bf16, row stride TC_LDH) = rows row0.. of src (row stride ld), zero past T */
-template <int ROWS>
-static __device__ __forceinline__ void tc_load(tc_bf16 *dst, const float *src, int row0, int T,
-                                               size_t ld)
+/* dst (ROWS x TC_HS 16-bit, row stride TC_LDH) = rows row0.. of src (row stride ld), zero past T */
+template <int ROWS, class E>
+static __device__ __forceinline__ void tc_load(E *dst, const float *src, int row0, int T, size_t ld)
 {
     for (int e = threadIdx.x; e < ROWS * TC_HS; e += TC_THREADS) {
         int r = e / TC_HS, c = e % TC_HS, i = row0 + r;
-        dst[r * TC_LDH + c] = __float2bfloat16_rn(i < T ? src[(size_t)i * ld + c] : 0.0f);
+        dst[r * TC_LDH + c] = tc_round<E>(i < T ? src[(size_t)i * ld + c] : 0.0f);
     }
 }
 
-/* s (16 x 16 NB, row stride lds) = a (16 x 16 KB) b^T, a and b row-major bf16 (b: 16 NB rows
- * of 16 KB), lda = ldb = TC_LDH. Collective over the warp. */
-template <int NB, int KB>
-static __device__ __forceinline__ void tc_abt(float *s, int lds, const tc_bf16 *a,
-                                              const tc_bf16 *b)
+/* s (16 x 16 NB, row stride lds) = a (16 x 16 KB) b^T, a and b row-major 16-bit (b: 16 NB
+ * rows of 16 KB), lda = ldb = TC_LDH. Collective over the warp. */
+template <int NB, int KB, class E>
+static __device__ __forceinline__ void tc_abt(float *s, int lds, const E *a, const E *b)
 {
     for (int n = 0; n < NB; n++) {
         tc_frag_c acc;
         wmma::fill_fragment(acc, 0.0f);
         for (int k = 0; k < KB; k++) {
-            tc_frag_a fa;
-            tc_frag_bt fb;
+            tc_frag_a<E> fa;
+            tc_frag_bt<E> fb;
             wmma::load_matrix_sync(fa, a + k * 16, TC_LDH);
             wmma::load_matrix_sync(fb, b + (size_t)n * 16 * TC_LDH + k * 16, TC_LDH);
             wmma::mma_sync(acc, fa, fb, acc);
@@ -80,16 +90,15 @@ static __device__ __forceinline__ void tc_abt(float *s, int lds, const tc_bf16 *
 }
 
 /* acc[n] += a (16 x 16 KB, row stride TC_LDP) b (16 KB x 16 NB, row stride TC_LDH), both
- * row-major bf16: a warp's P or dS times a tile. Collective over the warp. */
-template <int NB, int KB>
-static __device__ __forceinline__ void tc_ab_acc(tc_frag_c *acc, const tc_bf16 *a,
-                                                 const tc_bf16 *b)
+ * row-major 16-bit: a warp's P or dS times a tile. Collective over the warp. */
+template <int NB, int KB, class E>
+static __device__ __forceinline__ void tc_ab_acc(tc_frag_c *acc, const E *a, const E *b)
 {
     for (int k = 0; k < KB; k++) {
-        tc_frag_a fa;
+        tc_frag_a<E> fa;
         wmma::load_matrix_sync(fa, a + k * 16, TC_LDP);
         for (int n = 0; n < NB; n++) {
-            tc_frag_b fb;
+            tc_frag_b<E> fb;
             wmma::load_matrix_sync(fb, b + (size_t)k * 16 * TC_LDH + n * 16, TC_LDH);
             wmma::mma_sync(acc[n], fa, fb, acc[n]);
         }
@@ -138,15 +147,16 @@ static __device__ __forceinline__ tc_pos tc_pos_of(const float *qkv, int T, int 
 }
 
 /* Forward. grid (query tiles, B NH). */
+template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
     tc_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, float scale)
 {
     __shared__ __align__(32) unsigned char sm[TC_HEAD + 2 * TC_TILE + TC_SCORES + TC_OUT];
-    tc_bf16 *Qs = (tc_bf16 *)sm, *Ks = (tc_bf16 *)(sm + TC_HEAD);
-    tc_bf16 *Vs = (tc_bf16 *)(sm + TC_HEAD + TC_TILE);
+    E *Qs = (E *)sm, *Ks = (E *)(sm + TC_HEAD);
+    E *Vs = (E *)(sm + TC_HEAD + TC_TILE);
     tc_pos p = tc_pos_of(qkv, T, NH, true);
     float *S = (float *)(sm + TC_HEAD + 2 * TC_TILE) + p.warp * 16 * TC_LDS;
-    tc_bf16 *P = (tc_bf16 *)S; /* over the scores, row stride TC_LDP */
+    E *P = (E *)S; /* over the scores, row stride TC_LDP */
     float *O = (float *)(sm + TC_HEAD + 2 * TC_TILE + TC_SCORES) + p.warp * 16 * TC_LDO;
     int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
     int c0 = half * (TC_HS / 2), j0 = half * 16; /* this lane's output columns and keys */
@@ -178,7 +188,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         for (int t = 0; t < 16; t++) {
             float e = expf(s[t] - mref);
             ps += e;
-            P[r * TC_LDP + j0 + t] = __float2bfloat16_rn(e);
+            P[r * TC_LDP + j0 + t] = tc_round<E>(e);
         }
         l = l * alpha + ps + __shfl_xor_sync(0xffffffffu, ps, 1);
         m = mnew;
@@ -223,6 +233,7 @@ static __device__ __forceinline__ void tc_delta(float *dl, float *ls, const floa
 }
 
 /* Backward, dK and dV. grid (key tiles, B NH), the first (longest) key tiles first. */
+template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
     tc_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
                      const float *lse, int T, int NH, float scale)
@@ -230,8 +241,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
     __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
                                               2 * TC_BC * 4];
     static_assert(2 * TC_TILE + 2 * TC_SCORES >= TC_OUT, "the staging fits the tiles' place");
-    tc_bf16 *Ks = (tc_bf16 *)sm, *Vs = (tc_bf16 *)(sm + TC_HEAD);
-    tc_bf16 *Qs = (tc_bf16 *)(sm + 2 * TC_HEAD), *dOs = (tc_bf16 *)(sm + 2 * TC_HEAD + TC_TILE);
+    E *Ks = (E *)sm, *Vs = (E *)(sm + TC_HEAD);
+    E *Qs = (E *)(sm + 2 * TC_HEAD), *dOs = (E *)(sm + 2 * TC_HEAD + TC_TILE);
     unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
     tc_pos p = tc_pos_of(qkv, T, NH, false);
     float *St = (float *)sc + p.warp * 16 * TC_LDS;                /* S^T, then P^T */
@@ -270,10 +281,10 @@ static __global__ void __launch_bounds__(TC_THREADS)
             dsv[t] = ds;
         }
         __syncwarp(); /* read before overwritten */
-        tc_bf16 *Pt = (tc_bf16 *)St, *dSt = (tc_bf16 *)dPt;
+        E *Pt = (E *)St, *dSt = (E *)dPt;
         for (int t = 0; t < 16; t++) {
-            Pt[r * TC_LDP + i0 + t] = __float2bfloat16_rn(pv[t]);
-            dSt[r * TC_LDP + i0 + t] = __float2bfloat16_rn(dsv[t]);
+            Pt[r * TC_LDP + i0 + t] = tc_round<E>(pv[t]);
+            dSt[r * TC_LDP + i0 + t] = tc_round<E>(dsv[t]);
         }
         __syncwarp();
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dv, Pt, dOs);
@@ -287,14 +298,15 @@ static __global__ void __launch_bounds__(TC_THREADS)
 }
 
 /* Backward, dQ. grid (query tiles, B NH), the last (longest) query tiles first. */
+template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
     tc_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
                     const float *lse, int T, int NH, float scale)
 {
     __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
                                               2 * TC_BR * 4];
-    tc_bf16 *Qs = (tc_bf16 *)sm, *dOs = (tc_bf16 *)(sm + TC_HEAD);
-    tc_bf16 *Ks = (tc_bf16 *)(sm + 2 * TC_HEAD), *Vs = (tc_bf16 *)(sm + 2 * TC_HEAD + TC_TILE);
+    E *Qs = (E *)sm, *dOs = (E *)(sm + TC_HEAD);
+    E *Ks = (E *)(sm + 2 * TC_HEAD), *Vs = (E *)(sm + 2 * TC_HEAD + TC_TILE);
     unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
     tc_pos p = tc_pos_of(qkv, T, NH, true);
     float *S = (float *)sc + p.warp * 16 * TC_LDS;                /* S, then dS */
@@ -331,9 +343,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
             dsv[t] = ds;
         }
         __syncwarp();
-        tc_bf16 *dS = (tc_bf16 *)S;
+        E *dS = (E *)S;
         for (int t = 0; t < 16; t++)
-            dS[r * TC_LDP + j0 + t] = __float2bfloat16_rn(dsv[t]);
+            dS[r * TC_LDP + j0 + t] = tc_round<E>(dsv[t]);
         __syncwarp();
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dq, dS, Ks);
     }
@@ -347,8 +359,12 @@ extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, co
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(B * NH));
-    ZT_CUDA_LAUNCH(ctx, "attention_forward (fused, tensor cores)", tc_fwd_kernel, grid,
-                   TC_THREADS, out, lse, qkv, T, NH, scale);
+    if (ctx->mm == ZT_MM_FP16)
+        ZT_CUDA_LAUNCH(ctx, "attention_forward (fused, fp16 tensor cores)", tc_fwd_kernel<__half>,
+                       grid, TC_THREADS, out, lse, qkv, T, NH, scale);
+    else
+        ZT_CUDA_LAUNCH(ctx, "attention_forward (fused, bf16 tensor cores)",
+                       tc_fwd_kernel<__nv_bfloat16>, grid, TC_THREADS, out, lse, qkv, T, NH, scale);
 }
 
 extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, const float *dout,
@@ -357,8 +373,19 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, const float 
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(B * NH));
-    ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, tensor cores)", tc_bwd_kv_kernel, grid,
-                   TC_THREADS, dqkv, dout, qkv, out, lse, T, NH, scale);
-    ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, tensor cores)", tc_bwd_q_kernel, grid,
-                   TC_THREADS, dqkv, dout, qkv, out, lse, T, NH, scale);
+    if (ctx->mm == ZT_MM_FP16) {
+        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, fp16 tensor cores)",
+                       tc_bwd_kv_kernel<__half>, grid, TC_THREADS, dqkv, dout, qkv, out, lse, T,
+                       NH, scale);
+        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, fp16 tensor cores)",
+                       tc_bwd_q_kernel<__half>, grid, TC_THREADS, dqkv, dout, qkv, out, lse, T, NH,
+                       scale);
+    } else {
+        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, bf16 tensor cores)",
+                       tc_bwd_kv_kernel<__nv_bfloat16>, grid, TC_THREADS, dqkv, dout, qkv, out,
+                       lse, T, NH, scale);
+        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, bf16 tensor cores)",
+                       tc_bwd_q_kernel<__nv_bfloat16>, grid, TC_THREADS, dqkv, dout, qkv, out,
+                       lse, T, NH, scale);
+    }
 }

@@ -185,8 +185,8 @@ void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const floa
                                 int T, int C, int NH);
 void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
                                  const float *out, const float *lse, int B, int T, int C, int NH);
-/* The same on bf16 tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
- * matmuls take 16-bit inputs (ctx->mm ZT_MM_BF16 or ZT_MM_FP16). */
+/* The same on tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
+ * matmuls take 16-bit inputs: bf16 for ctx->mm ZT_MM_BF16, fp16 for ZT_MM_FP16. */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv, int B, int T,
                              int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, const float *dout, const float *qkv,

@@ -10,8 +10,8 @@
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums),
   with fp32 matmuls and with the bf16 matmul inputs a bf16 job gets by default;
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
-  against the CPU with the same tolerances, and their tensor-core version in a bf16 job
-  against bf16 on the CPU within 2% (--quick leaves them out);
+  against the CPU with the same tolerances, and their tensor-core versions in a bf16 and an
+  fp16 job against the same precision on the CPU within 2% (--quick leaves them out);
 - (--emu) training allocates nothing on the device or pinned host once the first step runs;
   launches, matmuls, copies, synchronisations and collectives per step are printed;
 - a job whose arenas do not fit the GPU fails before training with an out-of-memory report
@@ -207,6 +207,17 @@ def main():
                   f"deviation {dev:.4f} (last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
             if dev > 0.02:
                 failures.append(f"bf16 fused tensor-core attention deviates {dev:.4f} > 2%")
+            # an fp16 job (dynamic loss scaling): the fp16 tensor-core kernels
+            cl, _, _, _ = run(job_for("cpu_hs64_fp16", "cpu", prec="fp16", cfg=CFG_HS64,
+                                      init="init64.bin"))
+            gl, _, _, _ = run(job_for("cuda_hs64_fp16_fused", "cuda", prec="fp16", cfg=CFG_HS64,
+                                      init="init64.bin"),
+                              {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_MATMUL": ""})
+            dev = max(abs(a - b) / b for a, b in zip(gl, cl))
+            print(f"fp16 cuda fused attention on tensor cores (head size 64) vs cpu: max rel loss "
+                  f"deviation {dev:.4f} (last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
+            if dev > 0.02:
+                failures.append(f"fp16 fused tensor-core attention deviates {dev:.4f} > 2%")
 
         check_gpu_oom(tmp, failures)
         if EMU:

@@ -66,8 +66,8 @@ static void dfree(void *d)
 /* GPU floats d (n) against CPU floats want (n), both less base (n) when not NULL (what an
  * accumulating op added): the rms of the error within rms_tol of the rms of want (16-bit
  * arithmetic, whose single elements stray further; check_f bounds those) */
-static void check_rms(const char *what, const float *d, const float *want, const float *base,
-                      size_t n, double rms_tol)
+static double check_rms(const char *what, const float *d, const float *want, const float *base,
+                        size_t n, double rms_tol)
 {
     float *got = kc_falloc(n);
     GPU->copy_d2h(GC, got, d, n * sizeof(float));
@@ -83,6 +83,7 @@ static void check_rms(const char *what, const float *d, const float *want, const
     if (!(rel <= rms_tol)) ZT_FAIL("%s: rms error %.3g of the rms, more than %g", what, rel, rms_tol);
     printf("%s: rms error %.2e of the rms\n", what, rel);
     zt_free(got);
+    return rel;
 }
 
 /* GPU floats d (n) against CPU floats want (n) */
@@ -545,9 +546,10 @@ static void test_heuristic_failure(void)
 static zt_kctx *GF; /* a second CUDA context, with ZT_CUDA_ATTN=fused */
 
 /* attention on the context GC, named `mode` in failures; results within rtol of the CPU's
- * (relative to |want| + rms) and, unless rms_tol is 0, their rms error within rms_tol */
+ * (relative to |want| + rms) and, unless rms_tol is 0, their rms error within rms_tol: errs[0]
+ * and errs[1] (NULL: not wanted) get those of the output and of dqkv's increment */
 static void attention_case(int B, int T, int C, int NH, const char *mode, double rtol,
-                           double rms_tol)
+                           double rms_tol, double *errs)
 {
     char what[160];
     size_t N = (size_t)B * T, n3 = N * 3 * C, nC = N * C, nL = (size_t)B * NH * T;
@@ -564,7 +566,7 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
     snprintf(what, sizeof(what), "attention_forward %s out B=%d T=%d C=%d NH=%d (chunks of %d)",
              mode, B, T, C, NH, zt_attention_chunk_seqs(B, T, NH));
     check_f(what, d_out, out, nC, rtol, 1e-6);
-    if (rms_tol > 0) check_rms(what, d_out, out, NULL, nC, rms_tol);
+    double e_out = rms_tol > 0 ? check_rms(what, d_out, out, NULL, nC, rms_tol) : 0.0;
     snprintf(what, sizeof(what), "attention_forward %s lse B=%d T=%d C=%d NH=%d", mode, B, T, C,
              NH);
     check_f(what, d_lse, lse, nL, rtol, 1e-5);
@@ -582,7 +584,11 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
     snprintf(what, sizeof(what), "attention_backward %s dqkv B=%d T=%d C=%d NH=%d", mode, B, T,
              C, NH);
     check_f(what, d_dqkv, dqkv, n3, rtol, 1e-6);
-    if (rms_tol > 0) check_rms(what, d_dqkv, dqkv, dqkv0, n3, rms_tol);
+    double e_dqkv = rms_tol > 0 ? check_rms(what, d_dqkv, dqkv, dqkv0, n3, rms_tol) : 0.0;
+    if (errs) {
+        errs[0] = e_out;
+        errs[1] = e_dqkv;
+    }
     dfree(d_qkv), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dout), dfree(d_dqkv);
     dfree(d_out2), dfree(d_lse2);
     zt_free(qkv), zt_free(out), zt_free(lse), zt_free(scr), zt_free(dout), zt_free(dqkv);
@@ -592,16 +598,18 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
 
 /* Both CUDA attentions against the CPU: the chunked one, and the fused kernels where the head
  * size is theirs (elsewhere the fused context runs the chunked code), in fp32 and, for 16-bit
- * matmul inputs, on bf16 tensor cores: Q, K, V, dO, P and dS rounded to bf16 (2^-9 relative
- * each) leave an rms error of 2e-3 to 7e-3 of the rms (a wrong tile or rescale: ~1), single elements
- * up to ~3e-2 of |want| + rms. */
+ * matmul inputs, on tensor cores: Q, K, V, dO, P and dS rounded to bf16 (2^-9 relative each)
+ * leave an rms error of 2e-3 to 7e-3 of the rms (a wrong tile or rescale: ~1), single elements
+ * up to ~3e-2 of |want| + rms; rounded to fp16 (2^-12), errors several times smaller: the
+ * fp16 kernels must beat the bf16 ones by half on each shape (they would equal them if fp16
+ * contexts ran the bf16 kernels). */
 static void test_attention(int B, int T, int C, int NH)
 {
-    attention_case(B, T, C, NH, "chunked", RT_GEMM, 0);
+    attention_case(B, T, C, NH, "chunked", RT_GEMM, 0, NULL);
     if (C != 64 * NH) return;
     zt_kctx *chunked = GC;
     GC = GF;
-    attention_case(B, T, C, NH, "fused", RT_GEMM, 0);
+    attention_case(B, T, C, NH, "fused", RT_GEMM, 0, NULL);
 #ifdef ZT_TEST_EMU
     /* the emulated tensor cores multiply whole tiles in every lane: under the sanitizers
      * (ZT_TEST_QUICK) only the shapes of up to 64 K query-key pairs per head */
@@ -611,9 +619,17 @@ static void test_attention(int B, int T, int C, int NH)
     bool skip_tc = false;
 #endif
     if (!skip_tc) {
+        double eb[2], eh[2];
         GPU->set_matmul_dtype(GF, ZT_BF16);
-        attention_case(B, T, C, NH, "fused bf16", 0.1, 2e-2);
+        attention_case(B, T, C, NH, "fused bf16", 0.1, 2e-2, eb);
+        GPU->set_matmul_dtype(GF, ZT_F16);
+        attention_case(B, T, C, NH, "fused fp16", 0.05, 1e-2, eh);
         GPU->set_matmul_dtype(GF, ZT_F32);
+        for (int k = 0; k < 2; k++)
+            if (!(eh[k] < 0.5 * eb[k]))
+                ZT_FAIL("attention B=%d T=%d NH=%d: fp16 tensor cores' rms error of %s %.3g is "
+                        "not below half of bf16's %.3g",
+                        B, T, NH, k ? "dqkv" : "out", eh[k], eb[k]);
     }
     GC = chunked;
 }

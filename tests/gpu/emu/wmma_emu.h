@@ -1,7 +1,7 @@
 /* zerotrain tests: the CUDA emulation of the warp matrix functions (nvcuda::wmma of mma.h, the
- * 16 x 16 x 16 shape with bf16 inputs and fp32 accumulators) and __syncwarp, for the
- * tensor-core kernels of kernels/cuda/ (cuda_bf16.h's host code gives __nv_bfloat16). Included
- * by cuda_emu.h (C++ only).
+ * 16 x 16 x 16 shape with bf16 or fp16 inputs and fp32 accumulators) and __syncwarp, for the
+ * tensor-core kernels of kernels/cuda/ (cuda_bf16.h's and cuda_fp16.h's host code give
+ * __nv_bfloat16 and __half). Included by cuda_emu.h (C++ only).
  *
  * A fragment's element-to-lane mapping is unspecified on the GPU, so code may only load,
  * store, fill and multiply whole fragments (and apply one operation to every element); here
@@ -11,7 +11,7 @@
  * dimension), pointers are 256-bit aligned, ldm is a multiple of 16 bytes. A store writes each
  * element from one lane only (element e from lane e % 32), so a lane that reads what another
  * stored without __syncwarp between may read stale memory, as on the GPU. The products of bf16
- * values are exact in fp32 and summed in fp32 in order of k (a GPU's tensor cores add in
+ * or fp16 values are exact in fp32 and summed in fp32 in order of k (a GPU's tensor cores add in
  * another order). */
 #ifndef ZT_TESTS_GPU_EMU_WMMA_EMU_H
 #define ZT_TESTS_GPU_EMU_WMMA_EMU_H
@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include <cuda_bf16.h> /* __nv_bfloat16 and its conversions, host versions */
+#include <cuda_fp16.h> /* __half, likewise */
 
 static inline float zt_emu_wmma_value(float v)
 {
@@ -33,6 +34,11 @@ static inline float zt_emu_wmma_value(float v)
 static inline float zt_emu_wmma_value(__nv_bfloat16 v)
 {
     return __bfloat162float(v);
+}
+
+static inline float zt_emu_wmma_value(__half v)
+{
+    return __half2float(v);
 }
 
 /* __syncwarp(): a barrier of the 32 lanes of the warp (full mask only) */
@@ -57,7 +63,7 @@ struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 
 /* The tile of one use: matrix_a is M x K, matrix_b K x N, the accumulator M x N; element
- * (r, c) at x[r * cols + c], held as float (a bf16 fragment's values are bf16-exact). */
+ * (r, c) at x[r * cols + c], held as float (a 16-bit fragment's values are exact in it). */
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
     static_assert(M == 16 && N == 16 && K == 16, "only the 16 x 16 x 16 shape is emulated");
     static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
