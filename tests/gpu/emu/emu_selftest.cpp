@@ -11,7 +11,7 @@ void emu_indices(int *out, dim3 grid, dim3 block);
 void emu_bad_sync(float *out);
 void emu_bad_shfl(float *out);
 void emu_launch_config(unsigned threads);
-void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col);
+void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col, int half);
 void emu_wmma_misaligned(float *out);
 void emu_wmma_divergent(float *out);
 void emu_neighbour(float *out, int barrier);
@@ -19,20 +19,30 @@ void emu_neighbour(float *out, int barrier);
 
 namespace wmma = nvcuda::wmma;
 
+static __nv_bfloat16 to16(float x, __nv_bfloat16)
+{
+    return __float2bfloat16_rn(x);
+}
+
+static __half to16(float x, __half)
+{
+    return __float2half_rn(x);
+}
+
 /* d (16 x 16, row-major) = a b + 1 over one warp: a and b (16 x 16 floats, row-major or, with
- * a_col / b_col, column-major) rounded to bf16 in shared memory, padded rows of 24 */
-template <class LA, class LB>
+ * a_col / b_col, column-major) rounded to E (bf16 or fp16) in shared memory, padded rows of 24 */
+template <class E, class LA, class LB>
 static __global__ void wmma_product_kernel(float *d, const float *a, const float *b)
 {
-    __shared__ __align__(32) __nv_bfloat16 as[16 * 24], bs[16 * 24];
+    __shared__ __align__(32) E as[16 * 24], bs[16 * 24];
     __shared__ __align__(32) float ds[16 * 20];
     for (int e = threadIdx.x; e < 256; e += 32) {
-        as[(e / 16) * 24 + e % 16] = __float2bfloat16_rn(a[e]);
-        bs[(e / 16) * 24 + e % 16] = __float2bfloat16_rn(b[e]);
+        as[(e / 16) * 24 + e % 16] = to16(a[e], E());
+        bs[(e / 16) * 24 + e % 16] = to16(b[e], E());
     }
     __syncwarp();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LA> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LB> fb;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, E, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, E, LB> fb;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fill_fragment(acc, 1.0f);
     wmma::load_matrix_sync(fa, as, 24);
@@ -142,20 +152,29 @@ void emu_launch_config(unsigned threads)
     ZT_EMU_LAUNCH("nothing", nothing_kernel, 1, threads, 0, nullptr);
 }
 
-void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col)
+template <class E>
+static void wmma_product(float *d, const float *a, const float *b, int a_col, int b_col)
 {
     if (!a_col && !b_col)
-        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::row_major, wmma::row_major>), 1,
-                      32, 0, d, a, b);
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<E, wmma::row_major, wmma::row_major>),
+                      1, 32, 0, d, a, b);
     else if (!a_col)
-        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::row_major, wmma::col_major>), 1,
-                      32, 0, d, a, b);
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<E, wmma::row_major, wmma::col_major>),
+                      1, 32, 0, d, a, b);
     else if (!b_col)
-        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::col_major, wmma::row_major>), 1,
-                      32, 0, d, a, b);
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<E, wmma::col_major, wmma::row_major>),
+                      1, 32, 0, d, a, b);
     else
-        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<wmma::col_major, wmma::col_major>), 1,
-                      32, 0, d, a, b);
+        ZT_EMU_LAUNCH("wmma_product", (wmma_product_kernel<E, wmma::col_major, wmma::col_major>),
+                      1, 32, 0, d, a, b);
+}
+
+void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col, int half)
+{
+    if (half)
+        wmma_product<__half>(d, a, b, a_col, b_col);
+    else
+        wmma_product<__nv_bfloat16>(d, a, b, a_col, b_col);
 }
 
 void emu_wmma_misaligned(float *out)

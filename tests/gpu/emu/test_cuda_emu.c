@@ -22,7 +22,7 @@ void emu_indices(int *out, dim3 grid, dim3 block);
 void emu_bad_sync(float *out);
 void emu_bad_shfl(float *out);
 void emu_launch_config(unsigned threads);
-void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col);
+void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b_col, int half);
 void emu_wmma_misaligned(float *out);
 void emu_wmma_divergent(float *out);
 void emu_neighbour(float *out, int barrier);
@@ -56,27 +56,29 @@ static void test_indices(dim3 grid, dim3 block)
     free(out);
 }
 
-static float bf16_round(float x)
+/* x rounded to bf16 or (half) fp16 */
+static float round16(float x, int half)
 {
-    return zt_f32_from_bf16(zt_bf16_from_f32(x));
+    return half ? zt_f32_from_f16(zt_f16_from_f32(x)) : zt_f32_from_bf16(zt_bf16_from_f32(x));
 }
 
-/* A 16 x 16 x 16 product with the inputs in each layout: the bf16-rounded product plus 1,
- * exactly as fp32 sums in order of k (bf16 products are exact in fp32) */
-static void test_wmma_product(int a_col, int b_col)
+/* A 16 x 16 x 16 product with the inputs in each layout, in bf16 or (half) fp16: the product
+ * of the rounded inputs plus 1, exactly as fp32 sums in order of k (bf16 and fp16 products are
+ * exact in fp32) */
+static void test_wmma_product(int a_col, int b_col, int half)
 {
     float a[256], b[256], d[256];
     for (int e = 0; e < 256; e++) {
         a[e] = (float)((e * 37) % 101) / 7.0f - 7.0f; /* not bf16-exact: the rounding shows */
         b[e] = (float)((e * 53) % 89) / 9.0f - 5.0f;
     }
-    emu_wmma_product(d, a, b, a_col, b_col);
+    emu_wmma_product(d, a, b, a_col, b_col, half);
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) {
             float s = 1.0f;
             for (int k = 0; k < 16; k++) {
-                float x = bf16_round(a_col ? a[k * 16 + i] : a[i * 16 + k]);
-                float y = bf16_round(b_col ? b[j * 16 + k] : b[k * 16 + j]);
+                float x = round16(a_col ? a[k * 16 + i] : a[i * 16 + k], half);
+                float y = round16(b_col ? b[j * 16 + k] : b[k * 16 + j], half);
                 s += x * y;
             }
             ASSERT_NEAR(d[i * 16 + j], s, 0, 0);
@@ -166,8 +168,8 @@ int main(void)
     ASSERT_EQ_INT(cudaGetLastError(), cudaErrorInvalidConfiguration);
     expect_abort(emu_bad_sync, "kernel bad_sync, block (0,0,0): 24 of 64 threads exited");
     expect_abort(emu_bad_shfl, "lane 5 of warp 0 has exited");
-    for (int l = 0; l < 4; l++)
-        test_wmma_product(l & 1, l >> 1);
+    for (int l = 0; l < 8; l++)
+        test_wmma_product(l & 1, (l >> 1) & 1, l >> 2);
     expect_abort(emu_wmma_misaligned, "store_matrix_sync");
     expect_abort(emu_wmma_misaligned, "not 256-bit aligned");
     expect_abort(emu_wmma_divergent, "the lanes of the warp pass different arguments");
