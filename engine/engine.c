@@ -805,13 +805,14 @@ static void arena_sizes(const buf_spec *sp, int n, size_t sizes[ZT_MEM_CATEGORY_
         sizes[sp[i].cat][sp[i].host] += arena_piece(sp[i].bytes);
 }
 
-/* What to change when category cat does not fit. */
-static const char *oom_advice(zt_mem_category cat)
+/* What to change when category cat does not fit (ckpt_act: activation checkpointing is on). */
+static const char *oom_advice(zt_mem_category cat, bool ckpt_act)
 {
     switch (cat) {
     case ZT_MEM_ACTIVATIONS:
     case ZT_MEM_BUFFERS:
-        return "lower train_micro_batch_size_per_gpu (raising gradient_accumulation_steps keeps the batch) or turn on activation_checkpointing";
+        return ckpt_act ? "lower train_micro_batch_size_per_gpu (raising gradient_accumulation_steps keeps the batch)"
+                        : "lower train_micro_batch_size_per_gpu (raising gradient_accumulation_steps keeps the batch) or turn on activation_checkpointing";
     case ZT_MEM_HOST_OPTIM:
         return "lower zero_optimization.offload_optimizer.ratio (less on the host) or give the node more memory";
     case ZT_MEM_COMM:
@@ -832,8 +833,9 @@ static zt_status oom_error(zt_engine *e, zt_mem_category cat, bool host, size_t 
     char have[128] = "", a[32], t[32], need[32], held[32], pc[32], pt[32], kb[32];
     char held_s[96];
     int64_t arenas = e->mem.total_cur;
-    if (dev) { /* the kernel context's buffers (cuBLASLt workspace, scratch) came first */
-        int64_t ctx = (int64_t)zt_cuda_context_device_bytes(e->B, e->T);
+    if (dev) { /* the kernel context's fixed buffers (cuBLASLt workspace, scratch) came first;
+                * those that grow with the batch come with the first step */
+        int64_t ctx = (int64_t)zt_cuda_context_device_bytes(0, 0);
         snprintf(held_s, sizeof(held_s), "%s already held (%s of it the CUDA context's buffers)",
                  zt_fmt_bytes(arenas + ctx, held, sizeof(held)), zt_fmt_bytes(ctx, kb, sizeof(kb)));
     } else {
@@ -859,7 +861,7 @@ static zt_status oom_error(zt_engine *e, zt_mem_category cat, bool host, size_t 
                       "rank %d is out of %s memory: its %s need %s more%s, %s%s; %s",
                       e->rank, dev ? "GPU" : "host", zt_mem_category_name(cat),
                       zt_fmt_bytes((int64_t)bytes, need, sizeof(need)), have, held_s, planned,
-                      oom_advice(cat));
+                      oom_advice(cat, e->ckpt_act));
 }
 
 static zt_status setup_buffers(zt_engine *e, zt_err *err)
