@@ -6,7 +6,7 @@
 # writes two files under $OUT (the device tool brings back at most 8): log.txt, the machine and
 # every item's whole output, and summary.txt, one line per item.
 # A session has 15 minutes of device time in all, the machine's start included, so `all` runs
-# everything in one call within TOTAL_SECONDS (default 500): the items in the order of what the
+# everything in one call within TOTAL_SECONDS (default 540): the items in the order of what the
 # issue needs proven first, each with its own limit cut to what is left, an item that would
 # get under 20 s skipped (SKIP(time) in the summary):
 #   probe, test_gpu_ops, test_gpu_fault, test_comm_nccl, gpu_engine (GPU vs CPU engine),
@@ -18,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 R=$(pwd)
 WHAT=${1:-all}
-TOTAL=${2:-500}
+TOTAL=${2:-540}
 OUT=${OUT:-$R/out}
 mkdir -p "$OUT"
 [ -d .gpu/bin ] || { echo "gpu-run: no .gpu/ here: run scripts/gpu-pack.sh first and carry .gpu" >&2; exit 2; }
