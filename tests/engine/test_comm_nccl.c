@@ -35,24 +35,34 @@ static float val(int rank, size_t i)
     return (float)((int)((i * 2654435761u + (size_t)rank * 40503u) % 9u) - 4);
 }
 
-/* Runs every collective once with `count` elements per rank-chunk and checks the results. */
-static int rank_collectives(int rank, int world, const char *rdv, void *arg)
+/* Rank `rank`'s NCCL communicator on GPU `rank` (a test failure if it cannot be made). */
+static zt_comm *comm_on_gpu(int rank, int world, const char *rdv, const char *session,
+                            int timeout_ms)
 {
-    (void)arg;
     CUDA_OK(cudaSetDevice(rank));
     zt_comm_opts o;
     memset(&o, 0, sizeof(o));
     o.rank = rank;
     o.world_size = world;
     o.rendezvous = world > 1 ? rdv : NULL;
-    o.session = "nccl-test";
-    o.timeout_ms = 60000;
+    o.session = session;
+    o.timeout_ms = timeout_ms;
     o.device = rank;
     zt_comm *c = NULL;
     zt_err err;
     zt_err_clear(&err);
     if (zt_comm_create(&c, zt_comm_backend_nccl(), &o, &err) != ZT_OK)
         ZT_FAIL("rank %d: zt_comm_create(nccl): %s", rank, zt_err_msg(&err));
+    return c;
+}
+
+/* Runs every collective once with `count` elements per rank-chunk and checks the results. */
+static int rank_collectives(int rank, int world, const char *rdv, void *arg)
+{
+    (void)arg;
+    zt_comm *c = comm_on_gpu(rank, world, rdv, "nccl-test", 60000);
+    zt_err err;
+    zt_err_clear(&err);
 
     const zt_dtype dts[] = {ZT_F32, ZT_BF16, ZT_F16};
     const size_t counts[] = {1, 1001, 1 << 20};
@@ -149,20 +159,9 @@ static int rank_collectives(int rank, int world, const char *rdv, void *arg)
 static int rank_misuse(int rank, int world, const char *rdv, void *arg)
 {
     int kind = *(int *)arg;
-    CUDA_OK(cudaSetDevice(rank));
-    zt_comm_opts o;
-    memset(&o, 0, sizeof(o));
-    o.rank = rank;
-    o.world_size = world;
-    o.rendezvous = rdv;
-    o.session = "nccl-misuse";
-    o.timeout_ms = 30000;
-    o.device = rank;
-    zt_comm *c = NULL;
+    zt_comm *c = comm_on_gpu(rank, world, rdv, "nccl-misuse", 30000);
     zt_err err;
     zt_err_clear(&err);
-    if (zt_comm_create(&c, zt_comm_backend_nccl(), &o, &err) != ZT_OK)
-        ZT_FAIL("rank %d: zt_comm_create(nccl): %s", rank, zt_err_msg(&err));
     size_t n = kind == 0 ? 64 : 64 * (size_t)(rank + 1);
     float *host = zt_calloc(n, sizeof(float));
     void *dev = NULL;

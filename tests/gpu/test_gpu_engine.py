@@ -196,28 +196,19 @@ def main():
                                            init="init64.bin"), {"ZT_CUDA_ATTN": attn})
                 compare(f"cuda {attn} attention (head size 64) vs cpu", gl, gp, cl, cp,
                         LOSS_RTOL, PARAM_RTOL)
-            # a bf16 job with its own (bf16) matmul inputs: the tensor-core attention kernels
-            cl, _, _, _ = run(job_for("cpu_hs64_bf16", "cpu", prec="bf16", cfg=CFG_HS64,
-                                      init="init64.bin"))
-            gl, _, _, _ = run(job_for("cuda_hs64_bf16_fused", "cuda", prec="bf16", cfg=CFG_HS64,
-                                      init="init64.bin"),
-                              {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_MATMUL": ""})
-            dev = max(abs(a - b) / b for a, b in zip(gl, cl))
-            print(f"bf16 cuda fused attention on tensor cores (head size 64) vs cpu: max rel loss "
-                  f"deviation {dev:.4f} (last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
-            if dev > 0.02:
-                failures.append(f"bf16 fused tensor-core attention deviates {dev:.4f} > 2%")
-            # an fp16 job (dynamic loss scaling): the fp16 tensor-core kernels
-            cl, _, _, _ = run(job_for("cpu_hs64_fp16", "cpu", prec="fp16", cfg=CFG_HS64,
-                                      init="init64.bin"))
-            gl, _, _, _ = run(job_for("cuda_hs64_fp16_fused", "cuda", prec="fp16", cfg=CFG_HS64,
-                                      init="init64.bin"),
-                              {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_MATMUL": ""})
-            dev = max(abs(a - b) / b for a, b in zip(gl, cl))
-            print(f"fp16 cuda fused attention on tensor cores (head size 64) vs cpu: max rel loss "
-                  f"deviation {dev:.4f} (last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
-            if dev > 0.02:
-                failures.append(f"fp16 fused tensor-core attention deviates {dev:.4f} > 2%")
+            # bf16 and fp16 jobs (the latter with dynamic loss scaling) with their own 16-bit
+            # matmul inputs: the tensor-core attention kernels in that type
+            for prec in ("bf16", "fp16"):
+                cl, _, _, _ = run(job_for(f"cpu_hs64_{prec}", "cpu", prec=prec, cfg=CFG_HS64,
+                                          init="init64.bin"))
+                gl, _, _, _ = run(job_for(f"cuda_hs64_{prec}_fused", "cuda", prec=prec,
+                                          cfg=CFG_HS64, init="init64.bin"),
+                                  {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_MATMUL": ""})
+                dev = max(abs(a - b) / b for a, b in zip(gl, cl))
+                print(f"{prec} cuda fused attention on tensor cores (head size 64) vs cpu: max rel "
+                      f"loss deviation {dev:.4f} (last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
+                if dev > 0.02:
+                    failures.append(f"{prec} fused tensor-core attention deviates {dev:.4f} > 2%")
 
         check_gpu_oom(tmp, failures)
         if EMU:
