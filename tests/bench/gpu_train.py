@@ -441,7 +441,9 @@ def main():
                 return None, (r.stdout + r.stderr)[-2000:]
             timed = steps[args.warmup:]
             step_s = sorted(float(s["step_ms"]) for s in timed)[len(timed) // 2] / 1e3
-            return {"step_s": step_s, "mem_peak": int(timed[-1]["mem_peak"]),
+            B = job["deepspeed"]["train_micro_batch_size_per_gpu"]
+            return {"step_s": step_s, "batch": B, "tok_s": B * T / step_s,
+                    "mem_peak": int(timed[-1]["mem_peak"]),
                     "dev_peak_mib": mem.peak, "loss": float(timed[-1]["loss"]), "line": timed[-1]}, ""
 
         too_big = []  # (precision, micro batch, the rank's out-of-memory report or None)
@@ -459,8 +461,6 @@ def main():
                     continue
                 res, err = zt_run(jname, job, prec)
                 if res:
-                    res["batch"] = B
-                    res["tok_s"] = B * T / res["step_s"]
                     return res
                 oom = next((ln for ln in err.splitlines() if "out of GPU memory" in ln), None)
                 too_big.append((prec, B, oom))
@@ -481,8 +481,6 @@ def main():
             jname = f"zt_bf16-tf32_b{B}"
             res, err = zt_run(jname, zt_job(jname, B, "bf16-tf32"), "bf16-tf32")
             if res:
-                res["batch"] = B
-                res["tok_s"] = B * T / res["step_s"]
                 add_row("zerotrain", "bf16-tf32", res)
             else:
                 print(f"  zerotrain bf16 with TF32 matmuls failed: {err.strip()[-400:]}")
@@ -493,8 +491,6 @@ def main():
             jname = f"zt_{fused_prec}_b{B}_fused"
             res, err = zt_run(jname, zt_job(jname, B, fused_prec), fused_prec, attn="fused")
             if res:
-                res["batch"] = B
-                res["tok_s"] = B * T / res["step_s"]
                 add_row("zt-fused", fused_prec, res)
             else:
                 print(f"  zerotrain {fused_prec} with the fused attention failed: "
