@@ -2,48 +2,28 @@
  * matmuls take 16-bit inputs (zt_cuda_mm bf16 or fp16): attn_cuda.cu's algorithm (online
  * softmax forward; backward without atomics, one kernel for dK and dV and one for dQ, both
  * recomputing P = exp(s - lse) and dS = P (dO.V - delta) scale, delta = dO.out) with every
- * product on 16-bit tensor cores, as FlashAttention-2 does under bf16 and fp16: Q, K, V and dO
- * are rounded to the context's 16-bit type (E: bf16, or fp16 for fp16 contexts) as a tile is
- * loaded, P and dS as they enter their products; the softmax, the running sums, delta and lse
- * stay fp32, and so do the results in memory. Head size 64.
+ * product on 16-bit tensor cores through the warp matrix functions (mma.h, 16 x 16 x 16, fp32
+ * accumulators), as FlashAttention does under bf16 and fp16: Q, K, V and dO are rounded to the
+ * context's 16-bit type (E: bf16, or fp16 for fp16 contexts) as a tile is loaded, P and dS as
+ * they are written for their products; the softmax, the running sums, delta and lse stay fp32,
+ * and so do the results in memory. Head size 64.
  *
- * The products are the m16n8k16 matrix instruction (mma.sync, sm_80 and later), whose
- * fragment layouts the PTX ISA specifies (tc_mma below), so everything a warp owns stays in
- * registers: a block is 4 warps and owns 64 rows (queries, or keys for dK and dV), 16 per
- * warp, whose Q (or K and V, or Q and dO) fragments are read once; it walks the other side in
- * tiles of 64 rows in shared memory, stored with the contraction index contiguous (a tile and,
- * where a product needs it, its transpose). A warp's 16 x 64 scores come out of the
- * instruction in accumulator layout, which is the layout of the next product's A operand, so
- * the softmax, the masking and the rescaling of the output run on registers, and P or dS go
- * into the next product without a trip through memory. Results are written (added, for dqkv)
- * by the lane that holds them; rows at or past T are never touched. */
+ * A block is 4 warps and owns 64 rows (queries, or keys for dK/dV), 16 per warp, and walks
+ * the other side in tiles of 32 rows held in shared memory. A warp's 16 x 32 scores go
+ * through its own part of shared memory (fragments keep no known element order), where two
+ * lanes per row run the softmax and write the 16-bit P or dS over the scores' own rows. The
+ * forward keeps each warp's 16 x 64 output in shared memory, rescaled there by the running
+ * maximum; the backward keeps its gradients in accumulator fragments and adds them to dqkv
+ * once, through shared memory (so rows past T are never touched). */
 #include "cuda_int.h"
-
-#include <stdint.h>
-#include <string.h>
 
 #ifndef ZT_CUDA_EMU
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#define TC_UNROLL _Pragma("unroll")
-#else
-#define TC_UNROLL
+#include <mma.h>
 #endif
 
-#define TC_HS 64                 /* the head size compiled */
-#define TC_WARPS 4
-#define TC_THREADS (32 * TC_WARPS)
-#define TC_BR (16 * TC_WARPS)    /* rows a block owns */
-#define TC_BC 64                 /* rows of a walked tile */
-#define TC_LD (TC_HS + 8)        /* 16-bit row stride of a tile (and of a transposed one) */
-#define TC_TILE (TC_BC * TC_LD)  /* 16-bit elements of a tile */
-#define TC_NT (TC_BC / 8)        /* n8 accumulator tiles across a walked tile, or across hs */
-#define TC_KS (TC_HS / 16)       /* k16 steps over the head size, or over a walked tile */
-#define TC_LOG2E 1.4426950408889634f
-#define TC_LN2 0.6931471805599453f
-
-static_assert(TC_BC == TC_HS, "a tile and its transpose share the row stride");
-static_assert(TC_BR <= TC_BC && TC_BC % TC_BR == 0, "the diagonal tile starts at a block's rows");
+namespace wmma = nvcuda::wmma;
 
 /* x rounded to the 16-bit input type E */
 template <class E> static __device__ __forceinline__ E tc_round(float x);
@@ -56,174 +36,88 @@ template <> __device__ __forceinline__ __half tc_round<__half>(float x)
     return __float2half_rn(x);
 }
 
-/* lo and hi rounded to E and packed as the instruction takes them: lo in the low half */
-template <class E> static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
-{
-    E a = tc_round<E>(lo), b = tc_round<E>(hi);
-    unsigned short ua, ub;
-    memcpy(&ua, &a, sizeof(ua));
-    memcpy(&ub, &b, sizeof(ub));
-    return (uint32_t)ua | (uint32_t)ub << 16;
-}
+#define TC_HS 64                 /* the head size compiled */
+#define TC_WARPS 4
+#define TC_THREADS (32 * TC_WARPS)
+#define TC_BR (16 * TC_WARPS)    /* rows a block owns */
+#define TC_BC 32                 /* rows of a walked tile */
+#define TC_LDH (TC_HS + 8)       /* 16-bit row stride of head-vector tiles */
+#define TC_LDS (TC_BC + 4)       /* float row stride of a warp's 16 x TC_BC scores */
+#define TC_LDP (2 * TC_LDS)      /* 16-bit row stride of P or dS written over them */
+#define TC_LDO (TC_HS + 4)       /* float row stride of a warp's 16 x TC_HS outputs */
+#define TC_HEAD ((size_t)TC_BR * TC_LDH * 2)      /* bytes of TC_BR 16-bit head vectors */
+#define TC_TILE ((size_t)TC_BC * TC_LDH * 2)      /* bytes of TC_BC 16-bit head vectors */
+#define TC_SCORES ((size_t)TC_WARPS * 16 * TC_LDS * 4)
+#define TC_OUT ((size_t)TC_WARPS * 16 * TC_LDO * 4)
 
-/* the two 16-bit elements at p (4-byte aligned) as one register */
-template <class E> static __device__ __forceinline__ uint32_t tc_ld2(const E *p)
-{
-#ifdef ZT_CUDA_EMU
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-#else
-    return *(const uint32_t *)p;
-#endif
-}
+template <class E> using tc_frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
+template <class E> using tc_frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major>;
+/* a matrix_b given by the rows of its transpose */
+template <class E> using tc_frag_bt = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major>;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_frag_c;
 
-/* d (16 x 8, fp32) += a (16 x 16) b (16 x 8) on the tensor cores, collective over the warp.
- * Fragment layouts (g = lane / 4, t = lane % 4; two 16-bit elements per register, the one of
- * lower column or k first): a[0] = A(g, 2t..), a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..),
- * a[3] = A(g+8, 2t+8..); b0 = B(2t.., g), b1 = B(2t+8.., g); d[0..1] = D(g, 2t..),
- * d[2..3] = D(g+8, 2t..). So two n8 accumulators side by side, packed, are an A fragment. */
-template <class E>
-static __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], uint32_t b0,
-                                              uint32_t b1);
-#ifdef ZT_CUDA_EMU
-template <class E>
-static __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], uint32_t b0,
-                                              uint32_t b1)
-{
-    zt_emu_mma16816<E>(d, a, b0, b1);
-}
-#else
-template <>
-__device__ __forceinline__ void tc_mma<__nv_bfloat16>(float d[4], const uint32_t a[4],
-                                                      uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void tc_mma<__half>(float d[4], const uint32_t a[4], uint32_t b0,
-                                               uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-#endif
+static_assert(TC_HEAD % 32 == 0 && TC_TILE % 32 == 0 && TC_SCORES % 32 == 0 &&
+                  TC_OUT % 32 == 0 && (16 * TC_LDS * 4) % 32 == 0 && (16 * TC_LDO * 4) % 32 == 0,
+              "every region and every warp's part starts 256-bit aligned");
 
-/* The A fragments of a warp's 16 rows of a tile m (row stride TC_LD), for the TC_KS k16 steps
- * over its TC_HS columns. */
-template <class E>
-static __device__ __forceinline__ void tc_frag_a(uint32_t a[TC_KS][4], const E *m, int lane)
+/* dst (ROWS x TC_HS 16-bit, row stride TC_LDH) = rows row0.. of src (row stride ld), zero past T */
+template <int ROWS, class E>
+static __device__ __forceinline__ void tc_load(E *dst, const float *src, int row0, int T, size_t ld)
 {
-    int g = lane / 4, t = lane % 4;
-    TC_UNROLL
-    for (int kk = 0; kk < TC_KS; kk++) {
-        const E *p = m + g * TC_LD + 16 * kk + 2 * t;
-        a[kk][0] = tc_ld2(p);
-        a[kk][1] = tc_ld2(p + 8 * TC_LD);
-        a[kk][2] = tc_ld2(p + 8);
-        a[kk][3] = tc_ld2(p + 8 * TC_LD + 8);
-    }
-}
-
-/* acc (16 x 64 as TC_NT n8 accumulators) = a x^T, a a warp's 16 x 64 as A fragments, x a
- * 64 x 64 tile (row stride TC_LD): column n of the product is row n of x. */
-template <class E>
-static __device__ __forceinline__ void tc_abt(float acc[TC_NT][4], const uint32_t a[TC_KS][4],
-                                              const E *x, int lane)
-{
-    int g = lane / 4, t = lane % 4;
-    TC_UNROLL
-    for (int n = 0; n < TC_NT; n++) {
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        const E *p = x + (8 * n + g) * TC_LD + 2 * t;
-        TC_UNROLL
-        for (int kk = 0; kk < TC_KS; kk++)
-            tc_mma<E>(acc[n], a[kk], tc_ld2(p + 16 * kk), tc_ld2(p + 16 * kk + 8));
-    }
-}
-
-/* acc (16 x 64) += p xt^T, p a warp's 16 x 64 in accumulator layout (P or dS, rounded to E
- * here), xt the transpose of the 64 x 64 right-hand tile (row n of xt is column n of it). */
-template <class E>
-static __device__ __forceinline__ void tc_pv(float acc[TC_NT][4], const float p[TC_NT][4],
-                                             const E *xt, int lane)
-{
-    int g = lane / 4, t = lane % 4;
-    TC_UNROLL
-    for (int kk = 0; kk < TC_KS; kk++) {
-        uint32_t a[4] = {tc_pack<E>(p[2 * kk][0], p[2 * kk][1]),
-                         tc_pack<E>(p[2 * kk][2], p[2 * kk][3]),
-                         tc_pack<E>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                         tc_pack<E>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        TC_UNROLL
-        for (int n = 0; n < TC_NT; n++) {
-            const E *q = xt + (8 * n + g) * TC_LD + 16 * kk + 2 * t;
-            tc_mma<E>(acc[n], a, tc_ld2(q), tc_ld2(q + 8));
-        }
-    }
-}
-
-/* dst (when not NULL) and dstT (its transpose, when not NULL), both 16-bit with row stride
- * TC_LD, = the TC_BC x TC_HS rows row0.. of src (row stride ld), 0 past T. Collective over the
- * block; a warp reads 32 consecutive floats of a row. */
-template <class E>
-static __device__ __forceinline__ void tc_load(E *dst, E *dstT, const float *src, size_t ld,
-                                               int row0, int T)
-{
-    for (int e = threadIdx.x; e < TC_BC * TC_HS; e += TC_THREADS) {
+    for (int e = threadIdx.x; e < ROWS * TC_HS; e += TC_THREADS) {
         int r = e / TC_HS, c = e % TC_HS, i = row0 + r;
-        E v = tc_round<E>(i < T ? src[(size_t)i * ld + c] : 0.0f);
-        if (dst) dst[r * TC_LD + c] = v;
-        if (dstT) dstT[c * TC_LD + r] = v;
+        dst[r * TC_LDH + c] = tc_round<E>(i < T ? src[(size_t)i * ld + c] : 0.0f);
     }
 }
 
-/* dl[r] = delta = dO.out (fp32, from memory) and ls[r] = lse * log2(e) of the TC_BC queries
- * from q0 (0 past T): a warp per query at a time. dout and out at (b, h), row stride C. */
-static __device__ __forceinline__ void tc_delta(float *dl, float *ls, const float *dout,
-                                                const float *out, const float *lse_bh, int q0,
-                                                int T, int C)
+/* s (16 x 16 NB, row stride lds) = a (16 x 16 KB) b^T, a and b row-major 16-bit (b: 16 NB
+ * rows of 16 KB), lda = ldb = TC_LDH. Collective over the warp. */
+template <int NB, int KB, class E>
+static __device__ __forceinline__ void tc_abt(float *s, int lds, const E *a, const E *b)
 {
-    static_assert(TC_HS == 64, "two columns per lane");
-    int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-    for (int r = warp; r < TC_BC; r += TC_WARPS) {
-        int i = q0 + r;
-        float d = 0.0f;
-        if (i < T) {
-            const float *o = dout + (size_t)i * C, *y = out + (size_t)i * C;
-            d = o[lane] * y[lane] + o[lane + 32] * y[lane + 32];
+    for (int n = 0; n < NB; n++) {
+        tc_frag_c acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int k = 0; k < KB; k++) {
+            tc_frag_a<E> fa;
+            tc_frag_bt<E> fb;
+            wmma::load_matrix_sync(fa, a + k * 16, TC_LDH);
+            wmma::load_matrix_sync(fb, b + (size_t)n * 16 * TC_LDH + k * 16, TC_LDH);
+            wmma::mma_sync(acc, fa, fb, acc);
         }
-        for (int w = 16; w; w >>= 1)
-            d += __shfl_xor_sync(0xffffffffu, d, w);
-        if (lane == 0) {
-            dl[r] = d;
-            ls[r] = i < T ? lse_bh[i] * TC_LOG2E : 0.0f;
+        wmma::store_matrix_sync(s + n * 16, acc, lds, wmma::mem_row_major);
+    }
+}
+
+/* acc[n] += a (16 x 16 KB, row stride TC_LDP) b (16 KB x 16 NB, row stride TC_LDH), both
+ * row-major 16-bit: a warp's P or dS times a tile. Collective over the warp. */
+template <int NB, int KB, class E>
+static __device__ __forceinline__ void tc_ab_acc(tc_frag_c *acc, const E *a, const E *b)
+{
+    for (int k = 0; k < KB; k++) {
+        tc_frag_a<E> fa;
+        wmma::load_matrix_sync(fa, a + k * 16, TC_LDP);
+        for (int n = 0; n < NB; n++) {
+            tc_frag_b<E> fb;
+            wmma::load_matrix_sync(fb, b + (size_t)k * 16 * TC_LDH + n * 16, TC_LDH);
+            wmma::mma_sync(acc[n], fa, fb, acc[n]);
         }
     }
 }
 
-/* dst rows row0 (and row0 + 8) (row stride ld) += a warp's 16 x 64 accumulators: the lane's
- * own elements; rows at or past T are left alone. */
+/* dst rows row0.. (row stride ld) += a warp's 16 x TC_HS accumulators, through its part of
+ * shared memory `stage` (16 x TC_LDO floats); rows at or past T are left alone. */
 static __device__ __forceinline__ void tc_add_out(float *dst, size_t ld, int row0, int T,
-                                                  const float acc[TC_NT][4], int lane)
+                                                  float *stage, const tc_frag_c *acc)
 {
-    int g = lane / 4, t = lane % 4;
-    TC_UNROLL
-    for (int h = 0; h < 2; h++) {
-        int i = row0 + g + 8 * h;
-        if (i >= T) continue;
-        float *o = dst + (size_t)i * ld + 2 * t;
-        TC_UNROLL
-        for (int n = 0; n < TC_NT; n++) {
-            o[8 * n] += acc[n][2 * h];
-            o[8 * n + 1] += acc[n][2 * h + 1];
-        }
-    }
+    int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+    for (int n = 0; n < TC_HS / 16; n++)
+        wmma::store_matrix_sync(stage + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
+    __syncwarp();
+    if (row0 + r < T)
+        for (int c = half * (TC_HS / 2); c < (half + 1) * (TC_HS / 2); c++)
+            dst[(size_t)(row0 + r) * ld + c] += stage[r * TC_LDO + c];
+    __syncwarp();
 }
 
 /* The block's place: (sequence b, head h) from blockIdx.y, its tile of TC_BR rows (the last
@@ -252,149 +146,155 @@ static __device__ __forceinline__ tc_pos tc_pos_of(const float *qkv, int T, int 
     return p;
 }
 
-/* Whether element e (0..3) of n8 accumulator n of a tile whose column 0 is c0 pairs row
- * (r0 + g, or + 8 for e >= 2) with column c0 + 8 n + 2 t + e % 2 under the causal mask, the
- * query being the row (rows_are_queries) or the column; both below T. */
-static __device__ __forceinline__ bool tc_seen(int r0, int c0, int n, int e, int lane, int T,
-                                               bool rows_are_queries)
-{
-    int r = r0 + lane / 4 + 8 * (e / 2), c = c0 + 8 * n + 2 * (lane % 4) + e % 2;
-    int i = rows_are_queries ? r : c, j = rows_are_queries ? c : r;
-    return j <= i && i < T;
-}
-
 /* Forward. grid (query tiles, B NH). */
 template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
     tc_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, float scale)
 {
-    __shared__ __align__(16) E sm[2 * TC_TILE]; /* Q, then K and V^T */
-    E *Ks = sm, *Vt = sm + TC_TILE;
+    __shared__ __align__(32) unsigned char sm[TC_HEAD + 2 * TC_TILE + TC_SCORES + TC_OUT];
+    E *Qs = (E *)sm, *Ks = (E *)(sm + TC_HEAD);
+    E *Vs = (E *)(sm + TC_HEAD + TC_TILE);
     tc_pos p = tc_pos_of(qkv, T, NH, true);
-    int qw = p.row0 + 16 * p.warp, g = p.lane / 4, t = p.lane % 4;
-    float sl2 = scale * TC_LOG2E;
+    float *S = (float *)(sm + TC_HEAD + 2 * TC_TILE) + p.warp * 16 * TC_LDS;
+    E *P = (E *)S; /* over the scores, row stride TC_LDP */
+    float *O = (float *)(sm + TC_HEAD + 2 * TC_TILE + TC_SCORES) + p.warp * 16 * TC_LDO;
+    int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
+    int c0 = half * (TC_HS / 2), j0 = half * 16; /* this lane's output columns and keys */
 
-    uint32_t aq[TC_KS][4];
-    tc_load<E>(sm, NULL, p.base, p.C3, p.row0, T);
-    __syncthreads();
-    tc_frag_a<E>(aq, sm + 16 * p.warp * TC_LD, p.lane);
-    float o[TC_NT][4];
-    TC_UNROLL
-    for (int n = 0; n < TC_NT; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    /* per row (g, g + 8): running maximum (log2 units) and this lane's part of the sum */
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
+    for (int c = c0; c < c0 + TC_HS / 2; c++)
+        O[r * TC_LDO + c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
     int kend = min(T, p.row0 + TC_BR); /* keys the block's last query sees */
     for (int k0 = 0; k0 < kend; k0 += TC_BC) {
-        __syncthreads(); /* the previous tile (or Q) is used up */
-        tc_load<E>(Ks, NULL, p.base + p.C, p.C3, k0, T);
-        tc_load<E>(NULL, Vt, p.base + 2 * p.C, p.C3, k0, T);
+        __syncthreads(); /* the previous tile is used up */
+        tc_load<TC_BC>(Ks, p.base + p.C, k0, T, p.C3);
+        tc_load<TC_BC>(Vs, p.base + 2 * p.C, k0, T, p.C3);
         __syncthreads();
-        float s[TC_NT][4];
-        tc_abt<E>(s, aq, Ks, p.lane);
-        float mx[2] = {-INFINITY, -INFINITY};
-        TC_UNROLL
-        for (int n = 0; n < TC_NT; n++)
-            TC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                /* keys past T sit past every query below T: masked as the future */
-                s[n][e] = tc_seen(qw, k0, n, e, p.lane, T, true) ? s[n][e] * sl2 : -INFINITY;
-                mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
-            }
-        float alpha[2], ref[2];
-        TC_UNROLL
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            float mnew = fmaxf(m[h], mx[h]);
-            /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
-            ref[h] = mnew == -INFINITY ? 0.0f : mnew;
-            alpha[h] = exp2f(m[h] - ref[h]);
-            m[h] = mnew;
-            l[h] *= alpha[h];
+        if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
+        tc_abt<TC_BC / 16, TC_HS / 16>(S, TC_LDS, Qs + 16 * p.warp * TC_LDH, Ks);
+        __syncwarp();
+        float s[16], mx = -INFINITY;
+        for (int t = 0; t < 16; t++) {
+            int j = k0 + j0 + t;
+            s[t] = i < T && j <= i ? scale * S[r * TC_LDS + j0 + t] : -INFINITY;
+            mx = fmaxf(mx, s[t]);
         }
-        TC_UNROLL
-        for (int n = 0; n < TC_NT; n++)
-            TC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - ref[e / 2]);
-                l[e / 2] += s[n][e];
-                o[n][e] *= alpha[e / 2];
-            }
-        tc_pv<E>(o, s, Vt, p.lane);
+        float mnew = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+        /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
+        float mref = mnew == -INFINITY ? 0.0f : mnew;
+        float alpha = expf(m - mref), ps = 0.0f;
+        __syncwarp(); /* the scores are read before P overwrites them */
+        for (int t = 0; t < 16; t++) {
+            float e = expf(s[t] - mref);
+            ps += e;
+            P[r * TC_LDP + j0 + t] = tc_round<E>(e);
+        }
+        l = l * alpha + ps + __shfl_xor_sync(0xffffffffu, ps, 1);
+        m = mnew;
+        for (int c = c0; c < c0 + TC_HS / 2; c++)
+            O[r * TC_LDO + c] *= alpha;
+        __syncwarp();
+        tc_frag_c acc[TC_HS / 16];
+        for (int n = 0; n < TC_HS / 16; n++)
+            wmma::load_matrix_sync(acc[n], O + n * 16, TC_LDO, wmma::mem_row_major);
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(acc, P, Vs);
+        for (int n = 0; n < TC_HS / 16; n++)
+            wmma::store_matrix_sync(O + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
+        __syncwarp();
     }
-    TC_UNROLL
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        int i = qw + g + 8 * h;
-        if (i >= T) continue;
-        float *y = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS + 2 * t;
-        TC_UNROLL
-        for (int n = 0; n < TC_NT; n++) {
-            y[8 * n] = o[n][2 * h] / l[h];
-            y[8 * n + 1] = o[n][2 * h + 1] / l[h];
-        }
-        if (t == 0) lse[(size_t)p.bh * T + i] = (m[h] + log2f(l[h])) * TC_LN2;
+    if (i >= T) return;
+    float *o = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS;
+    for (int c = c0; c < c0 + TC_HS / 2; c++)
+        o[c] = O[r * TC_LDO + c] / l;
+    if (half == 0) lse[(size_t)p.bh * T + i] = m + logf(l);
+}
+
+/* delta = dO.out (fp32, from memory) and lse of the ROWS queries from q0 into dl[], ls[] (0
+ * past T): TC_THREADS / ROWS threads per query, neighbouring lanes. dout and out at (b, h). */
+template <int ROWS>
+static __device__ __forceinline__ void tc_delta(float *dl, float *ls, const float *dout,
+                                                const float *out, const float *lse_bh, int q0,
+                                                int T, int C)
+{
+    constexpr int TPQ = TC_THREADS / ROWS;
+    static_assert(32 % TPQ == 0 && TC_HS % TPQ == 0, "a query's threads share a warp");
+    int ii = (int)threadIdx.x / TPQ, part = (int)threadIdx.x % TPQ, i = q0 + ii;
+    float d = 0.0f;
+    if (i < T)
+        for (int c = part; c < TC_HS; c += TPQ)
+            d += dout[(size_t)i * C + c] * out[(size_t)i * C + c];
+    for (int w = 1; w < TPQ; w <<= 1)
+        d += __shfl_xor_sync(0xffffffffu, d, w);
+    if (part == 0) {
+        dl[ii] = d;
+        ls[ii] = i < T ? lse_bh[i] : 0.0f;
     }
 }
 
-/* Backward, dK and dV. grid (key tiles, B NH), the first (longest) key tiles first. The scores
- * are computed transposed (S^T = K Q^T, dP^T = V dO^T: rows are the warp's keys), so P^T and
- * dS^T are A operands of dV += P^T dO and dK += dS^T Q. */
+/* Backward, dK and dV. grid (key tiles, B NH), the first (longest) key tiles first. */
 template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
     tc_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
                      const float *lse, int T, int NH, float scale)
 {
-    __shared__ __align__(16) E sm[4 * TC_TILE]; /* K and V, then Q, Q^T, dO, dO^T */
-    __shared__ float dl[TC_BC], ls[TC_BC];
-    E *Qs = sm, *Qt = sm + TC_TILE, *dOs = sm + 2 * TC_TILE, *dOt = sm + 3 * TC_TILE;
+    __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
+                                              2 * TC_BC * 4];
+    static_assert(2 * TC_TILE + 2 * TC_SCORES >= TC_OUT, "the staging fits the tiles' place");
+    E *Ks = (E *)sm, *Vs = (E *)(sm + TC_HEAD);
+    E *Qs = (E *)(sm + 2 * TC_HEAD), *dOs = (E *)(sm + 2 * TC_HEAD + TC_TILE);
+    unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
     tc_pos p = tc_pos_of(qkv, T, NH, false);
-    int jw = p.row0 + 16 * p.warp;
-    float sl2 = scale * TC_LOG2E;
+    float *St = (float *)sc + p.warp * 16 * TC_LDS;                /* S^T, then P^T */
+    float *dPt = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dP^T, then dS^T */
+    float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BC;
+    int jw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, j = jw + r;
+    int i0 = half * 16; /* this lane's queries in a tile */
     size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS; /* (b, h) in dout and out */
 
-    uint32_t ak[TC_KS][4], av[TC_KS][4];
-    tc_load<E>(sm, NULL, p.base + p.C, p.C3, p.row0, T);
-    tc_load<E>(sm + TC_TILE, NULL, p.base + 2 * p.C, p.C3, p.row0, T);
-    __syncthreads();
-    tc_frag_a<E>(ak, sm + 16 * p.warp * TC_LD, p.lane);
-    tc_frag_a<E>(av, sm + TC_TILE + 16 * p.warp * TC_LD, p.lane);
-    float dk[TC_NT][4], dv[TC_NT][4];
-    TC_UNROLL
-    for (int n = 0; n < TC_NT; n++)
-        TC_UNROLL
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.0f;
-    for (int q0 = p.row0 - p.row0 % TC_BC; q0 < T; q0 += TC_BC) { /* queries >= the first key */
-        __syncthreads(); /* the previous tile (or K and V) is used up */
-        tc_load<E>(Qs, Qt, p.base, p.C3, q0, T);
-        tc_load<E>(dOs, dOt, dout + hoff, (size_t)p.C, q0, T);
-        tc_delta(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, q0, T, p.C);
-        __syncthreads();
-        float st[TC_NT][4], dpt[TC_NT][4];
-        tc_abt<E>(st, ak, Qs, p.lane);
-        tc_abt<E>(dpt, av, dOs, p.lane);
-        TC_UNROLL
-        for (int n = 0; n < TC_NT; n++)
-            TC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                int ii = 8 * n + 2 * (p.lane % 4) + e % 2; /* the query, in the tile */
-                float pe = 0.0f, ds = 0.0f;
-                if (tc_seen(jw, q0, n, e, p.lane, T, false)) {
-                    pe = exp2f(st[n][e] * sl2 - ls[ii]);
-                    ds = pe * (dpt[n][e] - dl[ii]) * scale;
-                }
-                st[n][e] = pe;
-                dpt[n][e] = ds;
-            }
-        tc_pv<E>(dv, st, dOt, p.lane);
-        tc_pv<E>(dk, dpt, Qt, p.lane);
+    tc_load<TC_BR>(Ks, p.base + p.C, p.row0, T, p.C3);
+    tc_load<TC_BR>(Vs, p.base + 2 * p.C, p.row0, T, p.C3);
+    tc_frag_c dk[TC_HS / 16], dv[TC_HS / 16];
+    for (int n = 0; n < TC_HS / 16; n++) {
+        wmma::fill_fragment(dk[n], 0.0f);
+        wmma::fill_fragment(dv[n], 0.0f);
     }
-    float *gk = dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
-    tc_add_out(gk + p.C, p.C3, jw, T, dk, p.lane);
-    tc_add_out(gk + 2 * p.C, p.C3, jw, T, dv, p.lane);
+    for (int q0 = p.row0; q0 < T; q0 += TC_BC) { /* queries i >= the tile's first key */
+        __syncthreads();
+        tc_load<TC_BC>(Qs, p.base, q0, T, p.C3);
+        tc_load<TC_BC>(dOs, dout + hoff, q0, T, (size_t)p.C);
+        tc_delta<TC_BC>(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, q0, T, p.C);
+        __syncthreads();
+        if (q0 + TC_BC - 1 < jw) continue; /* no query of the tile sees the warp's keys */
+        tc_abt<TC_BC / 16, TC_HS / 16>(St, TC_LDS, Ks + 16 * p.warp * TC_LDH, Qs);
+        tc_abt<TC_BC / 16, TC_HS / 16>(dPt, TC_LDS, Vs + 16 * p.warp * TC_LDH, dOs);
+        __syncwarp();
+        float pv[16], dsv[16];
+        for (int t = 0; t < 16; t++) {
+            int ii = i0 + t, i = q0 + ii;
+            float e = 0.0f, ds = 0.0f;
+            if (j < T && i < T && j <= i) {
+                e = expf(scale * St[r * TC_LDS + ii] - ls[ii]);
+                ds = e * (dPt[r * TC_LDS + ii] - dl[ii]) * scale;
+            }
+            pv[t] = e;
+            dsv[t] = ds;
+        }
+        __syncwarp(); /* read before overwritten */
+        E *Pt = (E *)St, *dSt = (E *)dPt;
+        for (int t = 0; t < 16; t++) {
+            Pt[r * TC_LDP + i0 + t] = tc_round<E>(pv[t]);
+            dSt[r * TC_LDP + i0 + t] = tc_round<E>(dsv[t]);
+        }
+        __syncwarp();
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(dv, Pt, dOs);
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(dk, dSt, Qs);
+    }
+    __syncthreads(); /* the tiles' place becomes the staging */
+    float *stage = (float *)(sm + 2 * TC_HEAD) + p.warp * 16 * TC_LDO;
+    float *g = dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    tc_add_out(g + p.C, p.C3, jw, T, stage, dk);
+    tc_add_out(g + 2 * p.C, p.C3, jw, T, stage, dv);
 }
 
 /* Backward, dQ. grid (query tiles, B NH), the last (longest) query tiles first. */
@@ -403,48 +303,55 @@ static __global__ void __launch_bounds__(TC_THREADS)
     tc_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
                     const float *lse, int T, int NH, float scale)
 {
-    __shared__ __align__(16) E sm[3 * TC_TILE]; /* Q and dO, then K, K^T and V */
-    __shared__ float dl[TC_BC], ls[TC_BC];
-    E *Ks = sm, *Kt = sm + TC_TILE, *Vs = sm + 2 * TC_TILE;
+    __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
+                                              2 * TC_BR * 4];
+    E *Qs = (E *)sm, *dOs = (E *)(sm + TC_HEAD);
+    E *Ks = (E *)(sm + 2 * TC_HEAD), *Vs = (E *)(sm + 2 * TC_HEAD + TC_TILE);
+    unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
     tc_pos p = tc_pos_of(qkv, T, NH, true);
-    int qw = p.row0 + 16 * p.warp, g = p.lane / 4;
-    float sl2 = scale * TC_LOG2E;
+    float *S = (float *)sc + p.warp * 16 * TC_LDS;                /* S, then dS */
+    float *dP = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dO V^T */
+    float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BR;
+    int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
+    int j0 = half * 16;
     size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
 
-    uint32_t aq[TC_KS][4], ado[TC_KS][4];
-    tc_load<E>(sm, NULL, p.base, p.C3, p.row0, T);
-    tc_load<E>(sm + TC_TILE, NULL, dout + hoff, (size_t)p.C, p.row0, T);
-    tc_delta(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, p.row0, T, p.C);
-    __syncthreads();
-    tc_frag_a<E>(aq, sm + 16 * p.warp * TC_LD, p.lane);
-    tc_frag_a<E>(ado, sm + TC_TILE + 16 * p.warp * TC_LD, p.lane);
-    float lrow[2] = {ls[16 * p.warp + g], ls[16 * p.warp + g + 8]};
-    float drow[2] = {dl[16 * p.warp + g], dl[16 * p.warp + g + 8]};
-    float dq[TC_NT][4];
-    TC_UNROLL
-    for (int n = 0; n < TC_NT; n++)
-        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
+    tc_load<TC_BR>(dOs, dout + hoff, p.row0, T, (size_t)p.C);
+    tc_delta<TC_BR>(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, p.row0, T, p.C);
+    tc_frag_c dq[TC_HS / 16];
+    for (int n = 0; n < TC_HS / 16; n++)
+        wmma::fill_fragment(dq[n], 0.0f);
     int kend = min(T, p.row0 + TC_BR);
     for (int k0 = 0; k0 < kend; k0 += TC_BC) {
-        __syncthreads(); /* the previous tile (or Q and dO) is used up */
-        tc_load<E>(Ks, Kt, p.base + p.C, p.C3, k0, T);
-        tc_load<E>(Vs, NULL, p.base + 2 * p.C, p.C3, k0, T);
         __syncthreads();
-        float s[TC_NT][4], dp[TC_NT][4];
-        tc_abt<E>(s, aq, Ks, p.lane);
-        tc_abt<E>(dp, ado, Vs, p.lane);
-        TC_UNROLL
-        for (int n = 0; n < TC_NT; n++)
-            TC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                float ds = 0.0f;
-                if (tc_seen(qw, k0, n, e, p.lane, T, true))
-                    ds = exp2f(s[n][e] * sl2 - lrow[e / 2]) * (dp[n][e] - drow[e / 2]) * scale;
-                s[n][e] = ds;
+        tc_load<TC_BC>(Ks, p.base + p.C, k0, T, p.C3);
+        tc_load<TC_BC>(Vs, p.base + 2 * p.C, k0, T, p.C3);
+        __syncthreads();
+        if (k0 > qw + 15) continue;
+        tc_abt<TC_BC / 16, TC_HS / 16>(S, TC_LDS, Qs + 16 * p.warp * TC_LDH, Ks);
+        tc_abt<TC_BC / 16, TC_HS / 16>(dP, TC_LDS, dOs + 16 * p.warp * TC_LDH, Vs);
+        __syncwarp();
+        float dsv[16], li = ls[16 * p.warp + r], di = dl[16 * p.warp + r];
+        for (int t = 0; t < 16; t++) {
+            int j = k0 + j0 + t;
+            float ds = 0.0f;
+            if (i < T && j <= i) {
+                float e = expf(scale * S[r * TC_LDS + j0 + t] - li);
+                ds = e * (dP[r * TC_LDS + j0 + t] - di) * scale;
             }
-        tc_pv<E>(dq, s, Kt, p.lane);
+            dsv[t] = ds;
+        }
+        __syncwarp();
+        E *dS = (E *)S;
+        for (int t = 0; t < 16; t++)
+            dS[r * TC_LDP + j0 + t] = tc_round<E>(dsv[t]);
+        __syncwarp();
+        tc_ab_acc<TC_HS / 16, TC_BC / 16>(dq, dS, Ks);
     }
-    tc_add_out(dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, dq, p.lane);
+    __syncthreads();
+    float *stage = (float *)(sm + 2 * TC_HEAD) + p.warp * 16 * TC_LDO;
+    tc_add_out(dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage, dq);
 }
 
 extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv,

@@ -52,54 +52,6 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
     (void)zt_emu_shfl(mask, 0, 0);
 }
 
-/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (inline PTX on the GPU): d
- * (16 x 8, fp32) += a (16 x 16) b (16 x 8), 16-bit inputs of type E packed two to a register,
- * the lower half first, in the PTX ISA's fragment layouts (g = lane / 4, t = lane % 4):
- *   a[0] = A(g, 2t..2t+1)  a[1] = A(g+8, 2t..)  a[2] = A(g, 2t+8..)  a[3] = A(g+8, 2t+8..)
- *   b0 = B(2t..2t+1, g)    b1 = B(2t+8.., g)
- *   d[0..1] = D(g, 2t..2t+1)  d[2..3] = D(g+8, 2t..2t+1)
- * Collective over the warp: every lane leaves its registers in the warp's place, then computes
- * its own four results (products exact in fp32, summed in order of k). */
-template <class E> static inline float zt_emu_mma_value(uint32_t bits)
-{
-    uint16_t h = (uint16_t)bits;
-    E v;
-    memcpy(static_cast<void *>(&v), &h, sizeof(h));
-    return zt_emu_wmma_value(v);
-}
-
-template <class E>
-__attribute__((optimize("O2"))) static inline void zt_emu_mma16816(float d[4], const uint32_t a[4],
-                                                                   uint32_t b0, uint32_t b1)
-{
-    static_assert(sizeof(E) == 2, "16-bit inputs");
-    static __thread uint32_t ra[32][32][4], rb[32][32][2]; /* [warp of the block][lane] */
-    unsigned lane = zt_emu_lane();
-    unsigned warp = (threadIdx.x + threadIdx.y * blockDim.x +
-                     threadIdx.z * blockDim.x * blockDim.y) / 32;
-    if (warp >= 32) {
-        fprintf(stderr, "cuda-emu: mma in a block of over 1024 threads\n");
-        abort();
-    }
-    memcpy(ra[warp][lane], a, sizeof(ra[warp][lane]));
-    rb[warp][lane][0] = b0;
-    rb[warp][lane][1] = b1;
-    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane's registers are in */
-    int g = (int)lane / 4, t = (int)lane % 4;
-    for (int e = 0; e < 4; e++) {
-        int r = g + 8 * (e / 2), n = 2 * t + e % 2;
-        float s = d[e];
-        for (int k = 0; k < 16; k++) {
-            uint32_t wa = ra[warp][4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
-            uint32_t wb = rb[warp][4 * n + (k % 8) / 2][k >= 8];
-            s += zt_emu_mma_value<E>(k % 2 ? wa >> 16 : wa) *
-                 zt_emu_mma_value<E>(k % 2 ? wb >> 16 : wb);
-        }
-        d[e] = s;
-    }
-    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane has read before the next call writes */
-}
-
 namespace nvcuda {
 namespace wmma {
 
