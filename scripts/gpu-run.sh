@@ -10,10 +10,11 @@
 # issue needs proven first, each with its own limit cut to what is left, an item that would
 # get under 20 s skipped (SKIP(time) in the summary):
 #   probe, test_gpu_ops, test_gpu_fault, test_comm_nccl, gpu_engine (GPU vs CPU engine),
-#   gpu_train bf16 (zerotrain vs PyTorch, fused attention, Twin-Flow), gpu_sanitizer,
-#   bench_kernels_gpu --quick, gpu_train fp32 and tf32 rows.
-# Usage: scripts/gpu-run.sh [tests|bench|all] [TOTAL_SECONDS]   (ZT_PYTHON: the python with
-# PyTorch and numpy, python3 by default)
+#   bench_kernels_gpu --quick (and again with ZT_CUDA_GEMM_TUNE=1: bench_kernels_gpu_tuned),
+#   gpu_train_bf16 (zerotrain vs PyTorch, both attentions, Twin-Flow), gpu_sanitizer,
+#   gpu_train_fp32 (fp32 and tf32 rows).
+# Usage: scripts/gpu-run.sh [tests|bench|all|ITEM,ITEM,...] [TOTAL_SECONDS]
+# (ZT_PYTHON: the python with PyTorch and numpy, python3 by default)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 R=$(pwd)
@@ -97,26 +98,33 @@ item() { # name cap command...: runs with a limit of min(cap, what is left), out
   tail -n 15 "$tmp"
 }
 PY=(env "LD_LIBRARY_PATH=$PYLD" "${ZT_PYTHON:-python3}")
-TRAIN=(tests/bench/gpu_train.py --steps 8 --warmup 2)
+# ZT_GPU_TRAIN_ARGS: more arguments for gpu_train.py (--skip-twinflow, --batches 128,64, ...)
+read -ra TRAIN_EXTRA <<<"${ZT_GPU_TRAIN_ARGS:-}"
+TRAIN=(tests/bench/gpu_train.py --steps 8 --warmup 2 --batches 128,96,64,48,32,16,8 "${TRAIN_EXTRA[@]}")
 
-if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-  item probe 30 .gpu/tests/zt_gpu_probe
-  item gpu_ops 150 .gpu/tests/test_gpu_ops
-  item gpu_fault 30 .gpu/tests/test_gpu_fault
-  item comm_nccl 60 .gpu/tests/test_comm_nccl
-  item gpu_engine 180 "${PY[@]}" tests/gpu/test_gpu_engine.py
-fi
-if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+TESTS="probe gpu_ops gpu_fault comm_nccl gpu_engine gpu_sanitizer"
+BENCH="bench_kernels_gpu bench_kernels_gpu_tuned gpu_train_bf16 gpu_train_fp32"
+case $WHAT in
+  tests) WANT=$TESTS ;;
+  bench) WANT=$BENCH ;;
+  all) WANT="$TESTS $BENCH" ;;
+  *) WANT=${WHAT//,/ } ;;
+esac
+want() { [[ " $WANT " == *" $1 "* ]]; }
+want probe && item probe 30 .gpu/tests/zt_gpu_probe
+want gpu_ops && item gpu_ops 150 .gpu/tests/test_gpu_ops
+want gpu_fault && item gpu_fault 30 .gpu/tests/test_gpu_fault
+want comm_nccl && item comm_nccl 60 .gpu/tests/test_comm_nccl
+want gpu_engine && item gpu_engine 180 "${PY[@]}" tests/gpu/test_gpu_engine.py
+want bench_kernels_gpu && item bench_kernels_gpu 90 .gpu/tests/bench_kernels_gpu --quick
+want bench_kernels_gpu_tuned &&
+  item bench_kernels_gpu_tuned 90 env ZT_CUDA_GEMM_TUNE=1 .gpu/tests/bench_kernels_gpu --quick
+want gpu_train_bf16 &&
   item gpu_train_bf16 330 "${PY[@]}" "${TRAIN[@]}" --zt-precisions bf16 --torch-modes bf16
-fi
-if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-  item gpu_sanitizer 150 "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
-fi
-if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
-  item bench_kernels_gpu 90 .gpu/tests/bench_kernels_gpu --quick
+want gpu_sanitizer && item gpu_sanitizer 180 "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
+want gpu_train_fp32 &&
   item gpu_train_fp32 300 "${PY[@]}" "${TRAIN[@]}" --zt-precisions fp32,tf32 --torch-modes tf32 \
     --skip-twinflow
-fi
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
 echo "== summary ($GPU, ${SECONDS}s of ${TOTAL}s)"
 printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"

@@ -330,6 +330,14 @@ extern "C" bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH)
     return NH > 0 && C == NH * FA_HS && (long long)B * NH <= 65535 && T > 0;
 }
 
+extern "C" bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH)
+{
+    bool want = ctx->attn_fused == ZT_CUDA_ATTN_AUTO
+                    ? ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16
+                    : ctx->attn_fused != 0;
+    return want && zt_cuda_attn_fused_fits(B, T, C, NH);
+}
+
 extern "C" void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv,
                                            int B, int T, int C, int NH)
 {

@@ -3,7 +3,11 @@
  * are strided-batched GEMMs over the heads of one sequence on views of the (B, T, 3C) qkv
  * tensor. fp32 in and out, fp32 accumulate; the inputs rounded to the context's zt_cuda_mm
  * (the compute type: exact fp32, TF32, bf16 or fp16 tensor cores). Algorithm choices are
- * cached per shape. */
+ * cached per shape: the heuristic's first, or with ZT_CUDA_GEMM_TUNE=1 the fastest of its first
+ * ZT_CUDA_TUNE_ALGOS, timed at the shape's first call. Tuning is off by default because timings
+ * vary from run to run, and so would the choice and the low bits of every result (two runs of
+ * one job stop being bitwise equal); on an H200 it made some backward GEMMs 5 to 22% faster
+ * and the 8192^3 bf16 product 15% slower (a candidate that timed well when first met). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -38,14 +42,68 @@ static cublasStatus_t layout_init(cublasLtMatrixLayoutOpaque_t *l, int rows, int
     return s;
 }
 
+/* Elements from C's first to its last, batch included. */
+static size_t c_extent(const zt_cuda_gemm *g)
+{
+    return (size_t)(g->batch - 1) * (size_t)g->sC + (size_t)(g->M - 1) * (size_t)g->ldc +
+           (size_t)g->N;
+}
+
+/* Times candidates n of the heuristic's results on g's own inputs and returns the fastest
+ * (index into res; 0 when nothing could be timed). The products go to g's C where they
+ * overwrite it (beta 0: the call that follows writes it again; a GELU epilogue's aux likewise),
+ * else to a temporary of C's size, zeroed (outside the arenas: where it does not fit, the
+ * heuristic's first is kept); inputs are only read. A candidate that fails is passed over.
+ * Runs once per shape (the cache keeps the choice). */
+static int tune(zt_kctx *ctx, const zt_cuda_gemm *g, cublasLtMatmulDesc_t op,
+                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                const cublasLtMatmulHeuristicResult_t *res, int n)
+{
+    void *D = g->C, *tmp = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    int best = 0;
+    float best_ms = INFINITY;
+    if (g->beta != 0.0f) {
+        size_t bytes = c_extent(g) * sizeof(float);
+        if (cudaMalloc(&tmp, bytes) != cudaSuccess ||
+            cudaMemsetAsync(tmp, 0, bytes, ctx->stream) != cudaSuccess)
+            goto done;
+        D = tmp;
+    }
+    if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) goto done;
+    for (int i = 0; i < n; i++) {
+        bool ok = true;
+        for (int r = 0; r <= ZT_CUDA_TUNE_REPS && ok; r++) { /* round 0 warms up */
+            if (r == 1) ok = cudaEventRecord(ev[0], ctx->stream) == cudaSuccess;
+            ok = ok && cublasLtMatmul(ctx->lt, op, &g->alpha, g->B, la, g->A, lb, &g->beta, D, lc,
+                                      D, lc, &res[i].algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE,
+                                      ctx->stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        float ms = 0.0f;
+        if (ok && cudaEventRecord(ev[1], ctx->stream) == cudaSuccess &&
+            cudaEventSynchronize(ev[1]) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess && ms < best_ms) {
+            best_ms = ms;
+            best = i;
+        }
+    }
+done:
+    for (int k = 0; k < 2; k++)
+        if (ev[k]) cudaEventDestroy(ev[k]);
+    if (tmp) cudaFree(tmp);
+    (void)cudaGetLastError(); /* a failed allocation here is not the program's failure */
+    return best;
+}
+
 /* Looks up (or asks the heuristic for, and caches) the algorithm for key. Returns the entry,
  * whose `usable` says whether cuBLASLt offered one. "No algorithm" (none returned,
  * NOT_SUPPORTED, INVALID_VALUE) is cached and reported once, since the caller's fallback is
  * slower; any other failure of the heuristic (ALLOC_FAILED, INTERNAL_ERROR, ...) may pass, so
  * it is not cached: this call falls back and the next one asks again. */
 static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
-                                    cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
-                                    cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc)
+                                    const zt_cuda_gemm *g, cublasLtMatmulDesc_t op,
+                                    cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                    cublasLtMatrixLayout_t lc)
 {
     for (int i = 0; i < ctx->gemm_n; i++)
         if (memcmp(&ctx->gemm_cache[i].key, key, sizeof(*key)) == 0) return &ctx->gemm_cache[i];
@@ -79,14 +137,17 @@ static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                  &al[3], sizeof(al[3]));
-    cublasLtMatmulHeuristicResult_t res;
-    int nres = 0;
-    memset(&res, 0, sizeof(res));
+    cublasLtMatmulHeuristicResult_t res[ZT_CUDA_TUNE_ALGOS];
+    int nres = 0, nok = 0;
+    memset(res, 0, sizeof(res));
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, &pref, 1, &res, &nres);
-    if (s == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
-        res.workspaceSize <= ZT_CUDA_LT_WORKSPACE) {
-        e->algo = res.algo;
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, &pref,
+                                           ctx->gemm_tune ? ZT_CUDA_TUNE_ALGOS : 1, res, &nres);
+    for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < nres; i++) /* the usable ones, in order */
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ZT_CUDA_LT_WORKSPACE)
+            res[nok++] = res[i];
+    if (nok > 0) {
+        e->algo = res[nok > 1 ? tune(ctx, g, op, la, lb, lc, res, nok) : 0].algo;
         e->usable = 1;
     } else if (s == CUBLAS_STATUS_SUCCESS || s == CUBLAS_STATUS_NOT_SUPPORTED ||
                s == CUBLAS_STATUS_INVALID_VALUE) {
@@ -190,7 +251,7 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
             ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, cublasLtGetStatusString(s));
         return LT_DONE;
     }
-    zt_cuda_gemm_entry *e = algo_for(ctx, &key, &op, &la, &lb, &lc);
+    zt_cuda_gemm_entry *e = algo_for(ctx, &key, g, &op, &la, &lb, &lc);
     if (!e->usable) return LT_NO_ALGO;
     s = cublasLtMatmul(ctx->lt, &op, &g->alpha, g->B, &la, g->A, &lb, &g->beta, g->C, &lc, g->C,
                        &lc, &e->algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
@@ -354,9 +415,10 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 /* attention. For sequence b, head h: Q, K, V are T x hs views of qkv (row stride 3C, head h at
  * column h*hs); the scores and their gradients are T x T per (b, h) in the scratch. One
  * strided-batched GEMM covers the NH heads of a sequence (head stride hs in qkv and out, T*T in
- * the scratch). ZT_CUDA_ATTN=fused runs attn_cuda.cu's kernels instead where they fit. Sequences go
- * through in chunks of zt_attention_chunk_seqs: region S of the scratch holds a chunk's scores
- * (then probabilities), region D their gradients. The full T x T products are computed and the row
+ * the scratch). attn_cuda.cu's fused kernels run instead where zt_cuda_attn_fused says (by
+ * default for 16-bit matmul inputs; ZT_CUDA_ATTN chooses). Sequences go through in chunks of
+ * zt_attention_chunk_seqs: region S of the scratch holds a chunk's scores (then
+ * probabilities), region D their gradients. The full T x T products are computed and the row
  * kernels zero the causal upper triangle, so the following GEMMs may run over whole rows. */
 
 /* S = scale Q K^T for sequences [b0, b1), sequence b at S + (b - b0) NH T T: the scores forward
@@ -378,7 +440,7 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
                                const float *qkv, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    if (ctx->attn_fused && zt_cuda_attn_fused_fits(B, T, C, NH)) {
+    if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
         zt_cuda_attn_fused_forward(ctx, out, lse, qkv, B, T, C, NH);
         return;
     }
@@ -404,7 +466,7 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
                                 int C, int NH)
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    if (ctx->attn_fused && zt_cuda_attn_fused_fits(B, T, C, NH)) {
+    if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
         zt_cuda_attn_fused_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
         return;
     }

@@ -22,8 +22,13 @@ extern "C" {
  * zt_cuda_context_device_bytes adds up). */
 /* Cached cuBLASLt algorithm choices (shapes seen; evicted round-robin when full). */
 #define ZT_CUDA_GEMM_CACHE 128
+/* cuBLASLt candidates timed at a shape's first call (ZT_CUDA_GEMM_TUNE), and runs of each */
+#define ZT_CUDA_TUNE_ALGOS 8
+#define ZT_CUDA_TUNE_REPS 3
 /* Blocks of the first pass of a norm reduction (partials fit the scratch many times over). */
 #define ZT_CUDA_RED_BLOCKS 1024
+/* zt_kctx.attn_fused when ZT_CUDA_ATTN is unset: fused for 16-bit matmul inputs only */
+#define ZT_CUDA_ATTN_AUTO (-1)
 
 /* How the matmuls multiply: their inputs and outputs stay fp32 in memory and they accumulate
  * in fp32; the inputs are rounded (by cuBLASLt, as it loads them) to the format named here,
@@ -84,7 +89,8 @@ struct zt_kctx {
     void *lt_ws;    /* ZT_CUDA_LT_WORKSPACE bytes */
     int mm;         /* zt_cuda_mm of the matmuls: set_matmul_dtype, ZT_CUDA_MATMUL */
     int mm_env;     /* ZT_CUDA_MATMUL: -1 unset, else the zt_cuda_mm it names */
-    int attn_fused; /* ZT_CUDA_ATTN=fused: attention by attn_cuda.cu's kernels where they fit */
+    int attn_fused; /* ZT_CUDA_ATTN: 1 fused (attn_cuda.cu's kernels where they fit), 0 chunked,
+                     * ZT_CUDA_ATTN_AUTO fused for 16-bit matmul inputs only (zt_cuda_attn_fused) */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 
@@ -105,6 +111,7 @@ struct zt_kctx {
 
     zt_cuda_gemm_entry *gemm_cache; /* ZT_CUDA_GEMM_CACHE entries */
     int gemm_n, gemm_next;
+    int gemm_tune;        /* ZT_CUDA_GEMM_TUNE=1: time cuBLASLt's candidates for each new shape */
     int warned_unbatched; /* the per-matrix fallback of batched GEMMs was reported */
 
     /* first failure since creation; kept (sync keeps returning it) because results computed
@@ -181,6 +188,9 @@ void zt_cuda_attn_dscores(zt_kctx *ctx, float *d, const float *att, const float 
  * attention_backward without the scratch, for the shapes zt_cuda_attn_fused_fits accepts (the
  * compiled head size). */
 bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH);
+/* Whether ctx runs the fused kernels for this shape: they fit, and ctx->attn_fused asks for
+ * them (ZT_CUDA_ATTN_AUTO: where the matmuls take 16-bit inputs). */
+bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv, int B,
                                 int T, int C, int NH);
 void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, const float *dout, const float *qkv,

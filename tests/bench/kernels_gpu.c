@@ -171,7 +171,7 @@ int main(int argc, char **argv)
     }
     zt_err err;
     unsetenv("ZT_CUDA_MATMUL"); /* K0: the job's dtype decides, chunked attention */
-    unsetenv("ZT_CUDA_ATTN");
+    setenv("ZT_CUDA_ATTN", "chunked", 1);
     zt_status st = G->ctx_create(&K0, 0, &err);
     if (st == ZT_ERR_NO_DEVICE) {
         printf("SKIP: %s\n", err.msg);
@@ -182,6 +182,7 @@ int main(int argc, char **argv)
         st = G->ctx_create(&KTF, 0, &err);
         unsetenv("ZT_CUDA_MATMUL");
     }
+    unsetenv("ZT_CUDA_ATTN");
     if (st == ZT_OK) {
         setenv("ZT_CUDA_ATTN", "fused", 1);
         st = G->ctx_create(&KF, 0, &err);
@@ -237,6 +238,21 @@ int main(int argc, char **argv)
                                           mm[k].in, mm[k].out));
             snprintf(what, sizeof what, "matmul_backward %s", mm[k].name);
             report_flops(what, md, s, 2 * fl);
+            if (MODES[md].dtype != ZT_BF16) continue;
+            /* its parts, for the 16-bit inputs that jobs use: dinp, dweight, then dbias */
+            TIME_IT(s,
+                    G->matmul_backward(K, dx, NULL, NULL, out, x, w, (int)N, mm[k].in, mm[k].out));
+            snprintf(what, sizeof what, "  dinp only %s", mm[k].name);
+            report_flops(what, md, s, fl);
+            TIME_IT(s,
+                    G->matmul_backward(K, NULL, dw, NULL, out, x, w, (int)N, mm[k].in, mm[k].out));
+            snprintf(what, sizeof what, "  dweight only %s", mm[k].name);
+            report_flops(what, md, s, fl);
+            if (k == 4) continue;
+            TIME_IT(s,
+                    G->matmul_backward(K, NULL, NULL, db, out, x, w, (int)N, mm[k].in, mm[k].out));
+            snprintf(what, sizeof what, "  dbias only %s", mm[k].name);
+            report_bytes(what, s, (double)N * mm[k].out * 4);
         }
         /* the MLP's first layer with GELU as cuBLASLt's epilogue (next to matmul_forward fc
          * above plus gelu_forward below) */

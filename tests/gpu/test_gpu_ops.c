@@ -569,7 +569,9 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
     double e_out = rms_tol > 0 ? check_rms(what, d_out, out, NULL, nC, rms_tol) : 0.0;
     snprintf(what, sizeof(what), "attention_forward %s lse B=%d T=%d C=%d NH=%d", mode, B, T, C,
              NH);
-    check_f(what, d_lse, lse, nL, rtol, 1e-5);
+    /* with 16-bit inputs an lse of T = 1 is one rounded score, whose error (about 1e-3 in bf16)
+     * can pass rtol of its own small size: seen in fp16 at 8e-4 against 4.3e-3 */
+    check_f(what, d_lse, lse, nL, rtol, rms_tol > 0 ? 1e-2 : 1e-5);
 
     float *dout = kc_frandn(nC, 1.0), *dqkv = kc_frandn(n3, 1.0), *dqkv0 = kc_falloc(n3);
     memcpy(dqkv0, dqkv, n3 * sizeof(float));
@@ -625,7 +627,10 @@ static void test_attention(int B, int T, int C, int NH)
         GPU->set_matmul_dtype(GF, ZT_F16);
         attention_case(B, T, C, NH, "fused fp16", 0.05, 1e-2, eh);
         GPU->set_matmul_dtype(GF, ZT_F32);
-        for (int k = 0; k < 2; k++)
+        /* compared where errors are many: with under 16 queries a sequence has a handful of
+         * dS values, whose single rounding errors make up most of dq's and dk's (seen at T = 1:
+         * fp16 9.9e-4 against bf16 1.7e-3) */
+        for (int k = 0; k < 2 && (long long)B * T >= 16; k++)
             if (!(eh[k] < 0.5 * eb[k]))
                 ZT_FAIL("attention B=%d T=%d NH=%d: fp16 tensor cores' rms error of %s %.3g is "
                         "not below half of bf16's %.3g",
@@ -635,8 +640,9 @@ static void test_attention(int B, int T, int C, int NH)
 }
 
 /* Which attention ZT_CUDA_ATTN picks, seen from the scratch: the chunked path writes its
- * scores there, the fused kernels never touch it. "fused" (in both matmul modes) leaves it as
- * it was; unset, "chunked" and a value that names neither (warned, ignored) write it. */
+ * scores there, the fused kernels never touch it. "fused" (in every matmul mode) leaves it as
+ * it was, "chunked" writes it; unset, empty or a value that names neither (warned, ignored)
+ * leave it for 16-bit matmul inputs and write it for fp32. */
 static void test_attention_choice(void)
 {
     int B = 1, T = 64, C = 64, NH = 1;
@@ -646,8 +652,9 @@ static void test_attention_choice(void)
         const char *env;
         zt_dtype mm;
         int fused;
-    } cases[] = {{NULL, ZT_F32, 0},    {"chunked", ZT_F32, 0}, {"flash", ZT_F32, 0},
-                 {"fused", ZT_F32, 1}, {"fused", ZT_BF16, 1},  {"", ZT_BF16, 0}};
+    } cases[] = {{NULL, ZT_F32, 0},    {"chunked", ZT_F32, 0},  {"flash", ZT_F32, 0},
+                 {"fused", ZT_F32, 1}, {"fused", ZT_BF16, 1},   {"", ZT_BF16, 1},
+                 {NULL, ZT_F16, 1},    {"chunked", ZT_BF16, 0}, {"flash", ZT_BF16, 1}};
     zt_kctx *keep = GC;
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         if (cases[k].env)
@@ -981,10 +988,16 @@ int main(void)
         return ZT_TEST_SKIP;
     }
     unsetenv("ZT_CUDA_MATMUL"); /* exact fp32 matmuls for the comparisons (fp32 is the default) */
-    unsetenv("ZT_CUDA_ATTN"); /* the chunked attention, the default */
+    /* GC: the chunked attention in every matmul mode; cuBLASLt's candidates timed for every
+     * new shape (ZT_CUDA_GEMM_TUNE, which must leave every result as it is: accumulating
+     * products are timed into a temporary) */
+    setenv("ZT_CUDA_ATTN", "chunked", 1);
+    setenv("ZT_CUDA_GEMM_TUNE", "1", 1);
     zt_err err;
     zt_err_clear(&err);
     zt_status st = GPU->ctx_create(&GC, 0, &err);
+    unsetenv("ZT_CUDA_ATTN");
+    unsetenv("ZT_CUDA_GEMM_TUNE");
     if (st == ZT_ERR_NO_DEVICE) {
         /* the no-GPU path itself: a clear message, no context */
         ASSERT_TRUE(GC == NULL);

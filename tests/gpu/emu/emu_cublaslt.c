@@ -482,12 +482,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     lt_algo al;
     s = algo_make(&d, &f, &al);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    memset(&results[0], 0, sizeof(results[0]));
-    memcpy(&results[0].algo, &al, sizeof(al));
-    results[0].workspaceSize = 0; /* within any MAX_WORKSPACE_BYTES */
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.0f;
-    *returned = 1;
+    /* up to three candidates (the same algorithm), so that a caller's choice among several,
+     * timing included, runs here too */
+    int n = requested < 3 ? requested : 3;
+    for (int i = 0; i < n; i++) {
+        memset(&results[i], 0, sizeof(results[i]));
+        memcpy(&results[i].algo, &al, sizeof(al));
+        results[i].workspaceSize = 0; /* within any MAX_WORKSPACE_BYTES */
+        results[i].state = CUBLAS_STATUS_SUCCESS;
+        results[i].wavesCount = 1.0f;
+    }
+    *returned = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 
