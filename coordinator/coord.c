@@ -829,12 +829,13 @@ static void tick(zt_coord *c)
 
 /* ---- scheduling (state thread) ------------------------------------------------------------- */
 
-/* The committed checkpoints of a job, newest first (copied: the store's strings live only
- * during its callback). */
+/* The committed and partial checkpoints of a job, newest first (copied: the store's strings
+ * live only during its callback). */
 typedef struct ckpt_cand {
     char *path;
-    int64_t step, attempt_id;
-    int world_size;
+    int64_t id, step, attempt_id;
+    int world_size, shards;
+    zt_ckpt_state state;
 } ckpt_cand;
 
 typedef struct ckpt_list {
@@ -861,9 +862,12 @@ static void on_ckpt_cand(void *arg, const zt_ckpt_rec *r)
         l->failed = true;
         return;
     }
+    k->id = r->id;
     k->step = r->step;
     k->attempt_id = r->attempt_id;
     k->world_size = r->world_size;
+    k->shards = r->shards;
+    k->state = r->state;
     l->n++;
 }
 
@@ -890,15 +894,47 @@ static bool ckpt_dir_usable(const char *dir, char *why, size_t cap)
     return false;
 }
 
-/* The newest committed checkpoint of j whose directory is still complete (*path NULL when
- * none). Committed ones found unusable are marked DELETED, each with an event saying why. */
+/* Whether dir/meta.json is seen on this host (positive evidence only). */
+static bool ckpt_meta_seen(const char *dir)
+{
+    char meta[1100];
+    struct stat sb;
+    snprintf(meta, sizeof(meta), "%s/meta.json", dir);
+    return stat(meta, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* A PARTIAL checkpoint that is complete on disk: rank 0 writes meta.json only once every
+ * rank's shard is durable (and a re-saved step loses it first), so when it is seen here the
+ * checkpoint is whole and only reports are missing — a node that died between its worker's
+ * commit and its agent's report, while rank 0 had already pruned the older checkpoints. It
+ * is recorded COMMITTED (with an event) and true is returned. */
+static bool ckpt_partial_complete(zt_coord *c, c_job *j, const ckpt_cand *k, int number)
+{
+    if (k->state != ZT_CKPT_PARTIAL || !ckpt_meta_seen(k->path)) return false;
+    zt_err e = {0};
+    bool changed = false;
+    if (zt_store_ckpt_commit(c->store, k->id, coord_now_ms(), &changed, &e) != ZT_OK) {
+        coord_db_failed(c, &e);
+        return false;
+    }
+    coord_job_event(c, j, k->attempt_id, NULL, "checkpoint", "PARTIAL", "COMMITTED",
+                    "step %lld at %s: %d of %d shard reports came, but meta.json is there, "
+                    "so every shard was durable; used to resume attempt %d",
+                    (long long)k->step, k->path, k->shards, k->world_size, number);
+    return true;
+}
+
+/* The newest checkpoint of j whose directory is still complete (*path NULL when none): a
+ * committed one, or a partial one complete on disk (ckpt_partial_complete). Committed ones
+ * found unusable are marked DELETED, each with an event saying why; partial ones that are
+ * not complete are left as they are. */
 static void pick_resume(zt_coord *c, c_job *j, int number, char **path, int64_t *step)
 {
     *path = NULL;
     *step = 0;
     ckpt_list l = {0};
     zt_err e = {0};
-    if (zt_store_ckpts_list(c->store, j->id, false, false, on_ckpt_cand, &l, &e) != ZT_OK) {
+    if (zt_store_ckpts_list(c->store, j->id, true, false, on_ckpt_cand, &l, &e) != ZT_OK) {
         coord_db_failed(c, &e);
     } else if (l.failed) {
         zt_err_set(&e, ZT_ERR_NOMEM, "out of memory listing the checkpoints of job %lld",
@@ -908,7 +944,8 @@ static void pick_resume(zt_coord *c, c_job *j, int number, char **path, int64_t 
         for (size_t i = 0; i < l.n && !*path; i++) {
             ckpt_cand *k = &l.v[i];
             char why[128];
-            if (ckpt_dir_usable(k->path, why, sizeof(why))) {
+            if (k->state == ZT_CKPT_PARTIAL && !ckpt_partial_complete(c, j, k, number)) continue;
+            if (k->state == ZT_CKPT_PARTIAL || ckpt_dir_usable(k->path, why, sizeof(why))) {
                 *path = k->path;
                 k->path = NULL;
                 *step = k->step;

@@ -1157,6 +1157,22 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
     return ZT_OK;
 }
 
+zt_status zt_store_ckpt_commit(zt_store *s, int64_t ckpt_id, int64_t now_ms, bool *changed,
+                               zt_err *err)
+{
+    if (changed)
+        *changed = false;
+    sqlite3_stmt *st = stmt(s, S_CKPT_COMMIT, err);
+    if (!st)
+        return ZT_ERR_DB;
+    sqlite3_bind_int64(st, 1, ckpt_id);
+    sqlite3_bind_int64(st, 2, now_ms);
+    zt_status q = exec_done(s, st, err, "committing a checkpoint");
+    if (q == ZT_OK && changed)
+        *changed = sqlite3_changes(s->db) > 0;
+    return q;
+}
+
 static void row_ckpt(sqlite3_stmt *st, zt_ckpt_rec *r)
 {
     memset(r, 0, sizeof(*r));

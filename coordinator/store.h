@@ -80,6 +80,11 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
 zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
                                const char *dir, int world_size, int64_t now_ms, int64_t *ckpt_id,
                                zt_ckpt_state *before, zt_err *err);
+/* Marks the PARTIAL checkpoint ckpt_id COMMITTED with committed_ms = now_ms, whatever its
+ * shard count (the caller has seen the checkpoint complete on disk); *changed (optional): it
+ * was PARTIAL. */
+zt_status zt_store_ckpt_commit(zt_store *s, int64_t ckpt_id, int64_t now_ms, bool *changed,
+                               zt_err *err);
 /* Replaces rank's rendezvous entry for an attempt. */
 zt_status zt_store_rdzv_put(zt_store *s, int64_t attempt_id, int rank, const void *value,
                             size_t len, zt_err *err);

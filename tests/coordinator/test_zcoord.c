@@ -1656,6 +1656,73 @@ static void test_ckpt_removed(void)
     current = NULL;
 }
 
+/* A node dies between its worker's commit and its agent's shard report, after rank 0 pruned the
+ * older checkpoints: the newest checkpoint is PARTIAL in the store, but complete on disk
+ * (meta.json: rank 0 writes it only once every shard is durable). The restart resumes from it
+ * and records it COMMITTED, rather than from the pruned one (and then from nothing); a partial
+ * checkpoint without meta.json is passed over and left as it is. */
+static void test_ckpt_partial_complete(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    const char *args[] = {"--restart-backoff", "50ms", NULL};
+    zt_zcoord_start(&p, args);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    char root[300], msg[1024], got[512], dir[400];
+    snprintf(root, sizeof(root), "%s/ckpt", p.dir);
+    ASSERT_EQ_INT(mkdir(root, 0755), 0);
+    int64_t inc = register_agent(c, "ck", 2);
+    int64_t id = submit(c, "lost", 2, 2, 2);
+    int64_t att = next_attempt(c, "ck", inc);
+    sim run[2] = {{id, att, 0, 4, 0, 0, 1, 1}, {id, att, 1, 4, 0, 0, 1, 1}};
+    zt_pb_free(hb(c, "ck", inc, run, 2));
+    bool committed = false;
+    report_shard_in(c, root, att, 0, 10, &committed);
+    CHECK(!committed);
+    report_shard_in(c, root, att, 1, 10, &committed);
+    CHECK(committed);
+    report_shard_in(c, root, att, 1, 20, &committed); /* rank 0's report is lost */
+    CHECK(!committed);
+    report_shard_in(c, root, att, 1, 30, &committed); /* a save that never completed */
+    CHECK(!committed);
+    make_ckpt_dir(root, 20, true);
+    make_ckpt_dir(root, 30, false);
+    /* keep_checkpoints 1: rank 0 pruned step 10 once step 20 committed */
+    snprintf(dir, sizeof(dir), "%s/step_%08d", root, 10);
+    ASSERT_EQ_INT(report_removed(c, att, 10, dir, NULL, msg, sizeof(msg)), ZT_RPC_OK);
+    ckpt_states(c, id, true, got, sizeof(got));
+    ASSERT_STREQ(got, "30:PARTIAL,20:PARTIAL,10:DELETED");
+
+    sim fail[2] = {{id, att, 0, 7, 1, 0, 32, 32}, {id, att, 1, 7, 1, 0, 32, 32}};
+    zt_pb_free(hb(c, "ck", inc, fail, 2));
+    int64_t att2 = next_attempt(c, "ck", inc);
+    CHECK(att2 > att);
+    Zt__V1__GetJobReply *g = get_job(c, id);
+    ASSERT_EQ_INT(g->n_attempts, 2);
+    snprintf(dir, sizeof(dir), "%s/step_%08d", root, 20);
+    ASSERT_STREQ(g->attempts[1]->resume_path, dir);
+    ASSERT_EQ_INT(g->attempts[1]->resume_step, 20);
+    bool event = false;
+    for (size_t i = 0; i < g->n_events; i++) {
+        const Zt__V1__Event *e = g->events[i];
+        if (strcmp(e->kind, "checkpoint") == 0 && strcmp(e->from_state, "PARTIAL") == 0 &&
+            strcmp(e->to_state, "COMMITTED") == 0 && strstr(e->reason, "step 20 at") &&
+            strstr(e->reason, "1 of 2 shard reports") && strstr(e->reason, "meta.json") &&
+            strstr(e->reason, "resume attempt 2"))
+            event = true;
+    }
+    zt_pb_free(g);
+    ASSERT_TRUE(event);
+    ckpt_states(c, id, true, got, sizeof(got));
+    ASSERT_STREQ(got, "30:PARTIAL,20:COMMITTED,10:DELETED");
+
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
 /* ---- UTF-8, resource limits, races at the end of a job, backoff across restarts ------------- */
 
 /* Protobuf strings must be UTF-8: a request with other bytes in any string field is refused
@@ -2193,6 +2260,7 @@ int main(int argc, char **argv)
     RUN(test_limits_and_gpus);
     RUN(test_agent_leaving);
     RUN(test_ckpt_removed);
+    RUN(test_ckpt_partial_complete);
     RUN(test_utf8_input);
     RUN(test_watch_at_end);
     RUN(test_stream_limits);
