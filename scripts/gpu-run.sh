@@ -100,7 +100,7 @@ item() { # name cap command...: runs with a limit of min(cap, what is left), out
 PY=(env "LD_LIBRARY_PATH=$PYLD" "${ZT_PYTHON:-python3}")
 # ZT_GPU_TRAIN_ARGS: more arguments for gpu_train.py (--skip-twinflow, --batches 128,64, ...)
 read -ra TRAIN_EXTRA <<<"${ZT_GPU_TRAIN_ARGS:-}"
-TRAIN=(tests/bench/gpu_train.py --steps 8 --warmup 2 --batches 128,96,64,48,32,16,8 "${TRAIN_EXTRA[@]}")
+TRAIN=(tests/bench/gpu_train.py --steps 8 --warmup 2 "${TRAIN_EXTRA[@]}")
 
 TESTS="probe gpu_ops gpu_fault comm_nccl gpu_engine gpu_sanitizer"
 BENCH="bench_kernels_gpu bench_kernels_gpu_tuned gpu_train_bf16 gpu_train_fp32"

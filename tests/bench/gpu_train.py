@@ -29,7 +29,7 @@ Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTo
 Python whose torch has CUDA (--torch-python, $ZT_TORCH_PYTHON, else python3 on PATH, else
 /usr/bin/python3); without one the PyTorch rows are skipped with a warning.
 Every result is printed when measured, then all again as a table with the ratios.
-Usage: gpu_train.py [--steps N] [--warmup N] [--batches 64,48,...] [--torch-batches B,...]
+Usage: gpu_train.py [--steps N] [--warmup N] [--batches 128,96,...] [--torch-batches B,...]
                     [--skip-torch] [--skip-twinflow] [--zt-precisions fp32,tf32,bf16]
                     [--torch-modes fp32,tf32,bf16]
 --emu: the whole zerotrain side on the CUDA emulation (tests/gpu/emu: zworker_emu, a 60 MiB
@@ -352,7 +352,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--batches", default="64,48,32,24,16,12,8,4,2,1")
+    ap.add_argument("--batches", default="128,96,64,48,32,24,16,12,8,4,2,1")
     ap.add_argument("--torch-batches",
                     help="PyTorch's micro batches to try, largest first (default: --batches from "
                          "the largest zerotrain ran down, or all of --batches without one)")
