@@ -1565,17 +1565,32 @@ static void make_ckpt_dir(const char *root, int64_t step, bool meta)
 /* ReportCheckpointRemoved marks a checkpoint DELETED (listed only on request, never resumed
  * from); a restart also skips committed checkpoints whose directory lost its meta.json or is
  * gone, records why and resumes from the newest complete one. */
-static void test_ckpt_removed(void)
+/* A zcoord for the checkpoint tests (restart backoff 50 ms), a client of it and root = its
+ * directory's ckpt/, made. */
+static zt_rpc_client *ckpt_zcoord_start(zt_zcoord_proc *p, char *root, size_t cap)
 {
     last_att = 0;
-    zt_zcoord_proc p;
     const char *args[] = {"--restart-backoff", "50ms", NULL};
-    zt_zcoord_start(&p, args);
-    current = &p;
-    zt_rpc_client *c = client(&p, NULL);
-    char root[300], msg[1024], got[512], dir[400];
-    snprintf(root, sizeof(root), "%s/ckpt", p.dir);
+    zt_zcoord_start(p, args);
+    current = p;
+    snprintf(root, cap, "%s/ckpt", p->dir);
     ASSERT_EQ_INT(mkdir(root, 0755), 0);
+    return client(p, NULL);
+}
+
+static void ckpt_zcoord_stop(zt_zcoord_proc *p, zt_rpc_client *c)
+{
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(p), 0);
+    zt_zcoord_cleanup(p);
+    current = NULL;
+}
+
+static void test_ckpt_removed(void)
+{
+    zt_zcoord_proc p;
+    char root[300], msg[1024], got[512], dir[400];
+    zt_rpc_client *c = ckpt_zcoord_start(&p, root, sizeof(root));
     int64_t inc = register_agent(c, "ck", 1);
     int64_t id = submit(c, "prune", 1, 1, 2);
     int64_t att = run_to_running(c, "ck", inc, id);
@@ -1650,10 +1665,7 @@ static void test_ckpt_removed(void)
     ASSERT_CONTAINS(logs, "COMMITTED -> DELETED: step 20 at");
     zt_free(logs);
 
-    zt_rpc_client_destroy(c);
-    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
-    zt_zcoord_cleanup(&p);
-    current = NULL;
+    ckpt_zcoord_stop(&p, c);
 }
 
 /* A node dies between its worker's commit and its agent's shard report, after rank 0 pruned the
@@ -1663,15 +1675,9 @@ static void test_ckpt_removed(void)
  * checkpoint without meta.json is passed over and left as it is. */
 static void test_ckpt_partial_complete(void)
 {
-    last_att = 0;
     zt_zcoord_proc p;
-    const char *args[] = {"--restart-backoff", "50ms", NULL};
-    zt_zcoord_start(&p, args);
-    current = &p;
-    zt_rpc_client *c = client(&p, NULL);
     char root[300], msg[1024], got[512], dir[400];
-    snprintf(root, sizeof(root), "%s/ckpt", p.dir);
-    ASSERT_EQ_INT(mkdir(root, 0755), 0);
+    zt_rpc_client *c = ckpt_zcoord_start(&p, root, sizeof(root));
     int64_t inc = register_agent(c, "ck", 2);
     int64_t id = submit(c, "lost", 2, 2, 2);
     int64_t att = next_attempt(c, "ck", inc);
@@ -1716,11 +1722,7 @@ static void test_ckpt_partial_complete(void)
     ASSERT_TRUE(event);
     ckpt_states(c, id, true, got, sizeof(got));
     ASSERT_STREQ(got, "30:PARTIAL,20:COMMITTED,10:DELETED");
-
-    zt_rpc_client_destroy(c);
-    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
-    zt_zcoord_cleanup(&p);
-    current = NULL;
+    ckpt_zcoord_stop(&p, c);
 }
 
 /* ---- UTF-8, resource limits, races at the end of a job, backoff across restarts ------------- */
