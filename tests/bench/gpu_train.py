@@ -12,7 +12,8 @@ memory and the device's peak (nvidia-smi, polled).
              (the job's bf16 section: bf16 parameters and gradients, fp32 master weights, matmul
              inputs rounded to bf16 as set_matmul_dtype picks for bf16 jobs), and a bf16-tf32 row
              at bf16's micro batch (the same job with ZT_CUDA_MATMUL=tf32: TF32 matmuls, the
-             choice before bf16 inputs) with the ratio of the two;
+             choice before bf16 inputs; chunked attention, which TF32 inputs default to) with
+             its ratio to the zt-chunked bf16 row below (the same attention);
              the ops keep fp32 in memory as kernels/ops.h defines them, and a bf16 job keeps
              qkv, attention output and MLP input in bf16 between forward and backward. The bf16
              rows of both are the issue's comparison.
@@ -479,7 +480,7 @@ def main():
         if "bf16" in zt_best:
             B = zt_best["bf16"]["batch"]
             jname = f"zt_bf16-tf32_b{B}"
-            res, err = zt_run(jname, zt_job(jname, B, "bf16-tf32"), "bf16-tf32")
+            res, err = zt_run(jname, zt_job(jname, B, "bf16-tf32"), "bf16-tf32", attn="chunked")
             if res:
                 add_row("zerotrain", "bf16-tf32", res)
             else:
@@ -554,9 +555,10 @@ def main():
                    if b["mem_alloc"] else "")
             print(f"zerotrain/pytorch at {p}: {a['tok_s'] / b['tok_s']:.2f}x tokens/s "
                   f"(micro batch {a['batch']} vs {b['batch']}){mem}")
-    if "bf16" in zt_tf and "bf16-tf32" in zt_tf:
-        a, b = zt_tf["bf16"], zt_tf["bf16-tf32"]
-        print(f"bf16 job, bf16/TF32 matmul inputs at micro batch {a['batch']}: "
+    chunked = {p: r for w, p, r in rows if w == "zt-chunked"}
+    if "bf16" in chunked and "bf16-tf32" in zt_tf:
+        a, b = chunked["bf16"], zt_tf["bf16-tf32"]
+        print(f"bf16 job, bf16/TF32 matmul inputs at micro batch {a['batch']}, chunked attention: "
               f"{a['tok_s'] / b['tok_s']:.2f}x tokens/s (fwd {a['line'].get('fwd_ms', '?')} vs "
               f"{b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
               f"{b['line'].get('bwd_ms', '?')} ms)")
