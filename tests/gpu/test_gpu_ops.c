@@ -735,27 +735,6 @@ static void test_gelu_residual(size_t n)
 
 /* ---- cross-entropy ---- */
 
-/* softmax + cross-entropy in double: losses (NaN for a target outside [0, V)) and dlogits
- * (dloss times the softmax, minus dloss at the target; 0 in the padding) */
-static void crossentropy_ref(float *loss, float *out, const float *logits, const int32_t *tg, int N,
-                             int V, int Vp, float dloss)
-{
-    for (int i = 0; i < N; i++) {
-        const float *l = logits + (size_t)i * Vp;
-        double mx = -INFINITY, s = 0.0;
-        for (int j = 0; j < V; j++)
-            mx = l[j] > mx ? l[j] : mx;
-        for (int j = 0; j < V; j++)
-            s += exp((double)l[j] - mx);
-        bool valid = tg[i] >= 0 && tg[i] < V;
-        loss[i] = valid ? (float)(log(s) - ((double)l[tg[i]] - mx)) : NAN;
-        for (int j = 0; j < Vp; j++)
-            out[(size_t)i * Vp + j] =
-                j < V ? (float)(exp((double)l[j] - mx) / s * dloss - (j == tg[i] ? dloss : 0.0))
-                      : 0.0f;
-    }
-}
-
 static void test_crossentropy(int N, int V, int Vp)
 {
     char what[160];
@@ -771,8 +750,13 @@ static void test_crossentropy(int N, int V, int Vp)
      * may run in one chain (sanitizer builds), whose error once reached 1.5e-4 of a
      * probability of 0.74 (V 50257, ZT_TEST_SEED=12532029469 under ASan), past the bound
      * below (the CPU kernel is tested against PyTorch) */
+    double *logits_d = kc_widen(logits, n), *loss_d = kc_dalloc((size_t)N), *want_d = kc_dalloc(n);
+    kc_ref_crossentropy(loss_d, want_d, logits_d, tg, N, V, Vp, dloss);
     float *loss = kc_falloc((size_t)N), *want = kc_falloc(n);
-    crossentropy_ref(loss, want, logits, tg, N, V, Vp, dloss);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (float)want_d[i];
+    for (int i = 0; i < N; i++)
+        loss[i] = (float)loss_d[i];
     float *d_l = upf(logits, n), *d_dl = upf(logits, n), *d_loss = dalloc((size_t)N * 4);
     int32_t *d_tg = up(tg, (size_t)N * 4);
     float *got = kc_falloc((size_t)N);
@@ -810,6 +794,7 @@ static void test_crossentropy(int N, int V, int Vp)
     }
     dfree(d_l), dfree(d_dl), dfree(d_loss), dfree(d_tg);
     zt_free(logits), zt_free(tg), zt_free(loss), zt_free(want), zt_free(got);
+    zt_free(logits_d), zt_free(loss_d), zt_free(want_d);
     printf("crossentropy N=%d V=%d Vp=%d: ok\n", N, V, Vp);
 }
 

@@ -89,6 +89,28 @@ static inline double kc_rms_d(const double *x, size_t n)
     return n ? sqrt(s / (double)n) : 0.0;
 }
 
+/* Softmax + cross-entropy in double over rows of Vp logits of which the first V count: the
+ * losses (NaN for a target outside [0, V)) and, when dlogits is not NULL, (softmax -
+ * onehot(target)) * dloss on [0, V) and 0 on [V, Vp). */
+static inline void kc_ref_crossentropy(double *losses, double *dlogits, const double *logits,
+                                       const int32_t *targets, int N, int V, int Vp, double dloss)
+{
+    for (int i = 0; i < N; i++) {
+        const double *l = logits + (size_t)i * Vp;
+        int t = targets[i];
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < V; j++)
+            mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < V; j++)
+            sum += exp(l[j] - mx);
+        losses[i] = t >= 0 && t < V ? -(l[t] - mx - log(sum)) : NAN;
+        if (dlogits)
+            for (int j = 0; j < Vp; j++)
+                dlogits[(size_t)i * Vp + j] =
+                    j < V ? (exp(l[j] - mx) / sum - (j == t ? 1.0 : 0.0)) * dloss : 0.0;
+    }
+}
+
 /* Each got[i] within rtol*(|want[i]| + rms(want)) + atol of want[i]; on failure prints the
  * worst element (index, both values) and exits. */
 static inline void kc_check_close(const char *what, const float *got, const double *want, size_t n,

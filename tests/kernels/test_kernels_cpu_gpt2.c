@@ -822,24 +822,6 @@ static void test_residual(size_t n)
 /* ======================================================================================== */
 /* cross-entropy */
 
-static void ref_crossentropy(double *losses, double *dlogits, const double *logits,
-                             const int32_t *targets, int N, int V, int Vp, double dloss)
-{
-    for (int i = 0; i < N; i++) {
-        const double *l = logits + (size_t)i * Vp;
-        double mx = -INFINITY, sum = 0.0;
-        for (int j = 0; j < V; j++)
-            mx = l[j] > mx ? l[j] : mx;
-        for (int j = 0; j < V; j++)
-            sum += exp(l[j] - mx);
-        losses[i] = -(l[targets[i]] - mx - log(sum));
-        if (dlogits)
-            for (int j = 0; j < Vp; j++)
-                dlogits[(size_t)i * Vp + j] =
-                    j < V ? (exp(l[j] - mx) / sum - (j == targets[i] ? 1.0 : 0.0)) * dloss : 0.0;
-    }
-}
-
 typedef struct {
     int N, V, Vp;
     float dloss;
@@ -851,7 +833,7 @@ typedef struct {
 static double ce_loss_ref(void *p)
 {
     ce_state *s = p;
-    ref_crossentropy(s->losses_d, NULL, s->logits_d, s->targets, s->N, s->V, s->Vp, 1.0);
+    kc_ref_crossentropy(s->losses_d, NULL, s->logits_d, s->targets, s->N, s->V, s->Vp, 1.0);
     double l = 0.0;
     for (int i = 0; i < s->N; i++)
         l += s->losses_d[i] * s->dloss;
@@ -886,7 +868,7 @@ static void test_crossentropy(int N, int V, int Vp)
     float *losses = kc_falloc(N), *dl = kc_falloc(NV);
     for (size_t i = 0; i < NV; i++)
         dl[i] = NAN; /* must be fully written, padding included */
-    ref_crossentropy(losses_d, dl_d, logits_d, targets, N, V, Vp, dloss);
+    kc_ref_crossentropy(losses_d, dl_d, logits_d, targets, N, V, Vp, dloss);
     OPS->crossentropy_forward_backward(CTX, losses, dl, logits, targets, N, V, Vp, dloss);
     kc_check_close("crossentropy losses", losses, losses_d, N, RT_FWD, 0);
     kc_check_close("crossentropy dlogits", dl, dl_d, NV, RT_FWD, 0);
@@ -910,7 +892,7 @@ static void test_crossentropy(int N, int V, int Vp)
     /* finite differences of sum(dloss * losses) with respect to the real logits */
     ce_state st = {N, V, Vp, dloss, targets, logits_d, losses_d, logits, losses2};
     double *g = kc_dalloc(NV);
-    ref_crossentropy(losses_d, g, logits_d, targets, N, V, Vp, dloss);
+    kc_ref_crossentropy(losses_d, g, logits_d, targets, N, V, Vp, dloss);
     /* sample only columns < V (the padded ones are +-3e38, no finite step exists there) */
     for (int s = 0; s < FD_SAMPLES; s++) {
         size_t i = kc_index((size_t)N) * Vp + kc_index((size_t)V);
