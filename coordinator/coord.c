@@ -871,6 +871,14 @@ static void on_ckpt_cand(void *arg, const zt_ckpt_rec *r)
     l->n++;
 }
 
+/* stat of dir/meta.json: 0, or the errno of the failure */
+static int ckpt_meta_stat(const char *dir, struct stat *sb)
+{
+    char meta[1100];
+    snprintf(meta, sizeof(meta), "%s/meta.json", dir);
+    return stat(meta, sb) == 0 ? 0 : errno;
+}
+
 /* Whether the checkpoint directory dir still holds a complete checkpoint, as far as this
  * host can tell: false (why set) when meta.json is absent while the directory above it is
  * visible here — the checkpoint was deleted or never completed. When that parent is not
@@ -878,10 +886,10 @@ static void on_ckpt_cand(void *arg, const zt_ckpt_rec *r)
  * otherwise, the store's word is taken: the worker checks the checkpoint again on load. */
 static bool ckpt_dir_usable(const char *dir, char *why, size_t cap)
 {
-    char meta[1100], parent[1100];
+    char parent[1100];
     struct stat sb;
-    snprintf(meta, sizeof(meta), "%s/meta.json", dir);
-    if (stat(meta, &sb) == 0 || (errno != ENOENT && errno != ENOTDIR)) return true;
+    int e = ckpt_meta_stat(dir, &sb);
+    if (e == 0 || (e != ENOENT && e != ENOTDIR)) return true;
     snprintf(parent, sizeof(parent), "%s", dir);
     char *slash = strrchr(parent, '/');
     if (!slash || slash == parent) return true;
@@ -897,20 +905,18 @@ static bool ckpt_dir_usable(const char *dir, char *why, size_t cap)
 /* Whether dir/meta.json is seen on this host (positive evidence only). */
 static bool ckpt_meta_seen(const char *dir)
 {
-    char meta[1100];
     struct stat sb;
-    snprintf(meta, sizeof(meta), "%s/meta.json", dir);
-    return stat(meta, &sb) == 0 && S_ISREG(sb.st_mode);
+    return ckpt_meta_stat(dir, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
 /* A PARTIAL checkpoint that is complete on disk: rank 0 writes meta.json only once every
  * rank's shard is durable (and a re-saved step loses it first), so when it is seen here the
  * checkpoint is whole and only reports are missing — a node that died between its worker's
  * commit and its agent's report, while rank 0 had already pruned the older checkpoints. It
- * is recorded COMMITTED (with an event) and true is returned. */
+ * is recorded COMMITTED (with an event) and true is returned. k is PARTIAL. */
 static bool ckpt_partial_complete(zt_coord *c, c_job *j, const ckpt_cand *k, int number)
 {
-    if (k->state != ZT_CKPT_PARTIAL || !ckpt_meta_seen(k->path)) return false;
+    if (!ckpt_meta_seen(k->path)) return false;
     zt_err e = {0};
     bool changed = false;
     if (zt_store_ckpt_commit(c->store, k->id, coord_now_ms(), &changed, &e) != ZT_OK) {
