@@ -1101,6 +1101,10 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
     /* the CUDA kernel context's own device buffers (cuBLASLt workspace, scratch, ...) */
     if (cuda) {
         out->backend_bytes = (int64_t)zt_cuda_context_device_bytes(e->B, e->T);
+        if (zt_cuda_stage_wanted(e->pdt))
+            out->backend_bytes +=
+                (int64_t)(sizeof(uint16_t) * zt_gpt2_stage_elems(&e->dims, e->B, e->T, e->head_rows,
+                                                                 zt_cuda_stage_cap_elems()));
         out->device_total += out->backend_bytes;
     }
     /* the communicator's own buffers: its largest reduce-scatter is one unit's gradient

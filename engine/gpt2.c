@@ -253,6 +253,24 @@ size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T, int rows)
     return BT * 2 + (size_t)rows * d->Vp + BT;
 }
 
+size_t zt_gpt2_stage_elems(const zt_gpt2_dims *d, int B, int T, int rows, size_t cap)
+{
+    size_t N = (size_t)B * T, C = (size_t)d->C;
+    /* (rows, inputs, outputs) of qkv, attproj, fc, fcproj and the classifier */
+    const size_t lin[5][3] = {
+        {N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}, {(size_t)rows, C, (size_t)d->Vp}};
+    size_t most = 0;
+    for (int i = 0; i < 5; i++) {
+        size_t r = lin[i][0], in = lin[i][1], out = lin[i][2];
+        /* forward (M N K) = (r out in), dinp (r in out), dweight (out in r) */
+        size_t s[3] = {zt_cuda_stage_elems(r, out, in, cap), zt_cuda_stage_elems(r, in, out, cap),
+                       zt_cuda_stage_elems(out, in, r, cap)};
+        for (int k = 0; k < 3; k++)
+            most = s[k] > most ? s[k] : most;
+    }
+    return most;
+}
+
 void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B, int T, int rows,
                              float *m)
 {

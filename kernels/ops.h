@@ -16,7 +16,8 @@
  *  - CUDA matmuls keep fp32 in memory and accumulate in fp32; their inputs are rounded as the
  *    job's parameters are (set_matmul_dtype): exact fp32 for fp32 jobs, bf16 or fp16 tensor
  *    cores for bf16/fp16 jobs, the products of PyTorch's autocast; ZT_CUDA_MATMUL=fp32, tf32,
- *    bf16 or fp16 forces one.
+ *    bf16 or fp16 forces one. 16-bit inputs are rounded into 16-bit copies in a staging buffer
+ *    that cuBLASLt then reads (ZT_CUDA_GEMM_STAGE, below).
  *  - Ops are thread-safe across distinct contexts, not within one. */
 #ifndef ZT_KERNELS_OPS_H
 #define ZT_KERNELS_OPS_H
@@ -196,6 +197,26 @@ size_t zt_attention_scratch_floats(int B, int T, int NH);
 /* int32 entries of encoder_backward's device token groups for n tokens (tok, start, order) */
 #define ZT_CUDA_TOKEN_GROUP_INTS(n) (3 * (size_t)(n) + 2)
 size_t zt_cuda_context_device_bytes(int B, int T);
+
+/* The CUDA matmuls with 16-bit inputs round each operand into a 16-bit copy first (a device
+ * buffer of the context, grown to the largest product seen and capped), so that cuBLASLt runs
+ * its kernels for 16-bit operands: with fp32 operands it converts them as it loads them, at
+ * about half the tensor cores' rate (H200: 352 against about 790 TFLOP/s). A product whose
+ * operands exceed the cap runs in blocks of rows, columns or depth. ZT_CUDA_GEMM_STAGE=0 turns
+ * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB). Defined here, not
+ * in kernels/cuda/, so that a plan needs no CUDA build. */
+#define ZT_CUDA_STAGE_MIB 128
+/* Whether the matmuls of a job whose compute parameters are `pdt` stage their inputs: 16-bit
+ * inputs (ZT_CUDA_MATMUL, else pdt) and ZT_CUDA_GEMM_STAGE not 0. */
+bool zt_cuda_stage_wanted(zt_dtype pdt);
+/* The cap in 16-bit elements (ZT_CUDA_GEMM_STAGE_MIB; a bad value warns and gives the default;
+ * at least ZT_CUDA_STAGE_MIN_ELEMS). */
+#define ZT_CUDA_STAGE_MIN_ELEMS ((size_t)4096)
+size_t zt_cuda_stage_cap_elems(void);
+/* The staging buffer's first region (op(B) of a product, padded to 256 bytes) and the
+ * elements it needs for a whole M x N x K product, at most cap. */
+size_t zt_cuda_stage_pad(size_t elems);
+size_t zt_cuda_stage_elems(size_t M, size_t N, size_t K, size_t cap);
 
 /* The CPU table; always present. */
 const zt_ops *zt_ops_cpu(void);

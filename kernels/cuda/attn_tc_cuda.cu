@@ -1,7 +1,8 @@
 /* zerotrain: the fused causal attention of ZT_CUDA_ATTN=fused on tensor cores, for jobs whose
  * matmuls take 16-bit inputs (zt_cuda_mm bf16 or fp16): attn_cuda.cu's algorithm (online
  * softmax forward; backward without atomics, one kernel for dK and dV and one for dQ, both
- * recomputing P = exp(s - lse) and dS = P (dO.V - delta) scale, delta = dO.out) with every
+ * recomputing P = exp(s - lse) and dS = P (dO.V - delta) scale, delta = dO.out computed once
+ * per query row by a kernel before them, into the attention's scratch) with every
  * product on 16-bit tensor cores through the warp matrix functions (mma.h, 16 x 16 x 16, fp32
  * accumulators), as FlashAttention does under bf16 and fp16: Q, K, V and dO are rounded to the
  * context's 16-bit type (E: bf16, or fp16 for fp16 contexts) as a tile is loaded, P and dS as
@@ -210,32 +211,39 @@ static __global__ void __launch_bounds__(TC_THREADS)
     if (half == 0) lse[(size_t)p.bh * T + i] = m + logf(l);
 }
 
-/* delta = dO.out (fp32, from memory) and lse of the ROWS queries from q0 into dl[], ls[] (0
- * past T): TC_THREADS / ROWS threads per query, neighbouring lanes. dout and out at (b, h). */
-template <int ROWS>
-static __device__ __forceinline__ void tc_delta(float *dl, float *ls, const float *dout,
-                                                const float *out, const float *lse_bh, int q0,
-                                                int T, int C)
+/* delta[r] = dO_i . out_i (fp32) over head h for the rows r = (b, h, i) of a run of
+ * sequences, dout and out at its first: one warp a row, each lane two of its 64 columns. The
+ * backward kernels read it, once per row, instead of recomputing it for every key tile. */
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_delta_kernel(float *delta, const float *dout, const float *out, int T, int NH, size_t rows)
 {
-    constexpr int TPQ = TC_THREADS / ROWS;
-    static_assert(32 % TPQ == 0 && TC_HS % TPQ == 0, "a query's threads share a warp");
-    int ii = (int)threadIdx.x / TPQ, part = (int)threadIdx.x % TPQ, i = q0 + ii;
-    float d = 0.0f;
-    if (i < T)
-        for (int c = part; c < TC_HS; c += TPQ)
-            d += dout[(size_t)i * C + c] * out[(size_t)i * C + c];
-    for (int w = 1; w < TPQ; w <<= 1)
-        d += __shfl_xor_sync(0xffffffffu, d, w);
-    if (part == 0) {
-        dl[ii] = d;
-        ls[ii] = i < T ? lse_bh[i] : 0.0f;
+    size_t r = (size_t)blockIdx.x * TC_WARPS + threadIdx.x / 32;
+    int lane = (int)threadIdx.x % 32;
+    if (r >= rows) return; /* the whole warp: no barrier follows */
+    size_t i = r % (size_t)T, bh = r / (size_t)T, h = bh % (size_t)NH, b = bh / (size_t)NH;
+    size_t off = (b * (size_t)T + i) * (size_t)NH * TC_HS + h * TC_HS;
+    float d = dout[off + lane] * out[off + lane] + dout[off + 32 + lane] * out[off + 32 + lane];
+    d = zt_warp_sum(d);
+    if (lane == 0) delta[r] = d;
+}
+
+/* delta and lse of the ROWS queries from q0 into dl[], ls[] (0 past T); delta_bh and lse_bh at
+ * (b, h) */
+template <int ROWS>
+static __device__ __forceinline__ void tc_rows(float *dl, float *ls, const float *delta_bh,
+                                               const float *lse_bh, int q0, int T)
+{
+    for (int e = (int)threadIdx.x; e < ROWS; e += TC_THREADS) {
+        int i = q0 + e;
+        dl[e] = i < T ? delta_bh[i] : 0.0f;
+        ls[e] = i < T ? lse_bh[i] : 0.0f;
     }
 }
 
 /* Backward, dK and dV. grid (key tiles, B NH), the first (longest) key tiles first. */
 template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
+    tc_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *delta,
                      const float *lse, int T, int NH, float scale)
 {
     __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
@@ -250,7 +258,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BC;
     int jw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, j = jw + r;
     int i0 = half * 16; /* this lane's queries in a tile */
-    size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS; /* (b, h) in dout and out */
+    size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS; /* (b, h) in dout */
 
     tc_load<TC_BR>(Ks, p.base + p.C, p.row0, T, p.C3);
     tc_load<TC_BR>(Vs, p.base + 2 * p.C, p.row0, T, p.C3);
@@ -263,7 +271,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         tc_load<TC_BC>(Qs, p.base, q0, T, p.C3);
         tc_load<TC_BC>(dOs, dout + hoff, q0, T, (size_t)p.C);
-        tc_delta<TC_BC>(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, q0, T, p.C);
+        tc_rows<TC_BC>(dl, ls, delta + (size_t)p.bh * T, lse + (size_t)p.bh * T, q0, T);
         __syncthreads();
         if (q0 + TC_BC - 1 < jw) continue; /* no query of the tile sees the warp's keys */
         tc_abt<TC_BC / 16, TC_HS / 16>(St, TC_LDS, Ks + 16 * p.warp * TC_LDH, Qs);
@@ -300,7 +308,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
 /* Backward, dQ. grid (query tiles, B NH), the last (longest) query tiles first. */
 template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
+    tc_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *delta,
                     const float *lse, int T, int NH, float scale)
 {
     __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
@@ -318,7 +326,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
 
     tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
     tc_load<TC_BR>(dOs, dout + hoff, p.row0, T, (size_t)p.C);
-    tc_delta<TC_BR>(dl, ls, dout + hoff, out + hoff, lse + (size_t)p.bh * T, p.row0, T, p.C);
+    tc_rows<TC_BR>(dl, ls, delta + (size_t)p.bh * T, lse + (size_t)p.bh * T, p.row0, T);
     tc_frag_c dq[TC_HS / 16];
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::fill_fragment(dq[n], 0.0f);
@@ -367,25 +375,41 @@ extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, co
                        tc_fwd_kernel<__nv_bfloat16>, grid, TC_THREADS, out, lse, qkv, T, NH, scale);
 }
 
-extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, const float *dout,
-                                         const float *qkv, const float *out, const float *lse,
-                                         int B, int T, int C, int NH)
+extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch,
+                                         size_t scratch_floats, const float *dout, const float *qkv,
+                                         const float *out, const float *lse, int B, int T, int C,
+                                         int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(B * NH));
-    if (ctx->mm == ZT_MM_FP16) {
-        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, fp16 tensor cores)",
-                       tc_bwd_kv_kernel<__half>, grid, TC_THREADS, dqkv, dout, qkv, out, lse, T,
-                       NH, scale);
-        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, fp16 tensor cores)",
-                       tc_bwd_q_kernel<__half>, grid, TC_THREADS, dqkv, dout, qkv, out, lse, T, NH,
-                       scale);
-    } else {
-        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, bf16 tensor cores)",
-                       tc_bwd_kv_kernel<__nv_bfloat16>, grid, TC_THREADS, dqkv, dout, qkv, out,
-                       lse, T, NH, scale);
-        ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, bf16 tensor cores)",
-                       tc_bwd_q_kernel<__nv_bfloat16>, grid, TC_THREADS, dqkv, dout, qkv, out,
-                       lse, T, NH, scale);
+    /* as many sequences at a time as the scratch holds the deltas of (all of them, unless the
+     * scratch is small; at least one: it holds 2 NH T T floats per sequence or more) */
+    size_t per_seq = (size_t)NH * (size_t)T, fit = scratch_floats / per_seq;
+    int run = fit < (size_t)B ? (int)(fit > 0 ? fit : 1) : B;
+    bool fp16 = ctx->mm == ZT_MM_FP16;
+    for (int b0 = 0; b0 < B; b0 += run) {
+        int nb = B - b0 < run ? B - b0 : run;
+        size_t rows = (size_t)nb * per_seq, tok = (size_t)b0 * T;
+        const float *q = qkv + tok * 3 * C, *dO = dout + tok * C, *o = out + tok * C;
+        const float *ls = lse + (size_t)b0 * per_seq;
+        float *dq = dqkv + tok * 3 * C;
+        ZT_CUDA_LAUNCH(ctx, "attention_backward (delta)", tc_delta_kernel,
+                       (unsigned)((rows + TC_WARPS - 1) / TC_WARPS), TC_THREADS, scratch, dO, o, T,
+                       NH, rows);
+        dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
+        if (fp16) {
+            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, fp16 tensor cores)",
+                           tc_bwd_kv_kernel<__half>, grid, TC_THREADS, dq, dO, q, scratch, ls, T,
+                           NH, scale);
+            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, fp16 tensor cores)",
+                           tc_bwd_q_kernel<__half>, grid, TC_THREADS, dq, dO, q, scratch, ls, T, NH,
+                           scale);
+        } else {
+            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, bf16 tensor cores)",
+                           tc_bwd_kv_kernel<__nv_bfloat16>, grid, TC_THREADS, dq, dO, q, scratch,
+                           ls, T, NH, scale);
+            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, bf16 tensor cores)",
+                           tc_bwd_q_kernel<__nv_bfloat16>, grid, TC_THREADS, dq, dO, q, scratch, ls,
+                           T, NH, scale);
+        }
     }
 }

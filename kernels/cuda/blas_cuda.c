@@ -2,7 +2,8 @@
  * first layer, fused as epilogues) and causal self-attention, whose Q K^T, P V and gradients
  * are strided-batched GEMMs over the heads of one sequence on views of the (B, T, 3C) qkv
  * tensor. fp32 in and out, fp32 accumulate; the inputs rounded to the context's zt_cuda_mm
- * (the compute type: exact fp32, TF32, bf16 or fp16 tensor cores). Algorithm choices are
+ * (the compute type: exact fp32, TF32, bf16 or fp16 tensor cores), the linear layer's 16-bit
+ * ones into 16-bit copies first (staging, below). Algorithm choices are
  * cached per shape: the heuristic's first, or with ZT_CUDA_GEMM_TUNE=1 the fastest of its first
  * ZT_CUDA_TUNE_ALGOS, timed at the shape's first call. Tuning is off by default because timings
  * vary from run to run, and so would the choice and the low bits of every result (two runs of
@@ -16,22 +17,29 @@
 #include "common/log.h"
 #include "cuda_int.h"
 
-/* Largest of 16, 8, 4 bytes that divides the address of p and, when batched, the byte stride
- * between the matrices of the batch (every matrix of the batch must meet the alignment). */
-static int ptr_align(const void *p, long long stride, int batch)
+/* Largest of 16, 8, 4 (2 for 16-bit elements) bytes that divides the address of p and, when
+ * batched, the byte stride between the matrices of the batch (every matrix of the batch must
+ * meet the alignment); esize: bytes per element. */
+static int ptr_align(const void *p, long long stride, int batch, int esize)
 {
     uintptr_t a = (uintptr_t)p;
-    if (batch > 1) a |= (uintptr_t)(stride * (long long)sizeof(float));
-    return (a % 16 == 0) ? 16 : (a % 8 == 0) ? 8 : 4;
+    if (batch > 1) a |= (uintptr_t)(stride * (long long)esize);
+    return (a % 16 == 0) ? 16 : (a % 8 == 0) ? 8 : (a % 4 == 0) ? 4 : 2;
+}
+
+/* cuBLASLt's type of g's A and B */
+static cudaDataType in_type(const zt_cuda_gemm *g)
+{
+    return g->in16 == ZT_MM_BF16 ? CUDA_R_16BF : g->in16 == ZT_MM_FP16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 /* A cuBLASLt column-major matrix layout for a row-major matrix stored `rows` x `cols` with
  * leading dimension ld: the same bytes are the column-major cols x rows matrix. */
-static cublasStatus_t layout_init(cublasLtMatrixLayoutOpaque_t *l, int rows, int cols, int ld,
-                                  int batch, long long stride)
+static cublasStatus_t layout_init(cublasLtMatrixLayoutOpaque_t *l, cudaDataType type, int rows,
+                                  int cols, int ld, int batch, long long stride)
 {
     cublasStatus_t s =
-        cublasLtMatrixLayoutInit(l, CUDA_R_32F, (uint64_t)cols, (uint64_t)rows, (int64_t)ld);
+        cublasLtMatrixLayoutInit(l, type, (uint64_t)cols, (uint64_t)rows, (int64_t)ld);
     if (s != CUBLAS_STATUS_SUCCESS || batch <= 1) return s;
     int32_t bc = batch;
     int64_t st = stride;
@@ -153,9 +161,10 @@ static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
                s == CUBLAS_STATUS_INVALID_VALUE) {
         ZT_WARN(
             "kernels",
-            "GPU %d: cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d inputs %s (%s, %d results); this shape runs a slower fallback",
+            "GPU %d: cuBLASLt has no algorithm for %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d inputs %s%s (%s, %d results); this shape runs a slower fallback",
             ctx->device, key->ta, key->tb, key->M, key->N, key->K, key->batch, key->has_bias,
-            key->gelu, zt_cuda_mm_name(key->mm), cublasLtGetStatusString(s), nres);
+            key->gelu, zt_cuda_mm_name(key->mm), key->in16 ? " (16-bit copies)" : "",
+            cublasLtGetStatusString(s), nres);
     } else {
         ZT_WARN(
             "kernels",
@@ -170,12 +179,21 @@ static zt_cuda_gemm_entry *algo_for(zt_kctx *ctx, const zt_cuda_gemm_key *key,
 typedef enum {
     LT_DONE,    /* queued, or failed and recorded */
     LT_NO_ALGO, /* cuBLASLt has no algorithm or rejects the problem: nothing queued or recorded */
+    LT_READY,   /* lt_prepare: descriptors and algorithm ready for lt_launch */
 } lt_result;
 
-/* One cuBLASLt call for g (bias as an epilogue when use_bias, GELU with its input kept in aux
- * when g->aux). A rejected problem is remembered in the algorithm cache so that later calls go
- * straight to the caller's fallback. */
-static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
+/* One cuBLASLt call set up: its descriptors and the cached algorithm. */
+typedef struct {
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t la, lb, lc;
+    zt_cuda_gemm_entry *e;
+    int gelu;
+} lt_call;
+
+/* Sets up the cuBLASLt call for g (bias as an epilogue when use_bias, GELU with its input kept
+ * in aux when g->aux) and finds its algorithm: LT_READY, or LT_NO_ALGO (cuBLASLt has none: the
+ * entry remembers it), or LT_DONE with a failure recorded. */
+static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, lt_call *c)
 {
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B */
     cublasOperation_t opa = g->tb == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -194,56 +212,63 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     key.has_bias = use_bias;
     key.beta_zero = g->beta == 0.0f;
     key.mm = ctx->mm;
-    key.alignA = ptr_align(g->B, g->sB, g->batch); /* cuBLASLt's A */
-    key.alignB = ptr_align(g->A, g->sA, g->batch);
-    key.alignC = ptr_align(g->C, g->sC, g->batch);
-    key.alignBias = use_bias ? ptr_align(g->bias, 0, 1) : 0;
+    key.in16 = g->in16;
+    int esize = g->in16 ? 2 : 4;
+    key.alignA = ptr_align(g->B, g->sB, g->batch, esize); /* cuBLASLt's A */
+    key.alignB = ptr_align(g->A, g->sA, g->batch, esize);
+    key.alignC = ptr_align(g->C, g->sC, g->batch, 4);
+    key.alignBias = use_bias ? ptr_align(g->bias, 0, 1, 4) : 0;
     key.gelu = !g->aux ? 0 : g->dgelu ? 2 : 1;
-    key.alignAux = g->aux ? ptr_align(g->aux, 0, 1) : 0;
+    key.alignAux = g->aux ? ptr_align(g->aux, 0, 1, 4) : 0;
     if (g->batch > 1) {
         key.sA = g->sA;
         key.sB = g->sB;
         key.sC = g->sC;
     }
 
-    cublasLtMatmulDescOpaque_t op;
-    cublasLtMatrixLayoutOpaque_t la, lb, lc;
-    cublasComputeType_t ct = ctx->mm == ZT_MM_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+    cublasLtMatmulDescOpaque_t *op = &c->op;
+    cublasLtMatrixLayoutOpaque_t *la = &c->la, *lb = &c->lb, *lc = &c->lc;
+    c->gelu = key.gelu;
+    /* 16-bit operands are multiplied as they are (fp32 accumulation); fp32 ones are rounded to
+     * the context's type as cuBLASLt loads them */
+    cublasComputeType_t ct = g->in16                 ? CUBLAS_COMPUTE_32F
+                             : ctx->mm == ZT_MM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                              : ctx->mm == ZT_MM_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                              : ctx->mm == ZT_MM_FP16 ? CUBLAS_COMPUTE_32F_FAST_16F
                                                      : CUBLAS_COMPUTE_32F;
-    cublasStatus_t s = cublasLtMatmulDescInit(&op, ct, CUDA_R_32F);
+    cublasStatus_t s = cublasLtMatmulDescInit(op, ct, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
     if (s == CUBLAS_STATUS_SUCCESS && (use_bias || g->aux)) {
         cublasLtEpilogue_t epi = !g->aux    ? CUBLASLT_EPILOGUE_BIAS
                                  : g->dgelu ? CUBLASLT_EPILOGUE_DGELU
                                  : use_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                             : CUBLASLT_EPILOGUE_GELU_AUX;
-        s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
         if (s == CUBLAS_STATUS_SUCCESS && use_bias)
-            s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                                sizeof(g->bias));
         if (s == CUBLAS_STATUS_SUCCESS && g->aux) {
             /* aux has D's column-major layout: ld = ldc */
             int64_t ld = g->ldc;
-            s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                &g->aux, sizeof(g->aux));
             if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
                                                    sizeof(ld));
         }
     }
     /* stored shapes (row-major): B is K x N ('N') or N x K ('T'); A is M x K or K x M */
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout_init(&la, g->tb == 'N' ? g->K : g->N, g->tb == 'N' ? g->N : g->K, g->ldb,
-                        g->batch, g->sB);
+        s = layout_init(la, in_type(g), g->tb == 'N' ? g->K : g->N, g->tb == 'N' ? g->N : g->K,
+                        g->ldb, g->batch, g->sB);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout_init(&lb, g->ta == 'N' ? g->M : g->K, g->ta == 'N' ? g->K : g->M, g->lda,
-                        g->batch, g->sA);
-    if (s == CUBLAS_STATUS_SUCCESS) s = layout_init(&lc, g->M, g->N, g->ldc, g->batch, g->sC);
+        s = layout_init(lb, in_type(g), g->ta == 'N' ? g->M : g->K, g->ta == 'N' ? g->K : g->M,
+                        g->lda, g->batch, g->sA);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout_init(lc, CUDA_R_32F, g->M, g->N, g->ldc, g->batch, g->sC);
     if (s != CUBLAS_STATUS_SUCCESS) {
         zt_cuda_fail(
             ctx, ZT_ERR_CUDA,
@@ -251,19 +276,27 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
             ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, cublasLtGetStatusString(s));
         return LT_DONE;
     }
-    zt_cuda_gemm_entry *e = algo_for(ctx, &key, g, &op, &la, &lb, &lc);
-    if (!e->usable) return LT_NO_ALGO;
-    s = cublasLtMatmul(ctx->lt, &op, &g->alpha, g->B, &la, g->A, &lb, &g->beta, g->C, &lc, g->C,
-                       &lc, &e->algo, ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
+    c->e = algo_for(ctx, &key, g, op, la, lb, lc);
+    return c->e->usable ? LT_READY : LT_NO_ALGO;
+}
+
+/* Queues the call lt_prepare set up for g. A problem cuBLASLt refuses now is remembered in the
+ * algorithm cache so that later calls go straight to the caller's fallback (LT_NO_ALGO). */
+static lt_result lt_launch(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, lt_call *c)
+{
+    cublasStatus_t s = cublasLtMatmul(ctx->lt, &c->op, &g->alpha, g->B, &c->la, g->A, &c->lb,
+                                      &g->beta, g->C, &c->lc, g->C, &c->lc, &c->e->algo, ctx->lt_ws,
+                                      ZT_CUDA_LT_WORKSPACE, ctx->stream);
     if (s == CUBLAS_STATUS_INVALID_VALUE || s == CUBLAS_STATUS_NOT_SUPPORTED) {
         /* the heuristic's own choice refused: reported once (the entry remembers it), since a
          * wrong mapping of ours would otherwise only show as a slower run */
         ZT_WARN(
             "kernels",
-            "GPU %d: cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d inputs %s with the heuristic's algorithm: %s; this shape runs a slower fallback",
-            ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, use_bias, key.gelu,
-            zt_cuda_mm_name(key.mm), cublasLtGetStatusString(s));
-        e->usable = 0;
+            "GPU %d: cublasLtMatmul rejects %c%c M=%d N=%d K=%d batch=%d bias=%d epilogue=%d inputs %s%s with the heuristic's algorithm: %s; this shape runs a slower fallback",
+            ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->batch, use_bias, c->gelu,
+            zt_cuda_mm_name(ctx->mm), g->in16 ? " (16-bit copies)" : "",
+            cublasLtGetStatusString(s));
+        c->e->usable = 0;
         return LT_NO_ALGO;
     }
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -274,7 +307,16 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
     return LT_DONE;
 }
 
-void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
+/* One cuBLASLt call for g: lt_prepare, then lt_launch. */
+static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
+{
+    lt_call c;
+    lt_result r = lt_prepare(ctx, g, use_bias, &c);
+    return r == LT_READY ? lt_launch(ctx, g, use_bias, &c) : r;
+}
+
+/* zt_cuda_gemm_run on g's own (fp32) operands */
+static void gemm_unstaged(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
     if (g->aux) {
@@ -294,12 +336,12 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
         plain.dgelu = 0;
         size_t n = (size_t)g->M * (size_t)g->N;
         if (g->dgelu) { /* the product into C, then GELU' of aux onto it */
-            zt_cuda_gemm_run(ctx, &plain);
+            gemm_unstaged(ctx, &plain);
             zt_cuda_gelu_grad_inplace(ctx, g->C, g->aux, n);
             return;
         }
         plain.C = g->aux;
-        zt_cuda_gemm_run(ctx, &plain);
+        gemm_unstaged(ctx, &plain);
         zt_cuda_gelu_forward(ctx, g->C, g->aux, n);
         return;
     }
@@ -335,8 +377,8 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
         one.batch = 1;
         one.sA = one.sB = one.sC = 0;
         for (int i = 0; i < g->batch; i++) {
-            one.A = g->A + (size_t)i * (size_t)g->sA;
-            one.B = g->B + (size_t)i * (size_t)g->sB;
+            one.A = (const float *)g->A + (size_t)i * (size_t)g->sA;
+            one.B = (const float *)g->B + (size_t)i * (size_t)g->sB;
             one.C = g->C + (size_t)i * (size_t)g->sC;
             if (gemm_lt(ctx, &one, false) != LT_DONE) break;
             if (i + 1 == g->batch) return;
@@ -348,6 +390,163 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
         ctx->device, g->ta, g->tb, g->M, g->N, g->K, g->lda, g->ldb, g->ldc, g->batch);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* 16-bit staging (ops.h, ZT_CUDA_GEMM_STAGE): a product with 16-bit inputs rounds op(A) and
+ * op(B) into ctx->stage (op(B)'s block first, padded to 256 bytes, then op(A)'s) and has
+ * cuBLASLt multiply the copies. Operands that do not fit the cap go in blocks, in this order
+ * of preference, each staging every element once: rows of C (op(B) whole), columns of C (op(A)
+ * whole), depth (each block's product added onto C: beta 1 after the first, the bias with the
+ * first). A GELU epilogue needs each sum whole and each row of aux whole, so it takes rows
+ * only. No block worth a product (under ZT_CUDA_STAGE_MIN_BLOCK): the fp32 operands as before. */
+#define ZT_CUDA_STAGE_MIN_BLOCK 64
+#define ZT_CUDA_STAGE_GRAIN 64 /* block sizes are multiples of it (or the whole dimension) */
+
+typedef struct {
+    int mb, nb, kb; /* block sizes along M, N, K */
+} stage_blocks;
+
+static int stage_fit(size_t room, size_t per, int whole)
+{
+    size_t n = per ? room / per : 0;
+    if (n >= (size_t)whole) return whole;
+    n = n / ZT_CUDA_STAGE_GRAIN * ZT_CUDA_STAGE_GRAIN;
+    return n >= ZT_CUDA_STAGE_MIN_BLOCK ? (int)n : 0;
+}
+
+/* The blocks of g within cap 16-bit elements; false when staging is not worth it. */
+static bool stage_plan(const zt_cuda_gemm *g, size_t cap, stage_blocks *b)
+{
+    size_t M = (size_t)g->M, N = (size_t)g->N, K = (size_t)g->K;
+    size_t pb = zt_cuda_stage_pad(K * N), pa = zt_cuda_stage_pad(M * K);
+    b->mb = g->M, b->nb = g->N, b->kb = g->K;
+    if (pb + M * K <= cap) return true;
+    if (pb < cap && (b->mb = stage_fit(cap - pb, K, g->M)) > 0) return true; /* rows */
+    b->mb = g->M;
+    if (g->aux) return false;
+    /* columns: op(B)'s blocks padded (at most 127 elements) */
+    if (pa + 128 < cap && (b->nb = stage_fit(cap - pa - 128, K, g->N)) > 0) return true;
+    b->nb = g->N;
+    /* depth: pad(kb N) + M kb <= cap */
+    return cap > 128 && (b->kb = stage_fit(cap - 128, M + N, g->K)) > 0;
+}
+
+/* Makes ctx->stage hold at least n elements (the old buffer is released once the stream is
+ * done with it); false where the GPU has no room (reported once per size: the products run
+ * unstaged) */
+static bool stage_reserve(zt_kctx *ctx, size_t n)
+{
+    if (ctx->stage_cap >= n) return true;
+    if (ctx->stage_refused && n >= ctx->stage_refused) return false;
+    if (ctx->stage) {
+        if (zt_cuda_check(ctx, cudaStreamSynchronize(ctx->stream),
+                          "waiting for the stream before growing the matmul staging buffer"))
+            return false;
+        zt_cuda_check(ctx, cudaFree(ctx->stage), "freeing the matmul staging buffer");
+        ctx->stage = NULL;
+        ctx->stage_cap = 0;
+    }
+    void *p = NULL;
+    if (cudaMalloc(&p, n * sizeof(uint16_t)) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not the program's failure: the products run unstaged */
+        ctx->stage_refused = n;
+        ZT_WARN(
+            "kernels",
+            "GPU %d: no room for %zu MiB of 16-bit matmul operands; these products read fp32 (slower). ZT_CUDA_GEMM_STAGE_MIB lowers the buffer's cap",
+            ctx->device, (n * sizeof(uint16_t)) >> 20);
+        return false;
+    }
+    ctx->stage = p;
+    ctx->stage_cap = n;
+    return true;
+}
+
+/* Rounds the block of a row-major matrix X (row stride ld) that holds op(X)'s rows [r0, r0 +
+ * rn) and columns [c0, c0 + cn) into dst as a contiguous matrix of X's orientation (leading
+ * dimension cn for t 'N', rn for 'T'). */
+static void stage_block(zt_kctx *ctx, uint16_t *dst, const void *X, int ld, char t, int r0, int rn,
+                        int c0, int cn)
+{
+    const float *x = X;
+    if (t == 'N')
+        zt_cuda_stage_cast(ctx, dst, ctx->mm, x + (size_t)r0 * ld + c0, rn, cn, (size_t)ld);
+    else
+        zt_cuda_stage_cast(ctx, dst, ctx->mm, x + (size_t)c0 * ld + r0, cn, rn, (size_t)ld);
+}
+
+/* The part of g for C's rows [m0, m0 + mn), columns [n0, n0 + nn) and depth [k0, k0 + kn):
+ * g's own pointers, beta 1 and no bias after the first depth block. */
+static zt_cuda_gemm stage_part(const zt_cuda_gemm *g, int m0, int mn, int n0, int nn, int k0,
+                               int kn)
+{
+    zt_cuda_gemm p = *g;
+    const float *A = g->A, *B = g->B;
+    p.M = mn, p.N = nn, p.K = kn;
+    p.A = g->ta == 'N' ? A + (size_t)m0 * g->lda + k0 : A + (size_t)k0 * g->lda + m0;
+    p.B = g->tb == 'N' ? B + (size_t)k0 * g->ldb + n0 : B + (size_t)n0 * g->ldb + k0;
+    p.C = g->C + (size_t)m0 * g->ldc + n0;
+    if (g->aux) p.aux = g->aux + (size_t)m0 * g->ldc + n0;
+    if (k0 > 0) {
+        p.beta = 1.0f;
+        p.bias = NULL;
+    } else if (g->bias) {
+        p.bias = g->bias + n0;
+    }
+    return p;
+}
+
+/* g through 16-bit copies of its operands; false (nothing queued) where g does not go that
+ * way: the caller runs it on its fp32 operands. A block cuBLASLt has no algorithm for runs on
+ * its fp32 operands. */
+static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
+{
+    if (!ctx->stage_on || (ctx->mm != ZT_MM_BF16 && ctx->mm != ZT_MM_FP16) || g->in16 ||
+        g->batch != 1 || g->M <= 0 || g->N <= 0 || g->K <= 0)
+        return false;
+    stage_blocks bl;
+    if (!stage_reserve(
+            ctx, zt_cuda_stage_elems((size_t)g->M, (size_t)g->N, (size_t)g->K, ctx->stage_max)) ||
+        !stage_plan(g, ctx->stage_cap, &bl))
+        return false;
+    uint16_t *sb = ctx->stage;
+    uint16_t *sa = sb + zt_cuda_stage_pad((size_t)bl.kb * (size_t)bl.nb);
+    int a_at[2] = {-1, -1}, b_at[2] = {-1, -1}; /* (m0, k0) and (k0, n0) now in the stage */
+    for (int n0 = 0; n0 < g->N; n0 += bl.nb) {
+        for (int k0 = 0; k0 < g->K; k0 += bl.kb) {
+            for (int m0 = 0; m0 < g->M; m0 += bl.mb) {
+                int mn = g->M - m0 < bl.mb ? g->M - m0 : bl.mb;
+                int nn = g->N - n0 < bl.nb ? g->N - n0 : bl.nb;
+                int kn = g->K - k0 < bl.kb ? g->K - k0 : bl.kb;
+                zt_cuda_gemm part = stage_part(g, m0, mn, n0, nn, k0, kn);
+                zt_cuda_gemm s = part;
+                s.in16 = ctx->mm;
+                s.A = sa, s.B = sb;
+                s.lda = g->ta == 'N' ? kn : mn;
+                s.ldb = g->tb == 'N' ? nn : kn;
+                lt_call c;
+                lt_result r = lt_prepare(ctx, &s, s.bias != NULL, &c);
+                if (r == LT_READY) {
+                    if (a_at[0] != m0 || a_at[1] != k0) {
+                        stage_block(ctx, sa, g->A, g->lda, g->ta, m0, mn, k0, kn);
+                        a_at[0] = m0, a_at[1] = k0;
+                    }
+                    if (b_at[0] != k0 || b_at[1] != n0) {
+                        stage_block(ctx, sb, g->B, g->ldb, g->tb, k0, kn, n0, nn);
+                        b_at[0] = k0, b_at[1] = n0;
+                    }
+                    r = lt_launch(ctx, &s, s.bias != NULL, &c);
+                }
+                if (r == LT_NO_ALGO) gemm_unstaged(ctx, &part);
+                if (ctx->st != ZT_OK) return true;
+            }
+        }
+    }
+    return true;
+}
+
+void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
+{
+    if (!gemm_staged(ctx, g)) gemm_unstaged(ctx, g);
+}
 /* Row-major C = alpha op(A) op(B) + beta C (+ bias), batched over `batch` matrices whose
  * starts are sA, sB, sC elements apart: the CPU backend's sgemm, on the context's stream. */
 static void gemm(zt_kctx *ctx, char ta, char tb, int M, int N, int K, float alpha, const float *A,
@@ -360,6 +559,20 @@ static void gemm(zt_kctx *ctx, char ta, char tb, int M, int N, int K, float alph
     g.A = A, g.lda = lda, g.sA = sA, g.B = B, g.ldb = ldb, g.sB = sB, g.C = C, g.ldc = ldc;
     g.sC = sC, g.batch = batch, g.bias = bias;
     zt_cuda_gemm_run(ctx, &g);
+}
+
+/* gemm on the fp32 operands as they are (the chunked attention's products: a plan counts
+ * staging for the linear layers only, zt_gpt2_stage_elems) */
+static void gemm_fp32(zt_kctx *ctx, char ta, char tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, long long sA, const float *B, int ldb, long long sB,
+                      float beta, float *C, int ldc, long long sC, int batch)
+{
+    zt_cuda_gemm g;
+    memset(&g, 0, sizeof(g));
+    g.ta = ta, g.tb = tb, g.M = M, g.N = N, g.K = K, g.alpha = alpha, g.beta = beta;
+    g.A = A, g.lda = lda, g.sA = sA, g.B = B, g.ldb = ldb, g.sB = sB, g.C = C, g.ldc = ldc;
+    g.sC = sC, g.batch = batch;
+    gemm_unstaged(ctx, &g);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -431,8 +644,8 @@ static void attn_scores(zt_kctx *ctx, float *S, const float *qkv, int b0, int b1
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = b0; b < b1; b++) {
         const float *q = qkv + (size_t)b * T * C3;
-        gemm(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-             S + (size_t)(b - b0) * NH * TT, T, TT, NH, NULL);
+        gemm_fp32(ctx, 'N', 'T', T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
+                  S + (size_t)(b - b0) * NH * TT, T, TT, NH);
     }
 }
 
@@ -455,8 +668,8 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
         zt_cuda_attn_softmax(ctx, S, lse + (size_t)b0 * NH * T, (size_t)(b1 - b0) * NH * T, T);
         for (int b = b0; b < b1; b++) { /* out = P V */
             const float *q = qkv + (size_t)b * T * C3;
-            gemm(ctx, 'N', 'N', T, hs, T, 1.0f, S + (size_t)(b - b0) * seq, T, TT, q + 2 * C, C3,
-                 hs, 0.0f, out + (size_t)b * T * C, C, hs, NH, NULL);
+            gemm_fp32(ctx, 'N', 'N', T, hs, T, 1.0f, S + (size_t)(b - b0) * seq, T, TT, q + 2 * C,
+                      C3, hs, 0.0f, out + (size_t)b * T * C, C, hs, NH);
         }
     }
 }
@@ -467,7 +680,8 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
-        zt_cuda_attn_fused_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+        zt_cuda_attn_fused_backward(ctx, dqkv, scratch, zt_attention_scratch_floats(B, T, NH), dout,
+                                    qkv, out, lse, B, T, C, NH);
         return;
     }
     int hs = C / NH, C3 = 3 * C;
@@ -487,11 +701,11 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
             float *dq = dqkv + (size_t)b * T * C3;
             const float *dO = dout + (size_t)b * T * C;
             /* dP = dO V^T */
-            gemm(ctx, 'N', 'T', T, T, hs, 1.0f, dO, C, hs, q + 2 * C, C3, hs, 0.0f,
-                 D + (size_t)(b - b0) * seq, T, TT, NH, NULL);
+            gemm_fp32(ctx, 'N', 'T', T, T, hs, 1.0f, dO, C, hs, q + 2 * C, C3, hs, 0.0f,
+                      D + (size_t)(b - b0) * seq, T, TT, NH);
             /* dV += P^T dO */
-            gemm(ctx, 'T', 'N', T, hs, T, 1.0f, S + (size_t)(b - b0) * seq, T, TT, dO, C, hs, 1.0f,
-                 dq + 2 * C, C3, hs, NH, NULL);
+            gemm_fp32(ctx, 'T', 'N', T, hs, T, 1.0f, S + (size_t)(b - b0) * seq, T, TT, dO, C, hs,
+                      1.0f, dq + 2 * C, C3, hs, NH);
         }
         /* dS = P * (dP - dO.out) * scale, zero above the diagonal */
         zt_cuda_attn_dscores(ctx, D, S, dout + (size_t)b0 * T * C, out + (size_t)b0 * T * C, rows,
@@ -501,11 +715,11 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
             float *dq = dqkv + (size_t)b * T * C3;
             const float *dS = D + (size_t)(b - b0) * seq;
             /* dQ += dS K */
-            gemm(ctx, 'N', 'N', T, hs, T, 1.0f, dS, T, TT, q + C, C3, hs, 1.0f, dq, C3, hs, NH,
-                 NULL);
+            gemm_fp32(ctx, 'N', 'N', T, hs, T, 1.0f, dS, T, TT, q + C, C3, hs, 1.0f, dq, C3, hs,
+                      NH);
             /* dK += dS^T Q */
-            gemm(ctx, 'T', 'N', T, hs, T, 1.0f, dS, T, TT, q, C3, hs, 1.0f, dq + C, C3, hs, NH,
-                 NULL);
+            gemm_fp32(ctx, 'T', 'N', T, hs, T, 1.0f, dS, T, TT, q, C3, hs, 1.0f, dq + C, C3, hs,
+                      NH);
         }
     }
 }

@@ -31,8 +31,9 @@ extern "C" {
 #define ZT_CUDA_ATTN_AUTO (-1)
 
 /* How the matmuls multiply: their inputs and outputs stay fp32 in memory and they accumulate
- * in fp32; the inputs are rounded (by cuBLASLt, as it loads them) to the format named here,
- * which picks the tensor cores that run them. ZT_CUDA_MATMUL names one; unset, the job's
+ * in fp32; the inputs are rounded to the format named here, which picks the tensor cores that
+ * run them: by cuBLASLt as it loads them, or for the 16-bit formats by blas_cuda.c into
+ * 16-bit copies first (ZT_CUDA_GEMM_STAGE, ops.h). ZT_CUDA_MATMUL names one; unset, the job's
  * precision decides (set_matmul_dtype): fp32 jobs exact, bf16 jobs bf16, fp16 jobs fp16, the
  * products PyTorch's autocast and DeepSpeed's 16-bit modes compute. */
 typedef enum {
@@ -53,7 +54,8 @@ typedef struct zt_cuda_gemm {
     char ta, tb;
     int M, N, K;
     float alpha, beta;
-    const float *A, *B;
+    const void *A, *B; /* fp32, or 16-bit as in16 says */
+    int in16;          /* 0: A and B are fp32; ZT_MM_BF16 or ZT_MM_FP16: 16-bit copies (staged) */
     float *C;
     const float *bias; /* (N) or NULL; only with batch == 1 */
     float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
@@ -66,7 +68,7 @@ typedef struct zt_cuda_gemm {
 /* The part of a GEMM that decides which cuBLASLt algorithm runs (pointer alignments
  * included), compared bytewise: build it zeroed. */
 typedef struct zt_cuda_gemm_key {
-    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, mm;
+    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, mm, in16;
     int gelu; /* 0 none, 1 GELU_AUX (forward), 2 DGELU (backward) */
     int alignA, alignB, alignC, alignBias, alignAux;
     long long sA, sB, sC;
@@ -111,7 +113,12 @@ struct zt_kctx {
 
     zt_cuda_gemm_entry *gemm_cache; /* ZT_CUDA_GEMM_CACHE entries */
     int gemm_n, gemm_next;
-    int gemm_tune;        /* ZT_CUDA_GEMM_TUNE=1: time cuBLASLt's candidates for each new shape */
+    int gemm_tune; /* ZT_CUDA_GEMM_TUNE=1: time cuBLASLt's candidates for each new shape */
+    /* 16-bit copies of the matmuls' operands (ops.h, ZT_CUDA_GEMM_STAGE): grown to the largest
+     * product seen, at most stage_max elements; a size cudaMalloc refused is not asked again */
+    int stage_on;    /* ZT_CUDA_GEMM_STAGE not 0 */
+    uint16_t *stage; /* stage_cap elements, device */
+    size_t stage_cap, stage_max, stage_refused;
     int warned_unbatched; /* the per-matrix fallback of batched GEMMs was reported */
 
     /* first failure since creation; kept (sync keeps returning it) because results computed
@@ -193,14 +200,17 @@ bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH);
 bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv, int B,
                                 int T, int C, int NH);
-void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
-                                 const float *out, const float *lse, int B, int T, int C, int NH);
+/* scratch: the op's, scratch_floats long (zt_attention_scratch_floats) */
+void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
+                                 const float *dout, const float *qkv, const float *out,
+                                 const float *lse, int B, int T, int C, int NH);
 /* The same on tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
  * matmuls take 16-bit inputs: bf16 for ctx->mm ZT_MM_BF16, fp16 for ZT_MM_FP16. */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv, int B, int T,
                              int C, int NH);
-void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
-                              const float *out, const float *lse, int B, int T, int C, int NH);
+void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
+                              const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int C, int NH);
 
 /* The optimizer and precision launchers take each zt_dtype as an int and validate it
  * themselves: C++ may not even load an enum holding a value outside its enumerators, and a bad
@@ -208,6 +218,11 @@ void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, const float *dout, cons
 void zt_cuda_adamw(zt_kctx *ctx, float *param, const void *grad, int grad_dtype, float *m, float *v,
                    size_t n, const zt_adamw_args *args, void *param_lp, int lp_dtype);
 void zt_cuda_cast(zt_kctx *ctx, void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
+/* dst (rows x cols, contiguous) = src (rows x cols, row stride ld floats) rounded to the 16-bit
+ * type of mm16 (ZT_MM_BF16 or ZT_MM_FP16), to nearest even as zt_cuda_cast rounds: the
+ * matmuls' staged operands. */
+void zt_cuda_stage_cast(zt_kctx *ctx, uint16_t *dst, int mm16, const float *src, int rows, int cols,
+                        size_t ld);
 void zt_cuda_accumulate(zt_kctx *ctx, void *dst, int dst_dtype, const float *src, float scale,
                         size_t n);
 void zt_cuda_scale(zt_kctx *ctx, float *x, float s, size_t n);

@@ -415,6 +415,19 @@ extern "C" void zt_cuda_residual_backward(zt_kctx *ctx, float *da, float *db, co
  * barriers of the two reductions; afterwards each thread writes only elements it reads itself,
  * so dlogits may alias logits. */
 
+/* One block per row, two passes over its V logits: the maximum and the sum of exponentials
+ * together (each thread keeps its own running pair, rescaled as its maximum grows, then the
+ * block combines them), then the gradient; 16-byte loads where the row allows. */
+static __device__ __forceinline__ void xent_add(float &m, float &s, float x)
+{
+    if (x > m) {
+        s = s * expf(m - x) + 1.0f; /* m = -inf, s = 0 at first: 0 * 0 + 1 */
+        m = x;
+    } else if (x != -INFINITY) { /* -inf adds nothing (-inf - -inf would be NaN); NaN does */
+        s += expf(x - m);
+    }
+}
+
 static __global__ void crossentropy_kernel(float *losses, float *dlogits, const float *logits,
                                            const int32_t *targets, int V, int Vp, float dloss)
 {
@@ -425,14 +438,19 @@ static __global__ void crossentropy_kernel(float *losses, float *dlogits, const 
     int t = targets[row];
     bool valid = t >= 0 && t < V;
     float lt = valid ? l[t] : NAN; /* a bad target gives a NaN loss, not a fault */
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, l[j]);
-    mx = zt_block_max(mx, sh);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        s += expf(l[j] - mx);
-    s = zt_block_sum(s, sh);
+    /* whole float4s from the row's start (rows are 16-byte aligned when Vp is a multiple of 4
+     * and logits are), the rest one by one */
+    int V4 = Vp % 4 == 0 && (uintptr_t)logits % 16 == 0 ? V / 4 : 0;
+    float m = -INFINITY, s = 0.0f;
+    for (int q = threadIdx.x; q < V4; q += blockDim.x) {
+        float4 x = ((const float4 *)l)[q];
+        xent_add(m, s, x.x), xent_add(m, s, x.y), xent_add(m, s, x.z), xent_add(m, s, x.w);
+    }
+    for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x)
+        xent_add(m, s, l[j]);
+    float mx = zt_block_max(m, sh);
+    /* a NaN logit: fmaxf passes it over but the thread's own sum carries it into the loss */
+    s = zt_block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx), sh);
     if (threadIdx.x == 0) losses[row] = logf(s) - (lt - mx);
     if (!d) return;
     float k = dloss / s;

@@ -157,6 +157,11 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->gemm_tune = tune && strcmp(tune, "1") == 0;
     if (tune && *tune && !ctx->gemm_tune && strcmp(tune, "0") != 0)
         ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_TUNE=%s: expected 0 or 1", tune);
+    const char *stage = getenv("ZT_CUDA_GEMM_STAGE");
+    ctx->stage_on = !stage || strcmp(stage, "0") != 0;
+    if (stage && *stage && strcmp(stage, "0") != 0 && strcmp(stage, "1") != 0)
+        ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_STAGE=%s: expected 0 or 1", stage);
+    ctx->stage_max = zt_cuda_stage_cap_elems();
     zt_status st = ZT_OK;
     const char *what = NULL;
     cublasStatus_t bs;
@@ -242,6 +247,7 @@ static void cuda_ctx_destroy(zt_kctx *ctx)
     cudaFree(ctx->scratch);
     cudaFree(ctx->red_dev);
     cudaFree(ctx->enc_dev);
+    cudaFree(ctx->stage);
     if (ctx->red_host) cudaFreeHost(ctx->red_host);
     if (ctx->enc_host) cudaFreeHost(ctx->enc_host);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);

@@ -169,6 +169,47 @@ extern "C" void zt_cuda_cast(zt_kctx *ctx, void *dst, int dst_dtype, const void 
                    dst_dtype, src, src_dtype, n);
 }
 
+/* the matmuls' staged operands: four elements a thread from 16-byte loads where rows allow
+ * (quads), else one */
+template <bool HALF>
+static __global__ void stage_cast_kernel(uint16_t *dst, const float *src, size_t rows, size_t cols,
+                                         size_t ld, bool quads)
+{
+    size_t w = quads ? cols / 4 : cols, n = rows * w;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / w, c = i % w;
+        if (quads) {
+            float4 v = *(const float4 *)(src + r * ld + 4 * c);
+            uint2 o;
+            o.x = HALF ? (uint32_t)f16_from_f32(v.x) | (uint32_t)f16_from_f32(v.y) << 16
+                       : (uint32_t)bf16_from_f32(v.x) | (uint32_t)bf16_from_f32(v.y) << 16;
+            o.y = HALF ? (uint32_t)f16_from_f32(v.z) | (uint32_t)f16_from_f32(v.w) << 16
+                       : (uint32_t)bf16_from_f32(v.z) | (uint32_t)bf16_from_f32(v.w) << 16;
+            *(uint2 *)(dst + r * cols + 4 * c) = o;
+        } else {
+            float v = src[r * ld + c];
+            dst[r * cols + c] = HALF ? f16_from_f32(v) : bf16_from_f32(v);
+        }
+    }
+}
+
+extern "C" void zt_cuda_stage_cast(zt_kctx *ctx, uint16_t *dst, int mm16, const float *src,
+                                   int rows, int cols, size_t ld)
+{
+    if (rows <= 0 || cols <= 0) return;
+    /* little-endian pairs: element 2k in the low half of each 32-bit word, as stored */
+    bool quads =
+        cols % 4 == 0 && ld % 4 == 0 && (uintptr_t)src % 16 == 0 && (uintptr_t)dst % 8 == 0;
+    size_t n = (size_t)rows * (size_t)(quads ? cols / 4 : cols);
+    if (mm16 == ZT_MM_FP16)
+        ZT_CUDA_LAUNCH(ctx, "matmul staging (fp16)", stage_cast_kernel<true>, zt_cuda_blocks(n),
+                       ZT_CUDA_THREADS, dst, src, (size_t)rows, (size_t)cols, ld, quads);
+    else
+        ZT_CUDA_LAUNCH(ctx, "matmul staging (bf16)", stage_cast_kernel<false>, zt_cuda_blocks(n),
+                       ZT_CUDA_THREADS, dst, src, (size_t)rows, (size_t)cols, ld, quads);
+}
+
 extern "C" void zt_cuda_accumulate(zt_kctx *ctx, void *dst, int dst_dtype, const float *src,
                                    float scale, size_t n)
 {

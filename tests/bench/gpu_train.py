@@ -23,7 +23,9 @@ The attention of the zerotrain rows is the default one: for 16-bit matmul inputs
 tensor-core kernels (kernels/cuda/attn_tc_cuda.cu), else the chunked one (cuBLASLt GEMMs over a
 T x T scratch). A "zt-chunked" (or "zt-fused") row reruns zerotrain's best bf16 (else first)
 precision at the same micro batch with the other attention (ZT_CUDA_ATTN), and the ratio of
-fused to chunked is printed: the measurement behind that default.
+fused to chunked is printed: the measurement behind that default. A "zt-unstaged" row reruns
+bf16 at its micro batch with ZT_CUDA_GEMM_STAGE=0 (cuBLASLt converting the fp32 operands as it
+loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio of the two.
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -431,10 +433,10 @@ def main():
             row = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]
             return row["device_bytes"] / 2**20
 
-        def zt_run(jname, job, prec, attn=""):  # "": the default attention for prec
+        def zt_run(jname, job, prec, attn="", stage=""):  # "": the defaults for prec
             zu.write_job(f"{tmp}/{jname}.json", job)
             env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn,
-                   "ZT_CUDA_MATMUL": mm_of[prec], **EMU_ENV}
+                   "ZT_CUDA_MATMUL": mm_of[prec], "ZT_CUDA_GEMM_STAGE": stage, **EMU_ENV}
             with GpuMemPoller() as mem:
                 r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
             steps = zu.parse_step_lines(r.stdout)
@@ -485,6 +487,16 @@ def main():
                 add_row("zerotrain", "bf16-tf32", res)
             else:
                 print(f"  zerotrain bf16 with TF32 matmuls failed: {err.strip()[-400:]}")
+
+        # bf16 with the matmuls reading fp32 operands, at bf16's micro batch
+        if "bf16" in zt_best:
+            B = zt_best["bf16"]["batch"]
+            jname = f"zt_bf16_b{B}_unstaged"
+            res, err = zt_run(jname, zt_job(jname, B, "bf16"), "bf16", stage="0")
+            if res:
+                add_row("zt-unstaged", "bf16", res)
+            else:
+                print(f"  zerotrain bf16 unstaged failed: {err.strip()[-400:]}")
 
         alt_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
         if alt_prec:  # the attention the default does not pick for this precision
@@ -563,6 +575,13 @@ def main():
               f"{b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
               f"{b['line'].get('bwd_ms', '?')} ms)")
     for w, p, r in rows:
+        if w == "zt-unstaged" and p in zt_tf:
+            a = zt_tf[p]
+            print(f"{p}, matmuls on 16-bit copies/on fp32 operands at micro batch {r['batch']}: "
+                  f"{a['tok_s'] / r['tok_s']:.2f}x tokens/s (fwd {a['line'].get('fwd_ms', '?')} "
+                  f"vs {r['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
+                  f"{r['line'].get('bwd_ms', '?')} ms, peak alloc {a['mem_peak'] / 2**30:.2f} vs "
+                  f"{r['mem_peak'] / 2**30:.2f} GiB)")
         if w in ("zt-fused", "zt-chunked") and p in zt_tf:
             fu, ch = (r, zt_tf[p]) if w == "zt-fused" else (zt_tf[p], r)
             print(f"fused/chunked attention at {p}, micro batch {r['batch']}: "
@@ -592,7 +611,7 @@ def check_emu(rows, twin, too_big, skipped, args):
     memory with the rank's report (the plan puts it within the margin), the third run."""
     want = [("zerotrain", p) for p in args.zt_precisions.split(",") if p]
     if "bf16" in args.zt_precisions.split(","):
-        want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16")]
+        want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}

@@ -2,7 +2,8 @@
  * n_head 12, block 1024, vocabulary padded to 50304, micro batch 8 unless --batch), timed on the
  * GPU, next to the ceilings measured in the same run: device-to-device copy bandwidth (bytes
  * read plus written) and the rate of a large matmul with each input rounding (exact fp32, TF32,
- * bf16: see ZT_CUDA_MATMUL; the matmuls and attention run in each, the fused attention of
+ * bf16 from 16-bit copies, and bf16 as cuBLASLt converts fp32 operands: see ZT_CUDA_MATMUL and
+ * ZT_CUDA_GEMM_STAGE; the matmuls and attention run in each, the fused attention of
  * ZT_CUDA_ATTN=fused in fp32 and on bf16 tensor cores). Each op
  * prints its time, its rate (TFLOP/s for matmuls and attention, GB/s of the fewest bytes it must
  * move otherwise) and that rate as a share of its ceiling: the gap METHOD.md asks for first.
@@ -32,23 +33,25 @@ static const zt_ops *G;
 static zt_kctx *K;   /* the context the ops run in: K0, or KTF for TF32 */
 static zt_kctx *K0;  /* ZT_CUDA_MATMUL unset: the dtype given to set_matmul_dtype decides */
 static zt_kctx *KTF; /* ZT_CUDA_MATMUL=tf32 (no job precision picks TF32) */
+static zt_kctx *KNS; /* ZT_CUDA_GEMM_STAGE=0: 16-bit matmuls read the fp32 operands */
 static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores for bf16) */
 static int REPS = 20;
 static double BW = 0; /* ceiling: GB/s */
 
 /* The matmul input modes and their ceilings in TFLOP/s (a matmul of 8192^3). Device memory
  * is the GPU's, so either context's ops may use any buffer; TIME_IT syncs the one in use. */
-enum { NMODES = 3 };
+enum { NMODES = 4, MODE_UNSTAGED = 3 };
 static const struct {
     const char *name;
     zt_dtype dtype;
-    int tf32;
-} MODES[NMODES] = {{"fp32", ZT_F32, 0}, {"TF32", ZT_F32, 1}, {"bf16", ZT_BF16, 0}};
+    int ctx; /* 0 K0, 1 KTF, 2 KNS */
+} MODES[NMODES] = {
+    {"fp32", ZT_F32, 0}, {"TF32", ZT_F32, 1}, {"bf16", ZT_BF16, 0}, {"bf16 unstaged", ZT_BF16, 2}};
 static double CEIL[NMODES];
 
 static void use_mode(int k)
 {
-    K = MODES[k].tf32 ? KTF : K0;
+    K = MODES[k].ctx == 1 ? KTF : MODES[k].ctx == 2 ? KNS : K0;
     G->set_matmul_dtype(K, MODES[k].dtype);
 }
 
@@ -182,6 +185,11 @@ int main(int argc, char **argv)
         st = G->ctx_create(&KTF, 0, &err);
         unsetenv("ZT_CUDA_MATMUL");
     }
+    if (st == ZT_OK) {
+        setenv("ZT_CUDA_GEMM_STAGE", "0", 1);
+        st = G->ctx_create(&KNS, 0, &err);
+        unsetenv("ZT_CUDA_GEMM_STAGE");
+    }
     unsetenv("ZT_CUDA_ATTN");
     if (st == ZT_OK) {
         setenv("ZT_CUDA_ATTN", "fused", 1);
@@ -269,6 +277,7 @@ int main(int argc, char **argv)
     float *qkv = drand(N * 3 * C, 1.0f), *dqkv = drand(N * 3 * C, 0.0f);
     double afl = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0;
     for (int md = 0; md < NMODES; md++) {
+        if (md == MODE_UNSTAGED) continue; /* the attention's products are never staged */
         use_mode(md);
         TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
         report_flops("attention_forward", md, s, afl);
@@ -329,6 +338,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         G->free(K, bufs[i]);
     G->ctx_destroy(KTF);
+    G->ctx_destroy(KNS);
     G->ctx_destroy(KF);
     G->ctx_destroy(K);
     zt_free(tok_h);

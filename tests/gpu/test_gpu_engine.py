@@ -126,7 +126,7 @@ def main():
             if r.returncode != 0:
                 sys.exit(f"{name}: zctl run failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
             if report:
-                check_device_memory(tmp, name, report, job["resources"]["ranks"], failures)
+                check_device_memory(tmp, name, report, job["resources"]["ranks"], env, failures)
             steps = zu.parse_step_lines(r.stdout)
             if len(steps) != STEPS:
                 sys.exit(f"{name}: {len(steps)} step lines, expected {STEPS}:\n{r.stdout}")
@@ -310,10 +310,12 @@ def read_reports(report):
     return out
 
 
-def check_device_memory(tmp, name, report, ranks, failures):
+def check_device_memory(tmp, name, report, ranks, env, failures):
     """Every device allocation of the run (the emulated runtime counts them all, the kernel
-    context's included) stays within what zctl plan predicted for the job's device."""
-    p = zu.run_zctl(["plan", f"{tmp}/{name}.json", "-o", "json"])
+    context's included) stays within what zctl plan predicted for the job's device. The plan
+    gets the run's environment: ZT_CUDA_MATMUL and ZT_CUDA_GEMM_STAGE decide whether the
+    matmuls' staging buffer exists."""
+    p = zu.run_zctl(["plan", f"{tmp}/{name}.json", "-o", "json"], env=env)
     if p.returncode != 0:
         failures.append(f"{name}: zctl plan failed: {p.stderr}")
         return

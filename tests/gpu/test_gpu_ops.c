@@ -541,6 +541,195 @@ static void test_heuristic_failure(void)
 }
 #endif
 
+/* ---- 16-bit staging of the matmuls' operands (ZT_CUDA_GEMM_STAGE) ---- */
+
+#ifdef ZT_TEST_EMU
+/* emu_runtime.c: how many kernel launches (0) and cuBLASLt matmuls (1) the process made */
+unsigned long long zt_emu_counted(int which);
+#define EMU_GEMMS() zt_emu_counted(1)
+#define EMU_LAUNCHES() zt_emu_counted(0)
+#else
+#define EMU_GEMMS() 0ULL
+#define EMU_LAUNCHES() 0ULL
+#endif
+
+/* A context whose matmuls take mm inputs (ZT_CUDA_MATMUL), with ZT_CUDA_GEMM_STAGE=stage (NULL:
+ * unset) and a staging cap of `cap` 16-bit elements (0: the default) */
+static zt_kctx *ctx_stage(const char *mm, const char *stage, size_t cap)
+{
+    char mib[64];
+    setenv("ZT_CUDA_MATMUL", mm, 1);
+    if (stage) setenv("ZT_CUDA_GEMM_STAGE", stage, 1);
+    if (cap) {
+        snprintf(mib, sizeof(mib), "%.17g", (double)cap / (double)(1 << 19));
+        setenv("ZT_CUDA_GEMM_STAGE_MIB", mib, 1);
+    }
+    zt_kctx *c = NULL;
+    zt_err err;
+    zt_status st = GPU->ctx_create(&c, 0, &err);
+    unsetenv("ZT_CUDA_MATMUL");
+    unsetenv("ZT_CUDA_GEMM_STAGE");
+    unsetenv("ZT_CUDA_GEMM_STAGE_MIB");
+    if (st != ZT_OK)
+        ZT_FAIL("ctx_create (matmuls %s, staging %s): %s", mm, stage ? stage : "-",
+                zt_err_msg(&err));
+    return c;
+}
+
+/* The linear layer's products on one set of host operands (N x C inputs, OC outputs) */
+enum { LIN_FWD, LIN_DX, LIN_DW, LIN_GELU, LIN_PRE, LIN_DPRE, LIN_N };
+typedef struct {
+    int N, C, OC;
+    float *x, *w, *b, *dy, *dx0, *dw0, *pre;
+    float *out[LIN_N];           /* results */
+    unsigned long long gemms[2]; /* emulation: matmuls of matmul_forward, matmul_backward */
+    unsigned long long launches; /* emulation: kernel launches of matmul_forward */
+} lin_case;
+
+static size_t lin_len(const lin_case *k, int i)
+{
+    size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC;
+    return i == LIN_DX || i == LIN_DPRE ? NC : i == LIN_DW ? (size_t)k->OC * k->C : NO;
+}
+
+/* Runs the linear layer's ops in context c with every operand `off` floats into its
+ * allocation: matmul_forward with bias, matmul_backward onto prefilled dx and dw,
+ * matmul_gelu_forward with bias, matmul_gelu_backward's dpre. */
+static void lin_run(zt_kctx *c, lin_case *k, int off)
+{
+    size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC, WC = (size_t)k->OC * k->C;
+    const float *host[7] = {k->x, k->w, k->b, k->dy, k->dx0, k->dw0, k->pre};
+    size_t len[7] = {NC, WC, (size_t)k->OC, NO, NC, WC, NC};
+    float *d[7], *r[LIN_N];
+    for (int i = 0; i < 7; i++) {
+        d[i] = (float *)dalloc((len[i] + (size_t)off) * 4) + off;
+        GPU->copy_h2d(c, d[i], host[i], len[i] * 4);
+    }
+    for (int i = 0; i < LIN_N; i++)
+        r[i] = (float *)dalloc((lin_len(k, i) + (size_t)off) * 4) + off;
+    GPU->copy_d2d(c, r[LIN_DX], d[4], NC * 4);
+    GPU->copy_d2d(c, r[LIN_DW], d[5], WC * 4);
+    unsigned long long g0 = EMU_GEMMS(), l0 = EMU_LAUNCHES();
+    GPU->matmul_forward(c, r[LIN_FWD], d[0], d[1], d[2], k->N, k->C, k->OC);
+    unsigned long long g1 = EMU_GEMMS();
+    k->launches = EMU_LAUNCHES() - l0;
+    GPU->matmul_backward(c, r[LIN_DX], r[LIN_DW], NULL, d[3], d[0], d[1], k->N, k->C, k->OC);
+    k->gemms[0] = g1 - g0;
+    k->gemms[1] = EMU_GEMMS() - g1;
+    GPU->matmul_gelu_forward(c, r[LIN_GELU], r[LIN_PRE], d[0], d[1], d[2], k->N, k->C, k->OC);
+    GPU->matmul_gelu_backward(c, r[LIN_DPRE], NULL, NULL, d[3], d[0], d[1], d[6], k->N, k->C,
+                              k->OC);
+    for (int i = 0; i < LIN_N; i++) {
+        k->out[i] = kc_falloc(lin_len(k, i));
+        GPU->copy_d2h(c, k->out[i], r[i], lin_len(k, i) * 4);
+    }
+    zt_err err;
+    if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("linear layer: sync failed: %s", zt_err_msg(&err));
+    for (int i = 0; i < 7; i++)
+        dfree(d[i] - off);
+    for (int i = 0; i < LIN_N; i++)
+        dfree(r[i] - off);
+}
+
+static void lin_free(lin_case *k)
+{
+    for (int i = 0; i < LIN_N; i++) {
+        zt_free(k->out[i]);
+        k->out[i] = NULL;
+    }
+}
+
+/* Staged results `got` against the unstaged ones `want` of the same inputs: within 1e-2 of the
+ * rms (errors of a wrong block are of order 1; cuBLASLt's own rounding of fp32 inputs need not
+ * be round-to-nearest), and on the emulation, where both round to nearest and sum in one order
+ * of k, bit for bit, except the products split in depth (`depth`: added block by block, within
+ * 1e-5). */
+static void lin_compare(const char *what, const lin_case *got, const lin_case *want, unsigned depth)
+{
+    static const char *const names[LIN_N] = {"forward",  "dinp",     "dweight",
+                                             "gelu out", "gelu pre", "gelu dpre"};
+    for (int i = 0; i < LIN_N; i++) {
+        size_t n = lin_len(got, i);
+        double e2 = 0.0, w2 = 0.0;
+        size_t diff = 0;
+        for (size_t j = 0; j < n; j++) {
+            double e = (double)got->out[i][j] - (double)want->out[i][j];
+            e2 += e * e;
+            w2 += (double)want->out[i][j] * want->out[i][j];
+            diff += memcmp(&got->out[i][j], &want->out[i][j], 4) != 0;
+        }
+        double rel = sqrt(e2 / (w2 > 0 ? w2 : 1.0));
+        bool split = depth & (1u << i);
+        if (!(rel <= 1e-2))
+            ZT_FAIL("%s %s: rms error %.3g of the rms against unstaged", what, names[i], rel);
+#ifdef ZT_TEST_EMU
+        if (split && !(rel <= 1e-5))
+            ZT_FAIL("%s %s (split in depth): rms error %.3g against unstaged", what, names[i], rel);
+        if (!split && diff)
+            ZT_FAIL("%s %s: %zu of %zu elements differ from unstaged", what, names[i], diff, n);
+#else
+        (void)split;
+#endif
+    }
+    printf("%s: as unstaged (matmuls: forward %llu, backward %llu)\n", what, got->gemms[0],
+           got->gemms[1]);
+}
+
+/* The staged products against unstaged ones for the blockings of blas_cuda.c: whole operands,
+ * rows of C (op(B) whole), columns (op(A) whole), depth (added block by block, dweight below),
+ * none possible (the fp32 operands), GELU epilogues by rows only; bf16 and fp16, aligned and
+ * misaligned operands. Caps are in 16-bit elements: op(B) padded to 128, then op(A). */
+static void test_matmul_staged(void)
+{
+    static const struct {
+        const char *mm;
+        int N, C, OC;
+        size_t cap;     /* 0: the default (whole operands here) */
+        int off;        /* floats into each allocation */
+        unsigned depth; /* products split in depth (bits of LIN_*) */
+        int fwd_blocks; /* matmul_forward's matmuls; 0: not checked */
+    } cases[] = {
+        {"bf16", 300, 200, 136, 0, 0, 0, 1},
+        /* forward and dinp by 128 rows; dweight (K = 300) by 128 of depth; GELU by rows */
+        {"bf16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW, 3},
+        {"fp16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW, 3},
+        {"bf16", 300, 200, 136, 27264 + 200 * 128, 1, 1u << LIN_DW, 3},
+        /* forward by 128 columns, dinp by 64 of depth, dweight by 192 rows, GELU unstaged */
+        {"bf16", 64, 96, 1000, 6144 + 128 + 96 * 128, 0, 1u << LIN_DX, 8},
+        /* the smallest cap: no block is worth a product, everything unstaged */
+        {"bf16", 300, 200, 136, ZT_CUDA_STAGE_MIN_ELEMS, 0, 0, 1},
+    };
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        lin_case k = {.N = cases[t].N, .C = cases[t].C, .OC = cases[t].OC};
+        size_t NC = (size_t)k.N * k.C, WC = (size_t)k.OC * k.C;
+        k.x = kc_frandn(NC, 1.0), k.w = kc_frandn(WC, 0.3), k.b = kc_frandn((size_t)k.OC, 1.0);
+        k.dy = kc_frandn((size_t)k.N * k.OC, 1.0), k.dx0 = kc_frandn(NC, 1.0);
+        k.dw0 = kc_frandn(WC, 1.0), k.pre = kc_frandn(NC, 2.0);
+        lin_case ref = k;
+        zt_kctx *cu = ctx_stage(cases[t].mm, "0", 0),
+                *cs = ctx_stage(cases[t].mm, NULL, cases[t].cap);
+        lin_run(cu, &ref, cases[t].off);
+        lin_run(cs, &k, cases[t].off);
+        char what[160];
+        snprintf(what, sizeof(what), "staged %s matmuls N=%d C=%d OC=%d cap %zu offset %d",
+                 cases[t].mm, k.N, k.C, k.OC, cases[t].cap, cases[t].off);
+        lin_compare(what, &k, &ref, cases[t].depth);
+#ifdef ZT_TEST_EMU
+        /* the blocks did run: one matmul each, unstaged one matmul in all, staging launches */
+        ASSERT_TRUE(ref.gemms[0] == 1 && ref.launches == 0);
+        ASSERT_TRUE(k.gemms[0] == (unsigned long long)cases[t].fwd_blocks);
+        if (cases[t].cap != ZT_CUDA_STAGE_MIN_ELEMS) ASSERT_TRUE(k.launches >= 2);
+        if (cases[t].depth) ASSERT_TRUE(k.gemms[1] > 2);
+#endif
+        GPU->ctx_destroy(cu);
+        GPU->ctx_destroy(cs);
+        lin_free(&k);
+        lin_free(&ref);
+        zt_free(k.x), zt_free(k.w), zt_free(k.b), zt_free(k.dy), zt_free(k.dx0), zt_free(k.dw0);
+        zt_free(k.pre);
+    }
+}
+
 /* ---- attention ---- */
 
 static zt_kctx *GF; /* a second CUDA context, with ZT_CUDA_ATTN=fused */
@@ -688,6 +877,39 @@ static void test_attention_choice(void)
     zt_free(qkv), zt_free(scr);
 }
 
+/* kernels/cuda/attn_tc_cuda.cu's backward with a given scratch (cuda_int.h) */
+void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
+                              const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int C, int NH);
+
+/* The tensor-core backward keeps each query row's delta in the scratch for as many sequences
+ * as it holds: with room for two, five sequences go in runs of 2, 2, 1 and give the bits of
+ * one run of all five (the op's full scratch). */
+static void test_attention_delta_runs(void)
+{
+    int B = 5, T = 70, C = 128, NH = 2;
+    size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
+    size_t nS = zt_attention_scratch_floats(B, T, NH), small = 2 * (size_t)NH * T;
+    zt_kctx *keep = GC;
+    GC = ctx_with_mm("bf16");
+    float *qkv = kc_frandn(n3, 1.0), *dout = kc_frandn(nC, 1.0), *want = kc_falloc(n3);
+    float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
+    float *d_lse = dalloc(nL * 4), *d_scr = dalloc(nS * 4), *d_dq = dalloc(n3 * 4);
+    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+    GPU->memset0(GC, d_dq, n3 * 4);
+    GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    GPU->copy_d2h(GC, want, d_dq, n3 * 4);
+    gsync("attention backward, one run");
+    GPU->memset0(GC, d_dq, n3 * 4);
+    zt_cuda_attn_tc_backward(GC, d_dq, d_scr, small, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    check_bits("attention backward in runs of two sequences", d_dq, want, n3, 4);
+    dfree(d_qkv), dfree(d_dout), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dq);
+    GPU->ctx_destroy(GC);
+    GC = keep;
+    zt_free(qkv), zt_free(dout), zt_free(want);
+    printf("attention backward: delta in runs of sequences, ok\n");
+}
+
 /* ---- gelu, residual ---- */
 
 static void test_gelu_residual(size_t n)
@@ -745,6 +967,9 @@ static void test_crossentropy(int N, int V, int Vp)
             logits[i * Vp + j] = 1e4f;
     int32_t *tg = rand_ids((size_t)N, V);
     if (N > 2) tg[N - 1] = -1; /* a bad target: NaN loss, no fault */
+    if (N > 2) /* a row of -inf logits but for every 97th and its target: their softmax */
+        for (int j = 0; j < V; j++)
+            if (j % 97 != 0 && j != tg[0]) logits[j] = -INFINITY;
     float dloss = 1.0f / (float)N;
     /* the reference is computed in double, not by the CPU kernel: its float sum of V terms
      * may run in one chain (sanitizer builds), whose error once reached 1.5e-4 of a
@@ -1061,6 +1286,7 @@ int main(void)
     test_heuristic_failure();
 #endif
     test_matmul_dtype();
+    test_matmul_staged();
     test_attention(1, 1, 4, 1);
     test_attention(2, 7, 12, 3);
     test_attention(1, 129, 96, 2);
@@ -1078,6 +1304,7 @@ int main(void)
     test_attention(3, 95, 64, 1);
     test_attention(1, 1024, 128, 2);
     test_attention_choice();
+    test_attention_delta_runs();
     test_gelu_residual(1);
     test_gelu_residual(1000);
     test_gelu_residual(100003);

@@ -88,6 +88,7 @@ enum { AL_A, AL_B, AL_C, AL_D, AL_BIAS, AL_AUX, AL_N };
 typedef struct {
     uint64_t magic;
     int32_t compute;
+    int32_t in; /* the inputs' type */
     uint32_t align[AL_N];
 } lt_algo;
 
@@ -106,6 +107,7 @@ typedef struct {
     int batch;
     bool ta, tb; /* op(X) = X^T */
     int rnd; /* the inputs' rounding: lt_rnd */
+    int in;  /* A's and B's cudaDataType: CUDA_R_32F, or 16-bit (read as they are) */
     bool bias, gelu;
     bool dgelu; /* D = GELU'(aux) * product: aux is read */
 } lt_problem;
@@ -218,16 +220,18 @@ cublasStatus_t cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t desc, size_t
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Only CUDA_R_32F (NOT_SUPPORTED otherwise); rows, cols >= 1 (stricter than cuBLASLt:
- * zt_cuda_gemm_run returns before making an empty layout, so one is a mapping bug); ld >= rows
- * as documented for CUBLASLT_ORDER_COL; sizes beyond int32 are not supported. */
+/* CUDA_R_32F, and CUDA_R_16BF or CUDA_R_16F for A and B (NOT_SUPPORTED otherwise); rows, cols >= 1
+ * (stricter than cuBLASLt: zt_cuda_gemm_run returns before making an empty layout, so one is a
+ * mapping bug); ld >= rows as documented for CUBLASLT_ORDER_COL; sizes beyond int32 are not
+ * supported. */
 cublasStatus_t cublasLtMatrixLayoutInit_internal(cublasLtMatrixLayout_t l, size_t size,
                                                  cudaDataType type, uint64_t rows, uint64_t cols,
                                                  int64_t ld)
 {
     if (!l) return CUBLAS_STATUS_INVALID_VALUE;
     if (size < sizeof(cublasLtMatrixLayoutOpaque_t)) return CUBLAS_STATUS_ALLOC_FAILED;
-    if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (type != CUDA_R_32F && type != CUDA_R_16BF && type != CUDA_R_16F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     if (rows < 1 || cols < 1 || ld < 1 || (uint64_t)ld < rows) return CUBLAS_STATUS_INVALID_VALUE;
     if (rows > INT32_MAX || cols > INT32_MAX) return CUBLAS_STATUS_NOT_SUPPORTED;
     lt_layout x;
@@ -373,9 +377,13 @@ static cublasStatus_t problem_check(const lt_desc *d, const lt_layout *a, const 
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (d->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (a->type != CUDA_R_32F || b->type != CUDA_R_32F || c->type != CUDA_R_32F ||
-        dd->type != CUDA_R_32F)
+    /* fp32 everywhere, or 16-bit A and B of one type with fp32 C and D under
+     * CUBLAS_COMPUTE_32F (the combinations of the documented table zerotrain uses) */
+    if (a->type != b->type || c->type != CUDA_R_32F || dd->type != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a->type != CUDA_R_32F && d->compute != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    p->in = a->type;
     p->ta = d->transa == CUBLAS_OP_T;
     p->tb = d->transb == CUBLAS_OP_T;
     uint64_t m = p->ta ? a->cols : a->rows, ka = p->ta ? a->rows : a->cols;
@@ -418,16 +426,24 @@ static uint32_t ptr_alignment(const void *p)
     return p ? pow2_part((uint64_t)(uintptr_t)p) : LT_MAX_ALIGN;
 }
 
+/* Bytes of one element of A and B */
+static uint32_t in_size(const lt_problem *p)
+{
+    return p->in == CUDA_R_32F ? 4u : 2u;
+}
+
 /* The one algorithm this emulation offers; NOT_SUPPORTED when a promised alignment does not
- * allow even 4-byte float accesses. */
-static cublasStatus_t algo_make(const lt_desc *d, const lt_pref *f, lt_algo *al)
+ * allow even accesses of whole elements. */
+static cublasStatus_t algo_make(const lt_desc *d, const lt_pref *f, const lt_problem *p,
+                                lt_algo *al)
 {
     memset(al, 0, sizeof(*al));
     al->magic = LT_ALGO_MAGIC;
     al->compute = d->compute;
+    al->in = p->in;
     for (int i = 0; i < 4; i++) {
         al->align[i] = pow2_part(f->align[i]);
-        if (al->align[i] < sizeof(float)) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (al->align[i] < (i < 2 ? in_size(p) : sizeof(float))) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     al->align[AL_BIAS] = ptr_alignment(d->bias);
     al->align[AL_AUX] = ptr_alignment(d->aux);
@@ -480,7 +496,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     cublasStatus_t s = problem_check(&d, &a, &b, &c, &dd, &p);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     lt_algo al;
-    s = algo_make(&d, &f, &al);
+    s = algo_make(&d, &f, &p, &al);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     /* up to three candidates (the same algorithm), so that a caller's choice among several,
      * timing included, runs here too */
@@ -510,6 +526,14 @@ static inline float tf32_round(float x)
     return x;
 }
 
+/* Element i of an input of type `in` (cudaDataType), widened to fp32 */
+static inline float in_load(const void *x, int64_t i, int in)
+{
+    if (in == CUDA_R_32F) return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return in == CUDA_R_16BF ? zt_f32_from_bf16(h) : zt_f32_from_f16(h);
+}
+
 /* x rounded as the inputs of p are */
 static inline float in_round(float x, int rnd)
 {
@@ -533,22 +557,22 @@ static int64_t round_up(int64_t v, int64_t to)
 
 /* dst (c x r, column stride ldd) = the transpose of src (r x c, column stride lds), rounded
  * (in_round); in 32 x 32 blocks, so that both sides stay in cache. */
-static void transpose(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds,
-                      int64_t r, int64_t c, int rnd)
+static void transpose(float *restrict dst, int64_t ldd, const void *restrict src, int64_t lds,
+                      int64_t r, int64_t c, int rnd, int in)
 {
     for (int64_t j0 = 0; j0 < c; j0 += 32)
         for (int64_t i0 = 0; i0 < r; i0 += 32) {
             int64_t j1 = c - j0 < 32 ? c : j0 + 32, i1 = r - i0 < 32 ? r : i0 + 32;
             for (int64_t j = j0; j < j1; j++)
                 for (int64_t i = i0; i < i1; i++)
-                    dst[j + i * ldd] = in_round(src[i + j * lds], rnd);
+                    dst[j + i * ldd] = in_round(in_load(src, i + j * lds, in), rnd);
         }
 }
 
 /* op(A) (m x k) into panels of LT_IB rows, each padded with zero rows to a multiple of LT_MR:
  * panel i0 (wp rows) at P + i0 k holds (i, kk) at [kk wp + i - i0], so that each column of a
  * panel is contiguous. */
-static void pack_a(float *restrict P, const float *restrict A, int64_t lda, const lt_problem *p)
+static void pack_a(float *restrict P, const void *restrict A, int64_t lda, const lt_problem *p)
 {
     int64_t m = p->m, k = p->k;
     for (int64_t i0 = 0; i0 < m; i0 += LT_IB) {
@@ -556,18 +580,20 @@ static void pack_a(float *restrict P, const float *restrict A, int64_t lda, cons
         float *Pb = P + i0 * k;
         if (!p->ta) { /* op(A)(i, kk) = A[i + kk lda] */
             for (int64_t kk = 0; kk < k; kk++) {
-                const float *src = A + kk * lda + i0;
                 float *dst = Pb + kk * wp;
-                if (p->rnd != RND_NONE)
+                if (p->in != CUDA_R_32F)
                     for (int64_t i = 0; i < w; i++)
-                        dst[i] = in_round(src[i], p->rnd);
+                        dst[i] = in_load(A, kk * lda + i0 + i, p->in);
+                else if (p->rnd != RND_NONE)
+                    for (int64_t i = 0; i < w; i++)
+                        dst[i] = in_round(((const float *)A)[kk * lda + i0 + i], p->rnd);
                 else
-                    memcpy(dst, src, (size_t)w * sizeof(float));
+                    memcpy(dst, (const float *)A + kk * lda + i0, (size_t)w * sizeof(float));
                 for (int64_t i = w; i < wp; i++)
                     dst[i] = 0.0f;
             }
         } else { /* op(A)(i, kk) = A[kk + i lda] */
-            transpose(Pb, wp, A + i0 * lda, lda, k, w, p->rnd);
+            transpose(Pb, wp, (const char *)A + i0 * lda * in_size(p), lda, k, w, p->rnd, p->in);
             for (int64_t kk = 0; kk < k; kk++)
                 for (int64_t i = w; i < wp; i++)
                     Pb[kk * wp + i] = 0.0f;
@@ -577,21 +603,23 @@ static void pack_a(float *restrict P, const float *restrict A, int64_t lda, cons
 
 /* op(B) (k x n) into Q with its columns contiguous, (kk, j) at Q[kk + j k], and zero columns
  * up to a multiple of LT_NR. */
-static void pack_b(float *restrict Q, const float *restrict B, int64_t ldb, const lt_problem *p)
+static void pack_b(float *restrict Q, const void *restrict B, int64_t ldb, const lt_problem *p)
 {
     int64_t k = p->k, n = p->n;
     if (!p->tb) { /* op(B)(kk, j) = B[kk + j ldb] */
         for (int64_t j = 0; j < n; j++) {
-            const float *src = B + j * ldb;
             float *dst = Q + j * k;
-            if (p->rnd != RND_NONE)
+            if (p->in != CUDA_R_32F)
                 for (int64_t kk = 0; kk < k; kk++)
-                    dst[kk] = in_round(src[kk], p->rnd);
+                    dst[kk] = in_load(B, j * ldb + kk, p->in);
+            else if (p->rnd != RND_NONE)
+                for (int64_t kk = 0; kk < k; kk++)
+                    dst[kk] = in_round(((const float *)B)[j * ldb + kk], p->rnd);
             else
-                memcpy(dst, src, (size_t)k * sizeof(float));
+                memcpy(dst, (const float *)B + j * ldb, (size_t)k * sizeof(float));
         }
     } else { /* op(B)(kk, j) = B[j + kk ldb] */
-        transpose(Q, k, B, ldb, n, k, p->rnd);
+        transpose(Q, k, B, ldb, n, k, p->rnd, p->in);
     }
     memset(Q + n * k, 0, (size_t)((round_up(n, LT_NR) - n) * k) * sizeof(float));
 }
@@ -642,7 +670,8 @@ static inline float gelu_tanh_grad(float x)
 
 /* Pointers and scalars of one matrix of the batch */
 typedef struct {
-    const float *A, *B, *C;
+    const void *A, *B; /* of the problem's input type */
+    const float *C;
     float *D;
     int64_t lda, ldb, ldc, ldd;
     float alpha, beta;
@@ -727,15 +756,16 @@ static void matmul_one(const lt_problem *p, const lt_operands *o, float *P, floa
  * address, a sticky CUDA error): EXECUTION_FAILED, with a message, which blas_cuda.c records
  * as a failure where it would quietly fall back on INVALID_VALUE or NOT_SUPPORTED. Every
  * matrix of a batch (stride elements apart) must meet the alignment. */
-static bool check_align(const char *what, const void *p, int64_t stride, int batch,
-                        uint32_t align)
+static bool check_align(const char *what, const void *p, int64_t stride, int batch, uint32_t align,
+                        uint32_t esize)
 {
     uint64_t a = (uint64_t)(uintptr_t)p;
-    if (batch > 1) a |= (uint64_t)stride * sizeof(float);
+    if (batch > 1) a |= (uint64_t)stride * esize;
     if (a % align == 0) return true;
-    fprintf(stderr,
-            "emu_cublaslt: cublasLtMatmul: %s at %p (batch %d, stride %lld floats) is not %u-byte aligned as the algorithm from cublasLtMatmulAlgoGetHeuristic assumes: a GPU faults here (misaligned address)\n",
-            what, p, batch, (long long)stride, (unsigned)align);
+    fprintf(
+        stderr,
+        "emu_cublaslt: cublasLtMatmul: %s at %p (batch %d, stride %lld elements) is not %u-byte aligned as the algorithm from cublasLtMatmulAlgoGetHeuristic assumes: a GPU faults here (misaligned address)\n",
+        what, p, batch, (long long)stride, (unsigned)align);
     return false;
 }
 
@@ -774,12 +804,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     lt_algo al;
     if (algo) {
         memcpy(&al, algo, sizeof(al));
-        if (al.magic != LT_ALGO_MAGIC || al.compute != d.compute)
+        if (al.magic != LT_ALGO_MAGIC || al.compute != d.compute || al.in != p.in)
             return CUBLAS_STATUS_INVALID_VALUE;
     } else { /* documented: NULL runs an implicit heuristic query with default preferences */
         lt_pref f;
         pref_default(&f);
-        s = algo_make(&d, &f, &al);
+        s = algo_make(&d, &f, &p, &al);
         if (s != CUBLAS_STATUS_SUCCESS) return s;
     }
 
@@ -798,12 +828,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     if (p.dgelu && o.beta != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
 
     int nb = p.batch;
-    if (!check_align("A", A, a.stride, nb, al.align[AL_A]) ||
-        !check_align("B", B, b.stride, nb, al.align[AL_B]) ||
-        (C && !check_align("C", C, c.stride, nb, al.align[AL_C])) ||
-        !check_align("D", D, dd.stride, nb, al.align[AL_D]) ||
-        (p.bias && !check_align("the bias", d.bias, 0, 1, al.align[AL_BIAS])) ||
-        ((p.gelu || p.dgelu) && !check_align("the GELU aux", d.aux, 0, 1, al.align[AL_AUX])))
+    uint32_t es = in_size(&p);
+    if (!check_align("A", A, a.stride, nb, al.align[AL_A], es) ||
+        !check_align("B", B, b.stride, nb, al.align[AL_B], es) ||
+        (C && !check_align("C", C, c.stride, nb, al.align[AL_C], 4)) ||
+        !check_align("D", D, dd.stride, nb, al.align[AL_D], 4) ||
+        (p.bias && !check_align("the bias", d.bias, 0, 1, al.align[AL_BIAS], 4)) ||
+        ((p.gelu || p.dgelu) && !check_align("the GELU aux", d.aux, 0, 1, al.align[AL_AUX], 4)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     /* m, n, k < 2^31: the float counts fit a size_t, their bytes may not */
@@ -831,8 +862,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     o.aux_ld = d.aux_ld;
     for (int i = 0; i < nb; i++) {
         lt_operands ob = o;
-        ob.A = (const float *)A + (ptrdiff_t)i * a.stride;
-        ob.B = (const float *)B + (ptrdiff_t)i * b.stride;
+        ob.A = (const char *)A + (ptrdiff_t)i * a.stride * es;
+        ob.B = (const char *)B + (ptrdiff_t)i * b.stride * es;
         ob.C = C ? (const float *)C + (ptrdiff_t)i * c.stride : NULL;
         ob.D = (float *)D + (ptrdiff_t)i * dd.stride;
         matmul_one(&p, &ob, P, Q, acc);

@@ -496,6 +496,13 @@ void zt_emu_count(zt_emu_counter c)
     atomic_fetch_add_explicit(&counts[c], 1, memory_order_relaxed);
 }
 
+/* Test hook (test_gpu_ops): the count of counter `which` so far. */
+unsigned long long zt_emu_counted(int which);
+unsigned long long zt_emu_counted(int which)
+{
+    return which >= 0 && which < ZT_EMU_COUNTERS ? atomic_load(&counts[which]) : 0;
+}
+
 /* ZT_CUDA_EMU_REPORT=DIR: at exit each process writes DIR/device-PID.txt, lines of name=value:
  * its peak of device memory (tests compare it with what zctl plan predicts) and the counts
  * above (tests compare them between runs of different lengths: what a training step costs). */
