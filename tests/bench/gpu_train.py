@@ -478,37 +478,29 @@ def main():
                 zt_best[prec] = res
                 add_row("zerotrain", prec, res)
 
-        # bf16 jobs with TF32 matmuls, at bf16's micro batch (no search of its own)
-        if "bf16" in zt_best:
-            B = zt_best["bf16"]["batch"]
-            jname = f"zt_bf16-tf32_b{B}"
-            res, err = zt_run(jname, zt_job(jname, B, "bf16-tf32"), "bf16-tf32", attn="chunked")
+        def variant(who, prec, job_prec, suffix, what, **kw):
+            """zerotrain's best `prec` run again at its micro batch as a `job_prec` job, with
+            zt_run's keywords kw: a row for `who`"""
+            B = zt_best[prec]["batch"]
+            jname = f"zt_{job_prec}_b{B}{suffix}"
+            res, err = zt_run(jname, zt_job(jname, B, job_prec), job_prec, **kw)
             if res:
-                add_row("zerotrain", "bf16-tf32", res)
+                add_row(who, job_prec, res)
             else:
-                print(f"  zerotrain bf16 with TF32 matmuls failed: {err.strip()[-400:]}")
+                print(f"  zerotrain {what} failed: {err.strip()[-400:]}")
 
-        # bf16 with the matmuls reading fp32 operands, at bf16's micro batch
         if "bf16" in zt_best:
-            B = zt_best["bf16"]["batch"]
-            jname = f"zt_bf16_b{B}_unstaged"
-            res, err = zt_run(jname, zt_job(jname, B, "bf16"), "bf16", stage="0")
-            if res:
-                add_row("zt-unstaged", "bf16", res)
-            else:
-                print(f"  zerotrain bf16 unstaged failed: {err.strip()[-400:]}")
+            # bf16 jobs with TF32 matmuls (no search of its own; the attention TF32 picks)
+            variant("zerotrain", "bf16", "bf16-tf32", "", "bf16 with TF32 matmuls",
+                    attn="chunked")
+            # bf16 with the matmuls reading the fp32 operands
+            variant("zt-unstaged", "bf16", "bf16", "_unstaged", "bf16 unstaged", stage="0")
 
         alt_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
         if alt_prec:  # the attention the default does not pick for this precision
             alt = "chunked" if alt_prec in ("bf16", "fp16") else "fused"
-            B = zt_best[alt_prec]["batch"]
-            jname = f"zt_{alt_prec}_b{B}_{alt}"
-            res, err = zt_run(jname, zt_job(jname, B, alt_prec), alt_prec, attn=alt)
-            if res:
-                add_row(f"zt-{alt}", alt_prec, res)
-            else:
-                print(f"  zerotrain {alt_prec} with the {alt} attention failed: "
-                      f"{err.strip()[-400:]}")
+            variant(f"zt-{alt}", alt_prec, alt_prec, f"_{alt}",
+                    f"{alt_prec} with the {alt} attention", attn=alt)
 
         torch_info = ""
         if not args.skip_torch:
