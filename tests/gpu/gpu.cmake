@@ -3,6 +3,9 @@
 # training step. Label gpu; every test exits 77 where the build has no CUDA or no GPU is usable.
 zt_add_test(NAME test_gpu_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_ops.c
             LIBS zt_kernels zt_common LABELS gpu TIMEOUT 600)
+if(ZT_HAVE_CUDA) # its cases that call kernels/cuda/ directly (cuda_int.h)
+  target_compile_definitions(test_gpu_ops PRIVATE ZT_TEST_CUDA=1)
+endif()
 zt_add_test(NAME test_gpu_fault SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_fault.c
             LIBS zt_kernels zt_common LABELS gpu TIMEOUT 120)
 
