@@ -61,10 +61,23 @@ static_assert(TC_HEAD % 32 == 0 && TC_TILE % 32 == 0 && TC_SCORES % 32 == 0 &&
                   TC_OUT % 32 == 0 && (16 * TC_LDS * 4) % 32 == 0 && (16 * TC_LDO * 4) % 32 == 0,
               "every region and every warp's part starts 256-bit aligned");
 
-/* dst (ROWS x TC_HS 16-bit, row stride TC_LDH) = rows row0.. of src (row stride ld), zero past T */
+/* dst (ROWS x TC_HS 16-bit, row stride TC_LDH) = rows row0.. of src (row stride ld), zero past
+ * T: four floats a load where src and ld keep every row 16-byte aligned (the same for every
+ * thread of the block), else one */
 template <int ROWS, class E>
 static __device__ __forceinline__ void tc_load(E *dst, const float *src, int row0, int T, size_t ld)
 {
+    if ((uintptr_t)src % 16 == 0 && ld % 4 == 0) {
+        for (int e = threadIdx.x; e < ROWS * TC_HS / 4; e += TC_THREADS) {
+            int r = e / (TC_HS / 4), c = 4 * (e % (TC_HS / 4)), i = row0 + r;
+            float4 v = i < T ? *(const float4 *)(src + (size_t)i * ld + c)
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            E *d = dst + r * TC_LDH + c;
+            d[0] = tc_round<E>(v.x), d[1] = tc_round<E>(v.y);
+            d[2] = tc_round<E>(v.z), d[3] = tc_round<E>(v.w);
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < ROWS * TC_HS; e += TC_THREADS) {
         int r = e / TC_HS, c = e % TC_HS, i = row0 + r;
         dst[r * TC_LDH + c] = tc_round<E>(i < T ? src[(size_t)i * ld + c] : 0.0f);

@@ -877,6 +877,40 @@ static void test_attention_choice(void)
     zt_free(qkv), zt_free(scr);
 }
 
+/* The tensor-core attention loads its tiles four floats at a time from 16-byte aligned rows,
+ * one at a time otherwise: tensors 4 bytes off that alignment give the same bits. */
+static void test_attention_misaligned(void)
+{
+    int B = 2, T = 70, C = 128, NH = 2;
+    size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
+    size_t nS = zt_attention_scratch_floats(B, T, NH);
+    zt_kctx *keep = GC;
+    GC = ctx_with_mm("bf16");
+    float *qkv = kc_frandn(n3, 1.0), *dout = kc_frandn(nC, 1.0);
+    float *out[2], *dq[2];
+    for (int off = 0; off < 2; off++) {
+        float *d_qkv = upf_off(qkv, n3, off), *d_dout = upf_off(dout, nC, off);
+        float *d_out = (float *)dalloc((nC + 1) * 4) + off, *d_lse = dalloc(nL * 4);
+        float *d_scr = dalloc(nS * 4), *d_dq = (float *)dalloc((n3 + 1) * 4) + off;
+        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+        GPU->memset0(GC, d_dq, n3 * 4);
+        GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        out[off] = kc_falloc(nC), dq[off] = kc_falloc(n3);
+        GPU->copy_d2h(GC, out[off], d_out, nC * 4);
+        GPU->copy_d2h(GC, dq[off], d_dq, n3 * 4);
+        gsync("attention, misaligned tensors");
+        dfree(d_qkv - off), dfree(d_dout - off), dfree(d_out - off), dfree(d_lse), dfree(d_scr);
+        dfree(d_dq - off);
+    }
+    if (memcmp(out[0], out[1], nC * 4) != 0 || memcmp(dq[0], dq[1], n3 * 4) != 0)
+        ZT_FAIL(
+            "tensor-core attention: 4-byte aligned tensors give other bits than 16-byte aligned ones");
+    GPU->ctx_destroy(GC);
+    GC = keep;
+    zt_free(qkv), zt_free(dout), zt_free(out[0]), zt_free(out[1]), zt_free(dq[0]), zt_free(dq[1]);
+    printf("attention on 4-byte aligned tensors: the bits of aligned ones, ok\n");
+}
+
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA) /* a build with kernels/cuda/ */
 /* kernels/cuda/attn_tc_cuda.cu's backward with a given scratch (cuda_int.h) */
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
@@ -1306,6 +1340,7 @@ int main(void)
     test_attention(3, 95, 64, 1);
     test_attention(1, 1024, 128, 2);
     test_attention_choice();
+    test_attention_misaligned();
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)
     test_attention_delta_runs();
 #endif
