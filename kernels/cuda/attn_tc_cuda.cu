@@ -176,8 +176,17 @@ static __global__ void __launch_bounds__(TC_THREADS)
     int c0 = half * (TC_HS / 2), j0 = half * 16; /* this lane's output columns and keys */
 
     tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
-    for (int c = c0; c < c0 + TC_HS / 2; c++)
-        O[r * TC_LDO + c] = 0.0f;
+    /* the outputs stay in accumulator fragments; to rescale their rows, each element's row is
+     * read off a fragment loaded from a matrix of row numbers (whatever the fragments' element
+     * order, it is the same for every accumulator fragment), the factors from al[] */
+    for (int c = half * 8; c < half * 8 + 8; c++) /* a 16 x 16 matrix of row numbers */
+        O[r * TC_LDO + c] = (float)r;
+    __syncwarp();
+    tc_frag_c rowf, acc[TC_HS / 16];
+    wmma::load_matrix_sync(rowf, O, TC_LDO, wmma::mem_row_major);
+    for (int n = 0; n < TC_HS / 16; n++)
+        wmma::fill_fragment(acc[n], 0.0f);
+    float *al = O + 16 * TC_LDO - 16; /* the warp's last row of O, free until the end */
     float m = -INFINITY, l = 0.0f;
     int kend = min(T, p.row0 + TC_BR); /* keys the block's last query sees */
     for (int k0 = 0; k0 < kend; k0 += TC_BC) {
@@ -206,17 +215,17 @@ static __global__ void __launch_bounds__(TC_THREADS)
         }
         l = l * alpha + ps + __shfl_xor_sync(0xffffffffu, ps, 1);
         m = mnew;
-        for (int c = c0; c < c0 + TC_HS / 2; c++)
-            O[r * TC_LDO + c] *= alpha;
+        if (half == 0) al[r] = alpha;
         __syncwarp();
-        tc_frag_c acc[TC_HS / 16];
         for (int n = 0; n < TC_HS / 16; n++)
-            wmma::load_matrix_sync(acc[n], O + n * 16, TC_LDO, wmma::mem_row_major);
+            for (int e = 0; e < acc[n].num_elements; e++)
+                acc[n].x[e] *= al[(int)rowf.x[e]];
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(acc, P, Vs);
-        for (int n = 0; n < TC_HS / 16; n++)
-            wmma::store_matrix_sync(O + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
-        __syncwarp();
+        __syncwarp(); /* al and P are read before the next tile writes them */
     }
+    for (int n = 0; n < TC_HS / 16; n++)
+        wmma::store_matrix_sync(O + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
+    __syncwarp();
     if (i >= T) return;
     float *o = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS;
     for (int c = c0; c < c0 + TC_HS / 2; c++)
