@@ -699,6 +699,30 @@ static void test_matmul_staged(void)
         /* the smallest cap: no block is worth a product, everything unstaged */
         {"bf16", 300, 200, 136, ZT_CUDA_STAGE_MIN_ELEMS, 0, 0, 1},
     };
+    /* the cap: MiB of 16-bit elements, at least the minimum; a value that is not a size in
+     * range warns and gives the default */
+    static const struct {
+        const char *env;
+        size_t want;
+    } caps[] = {{NULL, (size_t)ZT_CUDA_STAGE_MIB << 19},
+                {"1", (size_t)1 << 19},
+                {"0.5", (size_t)1 << 18},
+                {"0.001", ZT_CUDA_STAGE_MIN_ELEMS},
+                {"abc", (size_t)ZT_CUDA_STAGE_MIB << 19},
+                {"-2", (size_t)ZT_CUDA_STAGE_MIB << 19},
+                {"1e9", (size_t)ZT_CUDA_STAGE_MIB << 19},
+                {"4x", (size_t)ZT_CUDA_STAGE_MIB << 19}};
+    for (size_t t = 0; t < sizeof(caps) / sizeof(caps[0]); t++) {
+        if (caps[t].env)
+            setenv("ZT_CUDA_GEMM_STAGE_MIB", caps[t].env, 1);
+        else
+            unsetenv("ZT_CUDA_GEMM_STAGE_MIB");
+        size_t got = zt_cuda_stage_cap_elems();
+        unsetenv("ZT_CUDA_GEMM_STAGE_MIB");
+        if (got != caps[t].want)
+            ZT_FAIL("ZT_CUDA_GEMM_STAGE_MIB=%s: cap %zu elements, want %zu",
+                    caps[t].env ? caps[t].env : "(unset)", got, caps[t].want);
+    }
     for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
         lin_case k = {.N = cases[t].N, .C = cases[t].C, .OC = cases[t].OC};
         size_t NC = (size_t)k.N * k.C, WC = (size_t)k.OC * k.C;
