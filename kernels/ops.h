@@ -206,6 +206,8 @@ size_t zt_cuda_context_device_bytes(int B, int T);
  * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB). Defined here, not
  * in kernels/cuda/, so that a plan needs no CUDA build. */
 #define ZT_CUDA_STAGE_MIB 128
+/* ZT_CUDA_GEMM_STAGE: false for "0", else true (a value other than 0 or 1 warns). */
+bool zt_cuda_stage_env(void);
 /* Whether the matmuls of a job whose compute parameters are `pdt` stage their inputs: 16-bit
  * inputs (ZT_CUDA_MATMUL, else pdt) and ZT_CUDA_GEMM_STAGE not 0. */
 bool zt_cuda_stage_wanted(zt_dtype pdt);

@@ -28,10 +28,22 @@ size_t zt_cuda_context_device_bytes(int B, int T)
            ZT_CUDA_RED_SLOTS * 2 * sizeof(double) + ZT_CUDA_TOKEN_GROUP_INTS(n) * sizeof(int32_t);
 }
 
-bool zt_cuda_stage_wanted(zt_dtype pdt)
+bool zt_cuda_stage_env(void)
 {
     const char *st = getenv("ZT_CUDA_GEMM_STAGE");
-    if (st && strcmp(st, "0") == 0) return false;
+    if (st && *st && strcmp(st, "0") != 0 && strcmp(st, "1") != 0) {
+        static bool warned; /* a plan asks many times */
+        if (!warned) {
+            warned = true;
+            ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_STAGE=%s: expected 0 or 1", st);
+        }
+    }
+    return !st || strcmp(st, "0") != 0;
+}
+
+bool zt_cuda_stage_wanted(zt_dtype pdt)
+{
+    if (!zt_cuda_stage_env()) return false;
     /* ZT_CUDA_MATMUL as ops_cuda.c reads it: a value naming no mode counts as unset */
     const char *mm = getenv("ZT_CUDA_MATMUL");
     if (mm && (strcmp(mm, "bf16") == 0 || strcmp(mm, "fp16") == 0)) return true;

@@ -157,10 +157,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->gemm_tune = tune && strcmp(tune, "1") == 0;
     if (tune && *tune && !ctx->gemm_tune && strcmp(tune, "0") != 0)
         ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_TUNE=%s: expected 0 or 1", tune);
-    const char *stage = getenv("ZT_CUDA_GEMM_STAGE");
-    ctx->stage_on = !stage || strcmp(stage, "0") != 0;
-    if (stage && *stage && strcmp(stage, "0") != 0 && strcmp(stage, "1") != 0)
-        ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_STAGE=%s: expected 0 or 1", stage);
+    ctx->stage_on = zt_cuda_stage_env();
     ctx->stage_max = zt_cuda_stage_cap_elems();
     zt_status st = ZT_OK;
     const char *what = NULL;
