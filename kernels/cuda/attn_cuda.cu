@@ -338,11 +338,12 @@ extern "C" bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int 
     return want && zt_cuda_attn_fused_fits(B, T, C, NH);
 }
 
-extern "C" void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv,
-                                           int B, int T, int C, int NH)
+extern "C" void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                                           size_t scratch_floats, const float *qkv, int B, int T,
+                                           int C, int NH)
 {
     if (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16) {
-        zt_cuda_attn_tc_forward(ctx, out, lse, qkv, B, T, C, NH);
+        zt_cuda_attn_tc_forward(ctx, out, lse, scratch, scratch_floats, qkv, B, T, C, NH);
         return;
     }
     float scale = 1.0f / sqrtf((float)(C / NH));

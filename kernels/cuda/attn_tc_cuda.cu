@@ -2,25 +2,28 @@
  * matmuls take 16-bit inputs (zt_cuda_mm bf16 or fp16): attn_cuda.cu's algorithm (online
  * softmax forward; backward without atomics, one kernel for dK and dV and one for dQ, both
  * recomputing P = exp(s - lse) and dS = P (dO.V - delta) scale, delta = dO.out computed once
- * per query row by a kernel before them, into the attention's scratch) with every
- * product on 16-bit tensor cores through the warp matrix functions (mma.h, 16 x 16 x 16, fp32
- * accumulators), as FlashAttention does under bf16 and fp16: Q, K, V and dO are rounded to the
- * context's 16-bit type (E: bf16, or fp16 for fp16 contexts) as a tile is loaded, P and dS as
- * they are written for their products; the softmax, the running sums, delta and lse stay fp32,
- * and so do the results in memory. Head size 64.
+ * per query row by a kernel before them) with every product on 16-bit tensor cores through the
+ * warp matrix functions (mma.h, 16 x 16 x 16, fp32 accumulators), as FlashAttention does under
+ * bf16 and fp16: Q, K, V and dO are rounded to the context's 16-bit type (E: bf16, or fp16 for
+ * fp16 contexts), once, into the attention's scratch (for runs of as many sequences as it
+ * holds) before the kernels, P and dS as they are written for their products; the softmax, the
+ * running sums, delta and lse stay fp32, and so do the results in memory. Head size 64.
  *
- * A block is 4 warps and owns 64 rows (queries, or keys for dK/dV), 16 per warp, and walks
- * the other side in tiles of 32 rows held in shared memory. A warp's 16 x 32 scores go
+ * A block is 4 warps and owns 64 rows (queries, or keys for dK/dV), 16 per warp, whose own
+ * operands (Q; K and V; Q and dO) each warp keeps in matrix fragments, and walks the other side
+ * in tiles of 32 rows brought into shared memory by asynchronous copies (cp.async), two tiles
+ * in flight: the next tile lands while the warps work on this one. A warp's 16 x 32 scores go
  * through its own part of shared memory (fragments keep no known element order), where two
  * lanes per row run the softmax and write the 16-bit P or dS over the scores' own rows. The
- * forward keeps each warp's 16 x 64 output in shared memory, rescaled there by the running
- * maximum; the backward keeps its gradients in accumulator fragments and adds them to dqkv
- * once, through shared memory (so rows past T are never touched). */
+ * forward keeps each warp's 16 x 64 output in accumulator fragments, rescaled there by the
+ * running maximum; the backward keeps its gradients in accumulator fragments too and adds them
+ * to dqkv once, through shared memory (so rows past T are never touched). */
 #include "cuda_int.h"
 
 #ifndef ZT_CUDA_EMU
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline_primitives.h>
 #include <mma.h>
 #endif
 
@@ -61,43 +64,40 @@ static_assert(TC_HEAD % 32 == 0 && TC_TILE % 32 == 0 && TC_SCORES % 32 == 0 &&
                   TC_OUT % 32 == 0 && (16 * TC_LDS * 4) % 32 == 0 && (16 * TC_LDO * 4) % 32 == 0,
               "every region and every warp's part starts 256-bit aligned");
 
-/* dst (ROWS x TC_HS 16-bit, row stride TC_LDH) = rows row0.. of src (row stride ld), zero past
- * T: four floats a load where src and ld keep every row 16-byte aligned (the same for every
- * thread of the block), else one */
+/* Issues the asynchronous copies of rows row0.. of src (16-bit, row stride ld elements, every
+ * row 16-byte aligned) into dst (ROWS x TC_HS, row stride TC_LDH), zeros for rows at or past T:
+ * eight elements a copy. The caller commits them and waits. */
 template <int ROWS, class E>
-static __device__ __forceinline__ void tc_load(E *dst, const float *src, int row0, int T, size_t ld)
+static __device__ __forceinline__ void tc_fetch(E *dst, const E *src, int row0, int T, size_t ld)
 {
-    if ((uintptr_t)src % 16 == 0 && ld % 4 == 0) {
-        for (int e = threadIdx.x; e < ROWS * TC_HS / 4; e += TC_THREADS) {
-            int r = e / (TC_HS / 4), c = 4 * (e % (TC_HS / 4)), i = row0 + r;
-            float4 v = i < T ? *(const float4 *)(src + (size_t)i * ld + c)
-                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            E *d = dst + r * TC_LDH + c;
-            d[0] = tc_round<E>(v.x), d[1] = tc_round<E>(v.y);
-            d[2] = tc_round<E>(v.z), d[3] = tc_round<E>(v.w);
-        }
-        return;
-    }
-    for (int e = threadIdx.x; e < ROWS * TC_HS; e += TC_THREADS) {
-        int r = e / TC_HS, c = e % TC_HS, i = row0 + r;
-        dst[r * TC_LDH + c] = tc_round<E>(i < T ? src[(size_t)i * ld + c] : 0.0f);
+    for (int e = (int)threadIdx.x; e < ROWS * TC_HS / 8; e += TC_THREADS) {
+        int r = e / (TC_HS / 8), c = 8 * (e % (TC_HS / 8)), i = row0 + r;
+        /* a row past T reads nothing: the copy is all zero fill (from an aligned address) */
+        const E *from = i < T ? src + (size_t)i * ld + c : src;
+        __pipeline_memcpy_async(dst + r * TC_LDH + c, from, 16, i < T ? 0 : 16);
     }
 }
 
-/* s (16 x 16 NB, row stride lds) = a (16 x 16 KB) b^T, a and b row-major 16-bit (b: 16 NB
- * rows of 16 KB), lda = ldb = TC_LDH. Collective over the warp. */
-template <int NB, int KB, class E>
-static __device__ __forceinline__ void tc_abt(float *s, int lds, const E *a, const E *b)
+/* A warp's 16 rows of a ROWS x TC_HS tile in shared memory (row stride TC_LDH) as the
+ * matrix_a fragments of its TC_HS / 16 column blocks. Collective over the warp. */
+template <class E> static __device__ __forceinline__ void tc_frags(tc_frag_a<E> *f, const E *rows)
+{
+    for (int k = 0; k < TC_HS / 16; k++)
+        wmma::load_matrix_sync(f[k], rows + k * 16, TC_LDH);
+}
+
+/* s (16 x 16 NB, row stride lds) = a b^T: a the warp's 16 x TC_HS rows as fragments, b 16 NB
+ * rows of TC_HS (row stride TC_LDH). Collective over the warp. */
+template <int NB, class E>
+static __device__ __forceinline__ void tc_abt(float *s, int lds, const tc_frag_a<E> *a, const E *b)
 {
     for (int n = 0; n < NB; n++) {
         tc_frag_c acc;
         wmma::fill_fragment(acc, 0.0f);
-        for (int k = 0; k < KB; k++) {
-            tc_frag_a<E> fa;
+        for (int k = 0; k < TC_HS / 16; k++) {
             tc_frag_bt<E> fb;
-            wmma::load_matrix_sync(fa, a + k * 16, TC_LDH);
             wmma::load_matrix_sync(fb, b + (size_t)n * 16 * TC_LDH + k * 16, TC_LDH);
-            wmma::mma_sync(acc, fa, fb, acc);
+            wmma::mma_sync(acc, a[k], fb, acc);
         }
         wmma::store_matrix_sync(s + n * 16, acc, lds, wmma::mem_row_major);
     }
@@ -135,15 +135,13 @@ static __device__ __forceinline__ void tc_add_out(float *dst, size_t ld, int row
 }
 
 /* The block's place: (sequence b, head h) from blockIdx.y, its tile of TC_BR rows (the last
- * first when last_first: the longest query rows start first), qkv at (b, token 0, head h). */
+ * first when last_first: the longest query rows start first). */
 struct tc_pos {
     int C, b, h, bh, row0, warp, lane;
     size_t C3;
-    const float *base;
 };
 
-static __device__ __forceinline__ tc_pos tc_pos_of(const float *qkv, int T, int NH,
-                                                   bool last_first)
+static __device__ __forceinline__ tc_pos tc_pos_of(int T, int NH, bool last_first)
 {
     tc_pos p;
     int nt = (T + TC_BR - 1) / TC_BR;
@@ -156,62 +154,91 @@ static __device__ __forceinline__ tc_pos tc_pos_of(const float *qkv, int T, int 
     p.warp = (int)threadIdx.x / 32;
     p.lane = (int)threadIdx.x % 32;
     p.C3 = 3 * (size_t)p.C;
-    p.base = qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     return p;
 }
 
-/* Forward. grid (query tiles, B NH). */
+/* The shared memory of every kernel: `own` (TC_BR rows of up to two head-vector tensors, the
+ * block's own, until they are in fragments; then two stages of two TC_BC-row tiles; at the end
+ * the warps' 16 x TC_LDO float staging of their results), the warps' two score matrices, and
+ * TC_BR floats of two per-row vectors. */
+#define TC_OWN (2 * TC_HEAD > 4 * TC_TILE ? 2 * TC_HEAD : 4 * TC_TILE)
+#define TC_SMEM (TC_OWN + 2 * TC_SCORES + 2 * TC_BR * 4)
+static_assert(TC_OWN >= TC_OUT && TC_OWN % 32 == 0, "the staging fits the tiles' place");
+static_assert(TC_SMEM <= 48 * 1024, "static shared memory");
+
+/* stage s's tile a (0 or 1) in `own` */
+template <class E> static __device__ __forceinline__ E *tc_stage(unsigned char *own, int s, int a)
+{
+    return (E *)(own + (size_t)(2 * s + a) * TC_TILE);
+}
+
+/* Forward. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out, lse at the run's first
+ * sequence. grid (query tiles, B NH). */
 template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, float scale)
+    tc_fwd_kernel(float *out, float *lse, const E *qkv, int T, int NH, float scale)
 {
-    __shared__ __align__(32) unsigned char sm[TC_HEAD + 2 * TC_TILE + TC_SCORES + TC_OUT];
-    E *Qs = (E *)sm, *Ks = (E *)(sm + TC_HEAD);
-    E *Vs = (E *)(sm + TC_HEAD + TC_TILE);
-    tc_pos p = tc_pos_of(qkv, T, NH, true);
-    float *S = (float *)(sm + TC_HEAD + 2 * TC_TILE) + p.warp * 16 * TC_LDS;
+    __shared__ __align__(32) unsigned char sm[TC_SMEM];
+    tc_pos p = tc_pos_of(T, NH, true);
+    const E *base = qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    float *S = (float *)(sm + TC_OWN) + p.warp * 16 * TC_LDS;
     E *P = (E *)S; /* over the scores, row stride TC_LDP */
-    float *O = (float *)(sm + TC_HEAD + 2 * TC_TILE + TC_SCORES) + p.warp * 16 * TC_LDO;
+    float *al = (float *)(sm + TC_OWN + 2 * TC_SCORES) + p.warp * 16; /* row factors */
     int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
     int c0 = half * (TC_HS / 2), j0 = half * 16; /* this lane's output columns and keys */
+    int kend = min(T, p.row0 + TC_BR);           /* keys the block's last query sees */
+    int nk = (kend + TC_BC - 1) / TC_BC;
 
-    tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
+    tc_fetch<TC_BR>((E *)sm, base, p.row0, T, p.C3);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    tc_frag_a<E> qf[TC_HS / 16];
+    tc_frags(qf, (const E *)sm + 16 * p.warp * TC_LDH);
     /* the outputs stay in accumulator fragments; to rescale their rows, each element's row is
      * read off a fragment loaded from a matrix of row numbers (whatever the fragments' element
      * order, it is the same for every accumulator fragment), the factors from al[] */
     for (int c = half * 8; c < half * 8 + 8; c++) /* a 16 x 16 matrix of row numbers */
-        O[r * TC_LDO + c] = (float)r;
+        S[r * TC_LDS + c] = (float)r;
     __syncwarp();
     tc_frag_c rowf, acc[TC_HS / 16];
-    wmma::load_matrix_sync(rowf, O, TC_LDO, wmma::mem_row_major);
+    wmma::load_matrix_sync(rowf, S, TC_LDS, wmma::mem_row_major);
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::fill_fragment(acc[n], 0.0f);
-    float *al = O + 16 * TC_LDO - 16; /* the warp's last row of O, free until the end */
+    __syncthreads(); /* Q is in fragments: its place takes the tiles */
+    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 0), base + p.C, 0, T, p.C3);
+    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 1), base + 2 * p.C, 0, T, p.C3);
+    __pipeline_commit();
     float m = -INFINITY, l = 0.0f;
-    int kend = min(T, p.row0 + TC_BR); /* keys the block's last query sees */
-    for (int k0 = 0; k0 < kend; k0 += TC_BC) {
-        __syncthreads(); /* the previous tile is used up */
-        tc_load<TC_BC>(Ks, p.base + p.C, k0, T, p.C3);
-        tc_load<TC_BC>(Vs, p.base + 2 * p.C, k0, T, p.C3);
-        __syncthreads();
+    for (int t = 0; t < nk; t++) {
+        int k0 = t * TC_BC;
+        __pipeline_wait_prior(0);
+        __syncthreads(); /* tile t landed; tile t - 1 and the warps' scores are used up */
+        if (t + 1 < nk) {
+            int s1 = (t + 1) % 2;
+            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 0), base + p.C, k0 + TC_BC, T, p.C3);
+            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 1), base + 2 * p.C, k0 + TC_BC, T, p.C3);
+            __pipeline_commit();
+        }
         if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
-        tc_abt<TC_BC / 16, TC_HS / 16>(S, TC_LDS, Qs + 16 * p.warp * TC_LDH, Ks);
+        const E *Ks = tc_stage<E>(sm, t % 2, 0), *Vs = tc_stage<E>(sm, t % 2, 1);
+        tc_abt<TC_BC / 16>(S, TC_LDS, qf, Ks);
         __syncwarp();
         float s[16], mx = -INFINITY;
-        for (int t = 0; t < 16; t++) {
-            int j = k0 + j0 + t;
-            s[t] = i < T && j <= i ? scale * S[r * TC_LDS + j0 + t] : -INFINITY;
-            mx = fmaxf(mx, s[t]);
+        for (int u = 0; u < 16; u++) {
+            int j = k0 + j0 + u;
+            s[u] = i < T && j <= i ? scale * S[r * TC_LDS + j0 + u] : -INFINITY;
+            mx = fmaxf(mx, s[u]);
         }
         float mnew = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
         /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
         float mref = mnew == -INFINITY ? 0.0f : mnew;
         float alpha = expf(m - mref), ps = 0.0f;
         __syncwarp(); /* the scores are read before P overwrites them */
-        for (int t = 0; t < 16; t++) {
-            float e = expf(s[t] - mref);
+        for (int u = 0; u < 16; u++) {
+            float e = expf(s[u] - mref);
             ps += e;
-            P[r * TC_LDP + j0 + t] = tc_round<E>(e);
+            P[r * TC_LDP + j0 + u] = tc_round<E>(e);
         }
         l = l * alpha + ps + __shfl_xor_sync(0xffffffffu, ps, 1);
         m = mnew;
@@ -221,8 +248,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
             for (int e = 0; e < acc[n].num_elements; e++)
                 acc[n].x[e] *= al[(int)rowf.x[e]];
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(acc, P, Vs);
-        __syncwarp(); /* al and P are read before the next tile writes them */
     }
+    __syncthreads(); /* every tile is used up: their place takes the outputs */
+    float *O = (float *)sm + p.warp * 16 * TC_LDO;
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::store_matrix_sync(O + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
     __syncwarp();
@@ -233,18 +261,24 @@ static __global__ void __launch_bounds__(TC_THREADS)
     if (half == 0) lse[(size_t)p.bh * T + i] = m + logf(l);
 }
 
-/* delta[r] = dO_i . out_i (fp32) over head h for the rows r = (b, h, i) of a run of
- * sequences, dout and out at its first: one warp a row, each lane two of its 64 columns. The
- * backward kernels read it, once per row, instead of recomputing it for every key tile. */
+/* For the rows r = (b, h, i) of a run of sequences (dout and out at its first):
+ * delta[r] = dO_i . out_i (fp32) over head h, and dO_i's 16-bit copy into d16 ((B, T, C), as
+ * dout), one warp a row, each lane two of its 64 columns. The backward kernels read delta once
+ * per row instead of recomputing it for every key tile. */
+template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_delta_kernel(float *delta, const float *dout, const float *out, int T, int NH, size_t rows)
+    tc_delta_kernel(float *delta, E *d16, const float *dout, const float *out, int T, int NH,
+                    size_t rows)
 {
     size_t r = (size_t)blockIdx.x * TC_WARPS + threadIdx.x / 32;
     int lane = (int)threadIdx.x % 32;
     if (r >= rows) return; /* the whole warp: no barrier follows */
     size_t i = r % (size_t)T, bh = r / (size_t)T, h = bh % (size_t)NH, b = bh / (size_t)NH;
     size_t off = (b * (size_t)T + i) * (size_t)NH * TC_HS + h * TC_HS;
-    float d = dout[off + lane] * out[off + lane] + dout[off + 32 + lane] * out[off + 32 + lane];
+    float g0 = dout[off + lane], g1 = dout[off + 32 + lane];
+    d16[off + lane] = tc_round<E>(g0);
+    d16[off + 32 + lane] = tc_round<E>(g1);
+    float d = g0 * out[off + lane] + g1 * out[off + 32 + lane];
     d = zt_warp_sum(d);
     if (lane == 0) delta[r] = d;
 }
@@ -262,67 +296,91 @@ static __device__ __forceinline__ void tc_rows(float *dl, float *ls, const float
     }
 }
 
+/* The operands of the backward kernels: the run's 16-bit qkv and dO, its delta and lse. */
+template <class E> struct tc_bwd_args {
+    float *dqkv;
+    const E *qkv, *dout;
+    const float *delta, *lse;
+};
+
 /* Backward, dK and dV. grid (key tiles, B NH), the first (longest) key tiles first. */
 template <class E>
-static __global__ void __launch_bounds__(TC_THREADS)
-    tc_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *delta,
-                     const float *lse, int T, int NH, float scale)
+static __global__ void __launch_bounds__(TC_THREADS, 3)
+    tc_bwd_kv_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
 {
-    __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
-                                              2 * TC_BC * 4];
-    static_assert(2 * TC_TILE + 2 * TC_SCORES >= TC_OUT, "the staging fits the tiles' place");
-    E *Ks = (E *)sm, *Vs = (E *)(sm + TC_HEAD);
-    E *Qs = (E *)(sm + 2 * TC_HEAD), *dOs = (E *)(sm + 2 * TC_HEAD + TC_TILE);
-    unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
-    tc_pos p = tc_pos_of(qkv, T, NH, false);
+    __shared__ __align__(32) unsigned char sm[TC_SMEM];
+    tc_pos p = tc_pos_of(T, NH, false);
+    const E *base = a.qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    const E *dO = a.dout + (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
+    const float *delta_bh = a.delta + (size_t)p.bh * T, *lse_bh = a.lse + (size_t)p.bh * T;
+    unsigned char *sc = sm + TC_OWN;
     float *St = (float *)sc + p.warp * 16 * TC_LDS;                /* S^T, then P^T */
     float *dPt = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dP^T, then dS^T */
-    float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BC;
+    float *rows = (float *)(sc + 2 * TC_SCORES); /* stage s: ls at rows + 2 s TC_BC, dl after */
     int jw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, j = jw + r;
     int i0 = half * 16; /* this lane's queries in a tile */
-    size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS; /* (b, h) in dout */
+    int nq = (T - p.row0 + TC_BC - 1) / TC_BC; /* query tiles from the block's first key */
 
-    tc_load<TC_BR>(Ks, p.base + p.C, p.row0, T, p.C3);
-    tc_load<TC_BR>(Vs, p.base + 2 * p.C, p.row0, T, p.C3);
+    tc_fetch<TC_BR>((E *)sm, base + p.C, p.row0, T, p.C3);
+    tc_fetch<TC_BR>((E *)(sm + TC_HEAD), base + 2 * p.C, p.row0, T, p.C3);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    tc_frag_a<E> kf[TC_HS / 16], vf[TC_HS / 16];
+    tc_frags(kf, (const E *)sm + 16 * p.warp * TC_LDH);
+    tc_frags(vf, (const E *)(sm + TC_HEAD) + 16 * p.warp * TC_LDH);
     tc_frag_c dk[TC_HS / 16], dv[TC_HS / 16];
     for (int n = 0; n < TC_HS / 16; n++) {
         wmma::fill_fragment(dk[n], 0.0f);
         wmma::fill_fragment(dv[n], 0.0f);
     }
-    for (int q0 = p.row0; q0 < T; q0 += TC_BC) { /* queries i >= the tile's first key */
-        __syncthreads();
-        tc_load<TC_BC>(Qs, p.base, q0, T, p.C3);
-        tc_load<TC_BC>(dOs, dout + hoff, q0, T, (size_t)p.C);
-        tc_rows<TC_BC>(dl, ls, delta + (size_t)p.bh * T, lse + (size_t)p.bh * T, q0, T);
-        __syncthreads();
+    __syncthreads(); /* K and V are in fragments: their place takes the tiles */
+    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 0), base, p.row0, T, p.C3);
+    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 1), dO, p.row0, T, (size_t)p.C);
+    __pipeline_commit();
+    tc_rows<TC_BC>(rows + TC_BC, rows, delta_bh, lse_bh, p.row0, T);
+    for (int t = 0; t < nq; t++) { /* queries i >= the tile's first key */
+        int q0 = p.row0 + t * TC_BC;
+        __pipeline_wait_prior(0);
+        __syncthreads(); /* tile t landed; tile t - 1 and the warps' scores are used up */
+        if (t + 1 < nq) {
+            int s1 = (t + 1) % 2;
+            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 0), base, q0 + TC_BC, T, p.C3);
+            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 1), dO, q0 + TC_BC, T, (size_t)p.C);
+            __pipeline_commit();
+            float *ls1 = rows + 2 * s1 * TC_BC;
+            tc_rows<TC_BC>(ls1 + TC_BC, ls1, delta_bh, lse_bh, q0 + TC_BC, T);
+        }
         if (q0 + TC_BC - 1 < jw) continue; /* no query of the tile sees the warp's keys */
-        tc_abt<TC_BC / 16, TC_HS / 16>(St, TC_LDS, Ks + 16 * p.warp * TC_LDH, Qs);
-        tc_abt<TC_BC / 16, TC_HS / 16>(dPt, TC_LDS, Vs + 16 * p.warp * TC_LDH, dOs);
+        const E *Qs = tc_stage<E>(sm, t % 2, 0), *dOs = tc_stage<E>(sm, t % 2, 1);
+        const float *ls = rows + 2 * (t % 2) * TC_BC, *dl = ls + TC_BC;
+        tc_abt<TC_BC / 16>(St, TC_LDS, kf, Qs);
+        tc_abt<TC_BC / 16>(dPt, TC_LDS, vf, dOs);
         __syncwarp();
         float pv[16], dsv[16];
-        for (int t = 0; t < 16; t++) {
-            int ii = i0 + t, i = q0 + ii;
+        for (int u = 0; u < 16; u++) {
+            int ii = i0 + u, i = q0 + ii;
             float e = 0.0f, ds = 0.0f;
             if (j < T && i < T && j <= i) {
                 e = expf(scale * St[r * TC_LDS + ii] - ls[ii]);
                 ds = e * (dPt[r * TC_LDS + ii] - dl[ii]) * scale;
             }
-            pv[t] = e;
-            dsv[t] = ds;
+            pv[u] = e;
+            dsv[u] = ds;
         }
         __syncwarp(); /* read before overwritten */
         E *Pt = (E *)St, *dSt = (E *)dPt;
-        for (int t = 0; t < 16; t++) {
-            Pt[r * TC_LDP + i0 + t] = tc_round<E>(pv[t]);
-            dSt[r * TC_LDP + i0 + t] = tc_round<E>(dsv[t]);
+        for (int u = 0; u < 16; u++) {
+            Pt[r * TC_LDP + i0 + u] = tc_round<E>(pv[u]);
+            dSt[r * TC_LDP + i0 + u] = tc_round<E>(dsv[u]);
         }
         __syncwarp();
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dv, Pt, dOs);
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dk, dSt, Qs);
     }
-    __syncthreads(); /* the tiles' place becomes the staging */
-    float *stage = (float *)(sm + 2 * TC_HEAD) + p.warp * 16 * TC_LDO;
-    float *g = dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    __syncthreads(); /* every tile is used up: their place becomes the staging */
+    float *stage = (float *)sm + p.warp * 16 * TC_LDO;
+    float *g = a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     tc_add_out(g + p.C, p.C3, jw, T, stage, dk);
     tc_add_out(g + 2 * p.C, p.C3, jw, T, stage, dv);
 }
@@ -330,71 +388,171 @@ static __global__ void __launch_bounds__(TC_THREADS)
 /* Backward, dQ. grid (query tiles, B NH), the last (longest) query tiles first. */
 template <class E>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *delta,
-                    const float *lse, int T, int NH, float scale)
+    tc_bwd_q_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
 {
-    __shared__ __align__(32) unsigned char sm[2 * TC_HEAD + 2 * TC_TILE + 2 * TC_SCORES +
-                                              2 * TC_BR * 4];
-    E *Qs = (E *)sm, *dOs = (E *)(sm + TC_HEAD);
-    E *Ks = (E *)(sm + 2 * TC_HEAD), *Vs = (E *)(sm + 2 * TC_HEAD + TC_TILE);
-    unsigned char *sc = sm + 2 * TC_HEAD + 2 * TC_TILE;
-    tc_pos p = tc_pos_of(qkv, T, NH, true);
+    __shared__ __align__(32) unsigned char sm[TC_SMEM];
+    tc_pos p = tc_pos_of(T, NH, true);
+    const E *base = a.qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    const E *dO = a.dout + (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
+    unsigned char *sc = sm + TC_OWN;
     float *S = (float *)sc + p.warp * 16 * TC_LDS;                /* S, then dS */
     float *dP = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dO V^T */
     float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BR;
     int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
     int j0 = half * 16;
-    size_t hoff = (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
+    int kend = min(T, p.row0 + TC_BR), nk = (kend + TC_BC - 1) / TC_BC;
 
-    tc_load<TC_BR>(Qs, p.base, p.row0, T, p.C3);
-    tc_load<TC_BR>(dOs, dout + hoff, p.row0, T, (size_t)p.C);
-    tc_rows<TC_BR>(dl, ls, delta + (size_t)p.bh * T, lse + (size_t)p.bh * T, p.row0, T);
+    tc_fetch<TC_BR>((E *)sm, base, p.row0, T, p.C3);
+    tc_fetch<TC_BR>((E *)(sm + TC_HEAD), dO, p.row0, T, (size_t)p.C);
+    __pipeline_commit();
+    tc_rows<TC_BR>(dl, ls, a.delta + (size_t)p.bh * T, a.lse + (size_t)p.bh * T, p.row0, T);
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    tc_frag_a<E> qf[TC_HS / 16], df[TC_HS / 16];
+    tc_frags(qf, (const E *)sm + 16 * p.warp * TC_LDH);
+    tc_frags(df, (const E *)(sm + TC_HEAD) + 16 * p.warp * TC_LDH);
     tc_frag_c dq[TC_HS / 16];
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::fill_fragment(dq[n], 0.0f);
-    int kend = min(T, p.row0 + TC_BR);
-    for (int k0 = 0; k0 < kend; k0 += TC_BC) {
-        __syncthreads();
-        tc_load<TC_BC>(Ks, p.base + p.C, k0, T, p.C3);
-        tc_load<TC_BC>(Vs, p.base + 2 * p.C, k0, T, p.C3);
-        __syncthreads();
+    float li = ls[16 * p.warp + r], di = dl[16 * p.warp + r];
+    __syncthreads(); /* Q and dO are in fragments: their place takes the tiles */
+    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 0), base + p.C, 0, T, p.C3);
+    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 1), base + 2 * p.C, 0, T, p.C3);
+    __pipeline_commit();
+    for (int t = 0; t < nk; t++) {
+        int k0 = t * TC_BC;
+        __pipeline_wait_prior(0);
+        __syncthreads(); /* tile t landed; tile t - 1 and the warps' scores are used up */
+        if (t + 1 < nk) {
+            int s1 = (t + 1) % 2;
+            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 0), base + p.C, k0 + TC_BC, T, p.C3);
+            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 1), base + 2 * p.C, k0 + TC_BC, T, p.C3);
+            __pipeline_commit();
+        }
         if (k0 > qw + 15) continue;
-        tc_abt<TC_BC / 16, TC_HS / 16>(S, TC_LDS, Qs + 16 * p.warp * TC_LDH, Ks);
-        tc_abt<TC_BC / 16, TC_HS / 16>(dP, TC_LDS, dOs + 16 * p.warp * TC_LDH, Vs);
+        const E *Ks = tc_stage<E>(sm, t % 2, 0), *Vs = tc_stage<E>(sm, t % 2, 1);
+        tc_abt<TC_BC / 16>(S, TC_LDS, qf, Ks);
+        tc_abt<TC_BC / 16>(dP, TC_LDS, df, Vs);
         __syncwarp();
-        float dsv[16], li = ls[16 * p.warp + r], di = dl[16 * p.warp + r];
-        for (int t = 0; t < 16; t++) {
-            int j = k0 + j0 + t;
+        float dsv[16];
+        for (int u = 0; u < 16; u++) {
+            int j = k0 + j0 + u;
             float ds = 0.0f;
             if (i < T && j <= i) {
-                float e = expf(scale * S[r * TC_LDS + j0 + t] - li);
-                ds = e * (dP[r * TC_LDS + j0 + t] - di) * scale;
+                float e = expf(scale * S[r * TC_LDS + j0 + u] - li);
+                ds = e * (dP[r * TC_LDS + j0 + u] - di) * scale;
             }
-            dsv[t] = ds;
+            dsv[u] = ds;
         }
         __syncwarp();
         E *dS = (E *)S;
-        for (int t = 0; t < 16; t++)
-            dS[r * TC_LDP + j0 + t] = tc_round<E>(dsv[t]);
+        for (int u = 0; u < 16; u++)
+            dS[r * TC_LDP + j0 + u] = tc_round<E>(dsv[u]);
         __syncwarp();
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dq, dS, Ks);
     }
     __syncthreads();
-    float *stage = (float *)(sm + 2 * TC_HEAD) + p.warp * 16 * TC_LDO;
-    tc_add_out(dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage, dq);
+    float *stage = (float *)sm + p.warp * 16 * TC_LDO;
+    tc_add_out(a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage, dq);
 }
 
-extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv,
-                                        int B, int T, int C, int NH)
+/* The scratch of a run of sequences: the 16-bit copies of qkv and (backward) dout, delta. */
+template <class E> struct tc_run {
+    E *qkv, *dout;
+    float *delta;
+    int n; /* sequences per run */
+};
+
+static size_t tc_seq_bytes(int T, int C, int NH, bool backward)
+{
+    size_t tok = (size_t)T * (3 * (size_t)C * 2);
+    if (backward) tok += (size_t)T * ((size_t)C * 2 + (size_t)NH * 4);
+    return tok;
+}
+
+extern "C" size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH)
+{
+    return ((size_t)nseq * tc_seq_bytes(T, C, NH, true) + 12 + 3) / 4;
+}
+
+/* Carves runs of sequences out of the scratch, the copies at a 16-byte boundary; n = 0 (and a
+ * recorded failure) when not even one sequence fits. */
+template <class E>
+static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, int B, int T, int C,
+                           int NH, bool backward)
+{
+    tc_run<E> run;
+    uintptr_t at = ((uintptr_t)scratch + 15) & ~(uintptr_t)15;
+    size_t bytes = scratch_floats * 4, skip = at - (uintptr_t)scratch;
+    size_t fit = bytes > skip ? (bytes - skip) / tc_seq_bytes(T, C, NH, backward) : 0;
+    run.n = fit < (size_t)B ? (int)fit : B;
+    size_t q = (size_t)run.n * T * 3 * (size_t)C, d = (size_t)run.n * T * (size_t)C;
+    run.qkv = (E *)at;
+    run.dout = run.qkv + q;
+    run.delta = (float *)(run.dout + d);
+    if (run.n < 1)
+        zt_cuda_fail(ctx, ZT_ERR_INVALID,
+                     "attention: a scratch of %zu floats holds the 16-bit copies of no sequence "
+                     "(%d tokens, %d heads); this is a bug in the caller (it must have "
+                     "zt_attention_scratch_floats)",
+                     scratch_floats, T, NH);
+    return run;
+}
+
+template <class E>
+static void tc_forward(zt_kctx *ctx, const char *name, float *out, float *lse, float *scratch,
+                       size_t scratch_floats, const float *qkv, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(B * NH));
+    tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, false);
+    for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
+        int nb = B - b0 < run.n ? B - b0 : run.n;
+        size_t tok = (size_t)b0 * T;
+        zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
+                           3 * (size_t)C);
+        dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
+        ZT_CUDA_LAUNCH(ctx, name, tc_fwd_kernel<E>, grid, TC_THREADS, out + tok * C,
+                       lse + (size_t)b0 * NH * T, (const E *)run.qkv, T, NH, scale);
+    }
+}
+
+extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                                        size_t scratch_floats, const float *qkv, int B, int T,
+                                        int C, int NH)
+{
     if (ctx->mm == ZT_MM_FP16)
-        ZT_CUDA_LAUNCH(ctx, "attention_forward (fused, fp16 tensor cores)", tc_fwd_kernel<__half>,
-                       grid, TC_THREADS, out, lse, qkv, T, NH, scale);
+        tc_forward<__half>(ctx, "attention_forward (fused, fp16 tensor cores)", out, lse, scratch,
+                           scratch_floats, qkv, B, T, C, NH);
     else
-        ZT_CUDA_LAUNCH(ctx, "attention_forward (fused, bf16 tensor cores)",
-                       tc_fwd_kernel<__nv_bfloat16>, grid, TC_THREADS, out, lse, qkv, T, NH, scale);
+        tc_forward<__nv_bfloat16>(ctx, "attention_forward (fused, bf16 tensor cores)", out, lse,
+                                  scratch, scratch_floats, qkv, B, T, C, NH);
+}
+
+template <class E>
+static void tc_backward(zt_kctx *ctx, const char *const names[3], float *dqkv, float *scratch,
+                        size_t scratch_floats, const float *dout, const float *qkv,
+                        const float *out, const float *lse, int B, int T, int C, int NH)
+{
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, true);
+    for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
+        int nb = B - b0 < run.n ? B - b0 : run.n;
+        size_t rows = (size_t)nb * NH * T, tok = (size_t)b0 * T;
+        zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
+                           3 * (size_t)C);
+        ZT_CUDA_LAUNCH(ctx, names[0], tc_delta_kernel<E>,
+                       (unsigned)((rows + TC_WARPS - 1) / TC_WARPS), TC_THREADS, run.delta,
+                       run.dout, dout + tok * C, out + tok * C, T, NH, rows);
+        tc_bwd_args<E> a;
+        a.dqkv = dqkv + tok * 3 * C;
+        a.qkv = run.qkv;
+        a.dout = run.dout;
+        a.delta = run.delta;
+        a.lse = lse + (size_t)b0 * NH * T;
+        dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
+        ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
+        ZT_CUDA_LAUNCH(ctx, names[2], tc_bwd_q_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
+    }
 }
 
 extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch,
@@ -402,36 +560,16 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scrat
                                          const float *out, const float *lse, int B, int T, int C,
                                          int NH)
 {
-    float scale = 1.0f / sqrtf((float)(C / NH));
-    /* as many sequences at a time as the scratch holds the deltas of (all of them, unless the
-     * scratch is small; at least one: it holds 2 NH T T floats per sequence or more) */
-    size_t per_seq = (size_t)NH * (size_t)T, fit = scratch_floats / per_seq;
-    int run = fit < (size_t)B ? (int)(fit > 0 ? fit : 1) : B;
-    bool fp16 = ctx->mm == ZT_MM_FP16;
-    for (int b0 = 0; b0 < B; b0 += run) {
-        int nb = B - b0 < run ? B - b0 : run;
-        size_t rows = (size_t)nb * per_seq, tok = (size_t)b0 * T;
-        const float *q = qkv + tok * 3 * C, *dO = dout + tok * C, *o = out + tok * C;
-        const float *ls = lse + (size_t)b0 * per_seq;
-        float *dq = dqkv + tok * 3 * C;
-        ZT_CUDA_LAUNCH(ctx, "attention_backward (delta)", tc_delta_kernel,
-                       (unsigned)((rows + TC_WARPS - 1) / TC_WARPS), TC_THREADS, scratch, dO, o, T,
-                       NH, rows);
-        dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
-        if (fp16) {
-            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, fp16 tensor cores)",
-                           tc_bwd_kv_kernel<__half>, grid, TC_THREADS, dq, dO, q, scratch, ls, T,
-                           NH, scale);
-            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, fp16 tensor cores)",
-                           tc_bwd_q_kernel<__half>, grid, TC_THREADS, dq, dO, q, scratch, ls, T, NH,
-                           scale);
-        } else {
-            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dK dV, bf16 tensor cores)",
-                           tc_bwd_kv_kernel<__nv_bfloat16>, grid, TC_THREADS, dq, dO, q, scratch,
-                           ls, T, NH, scale);
-            ZT_CUDA_LAUNCH(ctx, "attention_backward (fused dQ, bf16 tensor cores)",
-                           tc_bwd_q_kernel<__nv_bfloat16>, grid, TC_THREADS, dq, dO, q, scratch, ls,
-                           T, NH, scale);
-        }
-    }
+    static const char *const fp16[3] = {"attention_backward (delta, fp16 dO)",
+                                        "attention_backward (fused dK dV, fp16 tensor cores)",
+                                        "attention_backward (fused dQ, fp16 tensor cores)"};
+    static const char *const bf16[3] = {"attention_backward (delta, bf16 dO)",
+                                        "attention_backward (fused dK dV, bf16 tensor cores)",
+                                        "attention_backward (fused dQ, bf16 tensor cores)"};
+    if (ctx->mm == ZT_MM_FP16)
+        tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv, out, lse, B, T, C,
+                            NH);
+    else
+        tc_backward<__nv_bfloat16>(ctx, bf16, dqkv, scratch, scratch_floats, dout, qkv, out, lse, B,
+                                   T, C, NH);
 }

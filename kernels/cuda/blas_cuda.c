@@ -654,7 +654,8 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
-        zt_cuda_attn_fused_forward(ctx, out, lse, qkv, B, T, C, NH);
+        zt_cuda_attn_fused_forward(ctx, out, lse, scratch, zt_attention_scratch_floats(B, T, NH),
+                                   qkv, B, T, C, NH);
         return;
     }
     int hs = C / NH, C3 = 3 * C;

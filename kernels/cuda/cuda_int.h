@@ -198,19 +198,23 @@ bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH);
 /* Whether ctx runs the fused kernels for this shape: they fit, and ctx->attn_fused asks for
  * them (ZT_CUDA_ATTN_AUTO: where the matmuls take 16-bit inputs). */
 bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
-void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv, int B,
-                                int T, int C, int NH);
 /* scratch: the op's, scratch_floats long (zt_attention_scratch_floats) */
+void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                                size_t scratch_floats, const float *qkv, int B, int T, int C,
+                                int NH);
 void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
                                  const float *dout, const float *qkv, const float *out,
                                  const float *lse, int B, int T, int C, int NH);
 /* The same on tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
  * matmuls take 16-bit inputs: bf16 for ctx->mm ZT_MM_BF16, fp16 for ZT_MM_FP16. */
-void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, const float *qkv, int B, int T,
-                             int C, int NH);
+void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                             size_t scratch_floats, const float *qkv, int B, int T, int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
                               const float *dout, const float *qkv, const float *out,
                               const float *lse, int B, int T, int C, int NH);
+/* Floats of scratch the tensor-core backward needs to work through runs of nseq sequences (the
+ * 16-bit copies of their qkv and dout, delta; the forward needs less). */
+size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
 
 /* The optimizer and precision launchers take each zt_dtype as an int and validate it
  * themselves: C++ may not even load an enum holding a value outside its enumerators, and a bad

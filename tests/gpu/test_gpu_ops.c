@@ -854,9 +854,10 @@ static void test_attention(int B, int T, int C, int NH)
 }
 
 /* Which attention ZT_CUDA_ATTN picks, seen from the scratch: the chunked path writes its
- * scores there, the fused kernels never touch it. "fused" (in every matmul mode) leaves it as
- * it was, "chunked" writes it; unset, empty or a value that names neither (warned, ignored)
- * leave it for 16-bit matmul inputs and write it for fp32. */
+ * NH T T scores there, the fused kernels nothing for fp32 inputs and their 16-bit copy of qkv
+ * (3 B T C / 2 floats, other than NH T T here) for 16-bit ones. "fused" (in every matmul mode)
+ * picks the fused kernels, "chunked" the chunked path; unset, empty or a value that names
+ * neither (warned, ignored) the fused ones for 16-bit matmul inputs, chunked for fp32. */
 static void test_attention_choice(void)
 {
     int B = 1, T = 64, C = 64, NH = 1;
@@ -893,7 +894,10 @@ static void test_attention_choice(void)
             untouched += isnan(scr[i]) != 0;
         printf("ZT_CUDA_ATTN=%s, %s inputs: %zu of %zu scratch floats untouched\n",
                cases[k].env ? cases[k].env : "(unset)", zt_dtype_name(cases[k].mm), untouched, nS);
-        ASSERT_TRUE(cases[k].fused ? untouched == nS : untouched < nS);
+        size_t fused = cases[k].mm == ZT_F32 ? 0 : (size_t)B * T * 3 * C / 2;
+        size_t want = cases[k].fused ? fused : (size_t)NH * T * T;
+        ASSERT_TRUE(fused != (size_t)NH * T * T);
+        ASSERT_TRUE(nS - untouched == want);
         dfree(d_qkv), dfree(d_scr), dfree(d_out), dfree(d_lse);
         GPU->ctx_destroy(GC);
     }
@@ -901,8 +905,9 @@ static void test_attention_choice(void)
     zt_free(qkv), zt_free(scr);
 }
 
-/* The tensor-core attention loads its tiles four floats at a time from 16-byte aligned rows,
- * one at a time otherwise: tensors 4 bytes off that alignment give the same bits. */
+/* The tensor-core attention rounds its operands into 16-bit copies four floats at a time from
+ * 16-byte aligned rows, one at a time otherwise: tensors 4 bytes off that alignment give the
+ * same bits. */
 static void test_attention_misaligned(void)
 {
     int B = 2, T = 70, C = 128, NH = 2;
@@ -936,37 +941,68 @@ static void test_attention_misaligned(void)
 }
 
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA) /* a build with kernels/cuda/ */
-/* kernels/cuda/attn_tc_cuda.cu's backward with a given scratch (cuda_int.h) */
+/* kernels/cuda/attn_tc_cuda.cu with a given scratch (cuda_int.h) */
+void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                             size_t scratch_floats, const float *qkv, int B, int T, int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
                               const float *dout, const float *qkv, const float *out,
                               const float *lse, int B, int T, int C, int NH);
+size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
 
-/* The tensor-core backward keeps each query row's delta in the scratch for as many sequences
- * as it holds: with room for two, five sequences go in runs of 2, 2, 1 and give the bits of
- * one run of all five (the op's full scratch). */
-static void test_attention_delta_runs(void)
+/* The tensor-core kernels work through as many sequences at a time as the scratch holds the
+ * 16-bit copies (and deltas) of: with room for two, five sequences go in runs of 2, 2, 1 and
+ * give the bits of one run of all five (the op's full scratch), forward and backward; a
+ * scratch that holds no sequence is refused with an error, not overrun. */
+static void test_attention_tc_runs(void)
 {
     int B = 5, T = 70, C = 128, NH = 2;
     size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
-    size_t nS = zt_attention_scratch_floats(B, T, NH), small = 2 * (size_t)NH * T;
+    size_t nS = zt_attention_scratch_floats(B, T, NH), small = zt_cuda_attn_tc_floats(2, T, C, NH);
+    ASSERT_TRUE(nS >= zt_cuda_attn_tc_floats(1, T, C, NH) && small < nS);
     zt_kctx *keep = GC;
     GC = ctx_with_mm("bf16");
     float *qkv = kc_frandn(n3, 1.0), *dout = kc_frandn(nC, 1.0), *want = kc_falloc(n3);
+    float *want_out = kc_falloc(nC), *want_lse = kc_falloc(nL);
     float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
-    float *d_lse = dalloc(nL * 4), *d_scr = dalloc(nS * 4), *d_dq = dalloc(n3 * 4);
+    float *d_lse = dalloc(nL * 4), *d_scr = dalloc((nS + 1) * 4), *d_dq = dalloc(n3 * 4);
     GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
     GPU->memset0(GC, d_dq, n3 * 4);
     GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
     GPU->copy_d2h(GC, want, d_dq, n3 * 4);
-    gsync("attention backward, one run");
+    GPU->copy_d2h(GC, want_out, d_out, nC * 4);
+    GPU->copy_d2h(GC, want_lse, d_lse, nL * 4);
+    gsync("attention, one run");
+    for (int off = 0; off < 2; off++) { /* a scratch 16-byte aligned, then 4 bytes past that */
+        GPU->memset0(GC, d_out, nC * 4);
+        GPU->memset0(GC, d_lse, nL * 4);
+        zt_cuda_attn_tc_forward(GC, d_out, d_lse, d_scr + off, small, d_qkv, B, T, C, NH);
+        check_bits("attention forward in runs of two sequences", d_out, want_out, nC, 4);
+        check_bits("attention forward in runs of two sequences (lse)", d_lse, want_lse, nL, 4);
+        GPU->memset0(GC, d_dq, n3 * 4);
+        zt_cuda_attn_tc_backward(GC, d_dq, d_scr + off, small, d_dout, d_qkv, d_out, d_lse, B, T, C,
+                                 NH);
+        check_bits("attention backward in runs of two sequences", d_dq, want, n3, 4);
+    }
+    /* room for less than one sequence: an error, and nothing written */
+    zt_kctx *ec = ctx_with_mm("bf16");
     GPU->memset0(GC, d_dq, n3 * 4);
-    zt_cuda_attn_tc_backward(GC, d_dq, d_scr, small, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    check_bits("attention backward in runs of two sequences", d_dq, want, n3, 4);
+    gsync("attention, zeros");
+    zt_cuda_attn_tc_backward(ec, d_dq, d_scr, zt_cuda_attn_tc_floats(1, T, C, NH) - 4, d_dout,
+                             d_qkv, d_out, d_lse, B, T, C, NH);
+    zt_err err;
+    zt_err_clear(&err);
+    ASSERT_EQ_INT(GPU->sync(ec, &err), ZT_ERR_INVALID);
+    printf("scratch too small: %s\n", zt_err_msg(&err));
+    ASSERT_CONTAINS(err.msg, "holds the 16-bit copies of no sequence");
+    GPU->ctx_destroy(ec);
+    float *zero = kc_falloc(n3);
+    memset(zero, 0, n3 * 4);
+    check_bits("attention backward refused", d_dq, zero, n3, 4);
     dfree(d_qkv), dfree(d_dout), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dq);
     GPU->ctx_destroy(GC);
     GC = keep;
-    zt_free(qkv), zt_free(dout), zt_free(want);
-    printf("attention backward: delta in runs of sequences, ok\n");
+    zt_free(qkv), zt_free(dout), zt_free(want), zt_free(want_out), zt_free(want_lse), zt_free(zero);
+    printf("attention in runs of sequences, ok\n");
 }
 #endif
 
@@ -1366,7 +1402,7 @@ int main(void)
     test_attention_choice();
     test_attention_misaligned();
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)
-    test_attention_delta_runs();
+    test_attention_tc_runs();
 #endif
     test_gelu_residual(1);
     test_gelu_residual(1000);

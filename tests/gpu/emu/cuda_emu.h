@@ -40,6 +40,12 @@ void zt_emu_syncthreads(void);
 /* The warp exchange under every shuffle: returns lane src_lane's `bits` (all 32 lanes of the
  * warp must call it with the same mask, which must be 0xffffffff). */
 uint64_t zt_emu_shfl(unsigned mask, uint64_t bits, int src_lane);
+/* The calling thread's asynchronous copies to shared memory (emu_sched.c): size bytes from
+ * src to dst, the last zfill of them zeros (src not read for them); each lands when the
+ * thread waits for its group. */
+void zt_emu_cp_async(void *dst, const void *src, size_t size, size_t zfill);
+void zt_emu_cp_commit(void);
+void zt_emu_cp_wait(size_t prior);
 /* Blocks until the asynchronous operation pending on stream s, if any, is complete: work queued
  * on a stream starts after what is before it (emu_runtime.c). */
 void zt_emu_stream_wait(cudaStream_t s);
@@ -138,6 +144,22 @@ template <class F> static void zt_emu_trampoline(void *f)
         zt_emu_launch((name), dim3(grid), dim3(block),                                             \
                       zt_emu_trampoline<decltype(zt_emu_body)>, &zt_emu_body);                     \
     } while (0)
+
+/* cuda_pipeline_primitives.h: copies to shared memory that land when the thread waits for
+ * them (a read before that sees the old contents, as the GPU may show it) */
+static inline void __pipeline_memcpy_async(void *dst, const void *src, size_t size_and_align,
+                                           size_t zfill = 0)
+{
+    zt_emu_cp_async(dst, src, size_and_align, zfill);
+}
+static inline void __pipeline_commit(void)
+{
+    zt_emu_cp_commit();
+}
+static inline void __pipeline_wait_prior(size_t prior)
+{
+    zt_emu_cp_wait(prior);
+}
 
 /* the warp matrix functions (mma.h) and __syncwarp */
 #include "wmma_emu.h"

@@ -13,7 +13,10 @@
  * (default 1), the default. A GPU promises no order between the barriers either, so a kernel
  * whose result depends on it has a race: a thread reading shared or global memory that
  * another writes without a barrier between. A kernel free of races computes the same bits under
- * every schedule; tests run the kernels under several and compare with the CPU. */
+ * every schedule; tests run the kernels under several and compare with the CPU. The schedule
+ * also picks which warps go on when several wait at warp barriers (shuffles, __syncwarp, the
+ * warp matrix functions), so that warps drift apart between block barriers as on the GPU, and
+ * when an asynchronous copy to shared memory lands (see zt_emu_cp_async). */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <limits.h>
@@ -35,6 +38,7 @@
 
 #define EMU_MAX_THREADS 1024
 #define EMU_STACK ((size_t)64 << 10)
+#define EMU_CP_MAX 64 /* asynchronous copies a thread may have pending */
 
 typedef enum { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM } order_kind;
 
@@ -42,6 +46,13 @@ __thread uint3 zt_emu_thread_idx, zt_emu_block_idx;
 __thread dim3 zt_emu_block_dim, zt_emu_grid_dim;
 
 typedef enum { F_RUN, F_SYNC, F_SHFL, F_DONE } fiber_state;
+
+/* an asynchronous copy to shared memory, its source read */
+struct emu_cp {
+    void *dst;
+    unsigned char data[16];
+    unsigned size, group;
+};
 
 typedef struct fiber {
 #if defined(__x86_64__)
@@ -55,6 +66,11 @@ typedef struct fiber {
     unsigned mask; /* F_SHFL: the shuffle's mask, source lane and value */
     int src;
     uint64_t bits, result;
+    /* asynchronous copies (cp.async) not yet landed: each in the group it was issued into;
+     * group `groups` is the one still open (not committed) */
+    struct emu_cp *cp; /* EMU_CP_MAX */
+    int ncp;
+    unsigned groups;
 } fiber;
 
 typedef struct sched {
@@ -140,6 +156,10 @@ static sched *sched_get(void)
         emu_fail("out of host memory for the scheduler");
     s->f = calloc(EMU_MAX_THREADS, sizeof(*s->f));
     s->ord = calloc(EMU_MAX_THREADS, sizeof(*s->ord));
+    struct emu_cp *cp = calloc((size_t)EMU_MAX_THREADS * EMU_CP_MAX, sizeof(*cp));
+    if (!cp) emu_fail("out of host memory for the asynchronous copies");
+    for (int i = 0; s->f && i < EMU_MAX_THREADS; i++)
+        s->f[i].cp = cp + (size_t)i * EMU_CP_MAX;
     void *st = mmap(NULL, EMU_MAX_THREADS * EMU_STACK, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (!s->f || !s->ord || st == MAP_FAILED)
@@ -157,6 +177,15 @@ void zt_emu_schedule(const char *spec)
     set_schedule(sched_get(), spec, "zt_emu_schedule");
 }
 
+/* ORDER_RANDOM's next 32 random bits */
+static uint64_t sched_rand(sched *s)
+{
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return (s->rng * 0x2545f4914f6cdd1dull) >> 32;
+}
+
 /* s->ord: this round's order of the block's threads */
 static void round_order(sched *s)
 {
@@ -166,10 +195,7 @@ static void round_order(sched *s)
     if (s->order != ORDER_RANDOM)
         return;
     for (int k = n - 1; k > 0; k--) { /* Fisher-Yates */
-        s->rng ^= s->rng >> 12;
-        s->rng ^= s->rng << 25;
-        s->rng ^= s->rng >> 27;
-        uint64_t r = (s->rng * 0x2545f4914f6cdd1dull) >> 32;
+        uint64_t r = sched_rand(s);
         int j = (int)(r % (uint64_t)(k + 1));
         int t = s->ord[k];
         s->ord[k] = s->ord[j];
@@ -287,6 +313,10 @@ static void fiber_main(void)
     fiber_entered(s);
     s->fn(s->arg);
     fiber *f = &s->f[s->cur];
+    if (f->ncp)
+        emu_fail("thread %d exits with %d asynchronous copies to shared memory not waited for "
+                 "(__pipeline_wait_prior)",
+                 s->cur, f->ncp);
     f->st = F_DONE;
     to_sched(s, f, true); /* never resumed */
     abort();
@@ -323,6 +353,67 @@ uint64_t zt_emu_shfl(unsigned mask, uint64_t bits, int src_lane)
     return fiber_yield(F_SHFL, "__shfl_xor_sync")->result;
 }
 
+/* ---- asynchronous copies to shared memory (cuda_pipeline_primitives.h, cp.async) ----
+ * The GPU lands a copy any time between its issue and its thread's wait for its group; the
+ * schedule picks which end: at once under "forward", at the wait under "reverse", either (a
+ * coin per copy) under "random". A thread that reads the destination before the wait (its own
+ * copy, or another thread's without the wait and a barrier between) then reads what was there,
+ * and a copy issued into memory that other threads still read overwrites it early: both races
+ * show. The source is read at issue time. */
+
+static fiber *cp_fiber(const char *what)
+{
+    sched *s = S;
+    if (!s || s->cur < 0) {
+        fprintf(stderr, "cuda-emu: %s called outside a kernel\n", what);
+        abort();
+    }
+    return &s->f[s->cur];
+}
+
+void zt_emu_cp_async(void *dst, const void *src, size_t size, size_t zfill)
+{
+    fiber *f = cp_fiber("__pipeline_memcpy_async");
+    if ((size != 4 && size != 8 && size != 16) || zfill > size)
+        emu_fail("__pipeline_memcpy_async of %zu bytes, %zu zero-filled: the size must be 4, 8 "
+                 "or 16 and the zero fill at most the size",
+                 size, zfill);
+    if ((uintptr_t)dst % size || (uintptr_t)src % size)
+        emu_fail("__pipeline_memcpy_async of %zu bytes from %p to %p: both must be aligned to "
+                 "the size",
+                 size, src, dst);
+    if (f->ncp == EMU_CP_MAX)
+        emu_fail("more than %d asynchronous copies pending in one thread", EMU_CP_MAX);
+    struct emu_cp *c = &f->cp[f->ncp++];
+    c->dst = dst;
+    c->size = (unsigned)size;
+    c->group = f->groups;
+    memset(c->data, 0, sizeof(c->data));
+    memcpy(c->data, src, size - zfill);
+    sched *s = S;
+    if (s->order == ORDER_FORWARD || (s->order == ORDER_RANDOM && sched_rand(s) % 2))
+        memcpy(dst, c->data, size); /* early; the wait writes the same again */
+}
+
+void zt_emu_cp_commit(void)
+{
+    cp_fiber("__pipeline_commit")->groups++;
+}
+
+void zt_emu_cp_wait(size_t prior)
+{
+    fiber *f = cp_fiber("__pipeline_wait_prior");
+    int k = 0;
+    for (int i = 0; i < f->ncp; i++) { /* committed groups older than the last `prior` land */
+        struct emu_cp *c = &f->cp[i];
+        if (c->group < f->groups && f->groups - c->group > prior)
+            memcpy(c->dst, c->data, c->size);
+        else
+            f->cp[k++] = *c;
+    }
+    f->ncp = k;
+}
+
 static const char *state_name(fiber_state st)
 {
     switch (st) {
@@ -346,6 +437,12 @@ static bool resolve(sched *s)
     if (done == s->nt)
         return false;
     if (shfl) {
+        /* the warps whose lanes all wait in a shuffle; the schedule releases some of them (the
+         * first under "forward", the last under "reverse", each with even odds and at least one
+         * under "random"), so that one warp may run ahead of another by any number of warp
+         * barriers, as on the GPU: a warp reading what another writes without __syncthreads
+         * between sees it too early or too late */
+        int ready[EMU_MAX_THREADS / 32], nready = 0;
         for (int lo = 0; lo < s->nt; lo += 32) {
             int hi = lo + 32 < s->nt ? lo + 32 : s->nt, n = 0;
             for (int i = lo; i < hi; i++)
@@ -365,10 +462,20 @@ static bool resolve(sched *s)
                     emu_fail("shuffle mask %08x: the emulation knows full-warp shuffles only",
                              s->f[i].mask);
             }
-            for (int i = lo; i < hi; i++) {
+            ready[nready++] = lo;
+        }
+        bool any = false;
+        for (int k = 0; k < nready; k++) {
+            bool go = s->order == ORDER_FORWARD   ? k == 0
+                      : s->order == ORDER_REVERSE ? k == nready - 1
+                                                  : sched_rand(s) % 2 == 1;
+            if (!go && !(k == nready - 1 && !any)) continue;
+            any = true;
+            int lo = ready[k], hi = lo + 32;
+            for (int i = lo; i < hi; i++)
                 s->f[i].result = s->f[lo + s->f[i].src].bits;
+            for (int i = lo; i < hi; i++)
                 s->f[i].st = F_RUN;
-            }
         }
         return true;
     }
@@ -387,6 +494,8 @@ static void run_block(sched *s, dim3 block)
         fiber *f = &s->f[i];
         fiber_init(s, f, i);
         f->st = F_RUN;
+        f->ncp = 0;
+        f->groups = 0;
         f->tid.x = (unsigned)i % block.x;
         f->tid.y = (unsigned)i / block.x % block.y;
         f->tid.z = (unsigned)i / (block.x * block.y);

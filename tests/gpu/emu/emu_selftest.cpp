@@ -2,7 +2,8 @@
  * reduction through shared memory and shuffles, a 3-D grid's indices, two kernels with
  * barriers that not every thread reaches, which the emulator must refuse, and the warp matrix
  * functions: a product in each layout, a misaligned and a divergent call (refused); a kernel
- * with a race on shared memory, and without. */
+ * with a race on shared memory, and without; one with a race between warps; asynchronous
+ * copies to shared memory, waited for and not. */
 #include "cuda_emu.h"
 
 extern "C" {
@@ -15,6 +16,9 @@ void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b
 void emu_wmma_misaligned(float *out);
 void emu_wmma_divergent(float *out);
 void emu_neighbour(float *out, int barrier);
+void emu_cp_async(float *out, const float *in, int wait);
+void emu_cp_async_unwaited(float *out);
+void emu_warps_ahead(float *out);
 }
 
 namespace wmma = nvcuda::wmma;
@@ -122,6 +126,52 @@ static __global__ void neighbour_kernel(float *out, int barrier)
     sh[threadIdx.x] = -1.0f;
 }
 
+/* Thread t copies in[t] (in[] 16-byte aligned; rows of four floats for t < 32, zeros for the
+ * rest) into shared memory asynchronously, in two groups (the even threads' rows, then the
+ * odd ones), and writes out[t] = its neighbour's row's first float, read after waiting for
+ * `wait` groups less than it committed (2: none waited) and a barrier. */
+static __global__ void cp_async_kernel(float *out, const float *in, int wait)
+{
+    __shared__ __align__(16) float sh[64][4];
+    int t = (int)threadIdx.x;
+    sh[t][0] = -1.0f;
+    __syncthreads();
+    if (t % 2 == 0) __pipeline_memcpy_async(sh[t], in + 4 * t, 16, t < 32 ? 0 : 16);
+    __pipeline_commit();
+    if (t % 2 == 1) __pipeline_memcpy_async(sh[t], in + 4 * t, 16, t < 32 ? 0 : 16);
+    __pipeline_commit();
+    __pipeline_wait_prior((size_t)wait);
+    __syncthreads();
+    out[t] = sh[(t + 1) % 64][0];
+    __syncthreads(); /* every read is done before the rest lands */
+    __pipeline_wait_prior(0);
+}
+
+static __global__ void cp_async_unwaited_kernel(float *out)
+{
+    __shared__ __align__(16) float sh[4];
+    __pipeline_memcpy_async(sh, out, 16);
+}
+
+/* Warp 1 reads what warp 0 writes after four warp barriers of its own, with no block barrier
+ * between: a race between warps */
+static __global__ void warps_ahead_kernel(float *out)
+{
+    __shared__ float sh[32];
+    int lane = (int)threadIdx.x % 32;
+    if (threadIdx.x < 32) sh[lane] = 0.0f;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        for (int k = 0; k < 4; k++)
+            __syncwarp();
+        sh[lane] = 1.0f;
+    } else {
+        __syncwarp();
+        out[lane] = sh[lane];
+    }
+    __syncthreads();
+}
+
 static __global__ void nothing_kernel(float *out)
 {
     (void)out;
@@ -185,6 +235,21 @@ void emu_wmma_misaligned(float *out)
 void emu_wmma_divergent(float *out)
 {
     ZT_EMU_LAUNCH("wmma_divergent", wmma_divergent_kernel, 1, 32, 0, out);
+}
+
+void emu_cp_async(float *out, const float *in, int wait)
+{
+    ZT_EMU_LAUNCH("cp_async", cp_async_kernel, 1, 64, 0, out, in, wait);
+}
+
+void emu_cp_async_unwaited(float *out)
+{
+    ZT_EMU_LAUNCH("cp_async_unwaited", cp_async_unwaited_kernel, 1, 1, 0, out);
+}
+
+void emu_warps_ahead(float *out)
+{
+    ZT_EMU_LAUNCH("warps_ahead", warps_ahead_kernel, 1, 64, 0, out);
 }
 
 void emu_neighbour(float *out, int barrier)

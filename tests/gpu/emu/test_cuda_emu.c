@@ -26,6 +26,9 @@ void emu_wmma_product(float *d, const float *a, const float *b, int a_col, int b
 void emu_wmma_misaligned(float *out);
 void emu_wmma_divergent(float *out);
 void emu_neighbour(float *out, int barrier);
+void emu_cp_async(float *out, const float *in, int wait);
+void emu_cp_async_unwaited(float *out);
+void emu_warps_ahead(float *out);
 
 static void test_block_sums(int n, unsigned blocks, unsigned threads)
 {
@@ -117,6 +120,51 @@ static void test_schedules(void)
     zt_emu_schedule("random");
 }
 
+/* Asynchronous copies land when their thread waits for their group under the "reverse"
+ * schedule: every value after a wait for both groups (zeros where the copy zero-fills), only
+ * the first group's after a wait that leaves the last group pending, none without a wait (each
+ * read sees the -1 stored before); under "forward" they land at once (all values, waited for or
+ * not), as the GPU may land them anywhere between. */
+static void test_cp_async(void)
+{
+    _Alignas(16) static float in[256];
+    float got[64];
+    for (int i = 0; i < 256; i++)
+        in[i] = (float)(i + 1);
+    for (int early = 0; early < 2; early++) {
+        zt_emu_schedule(early ? "forward" : "reverse");
+        for (int wait = 0; wait < 3; wait++) {
+            emu_cp_async(got, in, wait);
+            ASSERT_EQ_INT(cudaGetLastError(), cudaSuccess);
+            for (int t = 0; t < 64; t++) {
+                int n = (t + 1) % 64; /* the neighbour whose row thread t read */
+                bool landed = early || wait == 0 || (wait == 1 && n % 2 == 0);
+                float want = !landed ? -1.0f : n < 32 ? (float)(4 * n + 1) : 0.0f;
+                ASSERT_NEAR(got[t], want, 0, 0);
+            }
+        }
+    }
+    zt_emu_schedule("random");
+}
+
+/* A warp runs ahead of another by any number of warp barriers: under "forward" the first warp
+ * that can go goes on alone (warp 0 writes before warp 1 reads), under "reverse" the last, so
+ * a race between warps shows as a result that depends on the schedule. */
+static void test_warps_ahead(void)
+{
+    float got[2][32];
+    for (int k = 0; k < 2; k++) {
+        zt_emu_schedule(k ? "reverse" : "forward");
+        emu_warps_ahead(got[k]);
+        ASSERT_EQ_INT(cudaGetLastError(), cudaSuccess);
+    }
+    zt_emu_schedule("random");
+    for (int lane = 0; lane < 32; lane++) {
+        ASSERT_NEAR(got[0][lane], 1.0, 0, 0);
+        ASSERT_NEAR(got[1][lane], 0.0, 0, 0);
+    }
+}
+
 static void bad_schedule(float *out)
 {
     (void)out;
@@ -174,6 +222,9 @@ int main(void)
     expect_abort(emu_wmma_misaligned, "not 256-bit aligned");
     expect_abort(emu_wmma_divergent, "the lanes of the warp pass different arguments");
     test_schedules();
+    test_cp_async();
+    test_warps_ahead();
+    expect_abort(emu_cp_async_unwaited, "exits with 1 asynchronous copies");
     expect_abort(bad_schedule, "\"sideways\" is not forward, reverse, random or random:SEED");
     printf("ok\n");
     return 0;
