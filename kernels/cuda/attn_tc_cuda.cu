@@ -14,7 +14,8 @@
  * in tiles of 32 rows brought into shared memory by asynchronous copies (cp.async), two tiles
  * in flight: the next tile lands while the warps work on this one. A warp's 16 x 32 scores go
  * through its own part of shared memory (fragments keep no known element order), where two
- * lanes per row run the softmax and write the 16-bit P or dS over the scores' own rows. The
+ * lanes per row run the softmax (in base 2: exp2 of the scores times scale log2(e)), each on
+ * every other column, and write the 16-bit P or dS over the scores' own rows. The
  * forward keeps each warp's 16 x 64 output in accumulator fragments, rescaled there by the
  * running maximum; the backward keeps its gradients in accumulator fragments too and adds them
  * to dqkv once, through shared memory (so rows past T are never touched). */
@@ -39,6 +40,18 @@ template <> __device__ __forceinline__ __half tc_round<__half>(float x)
 {
     return __float2half_rn(x);
 }
+
+/* The score column (of TC_BC) that a lane of half h (of its row's two) takes at step u (of 16):
+ * the halves interleaved, so that at every step the warp's 32 lanes hit 16 banks of scores at
+ * row stride TC_LDS (4 mod 32 words; rows r and r + 8 share them), where halves side by side
+ * hit 8, and its 16-bit P or dS at 2 mod 32 words likewise. */
+static __device__ __forceinline__ int tc_col(int u, int h)
+{
+    return 2 * u + h;
+}
+
+#define TC_LOG2E 1.4426950408889634f /* softmax in base 2: exp(x) = exp2(x log2(e)) */
+#define TC_LN2 0.6931471805599453f
 
 #define TC_HS 64                 /* the head size compiled */
 #define TC_WARPS 4
@@ -185,7 +198,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
     E *P = (E *)S; /* over the scores, row stride TC_LDP */
     float *al = (float *)(sm + TC_OWN + 2 * TC_SCORES) + p.warp * 16; /* row factors */
     int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
-    int c0 = half * (TC_HS / 2), j0 = half * 16; /* this lane's output columns and keys */
+    int c0 = half * (TC_HS / 2); /* this lane's output columns */
+    float sl2 = scale * TC_LOG2E;
     int kend = min(T, p.row0 + TC_BR);           /* keys the block's last query sees */
     int nk = (kend + TC_BC - 1) / TC_BC;
 
@@ -209,7 +223,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 0), base + p.C, 0, T, p.C3);
     tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 1), base + 2 * p.C, 0, T, p.C3);
     __pipeline_commit();
-    float m = -INFINITY, l = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* the row's running maximum (base 2) and sum */
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_BC;
         __pipeline_wait_prior(0);
@@ -224,29 +238,32 @@ static __global__ void __launch_bounds__(TC_THREADS)
         const E *Ks = tc_stage<E>(sm, t % 2, 0), *Vs = tc_stage<E>(sm, t % 2, 1);
         tc_abt<TC_BC / 16>(S, TC_LDS, qf, Ks);
         __syncwarp();
-        float s[16], mx = -INFINITY;
+        float s[16], mx = -INFINITY; /* scores in base 2: scale log2(e) q.k */
         for (int u = 0; u < 16; u++) {
-            int j = k0 + j0 + u;
-            s[u] = i < T && j <= i ? scale * S[r * TC_LDS + j0 + u] : -INFINITY;
+            int c = tc_col(u, half), j = k0 + c;
+            s[u] = i < T && j <= i ? sl2 * S[r * TC_LDS + c] : -INFINITY;
             mx = fmaxf(mx, s[u]);
         }
         float mnew = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
         /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
         float mref = mnew == -INFINITY ? 0.0f : mnew;
-        float alpha = expf(m - mref), ps = 0.0f;
+        float alpha = exp2f(m - mref), ps = 0.0f;
         __syncwarp(); /* the scores are read before P overwrites them */
         for (int u = 0; u < 16; u++) {
-            float e = expf(s[u] - mref);
+            float e = exp2f(s[u] - mref);
             ps += e;
-            P[r * TC_LDP + j0 + u] = tc_round<E>(e);
+            P[r * TC_LDP + tc_col(u, half)] = tc_round<E>(e);
         }
         l = l * alpha + ps + __shfl_xor_sync(0xffffffffu, ps, 1);
         m = mnew;
         if (half == 0) al[r] = alpha;
         __syncwarp();
+        float fac[rowf.num_elements]; /* the factor of each element's row */
+        for (int e = 0; e < rowf.num_elements; e++)
+            fac[e] = al[(int)rowf.x[e]];
         for (int n = 0; n < TC_HS / 16; n++)
             for (int e = 0; e < acc[n].num_elements; e++)
-                acc[n].x[e] *= al[(int)rowf.x[e]];
+                acc[n].x[e] *= fac[e];
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(acc, P, Vs);
     }
     __syncthreads(); /* every tile is used up: their place takes the outputs */
@@ -258,7 +275,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     float *o = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS;
     for (int c = c0; c < c0 + TC_HS / 2; c++)
         o[c] = O[r * TC_LDO + c] / l;
-    if (half == 0) lse[(size_t)p.bh * T + i] = m + logf(l);
+    if (half == 0) lse[(size_t)p.bh * T + i] = (m + log2f(l)) * TC_LN2;
 }
 
 /* For the rows r = (b, h, i) of a run of sequences (dout and out at its first):
@@ -283,8 +300,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
     if (lane == 0) delta[r] = d;
 }
 
-/* delta and lse of the ROWS queries from q0 into dl[], ls[] (0 past T); delta_bh and lse_bh at
- * (b, h) */
+/* delta and lse log2(e) (base 2) of the ROWS queries from q0 into dl[], ls[] (0 past T);
+ * delta_bh and lse_bh at (b, h) */
 template <int ROWS>
 static __device__ __forceinline__ void tc_rows(float *dl, float *ls, const float *delta_bh,
                                                const float *lse_bh, int q0, int T)
@@ -292,7 +309,7 @@ static __device__ __forceinline__ void tc_rows(float *dl, float *ls, const float
     for (int e = (int)threadIdx.x; e < ROWS; e += TC_THREADS) {
         int i = q0 + e;
         dl[e] = i < T ? delta_bh[i] : 0.0f;
-        ls[e] = i < T ? lse_bh[i] : 0.0f;
+        ls[e] = i < T ? lse_bh[i] * TC_LOG2E : 0.0f;
     }
 }
 
@@ -318,7 +335,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
     float *dPt = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dP^T, then dS^T */
     float *rows = (float *)(sc + 2 * TC_SCORES); /* stage s: ls at rows + 2 s TC_BC, dl after */
     int jw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, j = jw + r;
-    int i0 = half * 16; /* this lane's queries in a tile */
+    float sl2 = scale * TC_LOG2E;
     int nq = (T - p.row0 + TC_BC - 1) / TC_BC; /* query tiles from the block's first key */
 
     tc_fetch<TC_BR>((E *)sm, base + p.C, p.row0, T, p.C3);
@@ -359,10 +376,10 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         __syncwarp();
         float pv[16], dsv[16];
         for (int u = 0; u < 16; u++) {
-            int ii = i0 + u, i = q0 + ii;
+            int ii = tc_col(u, half), i = q0 + ii; /* the lane's query at step u */
             float e = 0.0f, ds = 0.0f;
             if (j < T && i < T && j <= i) {
-                e = expf(scale * St[r * TC_LDS + ii] - ls[ii]);
+                e = exp2f(sl2 * St[r * TC_LDS + ii] - ls[ii]);
                 ds = e * (dPt[r * TC_LDS + ii] - dl[ii]) * scale;
             }
             pv[u] = e;
@@ -371,8 +388,9 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         __syncwarp(); /* read before overwritten */
         E *Pt = (E *)St, *dSt = (E *)dPt;
         for (int u = 0; u < 16; u++) {
-            Pt[r * TC_LDP + i0 + u] = tc_round<E>(pv[u]);
-            dSt[r * TC_LDP + i0 + u] = tc_round<E>(dsv[u]);
+            int ii = tc_col(u, half);
+            Pt[r * TC_LDP + ii] = tc_round<E>(pv[u]);
+            dSt[r * TC_LDP + ii] = tc_round<E>(dsv[u]);
         }
         __syncwarp();
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dv, Pt, dOs);
@@ -399,7 +417,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     float *dP = (float *)(sc + TC_SCORES) + p.warp * 16 * TC_LDS; /* dO V^T */
     float *ls = (float *)(sc + 2 * TC_SCORES), *dl = ls + TC_BR;
     int qw = p.row0 + 16 * p.warp, r = p.lane / 2, half = p.lane % 2, i = qw + r;
-    int j0 = half * 16;
+    float sl2 = scale * TC_LOG2E;
     int kend = min(T, p.row0 + TC_BR), nk = (kend + TC_BC - 1) / TC_BC;
 
     tc_fetch<TC_BR>((E *)sm, base, p.row0, T, p.C3);
@@ -436,18 +454,18 @@ static __global__ void __launch_bounds__(TC_THREADS)
         __syncwarp();
         float dsv[16];
         for (int u = 0; u < 16; u++) {
-            int j = k0 + j0 + u;
+            int c = tc_col(u, half), j = k0 + c;
             float ds = 0.0f;
             if (i < T && j <= i) {
-                float e = expf(scale * S[r * TC_LDS + j0 + u] - li);
-                ds = e * (dP[r * TC_LDS + j0 + u] - di) * scale;
+                float e = exp2f(sl2 * S[r * TC_LDS + c] - li);
+                ds = e * (dP[r * TC_LDS + c] - di) * scale;
             }
             dsv[u] = ds;
         }
         __syncwarp();
         E *dS = (E *)S;
         for (int u = 0; u < 16; u++)
-            dS[r * TC_LDP + j0 + u] = tc_round<E>(dsv[u]);
+            dS[r * TC_LDP + tc_col(u, half)] = tc_round<E>(dsv[u]);
         __syncwarp();
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dq, dS, Ks);
     }
