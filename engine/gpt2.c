@@ -262,10 +262,12 @@ size_t zt_gpt2_stage_elems(const zt_gpt2_dims *d, int B, int T, int rows, size_t
     size_t most = 0;
     for (int i = 0; i < 5; i++) {
         size_t r = lin[i][0], in = lin[i][1], out = lin[i][2];
-        /* forward (M N K) = (r out in), dinp (r in out), dweight (out in r) */
-        size_t s[3] = {zt_cuda_stage_elems(r, out, in, cap), zt_cuda_stage_elems(r, in, out, cap),
-                       zt_cuda_stage_elems(out, in, r, cap)};
-        for (int k = 0; k < 3; k++)
+        /* forward (M N K) = (r out in), dinp (r in out), dweight (out in r), or the backward's
+         * two from one set of copies */
+        size_t s[4] = {zt_cuda_stage_elems(r, out, in, cap), zt_cuda_stage_elems(r, in, out, cap),
+                       zt_cuda_stage_elems(out, in, r, cap),
+                       zt_cuda_stage_bwd_elems(r, in, out, cap)};
+        for (int k = 0; k < 4; k++)
             most = s[k] > most ? s[k] : most;
     }
     return most;

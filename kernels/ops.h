@@ -203,7 +203,8 @@ size_t zt_cuda_context_device_bytes(int B, int T);
  * buffer of the context, grown to the largest product seen and capped), so that cuBLASLt runs
  * its kernels for 16-bit operands: with fp32 operands it converts them as it loads them, at
  * about half the tensor cores' rate (H200: 352 against about 790 TFLOP/s). A product whose
- * operands exceed the cap runs in blocks of rows, columns or depth. ZT_CUDA_GEMM_STAGE=0 turns
+ * operands exceed the cap runs in blocks of rows, columns or depth; a linear layer's backward
+ * takes its two products from one set of copies (dout rounded once). ZT_CUDA_GEMM_STAGE=0 turns
  * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB). Defined here, not
  * in kernels/cuda/, so that a plan needs no CUDA build. */
 #define ZT_CUDA_STAGE_MIB 128
@@ -220,6 +221,10 @@ size_t zt_cuda_stage_cap_elems(void);
  * elements it needs for a whole M x N x K product, at most cap. */
 size_t zt_cuda_stage_pad(size_t elems);
 size_t zt_cuda_stage_elems(size_t M, size_t N, size_t K, size_t cap);
+/* The elements a linear layer's backward (N rows, C inputs, OC outputs) wants for its two
+ * products from one set of copies (the weight, then dout and inp by blocks of rows), at most
+ * cap. */
+size_t zt_cuda_stage_bwd_elems(size_t N, size_t C, size_t OC, size_t cap);
 
 /* The CPU table; always present. */
 const zt_ops *zt_ops_cpu(void);

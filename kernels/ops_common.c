@@ -87,3 +87,9 @@ size_t zt_cuda_stage_elems(size_t M, size_t N, size_t K, size_t cap)
     size_t need = zt_cuda_stage_pad(K * N) + M * K;
     return need < cap ? need : cap;
 }
+
+size_t zt_cuda_stage_bwd_elems(size_t N, size_t C, size_t OC, size_t cap)
+{
+    size_t need = zt_cuda_stage_pad(OC * C) + zt_cuda_stage_pad(N * OC) + N * C;
+    return need < cap ? need : cap;
+}

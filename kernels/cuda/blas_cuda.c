@@ -494,13 +494,27 @@ static zt_cuda_gemm stage_part(const zt_cuda_gemm *g, int m0, int mn, int n0, in
     return p;
 }
 
+/* Queues s, a product of staged copies that lt_prepare answered r (its copies queued before
+ * when r is LT_READY), or where cuBLASLt has no algorithm for it, `part`: the same product of
+ * the fp32 operands. */
+static void stage_finish(zt_kctx *ctx, const zt_cuda_gemm *s, const zt_cuda_gemm *part, lt_result r,
+                         lt_call *c)
+{
+    if (r == LT_READY) r = lt_launch(ctx, s, s->bias != NULL, c);
+    if (r == LT_NO_ALGO) gemm_unstaged(ctx, part);
+}
+
+static bool stage_usable(const zt_kctx *ctx)
+{
+    return ctx->stage_on && (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16);
+}
+
 /* g through 16-bit copies of its operands; false (nothing queued) where g does not go that
  * way: the caller runs it on its fp32 operands. A block cuBLASLt has no algorithm for runs on
  * its fp32 operands. */
 static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
-    if (!ctx->stage_on || (ctx->mm != ZT_MM_BF16 && ctx->mm != ZT_MM_FP16) || g->in16 ||
-        g->batch != 1 || g->M <= 0 || g->N <= 0 || g->K <= 0)
+    if (!stage_usable(ctx) || g->in16 || g->batch != 1 || g->M <= 0 || g->N <= 0 || g->K <= 0)
         return false;
     stage_blocks bl;
     if (!stage_reserve(
@@ -533,9 +547,8 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                         stage_block(ctx, sb, g->B, g->ldb, g->tb, k0, kn, n0, nn);
                         b_at[0] = k0, b_at[1] = n0;
                     }
-                    r = lt_launch(ctx, &s, s.bias != NULL, &c);
                 }
-                if (r == LT_NO_ALGO) gemm_unstaged(ctx, &part);
+                stage_finish(ctx, &s, &part, r, &c);
                 if (ctx->st != ZT_OK) return true;
             }
         }
@@ -546,6 +559,62 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
 void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
     if (!gemm_staged(ctx, g)) gemm_unstaged(ctx, g);
+}
+
+/* A linear layer's two backward products from one set of 16-bit copies: the weight (OC x C)
+ * whole, then dout and inp by blocks of mb token rows, each block giving its rows of dinp
+ * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue) and its share of
+ * dweight (dweight += dout^T inp: blocks after the first add onto what the first wrote), so
+ * that dout, the largest operand, is rounded once instead of once per product. The buffer:
+ * zt_cuda_stage_bwd_elems. false (nothing queued) where no block of at least
+ * ZT_CUDA_STAGE_MIN_BLOCK rows fits beside the weight: the products go one by one. */
+static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *dweight,
+                            const float *dout, const float *inp, const float *weight, int N, int C,
+                            int OC)
+{
+    if (!stage_usable(ctx) || !dinp || !dweight || N <= 0 || C <= 0 || OC <= 0) return false;
+    size_t w = zt_cuda_stage_pad((size_t)OC * (size_t)C);
+    if (!stage_reserve(ctx,
+                       zt_cuda_stage_bwd_elems((size_t)N, (size_t)C, (size_t)OC, ctx->stage_max)) ||
+        w + 128 >= ctx->stage_cap)
+        return false;
+    size_t whole = zt_cuda_stage_bwd_elems((size_t)N, (size_t)C, (size_t)OC, SIZE_MAX);
+    int mb = whole <= ctx->stage_cap
+                 ? N
+                 : stage_fit(ctx->stage_cap - w - 128, (size_t)OC + (size_t)C, N);
+    if (mb <= 0) return false;
+    uint16_t *sw = ctx->stage, *sd = sw + w;
+    uint16_t *si = sd + zt_cuda_stage_pad((size_t)mb * (size_t)OC);
+    stage_block(ctx, sw, weight, C, 'N', 0, OC, 0, C);
+    for (int m0 = 0; m0 < N; m0 += mb) {
+        int mn = N - m0 < mb ? N - m0 : mb;
+        stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
+        stage_block(ctx, si, inp, C, 'N', m0, mn, 0, C);
+        /* dinp rows [m0, m0 + mn) (N x C) = dout rows (N x OC) @ weight (OC x C) */
+        zt_cuda_gemm d;
+        memset(&d, 0, sizeof(d));
+        d.ta = 'N', d.tb = 'N', d.M = mn, d.N = C, d.K = OC, d.alpha = 1.0f;
+        d.beta = pre ? 0.0f : 1.0f, d.batch = 1;
+        d.A = dout + (size_t)m0 * OC, d.lda = OC, d.B = weight, d.ldb = C;
+        d.C = dinp + (size_t)m0 * C, d.ldc = C;
+        if (pre) d.aux = (float *)pre + (size_t)m0 * C, d.dgelu = 1;
+        /* dweight (OC x C) += dout rows^T (OC x mn) @ inp rows (mn x C) */
+        zt_cuda_gemm g;
+        memset(&g, 0, sizeof(g));
+        g.ta = 'T', g.tb = 'N', g.M = OC, g.N = C, g.K = mn, g.alpha = 1.0f, g.beta = 1.0f;
+        g.batch = 1, g.A = dout + (size_t)m0 * OC, g.lda = OC, g.B = inp + (size_t)m0 * C;
+        g.ldb = C, g.C = dweight, g.ldc = C;
+        zt_cuda_gemm parts[2] = {d, g};
+        for (int i = 0; i < 2; i++) {
+            zt_cuda_gemm st = parts[i];
+            st.in16 = ctx->mm;
+            st.A = sd, st.B = i == 0 ? (const void *)sw : (const void *)si;
+            lt_call c;
+            stage_finish(ctx, &st, &parts[i], lt_prepare(ctx, &st, false, &c), &c);
+            if (ctx->st != ZT_OK) return true;
+        }
+    }
+    return true;
 }
 /* Row-major C = alpha op(A) op(B) + beta C (+ bias), batched over `batch` matrices whose
  * starts are sA, sB, sC elements apart: the CPU backend's sgemm, on the context's stream. */
@@ -600,6 +669,10 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
                              const float *dout, const float *inp, const float *weight, int N, int C,
                              int OC)
 {
+    if (backward_staged(ctx, dinp, NULL, dweight, dout, inp, weight, N, C, OC)) {
+        if (dbias) zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
+        return;
+    }
     /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
     if (dinp)
         gemm(ctx, 'N', 'N', N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 1.0f, dinp, C, 0, 1, NULL);
@@ -615,6 +688,10 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 {
     /* dpre (N, C) = GELU'(pre) * (dout (N, OC) @ weight (OC, C)): the DGELU epilogue reads
      * pre (its aux, never written with dgelu) */
+    if (backward_staged(ctx, dpre, pre, dweight, dout, inp, weight, N, C, OC)) {
+        if (dbias) zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
+        return;
+    }
     zt_cuda_gemm g;
     memset(&g, 0, sizeof(g));
     g.ta = 'N', g.tb = 'N', g.M = N, g.N = C, g.K = OC, g.alpha = 1.0f, g.beta = 0.0f;

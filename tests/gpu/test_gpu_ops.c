@@ -577,24 +577,28 @@ static zt_kctx *ctx_stage(const char *mm, const char *stage, size_t cap)
 }
 
 /* The linear layer's products on one set of host operands (N x C inputs, OC outputs) */
-enum { LIN_FWD, LIN_DX, LIN_DW, LIN_GELU, LIN_PRE, LIN_DPRE, LIN_N };
+enum { LIN_FWD, LIN_DX, LIN_DW, LIN_GELU, LIN_PRE, LIN_DPRE, LIN_GDW, LIN_N };
 typedef struct {
     int N, C, OC;
     float *x, *w, *b, *dy, *dx0, *dw0, *pre;
     float *out[LIN_N];           /* results */
     unsigned long long gemms[2]; /* emulation: matmuls of matmul_forward, matmul_backward */
     unsigned long long launches; /* emulation: kernel launches of matmul_forward */
+    unsigned long long bwd_launches; /* and of matmul_backward */
 } lin_case;
 
 static size_t lin_len(const lin_case *k, int i)
 {
     size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC;
-    return i == LIN_DX || i == LIN_DPRE ? NC : i == LIN_DW ? (size_t)k->OC * k->C : NO;
+    return i == LIN_DX || i == LIN_DPRE  ? NC
+           : i == LIN_DW || i == LIN_GDW ? (size_t)k->OC * k->C
+                                         : NO;
 }
 
 /* Runs the linear layer's ops in context c with every operand `off` floats into its
  * allocation: matmul_forward with bias, matmul_backward onto prefilled dx and dw,
- * matmul_gelu_forward with bias, matmul_gelu_backward's dpre. */
+ * matmul_gelu_forward with bias, matmul_gelu_backward's dpre and dweight (onto a prefilled
+ * one). */
 static void lin_run(zt_kctx *c, lin_case *k, int off)
 {
     size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC, WC = (size_t)k->OC * k->C;
@@ -609,15 +613,18 @@ static void lin_run(zt_kctx *c, lin_case *k, int off)
         r[i] = (float *)dalloc((lin_len(k, i) + (size_t)off) * 4) + off;
     GPU->copy_d2d(c, r[LIN_DX], d[4], NC * 4);
     GPU->copy_d2d(c, r[LIN_DW], d[5], WC * 4);
+    GPU->copy_d2d(c, r[LIN_GDW], d[5], WC * 4);
     unsigned long long g0 = EMU_GEMMS(), l0 = EMU_LAUNCHES();
     GPU->matmul_forward(c, r[LIN_FWD], d[0], d[1], d[2], k->N, k->C, k->OC);
     unsigned long long g1 = EMU_GEMMS();
     k->launches = EMU_LAUNCHES() - l0;
+    l0 = EMU_LAUNCHES();
     GPU->matmul_backward(c, r[LIN_DX], r[LIN_DW], NULL, d[3], d[0], d[1], k->N, k->C, k->OC);
+    k->bwd_launches = EMU_LAUNCHES() - l0;
     k->gemms[0] = g1 - g0;
     k->gemms[1] = EMU_GEMMS() - g1;
     GPU->matmul_gelu_forward(c, r[LIN_GELU], r[LIN_PRE], d[0], d[1], d[2], k->N, k->C, k->OC);
-    GPU->matmul_gelu_backward(c, r[LIN_DPRE], NULL, NULL, d[3], d[0], d[1], d[6], k->N, k->C,
+    GPU->matmul_gelu_backward(c, r[LIN_DPRE], r[LIN_GDW], NULL, d[3], d[0], d[1], d[6], k->N, k->C,
                               k->OC);
     for (int i = 0; i < LIN_N; i++) {
         k->out[i] = kc_falloc(lin_len(k, i));
@@ -646,8 +653,8 @@ static void lin_free(lin_case *k)
  * 1e-5). */
 static void lin_compare(const char *what, const lin_case *got, const lin_case *want, unsigned depth)
 {
-    static const char *const names[LIN_N] = {"forward",  "dinp",     "dweight",
-                                             "gelu out", "gelu pre", "gelu dpre"};
+    static const char *const names[LIN_N] = {"forward",  "dinp",      "dweight",     "gelu out",
+                                             "gelu pre", "gelu dpre", "gelu dweight"};
     for (int i = 0; i < LIN_N; i++) {
         size_t n = lin_len(got, i);
         double e2 = 0.0, w2 = 0.0;
@@ -666,7 +673,8 @@ static void lin_compare(const char *what, const lin_case *got, const lin_case *w
         if (split && !(rel <= 1e-5))
             ZT_FAIL("%s %s (split in depth): rms error %.3g against unstaged", what, names[i], rel);
         if (!split && diff)
-            ZT_FAIL("%s %s: %zu of %zu elements differ from unstaged", what, names[i], diff, n);
+            ZT_FAIL("%s %s: %zu of %zu elements differ from unstaged (rms error %.3g)", what,
+                    names[i], diff, n, rel);
 #else
         (void)split;
 #endif
@@ -688,16 +696,19 @@ static void test_matmul_staged(void)
         int off;        /* floats into each allocation */
         unsigned depth; /* products split in depth (bits of LIN_*) */
         int fwd_blocks; /* matmul_forward's matmuls; 0: not checked */
+        int bwd_blocks; /* row blocks of the backward from one set of copies; 0: not that way */
     } cases[] = {
-        {"bf16", 300, 200, 136, 0, 0, 0, 1},
-        /* forward and dinp by 128 rows; dweight (K = 300) by 128 of depth; GELU by rows */
-        {"bf16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW, 3},
-        {"fp16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW, 3},
-        {"bf16", 300, 200, 136, 27264 + 200 * 128, 1, 1u << LIN_DW, 3},
-        /* forward by 128 columns, dinp by 64 of depth, dweight by 192 rows, GELU unstaged */
-        {"bf16", 64, 96, 1000, 6144 + 128 + 96 * 128, 0, 1u << LIN_DX, 8},
+        {"bf16", 300, 200, 136, 0, 0, 0, 1, 1},
+        /* forward by 128 rows; GELU by rows; the backward (weight 27264, 336 per row) by 64
+         * rows, dweight (K = 300) added block by block */
+        {"bf16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW | 1u << LIN_GDW, 3, 5},
+        {"fp16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW | 1u << LIN_GDW, 3, 5},
+        {"bf16", 300, 200, 136, 27264 + 200 * 128, 1, 1u << LIN_DW | 1u << LIN_GDW, 3, 5},
+        /* the weight alone is over the cap: forward by 128 columns, dinp by 64 of depth,
+         * dweight by 192 rows, GELU unstaged */
+        {"bf16", 64, 96, 1000, 6144 + 128 + 96 * 128, 0, 1u << LIN_DX, 8, 0},
         /* the smallest cap: no block is worth a product, everything unstaged */
-        {"bf16", 300, 200, 136, ZT_CUDA_STAGE_MIN_ELEMS, 0, 0, 1},
+        {"bf16", 300, 200, 136, ZT_CUDA_STAGE_MIN_ELEMS, 0, 0, 1, 0},
     };
     /* the cap: MiB of 16-bit elements, at least the minimum; a value that is not a size in
      * range warns and gives the default */
@@ -744,6 +755,12 @@ static void test_matmul_staged(void)
         ASSERT_TRUE(k.gemms[0] == (unsigned long long)cases[t].fwd_blocks);
         if (cases[t].cap != ZT_CUDA_STAGE_MIN_ELEMS) ASSERT_TRUE(k.launches >= 2);
         if (cases[t].depth) ASSERT_TRUE(k.gemms[1] > 2);
+        /* from one set of copies: the weight rounded once, dout and inp once per block (dout
+         * once in all, not once per product), two products per block */
+        if (cases[t].bwd_blocks) {
+            ASSERT_EQ_INT((int)k.gemms[1], 2 * cases[t].bwd_blocks);
+            ASSERT_EQ_INT((int)k.bwd_launches, 1 + 2 * cases[t].bwd_blocks);
+        }
 #endif
         GPU->ctx_destroy(cu);
         GPU->ctx_destroy(cs);
