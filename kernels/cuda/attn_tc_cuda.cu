@@ -185,6 +185,32 @@ template <class E> static __device__ __forceinline__ E *tc_stage(unsigned char *
     return (E *)(own + (size_t)(2 * s + a) * TC_TILE);
 }
 
+/* The walked side's tile t (TC_BC rows from row0 + t TC_BC of a and of b, row strides lda and
+ * ldb, each into its place of stage t % 2): issues and commits its copies, unless t >= nt. */
+template <class E>
+static __device__ __forceinline__ void tc_tile(unsigned char *sm, int t, int nt, int row0,
+                                               const E *a, size_t lda, const E *b, size_t ldb,
+                                               int T)
+{
+    if (t >= nt) return;
+    int q = row0 + t * TC_BC;
+    tc_fetch<TC_BC>(tc_stage<E>(sm, t % 2, 0), a, q, T, lda);
+    tc_fetch<TC_BC>(tc_stage<E>(sm, t % 2, 1), b, q, T, ldb);
+    __pipeline_commit();
+}
+
+/* Tile t's turn: waits for its copies and (a block barrier) for every warp to be done with
+ * tile t - 1 and its scores, then issues tile t + 1's into the stage t - 1 leaves free. */
+template <class E>
+static __device__ __forceinline__ void tc_turn(unsigned char *sm, int t, int nt, int row0,
+                                               const E *a, size_t lda, const E *b, size_t ldb,
+                                               int T)
+{
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    tc_tile(sm, t + 1, nt, row0, a, lda, b, ldb, T);
+}
+
 /* Forward. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out, lse at the run's first
  * sequence. grid (query tiles, B NH). */
 template <class E>
@@ -219,21 +245,12 @@ static __global__ void __launch_bounds__(TC_THREADS)
     wmma::load_matrix_sync(rowf, S, TC_LDS, wmma::mem_row_major);
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::fill_fragment(acc[n], 0.0f);
-    __syncthreads(); /* Q is in fragments: its place takes the tiles */
-    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 0), base + p.C, 0, T, p.C3);
-    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 1), base + 2 * p.C, 0, T, p.C3);
-    __pipeline_commit();
+    __syncthreads(); /* Q is in fragments: its place takes the tiles (K and V) */
+    tc_tile(sm, 0, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
     float m = -INFINITY, l = 0.0f; /* the row's running maximum (base 2) and sum */
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_BC;
-        __pipeline_wait_prior(0);
-        __syncthreads(); /* tile t landed; tile t - 1 and the warps' scores are used up */
-        if (t + 1 < nk) {
-            int s1 = (t + 1) % 2;
-            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 0), base + p.C, k0 + TC_BC, T, p.C3);
-            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 1), base + 2 * p.C, k0 + TC_BC, T, p.C3);
-            __pipeline_commit();
-        }
+        tc_turn(sm, t, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
         if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
         const E *Ks = tc_stage<E>(sm, t % 2, 0), *Vs = tc_stage<E>(sm, t % 2, 1);
         tc_abt<TC_BC / 16>(S, TC_LDS, qf, Ks);
@@ -351,21 +368,14 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         wmma::fill_fragment(dk[n], 0.0f);
         wmma::fill_fragment(dv[n], 0.0f);
     }
-    __syncthreads(); /* K and V are in fragments: their place takes the tiles */
-    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 0), base, p.row0, T, p.C3);
-    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 1), dO, p.row0, T, (size_t)p.C);
-    __pipeline_commit();
+    __syncthreads(); /* K and V are in fragments: their place takes the tiles (Q and dO) */
+    tc_tile(sm, 0, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
     tc_rows<TC_BC>(rows + TC_BC, rows, delta_bh, lse_bh, p.row0, T);
     for (int t = 0; t < nq; t++) { /* queries i >= the tile's first key */
         int q0 = p.row0 + t * TC_BC;
-        __pipeline_wait_prior(0);
-        __syncthreads(); /* tile t landed; tile t - 1 and the warps' scores are used up */
-        if (t + 1 < nq) {
-            int s1 = (t + 1) % 2;
-            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 0), base, q0 + TC_BC, T, p.C3);
-            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 1), dO, q0 + TC_BC, T, (size_t)p.C);
-            __pipeline_commit();
-            float *ls1 = rows + 2 * s1 * TC_BC;
+        tc_turn(sm, t, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
+        if (t + 1 < nq) { /* the next tile's rows, into the stage tile t - 1 left */
+            float *ls1 = rows + 2 * ((t + 1) % 2) * TC_BC;
             tc_rows<TC_BC>(ls1 + TC_BC, ls1, delta_bh, lse_bh, q0 + TC_BC, T);
         }
         if (q0 + TC_BC - 1 < jw) continue; /* no query of the tile sees the warp's keys */
@@ -433,20 +443,11 @@ static __global__ void __launch_bounds__(TC_THREADS)
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::fill_fragment(dq[n], 0.0f);
     float li = ls[16 * p.warp + r], di = dl[16 * p.warp + r];
-    __syncthreads(); /* Q and dO are in fragments: their place takes the tiles */
-    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 0), base + p.C, 0, T, p.C3);
-    tc_fetch<TC_BC>(tc_stage<E>(sm, 0, 1), base + 2 * p.C, 0, T, p.C3);
-    __pipeline_commit();
+    __syncthreads(); /* Q and dO are in fragments: their place takes the tiles (K and V) */
+    tc_tile(sm, 0, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_BC;
-        __pipeline_wait_prior(0);
-        __syncthreads(); /* tile t landed; tile t - 1 and the warps' scores are used up */
-        if (t + 1 < nk) {
-            int s1 = (t + 1) % 2;
-            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 0), base + p.C, k0 + TC_BC, T, p.C3);
-            tc_fetch<TC_BC>(tc_stage<E>(sm, s1, 1), base + 2 * p.C, k0 + TC_BC, T, p.C3);
-            __pipeline_commit();
-        }
+        tc_turn(sm, t, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
         if (k0 > qw + 15) continue;
         const E *Ks = tc_stage<E>(sm, t % 2, 0), *Vs = tc_stage<E>(sm, t % 2, 1);
         tc_abt<TC_BC / 16>(S, TC_LDS, qf, Ks);
