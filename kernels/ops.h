@@ -178,7 +178,7 @@ typedef struct zt_ops {
 } zt_ops;
 
 /* Attention's working memory works through whole sequences a chunk at a time: two T x T
- * matrices per (sequence, head) pair of a chunk (at least 132 T floats: the CUDA tensor-core
+ * matrices per (sequence, head) pair of a chunk (at least 136 T floats: the CUDA tensor-core
  * attention's 16-bit copies for short sequences), as many sequences as fit in
  * ZT_ATTENTION_SCRATCH_BUDGET floats and at least one. The same on every backend (the CPU one
  * uses a few row blocks of it per thread), so a plan needs no backend. */

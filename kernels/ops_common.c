@@ -18,10 +18,10 @@ int zt_attention_chunk_seqs(int B, int T, int NH)
 size_t zt_attention_scratch_floats(int B, int T, int NH)
 {
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
-    /* per (sequence, head, token) of a chunk: two rows of T scores, and at least 132 floats:
+    /* per (sequence, head, token) of a chunk: two rows of T scores, and at least 136 floats:
      * the CUDA tensor-core attention's 16-bit copies of q, k, v and dO (head size 64) and its
      * delta take 129, and it aligns them (zt_cuda_attn_tc_floats) */
-    size_t row = 2 * (size_t)T > 132 ? 2 * (size_t)T : 132;
+    size_t row = 2 * (size_t)T > 136 ? 2 * (size_t)T : 136;
     return (size_t)zt_attention_chunk_seqs(B, T, NH) * (size_t)NH * (size_t)T * row;
 }
 

@@ -18,7 +18,11 @@
  * every other column, and write the 16-bit P or dS over the scores' own rows. The
  * forward keeps each warp's 16 x 64 output in accumulator fragments, rescaled there by the
  * running maximum; the backward keeps its gradients in accumulator fragments too and adds them
- * to dqkv once, through shared memory (so rows past T are never touched). */
+ * to dqkv once, through shared memory (so rows past T are never touched). With
+ * ZT_CUDA_ATTN_DQ=gemm the dK dV kernel also writes dS^T (16-bit) into the scratch and dQ comes
+ * from cuBLASLt (dQ += dS K per sequence) instead of the dQ kernel, which recomputes the scores
+ * and dP; where a sequence's dS does not fit (short sequences) or cuBLASLt has no algorithm,
+ * the dQ kernel runs. */
 #include "cuda_int.h"
 
 #ifndef ZT_CUDA_EMU
@@ -330,12 +334,35 @@ static __device__ __forceinline__ void tc_rows(float *dl, float *ls, const float
     }
 }
 
-/* The operands of the backward kernels: the run's 16-bit qkv and dO, its delta and lse. */
+/* The operands of the backward kernels: the run's 16-bit qkv and dO, its delta and lse; ds
+ * (ZT_CUDA_ATTN_DQ=gemm, else NULL): where the dK dV kernel leaves dS^T, T x T per (b, h),
+ * zeros where it writes nothing (above the diagonal), for dQ = dS K by cuBLASLt. */
 template <class E> struct tc_bwd_args {
     float *dqkv;
     const E *qkv, *dout;
     const float *delta, *lse;
+    E *ds;
 };
+
+/* The warp's 16-bit dS^T (its 16 keys from jw x the TC_BC queries from q0, in shared memory at
+ * row stride TC_LDP) into ds (T x T, keys by queries), inside T: eight a store where rows allow
+ * (T a multiple of 8), else one. */
+template <class E>
+static __device__ __forceinline__ void tc_put_ds(E *ds, const E *dSt, int jw, int q0, int T,
+                                                 int lane)
+{
+    for (int e = lane; e < 16 * (TC_BC / 8); e += 32) {
+        int rr = e / (TC_BC / 8), c8 = 8 * (e % (TC_BC / 8)), j = jw + rr, i = q0 + c8;
+        if (j >= T) continue;
+        const E *src = dSt + rr * TC_LDP + c8;
+        E *dst = ds + (size_t)j * T + i;
+        if (T % 8 == 0 && i + 8 <= T)
+            *(uint4 *)dst = *(const uint4 *)src;
+        else
+            for (int u = 0; u < 8 && i + u < T; u++)
+                dst[u] = src[u];
+    }
+}
 
 /* Backward, dK and dV. grid (key tiles, B NH), the first (longest) key tiles first. */
 template <class E>
@@ -403,6 +430,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
             dSt[r * TC_LDP + ii] = tc_round<E>(dsv[u]);
         }
         __syncwarp();
+        if (a.ds) tc_put_ds(a.ds + (size_t)p.bh * T * T, dSt, jw, q0, T, p.lane);
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dv, Pt, dOs);
         tc_ab_acc<TC_HS / 16, TC_BC / 16>(dk, dSt, Qs);
     }
@@ -475,35 +503,42 @@ static __global__ void __launch_bounds__(TC_THREADS)
     tc_add_out(a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage, dq);
 }
 
-/* The scratch of a run of sequences: the 16-bit copies of qkv and (backward) dout, delta. */
+/* The scratch of a run of sequences: the 16-bit copies of qkv and (backward) dout, delta, and
+ * (ZT_CUDA_ATTN_DQ=gemm) dS^T. */
 template <class E> struct tc_run {
-    E *qkv, *dout;
+    E *qkv, *dout, *ds;
     float *delta;
     int n; /* sequences per run */
 };
 
-static size_t tc_seq_bytes(int T, int C, int NH, bool backward)
+enum { TC_FWD, TC_BWD, TC_BWD_DS }; /* what a run holds */
+
+static size_t tc_seq_bytes(int T, int C, int NH, int what)
 {
-    size_t tok = (size_t)T * (3 * (size_t)C * 2);
-    if (backward) tok += (size_t)T * ((size_t)C * 2 + (size_t)NH * 4);
-    return tok;
+    size_t b = (size_t)T * (3 * (size_t)C * 2);
+    if (what != TC_FWD) b += (size_t)T * ((size_t)C * 2 + (size_t)NH * 4);
+    if (what == TC_BWD_DS) b += (size_t)NH * T * T * 2;
+    return b;
 }
+
+/* 16-byte boundaries: where the copies start, and dS^T after delta */
+#define TC_SLACK 28
 
 extern "C" size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH)
 {
-    return ((size_t)nseq * tc_seq_bytes(T, C, NH, true) + 12 + 3) / 4;
+    return ((size_t)nseq * tc_seq_bytes(T, C, NH, TC_BWD) + TC_SLACK + 3) / 4;
 }
 
 /* Carves runs of sequences out of the scratch, the copies at a 16-byte boundary; n = 0 (and a
  * recorded failure) when not even one sequence fits. */
 template <class E>
 static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, int B, int T, int C,
-                           int NH, bool backward)
+                           int NH, int what)
 {
     tc_run<E> run;
     uintptr_t at = ((uintptr_t)scratch + 15) & ~(uintptr_t)15;
-    size_t bytes = scratch_floats * 4, skip = at - (uintptr_t)scratch;
-    size_t fit = bytes > skip ? (bytes - skip) / tc_seq_bytes(T, C, NH, backward) : 0;
+    size_t bytes = scratch_floats * 4;
+    size_t fit = bytes > TC_SLACK ? (bytes - TC_SLACK) / tc_seq_bytes(T, C, NH, what) : 0;
     /* as few runs as fit, of even length (21, 21, 21, 1 would leave the GPU mostly idle in
      * the last; 16, 16, 16, 16 does not) */
     size_t runs = fit ? ((size_t)B + fit - 1) / fit : 0;
@@ -512,7 +547,9 @@ static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, 
     run.qkv = (E *)at;
     run.dout = run.qkv + q;
     run.delta = (float *)(run.dout + d);
-    if (run.n < 1)
+    uintptr_t ds = (uintptr_t)(run.delta + (size_t)run.n * NH * T);
+    run.ds = what == TC_BWD_DS ? (E *)((ds + 15) & ~(uintptr_t)15) : NULL;
+    if (run.n < 1 && what != TC_BWD_DS)
         zt_cuda_fail(ctx, ZT_ERR_INVALID,
                      "attention: a scratch of %zu floats holds the 16-bit copies of no sequence "
                      "(%d tokens, %d heads); this is a bug in the caller (it must have "
@@ -526,7 +563,7 @@ static void tc_forward(zt_kctx *ctx, const char *name, float *out, float *lse, f
                        size_t scratch_floats, const float *qkv, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, false);
+    tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_FWD);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t tok = (size_t)b0 * T;
@@ -550,13 +587,38 @@ extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, fl
                                   scratch, scratch_floats, qkv, B, T, C, NH);
 }
 
+/* dQ += dS K for the run's sequences from cuBLASLt (ZT_CUDA_ATTN_DQ=gemm), a strided batch
+ * over the heads of each sequence: dS^T (keys x queries) from run.ds, K from the 16-bit copy.
+ * false (nothing queued) where cuBLASLt has no algorithm for it. */
+template <class E>
+static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, float *dqkv, int nb, int T, int C,
+                       int NH)
+{
+    for (int b = 0; b < nb; b++) {
+        zt_cuda_gemm g;
+        memset(&g, 0, sizeof(g));
+        g.ta = 'T', g.tb = 'N', g.M = T, g.N = TC_HS, g.K = T, g.alpha = 1.0f, g.beta = 1.0f;
+        g.A = run.ds + (size_t)b * NH * T * T, g.lda = T, g.sA = (long long)T * T;
+        g.B = run.qkv + (size_t)b * T * 3 * C + C, g.ldb = 3 * C, g.sB = TC_HS;
+        g.C = dqkv + (size_t)b * T * 3 * C, g.ldc = 3 * C, g.sC = TC_HS;
+        g.batch = NH, g.in16 = ctx->mm;
+        if (!zt_cuda_gemm16_run(ctx, &g)) return false;
+    }
+    return true;
+}
+
 template <class E>
 static void tc_backward(zt_kctx *ctx, const char *const names[3], float *dqkv, float *scratch,
                         size_t scratch_floats, const float *dout, const float *qkv,
                         const float *out, const float *lse, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, true);
+    tc_run<E> run;
+    /* dQ by cuBLASLt where asked and a sequence's dS^T fits (else by the kernel, which needs
+     * less) */
+    if (ctx->attn_dq_gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS);
+    if (!ctx->attn_dq_gemm || run.n < 1)
+        run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t rows = (size_t)nb * NH * T, tok = (size_t)b0 * T;
@@ -571,9 +633,15 @@ static void tc_backward(zt_kctx *ctx, const char *const names[3], float *dqkv, f
         a.dout = run.dout;
         a.delta = run.delta;
         a.lse = lse + (size_t)b0 * NH * T;
+        a.ds = run.ds;
+        if (a.ds)
+            zt_cuda_check(
+                ctx, cudaMemsetAsync(a.ds, 0, (size_t)nb * NH * T * T * sizeof(E), ctx->stream),
+                "clearing the attention's dS");
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
         ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
-        ZT_CUDA_LAUNCH(ctx, names[2], tc_bwd_q_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
+        if (!a.ds || !tc_dq_gemm(ctx, run, a.dqkv, nb, T, C, NH))
+            ZT_CUDA_LAUNCH(ctx, names[2], tc_bwd_q_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
     }
 }
 

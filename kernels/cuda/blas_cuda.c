@@ -561,6 +561,14 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
     if (!gemm_staged(ctx, g)) gemm_unstaged(ctx, g);
 }
 
+bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g)
+{
+    lt_call c;
+    lt_result r = lt_prepare(ctx, g, false, &c);
+    if (r == LT_READY) r = lt_launch(ctx, g, false, &c);
+    return r != LT_NO_ALGO;
+}
+
 /* A linear layer's two backward products from one set of 16-bit copies: the weight (OC x C)
  * whole, then dout and inp by blocks of mb token rows, each block giving its rows of dinp
  * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue) and its share of

@@ -93,6 +93,7 @@ struct zt_kctx {
     int mm_env;     /* ZT_CUDA_MATMUL: -1 unset, else the zt_cuda_mm it names */
     int attn_fused; /* ZT_CUDA_ATTN: 1 fused (attn_cuda.cu's kernels where they fit), 0 chunked,
                      * ZT_CUDA_ATTN_AUTO fused for 16-bit matmul inputs only (zt_cuda_attn_fused) */
+    int attn_dq_gemm; /* ZT_CUDA_ATTN_DQ=gemm: the tensor-core backward's dQ by cuBLASLt */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 
@@ -147,6 +148,9 @@ void zt_cuda_flush(zt_kctx *ctx);
 /* Runs one GEMM on the context's stream through cuBLASLt (algorithm cached per shape);
  * a failure is recorded. M, N or K == 0 are handled (no cuBLASLt call). */
 void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g);
+/* Runs g, whose A and B are 16-bit (g->in16 their type), through cuBLASLt: true when queued
+ * (or failed and recorded), false when cuBLASLt has no algorithm for it (nothing queued). */
+bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g);
 
 /* ---- kernels (gpt2_cuda.cu, optim_cuda.cu): launchers on ctx->stream ---- */
 

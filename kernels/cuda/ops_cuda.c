@@ -125,6 +125,18 @@ static int attn_fused_from_env(void)
     return ZT_CUDA_ATTN_AUTO;
 }
 
+/* ZT_CUDA_ATTN_DQ: how the tensor-core attention's backward gets dQ: "kernel" (unset or empty:
+ * a second kernel recomputing the scores) or "gemm" (the dK dV kernel writes dS to the scratch
+ * and cuBLASLt multiplies it by K). Anything else warns and counts as unset. */
+static int attn_dq_gemm_from_env(void)
+{
+    const char *s = getenv("ZT_CUDA_ATTN_DQ");
+    if (!s || !*s || strcmp(s, "kernel") == 0) return 0;
+    if (strcmp(s, "gemm") == 0) return 1;
+    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN_DQ=%s: expected 'kernel' or 'gemm'", s);
+    return 0;
+}
+
 static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
 {
     *out = NULL;
@@ -153,6 +165,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->mm_env = mm_from_env();
     ctx->mm = ctx->mm_env >= 0 ? ctx->mm_env : ZT_MM_FP32;
     ctx->attn_fused = attn_fused_from_env();
+    ctx->attn_dq_gemm = attn_dq_gemm_from_env();
     const char *tune = getenv("ZT_CUDA_GEMM_TUNE");
     ctx->gemm_tune = tune && strcmp(tune, "1") == 0;
     if (tune && *tune && !ctx->gemm_tune && strcmp(tune, "0") != 0)

@@ -548,9 +548,11 @@ static void test_heuristic_failure(void)
 unsigned long long zt_emu_counted(int which);
 #define EMU_GEMMS() zt_emu_counted(1)
 #define EMU_LAUNCHES() zt_emu_counted(0)
+#define EMU_COUNTS 1 /* the emulation counts them */
 #else
 #define EMU_GEMMS() 0ULL
 #define EMU_LAUNCHES() 0ULL
+#define EMU_COUNTS 0
 #endif
 
 /* A context whose matmuls take mm inputs (ZT_CUDA_MATMUL), with ZT_CUDA_GEMM_STAGE=stage (NULL:
@@ -774,6 +776,7 @@ static void test_matmul_staged(void)
 /* ---- attention ---- */
 
 static zt_kctx *GF; /* a second CUDA context, with ZT_CUDA_ATTN=fused */
+static zt_kctx *GQ; /* a fourth: fused, ZT_CUDA_ATTN_DQ=gemm, bf16 matmuls */
 static zt_kctx *GT; /* a third, with ZT_CUDA_GEMM_TUNE=1 */
 
 /* attention on the context GC, named `mode` in failures; results within rtol of the CPU's
@@ -858,6 +861,18 @@ static void test_attention(int B, int T, int C, int NH)
         GPU->set_matmul_dtype(GF, ZT_F16);
         attention_case(B, T, C, NH, "fused fp16", 0.05, 1e-2, eh);
         GPU->set_matmul_dtype(GF, ZT_F32);
+        /* dQ from dS^T by cuBLASLt instead of the dQ kernel: the same arithmetic but for the
+         * order of the sums over keys, so the same bounds; on the emulation the products did
+         * run (the fused attention runs none otherwise) where the op's scratch holds a
+         * sequence's dS^T (T x T per head beside its copies: from T = 88; shorter sequences
+         * take the dQ kernel) */
+        double eg[2];
+        GC = GQ;
+        unsigned long long g0 = EMU_GEMMS();
+        attention_case(B, T, C, NH, "fused bf16 dQ by GEMM", 0.1, 2e-2, eg);
+        if (EMU_COUNTS && T >= 128 && EMU_GEMMS() == g0)
+            ZT_FAIL("attention B=%d T=%d NH=%d with ZT_CUDA_ATTN_DQ=gemm ran no GEMM", B, T, NH);
+        GC = GF;
         /* compared where errors are many: with under 16 queries a sequence has a handful of
          * dS values, whose single rounding errors make up most of dq's and dk's (seen at T = 1:
          * fp16 9.9e-4 against bf16 1.7e-3) */
@@ -1352,6 +1367,13 @@ int main(void)
     st = GPU->ctx_create(&GF, 0, &err);
     unsetenv("ZT_CUDA_ATTN");
     if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_ATTN=fused: %s", zt_err_msg(&err));
+    setenv("ZT_CUDA_ATTN", "fused", 1);
+    setenv("ZT_CUDA_ATTN_DQ", "gemm", 1);
+    st = GPU->ctx_create(&GQ, 0, &err);
+    unsetenv("ZT_CUDA_ATTN");
+    unsetenv("ZT_CUDA_ATTN_DQ");
+    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_ATTN_DQ=gemm: %s", zt_err_msg(&err));
+    GPU->set_matmul_dtype(GQ, ZT_BF16);
     setenv("ZT_CUDA_GEMM_TUNE", "1", 1);
     st = GPU->ctx_create(&GT, 0, &err);
     unsetenv("ZT_CUDA_GEMM_TUNE");
@@ -1437,6 +1459,7 @@ int main(void)
     test_errors();
 
     GPU->ctx_destroy(GF);
+    GPU->ctx_destroy(GQ);
     GPU->ctx_destroy(GT);
     GPU->ctx_destroy(GC);
     CPU->ctx_destroy(CC);
