@@ -25,7 +25,8 @@ T x T scratch). A "zt-chunked" (or "zt-fused") row reruns zerotrain's best bf16 
 precision at the same micro batch with the other attention (ZT_CUDA_ATTN), and the ratio of
 fused to chunked is printed: the measurement behind that default. A "zt-unstaged" row reruns
 bf16 at its micro batch with ZT_CUDA_GEMM_STAGE=0 (cuBLASLt converting the fp32 operands as it
-loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio of the two.
+loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio of the two; a
+"zt-dq-gemm" row with ZT_CUDA_ATTN_DQ=gemm (the attention's dQ by cuBLASLt from dS).
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -433,10 +434,11 @@ def main():
             row = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]
             return row["device_bytes"] / 2**20
 
-        def zt_run(jname, job, prec, attn="", stage=""):  # "": the defaults for prec
+        def zt_run(jname, job, prec, attn="", stage="", dq=""):  # "": the defaults for prec
             zu.write_job(f"{tmp}/{jname}.json", job)
             env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn,
-                   "ZT_CUDA_MATMUL": mm_of[prec], "ZT_CUDA_GEMM_STAGE": stage, **EMU_ENV}
+                   "ZT_CUDA_MATMUL": mm_of[prec], "ZT_CUDA_GEMM_STAGE": stage,
+                   "ZT_CUDA_ATTN_DQ": dq, **EMU_ENV}
             with GpuMemPoller() as mem:
                 r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
             steps = zu.parse_step_lines(r.stdout)
@@ -495,6 +497,8 @@ def main():
                     attn="chunked")
             # bf16 with the matmuls reading the fp32 operands
             variant("zt-unstaged", "bf16", "bf16", "_unstaged", "bf16 unstaged", stage="0")
+            # bf16 with the attention's dQ from dS by cuBLASLt instead of its second kernel
+            variant("zt-dq-gemm", "bf16", "bf16", "_dqgemm", "bf16, dQ by GEMM", dq="gemm")
 
         alt_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
         if alt_prec:  # the attention the default does not pick for this precision
@@ -574,6 +578,12 @@ def main():
                   f"vs {r['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
                   f"{r['line'].get('bwd_ms', '?')} ms, peak alloc {a['mem_peak'] / 2**30:.2f} vs "
                   f"{r['mem_peak'] / 2**30:.2f} GiB)")
+        if w == "zt-dq-gemm" and p in zt_tf:
+            a = zt_tf[p]
+            print(f"{p}, attention dQ by GEMM/by kernel at micro batch {r['batch']}: "
+                  f"{r['tok_s'] / a['tok_s']:.2f}x tokens/s (bwd {r['line'].get('bwd_ms', '?')} "
+                  f"vs {a['line'].get('bwd_ms', '?')} ms, peak alloc "
+                  f"{r['mem_peak'] / 2**30:.2f} vs {a['mem_peak'] / 2**30:.2f} GiB)")
         if w in ("zt-fused", "zt-chunked") and p in zt_tf:
             fu, ch = (r, zt_tf[p]) if w == "zt-fused" else (zt_tf[p], r)
             print(f"fused/chunked attention at {p}, micro batch {r['batch']}: "
@@ -603,7 +613,8 @@ def check_emu(rows, twin, too_big, skipped, args):
     memory with the rank's report (the plan puts it within the margin), the third run."""
     want = [("zerotrain", p) for p in args.zt_precisions.split(",") if p]
     if "bf16" in args.zt_precisions.split(","):
-        want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16")]
+        want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16"),
+                 ("zt-dq-gemm", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}

@@ -35,6 +35,7 @@ static zt_kctx *K0;  /* ZT_CUDA_MATMUL unset: the dtype given to set_matmul_dtyp
 static zt_kctx *KTF; /* ZT_CUDA_MATMUL=tf32 (no job precision picks TF32) */
 static zt_kctx *KNS; /* ZT_CUDA_GEMM_STAGE=0: 16-bit matmuls read the fp32 operands */
 static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores for bf16) */
+static zt_kctx *KQ;  /* and ZT_CUDA_ATTN_DQ=gemm: its dQ by cuBLASLt */
 static int REPS = 20;
 static double BW = 0; /* ceiling: GB/s */
 
@@ -194,6 +195,11 @@ int main(int argc, char **argv)
     if (st == ZT_OK) {
         setenv("ZT_CUDA_ATTN", "fused", 1);
         st = G->ctx_create(&KF, 0, &err);
+        if (st == ZT_OK) {
+            setenv("ZT_CUDA_ATTN_DQ", "gemm", 1);
+            st = G->ctx_create(&KQ, 0, &err);
+            unsetenv("ZT_CUDA_ATTN_DQ");
+        }
         unsetenv("ZT_CUDA_ATTN");
     }
     if (st != ZT_OK) {
@@ -292,6 +298,12 @@ int main(int argc, char **argv)
         report_flops("attention_forward fused", md, s, afl);
         TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
         report_flops("attention_backward fused", md, s, 2 * afl);
+        if (MODES[md].dtype == ZT_BF16) { /* beside it: dQ from dS by cuBLASLt */
+            K = KQ;
+            G->set_matmul_dtype(K, MODES[md].dtype);
+            TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
+            report_flops("attention_backward fused, dQ by GEMM", md, s, 2 * afl);
+        }
     }
     use_mode(0);
     printf("  (attention keeps B x NH x T = %.2f MiB of log-sum-exps per layer; scratch %.0f MiB, "
@@ -340,6 +352,7 @@ int main(int argc, char **argv)
     G->ctx_destroy(KTF);
     G->ctx_destroy(KNS);
     G->ctx_destroy(KF);
+    G->ctx_destroy(KQ);
     G->ctx_destroy(K);
     zt_free(tok_h);
     printf("bench_kernels_gpu: done\n");
