@@ -529,8 +529,9 @@ extern "C" size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH)
     return ((size_t)nseq * tc_seq_bytes(T, C, NH, TC_BWD) + TC_SLACK + 3) / 4;
 }
 
-/* Carves runs of sequences out of the scratch, the copies at a 16-byte boundary; n = 0 (and a
- * recorded failure) when not even one sequence fits. */
+/* Carves runs of sequences out of the scratch, the copies and dS^T at 16-byte boundaries;
+ * n = 0 when not even one sequence fits, a recorded failure unless `what` is TC_BWD_DS (whose
+ * caller then takes TC_BWD). */
 template <class E>
 static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, int B, int T, int C,
                            int NH, int what)

@@ -598,7 +598,7 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *
         int mn = N - m0 < mb ? N - m0 : mb;
         stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
         stage_block(ctx, si, inp, C, 'N', m0, mn, 0, C);
-        /* dinp rows [m0, m0 + mn) (N x C) = dout rows (N x OC) @ weight (OC x C) */
+        /* dinp rows [m0, m0 + mn) (mn x C) += dout rows (mn x OC) @ weight (OC x C) */
         zt_cuda_gemm d;
         memset(&d, 0, sizeof(d));
         d.ta = 'N', d.tb = 'N', d.M = mn, d.N = C, d.K = OC, d.alpha = 1.0f;
