@@ -480,32 +480,8 @@ def main():
                 zt_best[prec] = res
                 add_row("zerotrain", prec, res)
 
-        def variant(who, prec, job_prec, suffix, what, **kw):
-            """zerotrain's best `prec` run again at its micro batch as a `job_prec` job, with
-            zt_run's keywords kw: a row for `who`"""
-            B = zt_best[prec]["batch"]
-            jname = f"zt_{job_prec}_b{B}{suffix}"
-            res, err = zt_run(jname, zt_job(jname, B, job_prec), job_prec, **kw)
-            if res:
-                add_row(who, job_prec, res)
-            else:
-                print(f"  zerotrain {what} failed: {err.strip()[-400:]}")
-
-        if "bf16" in zt_best:
-            # bf16 jobs with TF32 matmuls (no search of its own; the attention TF32 picks)
-            variant("zerotrain", "bf16", "bf16-tf32", "", "bf16 with TF32 matmuls",
-                    attn="chunked")
-            # bf16 with the matmuls reading the fp32 operands
-            variant("zt-unstaged", "bf16", "bf16", "_unstaged", "bf16 unstaged", stage="0")
-            # bf16 with the attention's dQ from dS by cuBLASLt instead of its second kernel
-            variant("zt-dq-gemm", "bf16", "bf16", "_dqgemm", "bf16, dQ by GEMM", dq="gemm")
-
-        alt_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
-        if alt_prec:  # the attention the default does not pick for this precision
-            alt = "chunked" if alt_prec in ("bf16", "fp16") else "fused"
-            variant(f"zt-{alt}", alt_prec, alt_prec, f"_{alt}",
-                    f"{alt_prec} with the {alt} attention", attn=alt)
-
+        # PyTorch right after zerotrain's best: the comparison the benchmark is for, before
+        # the variants (a time limit keeps what finished)
         torch_info = ""
         if not args.skip_torch:
             py = find_torch_python(args.torch_python, need_cuda=not EMU)
@@ -531,6 +507,32 @@ def main():
                             f"{'torch.compile' if res['compiled'] else 'eager'}, "
                             f"{'fused' if res['fused_adamw'] else 'plain'} AdamW, {attn}; "
                             f"micro batches tried from {tb.split(',')[0]}")
+
+        def variant(who, prec, job_prec, suffix, what, **kw):
+            """zerotrain's best `prec` run again at its micro batch as a `job_prec` job, with
+            zt_run's keywords kw: a row for `who`"""
+            B = zt_best[prec]["batch"]
+            jname = f"zt_{job_prec}_b{B}{suffix}"
+            res, err = zt_run(jname, zt_job(jname, B, job_prec), job_prec, **kw)
+            if res:
+                add_row(who, job_prec, res)
+            else:
+                print(f"  zerotrain {what} failed: {err.strip()[-400:]}")
+
+        if "bf16" in zt_best:
+            # bf16 jobs with TF32 matmuls (no search of its own; the attention TF32 picks)
+            variant("zerotrain", "bf16", "bf16-tf32", "", "bf16 with TF32 matmuls",
+                    attn="chunked")
+            # bf16 with the matmuls reading the fp32 operands
+            variant("zt-unstaged", "bf16", "bf16", "_unstaged", "bf16 unstaged", stage="0")
+            # bf16 with the attention's dQ from dS by cuBLASLt instead of its second kernel
+            variant("zt-dq-gemm", "bf16", "bf16", "_dqgemm", "bf16, dQ by GEMM", dq="gemm")
+
+        alt_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
+        if alt_prec:  # the attention the default does not pick for this precision
+            alt = "chunked" if alt_prec in ("bf16", "fp16") else "fused"
+            variant(f"zt-{alt}", alt_prec, alt_prec, f"_{alt}",
+                    f"{alt_prec} with the {alt} attention", attn=alt)
 
         twin = []
         tp = args.twinflow_precision
