@@ -776,7 +776,7 @@ static void test_matmul_staged(void)
 /* ---- attention ---- */
 
 static zt_kctx *GF; /* a second CUDA context, with ZT_CUDA_ATTN=fused */
-static zt_kctx *GQ; /* a fourth: fused, ZT_CUDA_ATTN_DQ=gemm, bf16 matmuls */
+static zt_kctx *GQ; /* a fourth: fused, ZT_CUDA_ATTN_DQ=gemm */
 static zt_kctx *GT; /* a third, with ZT_CUDA_GEMM_TUNE=1 */
 
 /* attention on the context GC, named `mode` in failures; results within rtol of the CPU's
@@ -868,10 +868,15 @@ static void test_attention(int B, int T, int C, int NH)
          * take the dQ kernel) */
         double eg[2];
         GC = GQ;
-        unsigned long long g0 = EMU_GEMMS();
-        attention_case(B, T, C, NH, "fused bf16 dQ by GEMM", 0.1, 2e-2, eg);
-        if (EMU_COUNTS && T >= 128 && EMU_GEMMS() == g0)
-            ZT_FAIL("attention B=%d T=%d NH=%d with ZT_CUDA_ATTN_DQ=gemm ran no GEMM", B, T, NH);
+        for (int half = 0; half < 2; half++) {
+            GPU->set_matmul_dtype(GQ, half ? ZT_F16 : ZT_BF16);
+            unsigned long long g0 = EMU_GEMMS();
+            attention_case(B, T, C, NH, half ? "fused fp16 dQ by GEMM" : "fused bf16 dQ by GEMM",
+                           half ? 0.05 : 0.1, half ? 1e-2 : 2e-2, eg);
+            if (EMU_COUNTS && T >= 128 && EMU_GEMMS() == g0)
+                ZT_FAIL("attention B=%d T=%d NH=%d with ZT_CUDA_ATTN_DQ=gemm ran no GEMM", B, T,
+                        NH);
+        }
         GC = GF;
         /* compared where errors are many: with under 16 queries a sequence has a handful of
          * dS values, whose single rounding errors make up most of dq's and dk's (seen at T = 1:
@@ -1373,7 +1378,6 @@ int main(void)
     unsetenv("ZT_CUDA_ATTN");
     unsetenv("ZT_CUDA_ATTN_DQ");
     if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_ATTN_DQ=gemm: %s", zt_err_msg(&err));
-    GPU->set_matmul_dtype(GQ, ZT_BF16);
     setenv("ZT_CUDA_GEMM_TUNE", "1", 1);
     st = GPU->ctx_create(&GT, 0, &err);
     unsetenv("ZT_CUDA_GEMM_TUNE");
