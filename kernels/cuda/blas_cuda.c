@@ -563,10 +563,7 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g)
 
 bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
-    lt_call c;
-    lt_result r = lt_prepare(ctx, g, false, &c);
-    if (r == LT_READY) r = lt_launch(ctx, g, false, &c);
-    return r != LT_NO_ALGO;
+    return gemm_lt(ctx, g, false) != LT_NO_ALGO;
 }
 
 /* A linear layer's two backward products from one set of 16-bit copies: the weight (OC x C)
