@@ -22,8 +22,15 @@
  * ZT_CUDA_ATTN_DQ=gemm the dK dV kernel also writes dS^T (16-bit) into the scratch and dQ comes
  * from cuBLASLt (dQ += dS K per sequence) instead of the dQ kernel, which recomputes the scores
  * and dP; where a sequence's dS does not fit (short sequences) or cuBLASLt has no algorithm,
- * the dQ kernel runs. */
+ * the dQ kernel runs.
+ *
+ * ZT_CUDA_ATTN_FWD=mma and ZT_CUDA_ATTN_BWD=mma run the same algorithm as mma.sync kernels
+ * instead (below, "the forward on mma.sync"): FlashAttention-2's layout, the scores, the
+ * softmax, P and dS in registers, tiles of 64 rows read by ldmatrix. */
 #include "cuda_int.h"
+
+#include <stdint.h>
+#include <string.h>
 
 #ifndef ZT_CUDA_EMU
 #include <cuda_bf16.h>
@@ -299,6 +306,321 @@ static __global__ void __launch_bounds__(TC_THREADS)
     if (half == 0) lse[(size_t)p.bh * T + i] = (m + log2f(l)) * TC_LN2;
 }
 
+/* ---- the forward on mma.sync (ZT_CUDA_ATTN_FWD=mma) ----
+ * FlashAttention-2's layout: the m16n8k16 matrix instruction, whose fragment layouts the PTX
+ * ISA fixes, so a warp's scores stay in registers: its 16 x 64 scores come out of the
+ * instruction in accumulator layout, which packed two to a register is the next product's A
+ * operand, so the masking, the softmax and the rescaling of the outputs run on registers and
+ * P goes into P V without a trip through shared memory. Tiles of 64 keys (K and V, two stages
+ * of cp.async as above); operands come out of shared memory by ldmatrix (V transposed on the
+ * way). Same arithmetic as the wmma kernel but for the order of the products' sums. */
+
+#define TC_MK 64           /* keys of a tile */
+#define TC_MN (TC_MK / 8)  /* n8 accumulators across a tile's keys, or across the head */
+#define TC_MS (TC_HS / 16) /* k16 steps over the head */
+static_assert(TC_MK == TC_BR && TC_HS / 8 == TC_MN, "tiles as tall as a block's rows");
+#ifdef __CUDACC__
+#define TC_UNROLL _Pragma("unroll")
+#else
+#define TC_UNROLL
+#endif
+
+/* d (16 x 8, fp32) += a (16 x 16) b (16 x 8) on the tensor cores, collective over the warp.
+ * Fragment layouts (g = lane / 4, t = lane % 4; two 16-bit elements per register, the one of
+ * lower column or k in the low half): a[0] = A(g, 2t..), a[1] = A(g+8, 2t..),
+ * a[2] = A(g, 2t+8..), a[3] = A(g+8, 2t+8..); b0 = B(2t.., g), b1 = B(2t+8.., g);
+ * d[0..1] = D(g, 2t..), d[2..3] = D(g+8, 2t..). So two n8 accumulators side by side, packed,
+ * are an A fragment. */
+template <class E>
+static __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], uint32_t b0,
+                                              uint32_t b1);
+#ifdef ZT_CUDA_EMU
+template <class E>
+static __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], uint32_t b0,
+                                              uint32_t b1)
+{
+    zt_emu_mma16816<E>(d, a, b0, b1);
+}
+#else
+template <>
+__device__ __forceinline__ void tc_mma<__nv_bfloat16>(float d[4], const uint32_t a[4], uint32_t b0,
+                                                      uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void tc_mma<__half>(float d[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
+/* Four 8 x 8 16-bit matrices from shared memory, collective over the warp: lanes 8j..8j+7
+ * give the addresses of matrix j's rows (16-byte aligned); r[j] gets the lane's two elements
+ * of matrix j, (l / 4, 2 (l % 4)..) as an A fragment's register holds them, or with TRANS of
+ * its transpose, (2 (l % 4).., l / 4), as a B fragment's does from a row-major k x n tile. */
+template <bool TRANS> static __device__ __forceinline__ void tc_ldsm4(uint32_t r[4], const void *p)
+{
+#ifdef ZT_CUDA_EMU
+    zt_emu_ldmatrix_x4(r, p, TRANS);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+#endif
+}
+
+/* lo and hi rounded to E and packed as the instruction takes them: lo in the low half */
+template <class E> static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
+{
+    E a = tc_round<E>(lo), b = tc_round<E>(hi);
+    unsigned short ua, ub;
+    memcpy(&ua, &a, sizeof(ua));
+    memcpy(&ub, &b, sizeof(ub));
+    return (uint32_t)ua | (uint32_t)ub << 16;
+}
+
+/* The lane's place in the ldmatrix x4 loads of the mma kernels: lr, lc the row and column (of
+ * a 16 x 16 block) whose address it gives for an A fragment, or for the B fragments of two n8
+ * tiles from a k x n tile (TRANS); lrk, lck those for the B fragments of two n8 tiles from an
+ * n x k tile (the rows of the product's right-hand side transposed, as K for Q K^T). */
+struct tc_lm {
+    int lr, lc, lrk, lck;
+};
+
+static __device__ __forceinline__ tc_lm tc_lm_of(int lane)
+{
+    tc_lm m;
+    m.lr = lane % 8 + 8 * ((lane / 8) % 2);
+    m.lc = 8 * (lane / 16);
+    m.lrk = lane % 8 + 8 * (lane / 16);
+    m.lck = 8 * ((lane / 8) % 2);
+    return m;
+}
+
+/* The A fragments of a warp's 16 rows of TC_HS in shared memory (row stride TC_LDH), k16 step
+ * by step. */
+template <class E>
+static __device__ __forceinline__ void tc_mma_frags(uint32_t a[TC_MS][4], const E *rows, tc_lm m)
+{
+    TC_UNROLL
+    for (int kk = 0; kk < TC_MS; kk++)
+        tc_ldsm4<false>(a[kk], rows + m.lr * TC_LDH + 16 * kk + m.lc);
+}
+
+/* acc (16 x 64: TC_MN n8 accumulators) = a x^T: a a warp's 16 rows as A fragments, x 64 rows
+ * of TC_HS in shared memory (row stride TC_LDH); column n of the product is row n of x. */
+template <class E>
+static __device__ __forceinline__ void tc_mma_abt(float acc[TC_MN][4], const uint32_t a[TC_MS][4],
+                                                  const E *x, tc_lm m)
+{
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    TC_UNROLL
+    for (int kk = 0; kk < TC_MS; kk++) {
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n += 2) { /* rows 8n.. and 8n + 8.. of x */
+            uint32_t b[4];
+            tc_ldsm4<false>(b, x + (8 * n + m.lrk) * TC_LDH + 16 * kk + m.lck);
+            tc_mma<E>(acc[n], a[kk], b[0], b[1]);
+            tc_mma<E>(acc[n + 1], a[kk], b[2], b[3]);
+        }
+    }
+}
+
+/* acc (16 x TC_HS) += p x: p a warp's 16 x 64 in accumulator layout (P or dS, rounded to E
+ * here), x 64 rows of TC_HS in shared memory (row stride TC_LDH), read transposed. */
+template <class E>
+static __device__ __forceinline__ void tc_mma_pv(float acc[TC_MN][4], const float p[TC_MN][4],
+                                                 const E *x, tc_lm m)
+{
+    TC_UNROLL
+    for (int kk = 0; kk < TC_MK / 16; kk++) { /* rows 16 kk.. of x */
+        uint32_t a[4] = {tc_pack<E>(p[2 * kk][0], p[2 * kk][1]),
+                         tc_pack<E>(p[2 * kk][2], p[2 * kk][3]),
+                         tc_pack<E>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                         tc_pack<E>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n += 2) { /* columns 8n.. and 8n + 8.. */
+            uint32_t b[4];
+            tc_ldsm4<true>(b, x + (16 * kk + m.lr) * TC_LDH + 8 * n + m.lc);
+            tc_mma<E>(acc[n], a, b[0], b[1]);
+            tc_mma<E>(acc[n + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+/* dst rows row0 + g and row0 + g + 8 (row stride ld) += a warp's 16 x TC_HS accumulators, the
+ * lane's own elements; rows at or past T are left alone. */
+static __device__ __forceinline__ void tc_mma_add_out(float *dst, size_t ld, int row0, int T,
+                                                      const float acc[TC_MN][4], int lane)
+{
+    int g = lane / 4, t4 = lane % 4;
+    TC_UNROLL
+    for (int h = 0; h < 2; h++) {
+        int i = row0 + g + 8 * h;
+        if (i >= T) continue;
+        float *o = dst + (size_t)i * ld + 2 * t4;
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n++) {
+            o[8 * n] += acc[n][2 * h];
+            o[8 * n + 1] += acc[n][2 * h + 1];
+        }
+    }
+}
+
+/* The mma forward's shared memory: four places of TC_BR head vectors (K and V of stage 0,
+ * K and V of stage 1); Q first lands in stage 1's K place. */
+#define TC_MSMEM (4 * TC_HEAD)
+static_assert(TC_MSMEM <= 48 * 1024, "static shared memory");
+
+/* The mma kernels' tile t of the walked side (TC_MK rows from row0 + t TC_MK of a and of b, row
+ * strides lda and ldb) into stage t % 2 (places 2 (t % 2) and 2 (t % 2) + 1): issues and
+ * commits its copies, unless t >= nt. */
+template <class E>
+static __device__ __forceinline__ void tc_mtile(unsigned char *sm, int t, int nt, int row0,
+                                                const E *a, size_t lda, const E *b, size_t ldb,
+                                                int T)
+{
+    if (t >= nt) return;
+    unsigned char *st = sm + 2 * (t % 2) * TC_HEAD;
+    tc_fetch<TC_MK>((E *)st, a, row0 + t * TC_MK, T, lda);
+    tc_fetch<TC_MK>((E *)(st + TC_HEAD), b, row0 + t * TC_MK, T, ldb);
+    __pipeline_commit();
+}
+
+/* Tile t's turn in the mma kernels: waits for its copies and (a block barrier) for every warp
+ * to be done with tile t - 1 (or the block's own rows, which arrive in stage 1's places), then
+ * issues tile t + 1's into the stage t - 1 leaves free. */
+template <class E>
+static __device__ __forceinline__ void tc_mturn(unsigned char *sm, int t, int nt, int row0,
+                                                const E *a, size_t lda, const E *b, size_t ldb,
+                                                int T)
+{
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    tc_mtile(sm, t + 1, nt, row0, a, lda, b, ldb, T);
+}
+
+/* The block's own rows (TC_BR from row0 of a, and of b unless NULL; row strides lda, ldb) into
+ * stage 1's places, tile 0 of the walked side (from trow0 of ta and tb) into stage 0's, then
+ * waits for the own rows only (and a block barrier). */
+template <class E>
+static __device__ __forceinline__ void
+tc_mstart(unsigned char *sm, int row0, const E *a, size_t lda, const E *b, size_t ldb, int nt,
+          int trow0, const E *ta, const E *tb, size_t tlda, size_t tldb, int T)
+{
+    tc_fetch<TC_BR>((E *)(sm + 2 * TC_HEAD), a, row0, T, lda);
+    if (b) tc_fetch<TC_BR>((E *)(sm + 3 * TC_HEAD), b, row0, T, ldb);
+    __pipeline_commit();
+    tc_mtile(sm, 0, nt, trow0, ta, tlda, tb, tldb, T);
+    if (nt > 0)
+        __pipeline_wait_prior(1); /* the own rows are in; tile 0 may still be on its way */
+    else
+        __pipeline_wait_prior(0);
+    __syncthreads();
+}
+
+/* Forward on mma.sync. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out, lse at the
+ * run's first sequence. grid (query tiles, B NH). */
+template <class E>
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_fwd_mma_kernel(float *out, float *lse, const E *qkv, int T, int NH, float scale)
+{
+    __shared__ __align__(128) unsigned char sm[TC_MSMEM];
+    tc_pos p = tc_pos_of(T, NH, true);
+    const E *base = qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    const E *kg = base + p.C, *vg = base + 2 * p.C;
+    int qw = p.row0 + 16 * p.warp, g = p.lane / 4, t4 = p.lane % 4;
+    tc_lm lm = tc_lm_of(p.lane);
+    float sl2 = scale * TC_LOG2E;
+    int kend = min(T, p.row0 + TC_BR); /* keys the block's last query sees */
+    int nk = (kend + TC_MK - 1) / TC_MK;
+
+    tc_mstart<E>(sm, p.row0, base, p.C3, (const E *)NULL, 0, nk, 0, kg, vg, p.C3, p.C3, T);
+    uint32_t aq[TC_MS][4]; /* the warp's 16 queries as A fragments */
+    tc_mma_frags(aq, (const E *)(sm + 2 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
+    float o[TC_MN][4]; /* the warp's 16 x 64 outputs */
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    /* per row (g, g + 8): running maximum (base 2) and this lane's part of the sum */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int t = 0; t < nk; t++) {
+        int k0 = t * TC_MK;
+        tc_mturn(sm, t, nk, 0, kg, p.C3, vg, p.C3, T);
+        if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
+        const E *Ks = (const E *)(sm + 2 * (t % 2) * TC_HEAD);
+        const E *Vs = (const E *)(sm + (2 * (t % 2) + 1) * TC_HEAD);
+        float s[TC_MN][4];
+        tc_mma_abt<E>(s, aq, Ks, lm);
+        bool diag = k0 + TC_MK - 1 > qw; /* some key past some query of the warp */
+        float mx[2] = {-INFINITY, -INFINITY};
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n++) {
+            TC_UNROLL
+            for (int e = 0; e < 4; e++) {
+                int i = qw + g + 8 * (e / 2), j = k0 + 8 * n + 2 * t4 + e % 2;
+                /* rows past T see keys past T (zeros): finite, and never written */
+                s[n][e] = diag && j > i ? -INFINITY : s[n][e] * sl2;
+                mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+            }
+        }
+        float alpha[2];
+        TC_UNROLL
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            /* key k0 <= every row's query once seen: the tile of key 0 comes first, so m is
+             * finite from it on (alpha of the first tile is exp2(-inf) = 0) */
+            float mnew = fmaxf(m[h], mx[h]);
+            alpha[h] = exp2f(m[h] - mnew);
+            m[h] = mnew;
+            l[h] *= alpha[h];
+        }
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n++) {
+            TC_UNROLL
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - m[e / 2]);
+                l[e / 2] += s[n][e];
+                o[n][e] *= alpha[e / 2];
+            }
+        }
+        tc_mma_pv<E>(o, s, Vs, lm);
+    }
+    TC_UNROLL
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        int i = qw + g + 8 * h;
+        if (i >= T) continue;
+        float *orow = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS + 2 * t4;
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n++) {
+            orow[8 * n] = o[n][2 * h] / l[h];
+            orow[8 * n + 1] = o[n][2 * h + 1] / l[h];
+        }
+        if (t4 == 0) lse[(size_t)p.bh * T + i] = (m[h] + log2f(l[h])) * TC_LN2;
+    }
+}
+
 /* For the rows r = (b, h, i) of a run of sequences (dout and out at its first):
  * delta[r] = dO_i . out_i (fp32) over head h, and dO_i's 16-bit copy into d16 ((B, T, C), as
  * dout), one warp a row, each lane two of its 64 columns. The backward kernels read delta once
@@ -503,6 +825,149 @@ static __global__ void __launch_bounds__(TC_THREADS)
     tc_add_out(a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage, dq);
 }
 
+/* ---- the backward on mma.sync (ZT_CUDA_ATTN_BWD=mma) ----
+ * The wmma backward's two kernels in the forward's layout: each warp keeps its own 16 rows
+ * (K and V; Q and dO) as A fragments and its 16 x 64 scores and dP in accumulators, where P and
+ * dS are formed and from where, packed, they go into the next products; the walked side comes
+ * in tiles of 64 rows (two stages of cp.async), read by ldmatrix. */
+
+/* The mma backward's shared memory: the four places of TC_BR head vectors, and per stage the
+ * tile's lse log2(e) and delta (TC_MK floats each) for the dK dV kernel. */
+#define TC_MBSMEM (4 * TC_HEAD + 2 * 2 * TC_MK * 4)
+static_assert(TC_MBSMEM <= 48 * 1024, "static shared memory");
+
+/* dS^T (the warp's 16 keys from jw x the 64 queries from q0, accumulator layout, fp32) rounded
+ * into ds (T x T, keys by queries), inside T. */
+template <class E>
+static __device__ __forceinline__ void tc_mma_put_ds(E *ds, const float d[TC_MN][4], int jw, int q0,
+                                                     int T, int lane)
+{
+    int g = lane / 4, t4 = lane % 4;
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++)
+        TC_UNROLL
+    for (int e = 0; e < 4; e++) {
+        int j = jw + g + 8 * (e / 2), i = q0 + 8 * n + 2 * t4 + e % 2;
+        if (j < T && i < T) ds[(size_t)j * T + i] = tc_round<E>(d[n][e]);
+    }
+}
+
+/* Backward, dK and dV, on mma.sync. grid (key tiles, B NH), the first (longest) key tiles
+ * first. */
+template <class E>
+static __global__ void __launch_bounds__(TC_THREADS, 2)
+    tc_bwd_mma_kv_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
+{
+    __shared__ __align__(128) unsigned char sm[TC_MBSMEM];
+    tc_pos p = tc_pos_of(T, NH, false);
+    const E *base = a.qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    const E *dO = a.dout + (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
+    const float *delta_bh = a.delta + (size_t)p.bh * T, *lse_bh = a.lse + (size_t)p.bh * T;
+    float *rows = (float *)(sm + 4 * TC_HEAD); /* stage s: ls at rows + 2 s TC_MK, dl after */
+    int jw = p.row0 + 16 * p.warp, g = p.lane / 4, t4 = p.lane % 4;
+    tc_lm lm = tc_lm_of(p.lane);
+    float sl2 = scale * TC_LOG2E;
+    int nq = (T - p.row0 + TC_MK - 1) / TC_MK; /* query tiles from the block's first key */
+
+    tc_rows<TC_MK>(rows + TC_MK, rows, delta_bh, lse_bh, p.row0, T);
+    tc_mstart<E>(sm, p.row0, base + p.C, p.C3, base + 2 * p.C, p.C3, nq, p.row0, base, dO, p.C3,
+                 (size_t)p.C, T);
+    uint32_t ka[TC_MS][4], va[TC_MS][4];
+    tc_mma_frags(ka, (const E *)(sm + 2 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
+    tc_mma_frags(va, (const E *)(sm + 3 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
+    float dk[TC_MN][4], dv[TC_MN][4];
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++)
+        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] =
+            0.0f;
+    for (int t = 0; t < nq; t++) { /* queries i >= the block's first key */
+        int q0 = p.row0 + t * TC_MK;
+        tc_mturn(sm, t, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
+        if (t + 1 < nq) { /* the next tile's rows, into the stage tile t - 1 left */
+            float *ls1 = rows + 2 * ((t + 1) % 2) * TC_MK;
+            tc_rows<TC_MK>(ls1 + TC_MK, ls1, delta_bh, lse_bh, q0 + TC_MK, T);
+        }
+        const E *Qs = (const E *)(sm + 2 * (t % 2) * TC_HEAD);
+        const E *dOs = (const E *)(sm + (2 * (t % 2) + 1) * TC_HEAD);
+        const float *ls = rows + 2 * (t % 2) * TC_MK, *dl = ls + TC_MK;
+        float st[TC_MN][4], dpt[TC_MN][4]; /* S^T then P^T; dP^T then dS^T */
+        tc_mma_abt<E>(st, ka, Qs, lm);
+        tc_mma_abt<E>(dpt, va, dOs, lm);
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n++)
+            TC_UNROLL
+        for (int e = 0; e < 4; e++) {
+            int c = 8 * n + 2 * t4 + e % 2, i = q0 + c, j = jw + g + 8 * (e / 2);
+            float pe = 0.0f, ds = 0.0f;
+            if (j <= i && i < T) {
+                pe = exp2f(sl2 * st[n][e] - ls[c]);
+                ds = pe * (dpt[n][e] - dl[c]) * scale;
+            }
+            st[n][e] = pe;
+            dpt[n][e] = ds;
+        }
+        if (a.ds) tc_mma_put_ds(a.ds + (size_t)p.bh * T * T, dpt, jw, q0, T, p.lane);
+        tc_mma_pv<E>(dv, st, dOs, lm);
+        tc_mma_pv<E>(dk, dpt, Qs, lm);
+    }
+    float *gk = a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    tc_mma_add_out(gk + p.C, p.C3, jw, T, dk, p.lane);
+    tc_mma_add_out(gk + 2 * p.C, p.C3, jw, T, dv, p.lane);
+}
+
+/* Backward, dQ, on mma.sync. grid (query tiles, B NH), the last (longest) query tiles first. */
+template <class E>
+static __global__ void __launch_bounds__(TC_THREADS, 3)
+    tc_bwd_mma_q_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
+{
+    __shared__ __align__(128) unsigned char sm[TC_MSMEM];
+    tc_pos p = tc_pos_of(T, NH, true);
+    const E *base = a.qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    const E *dO = a.dout + (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
+    const E *kg = base + p.C, *vg = base + 2 * p.C;
+    int qw = p.row0 + 16 * p.warp, g = p.lane / 4, t4 = p.lane % 4;
+    tc_lm lm = tc_lm_of(p.lane);
+    float sl2 = scale * TC_LOG2E;
+    int kend = min(T, p.row0 + TC_BR), nk = (kend + TC_MK - 1) / TC_MK;
+    float li[2], di[2]; /* lse log2(e) and delta of the lane's rows */
+    TC_UNROLL
+    for (int h = 0; h < 2; h++) {
+        int i = qw + g + 8 * h;
+        li[h] = i < T ? a.lse[(size_t)p.bh * T + i] * TC_LOG2E : 0.0f;
+        di[h] = i < T ? a.delta[(size_t)p.bh * T + i] : 0.0f;
+    }
+
+    tc_mstart<E>(sm, p.row0, base, p.C3, dO, (size_t)p.C, nk, 0, kg, vg, p.C3, p.C3, T);
+    uint32_t qa[TC_MS][4], oa[TC_MS][4];
+    tc_mma_frags(qa, (const E *)(sm + 2 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
+    tc_mma_frags(oa, (const E *)(sm + 3 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
+    float dq[TC_MN][4];
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int t = 0; t < nk; t++) {
+        int k0 = t * TC_MK;
+        tc_mturn(sm, t, nk, 0, kg, p.C3, vg, p.C3, T);
+        if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
+        const E *Ks = (const E *)(sm + 2 * (t % 2) * TC_HEAD);
+        const E *Vs = (const E *)(sm + (2 * (t % 2) + 1) * TC_HEAD);
+        float s[TC_MN][4], dp[TC_MN][4]; /* S then dS; dP */
+        tc_mma_abt<E>(s, qa, Ks, lm);
+        tc_mma_abt<E>(dp, oa, Vs, lm);
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n++)
+            TC_UNROLL
+        for (int e = 0; e < 4; e++) {
+            int h = e / 2, i = qw + g + 8 * h, j = k0 + 8 * n + 2 * t4 + e % 2;
+            float ds = 0.0f;
+            if (j <= i && i < T) ds = exp2f(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
+            s[n][e] = ds;
+        }
+        tc_mma_pv<E>(dq, s, Ks, lm);
+    }
+    tc_mma_add_out(a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, dq, p.lane);
+}
+
 /* The scratch of a run of sequences: the 16-bit copies of qkv and (backward) dout, delta, and
  * (ZT_CUDA_ATTN_DQ=gemm) dS^T. */
 template <class E> struct tc_run {
@@ -560,8 +1025,9 @@ static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, 
 }
 
 template <class E>
-static void tc_forward(zt_kctx *ctx, const char *name, float *out, float *lse, float *scratch,
-                       size_t scratch_floats, const float *qkv, int B, int T, int C, int NH)
+static void tc_forward(zt_kctx *ctx, const char *const names[2], float *out, float *lse,
+                       float *scratch, size_t scratch_floats, const float *qkv, int B, int T, int C,
+                       int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_FWD);
@@ -571,8 +1037,12 @@ static void tc_forward(zt_kctx *ctx, const char *name, float *out, float *lse, f
         zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
                            3 * (size_t)C);
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
-        ZT_CUDA_LAUNCH(ctx, name, tc_fwd_kernel<E>, grid, TC_THREADS, out + tok * C,
-                       lse + (size_t)b0 * NH * T, (const E *)run.qkv, T, NH, scale);
+        if (ctx->attn_fwd_mma)
+            ZT_CUDA_LAUNCH(ctx, names[1], tc_fwd_mma_kernel<E>, grid, TC_THREADS, out + tok * C,
+                           lse + (size_t)b0 * NH * T, (const E *)run.qkv, T, NH, scale);
+        else
+            ZT_CUDA_LAUNCH(ctx, names[0], tc_fwd_kernel<E>, grid, TC_THREADS, out + tok * C,
+                           lse + (size_t)b0 * NH * T, (const E *)run.qkv, T, NH, scale);
     }
 }
 
@@ -580,12 +1050,14 @@ extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, fl
                                         size_t scratch_floats, const float *qkv, int B, int T,
                                         int C, int NH)
 {
+    static const char *const fp16[2] = {"attention_forward (fused, fp16 tensor cores)",
+                                        "attention_forward (fused, fp16 mma.sync)"};
+    static const char *const bf16[2] = {"attention_forward (fused, bf16 tensor cores)",
+                                        "attention_forward (fused, bf16 mma.sync)"};
     if (ctx->mm == ZT_MM_FP16)
-        tc_forward<__half>(ctx, "attention_forward (fused, fp16 tensor cores)", out, lse, scratch,
-                           scratch_floats, qkv, B, T, C, NH);
+        tc_forward<__half>(ctx, fp16, out, lse, scratch, scratch_floats, qkv, B, T, C, NH);
     else
-        tc_forward<__nv_bfloat16>(ctx, "attention_forward (fused, bf16 tensor cores)", out, lse,
-                                  scratch, scratch_floats, qkv, B, T, C, NH);
+        tc_forward<__nv_bfloat16>(ctx, bf16, out, lse, scratch, scratch_floats, qkv, B, T, C, NH);
 }
 
 /* dQ += dS K for the run's sequences from cuBLASLt (ZT_CUDA_ATTN_DQ=gemm), a strided batch
@@ -609,7 +1081,7 @@ static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, float *dqkv, int nb, 
 }
 
 template <class E>
-static void tc_backward(zt_kctx *ctx, const char *const names[3], float *dqkv, float *scratch,
+static void tc_backward(zt_kctx *ctx, const char *const names[5], float *dqkv, float *scratch,
                         size_t scratch_floats, const float *dout, const float *qkv,
                         const float *out, const float *lse, int B, int T, int C, int NH)
 {
@@ -640,8 +1112,16 @@ static void tc_backward(zt_kctx *ctx, const char *const names[3], float *dqkv, f
                 ctx, cudaMemsetAsync(a.ds, 0, (size_t)nb * NH * T * T * sizeof(E), ctx->stream),
                 "clearing the attention's dS");
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
-        ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
-        if (!a.ds || !tc_dq_gemm(ctx, run, a.dqkv, nb, T, C, NH))
+        if (ctx->attn_bwd_mma)
+            ZT_CUDA_LAUNCH(ctx, names[3], tc_bwd_mma_kv_kernel<E>, grid, TC_THREADS, a, T, NH,
+                           scale);
+        else
+            ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
+        if (a.ds && tc_dq_gemm(ctx, run, a.dqkv, nb, T, C, NH)) continue;
+        if (ctx->attn_bwd_mma)
+            ZT_CUDA_LAUNCH(ctx, names[4], tc_bwd_mma_q_kernel<E>, grid, TC_THREADS, a, T, NH,
+                           scale);
+        else
             ZT_CUDA_LAUNCH(ctx, names[2], tc_bwd_q_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
     }
 }
@@ -651,12 +1131,16 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scrat
                                          const float *out, const float *lse, int B, int T, int C,
                                          int NH)
 {
-    static const char *const fp16[3] = {"attention_backward (delta, fp16 dO)",
+    static const char *const fp16[5] = {"attention_backward (delta, fp16 dO)",
                                         "attention_backward (fused dK dV, fp16 tensor cores)",
-                                        "attention_backward (fused dQ, fp16 tensor cores)"};
-    static const char *const bf16[3] = {"attention_backward (delta, bf16 dO)",
+                                        "attention_backward (fused dQ, fp16 tensor cores)",
+                                        "attention_backward (fused dK dV, fp16 mma.sync)",
+                                        "attention_backward (fused dQ, fp16 mma.sync)"};
+    static const char *const bf16[5] = {"attention_backward (delta, bf16 dO)",
                                         "attention_backward (fused dK dV, bf16 tensor cores)",
-                                        "attention_backward (fused dQ, bf16 tensor cores)"};
+                                        "attention_backward (fused dQ, bf16 tensor cores)",
+                                        "attention_backward (fused dK dV, bf16 mma.sync)",
+                                        "attention_backward (fused dQ, bf16 mma.sync)"};
     if (ctx->mm == ZT_MM_FP16)
         tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv, out, lse, B, T, C,
                             NH);

@@ -137,6 +137,18 @@ static int attn_dq_gemm_from_env(void)
     return 0;
 }
 
+/* ZT_CUDA_ATTN_FWD and ZT_CUDA_ATTN_BWD: the tensor-core attention's forward and backward
+ * kernels: "wmma" (unset or empty: the warp matrix functions, scores through shared memory) or
+ * "mma" (mma.sync with the scores in registers). Anything else warns and counts as unset. */
+static int attn_mma_from_env(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s || strcmp(s, "wmma") == 0) return 0;
+    if (strcmp(s, "mma") == 0) return 1;
+    ZT_WARN("kernels", "ignoring %s=%s: expected 'wmma' or 'mma'", name, s);
+    return 0;
+}
+
 static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
 {
     *out = NULL;
@@ -166,6 +178,8 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->mm = ctx->mm_env >= 0 ? ctx->mm_env : ZT_MM_FP32;
     ctx->attn_fused = attn_fused_from_env();
     ctx->attn_dq_gemm = attn_dq_gemm_from_env();
+    ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD");
+    ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD");
     const char *tune = getenv("ZT_CUDA_GEMM_TUNE");
     ctx->gemm_tune = tune && strcmp(tune, "1") == 0;
     if (tune && *tune && !ctx->gemm_tune && strcmp(tune, "0") != 0)

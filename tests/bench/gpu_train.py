@@ -26,7 +26,9 @@ precision at the same micro batch with the other attention (ZT_CUDA_ATTN), and t
 fused to chunked is printed: the measurement behind that default. A "zt-unstaged" row reruns
 bf16 at its micro batch with ZT_CUDA_GEMM_STAGE=0 (cuBLASLt converting the fp32 operands as it
 loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio of the two; a
-"zt-dq-gemm" row with ZT_CUDA_ATTN_DQ=gemm (the attention's dQ by cuBLASLt from dS).
+"zt-dq-gemm" row with ZT_CUDA_ATTN_DQ=gemm (the attention's dQ by cuBLASLt from dS), a
+"zt-mma" row with ZT_CUDA_ATTN_FWD=mma and ZT_CUDA_ATTN_BWD=mma (the attention's kernels on
+mma.sync, their scores in registers).
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -434,11 +436,12 @@ def main():
             row = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]
             return row["device_bytes"] / 2**20
 
-        def zt_run(jname, job, prec, attn="", stage="", dq=""):  # "": the defaults for prec
+        def zt_run(jname, job, prec, attn="", stage="", dq="", mma=""):  # "": the defaults
             zu.write_job(f"{tmp}/{jname}.json", job)
             env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn,
                    "ZT_CUDA_MATMUL": mm_of[prec], "ZT_CUDA_GEMM_STAGE": stage,
-                   "ZT_CUDA_ATTN_DQ": dq, **EMU_ENV}
+                   "ZT_CUDA_ATTN_DQ": dq, "ZT_CUDA_ATTN_FWD": mma, "ZT_CUDA_ATTN_BWD": mma,
+                   **EMU_ENV}
             with GpuMemPoller() as mem:
                 r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
             steps = zu.parse_step_lines(r.stdout)
@@ -520,13 +523,15 @@ def main():
                 print(f"  zerotrain {what} failed: {err.strip()[-400:]}")
 
         if "bf16" in zt_best:
+            # bf16 with the attention's dQ from dS by cuBLASLt instead of its second kernel
+            variant("zt-dq-gemm", "bf16", "bf16", "_dqgemm", "bf16, dQ by GEMM", dq="gemm")
+            # bf16 with the attention's kernels on mma.sync
+            variant("zt-mma", "bf16", "bf16", "_mma", "bf16, mma.sync attention", mma="mma")
+            # bf16 with the matmuls reading the fp32 operands
+            variant("zt-unstaged", "bf16", "bf16", "_unstaged", "bf16 unstaged", stage="0")
             # bf16 jobs with TF32 matmuls (no search of its own; the attention TF32 picks)
             variant("zerotrain", "bf16", "bf16-tf32", "", "bf16 with TF32 matmuls",
                     attn="chunked")
-            # bf16 with the matmuls reading the fp32 operands
-            variant("zt-unstaged", "bf16", "bf16", "_unstaged", "bf16 unstaged", stage="0")
-            # bf16 with the attention's dQ from dS by cuBLASLt instead of its second kernel
-            variant("zt-dq-gemm", "bf16", "bf16", "_dqgemm", "bf16, dQ by GEMM", dq="gemm")
 
         alt_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
         if alt_prec:  # the attention the default does not pick for this precision
@@ -573,19 +578,14 @@ def main():
               f"{b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
               f"{b['line'].get('bwd_ms', '?')} ms)")
     for w, p, r in rows:
-        if w == "zt-unstaged" and p in zt_tf:
-            a = zt_tf[p]
-            print(f"{p}, matmuls on 16-bit copies/on fp32 operands at micro batch {r['batch']}: "
-                  f"{a['tok_s'] / r['tok_s']:.2f}x tokens/s (fwd {a['line'].get('fwd_ms', '?')} "
-                  f"vs {r['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
-                  f"{r['line'].get('bwd_ms', '?')} ms, peak alloc {a['mem_peak'] / 2**30:.2f} vs "
-                  f"{r['mem_peak'] / 2**30:.2f} GiB)")
-        if w == "zt-dq-gemm" and p in zt_tf:
-            a = zt_tf[p]
-            print(f"{p}, attention dQ by GEMM/by kernel at micro batch {r['batch']}: "
-                  f"{r['tok_s'] / a['tok_s']:.2f}x tokens/s (bwd {r['line'].get('bwd_ms', '?')} "
-                  f"vs {a['line'].get('bwd_ms', '?')} ms, peak alloc "
-                  f"{r['mem_peak'] / 2**30:.2f} vs {a['mem_peak'] / 2**30:.2f} GiB)")
+        if w in VARIANT_RATIOS and p in zt_tf:
+            label, default_first = VARIANT_RATIOS[w]
+            a, b = (zt_tf[p], r) if default_first else (r, zt_tf[p])
+            print(f"{p}, {label} at micro batch {r['batch']}: "
+                  f"{a['tok_s'] / b['tok_s']:.2f}x tokens/s (fwd {a['line'].get('fwd_ms', '?')} "
+                  f"vs {b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
+                  f"{b['line'].get('bwd_ms', '?')} ms, peak alloc {a['mem_peak'] / 2**30:.2f} vs "
+                  f"{b['mem_peak'] / 2**30:.2f} GiB)")
         if w in ("zt-fused", "zt-chunked") and p in zt_tf:
             fu, ch = (r, zt_tf[p]) if w == "zt-fused" else (zt_tf[p], r)
             print(f"fused/chunked attention at {p}, micro batch {r['batch']}: "
@@ -609,6 +609,15 @@ def main():
         sys.exit(check_emu(rows, twin, too_big, skipped, args))
 
 
+# a variant row's ratio to the default's: what the two sides are (the first over the second),
+# and whether the default is the first
+VARIANT_RATIOS = {
+    "zt-unstaged": ("matmuls on 16-bit copies/on fp32 operands", True),
+    "zt-dq-gemm": ("attention dQ by GEMM/by kernel", False),
+    "zt-mma": ("attention on mma.sync/on wmma", False),
+}
+
+
 def check_emu(rows, twin, too_big, skipped, args):
     """--emu's verdict: every row and every Twin-Flow point measured; of each precision's micro
     batches the first not tried (zctl plan puts it past the GPU), the second refused for GPU
@@ -616,7 +625,7 @@ def check_emu(rows, twin, too_big, skipped, args):
     want = [("zerotrain", p) for p in args.zt_precisions.split(",") if p]
     if "bf16" in args.zt_precisions.split(","):
         want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16"),
-                 ("zt-dq-gemm", "bf16")]
+                 ("zt-dq-gemm", "bf16"), ("zt-mma", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}

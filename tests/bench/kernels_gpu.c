@@ -35,7 +35,16 @@ static zt_kctx *K0;  /* ZT_CUDA_MATMUL unset: the dtype given to set_matmul_dtyp
 static zt_kctx *KTF; /* ZT_CUDA_MATMUL=tf32 (no job precision picks TF32) */
 static zt_kctx *KNS; /* ZT_CUDA_GEMM_STAGE=0: 16-bit matmuls read the fp32 operands */
 static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores for bf16) */
-static zt_kctx *KQ;  /* and ZT_CUDA_ATTN_DQ=gemm: its dQ by cuBLASLt */
+/* and with the tensor-core attention's other kernels (ZT_CUDA_ATTN_FWD, _BWD, _DQ) */
+static const struct {
+    const char *fwd, *bwd, *dq, *label;
+} KV_ATTN[] = {
+    {"mma", "mma", "", "mma.sync"},
+    {"", "", "gemm", "dQ by GEMM"},
+    {"", "mma", "gemm", "mma.sync, dQ by GEMM"},
+};
+#define N_KV_ATTN (sizeof(KV_ATTN) / sizeof(KV_ATTN[0]))
+static zt_kctx *KV[N_KV_ATTN];
 static int REPS = 20;
 static double BW = 0; /* ceiling: GB/s */
 
@@ -195,9 +204,13 @@ int main(int argc, char **argv)
     if (st == ZT_OK) {
         setenv("ZT_CUDA_ATTN", "fused", 1);
         st = G->ctx_create(&KF, 0, &err);
-        if (st == ZT_OK) {
-            setenv("ZT_CUDA_ATTN_DQ", "gemm", 1);
-            st = G->ctx_create(&KQ, 0, &err);
+        for (size_t v = 0; v < N_KV_ATTN && st == ZT_OK; v++) {
+            setenv("ZT_CUDA_ATTN_FWD", KV_ATTN[v].fwd, 1);
+            setenv("ZT_CUDA_ATTN_BWD", KV_ATTN[v].bwd, 1);
+            setenv("ZT_CUDA_ATTN_DQ", KV_ATTN[v].dq, 1);
+            st = G->ctx_create(&KV[v], 0, &err);
+            unsetenv("ZT_CUDA_ATTN_FWD");
+            unsetenv("ZT_CUDA_ATTN_BWD");
             unsetenv("ZT_CUDA_ATTN_DQ");
         }
         unsetenv("ZT_CUDA_ATTN");
@@ -298,11 +311,18 @@ int main(int argc, char **argv)
         report_flops("attention_forward fused", md, s, afl);
         TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
         report_flops("attention_backward fused", md, s, 2 * afl);
-        if (MODES[md].dtype == ZT_BF16) { /* beside it: dQ from dS by cuBLASLt */
-            K = KQ;
+        for (size_t v = 0; v < N_KV_ATTN && MODES[md].dtype == ZT_BF16; v++) { /* beside them */
+            char what[96];
+            K = KV[v];
             G->set_matmul_dtype(K, MODES[md].dtype);
+            if (*KV_ATTN[v].fwd) {
+                snprintf(what, sizeof(what), "attention_forward fused, %s", KV_ATTN[v].label);
+                TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
+                report_flops(what, md, s, afl);
+            }
+            snprintf(what, sizeof(what), "attention_backward fused, %s", KV_ATTN[v].label);
             TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
-            report_flops("attention_backward fused, dQ by GEMM", md, s, 2 * afl);
+            report_flops(what, md, s, 2 * afl);
         }
     }
     use_mode(0);
@@ -352,7 +372,8 @@ int main(int argc, char **argv)
     G->ctx_destroy(KTF);
     G->ctx_destroy(KNS);
     G->ctx_destroy(KF);
-    G->ctx_destroy(KQ);
+    for (size_t v = 0; v < N_KV_ATTN; v++)
+        G->ctx_destroy(KV[v]);
     G->ctx_destroy(K);
     zt_free(tok_h);
     printf("bench_kernels_gpu: done\n");

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "kernels/ops.h"
 #include "tests/kernels/kcheck.h"
 
@@ -546,12 +547,16 @@ static void test_heuristic_failure(void)
 #ifdef ZT_TEST_EMU
 /* emu_runtime.c: how many kernel launches (0) and cuBLASLt matmuls (1) the process made */
 unsigned long long zt_emu_counted(int which);
+/* and the launches of kernels whose names contain part */
+unsigned long long zt_emu_launches_named(const char *part);
 #define EMU_GEMMS() zt_emu_counted(1)
 #define EMU_LAUNCHES() zt_emu_counted(0)
+#define EMU_NAMED(part) zt_emu_launches_named(part)
 #define EMU_COUNTS 1 /* the emulation counts them */
 #else
 #define EMU_GEMMS() 0ULL
 #define EMU_LAUNCHES() 0ULL
+#define EMU_NAMED(part) ((void)(part), 0ULL)
 #define EMU_COUNTS 0
 #endif
 
@@ -776,7 +781,16 @@ static void test_matmul_staged(void)
 /* ---- attention ---- */
 
 static zt_kctx *GF; /* a second CUDA context, with ZT_CUDA_ATTN=fused */
-static zt_kctx *GQ; /* a fourth: fused, ZT_CUDA_ATTN_DQ=gemm */
+/* fused, with the tensor-core attention's other kernels (ZT_CUDA_ATTN_FWD, _BWD, _DQ) */
+static const struct {
+    const char *fwd, *bwd, *dq, *label;
+} ATTN_VARIANTS[] = {
+    {"mma", "", "gemm", "mma forward, dQ by GEMM"},
+    {"", "mma", "", "mma backward"},
+    {"", "mma", "gemm", "mma dK dV, dQ by GEMM"},
+};
+#define N_ATTN_VARIANTS (sizeof(ATTN_VARIANTS) / sizeof(ATTN_VARIANTS[0]))
+static zt_kctx *GV[N_ATTN_VARIANTS];
 static zt_kctx *GT; /* a third, with ZT_CUDA_GEMM_TUNE=1 */
 
 /* attention on the context GC, named `mode` in failures; results within rtol of the CPU's
@@ -861,21 +875,26 @@ static void test_attention(int B, int T, int C, int NH)
         GPU->set_matmul_dtype(GF, ZT_F16);
         attention_case(B, T, C, NH, "fused fp16", 0.05, 1e-2, eh);
         GPU->set_matmul_dtype(GF, ZT_F32);
-        /* dQ from dS^T by cuBLASLt instead of the dQ kernel: the same arithmetic but for the
-         * order of the sums over keys, so the same bounds; on the emulation the products did
+        /* the other kernels: the forward and the backward on mma.sync (scores in registers,
+         * tiles of 64), dQ from dS^T by cuBLASLt instead of the dQ kernel; the same arithmetic
+         * but for the order of the sums, so the same bounds. On the emulation the products did
          * run (the fused attention runs none otherwise) where the op's scratch holds a
          * sequence's dS^T (T x T per head beside its copies: from T = 88; shorter sequences
          * take the dQ kernel) */
-        double eg[2];
-        GC = GQ;
-        for (int half = 0; half < 2; half++) {
-            GPU->set_matmul_dtype(GQ, half ? ZT_F16 : ZT_BF16);
-            unsigned long long g0 = EMU_GEMMS();
-            attention_case(B, T, C, NH, half ? "fused fp16 dQ by GEMM" : "fused bf16 dQ by GEMM",
-                           half ? 0.05 : 0.1, half ? 1e-2 : 2e-2, eg);
-            if (EMU_COUNTS && T >= 128 && EMU_GEMMS() == g0)
-                ZT_FAIL("attention B=%d T=%d NH=%d with ZT_CUDA_ATTN_DQ=gemm ran no GEMM", B, T,
-                        NH);
+        for (size_t v = 0; v < N_ATTN_VARIANTS; v++) {
+            GC = GV[v];
+            for (int half = 0; half < 2; half++) {
+                double ev[2];
+                char mode[96];
+                snprintf(mode, sizeof(mode), "fused %s, %s", half ? "fp16" : "bf16",
+                         ATTN_VARIANTS[v].label);
+                GPU->set_matmul_dtype(GC, half ? ZT_F16 : ZT_BF16);
+                unsigned long long g0 = EMU_GEMMS();
+                attention_case(B, T, C, NH, mode, half ? 0.05 : 0.1, half ? 1e-2 : 2e-2, ev);
+                if (EMU_COUNTS && *ATTN_VARIANTS[v].dq && T >= 128 && EMU_GEMMS() == g0)
+                    ZT_FAIL("attention B=%d T=%d NH=%d with ZT_CUDA_ATTN_DQ=gemm ran no GEMM", B, T,
+                            NH);
+            }
         }
         GC = GF;
         /* compared where errors are many: with under 16 queries a sequence has a handful of
@@ -940,6 +959,118 @@ static void test_attention_choice(void)
     }
     GC = keep;
     zt_free(qkv), zt_free(scr);
+}
+
+#define AE_B 2
+#define AE_T 128
+#define AE_C 128
+#define AE_NH 2
+
+/* The out, lse and dqkv of a bf16 fused attention (AE_ shapes) of qkv and dout in a context
+ * created with `name`=`value` (value NULL: unset) beside ZT_CUDA_ATTN=fused, on the host in
+ * res (out, then lse, then dqkv); what the context creation logged into `log` (size n). */
+static unsigned long long attention_env_run(const char *name, const char *value, const float *qkv,
+                                            const float *dout, float *res, char *log, size_t n)
+{
+    int B = AE_B, T = AE_T, C = AE_C, NH = AE_NH;
+    size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
+    size_t nS = zt_attention_scratch_floats(B, T, NH);
+    FILE *f = tmpfile();
+    ASSERT_TRUE(f != NULL);
+    zt_log_set_file(f);
+    setenv("ZT_CUDA_ATTN", "fused", 1);
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    zt_kctx *c = NULL;
+    zt_err err;
+    zt_status st = GPU->ctx_create(&c, 0, &err);
+    unsetenv(name);
+    unsetenv("ZT_CUDA_ATTN");
+    zt_log_set_file(stderr);
+    if (st != ZT_OK) ZT_FAIL("ctx_create with %s=%s: %s", name, value, zt_err_msg(&err));
+    rewind(f);
+    size_t got = fread(log, 1, n - 1, f);
+    log[got] = '\0';
+    fclose(f);
+    GPU->set_matmul_dtype(c, ZT_BF16);
+    zt_kctx *keep = GC;
+    GC = c;
+    unsigned long long g0 = EMU_GEMMS();
+    float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
+    float *d_lse = dalloc(nL * 4), *d_scr = dalloc(nS * 4), *d_dq = dalloc(n3 * 4);
+    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+    GPU->memset0(c, d_dq, n3 * 4);
+    GPU->attention_backward(c, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    GPU->copy_d2h(c, res, d_out, nC * 4);
+    GPU->copy_d2h(c, res + nC, d_lse, nL * 4);
+    GPU->copy_d2h(c, res + nC + nL, d_dq, n3 * 4);
+    gsync("attention under a variable");
+    dfree(d_qkv), dfree(d_dout), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dq);
+    GC = keep;
+    GPU->ctx_destroy(c);
+    return EMU_GEMMS() - g0;
+}
+
+/* ZT_CUDA_ATTN_FWD, _BWD and _DQ: a value that names no kernel warns, naming the variable, the
+ * value and what it takes, and counts as unset (the bits of unset, and on the emulation none
+ * of the other kernels launched); each value that names a kernel is taken without a word:
+ * "wmma" and "kernel" (the defaults) give the bits of unset, "mma" and "gemm" launch their
+ * kernels (seen on the emulation) and the mma forward gives other bits (its tiles of 64 keys
+ * rescale the outputs at other keys). On the emulation, whose products sum in order of k, the
+ * mma backward gives the bits of the wmma backward: the same P and dS, summed in the same
+ * order. */
+static void test_attention_env(void)
+{
+    static const struct {
+        const char *name, *dflt, *other, *expect;
+        const char *launch; /* a name part of the kernels "other" launches */
+        bool bits;          /* "other" gives other bits than unset (else, on the emulation,
+                               the same) */
+    } vars[] = {
+        {"ZT_CUDA_ATTN_FWD", "wmma", "mma", "expected 'wmma' or 'mma'", "mma.sync", true},
+        {"ZT_CUDA_ATTN_BWD", "wmma", "mma", "expected 'wmma' or 'mma'", "mma.sync", false},
+        {"ZT_CUDA_ATTN_DQ", "kernel", "gemm", "expected 'kernel' or 'gemm'", NULL, false},
+    };
+    size_t nC = (size_t)AE_B * AE_T * AE_C;
+    size_t n = nC * 4 + (size_t)AE_B * AE_NH * AE_T; /* out, lse, dqkv */
+    float *qkv = kc_frandn(3 * nC, 1.0), *dout = kc_frandn(nC, 1.0);
+    float *unset = kc_falloc(n), *res = kc_falloc(n);
+    char log[4096], want[96];
+    if (attention_env_run(vars[0].name, NULL, qkv, dout, unset, log, sizeof(log)) != 0)
+        ZT_FAIL("the fused attention ran GEMMs with every variable unset");
+    ASSERT_TRUE(strstr(log, "ignoring") == NULL);
+    for (size_t v = 0; v < sizeof(vars) / sizeof(vars[0]); v++) {
+        const char *nm = vars[v].name;
+        const char *part = vars[v].launch ? vars[v].launch : "mma.sync";
+        unsigned long long l0 = EMU_NAMED(part);
+        unsigned long long g = attention_env_run(nm, "bogus", qkv, dout, res, log, sizeof(log));
+        snprintf(want, sizeof(want), "ignoring %s=bogus", nm);
+        ASSERT_CONTAINS(log, want);
+        ASSERT_CONTAINS(log, vars[v].expect);
+        if (g != 0 || EMU_NAMED(part) != l0 || memcmp(res, unset, n * sizeof(float)) != 0)
+            ZT_FAIL("%s=bogus: not as unset (%llu GEMMs, other kernels or other bits)", nm, g);
+        g = attention_env_run(nm, vars[v].dflt, qkv, dout, res, log, sizeof(log));
+        ASSERT_TRUE(strstr(log, "ignoring") == NULL);
+        if (g != 0 || EMU_NAMED(part) != l0 || memcmp(res, unset, n * sizeof(float)) != 0)
+            ZT_FAIL("%s=%s: not as unset (%llu GEMMs, other kernels or other bits)", nm,
+                    vars[v].dflt, g);
+        g = attention_env_run(nm, vars[v].other, qkv, dout, res, log, sizeof(log));
+        ASSERT_TRUE(strstr(log, "ignoring") == NULL);
+        bool same = memcmp(res, unset, n * sizeof(float)) == 0;
+        if (vars[v].bits && same)
+            ZT_FAIL("%s=%s: the bits of unset (not taken)", nm, vars[v].other);
+        if (EMU_COUNTS) {
+            if (vars[v].launch ? EMU_NAMED(part) == l0 : g == 0)
+                ZT_FAIL("%s=%s: its kernels did not run", nm, vars[v].other);
+            if (!vars[v].bits && vars[v].launch && !same)
+                ZT_FAIL("%s=%s: other bits than unset on the emulation", nm, vars[v].other);
+        }
+        printf("%s: bogus warned and ignored, %s as unset, %s taken\n", nm, vars[v].dflt,
+               vars[v].other);
+    }
+    zt_free(qkv), zt_free(dout), zt_free(unset), zt_free(res);
 }
 
 /* The tensor-core attention rounds its operands into 16-bit copies four floats at a time from
@@ -1372,12 +1503,20 @@ int main(void)
     st = GPU->ctx_create(&GF, 0, &err);
     unsetenv("ZT_CUDA_ATTN");
     if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_ATTN=fused: %s", zt_err_msg(&err));
-    setenv("ZT_CUDA_ATTN", "fused", 1);
-    setenv("ZT_CUDA_ATTN_DQ", "gemm", 1);
-    st = GPU->ctx_create(&GQ, 0, &err);
-    unsetenv("ZT_CUDA_ATTN");
-    unsetenv("ZT_CUDA_ATTN_DQ");
-    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_ATTN_DQ=gemm: %s", zt_err_msg(&err));
+    for (size_t v = 0; v < N_ATTN_VARIANTS; v++) {
+        setenv("ZT_CUDA_ATTN", "fused", 1);
+        setenv("ZT_CUDA_ATTN_FWD", ATTN_VARIANTS[v].fwd, 1);
+        setenv("ZT_CUDA_ATTN_BWD", ATTN_VARIANTS[v].bwd, 1);
+        setenv("ZT_CUDA_ATTN_DQ", ATTN_VARIANTS[v].dq, 1);
+        st = GPU->ctx_create(&GV[v], 0, &err);
+        unsetenv("ZT_CUDA_ATTN");
+        unsetenv("ZT_CUDA_ATTN_FWD");
+        unsetenv("ZT_CUDA_ATTN_BWD");
+        unsetenv("ZT_CUDA_ATTN_DQ");
+        if (st != ZT_OK)
+            ZT_FAIL("ctx_create with the attention's %s: %s", ATTN_VARIANTS[v].label,
+                    zt_err_msg(&err));
+    }
     setenv("ZT_CUDA_GEMM_TUNE", "1", 1);
     st = GPU->ctx_create(&GT, 0, &err);
     unsetenv("ZT_CUDA_GEMM_TUNE");
@@ -1443,6 +1582,7 @@ int main(void)
     test_attention(3, 95, 64, 1);
     test_attention(1, 1024, 128, 2);
     test_attention_choice();
+    test_attention_env();
     test_attention_misaligned();
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)
     test_attention_tc_runs();
@@ -1463,7 +1603,8 @@ int main(void)
     test_errors();
 
     GPU->ctx_destroy(GF);
-    GPU->ctx_destroy(GQ);
+    for (size_t v = 0; v < N_ATTN_VARIANTS; v++)
+        GPU->ctx_destroy(GV[v]);
     GPU->ctx_destroy(GT);
     GPU->ctx_destroy(GC);
     CPU->ctx_destroy(CC);

@@ -36,6 +36,8 @@ typedef enum {
     ZT_EMU_COUNTERS
 } zt_emu_counter;
 void zt_emu_count(zt_emu_counter c);
+/* zt_emu_count(ZT_EMU_LAUNCH), and the launch counted under the kernel's name */
+void zt_emu_count_launch(const char *kernel);
 
 /* Sets the calling thread's last error, which cudaGetLastError returns and clears. */
 void zt_emu_record_error(cudaError_t e);

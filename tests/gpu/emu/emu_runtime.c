@@ -503,6 +503,40 @@ unsigned long long zt_emu_counted(int which)
     return which >= 0 && which < ZT_EMU_COUNTERS ? atomic_load(&counts[which]) : 0;
 }
 
+/* Launches by kernel name (the names are the callers' string constants): the first
+ * EMU_NAMES names seen, each with its count. */
+#define EMU_NAMES 256
+static struct {
+    const char *name;
+    unsigned long long n;
+} launched[EMU_NAMES];
+static pthread_mutex_t launched_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void zt_emu_count_launch(const char *kernel)
+{
+    zt_emu_count(ZT_EMU_LAUNCH);
+    pthread_mutex_lock(&launched_mu);
+    for (int i = 0; i < EMU_NAMES; i++)
+        if (!launched[i].name || strcmp(launched[i].name, kernel) == 0) {
+            launched[i].name = kernel;
+            launched[i].n++;
+            break;
+        }
+    pthread_mutex_unlock(&launched_mu);
+}
+
+/* Test hook (test_gpu_ops): the launches so far of kernels whose names contain `part`. */
+unsigned long long zt_emu_launches_named(const char *part);
+unsigned long long zt_emu_launches_named(const char *part)
+{
+    unsigned long long n = 0;
+    pthread_mutex_lock(&launched_mu);
+    for (int i = 0; i < EMU_NAMES && launched[i].name; i++)
+        if (strstr(launched[i].name, part)) n += launched[i].n;
+    pthread_mutex_unlock(&launched_mu);
+    return n;
+}
+
 /* ZT_CUDA_EMU_REPORT=DIR: at exit each process writes DIR/device-PID.txt, lines of name=value:
  * its peak of device memory (tests compare it with what zctl plan predicts) and the counts
  * above (tests compare them between runs of different lengths: what a training step costs). */

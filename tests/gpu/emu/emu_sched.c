@@ -525,7 +525,7 @@ void zt_emu_launch(const char *kernel, dim3 grid, dim3 block, void (*fn)(void *)
         zt_emu_record_error(cudaErrorInvalidConfiguration);
         return;
     }
-    zt_emu_count(ZT_EMU_LAUNCH);
+    zt_emu_count_launch(kernel);
     s->kernel = kernel;
     s->fn = fn;
     s->arg = arg;

@@ -1,7 +1,9 @@
 /* zerotrain tests: the CUDA emulation of the warp matrix functions (nvcuda::wmma of mma.h, the
- * 16 x 16 x 16 shape with bf16 or fp16 inputs and fp32 accumulators) and __syncwarp, for the
- * tensor-core kernels of kernels/cuda/ (cuda_bf16.h's and cuda_fp16.h's host code give
- * __nv_bfloat16 and __half). Included by cuda_emu.h (C++ only).
+ * 16 x 16 x 16 shape with bf16 or fp16 inputs and fp32 accumulators), of the PTX instructions
+ * mma.sync m16n8k16 and ldmatrix x4 (zt_emu_mma16816, zt_emu_ldmatrix_x4: the kernels call them
+ * where the GPU build has inline PTX) and __syncwarp, for the tensor-core kernels of
+ * kernels/cuda/ (cuda_bf16.h's and cuda_fp16.h's host code give __nv_bfloat16 and __half).
+ * Included by cuda_emu.h (C++ only).
  *
  * A fragment's element-to-lane mapping is unspecified on the GPU, so code may only load,
  * store, fill and multiply whole fragments (and apply one operation to every element); here
@@ -50,6 +52,98 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
         abort();
     }
     (void)zt_emu_shfl(mask, 0, 0);
+}
+
+/* The calling lane's warp in its block (at most 32 warps). */
+static inline unsigned zt_emu_warp(void)
+{
+    unsigned w =
+        (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) / 32;
+    if (w >= 32) {
+        fprintf(stderr, "cuda-emu: a warp matrix instruction in a block of over 1024 threads\n");
+        abort();
+    }
+    return w;
+}
+
+/* The 16-bit value of type E in the low half of bits, as a float. */
+template <class E> static inline float zt_emu_mma_value(uint32_t bits)
+{
+    uint16_t h = (uint16_t)bits;
+    E v;
+    memcpy(static_cast<void *>(&v), &h, sizeof(h));
+    return zt_emu_wmma_value(v);
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (inline PTX on the GPU): d
+ * (16 x 8, fp32) += a (16 x 16) b (16 x 8), 16-bit inputs of type E packed two to a register,
+ * the lower half first, in the PTX ISA's fragment layouts (g = lane / 4, t = lane % 4):
+ *   a[0] = A(g, 2t..2t+1)  a[1] = A(g+8, 2t..)  a[2] = A(g, 2t+8..)  a[3] = A(g+8, 2t+8..)
+ *   b0 = B(2t..2t+1, g)    b1 = B(2t+8.., g)
+ *   d[0..1] = D(g, 2t..2t+1)  d[2..3] = D(g+8, 2t..2t+1)
+ * Collective over the warp: every lane leaves its registers in the warp's place, then computes
+ * its own four results (products exact in fp32, summed in order of k). Reads only registers:
+ * optimised and left out of the sanitizers, as mma_sync below. */
+template <class E>
+__attribute__((optimize("O2"), no_sanitize("address", "undefined"))) static inline void
+zt_emu_mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    static_assert(sizeof(E) == 2, "16-bit inputs");
+    static __thread uint32_t ra[32][32][4], rb[32][32][2]; /* [warp of the block][lane] */
+    unsigned lane = zt_emu_lane(), warp = zt_emu_warp();
+    memcpy(ra[warp][lane], a, sizeof(ra[warp][lane]));
+    rb[warp][lane][0] = b0;
+    rb[warp][lane][1] = b1;
+    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane's registers are in */
+    int g = (int)lane / 4, t = (int)lane % 4;
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e / 2), n = 2 * t + e % 2;
+        float s = d[e];
+        for (int k = 0; k < 16; k++) {
+            uint32_t wa = ra[warp][4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
+            uint32_t wb = rb[warp][4 * n + (k % 8) / 2][k >= 8];
+            s += zt_emu_mma_value<E>(k % 2 ? wa >> 16 : wa) *
+                 zt_emu_mma_value<E>(k % 2 ? wb >> 16 : wb);
+        }
+        out[e] = s;
+    }
+    memcpy(d, out, sizeof(out));
+    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane has read before the next call writes */
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (inline PTX on the GPU): four 8 x 8
+ * matrices of 16-bit elements, the rows of matrix j at the addresses lanes 8j..8j+7 pass
+ * (16-byte aligned: one row each); lane l gets in r[j] the elements (l / 4, 2 (l % 4)) and
+ * (l / 4, 2 (l % 4) + 1) of matrix j, or with trans those of its transpose: (2 (l % 4), l / 4)
+ * and (2 (l % 4) + 1, l / 4). Collective over the warp; the rows are read after every lane has
+ * passed its address, so a row another warp writes without a barrier between is a race. */
+static inline void zt_emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans)
+{
+    static __thread const unsigned char *rows[32][32]; /* [warp of the block][lane] */
+    unsigned lane = zt_emu_lane(), warp = zt_emu_warp();
+    if ((uintptr_t)p % 16 != 0) {
+        fprintf(stderr,
+                "cuda-emu: ldmatrix row %p in block (%u,%u,%u) thread %u is not 16-byte "
+                "aligned\n",
+                p, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+        abort();
+    }
+    rows[warp][lane] = (const unsigned char *)p;
+    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane's row is given */
+    unsigned g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 4; j++) {
+        uint16_t lo, hi;
+        if (!trans) {
+            memcpy(&lo, rows[warp][8 * j + g] + 4 * t, 2);
+            memcpy(&hi, rows[warp][8 * j + g] + 4 * t + 2, 2);
+        } else {
+            memcpy(&lo, rows[warp][8 * j + 2 * t] + 2 * g, 2);
+            memcpy(&hi, rows[warp][8 * j + 2 * t + 1] + 2 * g, 2);
+        }
+        r[j] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane has read before the next call writes */
 }
 
 namespace nvcuda {
