@@ -444,6 +444,21 @@ static __device__ __forceinline__ void tc_mma_abt(float acc[TC_MN][4], const uin
     }
 }
 
+/* acc (16 x TC_HS) += a x[16 kk.., :]: a the A fragment of a warp's 16 x 16 block kk (of 64
+ * columns), x 64 rows of TC_HS in shared memory (row stride TC_LDH), read transposed. */
+template <class E>
+static __device__ __forceinline__ void tc_mma_kstep(float acc[TC_MN][4], const uint32_t a[4],
+                                                    int kk, const E *x, tc_lm m)
+{
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n += 2) { /* columns 8n.. and 8n + 8.. */
+        uint32_t b[4];
+        tc_ldsm4<true>(b, x + (16 * kk + m.lr) * TC_LDH + 8 * n + m.lc);
+        tc_mma<E>(acc[n], a, b[0], b[1]);
+        tc_mma<E>(acc[n + 1], a, b[2], b[3]);
+    }
+}
+
 /* acc (16 x TC_HS) += p x: p a warp's 16 x 64 in accumulator layout (P or dS, rounded to E
  * here), x 64 rows of TC_HS in shared memory (row stride TC_LDH), read transposed. */
 template <class E>
@@ -456,13 +471,7 @@ static __device__ __forceinline__ void tc_mma_pv(float acc[TC_MN][4], const floa
                          tc_pack<E>(p[2 * kk][2], p[2 * kk][3]),
                          tc_pack<E>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                          tc_pack<E>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        TC_UNROLL
-        for (int n = 0; n < TC_MN; n += 2) { /* columns 8n.. and 8n + 8.. */
-            uint32_t b[4];
-            tc_ldsm4<true>(b, x + (16 * kk + m.lr) * TC_LDH + 8 * n + m.lc);
-            tc_mma<E>(acc[n], a, b[0], b[1]);
-            tc_mma<E>(acc[n + 1], a, b[2], b[3]);
-        }
+        tc_mma_kstep<E>(acc, a, kk, x, m);
     }
 }
 
@@ -518,15 +527,15 @@ static __device__ __forceinline__ void tc_mturn(unsigned char *sm, int t, int nt
     tc_mtile(sm, t + 1, nt, row0, a, lda, b, ldb, T);
 }
 
-/* The block's own rows (TC_BR from row0 of a, and of b unless NULL; row strides lda, ldb) into
- * stage 1's places, tile 0 of the walked side (from trow0 of ta and tb) into stage 0's, then
- * waits for the own rows only (and a block barrier). */
+/* The block's own rows (TC_BR from row0 of a into adst, and of b unless NULL into stage 1's
+ * second place; row strides lda, ldb), tile 0 of the walked side (from trow0 of ta and tb)
+ * into stage 0's places, then waits for the own rows only (and a block barrier). */
 template <class E>
 static __device__ __forceinline__ void
-tc_mstart(unsigned char *sm, int row0, const E *a, size_t lda, const E *b, size_t ldb, int nt,
-          int trow0, const E *ta, const E *tb, size_t tlda, size_t tldb, int T)
+tc_mstart_at(unsigned char *sm, E *adst, int row0, const E *a, size_t lda, const E *b, size_t ldb,
+             int nt, int trow0, const E *ta, const E *tb, size_t tlda, size_t tldb, int T)
 {
-    tc_fetch<TC_BR>((E *)(sm + 2 * TC_HEAD), a, row0, T, lda);
+    tc_fetch<TC_BR>(adst, a, row0, T, lda);
     if (b) tc_fetch<TC_BR>((E *)(sm + 3 * TC_HEAD), b, row0, T, ldb);
     __pipeline_commit();
     tc_mtile(sm, 0, nt, trow0, ta, tlda, tb, tldb, T);
@@ -535,6 +544,16 @@ tc_mstart(unsigned char *sm, int row0, const E *a, size_t lda, const E *b, size_
     else
         __pipeline_wait_prior(0);
     __syncthreads();
+}
+
+/* tc_mstart_at with a's rows into stage 1's first place */
+template <class E>
+static __device__ __forceinline__ void
+tc_mstart(unsigned char *sm, int row0, const E *a, size_t lda, const E *b, size_t ldb, int nt,
+          int trow0, const E *ta, const E *tb, size_t tlda, size_t tldb, int T)
+{
+    tc_mstart_at<E>(sm, (E *)(sm + 2 * TC_HEAD), row0, a, lda, b, ldb, nt, trow0, ta, tb, tlda,
+                    tldb, T);
 }
 
 /* Forward on mma.sync. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out, lse at the
@@ -664,6 +683,7 @@ template <class E> struct tc_bwd_args {
     const E *qkv, *dout;
     const float *delta, *lse;
     E *ds;
+    int dq_atomic; /* ZT_CUDA_ATTN_DQ=atomic: the mma dK dV kernel adds dQ too */
 };
 
 /* The warp's 16-bit dS^T (its 16 keys from jw x the TC_BC queries from q0, in shared memory at
@@ -831,9 +851,11 @@ static __global__ void __launch_bounds__(TC_THREADS)
  * dS are formed and from where, packed, they go into the next products; the walked side comes
  * in tiles of 64 rows (two stages of cp.async), read by ldmatrix. */
 
-/* The mma backward's shared memory: the four places of TC_BR head vectors, and per stage the
- * tile's lse log2(e) and delta (TC_MK floats each) for the dK dV kernel. */
-#define TC_MBSMEM (4 * TC_HEAD + 2 * 2 * TC_MK * 4)
+/* The mma dK dV kernel's shared memory: the four places of TC_BR head vectors, per stage the
+ * tile's lse log2(e) and delta (TC_MK floats each), and the block's K (for dQ by atomics). */
+#define TC_MROWS (4 * TC_HEAD)
+#define TC_MKEEP (TC_MROWS + 2 * 2 * TC_MK * 4)
+#define TC_MBSMEM (TC_MKEEP + TC_HEAD)
 static_assert(TC_MBSMEM <= 48 * 1024, "static shared memory");
 
 /* dS^T (the warp's 16 keys from jw x the 64 queries from q0, accumulator layout, fp32) rounded
@@ -852,6 +874,51 @@ static __device__ __forceinline__ void tc_mma_put_ds(E *ds, const float d[TC_MN]
     }
 }
 
+/* dQ += dS K for the tile's 64 queries from q0 and the block's 64 keys, by atomics into dqkv
+ * (at (b, token 0, head h) of the run, as p places the block), as FlashAttention-2 does: the
+ * warps' dS^T (keys by queries, accumulator layout) go rounded into shared memory over the
+ * tile's dO (which every warp is done with after a block barrier); then each warp multiplies its
+ * 16 queries' rows of dS (read transposed) by the block's K (Kb) and adds the 16 x 64 result to
+ * dQ's rows below T. Collective over the block (two block barriers). */
+template <class E>
+static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float dst[TC_MN][4],
+                                                        E *dSs, const E *Kb, int q0, int T,
+                                                        const tc_pos &p, tc_lm lm)
+{
+    int g = p.lane / 4, t4 = p.lane % 4;
+    __syncthreads(); /* every warp is done with the tile's dO */
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++)
+        TC_UNROLL
+    for (int h = 0; h < 2; h++) {
+        uint32_t v = tc_pack<E>(dst[n][2 * h], dst[n][2 * h + 1]);
+        memcpy((void *)(dSs + (16 * p.warp + g + 8 * h) * TC_LDH + 8 * n + 2 * t4), &v, sizeof(v));
+    }
+    __syncthreads(); /* dS^T is whole */
+    float dq[TC_MN][4];
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    TC_UNROLL
+    for (int kk = 0; kk < TC_MK / 16; kk++) { /* keys 16 kk.. */
+        uint32_t af[4]; /* dS's rows of the warp's queries, keys 16 kk.. (dS^T transposed) */
+        tc_ldsm4<true>(af, dSs + (16 * kk + lm.lrk) * TC_LDH + 16 * p.warp + lm.lck);
+        tc_mma_kstep<E>(dq, af, kk, Kb, lm);
+    }
+    float *g0 = dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS + 2 * t4;
+    TC_UNROLL
+    for (int h = 0; h < 2; h++) {
+        int i = q0 + 16 * p.warp + g + 8 * h;
+        if (i >= T) continue;
+        float *row = g0 + (size_t)i * p.C3;
+        TC_UNROLL
+        for (int n = 0; n < TC_MN; n++) {
+            atomicAdd(row + 8 * n, dq[n][2 * h]);
+            atomicAdd(row + 8 * n + 1, dq[n][2 * h + 1]);
+        }
+    }
+}
+
 /* Backward, dK and dV, on mma.sync. grid (key tiles, B NH), the first (longest) key tiles
  * first. */
 template <class E>
@@ -863,17 +930,18 @@ static __global__ void __launch_bounds__(TC_THREADS, 2)
     const E *base = a.qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     const E *dO = a.dout + (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
     const float *delta_bh = a.delta + (size_t)p.bh * T, *lse_bh = a.lse + (size_t)p.bh * T;
-    float *rows = (float *)(sm + 4 * TC_HEAD); /* stage s: ls at rows + 2 s TC_MK, dl after */
+    float *rows = (float *)(sm + TC_MROWS);   /* stage s: ls at rows + 2 s TC_MK, dl after */
+    const E *Kb = (const E *)(sm + TC_MKEEP); /* the block's K, kept */
     int jw = p.row0 + 16 * p.warp, g = p.lane / 4, t4 = p.lane % 4;
     tc_lm lm = tc_lm_of(p.lane);
     float sl2 = scale * TC_LOG2E;
     int nq = (T - p.row0 + TC_MK - 1) / TC_MK; /* query tiles from the block's first key */
 
     tc_rows<TC_MK>(rows + TC_MK, rows, delta_bh, lse_bh, p.row0, T);
-    tc_mstart<E>(sm, p.row0, base + p.C, p.C3, base + 2 * p.C, p.C3, nq, p.row0, base, dO, p.C3,
-                 (size_t)p.C, T);
+    tc_mstart_at<E>(sm, (E *)Kb, p.row0, base + p.C, p.C3, base + 2 * p.C, p.C3, nq, p.row0, base,
+                    dO, p.C3, (size_t)p.C, T);
     uint32_t ka[TC_MS][4], va[TC_MS][4];
-    tc_mma_frags(ka, (const E *)(sm + 2 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
+    tc_mma_frags(ka, Kb + 16 * p.warp * TC_LDH, lm);
     tc_mma_frags(va, (const E *)(sm + 3 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
     float dk[TC_MN][4], dv[TC_MN][4];
     TC_UNROLL
@@ -909,6 +977,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 2)
         if (a.ds) tc_mma_put_ds(a.ds + (size_t)p.bh * T * T, dpt, jw, q0, T, p.lane);
         tc_mma_pv<E>(dv, st, dOs, lm);
         tc_mma_pv<E>(dk, dpt, Qs, lm);
+        if (a.dq_atomic) tc_mma_dq_atomic(a.dqkv, dpt, (E *)dOs, Kb, q0, T, p, lm);
     }
     float *gk = a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     tc_mma_add_out(gk + p.C, p.C3, jw, T, dk, p.lane);
@@ -1081,7 +1150,7 @@ static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, float *dqkv, int nb, 
 }
 
 template <class E>
-static void tc_backward(zt_kctx *ctx, const char *const names[5], float *dqkv, float *scratch,
+static void tc_backward(zt_kctx *ctx, const char *const names[6], float *dqkv, float *scratch,
                         size_t scratch_floats, const float *dout, const float *qkv,
                         const float *out, const float *lse, int B, int T, int C, int NH)
 {
@@ -1089,9 +1158,9 @@ static void tc_backward(zt_kctx *ctx, const char *const names[5], float *dqkv, f
     tc_run<E> run;
     /* dQ by cuBLASLt where asked and a sequence's dS^T fits (else by the kernel, which needs
      * less) */
-    if (ctx->attn_dq_gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS);
-    if (!ctx->attn_dq_gemm || run.n < 1)
-        run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD);
+    bool gemm = ctx->attn_dq == ZT_ATTN_DQ_GEMM, atomic = ctx->attn_dq == ZT_ATTN_DQ_ATOMIC;
+    if (gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS);
+    if (!gemm || run.n < 1) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t rows = (size_t)nb * NH * T, tok = (size_t)b0 * T;
@@ -1107,17 +1176,18 @@ static void tc_backward(zt_kctx *ctx, const char *const names[5], float *dqkv, f
         a.delta = run.delta;
         a.lse = lse + (size_t)b0 * NH * T;
         a.ds = run.ds;
+        a.dq_atomic = atomic;
         if (a.ds)
             zt_cuda_check(
                 ctx, cudaMemsetAsync(a.ds, 0, (size_t)nb * NH * T * T * sizeof(E), ctx->stream),
                 "clearing the attention's dS");
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
-        if (ctx->attn_bwd_mma)
-            ZT_CUDA_LAUNCH(ctx, names[3], tc_bwd_mma_kv_kernel<E>, grid, TC_THREADS, a, T, NH,
-                           scale);
+        if (ctx->attn_bwd_mma || atomic)
+            ZT_CUDA_LAUNCH(ctx, names[atomic ? 5 : 3], tc_bwd_mma_kv_kernel<E>, grid, TC_THREADS, a,
+                           T, NH, scale);
         else
             ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
-        if (a.ds && tc_dq_gemm(ctx, run, a.dqkv, nb, T, C, NH)) continue;
+        if (atomic || (a.ds && tc_dq_gemm(ctx, run, a.dqkv, nb, T, C, NH))) continue;
         if (ctx->attn_bwd_mma)
             ZT_CUDA_LAUNCH(ctx, names[4], tc_bwd_mma_q_kernel<E>, grid, TC_THREADS, a, T, NH,
                            scale);
@@ -1131,16 +1201,18 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scrat
                                          const float *out, const float *lse, int B, int T, int C,
                                          int NH)
 {
-    static const char *const fp16[5] = {"attention_backward (delta, fp16 dO)",
+    static const char *const fp16[6] = {"attention_backward (delta, fp16 dO)",
                                         "attention_backward (fused dK dV, fp16 tensor cores)",
                                         "attention_backward (fused dQ, fp16 tensor cores)",
                                         "attention_backward (fused dK dV, fp16 mma.sync)",
-                                        "attention_backward (fused dQ, fp16 mma.sync)"};
-    static const char *const bf16[5] = {"attention_backward (delta, bf16 dO)",
+                                        "attention_backward (fused dQ, fp16 mma.sync)",
+                                        "attention_backward (fused dK dV dQ, fp16 mma.sync)"};
+    static const char *const bf16[6] = {"attention_backward (delta, bf16 dO)",
                                         "attention_backward (fused dK dV, bf16 tensor cores)",
                                         "attention_backward (fused dQ, bf16 tensor cores)",
                                         "attention_backward (fused dK dV, bf16 mma.sync)",
-                                        "attention_backward (fused dQ, bf16 mma.sync)"};
+                                        "attention_backward (fused dQ, bf16 mma.sync)",
+                                        "attention_backward (fused dK dV dQ, bf16 mma.sync)"};
     if (ctx->mm == ZT_MM_FP16)
         tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv, out, lse, B, T, C,
                             NH);

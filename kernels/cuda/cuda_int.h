@@ -84,6 +84,9 @@ typedef struct zt_cuda_gemm_entry {
  * ZT_ERR_CUDA with the loader's message when the library cannot be loaded. Thread-safe. */
 zt_status zt_cuda_lt_load(zt_err *err);
 
+/* how the tensor-core attention's backward gets dQ (ZT_CUDA_ATTN_DQ) */
+enum { ZT_ATTN_DQ_KERNEL, ZT_ATTN_DQ_GEMM, ZT_ATTN_DQ_ATOMIC };
+
 struct zt_kctx {
     int device;
     cudaStream_t stream; /* non-blocking; every op runs here */
@@ -93,7 +96,7 @@ struct zt_kctx {
     int mm_env;     /* ZT_CUDA_MATMUL: -1 unset, else the zt_cuda_mm it names */
     int attn_fused; /* ZT_CUDA_ATTN: 1 fused (attn_cuda.cu's kernels where they fit), 0 chunked,
                      * ZT_CUDA_ATTN_AUTO fused for 16-bit matmul inputs only (zt_cuda_attn_fused) */
-    int attn_dq_gemm; /* ZT_CUDA_ATTN_DQ=gemm: the tensor-core backward's dQ by cuBLASLt */
+    int attn_dq;    /* ZT_CUDA_ATTN_DQ: how the tensor-core backward gets dQ (ZT_ATTN_DQ_) */
     int attn_fwd_mma; /* ZT_CUDA_ATTN_FWD=mma: the tensor-core forward on mma.sync */
     int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD=mma: the tensor-core backward on mma.sync */
 

@@ -126,15 +126,19 @@ static int attn_fused_from_env(void)
 }
 
 /* ZT_CUDA_ATTN_DQ: how the tensor-core attention's backward gets dQ: "kernel" (unset or empty:
- * a second kernel recomputing the scores) or "gemm" (the dK dV kernel writes dS to the scratch
- * and cuBLASLt multiplies it by K). Anything else warns and counts as unset. */
-static int attn_dq_gemm_from_env(void)
+ * a second kernel recomputing the scores), "gemm" (the dK dV kernel writes dS to the scratch
+ * and cuBLASLt multiplies it by K) or "atomic" (the mma.sync dK dV kernel, whatever
+ * ZT_CUDA_ATTN_BWD says, adds each key block's share of dQ with atomics, as FlashAttention-2
+ * does: no second pass, but the sums' order, so dQ's last bits, vary from run to run).
+ * Anything else warns and counts as unset. */
+static int attn_dq_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_ATTN_DQ");
-    if (!s || !*s || strcmp(s, "kernel") == 0) return 0;
-    if (strcmp(s, "gemm") == 0) return 1;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN_DQ=%s: expected 'kernel' or 'gemm'", s);
-    return 0;
+    if (!s || !*s || strcmp(s, "kernel") == 0) return ZT_ATTN_DQ_KERNEL;
+    if (strcmp(s, "gemm") == 0) return ZT_ATTN_DQ_GEMM;
+    if (strcmp(s, "atomic") == 0) return ZT_ATTN_DQ_ATOMIC;
+    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN_DQ=%s: expected 'kernel', 'gemm' or 'atomic'", s);
+    return ZT_ATTN_DQ_KERNEL;
 }
 
 /* ZT_CUDA_ATTN_FWD and ZT_CUDA_ATTN_BWD: the tensor-core attention's forward and backward
@@ -177,7 +181,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->mm_env = mm_from_env();
     ctx->mm = ctx->mm_env >= 0 ? ctx->mm_env : ZT_MM_FP32;
     ctx->attn_fused = attn_fused_from_env();
-    ctx->attn_dq_gemm = attn_dq_gemm_from_env();
+    ctx->attn_dq = attn_dq_from_env();
     ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD");
     ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD");
     const char *tune = getenv("ZT_CUDA_GEMM_TUNE");

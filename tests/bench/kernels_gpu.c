@@ -42,6 +42,7 @@ static const struct {
     {"mma", "mma", "", "mma.sync"},
     {"", "", "gemm", "dQ by GEMM"},
     {"", "mma", "gemm", "mma.sync, dQ by GEMM"},
+    {"", "", "atomic", "mma.sync, dQ by atomics"},
 };
 #define N_KV_ATTN (sizeof(KV_ATTN) / sizeof(KV_ATTN[0]))
 static zt_kctx *KV[N_KV_ATTN];

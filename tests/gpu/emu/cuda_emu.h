@@ -107,6 +107,15 @@ template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_
     return v;
 }
 
+/* atomicAdd on float: the threads of a block are fibers that switch only at barriers, and
+ * blocks run one after another, so a plain read-modify-write is atomic here */
+static inline float atomicAdd(float *p, float v)
+{
+    float old = *p;
+    *p = old + v;
+    return old;
+}
+
 /* IEEE round-to-nearest intrinsics: plain C arithmetic is exactly that (no contraction: the
  * emulation is compiled with -ffp-contract=off) */
 static inline float __fadd_rn(float a, float b) { return a + b; }

@@ -81,19 +81,25 @@ template <class E> static inline float zt_emu_mma_value(uint32_t bits)
  *   a[0] = A(g, 2t..2t+1)  a[1] = A(g+8, 2t..)  a[2] = A(g, 2t+8..)  a[3] = A(g+8, 2t+8..)
  *   b0 = B(2t..2t+1, g)    b1 = B(2t+8.., g)
  *   d[0..1] = D(g, 2t..2t+1)  d[2..3] = D(g+8, 2t..2t+1)
- * Collective over the warp: every lane leaves its registers in the warp's place, then computes
- * its own four results (products exact in fp32, summed in order of k). Reads only registers:
+ * Collective over the warp: every lane leaves its registers in the warp's place, then (a
+ * barrier of the warp) computes its own four results (products exact in fp32, summed in order
+ * of k). Reads only registers:
  * optimised and left out of the sanitizers, as mma_sync below. */
 template <class E>
 __attribute__((optimize("O2"), no_sanitize("address", "undefined"))) static inline void
 zt_emu_mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
     static_assert(sizeof(E) == 2, "16-bit inputs");
-    static __thread uint32_t ra[32][32][4], rb[32][32][2]; /* [warp of the block][lane] */
-    unsigned lane = zt_emu_lane(), warp = zt_emu_warp();
-    memcpy(ra[warp][lane], a, sizeof(ra[warp][lane]));
-    rb[warp][lane][0] = b0;
-    rb[warp][lane][1] = b1;
+    /* [call parity][warp of the block][lane]: a lane may enter the next call (and write its
+     * registers) while others still read this call's, never the one after (it waits for all
+     * at the next call's barrier), so two alternating places need no barrier after the reads */
+    static __thread uint32_t ra[2][32][32][4], rb[2][32][32][2];
+    static __thread unsigned char parity[32][32];
+    unsigned lane = zt_emu_lane(), warp = zt_emu_warp(), c = parity[warp][lane];
+    parity[warp][lane] ^= 1u;
+    memcpy(ra[c][warp][lane], a, sizeof(ra[c][warp][lane]));
+    rb[c][warp][lane][0] = b0;
+    rb[c][warp][lane][1] = b1;
     (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane's registers are in */
     int g = (int)lane / 4, t = (int)lane % 4;
     float out[4];
@@ -101,15 +107,14 @@ zt_emu_mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
         int r = g + 8 * (e / 2), n = 2 * t + e % 2;
         float s = d[e];
         for (int k = 0; k < 16; k++) {
-            uint32_t wa = ra[warp][4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
-            uint32_t wb = rb[warp][4 * n + (k % 8) / 2][k >= 8];
+            uint32_t wa = ra[c][warp][4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
+            uint32_t wb = rb[c][warp][4 * n + (k % 8) / 2][k >= 8];
             s += zt_emu_mma_value<E>(k % 2 ? wa >> 16 : wa) *
                  zt_emu_mma_value<E>(k % 2 ? wb >> 16 : wb);
         }
         out[e] = s;
     }
     memcpy(d, out, sizeof(out));
-    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane has read before the next call writes */
 }
 
 /* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (inline PTX on the GPU): four 8 x 8
@@ -117,11 +122,15 @@ zt_emu_mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
  * (16-byte aligned: one row each); lane l gets in r[j] the elements (l / 4, 2 (l % 4)) and
  * (l / 4, 2 (l % 4) + 1) of matrix j, or with trans those of its transpose: (2 (l % 4), l / 4)
  * and (2 (l % 4) + 1, l / 4). Collective over the warp; the rows are read after every lane has
- * passed its address, so a row another warp writes without a barrier between is a race. */
+ * passed its address (a barrier of the warp), so a row another warp writes without a barrier
+ * between is a race; a lane may still be reading while others go on, as on the GPU. */
 static inline void zt_emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans)
 {
-    static __thread const unsigned char *rows[32][32]; /* [warp of the block][lane] */
-    unsigned lane = zt_emu_lane(), warp = zt_emu_warp();
+    /* [call parity][warp of the block][lane], as zt_emu_mma16816's registers */
+    static __thread const unsigned char *rows[2][32][32];
+    static __thread unsigned char parity[32][32];
+    unsigned lane = zt_emu_lane(), warp = zt_emu_warp(), c = parity[warp][lane];
+    parity[warp][lane] ^= 1u;
     if ((uintptr_t)p % 16 != 0) {
         fprintf(stderr,
                 "cuda-emu: ldmatrix row %p in block (%u,%u,%u) thread %u is not 16-byte "
@@ -129,21 +138,20 @@ static inline void zt_emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans)
                 p, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
         abort();
     }
-    rows[warp][lane] = (const unsigned char *)p;
+    rows[c][warp][lane] = (const unsigned char *)p;
     (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane's row is given */
     unsigned g = lane / 4, t = lane % 4;
     for (int j = 0; j < 4; j++) {
         uint16_t lo, hi;
         if (!trans) {
-            memcpy(&lo, rows[warp][8 * j + g] + 4 * t, 2);
-            memcpy(&hi, rows[warp][8 * j + g] + 4 * t + 2, 2);
+            memcpy(&lo, rows[c][warp][8 * j + g] + 4 * t, 2);
+            memcpy(&hi, rows[c][warp][8 * j + g] + 4 * t + 2, 2);
         } else {
-            memcpy(&lo, rows[warp][8 * j + 2 * t] + 2 * g, 2);
-            memcpy(&hi, rows[warp][8 * j + 2 * t + 1] + 2 * g, 2);
+            memcpy(&lo, rows[c][warp][8 * j + 2 * t] + 2 * g, 2);
+            memcpy(&hi, rows[c][warp][8 * j + 2 * t + 1] + 2 * g, 2);
         }
         r[j] = (uint32_t)lo | (uint32_t)hi << 16;
     }
-    (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane has read before the next call writes */
 }
 
 namespace nvcuda {
