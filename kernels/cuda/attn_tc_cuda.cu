@@ -683,7 +683,6 @@ template <class E> struct tc_bwd_args {
     const E *qkv, *dout;
     const float *delta, *lse;
     E *ds;
-    int dq_atomic; /* ZT_CUDA_ATTN_DQ=atomic: the mma dK dV kernel adds dQ too */
 };
 
 /* The warp's 16-bit dS^T (its 16 keys from jw x the TC_BC queries from q0, in shared memory at
@@ -919,19 +918,20 @@ static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float
     }
 }
 
-/* Backward, dK and dV, on mma.sync. grid (key tiles, B NH), the first (longest) key tiles
- * first. */
-template <class E>
+/* Backward, dK and dV (and with DQA dQ by atomics), on mma.sync. grid (key tiles, B NH), the
+ * first (longest) key tiles first. */
+template <class E, bool DQA>
 static __global__ void __launch_bounds__(TC_THREADS, 2)
     tc_bwd_mma_kv_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
 {
-    __shared__ __align__(128) unsigned char sm[TC_MBSMEM];
+    __shared__ __align__(128) unsigned char sm[DQA ? TC_MBSMEM : TC_MKEEP];
     tc_pos p = tc_pos_of(T, NH, false);
     const E *base = a.qkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     const E *dO = a.dout + (size_t)p.b * T * p.C + (size_t)p.h * TC_HS;
     const float *delta_bh = a.delta + (size_t)p.bh * T, *lse_bh = a.lse + (size_t)p.bh * T;
     float *rows = (float *)(sm + TC_MROWS);   /* stage s: ls at rows + 2 s TC_MK, dl after */
-    const E *Kb = (const E *)(sm + TC_MKEEP); /* the block's K, kept */
+    /* the block's K: kept past the tiles for dQ, else in stage 1's place until in fragments */
+    const E *Kb = (const E *)(sm + (DQA ? TC_MKEEP : 2 * TC_HEAD));
     int jw = p.row0 + 16 * p.warp, g = p.lane / 4, t4 = p.lane % 4;
     tc_lm lm = tc_lm_of(p.lane);
     float sl2 = scale * TC_LOG2E;
@@ -977,7 +977,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 2)
         if (a.ds) tc_mma_put_ds(a.ds + (size_t)p.bh * T * T, dpt, jw, q0, T, p.lane);
         tc_mma_pv<E>(dv, st, dOs, lm);
         tc_mma_pv<E>(dk, dpt, Qs, lm);
-        if (a.dq_atomic) tc_mma_dq_atomic(a.dqkv, dpt, (E *)dOs, Kb, q0, T, p, lm);
+        if (DQA) tc_mma_dq_atomic(a.dqkv, dpt, (E *)dOs, Kb, q0, T, p, lm);
     }
     float *gk = a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     tc_mma_add_out(gk + p.C, p.C3, jw, T, dk, p.lane);
@@ -1176,15 +1176,17 @@ static void tc_backward(zt_kctx *ctx, const char *const names[6], float *dqkv, f
         a.delta = run.delta;
         a.lse = lse + (size_t)b0 * NH * T;
         a.ds = run.ds;
-        a.dq_atomic = atomic;
         if (a.ds)
             zt_cuda_check(
                 ctx, cudaMemsetAsync(a.ds, 0, (size_t)nb * NH * T * T * sizeof(E), ctx->stream),
                 "clearing the attention's dS");
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
-        if (ctx->attn_bwd_mma || atomic)
-            ZT_CUDA_LAUNCH(ctx, names[atomic ? 5 : 3], tc_bwd_mma_kv_kernel<E>, grid, TC_THREADS, a,
-                           T, NH, scale);
+        if (atomic)
+            ZT_CUDA_LAUNCH(ctx, names[5], (tc_bwd_mma_kv_kernel<E, true>), grid, TC_THREADS, a, T,
+                           NH, scale);
+        else if (ctx->attn_bwd_mma)
+            ZT_CUDA_LAUNCH(ctx, names[3], (tc_bwd_mma_kv_kernel<E, false>), grid, TC_THREADS, a, T,
+                           NH, scale);
         else
             ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
         if (atomic || (a.ds && tc_dq_gemm(ctx, run, a.dqkv, nb, T, C, NH))) continue;
