@@ -865,11 +865,12 @@ static __device__ __forceinline__ void tc_mma_put_ds(E *ds, const float d[TC_MN]
 {
     int g = lane / 4, t4 = lane % 4;
     TC_UNROLL
-    for (int n = 0; n < TC_MN; n++)
+    for (int n = 0; n < TC_MN; n++) {
         TC_UNROLL
-    for (int e = 0; e < 4; e++) {
-        int j = jw + g + 8 * (e / 2), i = q0 + 8 * n + 2 * t4 + e % 2;
-        if (j < T && i < T) ds[(size_t)j * T + i] = tc_round<E>(d[n][e]);
+        for (int e = 0; e < 4; e++) {
+            int j = jw + g + 8 * (e / 2), i = q0 + 8 * n + 2 * t4 + e % 2;
+            if (j < T && i < T) ds[(size_t)j * T + i] = tc_round<E>(d[n][e]);
+        }
     }
 }
 
@@ -887,11 +888,13 @@ static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float
     int g = p.lane / 4, t4 = p.lane % 4;
     __syncthreads(); /* every warp is done with the tile's dO */
     TC_UNROLL
-    for (int n = 0; n < TC_MN; n++)
+    for (int n = 0; n < TC_MN; n++) {
         TC_UNROLL
-    for (int h = 0; h < 2; h++) {
-        uint32_t v = tc_pack<E>(dst[n][2 * h], dst[n][2 * h + 1]);
-        memcpy((void *)(dSs + (16 * p.warp + g + 8 * h) * TC_LDH + 8 * n + 2 * t4), &v, sizeof(v));
+        for (int h = 0; h < 2; h++) {
+            uint32_t v = tc_pack<E>(dst[n][2 * h], dst[n][2 * h + 1]);
+            memcpy((void *)(dSs + (16 * p.warp + g + 8 * h) * TC_LDH + 8 * n + 2 * t4), &v,
+                   sizeof(v));
+        }
     }
     __syncthreads(); /* dS^T is whole */
     float dq[TC_MN][4];
@@ -962,17 +965,18 @@ static __global__ void __launch_bounds__(TC_THREADS, 2)
         tc_mma_abt<E>(st, ka, Qs, lm);
         tc_mma_abt<E>(dpt, va, dOs, lm);
         TC_UNROLL
-        for (int n = 0; n < TC_MN; n++)
+        for (int n = 0; n < TC_MN; n++) {
             TC_UNROLL
-        for (int e = 0; e < 4; e++) {
-            int c = 8 * n + 2 * t4 + e % 2, i = q0 + c, j = jw + g + 8 * (e / 2);
-            float pe = 0.0f, ds = 0.0f;
-            if (j <= i && i < T) {
-                pe = exp2f(sl2 * st[n][e] - ls[c]);
-                ds = pe * (dpt[n][e] - dl[c]) * scale;
+            for (int e = 0; e < 4; e++) {
+                int c = 8 * n + 2 * t4 + e % 2, i = q0 + c, j = jw + g + 8 * (e / 2);
+                float pe = 0.0f, ds = 0.0f;
+                if (j <= i && i < T) {
+                    pe = exp2f(sl2 * st[n][e] - ls[c]);
+                    ds = pe * (dpt[n][e] - dl[c]) * scale;
+                }
+                st[n][e] = pe;
+                dpt[n][e] = ds;
             }
-            st[n][e] = pe;
-            dpt[n][e] = ds;
         }
         if (a.ds) tc_mma_put_ds(a.ds + (size_t)p.bh * T * T, dpt, jw, q0, T, p.lane);
         tc_mma_pv<E>(dv, st, dOs, lm);
@@ -1024,13 +1028,14 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         tc_mma_abt<E>(s, qa, Ks, lm);
         tc_mma_abt<E>(dp, oa, Vs, lm);
         TC_UNROLL
-        for (int n = 0; n < TC_MN; n++)
+        for (int n = 0; n < TC_MN; n++) {
             TC_UNROLL
-        for (int e = 0; e < 4; e++) {
-            int h = e / 2, i = qw + g + 8 * h, j = k0 + 8 * n + 2 * t4 + e % 2;
-            float ds = 0.0f;
-            if (j <= i && i < T) ds = exp2f(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
-            s[n][e] = ds;
+            for (int e = 0; e < 4; e++) {
+                int h = e / 2, i = qw + g + 8 * h, j = k0 + 8 * n + 2 * t4 + e % 2;
+                float ds = 0.0f;
+                if (j <= i && i < T) ds = exp2f(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
+                s[n][e] = ds;
+            }
         }
         tc_mma_pv<E>(dq, s, Ks, lm);
     }
