@@ -993,7 +993,8 @@ static unsigned long long attention_env_run(const char *name, const char *value,
     unsetenv(name);
     unsetenv("ZT_CUDA_ATTN");
     zt_log_set_file(stderr);
-    if (st != ZT_OK) ZT_FAIL("ctx_create with %s=%s: %s", name, value, zt_err_msg(&err));
+    if (st != ZT_OK)
+        ZT_FAIL("ctx_create with %s=%s: %s", name, value ? value : "(unset)", zt_err_msg(&err));
     rewind(f);
     size_t got = fread(log, 1, n - 1, f);
     log[got] = '\0';
