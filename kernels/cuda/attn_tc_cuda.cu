@@ -190,36 +190,39 @@ static __device__ __forceinline__ tc_pos tc_pos_of(int T, int NH, bool last_firs
 static_assert(TC_OWN >= TC_OUT && TC_OWN % 32 == 0, "the staging fits the tiles' place");
 static_assert(TC_SMEM <= 48 * 1024, "static shared memory");
 
-/* stage s's tile a (0 or 1) in `own` */
-template <class E> static __device__ __forceinline__ E *tc_stage(unsigned char *own, int s, int a)
+/* stage s's tile a (0 or 1) of ROWS head vectors each in `own` (the wmma kernels' tiles are
+ * TC_BC rows, the mma kernels' TC_MK) */
+template <int ROWS, class E>
+static __device__ __forceinline__ E *tc_stage(unsigned char *own, int s, int a)
 {
-    return (E *)(own + (size_t)(2 * s + a) * TC_TILE);
+    return (E *)(own + (size_t)(2 * s + a) * ROWS * TC_LDH * 2);
 }
 
-/* The walked side's tile t (TC_BC rows from row0 + t TC_BC of a and of b, row strides lda and
+/* The walked side's tile t (ROWS rows from row0 + t ROWS of a and of b, row strides lda and
  * ldb, each into its place of stage t % 2): issues and commits its copies, unless t >= nt. */
-template <class E>
+template <int ROWS, class E>
 static __device__ __forceinline__ void tc_tile(unsigned char *sm, int t, int nt, int row0,
                                                const E *a, size_t lda, const E *b, size_t ldb,
                                                int T)
 {
     if (t >= nt) return;
-    int q = row0 + t * TC_BC;
-    tc_fetch<TC_BC>(tc_stage<E>(sm, t % 2, 0), a, q, T, lda);
-    tc_fetch<TC_BC>(tc_stage<E>(sm, t % 2, 1), b, q, T, ldb);
+    int q = row0 + t * ROWS;
+    tc_fetch<ROWS>(tc_stage<ROWS, E>(sm, t % 2, 0), a, q, T, lda);
+    tc_fetch<ROWS>(tc_stage<ROWS, E>(sm, t % 2, 1), b, q, T, ldb);
     __pipeline_commit();
 }
 
 /* Tile t's turn: waits for its copies and (a block barrier) for every warp to be done with
- * tile t - 1 and its scores, then issues tile t + 1's into the stage t - 1 leaves free. */
-template <class E>
+ * tile t - 1 (and its scores, or the block's own rows), then issues tile t + 1's into the
+ * stage t - 1 leaves free. */
+template <int ROWS, class E>
 static __device__ __forceinline__ void tc_turn(unsigned char *sm, int t, int nt, int row0,
                                                const E *a, size_t lda, const E *b, size_t ldb,
                                                int T)
 {
     __pipeline_wait_prior(0);
     __syncthreads();
-    tc_tile(sm, t + 1, nt, row0, a, lda, b, ldb, T);
+    tc_tile<ROWS>(sm, t + 1, nt, row0, a, lda, b, ldb, T);
 }
 
 /* Forward. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out, lse at the run's first
@@ -257,13 +260,13 @@ static __global__ void __launch_bounds__(TC_THREADS)
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::fill_fragment(acc[n], 0.0f);
     __syncthreads(); /* Q is in fragments: its place takes the tiles (K and V) */
-    tc_tile(sm, 0, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
+    tc_tile<TC_BC>(sm, 0, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
     float m = -INFINITY, l = 0.0f; /* the row's running maximum (base 2) and sum */
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_BC;
-        tc_turn(sm, t, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
+        tc_turn<TC_BC>(sm, t, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
         if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
-        const E *Ks = tc_stage<E>(sm, t % 2, 0), *Vs = tc_stage<E>(sm, t % 2, 1);
+        const E *Ks = tc_stage<TC_BC, E>(sm, t % 2, 0), *Vs = tc_stage<TC_BC, E>(sm, t % 2, 1);
         tc_abt<TC_BC / 16>(S, TC_LDS, qf, Ks);
         __syncwarp();
         float s[16], mx = -INFINITY; /* scores in base 2: scale log2(e) q.k */
@@ -499,34 +502,6 @@ static __device__ __forceinline__ void tc_mma_add_out(float *dst, size_t ld, int
 #define TC_MSMEM (4 * TC_HEAD)
 static_assert(TC_MSMEM <= 48 * 1024, "static shared memory");
 
-/* The mma kernels' tile t of the walked side (TC_MK rows from row0 + t TC_MK of a and of b, row
- * strides lda and ldb) into stage t % 2 (places 2 (t % 2) and 2 (t % 2) + 1): issues and
- * commits its copies, unless t >= nt. */
-template <class E>
-static __device__ __forceinline__ void tc_mtile(unsigned char *sm, int t, int nt, int row0,
-                                                const E *a, size_t lda, const E *b, size_t ldb,
-                                                int T)
-{
-    if (t >= nt) return;
-    unsigned char *st = sm + 2 * (t % 2) * TC_HEAD;
-    tc_fetch<TC_MK>((E *)st, a, row0 + t * TC_MK, T, lda);
-    tc_fetch<TC_MK>((E *)(st + TC_HEAD), b, row0 + t * TC_MK, T, ldb);
-    __pipeline_commit();
-}
-
-/* Tile t's turn in the mma kernels: waits for its copies and (a block barrier) for every warp
- * to be done with tile t - 1 (or the block's own rows, which arrive in stage 1's places), then
- * issues tile t + 1's into the stage t - 1 leaves free. */
-template <class E>
-static __device__ __forceinline__ void tc_mturn(unsigned char *sm, int t, int nt, int row0,
-                                                const E *a, size_t lda, const E *b, size_t ldb,
-                                                int T)
-{
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    tc_mtile(sm, t + 1, nt, row0, a, lda, b, ldb, T);
-}
-
 /* The block's own rows (TC_BR from row0 of a into adst, and of b unless NULL into stage 1's
  * second place; row strides lda, ldb), tile 0 of the walked side (from trow0 of ta and tb)
  * into stage 0's places, then waits for the own rows only (and a block barrier). */
@@ -538,7 +513,7 @@ tc_mstart_at(unsigned char *sm, E *adst, int row0, const E *a, size_t lda, const
     tc_fetch<TC_BR>(adst, a, row0, T, lda);
     if (b) tc_fetch<TC_BR>((E *)(sm + 3 * TC_HEAD), b, row0, T, ldb);
     __pipeline_commit();
-    tc_mtile(sm, 0, nt, trow0, ta, tlda, tb, tldb, T);
+    tc_tile<TC_MK>(sm, 0, nt, trow0, ta, tlda, tb, tldb, T);
     if (nt > 0)
         __pipeline_wait_prior(1); /* the own rows are in; tile 0 may still be on its way */
     else
@@ -583,10 +558,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_MK;
-        tc_mturn(sm, t, nk, 0, kg, p.C3, vg, p.C3, T);
+        tc_turn<TC_MK>(sm, t, nk, 0, kg, p.C3, vg, p.C3, T);
         if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
-        const E *Ks = (const E *)(sm + 2 * (t % 2) * TC_HEAD);
-        const E *Vs = (const E *)(sm + (2 * (t % 2) + 1) * TC_HEAD);
+        const E *Ks = tc_stage<TC_MK, E>(sm, t % 2, 0), *Vs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         float s[TC_MN][4];
         tc_mma_abt<E>(s, aq, Ks, lm);
         bool diag = k0 + TC_MK - 1 > qw; /* some key past some query of the warp */
@@ -737,17 +711,17 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         wmma::fill_fragment(dv[n], 0.0f);
     }
     __syncthreads(); /* K and V are in fragments: their place takes the tiles (Q and dO) */
-    tc_tile(sm, 0, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
+    tc_tile<TC_BC>(sm, 0, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
     tc_rows<TC_BC>(rows + TC_BC, rows, delta_bh, lse_bh, p.row0, T);
     for (int t = 0; t < nq; t++) { /* queries i >= the tile's first key */
         int q0 = p.row0 + t * TC_BC;
-        tc_turn(sm, t, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
+        tc_turn<TC_BC>(sm, t, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
         if (t + 1 < nq) { /* the next tile's rows, into the stage tile t - 1 left */
             float *ls1 = rows + 2 * ((t + 1) % 2) * TC_BC;
             tc_rows<TC_BC>(ls1 + TC_BC, ls1, delta_bh, lse_bh, q0 + TC_BC, T);
         }
         if (q0 + TC_BC - 1 < jw) continue; /* no query of the tile sees the warp's keys */
-        const E *Qs = tc_stage<E>(sm, t % 2, 0), *dOs = tc_stage<E>(sm, t % 2, 1);
+        const E *Qs = tc_stage<TC_BC, E>(sm, t % 2, 0), *dOs = tc_stage<TC_BC, E>(sm, t % 2, 1);
         const float *ls = rows + 2 * (t % 2) * TC_BC, *dl = ls + TC_BC;
         tc_abt<TC_BC / 16>(St, TC_LDS, kf, Qs);
         tc_abt<TC_BC / 16>(dPt, TC_LDS, vf, dOs);
@@ -813,12 +787,12 @@ static __global__ void __launch_bounds__(TC_THREADS)
         wmma::fill_fragment(dq[n], 0.0f);
     float li = ls[16 * p.warp + r], di = dl[16 * p.warp + r];
     __syncthreads(); /* Q and dO are in fragments: their place takes the tiles (K and V) */
-    tc_tile(sm, 0, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
+    tc_tile<TC_BC>(sm, 0, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_BC;
-        tc_turn(sm, t, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
+        tc_turn<TC_BC>(sm, t, nk, 0, base + p.C, p.C3, base + 2 * p.C, p.C3, T);
         if (k0 > qw + 15) continue;
-        const E *Ks = tc_stage<E>(sm, t % 2, 0), *Vs = tc_stage<E>(sm, t % 2, 1);
+        const E *Ks = tc_stage<TC_BC, E>(sm, t % 2, 0), *Vs = tc_stage<TC_BC, E>(sm, t % 2, 1);
         tc_abt<TC_BC / 16>(S, TC_LDS, qf, Ks);
         tc_abt<TC_BC / 16>(dP, TC_LDS, df, Vs);
         __syncwarp();
@@ -953,13 +927,12 @@ static __global__ void __launch_bounds__(TC_THREADS, 2)
             0.0f;
     for (int t = 0; t < nq; t++) { /* queries i >= the block's first key */
         int q0 = p.row0 + t * TC_MK;
-        tc_mturn(sm, t, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
+        tc_turn<TC_MK>(sm, t, nq, p.row0, base, p.C3, dO, (size_t)p.C, T);
         if (t + 1 < nq) { /* the next tile's rows, into the stage tile t - 1 left */
             float *ls1 = rows + 2 * ((t + 1) % 2) * TC_MK;
             tc_rows<TC_MK>(ls1 + TC_MK, ls1, delta_bh, lse_bh, q0 + TC_MK, T);
         }
-        const E *Qs = (const E *)(sm + 2 * (t % 2) * TC_HEAD);
-        const E *dOs = (const E *)(sm + (2 * (t % 2) + 1) * TC_HEAD);
+        const E *Qs = tc_stage<TC_MK, E>(sm, t % 2, 0), *dOs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         const float *ls = rows + 2 * (t % 2) * TC_MK, *dl = ls + TC_MK;
         float st[TC_MN][4], dpt[TC_MN][4]; /* S^T then P^T; dP^T then dS^T */
         tc_mma_abt<E>(st, ka, Qs, lm);
@@ -1020,10 +993,9 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_MK;
-        tc_mturn(sm, t, nk, 0, kg, p.C3, vg, p.C3, T);
+        tc_turn<TC_MK>(sm, t, nk, 0, kg, p.C3, vg, p.C3, T);
         if (k0 > qw + 15) continue; /* the warp's queries see none of these keys */
-        const E *Ks = (const E *)(sm + 2 * (t % 2) * TC_HEAD);
-        const E *Vs = (const E *)(sm + (2 * (t % 2) + 1) * TC_HEAD);
+        const E *Ks = tc_stage<TC_MK, E>(sm, t % 2, 0), *Vs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         float s[TC_MN][4], dp[TC_MN][4]; /* S then dS; dP */
         tc_mma_abt<E>(s, qa, Ks, lm);
         tc_mma_abt<E>(dp, oa, Vs, lm);
