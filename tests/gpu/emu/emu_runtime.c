@@ -503,11 +503,12 @@ unsigned long long zt_emu_counted(int which)
     return which >= 0 && which < ZT_EMU_COUNTERS ? atomic_load(&counts[which]) : 0;
 }
 
-/* Launches by kernel name (the names are the callers' string constants): the first
- * EMU_NAMES names seen, each with its count. */
+/* Launches by kernel name: the first EMU_NAMES names seen (copied, at most EMU_NAME_MAX - 1
+ * bytes of each: longer names that agree that far count as one), each with its count. */
 #define EMU_NAMES 256
+#define EMU_NAME_MAX 128
 static struct {
-    const char *name;
+    char name[EMU_NAME_MAX];
     unsigned long long n;
 } launched[EMU_NAMES];
 static pthread_mutex_t launched_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -516,12 +517,13 @@ void zt_emu_count_launch(const char *kernel)
 {
     zt_emu_count(ZT_EMU_LAUNCH);
     pthread_mutex_lock(&launched_mu);
-    for (int i = 0; i < EMU_NAMES; i++)
-        if (!launched[i].name || strcmp(launched[i].name, kernel) == 0) {
-            launched[i].name = kernel;
+    for (int i = 0; i < EMU_NAMES; i++) {
+        if (!launched[i].name[0]) snprintf(launched[i].name, EMU_NAME_MAX, "%s", kernel);
+        if (strncmp(launched[i].name, kernel, EMU_NAME_MAX - 1) == 0) {
             launched[i].n++;
             break;
         }
+    }
     pthread_mutex_unlock(&launched_mu);
 }
 
@@ -531,7 +533,7 @@ unsigned long long zt_emu_launches_named(const char *part)
 {
     unsigned long long n = 0;
     pthread_mutex_lock(&launched_mu);
-    for (int i = 0; i < EMU_NAMES && launched[i].name; i++)
+    for (int i = 0; i < EMU_NAMES && launched[i].name[0]; i++)
         if (strstr(launched[i].name, part)) n += launched[i].n;
     pthread_mutex_unlock(&launched_mu);
     return n;
