@@ -1067,10 +1067,11 @@ static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
                       job->model.block_size, job->model.vocab_size, job->model.padded_vocab_size};
     e->dims = d;
     e->head_rows = zt_gpt2_head_rows(&d, e->B, e->T);
-    /* test hook: ZT_HEAD_ROWS=N cuts the classifier into chunks of N rows on a small model */
+    /* ZT_HEAD_ROWS=N: the classifier in chunks of N rows (at most B x T) instead of
+     * ZT_GPT2_LOGITS_BUDGET's: small ones test the chunking on a small model or save memory,
+     * large ones trade memory (zctl plan counts it) for fewer passes over wte */
     const char *hr = getenv("ZT_HEAD_ROWS");
-    if (hr && atoi(hr) > 0 && atoi(hr) < e->head_rows)
-        e->head_rows = atoi(hr);
+    if (hr && atoi(hr) > 0) e->head_rows = atoi(hr) < e->B * e->T ? atoi(hr) : e->B * e->T;
 }
 
 zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err *err)

@@ -205,9 +205,10 @@ size_t zt_cuda_context_device_bytes(int B, int T);
  * about half the tensor cores' rate (H200: 352 against about 790 TFLOP/s). A product whose
  * operands exceed the cap runs in blocks of rows, columns or depth; a linear layer's backward
  * takes its two products from one set of copies (dout rounded once). ZT_CUDA_GEMM_STAGE=0 turns
- * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB). Defined here, not
- * in kernels/cuda/, so that a plan needs no CUDA build. */
-#define ZT_CUDA_STAGE_MIB 128
+ * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB: the 16-bit copy of a
+ * whole chunk of the classifier's logits, ZT_GPT2_LOGITS_BUDGET, so that its backward runs in
+ * one block). Defined here, not in kernels/cuda/, so that a plan needs no CUDA build. */
+#define ZT_CUDA_STAGE_MIB 512
 /* ZT_CUDA_GEMM_STAGE: false for "0", else true (a value other than 0 or 1 warns). */
 bool zt_cuda_stage_env(void);
 /* Whether the matmuls of a job whose compute parameters are `pdt` stage their inputs: 16-bit

@@ -121,7 +121,7 @@ want bench_kernels_gpu_tuned &&
   item bench_kernels_gpu_tuned 90 env ZT_CUDA_GEMM_TUNE=1 .gpu/tests/bench_kernels_gpu --quick
 want gpu_train_bf16 &&
   item gpu_train_bf16 330 "${PY[@]}" "${TRAIN[@]}" --zt-precisions bf16 --torch-modes bf16
-want gpu_sanitizer && item gpu_sanitizer 180 "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
+want gpu_sanitizer && item gpu_sanitizer 240 "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
 want gpu_train_fp32 &&
   item gpu_train_fp32 300 "${PY[@]}" "${TRAIN[@]}" --zt-precisions fp32,tf32 --torch-modes tf32 \
     --skip-twinflow

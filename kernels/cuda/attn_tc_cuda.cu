@@ -24,9 +24,11 @@
  * and dP; where a sequence's dS does not fit (short sequences) or cuBLASLt has no algorithm,
  * the dQ kernel runs.
  *
- * ZT_CUDA_ATTN_FWD=mma and ZT_CUDA_ATTN_BWD=mma run the same algorithm as mma.sync kernels
- * instead (below, "the forward on mma.sync"): FlashAttention-2's layout, the scores, the
- * softmax, P and dS in registers, tiles of 64 rows read by ldmatrix. */
+ * By default (ZT_CUDA_ATTN_FWD and ZT_CUDA_ATTN_BWD unset or "mma") the same algorithm runs as
+ * mma.sync kernels instead (below, "the forward on mma.sync"): FlashAttention-2's layout, the
+ * scores, the softmax, P and dS in registers, tiles of 64 rows read by ldmatrix; on an H100
+ * 0.153 and 0.498 ms per layer of GPT-2 124M at micro batch 8 against the wmma kernels' 0.251
+ * and 0.870 (=wmma selects those). */
 #include "cuda_int.h"
 
 #include <stdint.h>

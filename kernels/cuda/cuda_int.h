@@ -97,8 +97,8 @@ struct zt_kctx {
     int attn_fused; /* ZT_CUDA_ATTN: 1 fused (attn_cuda.cu's kernels where they fit), 0 chunked,
                      * ZT_CUDA_ATTN_AUTO fused for 16-bit matmul inputs only (zt_cuda_attn_fused) */
     int attn_dq;    /* ZT_CUDA_ATTN_DQ: how the tensor-core backward gets dQ (ZT_ATTN_DQ_) */
-    int attn_fwd_mma; /* ZT_CUDA_ATTN_FWD=mma: the tensor-core forward on mma.sync */
-    int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD=mma: the tensor-core backward on mma.sync */
+    int attn_fwd_mma; /* ZT_CUDA_ATTN_FWD: the tensor-core forward on mma.sync (1, default) */
+    int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default) */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 

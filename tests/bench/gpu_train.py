@@ -26,9 +26,11 @@ precision at the same micro batch with the other attention (ZT_CUDA_ATTN), and t
 fused to chunked is printed: the measurement behind that default. A "zt-unstaged" row reruns
 bf16 at its micro batch with ZT_CUDA_GEMM_STAGE=0 (cuBLASLt converting the fp32 operands as it
 loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio of the two; a
-"zt-dq-gemm" row with ZT_CUDA_ATTN_DQ=gemm (the attention's dQ by cuBLASLt from dS), a
-"zt-mma" row with ZT_CUDA_ATTN_FWD=mma and ZT_CUDA_ATTN_BWD=mma (the attention's kernels on
-mma.sync, their scores in registers).
+"zt-wmma" row with ZT_CUDA_ATTN_FWD=wmma and ZT_CUDA_ATTN_BWD=wmma (the attention's earlier
+kernels, on the warp matrix functions), "zt-dq-atomic" and "zt-dq-gemm" rows with
+ZT_CUDA_ATTN_DQ=atomic (dQ added up by the dK dV kernel) and =gemm (dQ by cuBLASLt from dS),
+and a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT_HEAD_ROWS,
+with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26). --variants picks which of these rows run.
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -364,6 +366,10 @@ def main():
                          "the largest zerotrain ran down, or all of --batches without one)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-twinflow", action="store_true")
+    ap.add_argument("--variants", default="all",
+                    help="the rows after zerotrain's and PyTorch's: 'all' or a list of zt-wmma, "
+                         "zt-dq-atomic, zt-dq-gemm, zt-head-small, zt-unstaged, bf16-tf32, zt-alt "
+                         "(the other attention)")
     ap.add_argument("--zt-precisions", default="fp32,tf32,bf16")
     ap.add_argument("--torch-modes", default="fp32,tf32,bf16")
     ap.add_argument("--twinflow-precision", default="bf16")
@@ -381,6 +387,16 @@ def main():
 
     import numpy as np
     import ztutil as zu
+
+    known_variants = {"zt-wmma", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unstaged",
+                      "bf16-tf32", "zt-alt"}
+    chosen = known_variants if args.variants == "all" else set(args.variants.split(",")) - {""}
+    if chosen - known_variants:
+        sys.exit(f"gpu_train: --variants: unknown {', '.join(sorted(chosen - known_variants))}; "
+                 f"known: all, {', '.join(sorted(known_variants))}")
+
+    def wanted(v):
+        return v in chosen
 
     probe(BUILD)
     name = gpu_name()
@@ -436,12 +452,13 @@ def main():
             row = [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]
             return row["device_bytes"] / 2**20
 
-        def zt_run(jname, job, prec, attn="", stage="", dq="", mma=""):  # "": the defaults
+        def zt_run(jname, job, prec, attn="", stage="", dq="", fwd="", bwd="", more=None):
+            # "": the defaults; more: other variables
             zu.write_job(f"{tmp}/{jname}.json", job)
             env = {"ZT_PEAK_TFLOPS": str(peak_of[prec]), "ZT_CUDA_ATTN": attn,
                    "ZT_CUDA_MATMUL": mm_of[prec], "ZT_CUDA_GEMM_STAGE": stage,
-                   "ZT_CUDA_ATTN_DQ": dq, "ZT_CUDA_ATTN_FWD": mma, "ZT_CUDA_ATTN_BWD": mma,
-                   **EMU_ENV}
+                   "ZT_CUDA_ATTN_DQ": dq, "ZT_CUDA_ATTN_FWD": fwd, "ZT_CUDA_ATTN_BWD": bwd,
+                   **EMU_ENV, **(more or {})}
             with GpuMemPoller() as mem:
                 r = zu.run_zctl(["run", f"{tmp}/{jname}.json"], cwd=tmp, env=env, timeout=3600)
             steps = zu.parse_step_lines(r.stdout)
@@ -523,18 +540,31 @@ def main():
                 print(f"  zerotrain {what} failed: {err.strip()[-400:]}")
 
         if "bf16" in zt_best:
-            # bf16 with the attention's dQ from dS by cuBLASLt instead of its second kernel
-            variant("zt-dq-gemm", "bf16", "bf16", "_dqgemm", "bf16, dQ by GEMM", dq="gemm")
-            # bf16 with the attention's kernels on mma.sync
-            variant("zt-mma", "bf16", "bf16", "_mma", "bf16, mma.sync attention", mma="mma")
-            # bf16 with the matmuls reading the fp32 operands
-            variant("zt-unstaged", "bf16", "bf16", "_unstaged", "bf16 unstaged", stage="0")
+            B = zt_best["bf16"]["batch"]
+            # the classifier in chunks of a quarter of the rows (64M floats of logits, and a
+            # staging cap of 128 MiB for their 16-bit copy: the defaults before 2026-11-26), so
+            # four times the passes over wte
+            head_small = {"ZT_HEAD_ROWS": str(min(B * T, (64 << 20) // VP)),
+                          "ZT_CUDA_GEMM_STAGE_MIB": "128"}
+            for who, suffix, what, kw in [
+                    # the attention's earlier kernels, on wmma
+                    ("zt-wmma", "_wmma", "bf16, wmma attention", {"fwd": "wmma", "bwd": "wmma"}),
+                    # its dQ by atomics from the dK dV kernel, or by cuBLASLt from dS
+                    ("zt-dq-atomic", "_dqatomic", "bf16, dQ by atomics", {"dq": "atomic"}),
+                    ("zt-dq-gemm", "_dqgemm", "bf16, dQ by GEMM", {"dq": "gemm"}),
+                    ("zt-head-small", "_headsmall", "bf16, classifier chunks of 64M floats",
+                     {"more": head_small}),
+                    # the matmuls reading the fp32 operands
+                    ("zt-unstaged", "_unstaged", "bf16 unstaged", {"stage": "0"})]:
+                if wanted(who):
+                    variant(who, "bf16", "bf16", suffix, what, **kw)
             # bf16 jobs with TF32 matmuls (no search of its own; the attention TF32 picks)
-            variant("zerotrain", "bf16", "bf16-tf32", "", "bf16 with TF32 matmuls",
-                    attn="chunked")
+            if wanted("bf16-tf32"):
+                variant("zerotrain", "bf16", "bf16-tf32", "", "bf16 with TF32 matmuls",
+                        attn="chunked")
 
         alt_prec = "bf16" if "bf16" in zt_best else next(iter(zt_best), None)
-        if alt_prec:  # the attention the default does not pick for this precision
+        if alt_prec and wanted("zt-alt"):  # the attention the default does not pick for it
             alt = "chunked" if alt_prec in ("bf16", "fp16") else "fused"
             variant(f"zt-{alt}", alt_prec, alt_prec, f"_{alt}",
                     f"{alt_prec} with the {alt} attention", attn=alt)
@@ -614,7 +644,9 @@ def main():
 VARIANT_RATIOS = {
     "zt-unstaged": ("matmuls on 16-bit copies/on fp32 operands", True),
     "zt-dq-gemm": ("attention dQ by GEMM/by kernel", False),
-    "zt-mma": ("attention on mma.sync/on wmma", False),
+    "zt-wmma": ("attention on mma.sync/on wmma", True),
+    "zt-dq-atomic": ("attention dQ by atomics/by kernel", False),
+    "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True),
 }
 
 
@@ -625,7 +657,8 @@ def check_emu(rows, twin, too_big, skipped, args):
     want = [("zerotrain", p) for p in args.zt_precisions.split(",") if p]
     if "bf16" in args.zt_precisions.split(","):
         want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16"),
-                 ("zt-dq-gemm", "bf16"), ("zt-mma", "bf16")]
+                 ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-dq-atomic", "bf16"),
+                 ("zt-head-small", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}

@@ -39,10 +39,10 @@ static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores fo
 static const struct {
     const char *fwd, *bwd, *dq, *label;
 } KV_ATTN[] = {
-    {"mma", "mma", "", "mma.sync"},
+    {"wmma", "wmma", "", "wmma"},
+    {"", "wmma", "gemm", "wmma, dQ by GEMM"},
     {"", "", "gemm", "dQ by GEMM"},
-    {"", "mma", "gemm", "mma.sync, dQ by GEMM"},
-    {"", "", "atomic", "mma.sync, dQ by atomics"},
+    {"", "", "atomic", "dQ by atomics"},
 };
 #define N_KV_ATTN (sizeof(KV_ATTN) / sizeof(KV_ATTN[0]))
 static zt_kctx *KV[N_KV_ATTN];

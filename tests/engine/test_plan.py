@@ -138,6 +138,40 @@ def check_oom(tmp, sanitized):
     return failures
 
 
+def check_head_rows(tmp):
+    """The classifier's chunk of rows (ZT_HEAD_ROWS) in the plan: GPT-2's vocabulary at 8 x 1024
+    tokens cuts the logits into chunks of 256M floats (5336 rows of 50304); fewer rows take
+    that many rows' less activations, all B x T rows (the most) the whole of them, and more rows
+    than that count as B x T."""
+    failures = []
+    job = {"name": "head", "model": {"n_layer": 12, "n_head": 12, "n_embd": 768,
+                                     "block_size": 1024, "vocab_size": 50257, "init": "random"},
+           "data": {"train": "data/synth_train_*.bin"},
+           "train": {"steps": 1, "checkpoint_dir": "ckpt/head"}, "resources": {"ranks": 1},
+           "deepspeed": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8}}
+    zu.write_job(f"{tmp}/head.json", job)
+    vp, n, rows = 50304, 8 * 1024, (256 << 20) // 50304
+
+    def acts(head_rows):
+        p = zu.run_zctl(["plan", f"{tmp}/head.json", "-o", "json"],
+                        env={"ZT_HEAD_ROWS": head_rows})
+        if p.returncode != 0:
+            failures.append(f"plan with ZT_HEAD_ROWS={head_rows!r}: rc {p.returncode} {p.stderr}")
+            return 0
+        return [r for r in json.loads(p.stdout)["rows"] if r["job"]][0]["bytes"]["activations"]
+
+    base = acts("")
+    for head_rows, more in ((str(7), 7 - rows), (str(rows // 4), rows // 4 - rows),
+                            (str(n), n - rows), (str(10 * n), n - rows)):
+        got = acts(head_rows) - base
+        print(f"plan with ZT_HEAD_ROWS={head_rows}: activations {got:+} B "
+              f"({more:+} rows of {vp} floats: {more * vp * 4:+} B)")
+        if got != more * vp * 4:
+            failures.append(f"ZT_HEAD_ROWS={head_rows}: activations {got:+} B, expected "
+                            f"{more * vp * 4:+}")
+    return failures
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--case":
         one_case(sys.argv[2], int(sys.argv[3]), CASES[int(sys.argv[3])])
@@ -193,6 +227,7 @@ def main():
             failures.append(f"plan with 1MiB: rc {small.returncode}\n{small.stdout}")
         # a job that cannot be allocated: the worker names the category and the plan's figures
         failures += check_oom(tmp, sanitized)
+        failures += check_head_rows(tmp)
         bad = zu.run_zctl(["plan", f"{tmp}/plan0.json", "--device-memory", "eighty"])
         if bad.returncode != 2 or "--device-memory" not in bad.stderr:
             failures.append(f"plan with a bad size: rc {bad.returncode} {bad.stderr}")

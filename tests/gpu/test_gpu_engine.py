@@ -10,8 +10,9 @@
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums),
   with fp32 matmuls and with the bf16 matmul inputs a bf16 job gets by default;
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
-  against the CPU with the same tolerances, and their tensor-core versions in a bf16 and an
-  fp16 job against the same precision on the CPU within 2% (--quick leaves them out);
+  against the CPU with the same tolerances, and their tensor-core versions in a bf16 job (each
+  set of kernels: wmma, mma.sync, dQ by GEMM or atomics) and an fp16 job against the same
+  precision on the CPU within 2% (--quick leaves them out);
 - (--emu) training allocates nothing on the device or pinned host once the first step runs;
   launches, matmuls, copies, synchronisations and collectives per step are printed;
 - a job whose arenas do not fit the GPU fails before training with an out-of-memory report
@@ -57,6 +58,10 @@ PARAM_RTOL = 1e-4  # all parameters as one vector
 TENSOR_RTOL = 5e-3
 
 
+# the tensor-core attention's kernels, each set named in full (not left to the defaults)
+# (name in job names, (forward, backward, dQ))
+TC_KERNEL_SETS = [("wmma", ("wmma", "wmma", "kernel")), ("mma", ("mma", "mma", "kernel")),
+                  ("mma_dqgemm", ("mma", "mma", "gemm")), ("mma_dqatomic", ("mma", "mma", "atomic"))]
 BUILD = os.environ.get("ZT_BUILD_DIR", "build")
 # the environment of every GPU run: the emulation's worker and GPU count
 GPU_ENV = {"ZT_WORKER": os.path.abspath(os.path.join(BUILD, "tests", "zworker_emu")),
@@ -198,17 +203,23 @@ def main():
                         LOSS_RTOL, PARAM_RTOL)
             # bf16 and fp16 jobs (the latter with dynamic loss scaling) with their own 16-bit
             # matmul inputs: the tensor-core attention kernels in that type
+            # (bf16: each set of kernels, TC_KERNEL_SETS; fp16: the defaults)
             for prec in ("bf16", "fp16"):
                 cl, _, _, _ = run(job_for(f"cpu_hs64_{prec}", "cpu", prec=prec, cfg=CFG_HS64,
                                           init="init64.bin"))
-                gl, _, _, _ = run(job_for(f"cuda_hs64_{prec}_fused", "cuda", prec=prec,
-                                          cfg=CFG_HS64, init="init64.bin"),
-                                  {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_MATMUL": ""})
-                dev = max(abs(a - b) / b for a, b in zip(gl, cl))
-                print(f"{prec} cuda fused attention on tensor cores (head size 64) vs cpu: max rel "
-                      f"loss deviation {dev:.4f} (last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
-                if dev > 0.02:
-                    failures.append(f"{prec} fused tensor-core attention deviates {dev:.4f} > 2%")
+                for kset, kern in TC_KERNEL_SETS if prec == "bf16" else [("default", None)]:
+                    kenv = dict(zip(("ZT_CUDA_ATTN_FWD", "ZT_CUDA_ATTN_BWD", "ZT_CUDA_ATTN_DQ"),
+                                    kern or ("", "", "")))
+                    gl, _, _, _ = run(job_for(f"cuda_hs64_{prec}_fused_{kset}", "cuda",
+                                              prec=prec, cfg=CFG_HS64, init="init64.bin"),
+                                      {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_MATMUL": "", **kenv})
+                    dev = max(abs(a - b) / b for a, b in zip(gl, cl))
+                    what = (f"{prec} cuda fused attention on tensor cores "
+                            f"({'/'.join(kern) if kern else 'default kernels'})")
+                    print(f"{what} (head size 64) vs cpu: max rel loss deviation {dev:.4f} "
+                          f"(last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
+                    if dev > 0.02:
+                        failures.append(f"{what} deviates {dev:.4f} > 2%")
 
         check_gpu_oom(tmp, failures)
         if EMU:

@@ -4,7 +4,9 @@ tiny model for two optimizer steps with gradient accumulation (every op of the C
 embeddings, LayerNorm, matmuls, attention, GELU, residual, cross-entropy, norms, AdamW), once in
 fp32 and once in bf16 (casts, 16-bit accumulation); then the fused attention kernels
 (ZT_CUDA_ATTN=fused, a model of head size 64 and a block of 80 tokens, so their tiles have
-tails): fp32 (attn_cuda.cu) and bf16 (the tensor-core kernels of attn_tc_cuda.cu).
+tails): fp32 (attn_cuda.cu) and bf16 (the tensor-core kernels of attn_tc_cuda.cu: on wmma,
+on mma.sync, with dQ by the kernel, by GEMM and by atomics).
+ZT_SANITIZER_CASES=racecheck_bf16_fused_mma,... runs only the runs named.
 Passes when every run exits 0 and the sanitizer reports 0 errors (CUDA API errors not counted:
 see the wrapper). Exits 77 without a usable GPU or without compute-sanitizer
 (/usr/local/cuda/bin/compute-sanitizer or on PATH)."""
@@ -24,11 +26,24 @@ import ztutil as zu  # noqa: E402
 
 CFG = dict(L=1, NH=2, C=32, T=16, V=60, Vp=128)
 CFG_HS64 = dict(L=1, NH=1, C=64, T=80, V=60, Vp=128)  # the fused attention's head size
+
+
+def fused_tc(fwd, bwd, dq):
+    """the environment of a run on the tensor-core attention with these kernels"""
+    return {"ZT_CUDA_ATTN": "fused", "ZT_CUDA_ATTN_FWD": fwd, "ZT_CUDA_ATTN_BWD": bwd,
+            "ZT_CUDA_ATTN_DQ": dq}
+
+
 # (name, precision, model, model file, environment)
 VARIANTS = [("fp32", "fp32", CFG, "init.bin", {}),
             ("bf16", "bf16", CFG, "init.bin", {}),
             ("fp32_fused", "fp32", CFG_HS64, "init64.bin", {"ZT_CUDA_ATTN": "fused"}),
-            ("bf16_fused", "bf16", CFG_HS64, "init64.bin", {"ZT_CUDA_ATTN": "fused"})]
+            ("bf16_fused", "bf16", CFG_HS64, "init64.bin", fused_tc("wmma", "wmma", "kernel")),
+            ("bf16_fused_mma", "bf16", CFG_HS64, "init64.bin", fused_tc("mma", "mma", "kernel")),
+            ("bf16_fused_mma_dqgemm", "bf16", CFG_HS64, "init64.bin",
+             fused_tc("mma", "mma", "gemm")),
+            ("bf16_fused_mma_atomic", "bf16", CFG_HS64, "init64.bin",
+             fused_tc("mma", "mma", "atomic"))]
 
 
 def probe():
@@ -76,6 +91,12 @@ def main():
         print("SKIP: compute-sanitizer not found (/usr/local/cuda/bin or PATH)")
         sys.exit(77)
     worker = zu.zt_bin("zworker")
+    # ZT_SANITIZER_CASES: a comma-separated list of the runs to do (TOOL_VARIANT), else all
+    only = set(os.environ.get("ZT_SANITIZER_CASES", "").split(",")) - {""}
+    known = {f"{t}_{v[0]}" for t in ("memcheck", "racecheck") for v in VARIANTS}
+    if only - known:
+        sys.exit(f"ZT_SANITIZER_CASES: no run named {', '.join(sorted(only - known))}; "
+                 f"known: {', '.join(sorted(known))}")
     failures = []
     with tempfile.TemporaryDirectory(prefix="zt-gpu-san-") as tmp:
         rng = np.random.default_rng(5)
@@ -86,6 +107,8 @@ def main():
         for tool in ("memcheck", "racecheck"):
             for variant, prec, cfg, init, extra_env in VARIANTS:
                 name = f"{tool}_{variant}"
+                if only and name not in only:
+                    continue
                 wrapper = f"{tmp}/{name}.sh"
                 # API errors are not the sanitizer's to find: zerotrain checks every CUDA call's
                 # status itself, and NCCL's start-up asks for the attributes of kernels it has
