@@ -121,7 +121,14 @@ want bench_kernels_gpu_tuned &&
   item bench_kernels_gpu_tuned 90 env ZT_CUDA_GEMM_TUNE=1 .gpu/tests/bench_kernels_gpu --quick
 want gpu_train_bf16 &&
   item gpu_train_bf16 330 "${PY[@]}" "${TRAIN[@]}" --zt-precisions bf16 --torch-modes bf16
-want gpu_sanitizer && item gpu_sanitizer 240 "${PY[@]}" tests/gpu/test_gpu_sanitizer.py
+# all 14 sanitizer runs take ~300 s on an H100: by default those of the kernels a job gets by
+# default (ZT_SANITIZER_CASES=all for every one, or a list: tests/gpu/test_gpu_sanitizer.py)
+SAN_DEFAULT=memcheck_fp32,memcheck_bf16,memcheck_fp32_fused,memcheck_bf16_fused_mma
+SAN_DEFAULT+=,racecheck_fp32,racecheck_bf16,racecheck_fp32_fused,racecheck_bf16_fused_mma
+SAN_CASES=${ZT_SANITIZER_CASES-$SAN_DEFAULT}
+[ "$SAN_CASES" = all ] && SAN_CASES=
+want gpu_sanitizer && item gpu_sanitizer 240 env "ZT_SANITIZER_CASES=$SAN_CASES" "${PY[@]}" \
+  tests/gpu/test_gpu_sanitizer.py
 want gpu_train_fp32 &&
   item gpu_train_fp32 300 "${PY[@]}" "${TRAIN[@]}" --zt-precisions fp32,tf32 --torch-modes tf32 \
     --skip-twinflow
