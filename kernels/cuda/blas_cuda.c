@@ -570,12 +570,14 @@ bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g)
  * whole, then dout and inp by blocks of mb token rows, each block giving its rows of dinp
  * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue) and its share of
  * dweight (dweight += dout^T inp: blocks after the first add onto what the first wrote), so
- * that dout, the largest operand, is rounded once instead of once per product. The buffer:
- * zt_cuda_stage_bwd_elems. false (nothing queued) where no block of at least
+ * that dout, the largest operand, is rounded once instead of once per product; with dbias, the
+ * pass that rounds a block of dout also adds its column sums to dbias (zt_cuda_stage_cast_bias:
+ * with one block, the bits of zt_cuda_bias_backward over all rows). The buffer:
+ * zt_cuda_stage_bwd_elems. false (nothing queued, dbias untouched) where no block of at least
  * ZT_CUDA_STAGE_MIN_BLOCK rows fits beside the weight: the products go one by one. */
 static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *dweight,
-                            const float *dout, const float *inp, const float *weight, int N, int C,
-                            int OC)
+                            float *dbias, const float *dout, const float *inp, const float *weight,
+                            int N, int C, int OC)
 {
     if (!stage_usable(ctx) || !dinp || !dweight || N <= 0 || C <= 0 || OC <= 0) return false;
     size_t w = zt_cuda_stage_pad((size_t)OC * (size_t)C);
@@ -593,7 +595,10 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *
     stage_block(ctx, sw, weight, C, 'N', 0, OC, 0, C);
     for (int m0 = 0; m0 < N; m0 += mb) {
         int mn = N - m0 < mb ? N - m0 : mb;
-        stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
+        if (dbias)
+            zt_cuda_stage_cast_bias(ctx, sd, ctx->mm, dout + (size_t)m0 * OC, mn, OC, dbias);
+        else
+            stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
         stage_block(ctx, si, inp, C, 'N', m0, mn, 0, C);
         /* dinp rows [m0, m0 + mn) (mn x C) += dout rows (mn x OC) @ weight (OC x C) */
         zt_cuda_gemm d;
@@ -674,10 +679,7 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
                              const float *dout, const float *inp, const float *weight, int N, int C,
                              int OC)
 {
-    if (backward_staged(ctx, dinp, NULL, dweight, dout, inp, weight, N, C, OC)) {
-        if (dbias) zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
-        return;
-    }
+    if (backward_staged(ctx, dinp, NULL, dweight, dbias, dout, inp, weight, N, C, OC)) return;
     /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
     if (dinp)
         gemm(ctx, 'N', 'N', N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 1.0f, dinp, C, 0, 1, NULL);
@@ -693,10 +695,7 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 {
     /* dpre (N, C) = GELU'(pre) * (dout (N, OC) @ weight (OC, C)): the DGELU epilogue reads
      * pre (its aux, never written with dgelu) */
-    if (backward_staged(ctx, dpre, pre, dweight, dout, inp, weight, N, C, OC)) {
-        if (dbias) zt_cuda_bias_backward(ctx, dbias, dout, N, OC);
-        return;
-    }
+    if (backward_staged(ctx, dpre, pre, dweight, dbias, dout, inp, weight, N, C, OC)) return;
     zt_cuda_gemm g;
     memset(&g, 0, sizeof(g));
     g.ta = 'N', g.tb = 'N', g.M = N, g.N = C, g.K = OC, g.alpha = 1.0f, g.beta = 0.0f;

@@ -177,6 +177,10 @@ void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float
                                 const float *mean, const float *rstd, int N, int C);
 /* dbias[c] += sum over rows of dout[:, c] (deterministic two-pass column sum). */
 void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N, int OC);
+/* zt_cuda_bias_backward over dout (N x OC, contiguous), the same sums in the same order, and
+ * dst = dout rounded as zt_cuda_stage_cast rounds it: one pass over dout for both. */
+void zt_cuda_stage_cast_bias(zt_kctx *ctx, uint16_t *dst, int mm16, const float *dout, int N,
+                             int OC, float *dbias);
 /* out[i, :] = bias (or 0 when bias is NULL), i < N. */
 void zt_cuda_bias_fill(zt_kctx *ctx, float *out, const float *bias, int N, int OC);
 void zt_cuda_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n);

@@ -4,6 +4,7 @@
  * deterministic column sums (bias and LayerNorm parameter gradients). Arithmetic follows
  * kernels/cpu/gpt2_cpu.c expression by expression; sums run in another order. */
 #include "cuda_int.h"
+#include "cuda_conv.h"
 
 #define ZT_LN_EPS 1e-5f
 #define ZT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -171,10 +172,14 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *
 }
 
 /* Column sums over a split of rows: db += dout, and with inp, dw += norm(inp) * dout (norm from
- * mean and rstd). accumulate: add into dw/db[c]; else write split s's sums at dw/db[s*ld + c]. */
+ * mean and rstd). accumulate: add into dw/db[c]; else write split s's sums at dw/db[s*ld + c].
+ * ST 1 or 2: each element of dout is also written to stage, rounded to bf16 or fp16 (a matmul's
+ * staged operand, read once for both). */
+template <int ST>
 static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumulate,
                                      const float *dout, const float *inp, const float *mean,
-                                     const float *rstd, int N, int C, int rows_per_split)
+                                     const float *rstd, int N, int C, int rows_per_split,
+                                     uint16_t *stage)
 {
     __shared__ float shw[ZT_COL_TY][33], shb[ZT_COL_TY][33];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -186,6 +191,8 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
         for (int r = r0 + ty; r < r1; r += ZT_COL_TY) {
             size_t i = (size_t)r * C + c;
             float dy = dout[i];
+            if (ST == 1) stage[i] = bf16_from_f32(dy);
+            if (ST == 2) stage[i] = f16_from_f32(dy);
             sb += dy;
             if (inp) sw = fmaf((inp[i] - mean[r]) * rstd[r], dy, sw);
         }
@@ -229,9 +236,12 @@ static __global__ void colsum_finish_kernel(float *dw, float *db, const float *p
 }
 
 /* dw (may be NULL; needs inp, mean, rstd) and db (may be NULL) += column sums over N rows,
- * in a fixed order (deterministic): row splits into the scratch, then one pass over splits. */
+ * in a fixed order (deterministic): row splits into the scratch, then one pass over splits.
+ * ST (colsum_kernel's): dout also rounded into stage. */
+template <int ST>
 static void colsum(zt_kctx *ctx, float *dw, float *db, const float *dout, const float *inp,
-                   const float *mean, const float *rstd, int N, int C, const char *what)
+                   const float *mean, const float *rstd, int N, int C, const char *what,
+                   uint16_t *stage = NULL)
 {
     if ((!dw && !db) || N <= 0 || C <= 0) return;
     size_t splits = ((size_t)N + ZT_COL_MIN_ROWS - 1) / ZT_COL_MIN_ROWS;
@@ -243,13 +253,13 @@ static void colsum(zt_kctx *ctx, float *dw, float *db, const float *dout, const 
     dim3 block(32, ZT_COL_TY);
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)(splits > 1 ? splits : 1));
     if (splits <= 1) {
-        ZT_CUDA_LAUNCH(ctx, what, colsum_kernel, grid, block, dw, db, 0, 1, dout, inp, mean, rstd,
-                       N, C, N);
+        ZT_CUDA_LAUNCH(ctx, what, colsum_kernel<ST>, grid, block, dw, db, 0, 1, dout, inp, mean,
+                       rstd, N, C, N, stage);
         return;
     }
     float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
-    ZT_CUDA_LAUNCH(ctx, what, colsum_kernel, grid, block, dw ? pw : NULL, db ? pb : NULL, (size_t)C,
-                   0, dout, inp, mean, rstd, N, C, rows);
+    ZT_CUDA_LAUNCH(ctx, what, colsum_kernel<ST>, grid, block, dw ? pw : NULL, db ? pb : NULL,
+                   (size_t)C, 0, dout, inp, mean, rstd, N, C, rows, stage);
     ZT_CUDA_LAUNCH(ctx, what, colsum_finish_kernel, (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS,
                    ZT_CUDA_THREADS, dw, db, pw, pb, (int)splits, C);
 }
@@ -285,12 +295,23 @@ extern "C" void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dwe
         ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_dinp_kernel, blocks,
                        ZT_CUDA_THREADS, dinp, dout, inp, weight, mean, rstd, N, C);
     }
-    colsum(ctx, dweight, dbias, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
+    colsum<0>(ctx, dweight, dbias, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
 }
 
 extern "C" void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N, int OC)
 {
-    colsum(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC, "matmul_backward (bias)");
+    colsum<0>(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC, "matmul_backward (bias)");
+}
+
+extern "C" void zt_cuda_stage_cast_bias(zt_kctx *ctx, uint16_t *dst, int mm16, const float *dout,
+                                        int N, int OC, float *dbias)
+{
+    if (mm16 == ZT_MM_FP16)
+        colsum<2>(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC,
+                  "matmul staging (fp16) with the bias gradient", dst);
+    else
+        colsum<1>(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC,
+                  "matmul staging (bf16) with the bias gradient", dst);
 }
 
 static __global__ void bias_fill_kernel(float *out, const float *bias, size_t n, int OC)

@@ -4,47 +4,9 @@
  * round-to-nearest intrinsics operation by operation so that it matches kernels/cpu/optim_cpu.c
  * bit for bit (no contraction into other fused multiply-adds than the CPU's). */
 #include "cuda_int.h"
+#include "cuda_conv.h"
 
 #include <math.h>
-
-/* ---------------------------------------------------------------------------------------- */
-/* conversions, bit for bit those of kernels/cpu/vmath.h and common/dtype.h */
-
-static __device__ __forceinline__ uint16_t bf16_from_f32(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t q = (u >> 16) | 0x0040u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-}
-
-static __device__ __forceinline__ float f32_from_bf16(uint16_t h)
-{
-    return __uint_as_float((uint32_t)h << 16);
-}
-
-static __device__ __forceinline__ uint16_t f16_from_f32(float f)
-{
-    uint32_t x = __float_as_uint(f);
-    uint32_t sign = x & 0x80000000u;
-    uint32_t a = x ^ sign;
-    uint32_t big = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
-    uint32_t sub = __float_as_uint(__fadd_rn(__uint_as_float(a), 0.5f)) - 0x3f000000u;
-    uint32_t norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
-    uint32_t o = a >= 0x47800000u ? big : a < 0x38800000u ? sub : norm;
-    return (uint16_t)(o | (sign >> 16));
-}
-
-static __device__ __forceinline__ float f32_from_f16(uint16_t h)
-{
-    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
-    uint32_t e = o & 0x0f800000u;
-    o += 0x38000000u;
-    uint32_t infnan = o + 0x38000000u;
-    float sub = __fsub_rn(__uint_as_float(o + 0x00800000u), __uint_as_float(0x38800000u));
-    o = e == 0x0f800000u ? infnan : e == 0 ? __float_as_uint(sub) : o;
-    return __uint_as_float(o | ((uint32_t)(h & 0x8000u) << 16));
-}
 
 static __device__ __forceinline__ float load_f32(const void *p, int t, size_t i)
 {

@@ -592,10 +592,10 @@ static zt_kctx *ctx_stage(const char *mm, const char *stage, size_t cap)
 }
 
 /* The linear layer's products on one set of host operands (N x C inputs, OC outputs) */
-enum { LIN_FWD, LIN_DX, LIN_DW, LIN_GELU, LIN_PRE, LIN_DPRE, LIN_GDW, LIN_N };
+enum { LIN_FWD, LIN_DX, LIN_DW, LIN_DB, LIN_GELU, LIN_PRE, LIN_DPRE, LIN_GDW, LIN_GDB, LIN_N };
 typedef struct {
     int N, C, OC;
-    float *x, *w, *b, *dy, *dx0, *dw0, *pre;
+    float *x, *w, *b, *dy, *dx0, *dw0, *pre, *db0;
     float *out[LIN_N];           /* results */
     unsigned long long gemms[2]; /* emulation: matmuls of matmul_forward, matmul_backward */
     unsigned long long launches; /* emulation: kernel launches of matmul_forward */
@@ -607,20 +607,21 @@ static size_t lin_len(const lin_case *k, int i)
     size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC;
     return i == LIN_DX || i == LIN_DPRE  ? NC
            : i == LIN_DW || i == LIN_GDW ? (size_t)k->OC * k->C
+           : i == LIN_DB || i == LIN_GDB ? (size_t)k->OC
                                          : NO;
 }
 
 /* Runs the linear layer's ops in context c with every operand `off` floats into its
- * allocation: matmul_forward with bias, matmul_backward onto prefilled dx and dw,
- * matmul_gelu_forward with bias, matmul_gelu_backward's dpre and dweight (onto a prefilled
- * one). */
+ * allocation: matmul_forward with bias, matmul_backward onto prefilled dx, dw and dbias,
+ * matmul_gelu_forward with bias, matmul_gelu_backward's dpre, dweight and dbias (onto
+ * prefilled ones). */
 static void lin_run(zt_kctx *c, lin_case *k, int off)
 {
     size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC, WC = (size_t)k->OC * k->C;
-    const float *host[7] = {k->x, k->w, k->b, k->dy, k->dx0, k->dw0, k->pre};
-    size_t len[7] = {NC, WC, (size_t)k->OC, NO, NC, WC, NC};
-    float *d[7], *r[LIN_N];
-    for (int i = 0; i < 7; i++) {
+    const float *host[8] = {k->x, k->w, k->b, k->dy, k->dx0, k->dw0, k->pre, k->db0};
+    size_t len[8] = {NC, WC, (size_t)k->OC, NO, NC, WC, NC, (size_t)k->OC};
+    float *d[8], *r[LIN_N];
+    for (int i = 0; i < 8; i++) {
         d[i] = (float *)dalloc((len[i] + (size_t)off) * 4) + off;
         GPU->copy_h2d(c, d[i], host[i], len[i] * 4);
     }
@@ -629,25 +630,27 @@ static void lin_run(zt_kctx *c, lin_case *k, int off)
     GPU->copy_d2d(c, r[LIN_DX], d[4], NC * 4);
     GPU->copy_d2d(c, r[LIN_DW], d[5], WC * 4);
     GPU->copy_d2d(c, r[LIN_GDW], d[5], WC * 4);
+    GPU->copy_d2d(c, r[LIN_DB], d[7], (size_t)k->OC * 4);
+    GPU->copy_d2d(c, r[LIN_GDB], d[7], (size_t)k->OC * 4);
     unsigned long long g0 = EMU_GEMMS(), l0 = EMU_LAUNCHES();
     GPU->matmul_forward(c, r[LIN_FWD], d[0], d[1], d[2], k->N, k->C, k->OC);
     unsigned long long g1 = EMU_GEMMS();
     k->launches = EMU_LAUNCHES() - l0;
     l0 = EMU_LAUNCHES();
-    GPU->matmul_backward(c, r[LIN_DX], r[LIN_DW], NULL, d[3], d[0], d[1], k->N, k->C, k->OC);
+    GPU->matmul_backward(c, r[LIN_DX], r[LIN_DW], r[LIN_DB], d[3], d[0], d[1], k->N, k->C, k->OC);
     k->bwd_launches = EMU_LAUNCHES() - l0;
     k->gemms[0] = g1 - g0;
     k->gemms[1] = EMU_GEMMS() - g1;
     GPU->matmul_gelu_forward(c, r[LIN_GELU], r[LIN_PRE], d[0], d[1], d[2], k->N, k->C, k->OC);
-    GPU->matmul_gelu_backward(c, r[LIN_DPRE], r[LIN_GDW], NULL, d[3], d[0], d[1], d[6], k->N, k->C,
-                              k->OC);
+    GPU->matmul_gelu_backward(c, r[LIN_DPRE], r[LIN_GDW], r[LIN_GDB], d[3], d[0], d[1], d[6], k->N,
+                              k->C, k->OC);
     for (int i = 0; i < LIN_N; i++) {
         k->out[i] = kc_falloc(lin_len(k, i));
         GPU->copy_d2h(c, k->out[i], r[i], lin_len(k, i) * 4);
     }
     zt_err err;
     if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("linear layer: sync failed: %s", zt_err_msg(&err));
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         dfree(d[i] - off);
     for (int i = 0; i < LIN_N; i++)
         dfree(r[i] - off);
@@ -668,8 +671,9 @@ static void lin_free(lin_case *k)
  * 1e-5). */
 static void lin_compare(const char *what, const lin_case *got, const lin_case *want, unsigned depth)
 {
-    static const char *const names[LIN_N] = {"forward",  "dinp",      "dweight",     "gelu out",
-                                             "gelu pre", "gelu dpre", "gelu dweight"};
+    static const char *const names[LIN_N] = {"forward",   "dinp",         "dweight",
+                                             "dbias",     "gelu out",     "gelu pre",
+                                             "gelu dpre", "gelu dweight", "gelu dbias"};
     for (int i = 0; i < LIN_N; i++) {
         size_t n = lin_len(got, i);
         double e2 = 0.0, w2 = 0.0;
@@ -701,7 +705,11 @@ static void lin_compare(const char *what, const lin_case *got, const lin_case *w
 /* The staged products against unstaged ones for the blockings of blas_cuda.c: whole operands,
  * rows of C (op(B) whole), columns (op(A) whole), depth (added block by block, dweight below),
  * none possible (the fp32 operands), GELU epilogues by rows only; bf16 and fp16, aligned and
- * misaligned operands. Caps are in 16-bit elements: op(B) padded to 128, then op(A). */
+ * misaligned operands. Caps are in 16-bit elements: op(B) padded to 128, then op(A). The bias
+ * gradients come from the passes that round dout: with one block of rows the bits of the
+ * unstaged column sums, with several (summed block by block, like a split in depth) within
+ * 1e-5 on the emulation. */
+#define SPLIT_ROWS (1u << LIN_DW | 1u << LIN_GDW | 1u << LIN_DB | 1u << LIN_GDB)
 static void test_matmul_staged(void)
 {
     static const struct {
@@ -712,18 +720,20 @@ static void test_matmul_staged(void)
         unsigned depth; /* products split in depth (bits of LIN_*) */
         int fwd_blocks; /* matmul_forward's matmuls; 0: not checked */
         int bwd_blocks; /* row blocks of the backward from one set of copies; 0: not that way */
+        int bias_splits; /* of those, blocks whose bias sums run in splits of rows (a second
+                            launch adds them up: over 64 rows) */
     } cases[] = {
-        {"bf16", 300, 200, 136, 0, 0, 0, 1, 1},
+        {"bf16", 300, 200, 136, 0, 0, 0, 1, 1, 1},
         /* forward by 128 rows; GELU by rows; the backward (weight 27264, 336 per row) by 64
-         * rows, dweight (K = 300) added block by block */
-        {"bf16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW | 1u << LIN_GDW, 3, 5},
-        {"fp16", 300, 200, 136, 27264 + 200 * 128, 0, 1u << LIN_DW | 1u << LIN_GDW, 3, 5},
-        {"bf16", 300, 200, 136, 27264 + 200 * 128, 1, 1u << LIN_DW | 1u << LIN_GDW, 3, 5},
+         * rows, dweight (K = 300) and dbias added block by block */
+        {"bf16", 300, 200, 136, 27264 + 200 * 128, 0, SPLIT_ROWS, 3, 5, 0},
+        {"fp16", 300, 200, 136, 27264 + 200 * 128, 0, SPLIT_ROWS, 3, 5, 0},
+        {"bf16", 300, 200, 136, 27264 + 200 * 128, 1, SPLIT_ROWS, 3, 5, 0},
         /* the weight alone is over the cap: forward by 128 columns, dinp by 64 of depth,
          * dweight by 192 rows, GELU unstaged */
-        {"bf16", 64, 96, 1000, 6144 + 128 + 96 * 128, 0, 1u << LIN_DX, 8, 0},
+        {"bf16", 64, 96, 1000, 6144 + 128 + 96 * 128, 0, 1u << LIN_DX, 8, 0, 0},
         /* the smallest cap: no block is worth a product, everything unstaged */
-        {"bf16", 300, 200, 136, ZT_CUDA_STAGE_MIN_ELEMS, 0, 0, 1, 0},
+        {"bf16", 300, 200, 136, ZT_CUDA_STAGE_MIN_ELEMS, 0, 0, 1, 0, 0},
     };
     /* the cap: MiB of 16-bit elements, at least the minimum; a value that is not a size in
      * range warns and gives the default */
@@ -755,6 +765,7 @@ static void test_matmul_staged(void)
         k.x = kc_frandn(NC, 1.0), k.w = kc_frandn(WC, 0.3), k.b = kc_frandn((size_t)k.OC, 1.0);
         k.dy = kc_frandn((size_t)k.N * k.OC, 1.0), k.dx0 = kc_frandn(NC, 1.0);
         k.dw0 = kc_frandn(WC, 1.0), k.pre = kc_frandn(NC, 2.0);
+        k.db0 = kc_frandn((size_t)k.OC, 1.0);
         lin_case ref = k;
         zt_kctx *cu = ctx_stage(cases[t].mm, "0", 0),
                 *cs = ctx_stage(cases[t].mm, NULL, cases[t].cap);
@@ -774,7 +785,7 @@ static void test_matmul_staged(void)
          * once in all, not once per product), two products per block */
         if (cases[t].bwd_blocks) {
             ASSERT_EQ_INT((int)k.gemms[1], 2 * cases[t].bwd_blocks);
-            ASSERT_EQ_INT((int)k.bwd_launches, 1 + 2 * cases[t].bwd_blocks);
+            ASSERT_EQ_INT((int)k.bwd_launches, 1 + 2 * cases[t].bwd_blocks + cases[t].bias_splits);
         }
 #endif
         GPU->ctx_destroy(cu);
@@ -782,7 +793,7 @@ static void test_matmul_staged(void)
         lin_free(&k);
         lin_free(&ref);
         zt_free(k.x), zt_free(k.w), zt_free(k.b), zt_free(k.dy), zt_free(k.dx0), zt_free(k.dw0);
-        zt_free(k.pre);
+        zt_free(k.pre), zt_free(k.db0);
     }
 }
 
