@@ -1071,7 +1071,8 @@ static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
      * ZT_GPT2_LOGITS_BUDGET's: small ones test the chunking on a small model or save memory,
      * large ones trade memory (zctl plan counts it) for fewer passes over wte */
     const char *hr = getenv("ZT_HEAD_ROWS");
-    if (hr && atoi(hr) > 0) e->head_rows = atoi(hr) < e->B * e->T ? atoi(hr) : e->B * e->T;
+    int rows = hr ? atoi(hr) : 0;
+    if (rows > 0) e->head_rows = rows < e->B * e->T ? rows : e->B * e->T;
 }
 
 zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err *err)

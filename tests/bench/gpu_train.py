@@ -30,7 +30,8 @@ loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio
 kernels, on the warp matrix functions), "zt-dq-atomic" and "zt-dq-gemm" rows with
 ZT_CUDA_ATTN_DQ=atomic (dQ added up by the dK dV kernel) and =gemm (dQ by cuBLASLt from dS),
 and a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT_HEAD_ROWS,
-with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26). --variants picks which of these rows run.
+with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26).
+--variants picks which of these rows run (VARIANTS).
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -367,9 +368,8 @@ def main():
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-twinflow", action="store_true")
     ap.add_argument("--variants", default="all",
-                    help="the rows after zerotrain's and PyTorch's: 'all' or a list of zt-wmma, "
-                         "zt-dq-atomic, zt-dq-gemm, zt-head-small, zt-unstaged, bf16-tf32, zt-alt "
-                         "(the other attention)")
+                    help="the rows after zerotrain's and PyTorch's: 'all' or a list of "
+                         f"{', '.join(VARIANTS)} (zt-alt: the other attention)")
     ap.add_argument("--zt-precisions", default="fp32,tf32,bf16")
     ap.add_argument("--torch-modes", default="fp32,tf32,bf16")
     ap.add_argument("--twinflow-precision", default="bf16")
@@ -388,12 +388,10 @@ def main():
     import numpy as np
     import ztutil as zu
 
-    known_variants = {"zt-wmma", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unstaged",
-                      "bf16-tf32", "zt-alt"}
-    chosen = known_variants if args.variants == "all" else set(args.variants.split(",")) - {""}
-    if chosen - known_variants:
-        sys.exit(f"gpu_train: --variants: unknown {', '.join(sorted(chosen - known_variants))}; "
-                 f"known: all, {', '.join(sorted(known_variants))}")
+    chosen = set(VARIANTS) if args.variants == "all" else set(args.variants.split(",")) - {""}
+    if chosen - set(VARIANTS):
+        sys.exit(f"gpu_train: --variants: unknown {', '.join(sorted(chosen - set(VARIANTS)))}; "
+                 f"known: all, {', '.join(VARIANTS)}")
 
     def wanted(v):
         return v in chosen
@@ -639,6 +637,9 @@ def main():
         sys.exit(check_emu(rows, twin, too_big, skipped, args))
 
 
+# the rows --variants chooses from
+VARIANTS = ("zt-wmma", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unstaged", "bf16-tf32",
+            "zt-alt")
 # a variant row's ratio to the default's: what the two sides are (the first over the second),
 # and whether the default is the first
 VARIANT_RATIOS = {
