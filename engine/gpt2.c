@@ -316,8 +316,10 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
     ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
-    ops->matmul_gelu_forward(k, s->d_fch, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
-    ops->matmul_forward(k, proj, s->d_fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
+    /* fch is the MLP's input to GELU; the op computes GELU's output for fcproj (into d_fch
+     * where it needs it in fp32) */
+    ops->matmul_forward(k, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
+    ops->gelu_matmul_forward(k, proj, s->d_fch, a->fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
     ops->residual_forward(k, x_out, a->res2, proj, nC);
 }
 
@@ -327,10 +329,10 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
                             const float *x_in, float *dres, int B, int T)
 {
     int C = lay->d.C, NH = lay->d.NH, N = B * T;
-    size_t nC = (size_t)N * C, n4C = (size_t)N * 4 * C, n3C = (size_t)N * 3 * C;
-    /* x_out = res2 + fcproj: dres already is d(res2) from the residual path and d(fcproj) */
-    ops->gelu_forward(k, s->d_fch, a->fch, n4C); /* GELU's output again, for dW of fcproj */
-    /* d(fch) = GELU'(fch) * (dres @ fcprojw), written into d_fch2 */
+    size_t nC = (size_t)N * C, n3C = (size_t)N * 3 * C;
+    /* x_out = res2 + fcproj: dres already is d(res2) from the residual path and d(fcproj).
+     * d(fch) = GELU'(fch) * (dres @ fcprojw), written into d_fch2; GELU's output again (for dW
+     * of fcproj) computed by the op, into d_fch where it needs it in fp32 */
     ops->matmul_gelu_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw,
                               a->fch, N, 4 * C, C);
     /* LN2's output again (bitwise the forward's: same input, same op) */
@@ -364,16 +366,8 @@ void zt_gpt2_head(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
     float *lnf = s->d_btc2, *dlnf = s->d_btc;
     ops->layernorm_forward(k, lnf, a->lnf_mean, a->lnf_rstd, x_L, pf->lnfw, pf->lnfb, N, C);
     if (gf) ops->memset0(k, dlnf, nC * sizeof(float));
-    for (int r0 = 0; r0 < N; r0 += a->rows) {
-        int m = N - r0 < a->rows ? N - r0 : a->rows;
-        const float *x = lnf + (size_t)r0 * C;
-        ops->matmul_forward(k, a->logits, x, wte, NULL, m, C, Vp);
-        ops->crossentropy_forward_backward(k, a->losses + r0, gf ? a->logits : NULL, a->logits,
-                                           targets + r0, m, lay->d.V, Vp, dloss);
-        if (gf)
-            ops->matmul_backward(k, dlnf + (size_t)r0 * C, dwte, NULL, a->logits, x, wte, m, C,
-                                 Vp);
-    }
+    ops->classifier_forward_backward(k, a->losses, gf ? dlnf : NULL, gf ? dwte : NULL, a->logits,
+                                     lnf, wte, targets, N, a->rows, C, lay->d.V, Vp, dloss);
     if (!gf) return;
     ops->memset0(k, dres, nC * sizeof(float));
     ops->layernorm_backward(k, dres, gf->lnfw, gf->lnfb, dlnf, x_L, pf->lnfw, a->lnf_mean,

@@ -113,17 +113,29 @@ typedef struct zt_ops {
                                 const float *inp /* (N,C) */, const float *weight /* (OC,C) */,
                                 const float *bias /* (OC) */, int N, int C, int OC);
 
+    /* out = GELU(pre) @ weight^T + bias (bias may be NULL): the MLP's second layer from its
+     * first layer's output before the activation, GELU as gelu_forward computes it, which the
+     * op writes to `act` where it needs it in fp32 (contents undefined on exit): bitwise
+     * gelu_forward into act then matmul_forward on cpu; the cuda backend with staged 16-bit
+     * inputs rounds GELU(pre) straight into its copy (the same bits). */
+    void (*gelu_matmul_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *act /* (N,C) */,
+                                const float *pre /* (N,C) */, const float *weight /* (OC,C) */,
+                                const float *bias /* (OC) */, int N, int C, int OC);
+
     /* The backward of out = GELU(pre) @ weight^T + bias through that GELU, in one pass where
      * the backend can (cuBLASLt's DGELU epilogue on cuda, which may round GELU' differently;
-     * bitwise matmul_backward into zeros then gelu_backward into zeros on cpu):
+     * bitwise gelu_forward into inp, matmul_backward into zeros, then gelu_backward into zeros
+     * on cpu):
      *   dpre = GELU'(pre) * (dout @ weight)   WRITTEN, not accumulated (the caller's buffer)
      *   dweight += dout^T @ inp, dbias += column sums of dout   (as matmul_backward)
-     * where inp = GELU(pre) as gelu_forward computes it. NULL dweight or dbias is skipped. */
-    void (*matmul_gelu_backward)(zt_kctx *ctx, float *dpre /* (N,C) */,
-                                 float *dweight /* (OC,C) */, float *dbias /* (OC) */,
-                                 const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
-                                 const float *weight /* (OC,C) */, const float *pre /* (N,C) */,
-                                 int N, int C, int OC);
+     * where inp = GELU(pre) as gelu_forward computes it, which the op computes itself: `inp` is
+     * scratch the op may write those values to (contents undefined on exit; the cuda backend
+     * with staged 16-bit inputs rounds GELU(pre) straight into its copy instead). NULL dweight
+     * or dbias is skipped. */
+    void (*matmul_gelu_backward)(zt_kctx *ctx, float *dpre /* (N,C) */, float *dweight /* (OC,C) */,
+                                 float *dbias /* (OC) */, const float *dout /* (N,OC) */,
+                                 float *inp /* (N,C) */, const float *weight /* (OC,C) */,
+                                 const float *pre /* (N,C) */, int N, int C, int OC);
 
     /* Causal multi-head self-attention, scale 1/sqrt(C/NH), without keeping the T x T
      * probabilities: forward saves each query row's log-sum-exp, lse = log sum_j<=i exp(s_ij)
@@ -156,6 +168,22 @@ typedef struct zt_ops {
                                           const int32_t *targets /* (N) */, int N, int V, int Vp,
                                           float dloss);
 
+    /* The classifier and its loss over N rows of x, in chunks of at most `rows` rows through
+     * `logits` (rows x Vp floats, contents undefined on exit): per chunk logits = x wte^T
+     * (matmul_forward without bias), losses as crossentropy_forward_backward and, where dx is
+     * non-NULL, the chunk's backward (dloss folded into dlogits): dx += dlogits wte, and
+     * dwte += dlogits^T x unless dwte is NULL. The table's ops in that order on cpu
+     * (zt_classifier_by_ops); on cuda with staged 16-bit inputs wte is rounded once for all
+     * chunks and the cross-entropy writes its dlogits rounded, straight into the copy the
+     * backward's products read (where a chunk of `rows` fits the staging cap with wte, the
+     * bits of the ops one by one; else in chunks that fit). */
+    void (*classifier_forward_backward)(zt_kctx *ctx, float *losses /* (N) */,
+                                        float *dx /* (N,C) */, float *dwte /* (Vp,C) */,
+                                        float *logits /* (rows,Vp) */, const float *x /* (N,C) */,
+                                        const float *wte /* (Vp,C) */,
+                                        const int32_t *targets /* (N) */, int N, int rows, int C,
+                                        int V, int Vp, float dloss);
+
     /* ---- optimizer and precision ---- */
     /* AdamW over n elements: master fp32 params, gradient in grad_dtype, fp32 moments.
      * If param_lp is non-NULL the updated value is also written there in lp_dtype
@@ -187,6 +215,13 @@ typedef struct zt_ops {
 int zt_attention_chunk_seqs(int B, int T, int NH);
 /* Floats of scratch attention_forward and attention_backward need for (B, T, NH). */
 size_t zt_attention_scratch_floats(int B, int T, int NH);
+
+/* classifier_forward_backward by the table's own ops, one chunk after another: matmul_forward,
+ * crossentropy_forward_backward in place, matmul_backward (the cpu backend's, and the cuda
+ * backend's where its inputs are not staged). */
+void zt_classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, float *losses, float *dx, float *dwte,
+                          float *logits, const float *x, const float *wte, const int32_t *targets,
+                          int N, int rows, int C, int V, int Vp, float dloss);
 
 /* Device memory the CUDA backend's context holds beyond what is allocated through the table:
  * cuBLASLt's workspace, the kernel scratch, the reduction slots, and encoder_backward's token

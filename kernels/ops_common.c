@@ -25,6 +25,22 @@ size_t zt_attention_scratch_floats(int B, int T, int NH)
     return (size_t)zt_attention_chunk_seqs(B, T, NH) * (size_t)NH * (size_t)T * row;
 }
 
+void zt_classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, float *losses, float *dx, float *dwte,
+                          float *logits, const float *x, const float *wte, const int32_t *targets,
+                          int N, int rows, int C, int V, int Vp, float dloss)
+{
+    if (rows <= 0) return;
+    for (int r0 = 0; r0 < N; r0 += rows) {
+        int m = N - r0 < rows ? N - r0 : rows;
+        const float *xr = x + (size_t)r0 * C;
+        ops->matmul_forward(ctx, logits, xr, wte, NULL, m, C, Vp);
+        ops->crossentropy_forward_backward(ctx, losses + r0, dx ? logits : NULL, logits,
+                                           targets + r0, m, V, Vp, dloss);
+        if (dx)
+            ops->matmul_backward(ctx, dx + (size_t)r0 * C, dwte, NULL, logits, xr, wte, m, C, Vp);
+    }
+}
+
 size_t zt_cuda_context_device_bytes(int B, int T)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(T > 0 ? T : 0);

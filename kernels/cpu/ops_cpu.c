@@ -180,17 +180,34 @@ static void cpu_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const 
     if (N > 0 && OC > 0) zt_cpu_gelu_forward(ctx, out, pre, (size_t)N * (size_t)OC);
 }
 
-/* The two ops, bitwise: the product into zeros, then GELU' in place (what gelu_backward into
- * zeros computes). */
+/* The two ops, bitwise: GELU's output into act, then the product. */
+static void cpu_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
+                                    const float *weight, const float *bias, int N, int C, int OC)
+{
+    if (N > 0 && C > 0) zt_cpu_gelu_forward(ctx, act, pre, (size_t)N * (size_t)C);
+    zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
+}
+
+/* The ops, bitwise: GELU's output into inp, the product into zeros, then GELU' in place
+ * (what gelu_backward into zeros computes). */
 static void cpu_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, float *dbias,
-                                     const float *dout, const float *inp, const float *weight,
+                                     const float *dout, float *inp, const float *weight,
                                      const float *pre, int N, int C, int OC)
 {
     if (N <= 0 || C <= 0) return;
     size_t n = (size_t)N * (size_t)C;
+    if (dweight) zt_cpu_gelu_forward(ctx, inp, pre, n);
     cpu_memset0(ctx, dpre, n * sizeof(float));
     zt_cpu_matmul_backward(ctx, dpre, dweight, dbias, dout, inp, weight, N, C, OC);
     zt_cpu_gelu_grad_inplace(ctx, dpre, pre, n);
+}
+
+static void cpu_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
+                           const float *x, const float *wte, const int32_t *targets, int N,
+                           int rows, int C, int V, int Vp, float dloss)
+{
+    zt_classifier_by_ops(zt_ops_cpu(), ctx, losses, dx, dwte, logits, x, wte, targets, N, rows, C,
+                         V, Vp, dloss);
 }
 
 static const zt_ops cpu_ops = {
@@ -218,6 +235,7 @@ static const zt_ops cpu_ops = {
     .matmul_backward = zt_cpu_matmul_backward,
     .matmul_gelu_backward = cpu_matmul_gelu_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
+    .gelu_matmul_forward = cpu_gelu_matmul_forward,
     .attention_forward = zt_cpu_attention_forward,
     .attention_backward = zt_cpu_attention_backward,
     .gelu_forward = zt_cpu_gelu_forward,
@@ -225,6 +243,7 @@ static const zt_ops cpu_ops = {
     .residual_forward = zt_cpu_residual_forward,
     .residual_backward = zt_cpu_residual_backward,
     .crossentropy_forward_backward = zt_cpu_crossentropy_forward_backward,
+    .classifier_forward_backward = cpu_classifier,
     .adamw = zt_cpu_adamw,
     .cast = zt_cpu_cast,
     .accumulate = zt_cpu_accumulate,

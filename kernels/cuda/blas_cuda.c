@@ -494,24 +494,15 @@ static zt_cuda_gemm stage_part(const zt_cuda_gemm *g, int m0, int mn, int n0, in
     return p;
 }
 
-/* Queues s, a product of staged copies that lt_prepare answered r (its copies queued before
- * when r is LT_READY), or where cuBLASLt has no algorithm for it, `part`: the same product of
- * the fp32 operands. */
-static void stage_finish(zt_kctx *ctx, const zt_cuda_gemm *s, const zt_cuda_gemm *part, lt_result r,
-                         lt_call *c)
-{
-    if (r == LT_READY) r = lt_launch(ctx, s, s->bias != NULL, c);
-    if (r == LT_NO_ALGO) gemm_unstaged(ctx, part);
-}
-
 static bool stage_usable(const zt_kctx *ctx)
 {
     return ctx->stage_on && (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16);
 }
 
 /* g through 16-bit copies of its operands; false (nothing queued) where g does not go that
- * way: the caller runs it on its fp32 operands. A block cuBLASLt has no algorithm for runs on
- * its fp32 operands. */
+ * way: the caller runs it on its fp32 operands (with gelu_a, GELU's output computed first). A
+ * block cuBLASLt has no algorithm for runs on its fp32 operands (with gelu_a, A = GELU's output
+ * computed whole at the first such block). */
 static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
     if (!stage_usable(ctx) || g->in16 || g->batch != 1 || g->M <= 0 || g->N <= 0 || g->K <= 0)
@@ -524,6 +515,7 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
     uint16_t *sb = ctx->stage;
     uint16_t *sa = sb + zt_cuda_stage_pad((size_t)bl.kb * (size_t)bl.nb);
     int a_at[2] = {-1, -1}, b_at[2] = {-1, -1}; /* (m0, k0) and (k0, n0) now in the stage */
+    bool act = false;                           /* with gelu_a: A holds GELU's output */
     for (int n0 = 0; n0 < g->N; n0 += bl.nb) {
         for (int k0 = 0; k0 < g->K; k0 += bl.kb) {
             for (int m0 = 0; m0 < g->M; m0 += bl.mb) {
@@ -540,15 +532,28 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                 lt_result r = lt_prepare(ctx, &s, s.bias != NULL, &c);
                 if (r == LT_READY) {
                     if (a_at[0] != m0 || a_at[1] != k0) {
-                        stage_block(ctx, sa, g->A, g->lda, g->ta, m0, mn, k0, kn);
+                        if (g->gelu_a)
+                            zt_cuda_stage_gelu(ctx, sa, ctx->mm,
+                                               g->gelu_a + (size_t)m0 * g->lda + k0, mn, kn,
+                                               (size_t)g->lda);
+                        else
+                            stage_block(ctx, sa, g->A, g->lda, g->ta, m0, mn, k0, kn);
                         a_at[0] = m0, a_at[1] = k0;
                     }
                     if (b_at[0] != k0 || b_at[1] != n0) {
                         stage_block(ctx, sb, g->B, g->ldb, g->tb, k0, kn, n0, nn);
                         b_at[0] = k0, b_at[1] = n0;
                     }
+                    r = lt_launch(ctx, &s, s.bias != NULL, &c);
                 }
-                stage_finish(ctx, &s, &part, r, &c);
+                if (r == LT_NO_ALGO) {
+                    if (g->gelu_a && !act) {
+                        zt_cuda_gelu_forward(ctx, (float *)g->A, g->gelu_a,
+                                             (size_t)g->M * (size_t)g->K);
+                        act = true;
+                    }
+                    gemm_unstaged(ctx, &part);
+                }
                 if (ctx->st != ZT_OK) return true;
             }
         }
@@ -566,9 +571,37 @@ bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g)
     return gemm_lt(ctx, g, false) != LT_NO_ALGO;
 }
 
+/* The buffer of a linear layer's backward from one set of 16-bit copies (zt_cuda_stage_bwd_elems
+ * for up to N rows, C inputs, OC outputs): the weight (OC x C) whole at *sw, rounded here, then
+ * room for blocks of *mb rows of the output gradient (mb x OC) at *sd and of the inputs (mb x C)
+ * at *si; *mb is N where that fits the cap whole, else the most rows that fit. false (nothing
+ * queued) where staging is off or no block of ZT_CUDA_STAGE_MIN_BLOCK rows fits beside the
+ * weight. */
+static bool bwd_copies(zt_kctx *ctx, const float *weight, int N, int C, int OC, uint16_t **sw,
+                       uint16_t **sd, uint16_t **si, int *mb)
+{
+    if (!stage_usable(ctx) || N <= 0 || C <= 0 || OC <= 0) return false;
+    size_t w = zt_cuda_stage_pad((size_t)OC * (size_t)C);
+    if (!stage_reserve(ctx,
+                       zt_cuda_stage_bwd_elems((size_t)N, (size_t)C, (size_t)OC, ctx->stage_max)) ||
+        w + 128 >= ctx->stage_cap)
+        return false;
+    size_t whole = zt_cuda_stage_bwd_elems((size_t)N, (size_t)C, (size_t)OC, SIZE_MAX);
+    *mb = whole <= ctx->stage_cap ? N
+                                  : stage_fit(ctx->stage_cap - w - 128, (size_t)OC + (size_t)C, N);
+    if (*mb <= 0) return false;
+    *sw = ctx->stage;
+    *sd = *sw + w;
+    *si = *sd + zt_cuda_stage_pad((size_t)*mb * (size_t)OC);
+    stage_block(ctx, *sw, weight, C, 'N', 0, OC, 0, C);
+    return true;
+}
+
 /* A linear layer's two backward products from one set of 16-bit copies: the weight (OC x C)
  * whole, then dout and inp by blocks of mb token rows, each block giving its rows of dinp
- * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue) and its share of
+ * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue, and inp's copy
+ * rounded from GELU(pre) as it is computed: inp is only written, with GELU's output, where a
+ * product falls back to the fp32 operands) and its share of
  * dweight (dweight += dout^T inp: blocks after the first add onto what the first wrote), so
  * that dout, the largest operand, is rounded once instead of once per product; with dbias, the
  * pass that rounds a block of dout also adds its column sums to dbias (zt_cuda_stage_cast_bias:
@@ -576,30 +609,23 @@ bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g)
  * zt_cuda_stage_bwd_elems. false (nothing queued, dbias untouched) where no block of at least
  * ZT_CUDA_STAGE_MIN_BLOCK rows fits beside the weight: the products go one by one. */
 static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *dweight,
-                            float *dbias, const float *dout, const float *inp, const float *weight,
-                            int N, int C, int OC)
+                            float *dbias, const float *dout, float *inp, const float *weight, int N,
+                            int C, int OC)
 {
-    if (!stage_usable(ctx) || !dinp || !dweight || N <= 0 || C <= 0 || OC <= 0) return false;
-    size_t w = zt_cuda_stage_pad((size_t)OC * (size_t)C);
-    if (!stage_reserve(ctx,
-                       zt_cuda_stage_bwd_elems((size_t)N, (size_t)C, (size_t)OC, ctx->stage_max)) ||
-        w + 128 >= ctx->stage_cap)
-        return false;
-    size_t whole = zt_cuda_stage_bwd_elems((size_t)N, (size_t)C, (size_t)OC, SIZE_MAX);
-    int mb = whole <= ctx->stage_cap
-                 ? N
-                 : stage_fit(ctx->stage_cap - w - 128, (size_t)OC + (size_t)C, N);
-    if (mb <= 0) return false;
-    uint16_t *sw = ctx->stage, *sd = sw + w;
-    uint16_t *si = sd + zt_cuda_stage_pad((size_t)mb * (size_t)OC);
-    stage_block(ctx, sw, weight, C, 'N', 0, OC, 0, C);
+    const float *gelu = ctx->stage_fused ? pre : NULL; /* inp's copy from GELU(pre) */
+    uint16_t *sw, *sd, *si;
+    int mb;
+    if (!dinp || !dweight || !bwd_copies(ctx, weight, N, C, OC, &sw, &sd, &si, &mb)) return false;
     for (int m0 = 0; m0 < N; m0 += mb) {
         int mn = N - m0 < mb ? N - m0 : mb;
         if (dbias)
             zt_cuda_stage_cast_bias(ctx, sd, ctx->mm, dout + (size_t)m0 * OC, mn, OC, dbias);
         else
             stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
-        stage_block(ctx, si, inp, C, 'N', m0, mn, 0, C);
+        if (gelu)
+            zt_cuda_stage_gelu(ctx, si, ctx->mm, gelu + (size_t)m0 * C, mn, C, (size_t)C);
+        else
+            stage_block(ctx, si, inp, C, 'N', m0, mn, 0, C);
         /* dinp rows [m0, m0 + mn) (mn x C) += dout rows (mn x OC) @ weight (OC x C) */
         zt_cuda_gemm d;
         memset(&d, 0, sizeof(d));
@@ -619,13 +645,94 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *
             zt_cuda_gemm st = parts[i];
             st.in16 = ctx->mm;
             st.A = sd, st.B = i == 0 ? (const void *)sw : (const void *)si;
-            lt_call c;
-            stage_finish(ctx, &st, &parts[i], lt_prepare(ctx, &st, false, &c), &c);
+            if (gemm_lt(ctx, &st, false) == LT_NO_ALGO) {
+                if (i == 1 && gelu) /* the fp32 operand: GELU's output, now */
+                    zt_cuda_gelu_forward(ctx, inp + (size_t)m0 * C, pre + (size_t)m0 * C,
+                                         (size_t)mn * (size_t)C);
+                gemm_unstaged(ctx, &parts[i]);
+            }
             if (ctx->st != ZT_OK) return true;
         }
     }
     return true;
 }
+
+/* The classifier (ops.h, classifier_forward_backward) through one set of 16-bit copies: wte
+ * rounded once for all chunks; per chunk of mb rows, x's rows rounded once for the forward
+ * product and dwte's, and the cross-entropy writing its dlogits rounded into the copy that dx's
+ * and dwte's products read (zt_cuda_crossentropy16: the bits the staging of the fp32 dlogits
+ * gives), so the largest tensor of the step is written once in 16 bits instead of written in
+ * fp32, read and written again. The buffer is the one the lm head's backward takes
+ * (bwd_copies with `rows`): chunks of `rows` where that fits whole (the products of the ops one
+ * by one, on the same copies), else of the most rows that fit. A product cuBLASLt has no
+ * algorithm for runs on the fp32 operands (a chunk's backward: on dlogits computed again in
+ * fp32, in place). false (nothing queued) where staging is off or not fused
+ * (ZT_CUDA_STAGE_FUSED=0), or no chunk of ZT_CUDA_STAGE_MIN_BLOCK rows fits beside wte: the ops
+ * one by one. */
+static bool classifier_staged(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
+                              const float *x, const float *wte, const int32_t *targets, int N,
+                              int rows, int C, int V, int Vp, float dloss)
+{
+    uint16_t *sw, *sd, *sx;
+    int mb;
+    if (!ctx->stage_fused || N <= 0 || !bwd_copies(ctx, wte, rows, C, Vp, &sw, &sd, &sx, &mb))
+        return false;
+    for (int r0 = 0; r0 < N; r0 += mb) {
+        int m = N - r0 < mb ? N - r0 : mb;
+        const float *xr = x + (size_t)r0 * C;
+        stage_block(ctx, sx, xr, C, 'N', 0, m, 0, C);
+        /* logits (m x Vp) = x rows (m x C) @ wte (Vp x C)^T */
+        zt_cuda_gemm f;
+        memset(&f, 0, sizeof(f));
+        f.ta = 'N', f.tb = 'T', f.M = m, f.N = Vp, f.K = C, f.alpha = 1.0f, f.beta = 0.0f;
+        f.batch = 1, f.A = xr, f.lda = C, f.B = wte, f.ldb = C, f.C = logits, f.ldc = Vp;
+        zt_cuda_gemm fs = f;
+        fs.in16 = ctx->mm, fs.A = sx, fs.B = sw;
+        if (gemm_lt(ctx, &fs, false) == LT_NO_ALGO) gemm_unstaged(ctx, &f);
+        if (ctx->st != ZT_OK) return true;
+        if (!dx) {
+            zt_cuda_crossentropy(ctx, losses + r0, NULL, logits, targets + r0, m, V, Vp, dloss);
+            continue;
+        }
+        /* dx rows (m x C) += dlogits (m x Vp) @ wte (Vp x C); dwte (Vp x C) += dlogits^T @ x
+         * rows; A = logits where the products run on fp32 dlogits */
+        zt_cuda_gemm d;
+        memset(&d, 0, sizeof(d));
+        d.ta = 'N', d.tb = 'N', d.M = m, d.N = C, d.K = Vp, d.alpha = 1.0f, d.beta = 1.0f;
+        d.batch = 1, d.A = logits, d.lda = Vp, d.B = wte, d.ldb = C;
+        d.C = dx + (size_t)r0 * C, d.ldc = C;
+        zt_cuda_gemm g;
+        memset(&g, 0, sizeof(g));
+        g.ta = 'T', g.tb = 'N', g.M = Vp, g.N = C, g.K = m, g.alpha = 1.0f, g.beta = 1.0f;
+        g.batch = 1, g.A = logits, g.lda = Vp, g.B = xr, g.ldb = C, g.C = dwte, g.ldc = C;
+        zt_cuda_gemm ds = d, gs = g;
+        ds.in16 = gs.in16 = ctx->mm;
+        ds.A = gs.A = sd, ds.B = sw, gs.B = sx;
+        zt_cuda_crossentropy16(ctx, losses + r0, sd, ctx->mm, logits, targets + r0, m, V, Vp,
+                               dloss);
+        lt_result rd = gemm_lt(ctx, &ds, false);
+        lt_result rg = dwte && rd != LT_NO_ALGO ? gemm_lt(ctx, &gs, false) : LT_DONE;
+        if (ctx->st != ZT_OK) return true;
+        if (rd == LT_NO_ALGO || rg == LT_NO_ALGO) {
+            zt_cuda_crossentropy(ctx, losses + r0, logits, logits, targets + r0, m, V, Vp, dloss);
+            if (rd == LT_NO_ALGO) gemm_unstaged(ctx, &d);
+            if (dwte) gemm_unstaged(ctx, &g);
+            if (ctx->st != ZT_OK) return true;
+        }
+    }
+    return true;
+}
+
+void zt_cuda_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
+                        const float *x, const float *wte, const int32_t *targets, int N, int rows,
+                        int C, int V, int Vp, float dloss)
+{
+    if (classifier_staged(ctx, losses, dx, dwte, logits, x, wte, targets, N, rows, C, V, Vp, dloss))
+        return;
+    zt_classifier_by_ops(zt_ops_cuda(), ctx, losses, dx, dwte, logits, x, wte, targets, N, rows, C,
+                         V, Vp, dloss);
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C (+ bias), batched over `batch` matrices whose
  * starts are sA, sB, sC elements apart: the CPU backend's sgemm, on the context's stream. */
 static void gemm(zt_kctx *ctx, char ta, char tb, int M, int N, int K, float alpha, const float *A,
@@ -664,6 +771,22 @@ void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const fl
     gemm(ctx, 'N', 'T', N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, bias);
 }
 
+void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
+                                 const float *weight, const float *bias, int N, int C, int OC)
+{
+    /* out (N, OC) = GELU(pre) (N, C) @ weight (OC, C)^T + bias: matmul_forward's product with
+     * act for its input, rounded from GELU(pre) where staged */
+    zt_cuda_gemm g;
+    memset(&g, 0, sizeof(g));
+    g.ta = 'N', g.tb = 'T', g.M = N, g.N = OC, g.K = C, g.alpha = 1.0f, g.beta = 0.0f;
+    g.A = act, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
+    g.bias = bias, g.gelu_a = pre;
+    if (ctx->stage_fused && gemm_staged(ctx, &g)) return;
+    if (N > 0 && C > 0) zt_cuda_gelu_forward(ctx, act, pre, (size_t)N * (size_t)C);
+    g.gelu_a = NULL;
+    zt_cuda_gemm_run(ctx, &g);
+}
+
 void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
                                  const float *weight, const float *bias, int N, int C, int OC)
 {
@@ -679,7 +802,9 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
                              const float *dout, const float *inp, const float *weight, int N, int C,
                              int OC)
 {
-    if (backward_staged(ctx, dinp, NULL, dweight, dbias, dout, inp, weight, N, C, OC)) return;
+    /* inp is only read without pre */
+    if (backward_staged(ctx, dinp, NULL, dweight, dbias, dout, (float *)inp, weight, N, C, OC))
+        return;
     /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
     if (dinp)
         gemm(ctx, 'N', 'N', N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 1.0f, dinp, C, 0, 1, NULL);
@@ -690,12 +815,16 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
 }
 
 void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, float *dbias,
-                                  const float *dout, const float *inp, const float *weight,
+                                  const float *dout, float *inp, const float *weight,
                                   const float *pre, int N, int C, int OC)
 {
     /* dpre (N, C) = GELU'(pre) * (dout (N, OC) @ weight (OC, C)): the DGELU epilogue reads
      * pre (its aux, never written with dgelu) */
+    if (dweight && N > 0 && C > 0 && !ctx->stage_fused)
+        zt_cuda_gelu_forward(ctx, inp, pre, (size_t)N * (size_t)C);
     if (backward_staged(ctx, dpre, pre, dweight, dbias, dout, inp, weight, N, C, OC)) return;
+    if (dweight && N > 0 && C > 0 && ctx->stage_fused)
+        zt_cuda_gelu_forward(ctx, inp, pre, (size_t)N * (size_t)C);
     zt_cuda_gemm g;
     memset(&g, 0, sizeof(g));
     g.ta = 'N', g.tb = 'N', g.M = N, g.N = C, g.K = OC, g.alpha = 1.0f, g.beta = 0.0f;

@@ -60,6 +60,10 @@ typedef struct zt_cuda_gemm {
     const float *bias; /* (N) or NULL; only with batch == 1 */
     float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
     int dgelu;         /* with aux: C = GELU'(aux) * product instead, aux only read (no bias) */
+    /* gelu_matmul_forward's (batch 1, fp32 A with ta 'N' and lda K): op(A) is GELU of gelu_a
+     * (same layout); staging rounds GELU(gelu_a) into A's copy, and A receives GELU's fp32
+     * output only where a product falls back to the fp32 operands. Not for zt_cuda_gemm_run. */
+    const float *gelu_a;
     int lda, ldb, ldc;
     long long sA, sB, sC;
     int batch;
@@ -123,6 +127,9 @@ struct zt_kctx {
     /* 16-bit copies of the matmuls' operands (ops.h, ZT_CUDA_GEMM_STAGE): grown to the largest
      * product seen, at most stage_max elements; a size cudaMalloc refused is not asked again */
     int stage_on;    /* ZT_CUDA_GEMM_STAGE not 0 */
+    /* ZT_CUDA_STAGE_FUSED not 0: copies made by passes that run anyway (the classifier's
+     * cross-entropy, GELU), not by passes of their own */
+    int stage_fused;
     uint16_t *stage; /* stage_cap elements, device */
     size_t stage_cap, stage_max, stage_refused;
     int warned_unbatched; /* the per-matrix fallback of batched GEMMs was reported */
@@ -184,6 +191,11 @@ void zt_cuda_stage_cast_bias(zt_kctx *ctx, uint16_t *dst, int mm16, const float 
 /* out[i, :] = bias (or 0 when bias is NULL), i < N. */
 void zt_cuda_bias_fill(zt_kctx *ctx, float *out, const float *bias, int N, int OC);
 void zt_cuda_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n);
+/* dst (rows x cols, contiguous) = GELU of pre's rows (row stride ld) rounded to mm16's type
+ * (ZT_MM_BF16 or ZT_MM_FP16): the bits of zt_cuda_gelu_forward then zt_cuda_stage_cast, in one
+ * pass. */
+void zt_cuda_stage_gelu(zt_kctx *ctx, uint16_t *dst, int mm16, const float *pre, int rows, int cols,
+                        size_t ld);
 void zt_cuda_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout,
                            size_t n);
 /* d = GELU'(inp) d in place (gelu_backward into zeros, bitwise) */
@@ -192,6 +204,18 @@ void zt_cuda_residual_forward(zt_kctx *ctx, float *out, const float *a, const fl
 void zt_cuda_residual_backward(zt_kctx *ctx, float *da, float *db, const float *dout, size_t n);
 void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const float *logits,
                           const int32_t *targets, int N, int V, int Vp, float dloss);
+/* zt_cuda_crossentropy with dlogits written rounded to mm16's type (ZT_MM_BF16 or
+ * ZT_MM_FP16) into d16 (N x Vp, not aliasing logits): the bits zt_cuda_stage_cast gives of the
+ * fp32 dlogits. */
+void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
+                            const float *logits, const int32_t *targets, int N, int V, int Vp,
+                            float dloss);
+/* The op table's gelu_matmul_forward and classifier_forward_backward (blas_cuda.c). */
+void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
+                                 const float *weight, const float *bias, int N, int C, int OC);
+void zt_cuda_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
+                        const float *x, const float *wte, const int32_t *targets, int N, int rows,
+                        int C, int V, int Vp, float dloss);
 /* Attention's row kernels work on the T x T matrices of a chunk of whole sequences: rows in
  * (sequence, head, query) order from the chunk's first sequence (row r is query r % T, lse[r]
  * its log-sum-exp), each zeroed above the diagonal. */

@@ -340,13 +340,63 @@ static __device__ __forceinline__ float gelu_e(float x)
     return expf(arg);
 }
 
+static __device__ __forceinline__ float gelu_out(float x)
+{
+    return x / (1.0f + gelu_e(x));
+}
+
 static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = gelu_out(inp[i]);
+}
+
+/* dst = GELU(pre) rounded to fp16 (HALF) or bf16, the bits of gelu_forward then the matmuls'
+ * staging: the 16-bit copy of GELU's output without the fp32 one; four elements a thread from
+ * 16-byte loads where the addresses allow (quads), else one */
+template <bool HALF> static __device__ __forceinline__ uint32_t gelu16(float x)
+{
+    float g = gelu_out(x);
+    return HALF ? (uint32_t)f16_from_f32(g) : (uint32_t)bf16_from_f32(g);
+}
+
+template <bool HALF>
+static __global__ void stage_gelu_kernel(uint16_t *dst, const float *pre, size_t rows, size_t cols,
+                                         size_t ld, bool quads)
+{
+    size_t w = quads ? cols / 4 : cols, n = rows * w;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        out[i] = x / (1.0f + gelu_e(x));
+        size_t r = i / w, c = i % w;
+        if (quads) {
+            float4 v = *(const float4 *)(pre + r * ld + 4 * c);
+            uint2 o;
+            o.x = gelu16<HALF>(v.x) | gelu16<HALF>(v.y) << 16;
+            o.y = gelu16<HALF>(v.z) | gelu16<HALF>(v.w) << 16;
+            *(uint2 *)(dst + r * cols + 4 * c) = o;
+        } else {
+            dst[r * cols + c] = (uint16_t)gelu16<HALF>(pre[r * ld + c]);
+        }
     }
+}
+
+extern "C" void zt_cuda_stage_gelu(zt_kctx *ctx, uint16_t *dst, int mm16, const float *pre,
+                                   int rows, int cols, size_t ld)
+{
+    if (rows <= 0 || cols <= 0) return;
+    /* little-endian pairs: element 2k in the low half of each 32-bit word, as stored */
+    bool quads =
+        cols % 4 == 0 && ld % 4 == 0 && (uintptr_t)pre % 16 == 0 && (uintptr_t)dst % 8 == 0;
+    size_t n = (size_t)rows * (size_t)(quads ? cols / 4 : cols);
+    if (mm16 == ZT_MM_FP16)
+        ZT_CUDA_LAUNCH(ctx, "matmul staging (fp16) of GELU's output", stage_gelu_kernel<true>,
+                       zt_cuda_blocks(n), ZT_CUDA_THREADS, dst, pre, (size_t)rows, (size_t)cols, ld,
+                       quads);
+    else
+        ZT_CUDA_LAUNCH(ctx, "matmul staging (bf16) of GELU's output", stage_gelu_kernel<false>,
+                       zt_cuda_blocks(n), ZT_CUDA_THREADS, dst, pre, (size_t)rows, (size_t)cols, ld,
+                       quads);
 }
 
 /* GELU'(x) */
@@ -449,13 +499,25 @@ static __device__ __forceinline__ void xent_add(float &m, float &s, float x)
     }
 }
 
-static __global__ void crossentropy_kernel(float *losses, float *dlogits, const float *logits,
+/* dlogits' element j of a row: fp32 (OT 0), or rounded to bf16 (1) or fp16 (2) as the
+ * matmuls' staging rounds */
+template <int OT> static __device__ __forceinline__ void xent_store(void *d, int j, float v)
+{
+    if (OT == 0) ((float *)d)[j] = v;
+    if (OT == 1) ((uint16_t *)d)[j] = bf16_from_f32(v);
+    if (OT == 2) ((uint16_t *)d)[j] = f16_from_f32(v);
+}
+
+template <int OT>
+static __global__ void crossentropy_kernel(float *losses, void *dlogits, const float *logits,
                                            const int32_t *targets, int V, int Vp, float dloss)
 {
     __shared__ float sh[32];
     size_t row = blockIdx.x;
     const float *l = logits + row * (size_t)Vp;
-    float *d = dlogits ? dlogits + row * (size_t)Vp : NULL;
+    void *d = !dlogits  ? NULL
+              : OT == 0 ? (void *)((float *)dlogits + row * (size_t)Vp)
+                        : (void *)((uint16_t *)dlogits + row * (size_t)Vp);
     int t = targets[row];
     bool valid = t >= 0 && t < V;
     float lt = valid ? l[t] : NAN; /* a bad target gives a NaN loss, not a fault */
@@ -477,10 +539,10 @@ static __global__ void crossentropy_kernel(float *losses, float *dlogits, const 
     float k = dloss / s;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float g = expf(l[j] - mx) * k;
-        d[j] = j == t ? g - dloss : g;
+        xent_store<OT>(d, j, j == t ? g - dloss : g);
     }
     for (int j = V + threadIdx.x; j < Vp; j += blockDim.x)
-        d[j] = 0.0f;
+        xent_store<OT>(d, j, 0.0f);
 }
 
 extern "C" void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits,
@@ -488,8 +550,21 @@ extern "C" void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits
                                      int Vp, float dloss)
 {
     if (N <= 0) return;
-    ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward", crossentropy_kernel, N, ZT_XENT_THREADS,
-                   losses, dlogits, logits, targets, V, Vp, dloss);
+    ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward", crossentropy_kernel<0>, N, ZT_XENT_THREADS,
+                   losses, (void *)dlogits, logits, targets, V, Vp, dloss);
+}
+
+extern "C" void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
+                                       const float *logits, const int32_t *targets, int N, int V,
+                                       int Vp, float dloss)
+{
+    if (N <= 0) return;
+    if (mm16 == ZT_MM_FP16)
+        ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward (fp16 dlogits)", crossentropy_kernel<2>,
+                       N, ZT_XENT_THREADS, losses, (void *)d16, logits, targets, V, Vp, dloss);
+    else
+        ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward (bf16 dlogits)", crossentropy_kernel<1>,
+                       N, ZT_XENT_THREADS, losses, (void *)d16, logits, targets, V, Vp, dloss);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -192,6 +192,12 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     if (tune && *tune && !ctx->gemm_tune && strcmp(tune, "0") != 0)
         ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_TUNE=%s: expected 0 or 1", tune);
     ctx->stage_on = zt_cuda_stage_env();
+    /* ZT_CUDA_STAGE_FUSED=0: every 16-bit copy by a pass of its own, as before these were
+     * fused (tests/bench/gpu_train.py's zt-unfused row; bitwise the same results) */
+    const char *fused = getenv("ZT_CUDA_STAGE_FUSED");
+    ctx->stage_fused = !fused || strcmp(fused, "0") != 0;
+    if (fused && *fused && strcmp(fused, "0") != 0 && strcmp(fused, "1") != 0)
+        ZT_WARN("kernels", "ignoring ZT_CUDA_STAGE_FUSED=%s: expected 0 or 1", fused);
     ctx->stage_max = zt_cuda_stage_cap_elems();
     zt_status st = ZT_OK;
     const char *what = NULL;
@@ -512,7 +518,7 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
                              const float *dout, const float *inp, const float *weight, int N, int C,
                              int OC);
 void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, float *dbias,
-                                  const float *dout, const float *inp, const float *weight,
+                                  const float *dout, float *inp, const float *weight,
                                   const float *pre, int N, int C, int OC);
 void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
                                  const float *weight, const float *bias, int N, int C, int OC);
@@ -570,6 +576,7 @@ static const zt_ops cuda_ops = {
     .matmul_backward = zt_cuda_matmul_backward,
     .matmul_gelu_backward = zt_cuda_matmul_gelu_backward,
     .matmul_gelu_forward = zt_cuda_matmul_gelu_forward,
+    .gelu_matmul_forward = zt_cuda_gelu_matmul_forward,
     .attention_forward = zt_cuda_attention_forward,
     .attention_backward = zt_cuda_attention_backward,
     .gelu_forward = zt_cuda_gelu_forward,
@@ -577,6 +584,7 @@ static const zt_ops cuda_ops = {
     .residual_forward = zt_cuda_residual_forward,
     .residual_backward = zt_cuda_residual_backward,
     .crossentropy_forward_backward = zt_cuda_crossentropy,
+    .classifier_forward_backward = zt_cuda_classifier,
     .adamw = cuda_adamw,
     .cast = cuda_cast,
     .accumulate = cuda_accumulate,

@@ -29,8 +29,10 @@ loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio
 "zt-wmma" row with ZT_CUDA_ATTN_FWD=wmma and ZT_CUDA_ATTN_BWD=wmma (the attention's earlier
 kernels, on the warp matrix functions), "zt-dq-atomic" and "zt-dq-gemm" rows with
 ZT_CUDA_ATTN_DQ=atomic (dQ added up by the dK dV kernel) and =gemm (dQ by cuBLASLt from dS),
-and a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT_HEAD_ROWS,
-with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26).
+a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT_HEAD_ROWS,
+with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26), and a
+"zt-unfused" row with ZT_CUDA_STAGE_FUSED=0 (every 16-bit copy of a matmul operand made by a
+pass of its own: GELU's output written in fp32, the classifier as its ops one by one).
 --variants picks which of these rows run (VARIANTS).
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
@@ -552,6 +554,9 @@ def main():
                     ("zt-dq-gemm", "_dqgemm", "bf16, dQ by GEMM", {"dq": "gemm"}),
                     ("zt-head-small", "_headsmall", "bf16, classifier chunks of 64M floats",
                      {"more": head_small}),
+                    # the 16-bit copies by passes of their own
+                    ("zt-unfused", "_unfused", "bf16, unfused copies",
+                     {"more": {"ZT_CUDA_STAGE_FUSED": "0"}}),
                     # the matmuls reading the fp32 operands
                     ("zt-unstaged", "_unstaged", "bf16 unstaged", {"stage": "0"})]:
                 if wanted(who):
@@ -638,8 +643,8 @@ def main():
 
 
 # the rows --variants chooses from
-VARIANTS = ("zt-wmma", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unstaged", "bf16-tf32",
-            "zt-alt")
+VARIANTS = ("zt-wmma", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unfused", "zt-unstaged",
+            "bf16-tf32", "zt-alt")
 # a variant row's ratio to the default's: what the two sides are (the first over the second),
 # and whether the default is the first
 VARIANT_RATIOS = {
@@ -648,6 +653,7 @@ VARIANT_RATIOS = {
     "zt-wmma": ("attention on mma.sync/on wmma", True),
     "zt-dq-atomic": ("attention dQ by atomics/by kernel", False),
     "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True),
+    "zt-unfused": ("16-bit copies by passes that run anyway/by their own", True),
 }
 
 
@@ -659,7 +665,7 @@ def check_emu(rows, twin, too_big, skipped, args):
     if "bf16" in args.zt_precisions.split(","):
         want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16"),
                  ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-dq-atomic", "bf16"),
-                 ("zt-head-small", "bf16")]
+                 ("zt-head-small", "bf16"), ("zt-unfused", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}

@@ -21,6 +21,7 @@
 
 #include "common/alloc.h"
 #include "common/timeutil.h"
+#include "engine/gpt2.h"
 #include "kernels/ops.h"
 #include "tests/bench/bench_shapes.h"
 
@@ -287,6 +288,14 @@ int main(int argc, char **argv)
         double fl = 2.0 * N * C * 4.0 * C;
         TIME_IT(s, G->matmul_gelu_forward(K, y, big, x, w, bias, (int)N, C, 4 * C));
         report_flops("matmul_gelu_forward fc", md, s, fl);
+        /* what the engine runs instead: fc alone (matmul_forward fc above), then the second
+         * layer from GELU's input, GELU's output rounded straight into the 16-bit copy where
+         * staged (next to gelu_forward below plus matmul_forward fcproj above); its backward
+         * likewise computes GELU's output itself */
+        TIME_IT(s, G->gelu_matmul_forward(K, y, z, big, w, bias, (int)N, 4 * C, C));
+        report_flops("gelu_matmul_forward fcproj", md, s, fl);
+        TIME_IT(s, G->matmul_gelu_backward(K, z, dw, db, y, dx, w, big, (int)N, 4 * C, C));
+        report_flops("matmul_gelu_backward fcproj", md, s, 2 * fl);
     }
     use_mode(0);
 
@@ -341,6 +350,20 @@ int main(int argc, char **argv)
     report_bytes("residual_forward", s, 3.0 * NC * 4);
     TIME_IT(s, G->crossentropy_forward_backward(K, mean, big, big, tok, (int)N, V, VP, 1.0f));
     report_bytes("crossentropy_forward_backward (in place)", s, 2.0 * N * VP * 4);
+    /* the classifier with its loss and backward over the micro-batch, in the engine's chunks
+     * (ZT_GPT2_LOGITS_BUDGET), bf16: the op (wte rounded once, the cross-entropy writing 16-bit
+     * dlogits for the products) next to its ops one by one */
+    use_mode(2);
+    int rows = (int)(ZT_GPT2_LOGITS_BUDGET / VP < N ? ZT_GPT2_LOGITS_BUDGET / VP : N);
+    double cfl = 3.0 * 2.0 * (double)N * C * VP, s_ops;
+    TIME_IT(s, G->classifier_forward_backward(K, mean, y, dw, big, x, w, tok, (int)N, rows, C, V,
+                                              VP, 1.0f / (float)N));
+    report_flops("classifier_forward_backward", 2, s, cfl);
+    TIME_IT(s_ops, zt_classifier_by_ops(G, K, mean, y, dw, big, x, w, tok, (int)N, rows, C, V, VP,
+                                        1.0f / (float)N));
+    report_flops("  its ops one by one", 2, s_ops, cfl);
+    printf("  (chunks of %d rows; the op %.2fx its ops)\n", rows, s_ops / s);
+    use_mode(0);
     G->free(K, big);
 
     /* the optimizer over all of GPT-2 124M's parameters (--small: 1M) */

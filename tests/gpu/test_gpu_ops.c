@@ -125,6 +125,26 @@ static void check_bits(const char *what, const void *d, const void *want, size_t
     zt_free(got);
 }
 
+/* got against want over n floats: bit for bit where rms_tol is 0, else the rms of the error
+ * within rms_tol of the rms of want */
+static void host_match(const char *what, const char *part, const float *got, const float *want,
+                       size_t n, double rms_tol)
+{
+    double e2 = 0.0, w2 = 0.0;
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - (double)want[i];
+        e2 += e * e;
+        w2 += (double)want[i] * want[i];
+        diff += memcmp(&got[i], &want[i], 4) != 0;
+    }
+    double rel = sqrt(e2 / (w2 > 0 ? w2 : 1.0));
+    if (rms_tol == 0.0 && diff)
+        ZT_FAIL("%s %s: %zu of %zu elements differ (rms error %.3g)", what, part, diff, n, rel);
+    if (!(rel <= rms_tol) && rms_tol > 0.0)
+        ZT_FAIL("%s %s: rms error %.3g of the rms, bound %.3g", what, part, rel, rms_tol);
+}
+
 static int32_t *rand_ids(size_t n, int V)
 {
     int32_t *ids = zt_malloc((n ? n : 1) * sizeof(int32_t));
@@ -237,9 +257,34 @@ static void test_matmul_gelu(int N, int C, int OC)
     printf("matmul_gelu N=%d C=%d OC=%d: ok\n", N, C, OC);
 }
 
-/* The MLP's second layer backward through its GELU against the CPU's (bitwise its two ops):
+/* The MLP's second layer from GELU's input against the CPU's two ops (GELU's output into the
+ * scratch, NaN here), with and without bias. */
+static void test_gelu_matmul(int N, int C, int OC)
+{
+    char what[128];
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
+    float *pre = kc_frandn(NC, 2.0), *w = kc_frandn((size_t)OC * C, 0.3);
+    float *bias = kc_frandn((size_t)OC, 1.0), *act = kc_falloc(NC), *out = kc_falloc(NO);
+    for (size_t i = 0; i < NC; i++)
+        act[i] = NAN;
+    float *d_pre = upf(pre, NC), *d_w = upf(w, (size_t)OC * C), *d_bias = upf(bias, (size_t)OC);
+    float *d_act = upf(act, NC), *d_out = dalloc(NO * 4);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        CPU->gelu_matmul_forward(CC, out, act, pre, w, with_bias ? bias : NULL, N, C, OC);
+        GPU->gelu_matmul_forward(GC, d_out, d_act, d_pre, d_w, with_bias ? d_bias : NULL, N, C, OC);
+        snprintf(what, sizeof(what), "gelu_matmul_forward N=%d C=%d OC=%d bias=%d", N, C, OC,
+                 with_bias);
+        check_f(what, d_out, out, NO, 1e-4, 1e-5);
+    }
+    dfree(d_pre), dfree(d_w), dfree(d_bias), dfree(d_act), dfree(d_out);
+    zt_free(pre), zt_free(w), zt_free(bias), zt_free(act), zt_free(out);
+    printf("gelu_matmul N=%d C=%d OC=%d: ok\n", N, C, OC);
+}
+
+/* The MLP's second layer backward through its GELU against the CPU's (bitwise its ops):
  * cuBLASLt's DGELU epilogue where C is a multiple of 8, the product then the GELU' kernel
- * elsewhere; dpre written over NaN, dweight and dbias accumulated onto prefilled values. */
+ * elsewhere; dpre written over NaN, dweight and dbias accumulated onto prefilled values; GELU's
+ * output for dweight computed by the op (its scratch given as NaN). */
 static void test_matmul_gelu_backward(int N, int C, int OC)
 {
     char what[128];
@@ -252,6 +297,7 @@ static void test_matmul_gelu_backward(int N, int C, int OC)
     CPU->gelu_forward(CC, inp, pre, NC);
     float *d_pre = upf(pre, NC), *d_inp = upf(inp, NC), *d_w = upf(w, WC), *d_dout = upf(dout, NO);
     float *d_dw = upf(dw, WC), *d_db = upf(db, (size_t)OC), *d_dpre = upf(nan_fill, NC);
+    GPU->copy_h2d(GC, d_inp, nan_fill, NC * 4);
     CPU->matmul_gelu_backward(CC, dpre, dw, db, dout, inp, w, pre, N, C, OC);
     GPU->matmul_gelu_backward(GC, d_dpre, d_dw, d_db, d_dout, d_inp, d_w, d_pre, N, C, OC);
     snprintf(what, sizeof(what), "matmul_gelu_backward dpre N=%d C=%d OC=%d", N, C, OC);
@@ -592,7 +638,20 @@ static zt_kctx *ctx_stage(const char *mm, const char *stage, size_t cap)
 }
 
 /* The linear layer's products on one set of host operands (N x C inputs, OC outputs) */
-enum { LIN_FWD, LIN_DX, LIN_DW, LIN_DB, LIN_GELU, LIN_PRE, LIN_DPRE, LIN_GDW, LIN_GDB, LIN_N };
+enum {
+    LIN_FWD,
+    LIN_DX,
+    LIN_DW,
+    LIN_DB,
+    LIN_GELU,
+    LIN_PRE,
+    LIN_DPRE,
+    LIN_GDW,
+    LIN_GDB,
+    LIN_GMM,     /* gelu_matmul_forward of pre */
+    LIN_GMM_OPS, /* the same by gelu_forward then matmul_forward */
+    LIN_N
+};
 typedef struct {
     int N, C, OC;
     float *x, *w, *b, *dy, *dx0, *dw0, *pre, *db0;
@@ -614,7 +673,7 @@ static size_t lin_len(const lin_case *k, int i)
 /* Runs the linear layer's ops in context c with every operand `off` floats into its
  * allocation: matmul_forward with bias, matmul_backward onto prefilled dx, dw and dbias,
  * matmul_gelu_forward with bias, matmul_gelu_backward's dpre, dweight and dbias (onto
- * prefilled ones). */
+ * prefilled ones), gelu_matmul_forward of pre with bias and its two ops one by one. */
 static void lin_run(zt_kctx *c, lin_case *k, int off)
 {
     size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC, WC = (size_t)k->OC * k->C;
@@ -642,8 +701,12 @@ static void lin_run(zt_kctx *c, lin_case *k, int off)
     k->gemms[0] = g1 - g0;
     k->gemms[1] = EMU_GEMMS() - g1;
     GPU->matmul_gelu_forward(c, r[LIN_GELU], r[LIN_PRE], d[0], d[1], d[2], k->N, k->C, k->OC);
-    GPU->matmul_gelu_backward(c, r[LIN_DPRE], r[LIN_GDW], r[LIN_GDB], d[3], d[0], d[1], d[6], k->N,
+    float *scr = (float *)dalloc((NC + (size_t)off) * 4) + off; /* GELU(pre), if it wants */
+    GPU->matmul_gelu_backward(c, r[LIN_DPRE], r[LIN_GDW], r[LIN_GDB], d[3], scr, d[1], d[6], k->N,
                               k->C, k->OC);
+    GPU->gelu_matmul_forward(c, r[LIN_GMM], scr, d[6], d[1], d[2], k->N, k->C, k->OC);
+    GPU->gelu_forward(c, scr, d[6], NC);
+    GPU->matmul_forward(c, r[LIN_GMM_OPS], scr, d[1], d[2], k->N, k->C, k->OC);
     for (int i = 0; i < LIN_N; i++) {
         k->out[i] = kc_falloc(lin_len(k, i));
         GPU->copy_d2h(c, k->out[i], r[i], lin_len(k, i) * 4);
@@ -654,6 +717,7 @@ static void lin_run(zt_kctx *c, lin_case *k, int off)
         dfree(d[i] - off);
     for (int i = 0; i < LIN_N; i++)
         dfree(r[i] - off);
+    dfree(scr - off);
 }
 
 static void lin_free(lin_case *k)
@@ -671,9 +735,17 @@ static void lin_free(lin_case *k)
  * 1e-5). */
 static void lin_compare(const char *what, const lin_case *got, const lin_case *want, unsigned depth)
 {
-    static const char *const names[LIN_N] = {"forward",   "dinp",         "dweight",
-                                             "dbias",     "gelu out",     "gelu pre",
-                                             "gelu dpre", "gelu dweight", "gelu dbias"};
+    static const char *const names[LIN_N] = {"forward",
+                                             "dinp",
+                                             "dweight",
+                                             "dbias",
+                                             "gelu out",
+                                             "gelu pre",
+                                             "gelu dpre",
+                                             "gelu dweight",
+                                             "gelu dbias",
+                                             "gelu matmul",
+                                             "gelu matmul by its ops"};
     for (int i = 0; i < LIN_N; i++) {
         size_t n = lin_len(got, i);
         double e2 = 0.0, w2 = 0.0;
@@ -775,6 +847,24 @@ static void test_matmul_staged(void)
         snprintf(what, sizeof(what), "staged %s matmuls N=%d C=%d OC=%d cap %zu offset %d",
                  cases[t].mm, k.N, k.C, k.OC, cases[t].cap, cases[t].off);
         lin_compare(what, &k, &ref, cases[t].depth);
+        /* gelu_matmul_forward's copy rounded from GELU(pre) straight: the bits of gelu_forward
+         * then matmul_forward (on a GPU, up to how GELU's arithmetic is contracted) */
+        host_match(what, "gelu matmul against its ops", k.out[LIN_GMM], k.out[LIN_GMM_OPS],
+                   (size_t)k.N * k.OC, EMU_COUNTS ? 0.0 : 1e-6);
+        /* ZT_CUDA_STAGE_FUSED=0: GELU's output written in fp32, then rounded by a pass of its
+         * own (no launch of the fused kernel): the same bits */
+        setenv("ZT_CUDA_STAGE_FUSED", "0", 1);
+        zt_kctx *cf = ctx_stage(cases[t].mm, NULL, cases[t].cap);
+        unsetenv("ZT_CUDA_STAGE_FUSED");
+        lin_case u = k;
+        unsigned long long gl = EMU_NAMED("of GELU's output");
+        lin_run(cf, &u, cases[t].off);
+        if (EMU_COUNTS) ASSERT_TRUE(EMU_NAMED("of GELU's output") == gl);
+        for (int i = 0; i < LIN_N; i++)
+            host_match(what, "ZT_CUDA_STAGE_FUSED=0", u.out[i], k.out[i], lin_len(&k, i),
+                       EMU_COUNTS ? 0.0 : 1e-6);
+        lin_free(&u);
+        GPU->ctx_destroy(cf);
 #ifdef ZT_TEST_EMU
         /* the blocks did run: one matmul each, unstaged one matmul in all, staging launches */
         ASSERT_TRUE(ref.gemms[0] == 1 && ref.launches == 0);
@@ -794,6 +884,180 @@ static void test_matmul_staged(void)
         lin_free(&ref);
         zt_free(k.x), zt_free(k.w), zt_free(k.b), zt_free(k.dy), zt_free(k.dx0), zt_free(k.dw0);
         zt_free(k.pre), zt_free(k.db0);
+    }
+#ifdef ZT_TEST_EMU
+    /* no algorithm for gelu_matmul_forward's 16-bit product (a shape no other case uses): GELU's
+     * output into act, the product on it, the same bits */
+    int N = 40, C = 48, OC = 56;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
+    float *pre = kc_frandn(NC, 2.0), *w = kc_frandn((size_t)OC * C, 0.3);
+    float *b = kc_frandn((size_t)OC, 1.0), *got[2] = {kc_falloc(NO), kc_falloc(NO)};
+    float *d_pre = upf(pre, NC), *d_w = upf(w, (size_t)OC * C), *d_b = upf(b, (size_t)OC);
+    float *d_act = dalloc(NC * 4), *d_out = dalloc(NO * 4);
+    for (int i = 0; i < 2; i++) {
+        zt_kctx *c = ctx_stage("bf16", NULL, 0);
+        if (i == 1) zt_emu_lt_fail_heuristics(1, 15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
+        GPU->gelu_matmul_forward(c, d_out, d_act, d_pre, d_w, d_b, N, C, OC);
+        GPU->copy_d2h(c, got[i], d_out, NO * 4);
+        zt_err err;
+        if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("gelu_matmul_forward: %s", zt_err_msg(&err));
+        GPU->ctx_destroy(c);
+    }
+    host_match("gelu_matmul_forward without a 16-bit algorithm", "out", got[1], got[0], NO, 0.0);
+    dfree(d_pre), dfree(d_w), dfree(d_b), dfree(d_act), dfree(d_out);
+    zt_free(pre), zt_free(w), zt_free(b), zt_free(got[0]), zt_free(got[1]);
+#endif
+}
+
+/* ---- the classifier (classifier_forward_backward) ---- */
+
+/* Host results of one classifier run: losses, dx (from dx0), dwte (from dw0) */
+typedef struct {
+    float *loss, *dx, *dw;
+} cls_out;
+
+enum { CLS_EVAL, CLS_TRAIN, CLS_TRAIN_NO_DW };
+
+/* The classifier on context c over the host inputs: the op itself, or with by_ops the table's
+ * ops one by one (zt_classifier_by_ops, the unfused reference) */
+static cls_out cls_run(zt_kctx *c, bool by_ops, int mode, const float *x, const float *w,
+                       const int32_t *tg, const float *dx0, const float *dw0, int N, int rows,
+                       int C, int V, int Vp)
+{
+    size_t NC = (size_t)N * C, WC = (size_t)Vp * C;
+    int r = rows < N ? rows : N;
+    float *d_x = upf(x, NC), *d_w = upf(w, WC), *d_dx = upf(dx0, NC), *d_dw = upf(dw0, WC);
+    float *d_lg = dalloc((size_t)r * Vp * 4), *d_loss = dalloc((size_t)N * 4);
+    int32_t *d_tg = up(tg, (size_t)N * 4);
+    float *dxp = mode == CLS_EVAL ? NULL : d_dx, *dwp = mode == CLS_TRAIN ? d_dw : NULL;
+    float dloss = 1.0f / (float)N;
+    if (by_ops)
+        zt_classifier_by_ops(GPU, c, d_loss, dxp, dwp, d_lg, d_x, d_w, d_tg, N, rows, C, V, Vp,
+                             dloss);
+    else
+        GPU->classifier_forward_backward(c, d_loss, dxp, dwp, d_lg, d_x, d_w, d_tg, N, rows, C, V,
+                                         Vp, dloss);
+    cls_out o = {kc_falloc((size_t)N), kc_falloc(NC), kc_falloc(WC)};
+    GPU->copy_d2h(c, o.loss, d_loss, (size_t)N * 4);
+    GPU->copy_d2h(c, o.dx, d_dx, NC * 4);
+    GPU->copy_d2h(c, o.dw, d_dw, WC * 4);
+    zt_err err;
+    if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("classifier: sync failed: %s", zt_err_msg(&err));
+    dfree(d_x), dfree(d_w), dfree(d_dx), dfree(d_dw), dfree(d_lg), dfree(d_loss), dfree(d_tg);
+    return o;
+}
+
+static void cls_free(cls_out *o)
+{
+    zt_free(o->loss), zt_free(o->dx), zt_free(o->dw);
+}
+
+static void cls_match(const char *what, const cls_out *got, const cls_out *want, int N, int C,
+                      int Vp, double rms_tol)
+{
+    host_match(what, "losses", got->loss, want->loss, (size_t)N, rms_tol);
+    host_match(what, "dx", got->dx, want->dx, (size_t)N * C, rms_tol);
+    host_match(what, "dwte", got->dw, want->dw, (size_t)Vp * C, rms_tol);
+}
+
+/* The classifier op against the ops one by one on the same context and against the CPU: with
+ * staged 16-bit inputs (wte rounded once, dlogits written rounded by the cross-entropy) the
+ * same bits where a chunk fits the cap whole, and where it does not (chunks of what fits)
+ * the same on the emulation (one order of sums per element; dwte's blocks coincide here);
+ * evaluation's losses the training's; dwte NULL leaves dx as it was; unstaged contexts run
+ * the ops one by one. On the emulation, a heuristic that has no algorithm for a 16-bit
+ * backward product: that chunk's dlogits again in fp32, the same results. */
+static void test_classifier(void)
+{
+    static const struct {
+        const char *mm;
+        int N, rows, C, V, Vp;
+        size_t cap; /* 16-bit elements; 0: the default */
+        int chunks; /* of the staged path; 0: not staged */
+    } cases[] = {
+        {"bf16", 300, 128, 64, 1000, 1024, 0, 3},
+        {"fp16", 300, 128, 64, 1000, 1024, 0, 3},
+        /* wte (65536, padded) and 64 rows of dlogits and x (1088 a row) under the cap */
+        {"bf16", 300, 128, 64, 1000, 1024, 65536 + 128 + 64 * 1088, 5},
+        {"bf16", 5, 128, 96, 50, 64, 0, 1},
+        {"fp32", 300, 128, 64, 1000, 1024, 0, 0},
+    };
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        int N = cases[t].N, rows = cases[t].rows, C = cases[t].C, V = cases[t].V;
+        int Vp = cases[t].Vp, chunks = cases[t].chunks;
+        size_t NC = (size_t)N * C, WC = (size_t)Vp * C;
+        float *x = kc_frandn(NC, 1.0), *w = kc_frandn(WC, 0.5);
+        float *dx0 = kc_frandn(NC, 1.0), *dw0 = kc_frandn(WC, 1.0);
+        int32_t *tg = rand_ids((size_t)N, V);
+        char what[160];
+        snprintf(what, sizeof(what), "classifier %s N=%d rows=%d C=%d V=%d Vp=%d cap %zu",
+                 cases[t].mm, N, rows, C, V, Vp, cases[t].cap);
+        zt_kctx *c = ctx_stage(cases[t].mm, NULL, cases[t].cap);
+        unsigned long long l0 = EMU_NAMED("matmul staging"), g0 = EMU_GEMMS();
+        unsigned long long x0 = EMU_NAMED("dlogits)");
+        cls_out op = cls_run(c, false, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+        if (EMU_COUNTS && chunks) { /* wte once, x once a chunk; three products a chunk */
+            ASSERT_EQ_INT((int)(EMU_NAMED("matmul staging") - l0), 1 + chunks);
+            ASSERT_EQ_INT((int)(EMU_GEMMS() - g0), 3 * chunks);
+            ASSERT_EQ_INT((int)(EMU_NAMED("dlogits)") - x0), chunks);
+        }
+        if (EMU_COUNTS && !chunks) ASSERT_TRUE(EMU_NAMED("dlogits)") == x0);
+        cls_out ops = cls_run(c, true, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+        cls_out ev = cls_run(c, false, CLS_EVAL, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+        cls_out nd = cls_run(c, false, CLS_TRAIN_NO_DW, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+        /* bit for bit on the emulation; on a GPU where the chunks are the ops' own */
+        bool bits = EMU_COUNTS || !chunks || cases[t].cap == 0;
+        cls_match(what, &op, &ops, N, C, Vp, bits ? 0.0 : 1e-3);
+        host_match(what, "evaluation losses", ev.loss, op.loss, (size_t)N, 0.0);
+        host_match(what, "evaluation dx", ev.dx, dx0, NC, 0.0);
+        host_match(what, "evaluation dwte", ev.dw, dw0, WC, 0.0);
+        host_match(what, "dx without dwte", nd.dx, op.dx, NC, 0.0);
+        host_match(what, "dwte left out", nd.dw, dw0, WC, 0.0);
+        /* the CPU's fp32 products: bf16's rounding of the inputs, 2^-9, over C terms */
+        float *cdx = kc_fcopy(dx0, NC), *cdw = kc_fcopy(dw0, WC), *closs = kc_falloc((size_t)N);
+        float *clg = kc_falloc((size_t)(rows < N ? rows : N) * Vp);
+        CPU->classifier_forward_backward(CC, closs, cdx, cdw, clg, x, w, tg, N, rows, C, V, Vp,
+                                         1.0f / (float)N);
+        cls_out cpu = {closs, cdx, cdw};
+        double tol = strcmp(cases[t].mm, "bf16") == 0   ? 1e-2
+                     : strcmp(cases[t].mm, "fp16") == 0 ? 2e-3
+                                                        : 1e-5;
+        cls_match(what, &op, &cpu, N, C, Vp, tol);
+        if (chunks && cases[t].cap == 0) {
+            /* ZT_CUDA_STAGE_FUSED=0: the ops one by one, the same bits */
+            setenv("ZT_CUDA_STAGE_FUSED", "0", 1);
+            zt_kctx *cf = ctx_stage(cases[t].mm, NULL, 0);
+            unsetenv("ZT_CUDA_STAGE_FUSED");
+            unsigned long long x1 = EMU_NAMED("dlogits)");
+            cls_out uf = cls_run(cf, false, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+            if (EMU_COUNTS) ASSERT_TRUE(EMU_NAMED("dlogits)") == x1);
+            cls_match("classifier with ZT_CUDA_STAGE_FUSED=0", &uf, &op, N, C, Vp, 0.0);
+            cls_free(&uf);
+            GPU->ctx_destroy(cf);
+        }
+#ifdef ZT_TEST_EMU
+        if (chunks) {
+            /* no algorithm for the first 16-bit backward product (the forward's shapes cached
+             * by an evaluation first): the chunks whose shape it is run on fp32 dlogits */
+            zt_kctx *f = ctx_stage(cases[t].mm, NULL, cases[t].cap);
+            cls_out e = cls_run(f, false, CLS_EVAL, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+            unsigned long long ce0 = EMU_NAMED("crossentropy_forward_backward");
+            unsigned long long ce16 = EMU_NAMED("dlogits)");
+            zt_emu_lt_fail_heuristics(1, 15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
+            cls_out fb = cls_run(f, false, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+            /* a chunk's 16-bit cross-entropy, then its fp32 one for the fallback */
+            ASSERT_TRUE(EMU_NAMED("crossentropy_forward_backward") - ce0 >
+                        EMU_NAMED("dlogits)") - ce16);
+            cls_match("classifier, 16-bit backward without an algorithm", &fb, &ops, N, C, Vp, 0.0);
+            cls_free(&e), cls_free(&fb);
+            GPU->ctx_destroy(f);
+        }
+#endif
+        cls_free(&op), cls_free(&ops), cls_free(&ev), cls_free(&nd);
+        zt_free(clg), zt_free(cdx), zt_free(cdw), zt_free(closs);
+        GPU->ctx_destroy(c);
+        zt_free(x), zt_free(w), zt_free(dx0), zt_free(dw0), zt_free(tg);
+        printf("%s: ok\n", what);
     }
 }
 
@@ -1582,6 +1846,8 @@ int main(void)
     test_matmul_gelu(33, 65, 12);
     test_matmul_gelu_backward(64, 3072, 768);
     test_matmul_gelu_backward(33, 65, 12);
+    test_gelu_matmul(64, 3072, 768);
+    test_gelu_matmul(33, 65, 12);
     test_matmul_at(33, 64, 128, 1);
     test_matmul_at(128, 768, 768, 2);
     GC = untuned;
@@ -1591,6 +1857,7 @@ int main(void)
 #endif
     test_matmul_dtype();
     test_matmul_staged();
+    test_classifier();
     test_attention(1, 1, 4, 1);
     test_attention(2, 7, 12, 3);
     test_attention(1, 129, 96, 2);

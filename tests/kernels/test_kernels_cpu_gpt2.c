@@ -237,8 +237,32 @@ static void test_matmul_gelu(int N, int C, int OC)
     printf("matmul_gelu_forward N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
 }
 
-/* The MLP's second layer backward through its GELU is bitwise matmul_backward into zeros then
- * gelu_backward into zeros; dweight and dbias accumulate, NULL ones are skipped. */
+/* The MLP's second layer from GELU's input is bitwise gelu_forward then matmul_forward, with
+ * and without a bias; GELU's output goes to the scratch it is given. */
+static void test_gelu_matmul(int N, int C, int OC)
+{
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
+    float *pre = kc_frandn(NC, 2.0), *w = kc_frandn((size_t)OC * C, 0.3);
+    float *bias = kc_frandn((size_t)OC, 1.0), *act = kc_falloc(NC), *act2 = kc_falloc(NC);
+    float *out = kc_falloc(NO), *out2 = kc_falloc(NO);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        const float *b = with_bias ? bias : NULL;
+        OPS->gelu_forward(CTX, act, pre, NC);
+        OPS->matmul_forward(CTX, out, act, w, b, N, C, OC);
+        memset(out2, 0xff, NO * 4); /* NaN everywhere the op must write */
+        memset(act2, 0xff, NC * 4);
+        OPS->gelu_matmul_forward(CTX, out2, act2, pre, w, b, N, C, OC);
+        ASSERT_TRUE(memcmp(out, out2, NO * 4) == 0);
+    }
+    zt_free(pre), zt_free(w), zt_free(bias), zt_free(act), zt_free(act2), zt_free(out);
+    zt_free(out2);
+    printf("gelu_matmul_forward N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
+}
+
+/* The MLP's second layer backward through its GELU is bitwise gelu_forward, matmul_backward
+ * into zeros then gelu_backward into zeros, GELU's output computed by the op into the scratch
+ * it is given (NaN here: nothing of it is read); dweight and dbias accumulate, NULL ones are
+ * skipped. */
 static void test_matmul_gelu_backward(int N, int C, int OC)
 {
     size_t NC = (size_t)N * C, WC = (size_t)OC * C;
@@ -255,12 +279,14 @@ static void test_matmul_gelu_backward(int N, int C, int OC)
     OPS->gelu_backward(CTX, dpre, pre, tmp, NC);
     memcpy(dw2, dw0, WC * 4), memcpy(db2, db0, (size_t)OC * 4);
     memset(dpre2, 0xff, NC * 4); /* NaN everywhere the op must write */
-    OPS->matmul_gelu_backward(CTX, dpre2, dw2, db2, dout, inp, w, pre, N, C, OC);
+    memset(tmp, 0xff, NC * 4);
+    OPS->matmul_gelu_backward(CTX, dpre2, dw2, db2, dout, tmp, w, pre, N, C, OC);
     ASSERT_TRUE(memcmp(dpre, dpre2, NC * 4) == 0);
     ASSERT_TRUE(memcmp(dw, dw2, WC * 4) == 0);
     ASSERT_TRUE(memcmp(db, db2, (size_t)OC * 4) == 0);
     memset(dpre2, 0xff, NC * 4);
-    OPS->matmul_gelu_backward(CTX, dpre2, NULL, NULL, dout, inp, w, pre, N, C, OC);
+    memset(tmp, 0xff, NC * 4);
+    OPS->matmul_gelu_backward(CTX, dpre2, NULL, NULL, dout, tmp, w, pre, N, C, OC);
     ASSERT_TRUE(memcmp(dpre, dpre2, NC * 4) == 0);
     zt_free(pre), zt_free(inp), zt_free(w), zt_free(dout), zt_free(dw0), zt_free(db0);
     zt_free(tmp), zt_free(dpre), zt_free(dw), zt_free(db), zt_free(dpre2), zt_free(dw2);
@@ -924,6 +950,67 @@ static void test_crossentropy(int N, int V, int Vp)
 }
 
 /* ======================================================================================== */
+/* classifier: logits = x wte^T, cross-entropy, and its backward, in chunks of rows */
+
+/* The op over N rows in chunks of `rows` against double references, the backward onto
+ * prefilled dx and dwte: the chunking must not show (a chunk's rows, offsets and the last,
+ * shorter chunk). Then evaluation (losses only, dx and dwte untouched) and dwte NULL. */
+static void test_classifier(int N, int rows, int C, int V, int Vp)
+{
+    size_t NC = (size_t)N * C, WC = (size_t)Vp * C, NV = (size_t)N * Vp;
+    float dloss = 1.0f / (float)N;
+    float *x = kc_frandn(NC, 1.0), *w = kc_frandn(WC, 0.5);
+    int32_t *tg = zt_calloc(N, sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        tg[i] = (int32_t)kc_index((size_t)V);
+    float *dx = kc_falloc(NC), *dw = kc_falloc(WC), *loss = kc_falloc(N);
+    double *dx_d = kc_dalloc(NC), *dw_d = kc_dalloc(WC), *loss_d = kc_dalloc(N);
+    prefill(dx, dx_d, NC);
+    prefill(dw, dw_d, WC);
+    float *dx0 = kc_fcopy(dx, NC), *dw0 = kc_fcopy(dw, WC);
+    /* the reference: the whole logits at once */
+    double *x_d = kc_widen(x, NC), *w_d = kc_widen(w, WC);
+    double *lg = kc_dalloc(NV), *dl = kc_dalloc(NV);
+    for (int i = 0; i < N; i++)
+        for (int v = 0; v < Vp; v++) {
+            double a = 0.0;
+            for (int c = 0; c < C; c++)
+                a += x_d[(size_t)i * C + c] * w_d[(size_t)v * C + c];
+            lg[(size_t)i * Vp + v] = a;
+        }
+    kc_ref_crossentropy(loss_d, dl, lg, tg, N, V, Vp, dloss);
+    for (int i = 0; i < N; i++)
+        for (int v = 0; v < Vp; v++) {
+            double g = dl[(size_t)i * Vp + v];
+            for (int c = 0; c < C; c++) {
+                dx_d[(size_t)i * C + c] += g * w_d[(size_t)v * C + c];
+                dw_d[(size_t)v * C + c] += g * x_d[(size_t)i * C + c];
+            }
+        }
+    int r = rows < N ? rows : N;
+    float *logits = kc_falloc((size_t)r * Vp);
+    char what[128];
+    OPS->classifier_forward_backward(CTX, loss, dx, dw, logits, x, w, tg, N, rows, C, V, Vp, dloss);
+    snprintf(what, sizeof(what), "classifier N=%d rows=%d C=%d V=%d Vp=%d", N, rows, C, V, Vp);
+    kc_check_close(what, loss, loss_d, N, RT_FWD, 0);
+    kc_check_close(what, dx, dx_d, NC, RT_BWD, 0);
+    kc_check_close(what, dw, dw_d, WC, RT_BWD, 0);
+    /* evaluation: the same losses, no gradient touched */
+    float *loss2 = kc_falloc(N), *dx2 = kc_fcopy(dx0, NC), *dw2 = kc_fcopy(dw0, WC);
+    OPS->classifier_forward_backward(CTX, loss2, NULL, NULL, logits, x, w, tg, N, rows, C, V, Vp,
+                                     dloss);
+    ASSERT_TRUE(memcmp(loss2, loss, (size_t)N * 4) == 0);
+    /* dwte NULL: dx alone, bit for bit */
+    OPS->classifier_forward_backward(CTX, loss2, dx2, NULL, logits, x, w, tg, N, rows, C, V, Vp,
+                                     dloss);
+    ASSERT_TRUE(memcmp(dx2, dx, NC * 4) == 0);
+    ASSERT_TRUE(memcmp(dw2, dw0, WC * 4) == 0);
+    zt_free(x), zt_free(w), zt_free(tg), zt_free(dx), zt_free(dw), zt_free(loss), zt_free(dx_d);
+    zt_free(dw_d), zt_free(loss_d), zt_free(dx0), zt_free(dw0), zt_free(x_d), zt_free(w_d);
+    zt_free(lg), zt_free(dl), zt_free(logits), zt_free(loss2), zt_free(dx2), zt_free(dw2);
+}
+
+/* ======================================================================================== */
 /* table, memory */
 
 static void test_table_and_memory(void)
@@ -955,6 +1042,7 @@ static void test_table_and_memory(void)
     CHECK_FN(matmul_backward);
     CHECK_FN(matmul_gelu_forward);
     CHECK_FN(matmul_gelu_backward);
+    CHECK_FN(gelu_matmul_forward);
     CHECK_FN(attention_forward);
     CHECK_FN(attention_backward);
     CHECK_FN(gelu_forward);
@@ -962,6 +1050,7 @@ static void test_table_and_memory(void)
     CHECK_FN(residual_forward);
     CHECK_FN(residual_backward);
     CHECK_FN(crossentropy_forward_backward);
+    CHECK_FN(classifier_forward_backward);
     CHECK_FN(adamw);
     CHECK_FN(cast);
     CHECK_FN(accumulate);
@@ -1028,6 +1117,8 @@ static void test_empty(void)
     OPS->matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, 0, 8, 8);
     OPS->matmul_gelu_forward(CTX, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->matmul_gelu_backward(CTX, buf, NULL, NULL, buf, buf, buf, buf, 0, 8, 8);
+    OPS->gelu_matmul_forward(CTX, buf, buf, buf, buf, buf, 0, 8, 8);
+    OPS->classifier_forward_backward(CTX, buf, buf, buf, buf, buf, buf, tok, 0, 4, 4, 3, 4, 1.0f);
     OPS->attention_forward(CTX, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->attention_backward(CTX, buf, buf, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->gelu_forward(CTX, buf, buf, 0);
@@ -1069,6 +1160,9 @@ static void run_all(int big)
     test_matmul_gelu(1, 1, 1);
     test_matmul_gelu(37, 64, 256);
     test_matmul_gelu(300, 77, 12);
+    test_gelu_matmul(1, 1, 1);
+    test_gelu_matmul(37, 256, 64);
+    test_gelu_matmul(300, 12, 77);
     test_matmul_gelu_backward(1, 1, 1);
     test_matmul_gelu_backward(37, 256, 64);
     test_matmul_gelu_backward(300, 12, 77);
@@ -1097,6 +1191,9 @@ static void run_all(int big)
 
     test_crossentropy(7, 50, 64);
     test_crossentropy(37, 256, 256);
+    test_classifier(20, 20, 16, 50, 64);
+    test_classifier(20, 7, 16, 50, 64); /* chunks of 7, 7 and 6 */
+    test_classifier(5, 64, 24, 30, 32); /* one chunk, smaller than rows */
     if (big) test_crossentropy(130, 300, 384);
 }
 
