@@ -108,7 +108,10 @@ typedef struct zt_ops {
                             const float *inp, const float *weight, int N, int C, int OC);
     /* pre = inp @ weight^T + bias (bias may be NULL), out = GELU(pre) as gelu_forward: the MLP's
      * first layer and its activation in one pass where the backend can (cuBLASLt's GELU
-     * epilogue on cuda, which may round GELU differently; bitwise the two ops on cpu). */
+     * epilogue on cuda, which may round GELU differently; bitwise the two ops on cpu). The
+     * engine no longer runs it (fc alone then gelu_matmul_forward: on an H100 fc took 0.213 ms
+     * with the epilogue against 0.106 without); kept for bench_kernels_gpu's comparison until a
+     * GPU run has measured the engine's way end to end. */
     void (*matmul_gelu_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *pre /* (N,OC) */,
                                 const float *inp /* (N,C) */, const float *weight /* (OC,C) */,
                                 const float *bias /* (OC) */, int N, int C, int OC);
@@ -242,7 +245,9 @@ size_t zt_cuda_context_device_bytes(int B, int T);
  * takes its two products from one set of copies (dout rounded once). ZT_CUDA_GEMM_STAGE=0 turns
  * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB: the 16-bit copy of a
  * whole chunk of the classifier's logits, ZT_GPT2_LOGITS_BUDGET, so that its backward runs in
- * one block). Defined here, not in kernels/cuda/, so that a plan needs no CUDA build. */
+ * one block). Where a pass that runs anyway can make a copy, it does (GELU's output for the MLP's
+ * second layer, the classifier's dlogits; ZT_CUDA_STAGE_FUSED=0 gives each copy a pass of its
+ * own, the same bits). Defined here, not in kernels/cuda/, so that a plan needs no CUDA build. */
 #define ZT_CUDA_STAGE_MIB 512
 /* ZT_CUDA_GEMM_STAGE: false for "0", else true (a value other than 0 or 1 warns). */
 bool zt_cuda_stage_env(void);

@@ -1,21 +1,53 @@
 /* zerotrain: the tiny assertion kit every C test uses. Failures print both sides and
- * file:line, then exit(1). A test that cannot run here exits ZT_TEST_SKIP (77). */
+ * file:line, then exit(1), or, inside ZT_TEST_RUN, return to it so that the test goes on with
+ * its next part (where a run is scarce, as on a lent GPU). A test that cannot run here exits
+ * ZT_TEST_SKIP (77). */
 #ifndef ZT_TESTS_TEST_H
 #define ZT_TESTS_TEST_H
 
 #include <math.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define ZT_TEST_SKIP 77
 
+/* Where ZT_FAIL returns to (NULL: it exits), and how many ZT_TEST_RUN parts failed. */
+static inline jmp_buf **zt_test_jump(void)
+{
+    static jmp_buf *where;
+    return &where;
+}
+
+static inline int *zt_test_failed_parts(void)
+{
+    static int n;
+    return &n;
+}
+
 #define ZT_FAIL(...)                                                                               \
     do {                                                                                           \
         fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);                                      \
         fprintf(stderr, __VA_ARGS__);                                                              \
         fprintf(stderr, "\n");                                                                     \
+        if (*zt_test_jump()) longjmp(**zt_test_jump(), 1);                                         \
         exit(1);                                                                                   \
+    } while (0)
+
+/* Runs `call`; a failure in it is counted (zt_test_failed_parts) and the caller goes on. What
+ * the failed part allocated stays allocated: the process ends soon with exit status 1. */
+#define ZT_TEST_RUN(call)                                                                          \
+    do {                                                                                           \
+        jmp_buf jb_;                                                                               \
+        *zt_test_jump() = &jb_;                                                                    \
+        if (setjmp(jb_) == 0) {                                                                    \
+            call;                                                                                  \
+        } else {                                                                                   \
+            ++*zt_test_failed_parts();                                                             \
+            fprintf(stderr, "  (%s failed; going on with the next part)\n", #call);                \
+        }                                                                                          \
+        *zt_test_jump() = NULL;                                                                    \
     } while (0)
 
 #define ASSERT_TRUE(c)                                                                             \

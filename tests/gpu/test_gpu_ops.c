@@ -1819,82 +1819,86 @@ int main(void)
            (unsigned long long)seed);
     kc_rng_state = seed;
 
-    test_memory();
-    test_encoder(2, 7, 13, 17);
-    test_encoder(4, 64, 96, 300);
-    test_encoder(3, 33, 768, 50);
-    test_layernorm(1, 1);
-    test_layernorm(5, 7);
-    test_layernorm(64, 768);
-    test_layernorm(37, 1000);
-    test_layernorm(300, 2049);
-    test_residual_layernorm(5, 7);
-    test_residual_layernorm(64, 768);
-    test_residual_layernorm(300, 2049);
+    ZT_TEST_RUN(test_memory());
+    ZT_TEST_RUN(test_encoder(2, 7, 13, 17));
+    ZT_TEST_RUN(test_encoder(4, 64, 96, 300));
+    ZT_TEST_RUN(test_encoder(3, 33, 768, 50));
+    ZT_TEST_RUN(test_layernorm(1, 1));
+    ZT_TEST_RUN(test_layernorm(5, 7));
+    ZT_TEST_RUN(test_layernorm(64, 768));
+    ZT_TEST_RUN(test_layernorm(37, 1000));
+    ZT_TEST_RUN(test_layernorm(300, 2049));
+    ZT_TEST_RUN(test_residual_layernorm(5, 7));
+    ZT_TEST_RUN(test_residual_layernorm(64, 768));
+    ZT_TEST_RUN(test_residual_layernorm(300, 2049));
     /* the linear layer on the context that times cuBLASLt's candidates for each new shape:
      * its results must be the untuned ones (accumulating products are timed into a
      * temporary, not into the gradients) */
     zt_kctx *untuned = GC;
     GC = GT;
-    test_matmul(1, 1, 1);
-    test_matmul(7, 13, 5);
-    test_matmul(33, 65, 129);
-    test_matmul(64, 768, 2304);
-    test_matmul(96, 64, 50304);
-    test_matmul(1000, 3, 7);
-    test_matmul_gelu(64, 768, 3072);
-    test_matmul_gelu(33, 65, 12);
-    test_matmul_gelu_backward(64, 3072, 768);
-    test_matmul_gelu_backward(33, 65, 12);
-    test_gelu_matmul(64, 3072, 768);
-    test_gelu_matmul(33, 65, 12);
-    test_matmul_at(33, 64, 128, 1);
-    test_matmul_at(128, 768, 768, 2);
+    ZT_TEST_RUN(test_matmul(1, 1, 1));
+    ZT_TEST_RUN(test_matmul(7, 13, 5));
+    ZT_TEST_RUN(test_matmul(33, 65, 129));
+    ZT_TEST_RUN(test_matmul(64, 768, 2304));
+    ZT_TEST_RUN(test_matmul(96, 64, 50304));
+    ZT_TEST_RUN(test_matmul(1000, 3, 7));
+    ZT_TEST_RUN(test_matmul_gelu(64, 768, 3072));
+    ZT_TEST_RUN(test_matmul_gelu(33, 65, 12));
+    ZT_TEST_RUN(test_matmul_gelu_backward(64, 3072, 768));
+    ZT_TEST_RUN(test_matmul_gelu_backward(33, 65, 12));
+    ZT_TEST_RUN(test_gelu_matmul(64, 3072, 768));
+    ZT_TEST_RUN(test_gelu_matmul(33, 65, 12));
+    ZT_TEST_RUN(test_matmul_at(33, 64, 128, 1));
+    ZT_TEST_RUN(test_matmul_at(128, 768, 768, 2));
     GC = untuned;
-    test_matmul_modes();
+    ZT_TEST_RUN(test_matmul_modes());
 #ifdef ZT_TEST_EMU
-    test_heuristic_failure();
+    ZT_TEST_RUN(test_heuristic_failure());
 #endif
-    test_matmul_dtype();
-    test_matmul_staged();
-    test_classifier();
-    test_attention(1, 1, 4, 1);
-    test_attention(2, 7, 12, 3);
-    test_attention(1, 129, 96, 2);
-    test_attention(2, 64, 128, 4);
-    test_attention(2, 256, 768, 12);
+    ZT_TEST_RUN(test_matmul_dtype());
+    ZT_TEST_RUN(test_matmul_staged());
+    ZT_TEST_RUN(test_classifier());
+    ZT_TEST_RUN(test_attention(1, 1, 4, 1));
+    ZT_TEST_RUN(test_attention(2, 7, 12, 3));
+    ZT_TEST_RUN(test_attention(1, 129, 96, 2));
+    ZT_TEST_RUN(test_attention(2, 64, 128, 4));
+    ZT_TEST_RUN(test_attention(2, 256, 768, 12));
     /* more sequences than one scratch chunk holds: chunks of 5 and a last one of 2, then
      * chunks of one sequence each */
-    test_attention(7, 512, 384, 12);
-    test_attention(3, 1024, 256, 16);
+    ZT_TEST_RUN(test_attention(7, 512, 384, 12));
+    ZT_TEST_RUN(test_attention(3, 1024, 256, 16));
     /* the fused kernels' edges: one token, tails of their 64-row blocks and 32-row tiles, a
      * long sequence */
-    test_attention(1, 1, 64, 1);
-    test_attention(2, 7, 128, 2);
-    test_attention(1, 129, 192, 3);
-    test_attention(3, 95, 64, 1);
-    test_attention(1, 1024, 128, 2);
-    test_attention_choice();
-    test_attention_env();
-    test_attention_misaligned();
+    ZT_TEST_RUN(test_attention(1, 1, 64, 1));
+    ZT_TEST_RUN(test_attention(2, 7, 128, 2));
+    ZT_TEST_RUN(test_attention(1, 129, 192, 3));
+    ZT_TEST_RUN(test_attention(3, 95, 64, 1));
+    ZT_TEST_RUN(test_attention(1, 1024, 128, 2));
+    ZT_TEST_RUN(test_attention_choice());
+    ZT_TEST_RUN(test_attention_env());
+    ZT_TEST_RUN(test_attention_misaligned());
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)
-    test_attention_tc_runs();
+    ZT_TEST_RUN(test_attention_tc_runs());
 #endif
-    test_gelu_residual(1);
-    test_gelu_residual(1000);
-    test_gelu_residual(100003);
-    test_crossentropy(1, 1, 128);
-    test_crossentropy(5, 17, 128);
-    test_crossentropy(33, 1000, 1024);
-    test_crossentropy(16, 50257, 50304);
-    test_adamw(1);
-    test_adamw(100003);
-    test_cast_accumulate_scale(7);
-    test_cast_accumulate_scale(100003);
-    test_sumsq(1);
-    test_sumsq(1000003);
-    test_errors();
+    ZT_TEST_RUN(test_gelu_residual(1));
+    ZT_TEST_RUN(test_gelu_residual(1000));
+    ZT_TEST_RUN(test_gelu_residual(100003));
+    ZT_TEST_RUN(test_crossentropy(1, 1, 128));
+    ZT_TEST_RUN(test_crossentropy(5, 17, 128));
+    ZT_TEST_RUN(test_crossentropy(33, 1000, 1024));
+    ZT_TEST_RUN(test_crossentropy(16, 50257, 50304));
+    ZT_TEST_RUN(test_adamw(1));
+    ZT_TEST_RUN(test_adamw(100003));
+    ZT_TEST_RUN(test_cast_accumulate_scale(7));
+    ZT_TEST_RUN(test_cast_accumulate_scale(100003));
+    ZT_TEST_RUN(test_sumsq(1));
+    ZT_TEST_RUN(test_sumsq(1000003));
+    ZT_TEST_RUN(test_errors());
 
+    if (*zt_test_failed_parts()) {
+        fprintf(stderr, "%d part(s) failed (above)\n", *zt_test_failed_parts());
+        return 1;
+    }
     GPU->ctx_destroy(GF);
     for (size_t v = 0; v < N_ATTN_VARIANTS; v++)
         GPU->ctx_destroy(GV[v]);
