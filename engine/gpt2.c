@@ -310,8 +310,8 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
      * inputs, GELU's output from its input) and what it never reads (the projections before
      * their residual adds) lives in backward's scratch, free until backward zeroes it. */
     float *ln = s->d_btc2, *proj = s->d_btc;
-    ops->layernorm_forward(k, ln, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
-    ops->matmul_forward(k, a->qkv, ln, p->qkvw, p->qkvb, N, C, 3 * C);
+    ops->layernorm_matmul_forward(k, a->qkv, ln, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b,
+                                  p->qkvw, p->qkvb, N, C, 3 * C);
     ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, B, T, C, NH);
     ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
     ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
@@ -335,10 +335,10 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
      * of fcproj) computed by the op, into d_fch where it needs it in fp32 */
     ops->matmul_gelu_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw,
                               a->fch, N, 4 * C, C);
-    /* LN2's output again (bitwise the forward's: same input, same op) */
-    ops->layernorm_forward(k, s->d_btc2, NULL, NULL, a->res2, p->ln2w, p->ln2b, N, C);
+    /* fc's backward from LN2's output again (bitwise the forward's: same input, same op) */
     ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch2, s->d_btc2, p->fcw, N, C, 4 * C);
+    ops->layernorm_matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch2, s->d_btc2, a->res2,
+                                   p->ln2w, p->ln2b, p->fcw, N, C, 4 * C);
     ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
@@ -346,12 +346,10 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C,
                          C);
     ops->memset0(k, s->d_qkv, n3C * sizeof(float));
-    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, B, T, C,
-                            NH);
-    ops->layernorm_forward(k, s->d_btc2, NULL, NULL, x_in, p->ln1w, p->ln1b, N, C);
+    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, B, T, C, NH);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, p->qkvw, N, C,
-                         3 * C);
+    ops->layernorm_matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, x_in,
+                                   p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
     ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);
 }

@@ -116,6 +116,26 @@ typedef struct zt_ops {
                                 const float *inp /* (N,C) */, const float *weight /* (OC,C) */,
                                 const float *bias /* (OC) */, int N, int C, int OC);
 
+    /* out = LayerNorm(x) @ weight^T + bias (bias may be NULL), the LayerNorm as
+     * layernorm_forward computes it (mean and rstd saved where non-NULL), which the op writes to
+     * `ln` where it needs it in fp32 (contents undefined on exit): bitwise layernorm_forward into
+     * ln then matmul_forward on cpu; the cuda backend with staged 16-bit inputs rounds the
+     * LayerNorm straight into its copy (the same bits). */
+    void (*layernorm_matmul_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *ln /* (N,C) */,
+                                     float *mean /* (N) */, float *rstd /* (N) */,
+                                     const float *x /* (N,C) */, const float *lnw /* (C) */,
+                                     const float *lnb /* (C) */, const float *weight /* (OC,C) */,
+                                     const float *bias /* (OC) */, int N, int C, int OC);
+    /* matmul_backward of that product, its input LayerNorm(x) recomputed by the op (bitwise
+     * layernorm_forward's, into `ln` where it needs it in fp32, contents undefined on exit):
+     *   dinp += dout @ weight, dweight += dout^T @ LayerNorm(x), dbias += column sums of dout */
+    void (*layernorm_matmul_backward)(zt_kctx *ctx, float *dinp /* (N,C) */,
+                                      float *dweight /* (OC,C) */, float *dbias /* (OC) */,
+                                      const float *dout /* (N,OC) */, float *ln /* (N,C) */,
+                                      const float *x /* (N,C) */, const float *lnw /* (C) */,
+                                      const float *lnb /* (C) */, const float *weight /* (OC,C) */,
+                                      int N, int C, int OC);
+
     /* out = GELU(pre) @ weight^T + bias (bias may be NULL): the MLP's second layer from its
      * first layer's output before the activation, GELU as gelu_forward computes it, which the
      * op writes to `act` where it needs it in fp32 (contents undefined on exit): bitwise
@@ -245,9 +265,10 @@ size_t zt_cuda_context_device_bytes(int B, int T);
  * takes its two products from one set of copies (dout rounded once). ZT_CUDA_GEMM_STAGE=0 turns
  * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB: the 16-bit copy of a
  * whole chunk of the classifier's logits, ZT_GPT2_LOGITS_BUDGET, so that its backward runs in
- * one block). Where a pass that runs anyway can make a copy, it does (GELU's output for the MLP's
- * second layer, the classifier's dlogits; ZT_CUDA_STAGE_FUSED=0 gives each copy a pass of its
- * own, the same bits). Defined here, not in kernels/cuda/, so that a plan needs no CUDA build. */
+ * one block). Where a pass that runs anyway can make a copy, it does (LayerNorm's and GELU's
+ * outputs as matmul inputs, the classifier's dlogits; ZT_CUDA_STAGE_FUSED=0 gives each copy a
+ * pass of its own, the same bits). Defined here, not in kernels/cuda/, so that a plan needs no CUDA
+ * build. */
 #define ZT_CUDA_STAGE_MIB 512
 /* ZT_CUDA_GEMM_STAGE: false for "0", else true (a value other than 0 or 1 warns). */
 bool zt_cuda_stage_env(void);

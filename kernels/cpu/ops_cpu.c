@@ -180,6 +180,26 @@ static void cpu_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const 
     if (N > 0 && OC > 0) zt_cpu_gelu_forward(ctx, out, pre, (size_t)N * (size_t)OC);
 }
 
+/* The two ops, bitwise: the LayerNorm into ln, then the product. */
+static void cpu_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean,
+                                         float *rstd, const float *x, const float *lnw,
+                                         const float *lnb, const float *weight, const float *bias,
+                                         int N, int C, int OC)
+{
+    zt_cpu_layernorm_forward(ctx, ln, mean, rstd, x, lnw, lnb, N, C);
+    zt_cpu_matmul_forward(ctx, out, ln, weight, bias, N, C, OC);
+}
+
+/* The two ops, bitwise: the LayerNorm again into ln, then the product's backward. */
+static void cpu_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                          const float *dout, float *ln, const float *x,
+                                          const float *lnw, const float *lnb, const float *weight,
+                                          int N, int C, int OC)
+{
+    if (dweight) zt_cpu_layernorm_forward(ctx, ln, NULL, NULL, x, lnw, lnb, N, C);
+    zt_cpu_matmul_backward(ctx, dinp, dweight, dbias, dout, ln, weight, N, C, OC);
+}
+
 /* The two ops, bitwise: GELU's output into act, then the product. */
 static void cpu_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
                                     const float *weight, const float *bias, int N, int C, int OC)
@@ -236,6 +256,8 @@ static const zt_ops cpu_ops = {
     .matmul_gelu_backward = cpu_matmul_gelu_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .gelu_matmul_forward = cpu_gelu_matmul_forward,
+    .layernorm_matmul_forward = cpu_layernorm_matmul_forward,
+    .layernorm_matmul_backward = cpu_layernorm_matmul_backward,
     .attention_forward = zt_cpu_attention_forward,
     .attention_backward = zt_cpu_attention_backward,
     .gelu_forward = zt_cpu_gelu_forward,

@@ -499,10 +499,37 @@ static bool stage_usable(const zt_kctx *ctx)
     return ctx->stage_on && (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16);
 }
 
+/* Rounds the block of A = afn's values that holds rows [m0, m0 + mn) and columns [k0, k0 + kn)
+ * into dst (leading dimension kn), A's row stride ld; a LayerNorm takes whole rows (k0 0, kn
+ * its C), writing their statistics where afn asks. */
+static void afn_stage(zt_kctx *ctx, uint16_t *dst, const zt_cuda_afn *f, int ld, int m0, int mn,
+                      int k0, int kn)
+{
+    if (f->kind == ZT_AFN_GELU)
+        zt_cuda_stage_gelu(ctx, dst, ctx->mm, f->src + (size_t)m0 * ld + k0, mn, kn, (size_t)ld);
+    else
+        zt_cuda_stage_layernorm(ctx, dst, ctx->mm, f->mean ? f->mean + m0 : NULL,
+                                f->rstd ? f->rstd + m0 : NULL, f->src + (size_t)m0 * ld, f->w, f->b,
+                                mn, kn);
+}
+
+/* Rows [m0, m0 + mn) of A = afn's values in fp32 (row stride K): gelu_forward's or
+ * layernorm_forward's */
+static void afn_fp32(zt_kctx *ctx, float *A, const zt_cuda_afn *f, int m0, int mn, int K)
+{
+    size_t o = (size_t)m0 * (size_t)K;
+    if (f->kind == ZT_AFN_GELU)
+        zt_cuda_gelu_forward(ctx, A + o, f->src + o, (size_t)mn * (size_t)K);
+    else
+        zt_cuda_layernorm_forward(ctx, A + o, f->mean ? f->mean + m0 : NULL,
+                                  f->rstd ? f->rstd + m0 : NULL, f->src + o, f->w, f->b, mn, K);
+}
+
 /* g through 16-bit copies of its operands; false (nothing queued) where g does not go that
- * way: the caller runs it on its fp32 operands (with gelu_a, GELU's output computed first). A
- * block cuBLASLt has no algorithm for runs on its fp32 operands (with gelu_a, A = GELU's output
- * computed whole at the first such block). */
+ * way: the caller runs it on its fp32 operands (with afn, A's values computed first; a
+ * LayerNorm's copy needs whole rows, so no split in depth). A block cuBLASLt has no algorithm
+ * for runs on its fp32 operands (with afn, A's values computed whole at the first such
+ * block). */
 static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
     if (!stage_usable(ctx) || g->in16 || g->batch != 1 || g->M <= 0 || g->N <= 0 || g->K <= 0)
@@ -510,12 +537,13 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
     stage_blocks bl;
     if (!stage_reserve(
             ctx, zt_cuda_stage_elems((size_t)g->M, (size_t)g->N, (size_t)g->K, ctx->stage_max)) ||
-        !stage_plan(g, ctx->stage_cap, &bl))
+        !stage_plan(g, ctx->stage_cap, &bl) ||
+        (g->afn && g->afn->kind == ZT_AFN_LAYERNORM && bl.kb != g->K))
         return false;
     uint16_t *sb = ctx->stage;
     uint16_t *sa = sb + zt_cuda_stage_pad((size_t)bl.kb * (size_t)bl.nb);
     int a_at[2] = {-1, -1}, b_at[2] = {-1, -1}; /* (m0, k0) and (k0, n0) now in the stage */
-    bool act = false;                           /* with gelu_a: A holds GELU's output */
+    bool act = false;                           /* with afn: A holds its values */
     for (int n0 = 0; n0 < g->N; n0 += bl.nb) {
         for (int k0 = 0; k0 < g->K; k0 += bl.kb) {
             for (int m0 = 0; m0 < g->M; m0 += bl.mb) {
@@ -532,10 +560,8 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                 lt_result r = lt_prepare(ctx, &s, s.bias != NULL, &c);
                 if (r == LT_READY) {
                     if (a_at[0] != m0 || a_at[1] != k0) {
-                        if (g->gelu_a)
-                            zt_cuda_stage_gelu(ctx, sa, ctx->mm,
-                                               g->gelu_a + (size_t)m0 * g->lda + k0, mn, kn,
-                                               (size_t)g->lda);
+                        if (g->afn)
+                            afn_stage(ctx, sa, g->afn, g->lda, m0, mn, k0, kn);
                         else
                             stage_block(ctx, sa, g->A, g->lda, g->ta, m0, mn, k0, kn);
                         a_at[0] = m0, a_at[1] = k0;
@@ -547,9 +573,8 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                     r = lt_launch(ctx, &s, s.bias != NULL, &c);
                 }
                 if (r == LT_NO_ALGO) {
-                    if (g->gelu_a && !act) {
-                        zt_cuda_gelu_forward(ctx, (float *)g->A, g->gelu_a,
-                                             (size_t)g->M * (size_t)g->K);
+                    if (g->afn && !act) {
+                        afn_fp32(ctx, (float *)g->A, g->afn, 0, g->M, g->K);
                         act = true;
                     }
                     gemm_unstaged(ctx, &part);
@@ -599,20 +624,19 @@ static bool bwd_copies(zt_kctx *ctx, const float *weight, int N, int C, int OC, 
 
 /* A linear layer's two backward products from one set of 16-bit copies: the weight (OC x C)
  * whole, then dout and inp by blocks of mb token rows, each block giving its rows of dinp
- * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue, and inp's copy
- * rounded from GELU(pre) as it is computed: inp is only written, with GELU's output, where a
- * product falls back to the fp32 operands) and its share of
- * dweight (dweight += dout^T inp: blocks after the first add onto what the first wrote), so
- * that dout, the largest operand, is rounded once instead of once per product; with dbias, the
+ * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue) and its share of
+ * dweight (dweight += dout^T inp: blocks after the first add onto what the first wrote); with
+ * afn, inp's values are afn's, rounded into its copy as they are computed (inp is only written,
+ * with them, where a product falls back to the fp32 operands). dout,
+ * the largest operand, is thus rounded once instead of once per product; with dbias, the
  * pass that rounds a block of dout also adds its column sums to dbias (zt_cuda_stage_cast_bias:
  * with one block, the bits of zt_cuda_bias_backward over all rows). The buffer:
  * zt_cuda_stage_bwd_elems. false (nothing queued, dbias untouched) where no block of at least
  * ZT_CUDA_STAGE_MIN_BLOCK rows fits beside the weight: the products go one by one. */
-static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *dweight,
-                            float *dbias, const float *dout, float *inp, const float *weight, int N,
-                            int C, int OC)
+static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const zt_cuda_afn *afn,
+                            float *dweight, float *dbias, const float *dout, float *inp,
+                            const float *weight, int N, int C, int OC)
 {
-    const float *gelu = ctx->stage_fused ? pre : NULL; /* inp's copy from GELU(pre) */
     uint16_t *sw, *sd, *si;
     int mb;
     if (!dinp || !dweight || !bwd_copies(ctx, weight, N, C, OC, &sw, &sd, &si, &mb)) return false;
@@ -622,8 +646,8 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *
             zt_cuda_stage_cast_bias(ctx, sd, ctx->mm, dout + (size_t)m0 * OC, mn, OC, dbias);
         else
             stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
-        if (gelu)
-            zt_cuda_stage_gelu(ctx, si, ctx->mm, gelu + (size_t)m0 * C, mn, C, (size_t)C);
+        if (afn)
+            afn_stage(ctx, si, afn, C, m0, mn, 0, C);
         else
             stage_block(ctx, si, inp, C, 'N', m0, mn, 0, C);
         /* dinp rows [m0, m0 + mn) (mn x C) += dout rows (mn x OC) @ weight (OC x C) */
@@ -646,9 +670,8 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, float *
             st.in16 = ctx->mm;
             st.A = sd, st.B = i == 0 ? (const void *)sw : (const void *)si;
             if (gemm_lt(ctx, &st, false) == LT_NO_ALGO) {
-                if (i == 1 && gelu) /* the fp32 operand: GELU's output, now */
-                    zt_cuda_gelu_forward(ctx, inp + (size_t)m0 * C, pre + (size_t)m0 * C,
-                                         (size_t)mn * (size_t)C);
+                if (i == 1 && afn) /* the fp32 operand's rows, now */
+                    afn_fp32(ctx, inp, afn, m0, mn, C);
                 gemm_unstaged(ctx, &parts[i]);
             }
             if (ctx->st != ZT_OK) return true;
@@ -764,37 +787,30 @@ static void gemm_fp32(zt_kctx *ctx, char ta, char tb, int M, int N, int K, float
 /* ---------------------------------------------------------------------------------------- */
 /* linear layer */
 
-void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const float *weight,
-                            const float *bias, int N, int C, int OC)
+/* The linear layer's forward product: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias */
+static zt_cuda_gemm linear_gemm(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC)
 {
-    /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias */
-    gemm(ctx, 'N', 'T', N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, bias);
-}
-
-void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
-                                 const float *weight, const float *bias, int N, int C, int OC)
-{
-    /* out (N, OC) = GELU(pre) (N, C) @ weight (OC, C)^T + bias: matmul_forward's product with
-     * act for its input, rounded from GELU(pre) where staged */
     zt_cuda_gemm g;
     memset(&g, 0, sizeof(g));
     g.ta = 'N', g.tb = 'T', g.M = N, g.N = OC, g.K = C, g.alpha = 1.0f, g.beta = 0.0f;
-    g.A = act, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
-    g.bias = bias, g.gelu_a = pre;
-    if (ctx->stage_fused && gemm_staged(ctx, &g)) return;
-    if (N > 0 && C > 0) zt_cuda_gelu_forward(ctx, act, pre, (size_t)N * (size_t)C);
-    g.gelu_a = NULL;
+    g.A = inp, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
+    g.bias = bias;
+    return g;
+}
+
+void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const float *weight,
+                            const float *bias, int N, int C, int OC)
+{
+    zt_cuda_gemm g = linear_gemm(out, inp, weight, bias, N, C, OC);
     zt_cuda_gemm_run(ctx, &g);
 }
 
 void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
                                  const float *weight, const float *bias, int N, int C, int OC)
 {
-    zt_cuda_gemm g;
-    memset(&g, 0, sizeof(g));
-    g.ta = 'N', g.tb = 'T', g.M = N, g.N = OC, g.K = C, g.alpha = 1.0f, g.beta = 0.0f;
-    g.A = inp, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
-    g.bias = bias, g.aux = pre;
+    zt_cuda_gemm g = linear_gemm(out, inp, weight, bias, N, C, OC);
+    g.aux = pre;
     zt_cuda_gemm_run(ctx, &g);
 }
 
@@ -802,8 +818,9 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
                              const float *dout, const float *inp, const float *weight, int N, int C,
                              int OC)
 {
-    /* inp is only read without pre */
-    if (backward_staged(ctx, dinp, NULL, dweight, dbias, dout, (float *)inp, weight, N, C, OC))
+    /* inp is only read without afn */
+    if (backward_staged(ctx, dinp, NULL, NULL, dweight, dbias, dout, (float *)inp, weight, N, C,
+                        OC))
         return;
     /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
     if (dinp)
@@ -820,11 +837,12 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 {
     /* dpre (N, C) = GELU'(pre) * (dout (N, OC) @ weight (OC, C)): the DGELU epilogue reads
      * pre (its aux, never written with dgelu) */
-    if (dweight && N > 0 && C > 0 && !ctx->stage_fused)
-        zt_cuda_gelu_forward(ctx, inp, pre, (size_t)N * (size_t)C);
-    if (backward_staged(ctx, dpre, pre, dweight, dbias, dout, inp, weight, N, C, OC)) return;
-    if (dweight && N > 0 && C > 0 && ctx->stage_fused)
-        zt_cuda_gelu_forward(ctx, inp, pre, (size_t)N * (size_t)C);
+    zt_cuda_afn f = {ZT_AFN_GELU, pre, NULL, NULL, NULL, NULL};
+    const zt_cuda_afn *fa = ctx->stage_fused ? &f : NULL; /* inp's copy from GELU(pre) */
+    bool need = dweight && N > 0 && C > 0;
+    if (need && !fa) afn_fp32(ctx, inp, &f, 0, N, C);
+    if (backward_staged(ctx, dpre, pre, fa, dweight, dbias, dout, inp, weight, N, C, OC)) return;
+    if (need && fa) afn_fp32(ctx, inp, &f, 0, N, C);
     zt_cuda_gemm g;
     memset(&g, 0, sizeof(g));
     g.ta = 'N', g.tb = 'N', g.M = N, g.N = C, g.K = OC, g.alpha = 1.0f, g.beta = 0.0f;
@@ -832,6 +850,48 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
     g.aux = (float *)pre, g.dgelu = 1;
     zt_cuda_gemm_run(ctx, &g);
     zt_cuda_matmul_backward(ctx, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+/* out (N, OC) = A (N, C) @ weight (OC, C)^T + bias where A's values are f's: matmul_forward's
+ * product with A in the caller's scratch `act`, its copy rounded from f where staged (and
+ * fused), act written with them otherwise */
+static void linear_from(zt_kctx *ctx, float *out, float *act, const zt_cuda_afn *f,
+                        const float *weight, const float *bias, int N, int C, int OC)
+{
+    zt_cuda_gemm g = linear_gemm(out, act, weight, bias, N, C, OC);
+    g.afn = f;
+    if (ctx->stage_fused && gemm_staged(ctx, &g)) return;
+    if (N > 0 && C > 0) afn_fp32(ctx, act, f, 0, N, C);
+    g.afn = NULL;
+    zt_cuda_gemm_run(ctx, &g);
+}
+
+void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
+                                 const float *weight, const float *bias, int N, int C, int OC)
+{
+    zt_cuda_afn f = {ZT_AFN_GELU, pre, NULL, NULL, NULL, NULL};
+    linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
+}
+
+void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,
+                                      const float *x, const float *lnw, const float *lnb,
+                                      const float *weight, const float *bias, int N, int C, int OC)
+{
+    zt_cuda_afn f = {ZT_AFN_LAYERNORM, x, lnw, lnb, mean, rstd};
+    linear_from(ctx, out, ln, &f, weight, bias, N, C, OC);
+}
+
+void zt_cuda_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                       const float *dout, float *ln, const float *x,
+                                       const float *lnw, const float *lnb, const float *weight,
+                                       int N, int C, int OC)
+{
+    zt_cuda_afn f = {ZT_AFN_LAYERNORM, x, lnw, lnb, NULL, NULL};
+    if (ctx->stage_fused &&
+        backward_staged(ctx, dinp, NULL, &f, dweight, dbias, dout, ln, weight, N, C, OC))
+        return;
+    if (dweight && N > 0 && C > 0) afn_fp32(ctx, ln, &f, 0, N, C);
+    zt_cuda_matmul_backward(ctx, dinp, dweight, dbias, dout, ln, weight, N, C, OC);
 }
 
 /* ---------------------------------------------------------------------------------------- */

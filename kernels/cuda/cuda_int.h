@@ -46,6 +46,18 @@ typedef enum {
 /* "fp32", "tf32", "bf16", "fp16" */
 const char *zt_cuda_mm_name(int mm);
 
+/* What a GEMM's A is made of where its 16-bit copy is rounded straight from another tensor
+ * (zt_cuda_gemm.afn; the ops that take GELU's or LayerNorm's output as a matmul input): GELU
+ * of src (A's layout), or the LayerNorm of src's rows (A whole rows of K = the LayerNorm's C)
+ * with weight w and bias b, writing mean and rstd where non-NULL; the bits of gelu_forward or
+ * layernorm_forward then the staging. */
+enum { ZT_AFN_GELU = 1, ZT_AFN_LAYERNORM };
+typedef struct zt_cuda_afn {
+    int kind;
+    const float *src, *w, *b;
+    float *mean, *rstd;
+} zt_cuda_afn;
+
 /* One row-major (batched) GEMM as the CPU backend writes it:
  *   C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]  (+ bias[j] on every row of C when bias)
  * op(A) is M x K, op(B) is K x N, C is M x N; ta/tb are 'N' or 'T'; s* are batch strides in
@@ -60,10 +72,10 @@ typedef struct zt_cuda_gemm {
     const float *bias; /* (N) or NULL; only with batch == 1 */
     float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
     int dgelu;         /* with aux: C = GELU'(aux) * product instead, aux only read (no bias) */
-    /* gelu_matmul_forward's (batch 1, fp32 A with ta 'N' and lda K): op(A) is GELU of gelu_a
-     * (same layout); staging rounds GELU(gelu_a) into A's copy, and A receives GELU's fp32
-     * output only where a product falls back to the fp32 operands. Not for zt_cuda_gemm_run. */
-    const float *gelu_a;
+    /* non-NULL (batch 1, fp32 A with ta 'N' and lda K): A's values are afn's; staging rounds
+     * them straight into A's copy, and A receives them in fp32 only where a product falls back
+     * to the fp32 operands. Not for zt_cuda_gemm_run. */
+    const zt_cuda_afn *afn;
     int lda, ldb, ldc;
     long long sA, sB, sC;
     int batch;
@@ -179,6 +191,12 @@ void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rst
 void zt_cuda_residual_layernorm_forward(zt_kctx *ctx, float *res, float *out, float *mean,
                                         float *rstd, const float *a, const float *b,
                                         const float *weight, const float *bias, int N, int C);
+/* layernorm_forward's output rounded to mm16's type (ZT_MM_BF16 or ZT_MM_FP16) into dst (N x C,
+ * contiguous), mean and rstd written where non-NULL: the bits of zt_cuda_layernorm_forward then
+ * zt_cuda_stage_cast, in one pass. */
+void zt_cuda_stage_layernorm(zt_kctx *ctx, uint16_t *dst, int mm16, float *mean, float *rstd,
+                             const float *inp, const float *weight, const float *bias, int N,
+                             int C);
 void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const float *inp, const float *weight,
                                 const float *mean, const float *rstd, int N, int C);
@@ -210,9 +228,17 @@ void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const flo
 void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
                             const float *logits, const int32_t *targets, int N, int V, int Vp,
                             float dloss);
-/* The op table's gelu_matmul_forward and classifier_forward_backward (blas_cuda.c). */
+/* The op table's gelu_matmul_forward, layernorm_matmul_forward, layernorm_matmul_backward and
+ * classifier_forward_backward (blas_cuda.c). */
 void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
                                  const float *weight, const float *bias, int N, int C, int OC);
+void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,
+                                      const float *x, const float *lnw, const float *lnb,
+                                      const float *weight, const float *bias, int N, int C, int OC);
+void zt_cuda_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                       const float *dout, float *ln, const float *x,
+                                       const float *lnw, const float *lnb, const float *weight,
+                                       int N, int C, int OC);
 void zt_cuda_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
                         const float *x, const float *wte, const int32_t *targets, int N, int rows,
                         int C, int V, int Vp, float dloss);

@@ -88,11 +88,12 @@ extern "C" void zt_cuda_encoder_dwte(zt_kctx *ctx, float *dwte, const float *dou
 /* LayerNorm: one warp per row */
 
 /* The rest of a row's LayerNorm once each lane holds its partial sum s of the row x (lane c
- * covers x[c], x[c+32], ...): mean, variance, output and the statistics. */
-static __device__ __forceinline__ void layernorm_row_finish(float *o, float *mean, float *rstd,
-                                                            const float *x, float s,
-                                                            const float *w, const float *b,
-                                                            int row, int C, int lane)
+ * covers x[c], x[c+32], ...): mean, variance, output and the statistics. The output row o in
+ * fp32 (OT 0), or rounded to bf16 (1) or fp16 (2) as the matmuls' staging rounds. */
+template <int OT>
+static __device__ __forceinline__ void
+layernorm_row_finish(void *o, float *mean, float *rstd, const float *x, float s, const float *w,
+                     const float *b, int row, int C, int lane)
 {
     float m = zt_warp_sum(s) / (float)C;
     float v = 0.0f;
@@ -101,15 +102,21 @@ static __device__ __forceinline__ void layernorm_row_finish(float *o, float *mea
         v += d * d;
     }
     float rs = 1.0f / sqrtf(zt_warp_sum(v) / (float)C + ZT_LN_EPS);
-    for (int c = lane; c < C; c += 32)
-        o[c] = fmaf((x[c] - m) * rs, w[c], b[c]);
+    for (int c = lane; c < C; c += 32) {
+        float y = fmaf((x[c] - m) * rs, w[c], b[c]);
+        if (OT == 0) ((float *)o)[c] = y;
+        if (OT == 1) ((uint16_t *)o)[c] = bf16_from_f32(y);
+        if (OT == 2) ((uint16_t *)o)[c] = f16_from_f32(y);
+    }
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = rs;
     }
 }
 
-static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+/* out rows of C in fp32 (OT 0) or rounded to 16 bits (OT 1 bf16, 2 fp16: a matmul's copy) */
+template <int OT>
+static __global__ void layernorm_forward_kernel(void *out, float *mean, float *rstd,
                                                 const float *inp, const float *w, const float *b,
                                                 int N, int C)
 {
@@ -120,7 +127,9 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
     float s = 0.0f;
     for (int c = lane; c < C; c += 32)
         s += x[c];
-    layernorm_row_finish(out + (size_t)row * C, mean, rstd, x, s, w, b, row, C, lane);
+    void *o = OT == 0 ? (void *)((float *)out + (size_t)row * C)
+                      : (void *)((uint16_t *)out + (size_t)row * C);
+    layernorm_row_finish<OT>(o, mean, rstd, x, s, w, b, row, C, lane);
 }
 
 /* res = a + b, then the LayerNorm of res, one warp per row: each lane reads back only the
@@ -141,7 +150,7 @@ static __global__ void residual_layernorm_forward_kernel(float *res, float *out,
         x[c] = v;
         s += v;
     }
-    layernorm_row_finish(out + off, mean, rstd, x, s, w, bias, row, C, lane);
+    layernorm_row_finish<0>(out + off, mean, rstd, x, s, w, bias, row, C, lane);
 }
 
 static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
@@ -270,8 +279,24 @@ extern "C" void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean,
 {
     if (N <= 0 || C <= 0) return;
     unsigned blocks = (unsigned)((N + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
-    ZT_CUDA_LAUNCH(ctx, "layernorm_forward", layernorm_forward_kernel, blocks, ZT_CUDA_THREADS, out,
-                   mean, rstd, inp, weight, bias, N, C);
+    ZT_CUDA_LAUNCH(ctx, "layernorm_forward", layernorm_forward_kernel<0>, blocks, ZT_CUDA_THREADS,
+                   (void *)out, mean, rstd, inp, weight, bias, N, C);
+}
+
+extern "C" void zt_cuda_stage_layernorm(zt_kctx *ctx, uint16_t *dst, int mm16, float *mean,
+                                        float *rstd, const float *inp, const float *weight,
+                                        const float *bias, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    unsigned blocks = (unsigned)((N + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
+    if (mm16 == ZT_MM_FP16)
+        ZT_CUDA_LAUNCH(ctx, "matmul staging (fp16) of LayerNorm's output",
+                       layernorm_forward_kernel<2>, blocks, ZT_CUDA_THREADS, (void *)dst, mean,
+                       rstd, inp, weight, bias, N, C);
+    else
+        ZT_CUDA_LAUNCH(ctx, "matmul staging (bf16) of LayerNorm's output",
+                       layernorm_forward_kernel<1>, blocks, ZT_CUDA_THREADS, (void *)dst, mean,
+                       rstd, inp, weight, bias, N, C);
 }
 
 extern "C" void zt_cuda_residual_layernorm_forward(zt_kctx *ctx, float *res, float *out,

@@ -296,6 +296,16 @@ int main(int argc, char **argv)
         report_flops("gelu_matmul_forward fcproj", md, s, fl);
         TIME_IT(s, G->matmul_gelu_backward(K, z, dw, db, y, dx, w, big, (int)N, 4 * C, C));
         report_flops("matmul_gelu_backward fcproj", md, s, 2 * fl);
+        /* qkv from the LayerNorm's input (next to layernorm_forward plus matmul_forward qkv),
+         * and its backward with the LayerNorm recomputed (next to layernorm_forward plus
+         * matmul_backward qkv) */
+        double qfl = 2.0 * N * C * 3.0 * C;
+        TIME_IT(s, G->layernorm_matmul_forward(K, y, z, mean, rstd, x, w, bias, w, bias, (int)N, C,
+                                               3 * C));
+        report_flops("layernorm_matmul_forward qkv", md, s, qfl);
+        TIME_IT(s,
+                G->layernorm_matmul_backward(K, dx, dw, db, y, z, x, w, bias, w, (int)N, C, 3 * C));
+        report_flops("layernorm_matmul_backward qkv", md, s, 2 * qfl);
     }
     use_mode(0);
 

@@ -257,6 +257,47 @@ static void test_matmul_gelu(int N, int C, int OC)
     printf("matmul_gelu N=%d C=%d OC=%d: ok\n", N, C, OC);
 }
 
+/* A matmul from a LayerNorm's input against the CPU's two ops: forward with its statistics,
+ * backward onto prefilled gradients, the scratch given as NaN. */
+static void test_layernorm_matmul(int N, int C, int OC)
+{
+    char what[128];
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, WC = (size_t)OC * C;
+    float *x = kc_frandn(NC, 1.0), *lnw = kc_frandn((size_t)C, 1.0);
+    float *lnb = kc_frandn((size_t)C, 0.5), *w = kc_frandn(WC, 0.3);
+    float *bias = kc_frandn((size_t)OC, 1.0), *dy = kc_frandn(NO, 1.0);
+    float *dx = kc_frandn(NC, 1.0), *dw = kc_frandn(WC, 1.0), *db = kc_frandn((size_t)OC, 1.0);
+    float *ln = kc_falloc(NC), *out = kc_falloc(NO), *mean = kc_falloc((size_t)N);
+    float *rstd = kc_falloc((size_t)N);
+    for (size_t i = 0; i < NC; i++)
+        ln[i] = NAN;
+    float *d_x = upf(x, NC), *d_lnw = upf(lnw, (size_t)C), *d_lnb = upf(lnb, (size_t)C);
+    float *d_w = upf(w, WC), *d_bias = upf(bias, (size_t)OC), *d_dy = upf(dy, NO);
+    float *d_dx = upf(dx, NC), *d_dw = upf(dw, WC), *d_db = upf(db, (size_t)OC);
+    float *d_ln = upf(ln, NC), *d_out = dalloc(NO * 4), *d_mean = dalloc((size_t)N * 4);
+    float *d_rstd = dalloc((size_t)N * 4);
+    CPU->layernorm_matmul_forward(CC, out, ln, mean, rstd, x, lnw, lnb, w, bias, N, C, OC);
+    GPU->layernorm_matmul_forward(GC, d_out, d_ln, d_mean, d_rstd, d_x, d_lnw, d_lnb, d_w, d_bias,
+                                  N, C, OC);
+    snprintf(what, sizeof(what), "layernorm_matmul_forward N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_out, out, NO, 1e-4, 1e-5);
+    check_f(what, d_mean, mean, (size_t)N, RT_RED, 1e-6);
+    check_f(what, d_rstd, rstd, (size_t)N, RT_RED, 1e-6);
+    GPU->copy_h2d(GC, d_ln, ln, NC * 4); /* NaN again */
+    CPU->layernorm_matmul_backward(CC, dx, dw, db, dy, ln, x, lnw, lnb, w, N, C, OC);
+    GPU->layernorm_matmul_backward(GC, d_dx, d_dw, d_db, d_dy, d_ln, d_x, d_lnw, d_lnb, d_w, N, C,
+                                   OC);
+    snprintf(what, sizeof(what), "layernorm_matmul_backward N=%d C=%d OC=%d", N, C, OC);
+    check_f(what, d_dx, dx, NC, RT_GEMM, 1e-6);
+    check_f(what, d_dw, dw, WC, 1e-4, 1e-5);
+    check_f(what, d_db, db, (size_t)OC, RT_RED, 1e-6);
+    dfree(d_x), dfree(d_lnw), dfree(d_lnb), dfree(d_w), dfree(d_bias), dfree(d_dy), dfree(d_dx);
+    dfree(d_dw), dfree(d_db), dfree(d_ln), dfree(d_out), dfree(d_mean), dfree(d_rstd);
+    zt_free(x), zt_free(lnw), zt_free(lnb), zt_free(w), zt_free(bias), zt_free(dy), zt_free(dx);
+    zt_free(dw), zt_free(db), zt_free(ln), zt_free(out), zt_free(mean), zt_free(rstd);
+    printf("layernorm_matmul N=%d C=%d OC=%d: ok\n", N, C, OC);
+}
+
 /* The MLP's second layer from GELU's input against the CPU's two ops (GELU's output into the
  * scratch, NaN here), with and without bias. */
 static void test_gelu_matmul(int N, int C, int OC)
@@ -650,11 +691,17 @@ enum {
     LIN_GDB,
     LIN_GMM,     /* gelu_matmul_forward of pre */
     LIN_GMM_OPS, /* the same by gelu_forward then matmul_forward */
+    LIN_LMM,     /* layernorm_matmul_forward of x */
+    LIN_LMEAN,   /* and its statistics */
+    LIN_LRSTD,
+    LIN_LDX, /* layernorm_matmul_backward */
+    LIN_LDW,
+    LIN_LDB,
     LIN_N
 };
 typedef struct {
     int N, C, OC;
-    float *x, *w, *b, *dy, *dx0, *dw0, *pre, *db0;
+    float *x, *w, *b, *dy, *dx0, *dw0, *pre, *db0, *lnw, *lnb;
     float *out[LIN_N];           /* results */
     unsigned long long gemms[2]; /* emulation: matmuls of matmul_forward, matmul_backward */
     unsigned long long launches; /* emulation: kernel launches of matmul_forward */
@@ -664,23 +711,28 @@ typedef struct {
 static size_t lin_len(const lin_case *k, int i)
 {
     size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC;
-    return i == LIN_DX || i == LIN_DPRE  ? NC
-           : i == LIN_DW || i == LIN_GDW ? (size_t)k->OC * k->C
-           : i == LIN_DB || i == LIN_GDB ? (size_t)k->OC
-                                         : NO;
+    return i == LIN_DX || i == LIN_DPRE || i == LIN_LDX  ? NC
+           : i == LIN_DW || i == LIN_GDW || i == LIN_LDW ? (size_t)k->OC * k->C
+           : i == LIN_DB || i == LIN_GDB || i == LIN_LDB ? (size_t)k->OC
+           : i == LIN_LMEAN || i == LIN_LRSTD            ? (size_t)k->N
+                                                         : NO;
 }
 
 /* Runs the linear layer's ops in context c with every operand `off` floats into its
  * allocation: matmul_forward with bias, matmul_backward onto prefilled dx, dw and dbias,
  * matmul_gelu_forward with bias, matmul_gelu_backward's dpre, dweight and dbias (onto
- * prefilled ones), gelu_matmul_forward of pre with bias and its two ops one by one. */
+ * prefilled ones), gelu_matmul_forward of pre with bias and its two ops one by one,
+ * layernorm_matmul_forward of x with its statistics and layernorm_matmul_backward (onto
+ * prefilled dx, dw and dbias). */
 static void lin_run(zt_kctx *c, lin_case *k, int off)
 {
     size_t NC = (size_t)k->N * k->C, NO = (size_t)k->N * k->OC, WC = (size_t)k->OC * k->C;
-    const float *host[8] = {k->x, k->w, k->b, k->dy, k->dx0, k->dw0, k->pre, k->db0};
-    size_t len[8] = {NC, WC, (size_t)k->OC, NO, NC, WC, NC, (size_t)k->OC};
-    float *d[8], *r[LIN_N];
-    for (int i = 0; i < 8; i++) {
+    const float *host[10] = {k->x,   k->w,   k->b,   k->dy,  k->dx0,
+                             k->dw0, k->pre, k->db0, k->lnw, k->lnb};
+    size_t len[10] = {NC, WC, (size_t)k->OC, NO,           NC,
+                      WC, NC, (size_t)k->OC, (size_t)k->C, (size_t)k->C};
+    float *d[10], *r[LIN_N];
+    for (int i = 0; i < 10; i++) {
         d[i] = (float *)dalloc((len[i] + (size_t)off) * 4) + off;
         GPU->copy_h2d(c, d[i], host[i], len[i] * 4);
     }
@@ -691,6 +743,9 @@ static void lin_run(zt_kctx *c, lin_case *k, int off)
     GPU->copy_d2d(c, r[LIN_GDW], d[5], WC * 4);
     GPU->copy_d2d(c, r[LIN_DB], d[7], (size_t)k->OC * 4);
     GPU->copy_d2d(c, r[LIN_GDB], d[7], (size_t)k->OC * 4);
+    GPU->copy_d2d(c, r[LIN_LDX], d[4], NC * 4);
+    GPU->copy_d2d(c, r[LIN_LDW], d[5], WC * 4);
+    GPU->copy_d2d(c, r[LIN_LDB], d[7], (size_t)k->OC * 4);
     unsigned long long g0 = EMU_GEMMS(), l0 = EMU_LAUNCHES();
     GPU->matmul_forward(c, r[LIN_FWD], d[0], d[1], d[2], k->N, k->C, k->OC);
     unsigned long long g1 = EMU_GEMMS();
@@ -707,13 +762,17 @@ static void lin_run(zt_kctx *c, lin_case *k, int off)
     GPU->gelu_matmul_forward(c, r[LIN_GMM], scr, d[6], d[1], d[2], k->N, k->C, k->OC);
     GPU->gelu_forward(c, scr, d[6], NC);
     GPU->matmul_forward(c, r[LIN_GMM_OPS], scr, d[1], d[2], k->N, k->C, k->OC);
+    GPU->layernorm_matmul_forward(c, r[LIN_LMM], scr, r[LIN_LMEAN], r[LIN_LRSTD], d[0], d[8], d[9],
+                                  d[1], d[2], k->N, k->C, k->OC);
+    GPU->layernorm_matmul_backward(c, r[LIN_LDX], r[LIN_LDW], r[LIN_LDB], d[3], scr, d[0], d[8],
+                                   d[9], d[1], k->N, k->C, k->OC);
     for (int i = 0; i < LIN_N; i++) {
         k->out[i] = kc_falloc(lin_len(k, i));
         GPU->copy_d2h(c, k->out[i], r[i], lin_len(k, i) * 4);
     }
     zt_err err;
     if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("linear layer: sync failed: %s", zt_err_msg(&err));
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 10; i++)
         dfree(d[i] - off);
     for (int i = 0; i < LIN_N; i++)
         dfree(r[i] - off);
@@ -745,7 +804,13 @@ static void lin_compare(const char *what, const lin_case *got, const lin_case *w
                                              "gelu dweight",
                                              "gelu dbias",
                                              "gelu matmul",
-                                             "gelu matmul by its ops"};
+                                             "gelu matmul by its ops",
+                                             "layernorm matmul",
+                                             "layernorm mean",
+                                             "layernorm rstd",
+                                             "layernorm matmul dinp",
+                                             "layernorm matmul dweight",
+                                             "layernorm matmul dbias"};
     for (int i = 0; i < LIN_N; i++) {
         size_t n = lin_len(got, i);
         double e2 = 0.0, w2 = 0.0;
@@ -781,7 +846,8 @@ static void lin_compare(const char *what, const lin_case *got, const lin_case *w
  * gradients come from the passes that round dout: with one block of rows the bits of the
  * unstaged column sums, with several (summed block by block, like a split in depth) within
  * 1e-5 on the emulation. */
-#define SPLIT_ROWS (1u << LIN_DW | 1u << LIN_GDW | 1u << LIN_DB | 1u << LIN_GDB)
+#define SPLIT_ROWS                                                                                 \
+    (1u << LIN_DW | 1u << LIN_GDW | 1u << LIN_DB | 1u << LIN_GDB | 1u << LIN_LDW | 1u << LIN_LDB)
 static void test_matmul_staged(void)
 {
     static const struct {
@@ -803,7 +869,7 @@ static void test_matmul_staged(void)
         {"bf16", 300, 200, 136, 27264 + 200 * 128, 1, SPLIT_ROWS, 3, 5, 0},
         /* the weight alone is over the cap: forward by 128 columns, dinp by 64 of depth,
          * dweight by 192 rows, GELU unstaged */
-        {"bf16", 64, 96, 1000, 6144 + 128 + 96 * 128, 0, 1u << LIN_DX, 8, 0, 0},
+        {"bf16", 64, 96, 1000, 6144 + 128 + 96 * 128, 0, 1u << LIN_DX | 1u << LIN_LDX, 8, 0, 0},
         /* the smallest cap: no block is worth a product, everything unstaged */
         {"bf16", 300, 200, 136, ZT_CUDA_STAGE_MIN_ELEMS, 0, 0, 1, 0, 0},
     };
@@ -838,11 +904,18 @@ static void test_matmul_staged(void)
         k.dy = kc_frandn((size_t)k.N * k.OC, 1.0), k.dx0 = kc_frandn(NC, 1.0);
         k.dw0 = kc_frandn(WC, 1.0), k.pre = kc_frandn(NC, 2.0);
         k.db0 = kc_frandn((size_t)k.OC, 1.0);
+        k.lnw = kc_frandn((size_t)k.C, 1.0), k.lnb = kc_frandn((size_t)k.C, 0.5);
         lin_case ref = k;
         zt_kctx *cu = ctx_stage(cases[t].mm, "0", 0),
                 *cs = ctx_stage(cases[t].mm, NULL, cases[t].cap);
         lin_run(cu, &ref, cases[t].off);
+        unsigned long long ln0 = EMU_NAMED("of LayerNorm's output");
+        unsigned long long ge0 = EMU_NAMED("of GELU's output");
         lin_run(cs, &k, cases[t].off);
+        /* the copies of LayerNorm's and GELU's outputs made as they are computed */
+        if (EMU_COUNTS && cases[t].cap != ZT_CUDA_STAGE_MIN_ELEMS)
+            ASSERT_TRUE(EMU_NAMED("of LayerNorm's output") > ln0 &&
+                        EMU_NAMED("of GELU's output") > ge0);
         char what[160];
         snprintf(what, sizeof(what), "staged %s matmuls N=%d C=%d OC=%d cap %zu offset %d",
                  cases[t].mm, k.N, k.C, k.OC, cases[t].cap, cases[t].off);
@@ -883,29 +956,54 @@ static void test_matmul_staged(void)
         lin_free(&k);
         lin_free(&ref);
         zt_free(k.x), zt_free(k.w), zt_free(k.b), zt_free(k.dy), zt_free(k.dx0), zt_free(k.dw0);
-        zt_free(k.pre), zt_free(k.db0);
+        zt_free(k.pre), zt_free(k.db0), zt_free(k.lnw), zt_free(k.lnb);
     }
 #ifdef ZT_TEST_EMU
-    /* no algorithm for gelu_matmul_forward's 16-bit product (a shape no other case uses): GELU's
-     * output into act, the product on it, the same bits */
-    int N = 40, C = 48, OC = 56;
-    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
-    float *pre = kc_frandn(NC, 2.0), *w = kc_frandn((size_t)OC * C, 0.3);
-    float *b = kc_frandn((size_t)OC, 1.0), *got[2] = {kc_falloc(NO), kc_falloc(NO)};
-    float *d_pre = upf(pre, NC), *d_w = upf(w, (size_t)OC * C), *d_b = upf(b, (size_t)OC);
-    float *d_act = dalloc(NC * 4), *d_out = dalloc(NO * 4);
-    for (int i = 0; i < 2; i++) {
-        zt_kctx *c = ctx_stage("bf16", NULL, 0);
-        if (i == 1) zt_emu_lt_fail_heuristics(1, 15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
-        GPU->gelu_matmul_forward(c, d_out, d_act, d_pre, d_w, d_b, N, C, OC);
-        GPU->copy_d2h(c, got[i], d_out, NO * 4);
-        zt_err err;
-        if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("gelu_matmul_forward: %s", zt_err_msg(&err));
-        GPU->ctx_destroy(c);
+    /* no algorithm for the 16-bit product of gelu_matmul_forward, layernorm_matmul_forward or
+     * layernorm_matmul_backward's dweight (shapes no other case uses): the input's values in
+     * fp32 into the scratch, the product on them, the same bits; a cap of 64 rows for the
+     * backward's blocks (weight 2688, 104 a row), 128 for the forward's */
+    int N = 200, C = 48, OC = 56;
+    size_t cap = 2688 + 128 + 64 * 104;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, WC = (size_t)OC * C;
+    float *pre = kc_frandn(NC, 2.0), *w = kc_frandn(WC, 0.3), *b = kc_frandn((size_t)OC, 1.0);
+    float *lnw = kc_frandn((size_t)C, 1.0), *dy = kc_frandn(NO, 1.0);
+    float *d_pre = upf(pre, NC), *d_w = upf(w, WC), *d_b = upf(b, (size_t)OC);
+    float *d_lnw = upf(lnw, (size_t)C), *d_dy = upf(dy, NO);
+    float *d_act = dalloc(NC * 4), *d_out = dalloc(NO * 4), *d_dx = dalloc(NC * 4);
+    float *d_dw = dalloc(WC * 4);
+    static const char *const what[3] = {"gelu_matmul_forward", "layernorm_matmul_forward",
+                                        "layernorm_matmul_backward"};
+    for (int op = 0; op < 3; op++) {
+        size_t n = op == 2 ? WC : NO;
+        float *got[2] = {kc_falloc(n), kc_falloc(n)};
+        for (int i = 0; i < 2; i++) {
+            zt_kctx *c = ctx_stage("bf16", NULL, cap);
+            GPU->memset0(c, d_dw, WC * 4);
+            GPU->memset0(c, d_act, NC * 4); /* nothing of an earlier run's */
+            /* the backward's dinp product asked for first (a dinp-only backward has the same),
+             * so that the failure falls on dweight's, whose input the op computes */
+            if (op == 2) GPU->matmul_backward(c, d_dx, NULL, NULL, d_dy, d_pre, d_w, N, C, OC);
+            if (i == 1) zt_emu_lt_fail_heuristics(1, 15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
+            if (op == 0)
+                GPU->gelu_matmul_forward(c, d_out, d_act, d_pre, d_w, d_b, N, C, OC);
+            else if (op == 1)
+                GPU->layernorm_matmul_forward(c, d_out, d_act, NULL, NULL, d_pre, d_lnw, d_b, d_w,
+                                              d_b, N, C, OC);
+            else
+                GPU->layernorm_matmul_backward(c, d_dx, d_dw, NULL, d_dy, d_act, d_pre, d_lnw, d_b,
+                                               d_w, N, C, OC);
+            GPU->copy_d2h(c, got[i], op == 2 ? d_dw : d_out, n * 4);
+            zt_err err;
+            if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("%s: %s", what[op], zt_err_msg(&err));
+            GPU->ctx_destroy(c);
+        }
+        host_match(what[op], "without a 16-bit algorithm", got[1], got[0], n, 0.0);
+        zt_free(got[0]), zt_free(got[1]);
     }
-    host_match("gelu_matmul_forward without a 16-bit algorithm", "out", got[1], got[0], NO, 0.0);
-    dfree(d_pre), dfree(d_w), dfree(d_b), dfree(d_act), dfree(d_out);
-    zt_free(pre), zt_free(w), zt_free(b), zt_free(got[0]), zt_free(got[1]);
+    dfree(d_pre), dfree(d_w), dfree(d_b), dfree(d_lnw), dfree(d_dy), dfree(d_act), dfree(d_out);
+    dfree(d_dx), dfree(d_dw);
+    zt_free(pre), zt_free(w), zt_free(b), zt_free(lnw), zt_free(dy);
 #endif
 }
 
@@ -1848,6 +1946,8 @@ int main(void)
     ZT_TEST_RUN(test_matmul_gelu_backward(33, 65, 12));
     ZT_TEST_RUN(test_gelu_matmul(64, 3072, 768));
     ZT_TEST_RUN(test_gelu_matmul(33, 65, 12));
+    ZT_TEST_RUN(test_layernorm_matmul(64, 768, 2304));
+    ZT_TEST_RUN(test_layernorm_matmul(33, 65, 12));
     ZT_TEST_RUN(test_matmul_at(33, 64, 128, 1));
     ZT_TEST_RUN(test_matmul_at(128, 768, 768, 2));
     GC = untuned;

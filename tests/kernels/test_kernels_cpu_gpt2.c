@@ -237,6 +237,38 @@ static void test_matmul_gelu(int N, int C, int OC)
     printf("matmul_gelu_forward N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
 }
 
+/* A matmul from a LayerNorm's input is bitwise layernorm_forward then matmul_forward (the
+ * statistics too), and its backward layernorm_forward then matmul_backward, onto prefilled
+ * gradients; the scratch given as NaN. */
+static void test_layernorm_matmul(int N, int C, int OC)
+{
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, WC = (size_t)OC * C;
+    float *x = kc_frandn(NC, 1.0), *lnw = kc_frandn((size_t)C, 1.0);
+    float *lnb = kc_frandn((size_t)C, 0.5), *w = kc_frandn(WC, 0.3);
+    float *bias = kc_frandn((size_t)OC, 1.0), *dy = kc_frandn(NO, 1.0);
+    float *ln = kc_falloc(NC), *ln2 = kc_falloc(NC), *out = kc_falloc(NO), *out2 = kc_falloc(NO);
+    float *st = kc_falloc(4 * (size_t)N), *dx = kc_frandn(NC, 1.0), *dw = kc_frandn(WC, 1.0);
+    float *db = kc_frandn((size_t)OC, 1.0), *dx2 = kc_fcopy(dx, NC), *dw2 = kc_fcopy(dw, WC);
+    float *db2 = kc_fcopy(db, (size_t)OC);
+    OPS->layernorm_forward(CTX, ln, st, st + N, x, lnw, lnb, N, C);
+    OPS->matmul_forward(CTX, out, ln, w, bias, N, C, OC);
+    memset(ln2, 0xff, NC * 4); /* NaN: nothing of it is read */
+    OPS->layernorm_matmul_forward(CTX, out2, ln2, st + 2 * N, st + 3 * N, x, lnw, lnb, w, bias, N,
+                                  C, OC);
+    ASSERT_TRUE(memcmp(out, out2, NO * 4) == 0);
+    ASSERT_TRUE(memcmp(st, st + 2 * N, 2 * (size_t)N * 4) == 0);
+    OPS->matmul_backward(CTX, dx, dw, db, dy, ln, w, N, C, OC);
+    memset(ln2, 0xff, NC * 4);
+    OPS->layernorm_matmul_backward(CTX, dx2, dw2, db2, dy, ln2, x, lnw, lnb, w, N, C, OC);
+    ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0);
+    ASSERT_TRUE(memcmp(dw, dw2, WC * 4) == 0);
+    ASSERT_TRUE(memcmp(db, db2, (size_t)OC * 4) == 0);
+    zt_free(x), zt_free(lnw), zt_free(lnb), zt_free(w), zt_free(bias), zt_free(dy), zt_free(ln);
+    zt_free(ln2), zt_free(out), zt_free(out2), zt_free(st), zt_free(dx), zt_free(dw), zt_free(db);
+    zt_free(dx2), zt_free(dw2), zt_free(db2);
+    printf("layernorm_matmul N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
+}
+
 /* The MLP's second layer from GELU's input is bitwise gelu_forward then matmul_forward, with
  * and without a bias; GELU's output goes to the scratch it is given. */
 static void test_gelu_matmul(int N, int C, int OC)
@@ -1043,6 +1075,8 @@ static void test_table_and_memory(void)
     CHECK_FN(matmul_gelu_forward);
     CHECK_FN(matmul_gelu_backward);
     CHECK_FN(gelu_matmul_forward);
+    CHECK_FN(layernorm_matmul_forward);
+    CHECK_FN(layernorm_matmul_backward);
     CHECK_FN(attention_forward);
     CHECK_FN(attention_backward);
     CHECK_FN(gelu_forward);
@@ -1118,6 +1152,8 @@ static void test_empty(void)
     OPS->matmul_gelu_forward(CTX, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->matmul_gelu_backward(CTX, buf, NULL, NULL, buf, buf, buf, buf, 0, 8, 8);
     OPS->gelu_matmul_forward(CTX, buf, buf, buf, buf, buf, 0, 8, 8);
+    OPS->layernorm_matmul_forward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8, 8);
+    OPS->layernorm_matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->classifier_forward_backward(CTX, buf, buf, buf, buf, buf, buf, tok, 0, 4, 4, 3, 4, 1.0f);
     OPS->attention_forward(CTX, buf, buf, buf, buf, 0, 4, 8, 2);
     OPS->attention_backward(CTX, buf, buf, buf, buf, buf, buf, 0, 4, 8, 2);
@@ -1163,6 +1199,9 @@ static void run_all(int big)
     test_gelu_matmul(1, 1, 1);
     test_gelu_matmul(37, 256, 64);
     test_gelu_matmul(300, 12, 77);
+    test_layernorm_matmul(1, 1, 1);
+    test_layernorm_matmul(37, 256, 64);
+    test_layernorm_matmul(300, 12, 77);
     test_matmul_gelu_backward(1, 1, 1);
     test_matmul_gelu_backward(37, 256, 64);
     test_matmul_gelu_backward(300, 12, 77);
