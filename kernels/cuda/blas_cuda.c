@@ -596,6 +596,18 @@ bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g)
     return gemm_lt(ctx, g, false) != LT_NO_ALGO;
 }
 
+/* The linear layer's forward product: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias */
+static zt_cuda_gemm linear_gemm(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC)
+{
+    zt_cuda_gemm g;
+    memset(&g, 0, sizeof(g));
+    g.ta = 'N', g.tb = 'T', g.M = N, g.N = OC, g.K = C, g.alpha = 1.0f, g.beta = 0.0f;
+    g.A = inp, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
+    g.bias = bias;
+    return g;
+}
+
 /* The buffer of a linear layer's backward from one set of 16-bit copies (zt_cuda_stage_bwd_elems
  * for up to N rows, C inputs, OC outputs): the weight (OC x C) whole at *sw, rounded here, then
  * room for blocks of *mb rows of the output gradient (mb x OC) at *sd and of the inputs (mb x C)
@@ -625,10 +637,10 @@ static bool bwd_copies(zt_kctx *ctx, const float *weight, int N, int C, int OC, 
 /* A linear layer's two backward products from one set of 16-bit copies: the weight (OC x C)
  * whole, then dout and inp by blocks of mb token rows, each block giving its rows of dinp
  * (dinp += dout W; with pre, dinp = GELU'(pre) (dout W), the DGELU epilogue) and its share of
- * dweight (dweight += dout^T inp: blocks after the first add onto what the first wrote); with
- * afn, inp's values are afn's, rounded into its copy as they are computed (inp is only written,
- * with them, where a product falls back to the fp32 operands). dout,
- * the largest operand, is thus rounded once instead of once per product; with dbias, the
+ * dweight (dweight += dout^T inp: blocks after the first add onto what the first wrote), so
+ * that dout, the largest operand, is rounded once instead of once per product. With afn, inp's
+ * values are afn's, rounded into its copy as they are computed (inp is only written, with them,
+ * where a product falls back to the fp32 operands). With dbias, the
  * pass that rounds a block of dout also adds its column sums to dbias (zt_cuda_stage_cast_bias:
  * with one block, the bits of zt_cuda_bias_backward over all rows). The buffer:
  * zt_cuda_stage_bwd_elems. false (nothing queued, dbias untouched) where no block of at least
@@ -705,11 +717,7 @@ static bool classifier_staged(zt_kctx *ctx, float *losses, float *dx, float *dwt
         const float *xr = x + (size_t)r0 * C;
         stage_block(ctx, sx, xr, C, 'N', 0, m, 0, C);
         /* logits (m x Vp) = x rows (m x C) @ wte (Vp x C)^T */
-        zt_cuda_gemm f;
-        memset(&f, 0, sizeof(f));
-        f.ta = 'N', f.tb = 'T', f.M = m, f.N = Vp, f.K = C, f.alpha = 1.0f, f.beta = 0.0f;
-        f.batch = 1, f.A = xr, f.lda = C, f.B = wte, f.ldb = C, f.C = logits, f.ldc = Vp;
-        zt_cuda_gemm fs = f;
+        zt_cuda_gemm f = linear_gemm(logits, xr, wte, NULL, m, C, Vp), fs = f;
         fs.in16 = ctx->mm, fs.A = sx, fs.B = sw;
         if (gemm_lt(ctx, &fs, false) == LT_NO_ALGO) gemm_unstaged(ctx, &f);
         if (ctx->st != ZT_OK) return true;
@@ -786,18 +794,6 @@ static void gemm_fp32(zt_kctx *ctx, char ta, char tb, int M, int N, int K, float
 
 /* ---------------------------------------------------------------------------------------- */
 /* linear layer */
-
-/* The linear layer's forward product: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias */
-static zt_cuda_gemm linear_gemm(float *out, const float *inp, const float *weight,
-                                const float *bias, int N, int C, int OC)
-{
-    zt_cuda_gemm g;
-    memset(&g, 0, sizeof(g));
-    g.ta = 'N', g.tb = 'T', g.M = N, g.N = OC, g.K = C, g.alpha = 1.0f, g.beta = 0.0f;
-    g.A = inp, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
-    g.bias = bias;
-    return g;
-}
 
 void zt_cuda_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC)
