@@ -43,4 +43,13 @@ static __device__ __forceinline__ float f32_from_f16(uint16_t h)
     return __uint_as_float(o | ((uint32_t)(h & 0x8000u) << 16));
 }
 
+/* Element j of d in fp32 (OT 0), or rounded to bf16 (1) or fp16 (2) as the matmuls' staging
+ * rounds: the kernels that write a matmul's 16-bit copy as they compute its values. */
+template <int OT> static __device__ __forceinline__ void zt_store_as(void *d, size_t j, float v)
+{
+    if (OT == 0) ((float *)d)[j] = v;
+    if (OT == 1) ((uint16_t *)d)[j] = bf16_from_f32(v);
+    if (OT == 2) ((uint16_t *)d)[j] = f16_from_f32(v);
+}
+
 #endif

@@ -102,12 +102,8 @@ layernorm_row_finish(void *o, float *mean, float *rstd, const float *x, float s,
         v += d * d;
     }
     float rs = 1.0f / sqrtf(zt_warp_sum(v) / (float)C + ZT_LN_EPS);
-    for (int c = lane; c < C; c += 32) {
-        float y = fmaf((x[c] - m) * rs, w[c], b[c]);
-        if (OT == 0) ((float *)o)[c] = y;
-        if (OT == 1) ((uint16_t *)o)[c] = bf16_from_f32(y);
-        if (OT == 2) ((uint16_t *)o)[c] = f16_from_f32(y);
-    }
+    for (int c = lane; c < C; c += 32)
+        zt_store_as<OT>(o, c, fmaf((x[c] - m) * rs, w[c], b[c]));
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = rs;
@@ -524,15 +520,6 @@ static __device__ __forceinline__ void xent_add(float &m, float &s, float x)
     }
 }
 
-/* dlogits' element j of a row: fp32 (OT 0), or rounded to bf16 (1) or fp16 (2) as the
- * matmuls' staging rounds */
-template <int OT> static __device__ __forceinline__ void xent_store(void *d, int j, float v)
-{
-    if (OT == 0) ((float *)d)[j] = v;
-    if (OT == 1) ((uint16_t *)d)[j] = bf16_from_f32(v);
-    if (OT == 2) ((uint16_t *)d)[j] = f16_from_f32(v);
-}
-
 template <int OT>
 static __global__ void crossentropy_kernel(float *losses, void *dlogits, const float *logits,
                                            const int32_t *targets, int V, int Vp, float dloss)
@@ -564,10 +551,10 @@ static __global__ void crossentropy_kernel(float *losses, void *dlogits, const f
     float k = dloss / s;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float g = expf(l[j] - mx) * k;
-        xent_store<OT>(d, j, j == t ? g - dloss : g);
+        zt_store_as<OT>(d, j, j == t ? g - dloss : g);
     }
     for (int j = V + threadIdx.x; j < Vp; j += blockDim.x)
-        xent_store<OT>(d, j, 0.0f);
+        zt_store_as<OT>(d, j, 0.0f);
 }
 
 extern "C" void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits,

@@ -156,6 +156,18 @@ static int attn_mma_from_env(const char *name)
     return 1;
 }
 
+/* An on/off variable: "1" true, "0" false, unset or empty def; anything else warns and gives
+ * def. */
+static int flag_from_env(const char *name, int def)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    if (strcmp(s, "1") == 0) return 1;
+    if (strcmp(s, "0") == 0) return 0;
+    ZT_WARN("kernels", "ignoring %s=%s: expected 0 or 1", name, s);
+    return def;
+}
+
 static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
 {
     *out = NULL;
@@ -187,17 +199,11 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->attn_dq = attn_dq_from_env();
     ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD");
     ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD");
-    const char *tune = getenv("ZT_CUDA_GEMM_TUNE");
-    ctx->gemm_tune = tune && strcmp(tune, "1") == 0;
-    if (tune && *tune && !ctx->gemm_tune && strcmp(tune, "0") != 0)
-        ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_TUNE=%s: expected 0 or 1", tune);
+    ctx->gemm_tune = flag_from_env("ZT_CUDA_GEMM_TUNE", 0);
     ctx->stage_on = zt_cuda_stage_env();
     /* ZT_CUDA_STAGE_FUSED=0: every 16-bit copy by a pass of its own, as before these were
      * fused (tests/bench/gpu_train.py's zt-unfused row; bitwise the same results) */
-    const char *fused = getenv("ZT_CUDA_STAGE_FUSED");
-    ctx->stage_fused = !fused || strcmp(fused, "0") != 0;
-    if (fused && *fused && strcmp(fused, "0") != 0 && strcmp(fused, "1") != 0)
-        ZT_WARN("kernels", "ignoring ZT_CUDA_STAGE_FUSED=%s: expected 0 or 1", fused);
+    ctx->stage_fused = flag_from_env("ZT_CUDA_STAGE_FUSED", 1);
     ctx->stage_max = zt_cuda_stage_cap_elems();
     zt_status st = ZT_OK;
     const char *what = NULL;
