@@ -1132,6 +1132,16 @@ static void test_classifier(void)
             cls_match("classifier with ZT_CUDA_STAGE_FUSED=0", &uf, &op, N, C, Vp, 0.0);
             cls_free(&uf);
             GPU->ctx_destroy(cf);
+            /* a value other than 0 or 1 warns and counts as unset: fused */
+            setenv("ZT_CUDA_STAGE_FUSED", "yes", 1);
+            cf = ctx_stage(cases[t].mm, NULL, 0);
+            unsetenv("ZT_CUDA_STAGE_FUSED");
+            x1 = EMU_NAMED("dlogits)");
+            uf = cls_run(cf, false, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+            if (EMU_COUNTS) ASSERT_EQ_INT((int)(EMU_NAMED("dlogits)") - x1), chunks);
+            cls_match("classifier with ZT_CUDA_STAGE_FUSED=yes", &uf, &op, N, C, Vp, 0.0);
+            cls_free(&uf);
+            GPU->ctx_destroy(cf);
         }
 #ifdef ZT_TEST_EMU
         if (chunks) {
