@@ -487,10 +487,12 @@ static zt_gpt2_block_acts *block_acts(zt_engine *e, int l)
     return e->ckpt_act ? &e->acts[0] : &e->acts[l];
 }
 
-/* act16: block l's qkv, atty and fch (contiguous in the working set) into their 16-bit home
- * after its forward (keep), and back into the working set before its backward (restore): what
- * a mixed-precision job's backward reads is rounded to its 16-bit type, as under PyTorch's
- * autocast. With checkpointing the one set is rounded through its home after the
+/* act16: block l's qkv, atty and fch (contiguous in the working set) live in a 16-bit home
+ * between its forward and its backward: what a mixed-precision job's backward reads is rounded
+ * to its 16-bit type, as under PyTorch's autocast. Attention rounds qkv into the home itself in
+ * forward and reads it there in backward (attached to the block's activations); atty and fch
+ * are rounded into it after the forward (keep) and come back into the working set before the
+ * backward (restore). With checkpointing the one set goes through its home after the
  * recomputation, so that backward sees the same values either way. */
 static void *acts16_home(zt_engine *e, int l)
 {
@@ -498,16 +500,32 @@ static void *acts16_home(zt_engine *e, int l)
     return (char *)e->acts16 + (e->ckpt_act ? 0 : (size_t)l) * lp * psize(e);
 }
 
+/* Elements of the home that attention fills (qkv, first) */
+static size_t acts16_qkv(const zt_engine *e)
+{
+    return (size_t)e->B * e->T * 3 * e->lay.d.C;
+}
+
+/* Attaches block l's qkv home to its activations (on), or none. */
+static void acts16_attach(zt_engine *e, int l, bool on)
+{
+    zt_gpt2_block_acts *a = block_acts(e, l);
+    a->qkv16 = on ? acts16_home(e, l) : NULL;
+    a->dt16 = e->pdt;
+}
+
 static void acts16_keep(zt_engine *e, int l)
 {
-    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T);
-    e->ops->cast(e->k, acts16_home(e, l), e->pdt, block_acts(e, l)->qkv, ZT_F32, lp);
+    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_qkv(e);
+    e->ops->cast(e->k, (char *)acts16_home(e, l) + q * psize(e), e->pdt, block_acts(e, l)->atty,
+                 ZT_F32, lp - q);
 }
 
 static void acts16_restore(zt_engine *e, int l)
 {
-    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T);
-    e->ops->cast(e->k, block_acts(e, l)->qkv, ZT_F32, acts16_home(e, l), e->pdt, lp);
+    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_qkv(e);
+    e->ops->cast(e->k, block_acts(e, l)->atty, ZT_F32, (char *)acts16_home(e, l) + q * psize(e),
+                 e->pdt, lp - q);
 }
 
 static float *xres(zt_engine *e, int l)
@@ -539,10 +557,11 @@ static zt_status forward(zt_engine *e, float dloss, zt_err *err)
         if ((st = param_prefetch(e, u + 1, err)) != ZT_OK)
             return st;
         zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
+        bool keep = e->act16 && !e->ckpt_act && dloss != 0.0f;
+        if (e->act16) acts16_attach(e, l, keep);
         zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                               xres(e, l + 1), B, T);
-        if (e->act16 && !e->ckpt_act && dloss != 0.0f)
-            acts16_keep(e, l);
+        if (keep) acts16_keep(e, l);
         param_release(e, u);
     }
     float *pf, *p0;
@@ -607,6 +626,7 @@ static zt_status backward(zt_engine *e, zt_err *err)
         if (l > 0 && (st = param_prefetch(e, u - 1, err)) != ZT_OK)
             return st;
         zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
+        if (e->act16) acts16_attach(e, l, true);
         if (e->ckpt_act)
             zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                                   e->x_tmp, B, T);

@@ -215,6 +215,8 @@ void zt_gpt2_block_acts_carve_split(zt_gpt2_block_acts *a, const zt_gpt2_dims *d
     a->qkv = lp; lp += BT * 3 * C;
     a->atty = lp; lp += BT * C;
     a->fch = lp;
+    a->qkv16 = NULL;
+    a->dt16 = ZT_F32;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
@@ -312,7 +314,7 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     float *ln = s->d_btc2, *proj = s->d_btc;
     ops->layernorm_matmul_forward(k, a->qkv, ln, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b,
                                   p->qkvw, p->qkvb, N, C, 3 * C);
-    ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, B, T, C, NH);
+    ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, a->qkv16, a->dt16, B, T, C, NH);
     ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
     ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
@@ -346,7 +348,8 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C,
                          C);
     ops->memset0(k, s->d_qkv, n3C * sizeof(float));
-    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, B, T, C, NH);
+    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->qkv16, a->dt16, a->atty,
+                            a->lse, B, T, C, NH);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
     ops->layernorm_matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, x_in,
                                    p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);

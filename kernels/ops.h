@@ -164,14 +164,23 @@ typedef struct zt_ops {
      * probabilities: forward saves each query row's log-sum-exp, lse = log sum_j<=i exp(s_ij)
      * with s_ij = scale q_i.k_j, and backward recomputes P_ij = exp(s_ij - lse_i). qkv holds q,
      * k, v side by side per token (llm.c layout). Both take `scratch` of
-     * zt_attention_scratch_floats(B, T, NH) floats, contents undefined on entry and exit. */
+     * zt_attention_scratch_floats(B, T, NH) floats, contents undefined on entry and exit.
+     * qkv16 (NULL: none), dt16 (ZT_BF16 or ZT_F16): a mixed-precision job's 16-bit home of
+     * qkv. Forward also leaves qkv rounded to dt16 there (as cast would); backward reads qkv
+     * from there, and its `qkv` is room the op may fill with those values (contents undefined
+     * on exit), so the caller neither keeps nor restores an fp32 qkv for backward. The cuda
+     * backend's tensor-core attention, whose 16-bit type is dt16, rounds qkv once into the
+     * home in forward and reads it there in backward, instead of rounding qkv into its scratch
+     * each time (the same bits). */
     void (*attention_forward)(zt_kctx *ctx, float *out /* (B,T,C) */, float *lse /* (B,NH,T) */,
-                              float *scratch, const float *qkv /* (B,T,3C) */, int B, int T,
-                              int C, int NH);
+                              float *scratch, const float *qkv /* (B,T,3C) */,
+                              void *qkv16 /* (B,T,3C) */, zt_dtype dt16, int B, int T, int C,
+                              int NH);
     /* out and lse are the forward's; dS = P (dP - rowsum(dO * out)) scale. */
     void (*attention_backward)(zt_kctx *ctx, float *dqkv /* (B,T,3C) */, float *scratch,
-                               const float *dout /* (B,T,C) */, const float *qkv,
-                               const float *out, const float *lse, int B, int T, int C, int NH);
+                               const float *dout /* (B,T,C) */, float *qkv, const void *qkv16,
+                               zt_dtype dt16, const float *out, const float *lse, int B, int T,
+                               int C, int NH);
 
     /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     void (*gelu_forward)(zt_kctx *ctx, float *out, const float *inp, size_t n);

@@ -3,8 +3,8 @@
 # A GPU machine of this workplace starts bare, with CUDA, PyTorch and CMake but none of our
 # Debian libraries (oneDNN, gRPC, ...), and reaches no package registry. So this script runs
 # HERE, on a machine with the CUDA toolkit: it builds, then gathers into .gpu/ (ignored by git)
-#   bin/    zctl, zworker (stripped)
-#   tests/  the GPU test programs, the GPU probe and the GPU op benchmark
+#   progs.tar.gz  bin/ (zctl, zworker, stripped) and tests/ (the GPU test programs, the GPU
+#                 probe and the GPU op benchmark)
 #   lib/    libcudart of this build
 #   debs/   the Debian packages of every other shared library those load that is not part of
 #           the C runtime (dpkg -x unpacks them there; nothing is installed)
@@ -54,5 +54,8 @@ for l in $libs; do
 done
 mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
 (cd .gpu/debs && apt-get download "${pkgs[@]}" >/dev/null)
+# the programs travel gzipped (their CUDA code for two architectures compresses about 3:1);
+# gpu-run.sh unpacks them
+tar -czf .gpu/progs.tar.gz -C .gpu bin tests && rm -rf .gpu/bin .gpu/tests
 echo "gpu-pack: .gpu holds $(du -sh .gpu | cut -f1): ${#pkgs[@]} packages (${pkgs[*]})"
 du -sk .gpu | awk '{ if ($1 > 60 * 1024) { print "gpu-pack: over the 64 MiB a device call carries" > "/dev/stderr"; exit 1 } }'

@@ -22,6 +22,7 @@ WHAT=${1:-all}
 TOTAL=${2:-540}
 OUT=${OUT:-$R/out}
 mkdir -p "$OUT"
+[ -f .gpu/progs.tar.gz ] && tar -xzf .gpu/progs.tar.gz -C .gpu
 [ -d .gpu/bin ] || { echo "gpu-run: no .gpu/ here: run scripts/gpu-pack.sh first and carry .gpu" >&2; exit 2; }
 
 # libraries: carried packages for what the system lacks, then NCCL and cuBLASLt from PyTorch

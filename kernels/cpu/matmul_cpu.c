@@ -228,9 +228,11 @@ static void attn_forward_pair(const attn_shape *sh, float *out, float *lse, floa
 }
 
 void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                              const float *qkv, int B, int T, int C, int NH)
+                              const float *qkv, void *qkv16, zt_dtype dt16, int B, int T, int C,
+                              int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    if (qkv16) zt_cpu_cast(ctx, qkv16, dt16, qkv, ZT_F32, (size_t)B * T * 3 * C);
     attn_shape sh = attn_shape_of(ctx, T, C, NH);
     size_t pairs = (size_t)B * sh.NH, part = 2 * sh.bs * sh.T;
     int nt = attn_threads(ctx, &sh, pairs, zt_attention_scratch_floats(B, T, NH));
@@ -276,10 +278,11 @@ static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *work, c
 }
 
 void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *out, const float *lse, int B, int T,
-                               int C, int NH)
+                               float *qkv, const void *qkv16, zt_dtype dt16, const float *out,
+                               const float *lse, int B, int T, int C, int NH)
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    if (qkv16) zt_cpu_cast(ctx, qkv, ZT_F32, qkv16, dt16, (size_t)B * T * 3 * C);
     attn_shape sh = attn_shape_of(ctx, T, C, NH);
     size_t pairs = (size_t)B * sh.NH, part = 2 * sh.bs * sh.T;
     int nt = attn_threads(ctx, &sh, pairs, zt_attention_scratch_floats(B, T, NH));

@@ -898,9 +898,12 @@ static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float
 }
 
 /* Backward, dK and dV (and with DQA dQ by atomics), on mma.sync. grid (key tiles, B NH), the
- * first (longest) key tiles first. */
-template <class E, bool DQA>
-static __global__ void __launch_bounds__(TC_THREADS, 2)
+ * first (longest) key tiles first. MINB blocks per SM: 2 gives the compiler the registers it
+ * asks (246 on sm_90), 3 (ZT_CUDA_ATTN_BWD=mma3) holds it to 168, spilling the rest, for 12
+ * warps an SM instead of 8: Nsight Compute found the kernel latency-bound at 2 (1.9 warps per
+ * scheduler, 0.33 of them eligible a cycle). */
+template <class E, bool DQA, int MINB = 2>
+static __global__ void __launch_bounds__(TC_THREADS, MINB)
     tc_bwd_mma_kv_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
 {
     __shared__ __align__(128) unsigned char sm[DQA ? TC_MBSMEM : TC_MKEEP];
@@ -1074,53 +1077,56 @@ static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, 
 
 template <class E>
 static void tc_forward(zt_kctx *ctx, const char *const names[2], float *out, float *lse,
-                       float *scratch, size_t scratch_floats, const float *qkv, int B, int T, int C,
-                       int NH)
+                       float *scratch, size_t scratch_floats, const float *qkv, E *home, int B,
+                       int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_FWD);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t tok = (size_t)b0 * T;
-        zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
+        E *q16 = home ? home + tok * 3 * C : run.qkv; /* the run's 16-bit qkv */
+        zt_cuda_stage_cast(ctx, (uint16_t *)q16, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
                            3 * (size_t)C);
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
         if (ctx->attn_fwd_mma)
             ZT_CUDA_LAUNCH(ctx, names[1], tc_fwd_mma_kernel<E>, grid, TC_THREADS, out + tok * C,
-                           lse + (size_t)b0 * NH * T, (const E *)run.qkv, T, NH, scale);
+                           lse + (size_t)b0 * NH * T, (const E *)q16, T, NH, scale);
         else
             ZT_CUDA_LAUNCH(ctx, names[0], tc_fwd_kernel<E>, grid, TC_THREADS, out + tok * C,
-                           lse + (size_t)b0 * NH * T, (const E *)run.qkv, T, NH, scale);
+                           lse + (size_t)b0 * NH * T, (const E *)q16, T, NH, scale);
     }
 }
 
 extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                                        size_t scratch_floats, const float *qkv, int B, int T,
-                                        int C, int NH)
+                                        size_t scratch_floats, const float *qkv, uint16_t *home,
+                                        int B, int T, int C, int NH)
 {
     static const char *const fp16[2] = {"attention_forward (fused, fp16 tensor cores)",
                                         "attention_forward (fused, fp16 mma.sync)"};
     static const char *const bf16[2] = {"attention_forward (fused, bf16 tensor cores)",
                                         "attention_forward (fused, bf16 mma.sync)"};
     if (ctx->mm == ZT_MM_FP16)
-        tc_forward<__half>(ctx, fp16, out, lse, scratch, scratch_floats, qkv, B, T, C, NH);
+        tc_forward<__half>(ctx, fp16, out, lse, scratch, scratch_floats, qkv, (__half *)home, B, T,
+                           C, NH);
     else
-        tc_forward<__nv_bfloat16>(ctx, bf16, out, lse, scratch, scratch_floats, qkv, B, T, C, NH);
+        tc_forward<__nv_bfloat16>(ctx, bf16, out, lse, scratch, scratch_floats, qkv,
+                                  (__nv_bfloat16 *)home, B, T, C, NH);
 }
 
 /* dQ += dS K for the run's sequences from cuBLASLt (ZT_CUDA_ATTN_DQ=gemm), a strided batch
- * over the heads of each sequence: dS^T (keys x queries) from run.ds, K from the 16-bit copy.
- * false (nothing queued) where cuBLASLt has no algorithm for it. */
+ * over the heads of each sequence: dS^T (keys x queries) from run.ds, K from the run's 16-bit
+ * qkv (q16). false (nothing queued) where cuBLASLt has no algorithm for it. */
 template <class E>
-static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, float *dqkv, int nb, int T, int C,
-                       int NH)
+static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, const E *q16, float *dqkv, int nb, int T,
+                       int C, int NH)
 {
     for (int b = 0; b < nb; b++) {
         zt_cuda_gemm g;
         memset(&g, 0, sizeof(g));
         g.ta = 'T', g.tb = 'N', g.M = T, g.N = TC_HS, g.K = T, g.alpha = 1.0f, g.beta = 1.0f;
         g.A = run.ds + (size_t)b * NH * T * T, g.lda = T, g.sA = (long long)T * T;
-        g.B = run.qkv + (size_t)b * T * 3 * C + C, g.ldb = 3 * C, g.sB = TC_HS;
+        g.B = q16 + (size_t)b * T * 3 * C + C, g.ldb = 3 * C, g.sB = TC_HS;
         g.C = dqkv + (size_t)b * T * 3 * C, g.ldc = 3 * C, g.sC = TC_HS;
         g.batch = NH, g.in16 = ctx->mm;
         if (!zt_cuda_gemm16_run(ctx, &g)) return false;
@@ -1129,8 +1135,8 @@ static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, float *dqkv, int nb, 
 }
 
 template <class E>
-static void tc_backward(zt_kctx *ctx, const char *const names[6], float *dqkv, float *scratch,
-                        size_t scratch_floats, const float *dout, const float *qkv,
+static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, float *scratch,
+                        size_t scratch_floats, const float *dout, const float *qkv, const E *home,
                         const float *out, const float *lse, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
@@ -1143,14 +1149,16 @@ static void tc_backward(zt_kctx *ctx, const char *const names[6], float *dqkv, f
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t rows = (size_t)nb * NH * T, tok = (size_t)b0 * T;
-        zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
-                           3 * (size_t)C);
+        const E *q16 = home ? home + tok * 3 * C : run.qkv; /* the run's 16-bit qkv */
+        if (!home)
+            zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
+                               3 * (size_t)C);
         ZT_CUDA_LAUNCH(ctx, names[0], tc_delta_kernel<E>,
                        (unsigned)((rows + TC_WARPS - 1) / TC_WARPS), TC_THREADS, run.delta,
                        run.dout, dout + tok * C, out + tok * C, T, NH, rows);
         tc_bwd_args<E> a;
         a.dqkv = dqkv + tok * 3 * C;
-        a.qkv = run.qkv;
+        a.qkv = q16;
         a.dout = run.dout;
         a.delta = run.delta;
         a.lse = lse + (size_t)b0 * NH * T;
@@ -1163,12 +1171,15 @@ static void tc_backward(zt_kctx *ctx, const char *const names[6], float *dqkv, f
         if (atomic)
             ZT_CUDA_LAUNCH(ctx, names[5], (tc_bwd_mma_kv_kernel<E, true>), grid, TC_THREADS, a, T,
                            NH, scale);
+        else if (ctx->attn_bwd_mma == ZT_ATTN_BWD_MMA3)
+            ZT_CUDA_LAUNCH(ctx, names[6], (tc_bwd_mma_kv_kernel<E, false, 3>), grid, TC_THREADS, a,
+                           T, NH, scale);
         else if (ctx->attn_bwd_mma)
             ZT_CUDA_LAUNCH(ctx, names[3], (tc_bwd_mma_kv_kernel<E, false>), grid, TC_THREADS, a, T,
                            NH, scale);
         else
             ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
-        if (atomic || (a.ds && tc_dq_gemm(ctx, run, a.dqkv, nb, T, C, NH))) continue;
+        if (atomic || (a.ds && tc_dq_gemm(ctx, run, q16, a.dqkv, nb, T, C, NH))) continue;
         if (ctx->attn_bwd_mma)
             ZT_CUDA_LAUNCH(ctx, names[4], tc_bwd_mma_q_kernel<E>, grid, TC_THREADS, a, T, NH,
                            scale);
@@ -1179,25 +1190,29 @@ static void tc_backward(zt_kctx *ctx, const char *const names[6], float *dqkv, f
 
 extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch,
                                          size_t scratch_floats, const float *dout, const float *qkv,
-                                         const float *out, const float *lse, int B, int T, int C,
-                                         int NH)
+                                         const uint16_t *home, const float *out, const float *lse,
+                                         int B, int T, int C, int NH)
 {
-    static const char *const fp16[6] = {"attention_backward (delta, fp16 dO)",
-                                        "attention_backward (fused dK dV, fp16 tensor cores)",
-                                        "attention_backward (fused dQ, fp16 tensor cores)",
-                                        "attention_backward (fused dK dV, fp16 mma.sync)",
-                                        "attention_backward (fused dQ, fp16 mma.sync)",
-                                        "attention_backward (fused dK dV dQ, fp16 mma.sync)"};
-    static const char *const bf16[6] = {"attention_backward (delta, bf16 dO)",
-                                        "attention_backward (fused dK dV, bf16 tensor cores)",
-                                        "attention_backward (fused dQ, bf16 tensor cores)",
-                                        "attention_backward (fused dK dV, bf16 mma.sync)",
-                                        "attention_backward (fused dQ, bf16 mma.sync)",
-                                        "attention_backward (fused dK dV dQ, bf16 mma.sync)"};
+    static const char *const fp16[7] = {
+        "attention_backward (delta, fp16 dO)",
+        "attention_backward (fused dK dV, fp16 tensor cores)",
+        "attention_backward (fused dQ, fp16 tensor cores)",
+        "attention_backward (fused dK dV, fp16 mma.sync)",
+        "attention_backward (fused dQ, fp16 mma.sync)",
+        "attention_backward (fused dK dV dQ, fp16 mma.sync)",
+        "attention_backward (fused dK dV, fp16 mma.sync, 3 blocks an SM)"};
+    static const char *const bf16[7] = {
+        "attention_backward (delta, bf16 dO)",
+        "attention_backward (fused dK dV, bf16 tensor cores)",
+        "attention_backward (fused dQ, bf16 tensor cores)",
+        "attention_backward (fused dK dV, bf16 mma.sync)",
+        "attention_backward (fused dQ, bf16 mma.sync)",
+        "attention_backward (fused dK dV dQ, bf16 mma.sync)",
+        "attention_backward (fused dK dV, bf16 mma.sync, 3 blocks an SM)"};
     if (ctx->mm == ZT_MM_FP16)
-        tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv, out, lse, B, T, C,
-                            NH);
+        tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv,
+                            (const __half *)home, out, lse, B, T, C, NH);
     else
-        tc_backward<__nv_bfloat16>(ctx, bf16, dqkv, scratch, scratch_floats, dout, qkv, out, lse, B,
-                                   T, C, NH);
+        tc_backward<__nv_bfloat16>(ctx, bf16, dqkv, scratch, scratch_floats, dout, qkv,
+                                   (const __nv_bfloat16 *)home, out, lse, B, T, C, NH);
 }

@@ -915,13 +915,25 @@ static void attn_scores(zt_kctx *ctx, float *S, const float *qkv, int b0, int b1
     }
 }
 
+/* Whether the attention takes qkv's 16-bit home (type dt16) as its own copy of qkv: the
+ * tensor-core kernels run, and their 16-bit type is dt16. */
+static bool attn_home_direct(const zt_kctx *ctx, int B, int T, int C, int NH, zt_dtype dt16)
+{
+    return zt_cuda_attn_fused(ctx, B, T, C, NH) && ((ctx->mm == ZT_MM_BF16 && dt16 == ZT_BF16) ||
+                                                    (ctx->mm == ZT_MM_FP16 && dt16 == ZT_F16));
+}
+
 void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                               const float *qkv, int B, int T, int C, int NH)
+                               const float *qkv, void *qkv16, zt_dtype dt16, int B, int T, int C,
+                               int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    bool direct = qkv16 && attn_home_direct(ctx, B, T, C, NH, dt16);
+    if (qkv16 && !direct)
+        zt_cuda_cast(ctx, qkv16, (int)dt16, qkv, (int)ZT_F32, (size_t)B * T * 3 * C);
     if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
         zt_cuda_attn_fused_forward(ctx, out, lse, scratch, zt_attention_scratch_floats(B, T, NH),
-                                   qkv, B, T, C, NH);
+                                   qkv, direct ? (uint16_t *)qkv16 : NULL, B, T, C, NH);
         return;
     }
     int hs = C / NH, C3 = 3 * C;
@@ -942,13 +954,17 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
 }
 
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *out, const float *lse, int B, int T,
-                                int C, int NH)
+                                float *qkv, const void *qkv16, zt_dtype dt16, const float *out,
+                                const float *lse, int B, int T, int C, int NH)
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    bool direct = qkv16 && attn_home_direct(ctx, B, T, C, NH, dt16);
+    if (qkv16 && !direct) /* the fp32 values, for kernels that read them */
+        zt_cuda_cast(ctx, qkv, (int)ZT_F32, qkv16, (int)dt16, (size_t)B * T * 3 * C);
     if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
         zt_cuda_attn_fused_backward(ctx, dqkv, scratch, zt_attention_scratch_floats(B, T, NH), dout,
-                                    qkv, out, lse, B, T, C, NH);
+                                    qkv, direct ? (const uint16_t *)qkv16 : NULL, out, lse, B, T, C,
+                                    NH);
         return;
     }
     int hs = C / NH, C3 = 3 * C;

@@ -102,6 +102,8 @@ zt_status zt_cuda_lt_load(zt_err *err);
 
 /* how the tensor-core attention's backward gets dQ (ZT_CUDA_ATTN_DQ) */
 enum { ZT_ATTN_DQ_KERNEL, ZT_ATTN_DQ_GEMM, ZT_ATTN_DQ_ATOMIC };
+/* attn_bwd_mma's value for ZT_CUDA_ATTN_BWD=mma3 */
+#define ZT_ATTN_BWD_MMA3 2
 
 struct zt_kctx {
     int device;
@@ -114,7 +116,8 @@ struct zt_kctx {
                      * ZT_CUDA_ATTN_AUTO fused for 16-bit matmul inputs only (zt_cuda_attn_fused) */
     int attn_dq;    /* ZT_CUDA_ATTN_DQ: how the tensor-core backward gets dQ (ZT_ATTN_DQ_) */
     int attn_fwd_mma; /* ZT_CUDA_ATTN_FWD: the tensor-core forward on mma.sync (1, default) */
-    int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default) */
+    int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default;
+                       * ZT_ATTN_BWD_MMA3: its dK dV kernel held to 3 blocks an SM), or 0 */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 
@@ -261,20 +264,24 @@ bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH);
 /* Whether ctx runs the fused kernels for this shape: they fit, and ctx->attn_fused asks for
  * them (ZT_CUDA_ATTN_AUTO: where the matmuls take 16-bit inputs). */
 bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
-/* scratch: the op's, scratch_floats long (zt_attention_scratch_floats) */
+/* scratch: the op's, scratch_floats long (zt_attention_scratch_floats). home (NULL: none):
+ * qkv's 16-bit home in ctx->mm's type ((B,T,3C), only where the tensor-core kernels run):
+ * forward rounds qkv into it instead of into the scratch, backward reads it there and leaves
+ * qkv alone. */
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                                size_t scratch_floats, const float *qkv, int B, int T, int C,
-                                int NH);
+                                size_t scratch_floats, const float *qkv, uint16_t *home, int B,
+                                int T, int C, int NH);
 void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
-                                 const float *dout, const float *qkv, const float *out,
-                                 const float *lse, int B, int T, int C, int NH);
+                                 const float *dout, const float *qkv, const uint16_t *home,
+                                 const float *out, const float *lse, int B, int T, int C, int NH);
 /* The same on tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
  * matmuls take 16-bit inputs: bf16 for ctx->mm ZT_MM_BF16, fp16 for ZT_MM_FP16. */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                             size_t scratch_floats, const float *qkv, int B, int T, int C, int NH);
+                             size_t scratch_floats, const float *qkv, uint16_t *home, int B, int T,
+                             int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
-                              const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int C, int NH);
+                              const float *dout, const float *qkv, const uint16_t *home,
+                              const float *out, const float *lse, int B, int T, int C, int NH);
 /* Floats of scratch the tensor-core backward needs to work through runs of nseq sequences (the
  * 16-bit copies of their qkv and dout, delta; the forward needs less). */
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);

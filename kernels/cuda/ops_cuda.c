@@ -143,16 +143,19 @@ static int attn_dq_from_env(void)
 
 /* ZT_CUDA_ATTN_FWD and ZT_CUDA_ATTN_BWD: the tensor-core attention's forward and backward
  * kernels: "mma" (unset or empty: mma.sync with the scores in registers) or "wmma" (the warp
- * matrix functions, scores through shared memory). Anything else warns and counts as unset.
- * mma is the default as measured: on an H100, GPT-2 124M at micro batch 8, forward 0.153 against
- * 0.251 ms and backward 0.498 against 0.870 ms per layer; 1.13x tokens/s end to end at micro
- * batch 128 (tests/bench/GPU_NOTES.md). */
-static int attn_mma_from_env(const char *name)
+ * matrix functions, scores through shared memory); for the backward also "mma3" (the mma dK dV
+ * kernel held to 168 registers, 3 blocks an SM: an experiment, not yet measured). Anything else
+ * warns and counts as unset. mma is the default as measured: on an H100, GPT-2 124M at micro
+ * batch 8, forward 0.153 against 0.251 ms and backward 0.498 against 0.870 ms per layer; 1.13x
+ * tokens/s end to end at micro batch 128 (tests/bench/GPU_NOTES.md). */
+static int attn_mma_from_env(const char *name, bool bwd)
 {
     const char *s = getenv(name);
     if (!s || !*s || strcmp(s, "mma") == 0) return 1;
     if (strcmp(s, "wmma") == 0) return 0;
-    ZT_WARN("kernels", "ignoring %s=%s: expected 'mma' or 'wmma'", name, s);
+    if (bwd && strcmp(s, "mma3") == 0) return ZT_ATTN_BWD_MMA3;
+    ZT_WARN("kernels", "ignoring %s=%s: expected 'mma'%s or 'wmma'", name, s,
+            bwd ? ", 'mma3'" : "");
     return 1;
 }
 
@@ -197,8 +200,8 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->mm = ctx->mm_env >= 0 ? ctx->mm_env : ZT_MM_FP32;
     ctx->attn_fused = attn_fused_from_env();
     ctx->attn_dq = attn_dq_from_env();
-    ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD");
-    ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD");
+    ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD", false);
+    ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD", true);
     ctx->gemm_tune = flag_from_env("ZT_CUDA_GEMM_TUNE", 0);
     ctx->stage_on = zt_cuda_stage_env();
     /* ZT_CUDA_STAGE_FUSED=0: every 16-bit copy by a pass of its own, as before these were
@@ -529,10 +532,11 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
                                  const float *weight, const float *bias, int N, int C, int OC);
 void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                               const float *qkv, int B, int T, int C, int NH);
+                               const float *qkv, void *qkv16, zt_dtype dt16, int B, int T, int C,
+                               int NH);
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *out, const float *lse, int B, int T,
-                                int C, int NH);
+                                float *qkv, const void *qkv16, zt_dtype dt16, const float *out,
+                                const float *lse, int B, int T, int C, int NH);
 
 static void cuda_set_matmul_dtype(zt_kctx *ctx, zt_dtype dtype)
 {

@@ -635,9 +635,10 @@ def main():
                 print(f"  {label:<11} failed")
                 continue
             rel = f" ({r['step_s'] / base['step_s']:.2f}x no offload)" if base else ""
-            opt = r["line"].get("opt_ms", "?")
-            print(f"  {label:<11} step {r['step_s'] * 1e3:8.1f} ms{rel}, optimizer {opt} ms, "
-                  f"peak alloc {r['mem_peak'] / 2**30:.2f} GiB")
+            ln = r["line"]
+            print(f"  {label:<11} step {r['step_s'] * 1e3:8.1f} ms{rel}, forward "
+                  f"{ln.get('fwd_ms', '?')} ms, backward {ln.get('bwd_ms', '?')} ms, optimizer "
+                  f"{ln.get('opt_ms', '?')} ms, peak alloc {r['mem_peak'] / 2**30:.2f} GiB")
     if EMU:
         sys.exit(check_emu(rows, twin, too_big, skipped, args))
 

@@ -44,6 +44,7 @@ static const struct {
     {"", "wmma", "gemm", "wmma, dQ by GEMM"},
     {"", "", "gemm", "dQ by GEMM"},
     {"", "", "atomic", "dQ by atomics"},
+    {"", "mma3", "", "dK dV at 3 blocks an SM"},
 };
 #define N_KV_ATTN (sizeof(KV_ATTN) / sizeof(KV_ATTN[0]))
 static zt_kctx *KV[N_KV_ATTN];
@@ -318,18 +319,18 @@ int main(int argc, char **argv)
     for (int md = 0; md < NMODES; md++) {
         if (md == MODE_UNSTAGED) continue; /* the attention's products are never staged */
         use_mode(md);
-        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
+        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH));
         report_flops("attention_forward", md, s, afl);
-        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
+        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, NULL, ZT_F32, y, lse, B, T, C, NH));
         report_flops("attention_backward", md, s, 2 * afl);
     }
     /* the fused kernels (ZT_CUDA_ATTN=fused): fp32, and bf16 tensor cores for 16-bit inputs */
     for (int md = 0; md < NMODES; md += 2) {
         K = KF;
         G->set_matmul_dtype(K, MODES[md].dtype);
-        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
+        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH));
         report_flops("attention_forward fused", md, s, afl);
-        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
+        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, NULL, ZT_F32, y, lse, B, T, C, NH));
         report_flops("attention_backward fused", md, s, 2 * afl);
         for (size_t v = 0; v < N_KV_ATTN && MODES[md].dtype == ZT_BF16; v++) { /* beside them */
             char what[96];
@@ -337,11 +338,12 @@ int main(int argc, char **argv)
             G->set_matmul_dtype(K, MODES[md].dtype);
             if (*KV_ATTN[v].fwd) {
                 snprintf(what, sizeof(what), "attention_forward fused, %s", KV_ATTN[v].label);
-                TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, B, T, C, NH));
+                TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH));
                 report_flops(what, md, s, afl);
             }
             snprintf(what, sizeof(what), "attention_backward fused, %s", KV_ATTN[v].label);
-            TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, B, T, C, NH));
+            TIME_IT(s,
+                    G->attention_backward(K, dqkv, scr, x, qkv, NULL, ZT_F32, y, lse, B, T, C, NH));
             report_flops(what, md, s, 2 * afl);
         }
     }

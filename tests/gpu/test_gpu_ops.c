@@ -1180,6 +1180,7 @@ static const struct {
     {"wmma", "wmma", "gemm", "wmma dK dV, dQ by GEMM"},
     {"", "", "gemm", "mma dK dV, dQ by GEMM"},
     {"", "", "atomic", "mma dK dV, dQ by atomics"},
+    {"", "mma3", "", "mma dK dV at 3 blocks an SM"},
 };
 #define N_ATTN_VARIANTS (sizeof(ATTN_VARIANTS) / sizeof(ATTN_VARIANTS[0]))
 static zt_kctx *GV[N_ATTN_VARIANTS];
@@ -1199,10 +1200,10 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
     float *nan_fill = kc_falloc(nS);
     for (size_t i = 0; i < nS; i++)
         nan_fill[i] = NAN; /* scratch contents are undefined on entry: NaN must not leak */
-    CPU->attention_forward(CC, out, lse, scr, qkv, B, T, C, NH);
+    CPU->attention_forward(CC, out, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH);
     float *d_qkv = upf(qkv, n3), *d_out = dalloc(nC * 4), *d_lse = dalloc(nL * 4);
     float *d_scr = upf(nan_fill, nS);
-    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
     snprintf(what, sizeof(what), "attention_forward %s out B=%d T=%d C=%d NH=%d (chunks of %d)",
              mode, B, T, C, NH, zt_attention_chunk_seqs(B, T, NH));
     check_f(what, d_out, out, nC, rtol, 1e-6);
@@ -1219,10 +1220,12 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
     /* the CPU's out and lse, so only the backward differs */
     float *d_out2 = upf(out, nC), *d_lse2 = upf(lse, nL);
     GPU->copy_h2d(GC, d_scr, nan_fill, nS * sizeof(float)); /* undefined on entry again */
-    CPU->attention_backward(CC, dqkv, scr, dout, qkv, out, lse, B, T, C, NH);
-    GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, d_out2, d_lse2, B, T, C, NH);
+    CPU->attention_backward(CC, dqkv, scr, dout, qkv, NULL, ZT_F32, out, lse, B, T, C, NH);
+    GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out2, d_lse2, B, T, C,
+                            NH);
     /* a NULL dqkv is a no-op */
-    GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, d_out2, d_lse2, B, T, C, NH);
+    GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out2, d_lse2, B, T, C,
+                            NH);
     snprintf(what, sizeof(what), "attention_backward %s dqkv B=%d T=%d C=%d NH=%d", mode, B, T,
              C, NH);
     check_f(what, d_dqkv, dqkv, n3, rtol, 1e-6);
@@ -1337,7 +1340,7 @@ static void test_attention_choice(void)
             scr[i] = NAN;
         float *d_qkv = upf(qkv, n3), *d_scr = upf(scr, nS);
         float *d_out = dalloc((size_t)B * T * C * 4), *d_lse = dalloc((size_t)B * NH * T * 4);
-        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
         GPU->copy_d2h(GC, scr, d_scr, nS * sizeof(float));
         gsync("attention choice");
         size_t untouched = 0;
@@ -1354,6 +1357,101 @@ static void test_attention_choice(void)
     }
     GC = keep;
     zt_free(qkv), zt_free(scr);
+}
+
+/* qkv's 16-bit home (attention's qkv16 and dt16) on context c with matmul inputs mm: forward
+ * leaves qkv rounded there (the bits of cast) beside the out and lse of a forward without it;
+ * backward from the home, its qkv argument NaN, gives the dqkv of a backward from qkv rounded
+ * through the home, bit for bit. Where the tensor-core kernels take the home as their own copy
+ * (direct: their 16-bit type is dt16), on the emulation forward launches what it launches
+ * without the home and backward one kernel fewer (no rounding of qkv); elsewhere one cast
+ * more each. */
+static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool direct,
+                                const char *label)
+{
+    int B = 2, T = 128, C = 128, NH = 2;
+    char what[200];
+    size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
+    size_t nS = zt_attention_scratch_floats(B, T, NH);
+    zt_kctx *keep = GC;
+    GC = c;
+    GPU->set_matmul_dtype(c, mm);
+    float *qkv = kc_frandn(n3, 1.0), *dout = kc_frandn(nC, 1.0), *dq0 = kc_frandn(n3, 1.0);
+    float *nan3 = kc_falloc(n3), *out = kc_falloc(nC), *lse = kc_falloc(nL), *dq = kc_falloc(n3);
+    uint16_t *want16 = zt_malloc(n3 * 2);
+    ASSERT_TRUE(want16 != NULL);
+    for (size_t i = 0; i < n3; i++)
+        nan3[i] = NAN;
+    float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_scr = dalloc(nS * 4);
+    float *d_out = dalloc(nC * 4), *d_lse = dalloc(nL * 4), *d_out2 = dalloc(nC * 4);
+    float *d_lse2 = dalloc(nL * 4), *d_qkvr = dalloc(n3 * 4), *d_nan = upf(nan3, n3);
+    float *d_dqa = upf(dq0, n3), *d_dqb = upf(dq0, n3);
+    void *d_home = dalloc(n3 * 2), *d_want16 = dalloc(n3 * 2);
+
+    unsigned long long l0 = EMU_LAUNCHES();
+    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
+    unsigned long long lw = EMU_LAUNCHES() - l0;
+    l0 = EMU_LAUNCHES();
+    GPU->attention_forward(c, d_out2, d_lse2, d_scr, d_qkv, d_home, dt16, B, T, C, NH);
+    unsigned long long lh = EMU_LAUNCHES() - l0;
+    GPU->cast(c, d_want16, dt16, d_qkv, ZT_F32, n3);
+    GPU->copy_d2h(c, out, d_out, nC * 4);
+    GPU->copy_d2h(c, lse, d_lse, nL * 4);
+    GPU->copy_d2h(c, want16, d_want16, n3 * 2);
+    gsync("attention with a home");
+    snprintf(what, sizeof(what), "attention_forward %s, a %s home: out", label,
+             zt_dtype_name(dt16));
+    check_bits(what, d_out2, out, nC, 4);
+    snprintf(what, sizeof(what), "attention_forward %s, a %s home: lse", label,
+             zt_dtype_name(dt16));
+    check_bits(what, d_lse2, lse, nL, 4);
+    snprintf(what, sizeof(what), "attention_forward %s, a %s home: the home", label,
+             zt_dtype_name(dt16));
+    check_bits(what, d_home, want16, n3, 2);
+    if (EMU_COUNTS && lh != lw + (direct ? 0 : 1))
+        ZT_FAIL("attention_forward %s, a %s home: %llu launches, %llu without it", label,
+                zt_dtype_name(dt16), lh, lw);
+
+    GPU->cast(c, d_qkvr, ZT_F32, d_home, dt16, n3); /* what a restore would give */
+    l0 = EMU_LAUNCHES();
+    GPU->attention_backward(c, d_dqa, d_scr, d_dout, d_qkvr, NULL, ZT_F32, d_out, d_lse, B, T, C,
+                            NH);
+    lw = EMU_LAUNCHES() - l0;
+    l0 = EMU_LAUNCHES();
+    GPU->attention_backward(c, d_dqb, d_scr, d_dout, d_nan, d_home, dt16, d_out, d_lse, B, T, C,
+                            NH);
+    lh = EMU_LAUNCHES() - l0;
+    GPU->copy_d2h(c, dq, d_dqa, n3 * 4);
+    gsync("attention backward from a home");
+    snprintf(what, sizeof(what), "attention_backward %s from a %s home: dqkv", label,
+             zt_dtype_name(dt16));
+    check_bits(what, d_dqb, dq, n3, 4);
+    if (EMU_COUNTS && lh + (direct ? 1 : 0) != lw + (direct ? 0 : 1))
+        ZT_FAIL("attention_backward %s from a %s home: %llu launches, %llu without it", label,
+                zt_dtype_name(dt16), lh, lw);
+    dfree(d_qkv), dfree(d_dout), dfree(d_scr), dfree(d_out), dfree(d_lse), dfree(d_out2);
+    dfree(d_lse2), dfree(d_qkvr), dfree(d_nan), dfree(d_dqa), dfree(d_dqb), dfree(d_home);
+    dfree(d_want16);
+    zt_free(qkv), zt_free(dout), zt_free(dq0), zt_free(nan3), zt_free(out), zt_free(lse);
+    zt_free(dq), zt_free(want16);
+    GPU->set_matmul_dtype(c, ZT_F32);
+    GC = keep;
+    printf("attention %s with a %s home: ok\n", label, zt_dtype_name(dt16));
+}
+
+/* Every path with a home: the tensor-core kernels in their own type (each variant but dQ by
+ * atomics, whose sums come in any order on a GPU) and in the other, the fp32 fused kernels,
+ * the chunked attention. */
+static void test_attention_home(void)
+{
+    attention_home_case(GF, ZT_BF16, ZT_BF16, true, "fused bf16");
+    attention_home_case(GF, ZT_F16, ZT_F16, true, "fused fp16");
+    attention_home_case(GF, ZT_BF16, ZT_F16, false, "fused bf16");
+    attention_home_case(GF, ZT_F32, ZT_BF16, false, "fused fp32");
+    attention_home_case(GC, ZT_BF16, ZT_BF16, false, "chunked bf16");
+    for (size_t v = 0; v < N_ATTN_VARIANTS; v++)
+        if (strcmp(ATTN_VARIANTS[v].dq, "atomic") != 0)
+            attention_home_case(GV[v], ZT_BF16, ZT_BF16, true, ATTN_VARIANTS[v].label);
 }
 
 #define AE_B 2
@@ -1396,9 +1494,9 @@ static unsigned long long attention_env_run(const char *name, const char *value,
     unsigned long long g0 = EMU_GEMMS();
     float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
     float *d_lse = dalloc(nL * 4), *d_scr = dalloc(nS * 4), *d_dq = dalloc(n3 * 4);
-    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
     GPU->memset0(c, d_dq, n3 * 4);
-    GPU->attention_backward(c, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    GPU->attention_backward(c, d_dq, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out, d_lse, B, T, C, NH);
     GPU->copy_d2h(c, res, d_out, nC * 4);
     GPU->copy_d2h(c, res + nC, d_lse, nL * 4);
     GPU->copy_d2h(c, res + nC + nL, d_dq, n3 * 4);
@@ -1426,7 +1524,9 @@ static void test_attention_env(void)
                      either */
     } vars[] = {
         {"ZT_CUDA_ATTN_FWD", "mma", "wmma", "expected 'mma' or 'wmma'", "tensor cores", 1},
-        {"ZT_CUDA_ATTN_BWD", "mma", "wmma", "expected 'mma' or 'wmma'", "tensor cores", 0},
+        {"ZT_CUDA_ATTN_BWD", "mma", "wmma", "expected 'mma', 'mma3' or 'wmma'", "tensor cores", 0},
+        {"ZT_CUDA_ATTN_BWD", "mma", "mma3", "expected 'mma', 'mma3' or 'wmma'", "3 blocks an SM",
+         0},
         {"ZT_CUDA_ATTN_DQ", "kernel", "gemm", "expected 'kernel', 'gemm' or 'atomic'", NULL, -1},
         {"ZT_CUDA_ATTN_DQ", "kernel", "atomic", "expected 'kernel', 'gemm' or 'atomic'", "dK dV dQ",
          -1},
@@ -1487,9 +1587,10 @@ static void test_attention_misaligned(void)
         float *d_qkv = upf_off(qkv, n3, off), *d_dout = upf_off(dout, nC, off);
         float *d_out = (float *)dalloc((nC + 1) * 4) + off, *d_lse = dalloc(nL * 4);
         float *d_scr = dalloc(nS * 4), *d_dq = (float *)dalloc((n3 + 1) * 4) + off;
-        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
         GPU->memset0(GC, d_dq, n3 * 4);
-        GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out, d_lse, B, T, C,
+                                NH);
         out[off] = kc_falloc(nC), dq[off] = kc_falloc(n3);
         GPU->copy_d2h(GC, out[off], d_out, nC * 4);
         GPU->copy_d2h(GC, dq[off], d_dq, n3 * 4);
@@ -1509,16 +1610,19 @@ static void test_attention_misaligned(void)
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA) /* a build with kernels/cuda/ */
 /* kernels/cuda/attn_tc_cuda.cu with a given scratch (cuda_int.h) */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                             size_t scratch_floats, const float *qkv, int B, int T, int C, int NH);
+                             size_t scratch_floats, const float *qkv, uint16_t *home, int B, int T,
+                             int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
-                              const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int C, int NH);
+                              const float *dout, const float *qkv, const uint16_t *home,
+                              const float *out, const float *lse, int B, int T, int C, int NH);
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
 
 /* The tensor-core kernels work through as many sequences at a time as the scratch holds the
  * 16-bit copies (and deltas) of: with room for two, five sequences go in runs of 2, 2, 1 and
- * give the bits of one run of all five (the op's full scratch), forward and backward; a
- * scratch that holds no sequence is refused with an error, not overrun. */
+ * give the bits of one run of all five (the op's full scratch), forward and backward, also
+ * with a 16-bit home of qkv (each run's part of it written in forward, the bits of cast, and
+ * read in backward, qkv there NaN); a scratch that holds no sequence is refused with an error,
+ * not overrun. */
 static void test_attention_tc_runs(void)
 {
     int B = 5, T = 70, C = 128, NH = 2;
@@ -1531,22 +1635,35 @@ static void test_attention_tc_runs(void)
     float *want_out = kc_falloc(nC), *want_lse = kc_falloc(nL);
     float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
     float *d_lse = dalloc(nL * 4), *d_scr = dalloc((nS + 1) * 4), *d_dq = dalloc(n3 * 4);
-    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, B, T, C, NH);
+    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
     GPU->memset0(GC, d_dq, n3 * 4);
-    GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out, d_lse, B, T, C,
+                            NH);
     GPU->copy_d2h(GC, want, d_dq, n3 * 4);
     GPU->copy_d2h(GC, want_out, d_out, nC * 4);
     GPU->copy_d2h(GC, want_lse, d_lse, nL * 4);
+    uint16_t *want16 = zt_malloc(n3 * 2), *d_home = dalloc(n3 * 2);
+    float *nan3 = kc_falloc(n3);
+    ASSERT_TRUE(want16 != NULL);
+    for (size_t i = 0; i < n3; i++)
+        nan3[i] = NAN;
+    float *d_nan = upf(nan3, n3);
+    GPU->cast(GC, d_home, ZT_BF16, d_qkv, ZT_F32, n3);
+    GPU->copy_d2h(GC, want16, d_home, n3 * 2);
     gsync("attention, one run");
-    for (int off = 0; off < 2; off++) { /* a scratch 16-byte aligned, then 4 bytes past that */
+    for (int off = 0; off < 4; off++) { /* a scratch 16-byte aligned, then 4 bytes past that */
+        uint16_t *home = off >= 2 ? d_home : NULL;
         GPU->memset0(GC, d_out, nC * 4);
         GPU->memset0(GC, d_lse, nL * 4);
-        zt_cuda_attn_tc_forward(GC, d_out, d_lse, d_scr + off, small, d_qkv, B, T, C, NH);
+        GPU->memset0(GC, d_home, n3 * 2);
+        zt_cuda_attn_tc_forward(GC, d_out, d_lse, d_scr + off % 2, small, d_qkv, home, B, T, C, NH);
         check_bits("attention forward in runs of two sequences", d_out, want_out, nC, 4);
         check_bits("attention forward in runs of two sequences (lse)", d_lse, want_lse, nL, 4);
+        if (home)
+            check_bits("attention forward in runs of two sequences (home)", home, want16, n3, 2);
         GPU->memset0(GC, d_dq, n3 * 4);
-        zt_cuda_attn_tc_backward(GC, d_dq, d_scr + off, small, d_dout, d_qkv, d_out, d_lse, B, T, C,
-                                 NH);
+        zt_cuda_attn_tc_backward(GC, d_dq, d_scr + off % 2, small, d_dout, home ? d_nan : d_qkv,
+                                 home, d_out, d_lse, B, T, C, NH);
         check_bits("attention backward in runs of two sequences", d_dq, want, n3, 4);
     }
     /* room for less than one sequence: an error, and nothing written */
@@ -1554,7 +1671,7 @@ static void test_attention_tc_runs(void)
     GPU->memset0(GC, d_dq, n3 * 4);
     gsync("attention, zeros");
     zt_cuda_attn_tc_backward(ec, d_dq, d_scr, zt_cuda_attn_tc_floats(1, T, C, NH) - 4, d_dout,
-                             d_qkv, d_out, d_lse, B, T, C, NH);
+                             d_qkv, NULL, d_out, d_lse, B, T, C, NH);
     zt_err err;
     zt_err_clear(&err);
     ASSERT_EQ_INT(GPU->sync(ec, &err), ZT_ERR_INVALID);
@@ -1565,9 +1682,11 @@ static void test_attention_tc_runs(void)
     memset(zero, 0, n3 * 4);
     check_bits("attention backward refused", d_dq, zero, n3, 4);
     dfree(d_qkv), dfree(d_dout), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dq);
+    dfree(d_home), dfree(d_nan);
     GPU->ctx_destroy(GC);
     GC = keep;
     zt_free(qkv), zt_free(dout), zt_free(want), zt_free(want_out), zt_free(want_lse), zt_free(zero);
+    zt_free(want16), zt_free(nan3);
     printf("attention in runs of sequences, ok\n");
 }
 #endif
@@ -1985,6 +2104,7 @@ int main(void)
     ZT_TEST_RUN(test_attention(3, 95, 64, 1));
     ZT_TEST_RUN(test_attention(1, 1024, 128, 2));
     ZT_TEST_RUN(test_attention_choice());
+    ZT_TEST_RUN(test_attention_home());
     ZT_TEST_RUN(test_attention_env());
     ZT_TEST_RUN(test_attention_misaligned());
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)

@@ -643,7 +643,8 @@ static double att_loss_ref(void *p)
 static double att_loss_op(void *p)
 {
     att_state *s = p;
-    OPS->attention_forward(CTX, s->out, s->lse, s->scratch, s->qkv, s->B, s->T, s->C, s->NH);
+    OPS->attention_forward(CTX, s->out, s->lse, s->scratch, s->qkv, NULL, ZT_F32, s->B, s->T, s->C,
+                           s->NH);
     return kc_dot_fd(s->out, s->wt, (size_t)s->B * s->T * s->C);
 }
 
@@ -674,7 +675,7 @@ static void test_attention(int B, int T, int C, int NH)
             char what[160];
             for (size_t i = 0; i < NS; i++)
                 scratch[i] = NAN; /* contents undefined on entry */
-            OPS->attention_forward(CTX, out, lse, scratch, qkv, B, T, C, NH);
+            OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, ZT_F32, B, T, C, NH);
             snprintf(what, sizeof what, "attention_forward out (mode %d, block %d)", mode,
                      blocks[bi]);
             kc_check_close(what, out, out_d, NO, RT_FWD, 0);
@@ -685,7 +686,8 @@ static void test_attention(int B, int T, int C, int NH)
                 dqkv[i] = (float)pre_d[i];
             for (size_t i = 0; i < NS; i++)
                 scratch[i] = NAN;
-            OPS->attention_backward(CTX, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+            OPS->attention_backward(CTX, dqkv, scratch, dout, qkv, NULL, ZT_F32, out, lse, B, T, C,
+                                    NH);
             snprintf(what, sizeof what, "attention_backward dqkv accumulated (mode %d, block %d)",
                      mode, blocks[bi]);
             kc_check_close(what, dqkv, dqkv_d, NQ, RT_BWD, 0);
@@ -694,7 +696,8 @@ static void test_attention(int B, int T, int C, int NH)
     CTX->attn_mode = saved_mode;
     CTX->attn_block = saved_block;
     CTX->nthreads = saved_threads;
-    OPS->attention_backward(CTX, NULL, scratch, dout, qkv, out, lse, B, T, C, NH); /* skipped */
+    OPS->attention_backward(CTX, NULL, scratch, dout, qkv, NULL, ZT_F32, out, lse, B, T, C,
+                            NH); /* skipped */
 
     double *g = kc_dalloc(NQ);
     ref_attention_backward(g, dout_d, qkv_d, att_d, B, T, C, NH);
@@ -703,10 +706,39 @@ static void test_attention(int B, int T, int C, int NH)
                   FD_RT_REF);
     float *gf = kc_falloc(NQ);
     memset(gf, 0, NQ * sizeof(float));
-    OPS->attention_forward(CTX, out, lse, scratch, qkv, B, T, C, NH);
-    OPS->attention_backward(CTX, gf, scratch, dout, qkv, out, lse, B, T, C, NH);
+    OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, ZT_F32, B, T, C, NH);
+    OPS->attention_backward(CTX, gf, scratch, dout, qkv, NULL, ZT_F32, out, lse, B, T, C, NH);
     kc_fd_check_f("attention op dqkv", att_loss_op, &st, qkv, gf, NQ, FD_SAMPLES * 2, FD_H_OP,
                   FD_RT_OP);
+
+    /* qkv's 16-bit home: forward leaves qkv rounded there (the bits of cast) beside the same
+     * out and lse; backward from the home, its qkv argument NaN, gives the bits of a backward
+     * from qkv rounded through the home */
+    static const zt_dtype homes[] = {ZT_BF16, ZT_F16};
+    uint16_t *home = zt_malloc(NQ * 2), *want16 = zt_malloc(NQ * 2);
+    float *out2 = kc_falloc(NO), *lse2 = kc_falloc(NL), *qr = kc_falloc(NQ), *gh = kc_falloc(NQ);
+    ASSERT_TRUE(home && want16);
+    for (size_t hi = 0; hi < 2; hi++) {
+        zt_dtype dt = homes[hi];
+        char what[96];
+        OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, ZT_F32, B, T, C, NH);
+        OPS->attention_forward(CTX, out2, lse2, scratch, qkv, home, dt, B, T, C, NH);
+        OPS->cast(CTX, want16, dt, qkv, ZT_F32, NQ);
+        snprintf(what, sizeof what, "attention with a %s home", zt_dtype_name(dt));
+        if (memcmp(out2, out, NO * 4) != 0 || memcmp(lse2, lse, NL * 4) != 0)
+            ZT_FAIL("%s: forward's out or lse differ from those without it", what);
+        if (memcmp(home, want16, NQ * 2) != 0) ZT_FAIL("%s: not the bits of cast", what);
+        OPS->cast(CTX, qr, ZT_F32, home, dt, NQ);
+        memset(gf, 0, NQ * sizeof(float));
+        OPS->attention_backward(CTX, gf, scratch, dout, qr, NULL, ZT_F32, out, lse, B, T, C, NH);
+        for (size_t i = 0; i < NQ; i++)
+            qr[i] = NAN;
+        memset(gh, 0, NQ * sizeof(float));
+        OPS->attention_backward(CTX, gh, scratch, dout, qr, home, dt, out, lse, B, T, C, NH);
+        if (memcmp(gh, gf, NQ * 4) != 0)
+            ZT_FAIL("%s: backward's dqkv differs from that of qkv rounded through it", what);
+    }
+    zt_free(home), zt_free(want16), zt_free(out2), zt_free(lse2), zt_free(qr), zt_free(gh);
 
     zt_free(qkv), zt_free(out), zt_free(lse), zt_free(qkv_d), zt_free(out_d), zt_free(att_d);
     zt_free(lse_d), zt_free(dout), zt_free(scratch), zt_free(dqkv), zt_free(dout_d);
@@ -1155,8 +1187,8 @@ static void test_empty(void)
     OPS->layernorm_matmul_forward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->layernorm_matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->classifier_forward_backward(CTX, buf, buf, buf, buf, buf, buf, tok, 0, 4, 4, 3, 4, 1.0f);
-    OPS->attention_forward(CTX, buf, buf, buf, buf, 0, 4, 8, 2);
-    OPS->attention_backward(CTX, buf, buf, buf, buf, buf, buf, 0, 4, 8, 2);
+    OPS->attention_forward(CTX, buf, buf, buf, buf, NULL, ZT_F32, 0, 4, 8, 2);
+    OPS->attention_backward(CTX, buf, buf, buf, buf, NULL, ZT_F32, buf, buf, 0, 4, 8, 2);
     OPS->gelu_forward(CTX, buf, buf, 0);
     OPS->gelu_backward(CTX, buf, buf, buf, 0);
     OPS->residual_forward(CTX, buf, buf, buf, 0);
