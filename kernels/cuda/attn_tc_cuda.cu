@@ -898,11 +898,12 @@ static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float
 }
 
 /* Backward, dK and dV (and with DQA dQ by atomics), on mma.sync. grid (key tiles, B NH), the
- * first (longest) key tiles first. MINB blocks per SM: 2 gives the compiler the registers it
- * asks (246 on sm_90), 3 (ZT_CUDA_ATTN_BWD=mma3) holds it to 168, spilling the rest, for 12
- * warps an SM instead of 8: Nsight Compute found the kernel latency-bound at 2 (1.9 warps per
- * scheduler, 0.33 of them eligible a cycle). */
-template <class E, bool DQA, int MINB = 2>
+ * first (longest) key tiles first. MINB blocks per SM: 3 (the default) holds the kernel to 168
+ * registers, spilling the rest, for 12 warps an SM; 2 (ZT_CUDA_ATTN_BWD=mma2) gives the
+ * compiler the 246 it asks on sm_90, 8 warps an SM, where Nsight Compute found it latency-bound
+ * (1.9 warps per scheduler, 0.33 of them eligible a cycle): 0.501 ms against 0.479 at 3 on an
+ * H100 (GPT-2 124M, micro batch 8). With dQ by atomics (DQA) it stays at 2, as measured. */
+template <class E, bool DQA, int MINB = 3>
 static __global__ void __launch_bounds__(TC_THREADS, MINB)
     tc_bwd_mma_kv_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
 {
@@ -1169,10 +1170,10 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, f
                 "clearing the attention's dS");
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
         if (atomic)
-            ZT_CUDA_LAUNCH(ctx, names[5], (tc_bwd_mma_kv_kernel<E, true>), grid, TC_THREADS, a, T,
-                           NH, scale);
-        else if (ctx->attn_bwd_mma == ZT_ATTN_BWD_MMA3)
-            ZT_CUDA_LAUNCH(ctx, names[6], (tc_bwd_mma_kv_kernel<E, false, 3>), grid, TC_THREADS, a,
+            ZT_CUDA_LAUNCH(ctx, names[5], (tc_bwd_mma_kv_kernel<E, true, 2>), grid, TC_THREADS, a,
+                           T, NH, scale);
+        else if (ctx->attn_bwd_mma == ZT_ATTN_BWD_MMA2)
+            ZT_CUDA_LAUNCH(ctx, names[6], (tc_bwd_mma_kv_kernel<E, false, 2>), grid, TC_THREADS, a,
                            T, NH, scale);
         else if (ctx->attn_bwd_mma)
             ZT_CUDA_LAUNCH(ctx, names[3], (tc_bwd_mma_kv_kernel<E, false>), grid, TC_THREADS, a, T,
@@ -1200,7 +1201,7 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scrat
         "attention_backward (fused dK dV, fp16 mma.sync)",
         "attention_backward (fused dQ, fp16 mma.sync)",
         "attention_backward (fused dK dV dQ, fp16 mma.sync)",
-        "attention_backward (fused dK dV, fp16 mma.sync, 3 blocks an SM)"};
+        "attention_backward (fused dK dV, fp16 mma.sync, 2 blocks an SM)"};
     static const char *const bf16[7] = {
         "attention_backward (delta, bf16 dO)",
         "attention_backward (fused dK dV, bf16 tensor cores)",
@@ -1208,7 +1209,7 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scrat
         "attention_backward (fused dK dV, bf16 mma.sync)",
         "attention_backward (fused dQ, bf16 mma.sync)",
         "attention_backward (fused dK dV dQ, bf16 mma.sync)",
-        "attention_backward (fused dK dV, bf16 mma.sync, 3 blocks an SM)"};
+        "attention_backward (fused dK dV, bf16 mma.sync, 2 blocks an SM)"};
     if (ctx->mm == ZT_MM_FP16)
         tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv,
                             (const __half *)home, out, lse, B, T, C, NH);

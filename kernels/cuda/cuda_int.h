@@ -102,8 +102,8 @@ zt_status zt_cuda_lt_load(zt_err *err);
 
 /* how the tensor-core attention's backward gets dQ (ZT_CUDA_ATTN_DQ) */
 enum { ZT_ATTN_DQ_KERNEL, ZT_ATTN_DQ_GEMM, ZT_ATTN_DQ_ATOMIC };
-/* attn_bwd_mma's value for ZT_CUDA_ATTN_BWD=mma3 */
-#define ZT_ATTN_BWD_MMA3 2
+/* attn_bwd_mma's value for ZT_CUDA_ATTN_BWD=mma2 */
+#define ZT_ATTN_BWD_MMA2 2
 
 struct zt_kctx {
     int device;
@@ -117,7 +117,7 @@ struct zt_kctx {
     int attn_dq;    /* ZT_CUDA_ATTN_DQ: how the tensor-core backward gets dQ (ZT_ATTN_DQ_) */
     int attn_fwd_mma; /* ZT_CUDA_ATTN_FWD: the tensor-core forward on mma.sync (1, default) */
     int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default;
-                       * ZT_ATTN_BWD_MMA3: its dK dV kernel held to 3 blocks an SM), or 0 */
+                       * ZT_ATTN_BWD_MMA2: its dK dV kernel at 2 blocks an SM), or 0 */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 

@@ -143,8 +143,9 @@ static int attn_dq_from_env(void)
 
 /* ZT_CUDA_ATTN_FWD and ZT_CUDA_ATTN_BWD: the tensor-core attention's forward and backward
  * kernels: "mma" (unset or empty: mma.sync with the scores in registers) or "wmma" (the warp
- * matrix functions, scores through shared memory); for the backward also "mma3" (the mma dK dV
- * kernel held to 168 registers, 3 blocks an SM: an experiment, not yet measured). Anything else
+ * matrix functions, scores through shared memory); for the backward also "mma2" (the mma dK dV
+ * kernel at the 246 registers it would take, 2 blocks an SM, where "mma" holds it to 168 for 3:
+ * 0.501 against 0.479 ms on an H100, GPT-2 124M at micro batch 8). Anything else
  * warns and counts as unset. mma is the default as measured: on an H100, GPT-2 124M at micro
  * batch 8, forward 0.153 against 0.251 ms and backward 0.498 against 0.870 ms per layer; 1.13x
  * tokens/s end to end at micro batch 128 (tests/bench/GPU_NOTES.md). */
@@ -153,9 +154,9 @@ static int attn_mma_from_env(const char *name, bool bwd)
     const char *s = getenv(name);
     if (!s || !*s || strcmp(s, "mma") == 0) return 1;
     if (strcmp(s, "wmma") == 0) return 0;
-    if (bwd && strcmp(s, "mma3") == 0) return ZT_ATTN_BWD_MMA3;
+    if (bwd && strcmp(s, "mma2") == 0) return ZT_ATTN_BWD_MMA2;
     ZT_WARN("kernels", "ignoring %s=%s: expected 'mma'%s or 'wmma'", name, s,
-            bwd ? ", 'mma3'" : "");
+            bwd ? ", 'mma2'" : "");
     return 1;
 }
 

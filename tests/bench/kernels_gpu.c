@@ -44,7 +44,7 @@ static const struct {
     {"", "wmma", "gemm", "wmma, dQ by GEMM"},
     {"", "", "gemm", "dQ by GEMM"},
     {"", "", "atomic", "dQ by atomics"},
-    {"", "mma3", "", "dK dV at 3 blocks an SM"},
+    {"", "mma2", "", "dK dV at 2 blocks an SM"},
 };
 #define N_KV_ATTN (sizeof(KV_ATTN) / sizeof(KV_ATTN[0]))
 static zt_kctx *KV[N_KV_ATTN];

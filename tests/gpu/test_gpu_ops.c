@@ -1180,7 +1180,7 @@ static const struct {
     {"wmma", "wmma", "gemm", "wmma dK dV, dQ by GEMM"},
     {"", "", "gemm", "mma dK dV, dQ by GEMM"},
     {"", "", "atomic", "mma dK dV, dQ by atomics"},
-    {"", "mma3", "", "mma dK dV at 3 blocks an SM"},
+    {"", "mma2", "", "mma dK dV at 2 blocks an SM"},
 };
 #define N_ATTN_VARIANTS (sizeof(ATTN_VARIANTS) / sizeof(ATTN_VARIANTS[0]))
 static zt_kctx *GV[N_ATTN_VARIANTS];
@@ -1524,8 +1524,8 @@ static void test_attention_env(void)
                      either */
     } vars[] = {
         {"ZT_CUDA_ATTN_FWD", "mma", "wmma", "expected 'mma' or 'wmma'", "tensor cores", 1},
-        {"ZT_CUDA_ATTN_BWD", "mma", "wmma", "expected 'mma', 'mma3' or 'wmma'", "tensor cores", 0},
-        {"ZT_CUDA_ATTN_BWD", "mma", "mma3", "expected 'mma', 'mma3' or 'wmma'", "3 blocks an SM",
+        {"ZT_CUDA_ATTN_BWD", "mma", "wmma", "expected 'mma', 'mma2' or 'wmma'", "tensor cores", 0},
+        {"ZT_CUDA_ATTN_BWD", "mma", "mma2", "expected 'mma', 'mma2' or 'wmma'", "2 blocks an SM",
          0},
         {"ZT_CUDA_ATTN_DQ", "kernel", "gemm", "expected 'kernel', 'gemm' or 'atomic'", NULL, -1},
         {"ZT_CUDA_ATTN_DQ", "kernel", "atomic", "expected 'kernel', 'gemm' or 'atomic'", "dK dV dQ",
