@@ -489,42 +489,45 @@ static zt_gpt2_block_acts *block_acts(zt_engine *e, int l)
 
 /* act16: block l's qkv, atty and fch (contiguous in the working set) live in a 16-bit home
  * between its forward and its backward: what a mixed-precision job's backward reads is rounded
- * to its 16-bit type, as under PyTorch's autocast. Attention rounds qkv into the home itself in
- * forward and reads it there in backward (attached to the block's activations); atty and fch
- * are rounded into it after the forward (keep) and come back into the working set before the
- * backward (restore). With checkpointing the one set goes through its home after the
- * recomputation, so that backward sees the same values either way. */
+ * to its 16-bit type, as under PyTorch's autocast. Attention rounds qkv and atty into the home
+ * itself in forward and reads them there in backward, as attproj reads atty (the homes are
+ * attached to the block's activations); fch is rounded into it after the forward (keep) and
+ * comes back into the working set before the backward (restore). With checkpointing the one
+ * set goes through its home after the recomputation, so that backward sees the same values
+ * either way. */
 static void *acts16_home(zt_engine *e, int l)
 {
     size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T);
     return (char *)e->acts16 + (e->ckpt_act ? 0 : (size_t)l) * lp * psize(e);
 }
 
-/* Elements of the home that attention fills (qkv, first) */
-static size_t acts16_qkv(const zt_engine *e)
+/* Elements of the home that attention fills (qkv, then atty: 4 C a token, first) */
+static size_t acts16_attn(const zt_engine *e)
 {
-    return (size_t)e->B * e->T * 3 * e->lay.d.C;
+    return (size_t)e->B * e->T * 4 * e->lay.d.C;
 }
 
-/* Attaches block l's qkv home to its activations (on), or none. */
-static void acts16_attach(zt_engine *e, int l, bool on)
+/* Attaches block l's homes of qkv and atty to its activations. */
+static void acts16_attach(zt_engine *e, int l)
 {
     zt_gpt2_block_acts *a = block_acts(e, l);
-    a->qkv16 = on ? acts16_home(e, l) : NULL;
-    a->dt16 = e->pdt;
+    char *h = acts16_home(e, l);
+    a->home.qkv = h;
+    a->home.out = h + (size_t)e->B * e->T * 3 * e->lay.d.C * psize(e);
+    a->home.dtype = e->pdt;
 }
 
 static void acts16_keep(zt_engine *e, int l)
 {
-    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_qkv(e);
-    e->ops->cast(e->k, (char *)acts16_home(e, l) + q * psize(e), e->pdt, block_acts(e, l)->atty,
+    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_attn(e);
+    e->ops->cast(e->k, (char *)acts16_home(e, l) + q * psize(e), e->pdt, block_acts(e, l)->fch,
                  ZT_F32, lp - q);
 }
 
 static void acts16_restore(zt_engine *e, int l)
 {
-    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_qkv(e);
-    e->ops->cast(e->k, block_acts(e, l)->atty, ZT_F32, (char *)acts16_home(e, l) + q * psize(e),
+    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_attn(e);
+    e->ops->cast(e->k, block_acts(e, l)->fch, ZT_F32, (char *)acts16_home(e, l) + q * psize(e),
                  e->pdt, lp - q);
 }
 
@@ -557,11 +560,12 @@ static zt_status forward(zt_engine *e, float dloss, zt_err *err)
         if ((st = param_prefetch(e, u + 1, err)) != ZT_OK)
             return st;
         zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
-        bool keep = e->act16 && !e->ckpt_act && dloss != 0.0f;
-        if (e->act16) acts16_attach(e, l, keep);
+        /* attached for every forward, so that attproj reads the same rounded atty in training,
+         * evaluation and checkpointing's first pass (with checkpointing, the one set's home) */
+        if (e->act16) acts16_attach(e, l);
         zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                               xres(e, l + 1), B, T);
-        if (keep) acts16_keep(e, l);
+        if (e->act16 && !e->ckpt_act && dloss != 0.0f) acts16_keep(e, l);
         param_release(e, u);
     }
     float *pf, *p0;
@@ -626,7 +630,7 @@ static zt_status backward(zt_engine *e, zt_err *err)
         if (l > 0 && (st = param_prefetch(e, u - 1, err)) != ZT_OK)
             return st;
         zt_gpt2_block pb = zt_gpt2_block_view(lay, p);
-        if (e->act16) acts16_attach(e, l, true);
+        if (e->act16) acts16_attach(e, l);
         if (e->ckpt_act)
             zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                                   e->x_tmp, B, T);

@@ -215,8 +215,8 @@ void zt_gpt2_block_acts_carve_split(zt_gpt2_block_acts *a, const zt_gpt2_dims *d
     a->qkv = lp; lp += BT * 3 * C;
     a->atty = lp; lp += BT * C;
     a->fch = lp;
-    a->qkv16 = NULL;
-    a->dt16 = ZT_F32;
+    a->home.qkv = a->home.out = NULL;
+    a->home.dtype = ZT_F32;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
@@ -314,8 +314,13 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     float *ln = s->d_btc2, *proj = s->d_btc;
     ops->layernorm_matmul_forward(k, a->qkv, ln, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b,
                                   p->qkvw, p->qkvb, N, C, 3 * C);
-    ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, a->qkv16, a->dt16, B, T, C, NH);
-    ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
+    const zt_attn_home *h = a->home.qkv || a->home.out ? &a->home : NULL;
+    ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, h, B, T, C, NH);
+    if (h && h->out)
+        ops->matmul16_forward(k, proj, a->atty, h->out, h->dtype, p->attprojw, p->attprojb, N, C,
+                              C);
+    else
+        ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
     ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
     /* fch is the MLP's input to GELU; the op computes GELU's output for fcproj (into d_fch
@@ -344,12 +349,17 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
+    const zt_attn_home *h = a->home.qkv || a->home.out ? &a->home : NULL;
     ops->memset0(k, s->d_btc2, nC * sizeof(float));
-    ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C,
-                         C);
+    if (h && h->out)
+        ops->matmul16_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, h->out,
+                               h->dtype, p->attprojw, N, C, C);
+    else
+        ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N,
+                             C, C);
     ops->memset0(k, s->d_qkv, n3C * sizeof(float));
-    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->qkv16, a->dt16, a->atty,
-                            a->lse, B, T, C, NH);
+    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, h, B, T, C,
+                            NH);
     ops->memset0(k, s->d_btc, nC * sizeof(float));
     ops->layernorm_matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, x_in,
                                    p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);

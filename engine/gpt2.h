@@ -108,10 +108,10 @@ typedef struct zt_gpt2_block_acts {
     float *res2;                      /* (B,T,C) */
     float *ln2_mean, *ln2_rstd;       /* (B,T) (B,T); LN2's output is recomputed */
     float *fch;                       /* (B,T,4C) GELU's input; its output is recomputed */
-    /* A mixed-precision job's 16-bit home of qkv (type dt16; NULL: none, as carved), which
-     * attention rounds qkv into in forward and reads in backward (qkv there only room). */
-    void *qkv16;
-    zt_dtype dt16;
+    /* A mixed-precision job's 16-bit homes of qkv and atty (none as carved): attention rounds
+     * them into their homes in forward and reads them there in backward, attproj reads atty
+     * there (qkv and atty then only room) */
+    zt_attn_home home;
 } zt_gpt2_block_acts;
 /* Floats one block's activations need; carve them out of a buffer with _block_acts_carve. */
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T);

@@ -32,6 +32,14 @@
 /* Backend context: thread settings and scratch (cpu), stream and library handles (cuda). */
 typedef struct zt_kctx zt_kctx;
 
+/* A mixed-precision job's 16-bit homes of attention's input qkv and output out (B,T,3C and
+ * B,T,C, type dtype: ZT_BF16 or ZT_F16; each NULL where there is none): where the engine keeps
+ * them between a block's forward and its backward (attention_forward, attention_backward). */
+typedef struct zt_attn_home {
+    void *qkv, *out;
+    zt_dtype dtype;
+} zt_attn_home;
+
 /* Arguments of one AdamW/Adam update over a contiguous range (torch.optim.AdamW semantics).
  * grad is multiplied by grad_scale first (unscaling and clipping folded in); then
  *   l2_mode:  g += weight_decay * p            (Adam with L2, DeepSpeed adam_w_mode=false)
@@ -106,12 +114,26 @@ typedef struct zt_ops {
     void (*matmul_backward)(zt_kctx *ctx, float *dinp /* (N,C) */, float *dweight /* (OC,C) */,
                             float *dbias /* (OC) */, const float *dout /* (N,OC) */,
                             const float *inp, const float *weight, int N, int C, int OC);
+    /* matmul_forward and matmul_backward of the input whose values in16 holds rounded to dt16
+     * (ZT_BF16 or ZT_F16; an attention output's home): `act` (N,C) is room the op may fill
+     * with them in fp32 (contents undefined on exit). The cuda backend with staged 16-bit
+     * inputs of that type copies in16 into its staging instead of rounding an fp32 input. */
+    void (*matmul16_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *act /* (N,C) */,
+                             const void *in16 /* (N,C) */, zt_dtype dt16,
+                             const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
+                             int C, int OC);
+    void (*matmul16_backward)(zt_kctx *ctx, float *dinp /* (N,C) */, float *dweight /* (OC,C) */,
+                              float *dbias /* (OC) */, const float *dout /* (N,OC) */,
+                              float *act /* (N,C) */, const void *in16 /* (N,C) */, zt_dtype dt16,
+                              const float *weight, int N, int C, int OC);
     /* pre = inp @ weight^T + bias (bias may be NULL), out = GELU(pre) as gelu_forward: the MLP's
      * first layer and its activation in one pass where the backend can (cuBLASLt's GELU
      * epilogue on cuda, which may round GELU differently; bitwise the two ops on cpu). The
-     * engine no longer runs it (fc alone then gelu_matmul_forward: on an H100 fc took 0.213 ms
-     * with the epilogue against 0.106 without); kept for bench_kernels_gpu's comparison until a
-     * GPU run has measured the engine's way end to end. */
+     * engine no longer runs it: fc alone then gelu_matmul_forward took 0.103 + 0.133 ms on an
+     * H100 where this op and fcproj took 0.216 + 0.119 (micro batch 8; the copies made by
+     * passes that run anyway, 1.12x tokens/s end to end). Kept for bench_kernels_gpu's
+     * comparison and the staged linear-layer tests, which still exercise cuBLASLt's GELU
+     * epilogue through it. */
     void (*matmul_gelu_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *pre /* (N,OC) */,
                                 const float *inp /* (N,C) */, const float *weight /* (OC,C) */,
                                 const float *bias /* (OC) */, int N, int C, int OC);
@@ -165,22 +187,21 @@ typedef struct zt_ops {
      * with s_ij = scale q_i.k_j, and backward recomputes P_ij = exp(s_ij - lse_i). qkv holds q,
      * k, v side by side per token (llm.c layout). Both take `scratch` of
      * zt_attention_scratch_floats(B, T, NH) floats, contents undefined on entry and exit.
-     * qkv16 (NULL: none), dt16 (ZT_BF16 or ZT_F16): a mixed-precision job's 16-bit home of
-     * qkv. Forward also leaves qkv rounded to dt16 there (as cast would); backward reads qkv
-     * from there, and its `qkv` is room the op may fill with those values (contents undefined
-     * on exit), so the caller neither keeps nor restores an fp32 qkv for backward. The cuda
-     * backend's tensor-core attention, whose 16-bit type is dt16, rounds qkv once into the
-     * home in forward and reads it there in backward, instead of rounding qkv into its scratch
-     * each time (the same bits). */
+     * home (NULL: none): the 16-bit homes of qkv and out, so that the caller neither keeps
+     * nor restores fp32 copies for backward. Forward leaves qkv rounded into home->qkv and out
+     * into home->out (as cast would), the fp32 `out` then being room the op may fill (contents
+     * undefined on exit); backward reads qkv and out from their homes, its `qkv` and `out`
+     * then being such room. The cuda backend's tensor-core attention, whose 16-bit type is
+     * the homes', rounds qkv into its home once in forward and writes out there directly,
+     * and reads both there in backward (the same bits as the fp32 tensors rounded). */
     void (*attention_forward)(zt_kctx *ctx, float *out /* (B,T,C) */, float *lse /* (B,NH,T) */,
                               float *scratch, const float *qkv /* (B,T,3C) */,
-                              void *qkv16 /* (B,T,3C) */, zt_dtype dt16, int B, int T, int C,
-                              int NH);
+                              const zt_attn_home *home, int B, int T, int C, int NH);
     /* out and lse are the forward's; dS = P (dP - rowsum(dO * out)) scale. */
     void (*attention_backward)(zt_kctx *ctx, float *dqkv /* (B,T,3C) */, float *scratch,
-                               const float *dout /* (B,T,C) */, float *qkv, const void *qkv16,
-                               zt_dtype dt16, const float *out, const float *lse, int B, int T,
-                               int C, int NH);
+                               const float *dout /* (B,T,C) */, float *qkv, float *out,
+                               const float *lse, const zt_attn_home *home, int B, int T, int C,
+                               int NH);
 
     /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     void (*gelu_forward)(zt_kctx *ctx, float *out, const float *inp, size_t n);

@@ -82,11 +82,11 @@ void zt_cpu_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *db
                             const float *dout, const float *inp, const float *weight, int N, int C,
                             int OC);
 void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                              const float *qkv, void *qkv16, zt_dtype dt16, int B, int T, int C,
+                              const float *qkv, const zt_attn_home *home, int B, int T, int C,
                               int NH);
 void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                               float *qkv, const void *qkv16, zt_dtype dt16, const float *out,
-                               const float *lse, int B, int T, int C, int NH);
+                               float *qkv, float *out, const float *lse, const zt_attn_home *home,
+                               int B, int T, int C, int NH);
 
 /* optim_cpu.c */
 void zt_cpu_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,

@@ -228,11 +228,12 @@ static void attn_forward_pair(const attn_shape *sh, float *out, float *lse, floa
 }
 
 void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                              const float *qkv, void *qkv16, zt_dtype dt16, int B, int T, int C,
+                              const float *qkv, const zt_attn_home *home, int B, int T, int C,
                               int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    if (qkv16) zt_cpu_cast(ctx, qkv16, dt16, qkv, ZT_F32, (size_t)B * T * 3 * C);
+    size_t n = (size_t)B * T * C;
+    if (home && home->qkv) zt_cpu_cast(ctx, home->qkv, home->dtype, qkv, ZT_F32, 3 * n);
     attn_shape sh = attn_shape_of(ctx, T, C, NH);
     size_t pairs = (size_t)B * sh.NH, part = 2 * sh.bs * sh.T;
     int nt = attn_threads(ctx, &sh, pairs, zt_attention_scratch_floats(B, T, NH));
@@ -240,6 +241,7 @@ void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scrat
     for (size_t p = 0; p < pairs; p++)
         attn_forward_pair(&sh, out, lse, scratch + (size_t)omp_get_thread_num() * part, qkv,
                           p / sh.NH, p % sh.NH);
+    if (home && home->out) zt_cpu_cast(ctx, home->out, home->dtype, out, ZT_F32, n);
 }
 
 static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *work, const float *dout,
@@ -278,11 +280,13 @@ static void attn_backward_pair(const attn_shape *sh, float *dqkv, float *work, c
 }
 
 void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                               float *qkv, const void *qkv16, zt_dtype dt16, const float *out,
-                               const float *lse, int B, int T, int C, int NH)
+                               float *qkv, float *out, const float *lse, const zt_attn_home *home,
+                               int B, int T, int C, int NH)
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    if (qkv16) zt_cpu_cast(ctx, qkv, ZT_F32, qkv16, dt16, (size_t)B * T * 3 * C);
+    size_t n = (size_t)B * T * C;
+    if (home && home->qkv) zt_cpu_cast(ctx, qkv, ZT_F32, home->qkv, home->dtype, 3 * n);
+    if (home && home->out) zt_cpu_cast(ctx, out, ZT_F32, home->out, home->dtype, n);
     attn_shape sh = attn_shape_of(ctx, T, C, NH);
     size_t pairs = (size_t)B * sh.NH, part = 2 * sh.bs * sh.T;
     int nt = attn_threads(ctx, &sh, pairs, zt_attention_scratch_floats(B, T, NH));

@@ -208,6 +208,23 @@ static void cpu_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const 
     zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
 }
 
+/* The two ops, bitwise: the input's values into act (cast), then the product. */
+static void cpu_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16,
+                                 zt_dtype dt16, const float *weight, const float *bias, int N,
+                                 int C, int OC)
+{
+    if (N > 0 && C > 0) zt_cpu_cast(ctx, act, ZT_F32, in16, dt16, (size_t)N * (size_t)C);
+    zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
+}
+
+static void cpu_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, float *act, const void *in16, zt_dtype dt16,
+                                  const float *weight, int N, int C, int OC)
+{
+    if (dweight && N > 0 && C > 0) zt_cpu_cast(ctx, act, ZT_F32, in16, dt16, (size_t)N * (size_t)C);
+    zt_cpu_matmul_backward(ctx, dinp, dweight, dbias, dout, act, weight, N, C, OC);
+}
+
 /* The ops, bitwise: GELU's output into inp, the product into zeros, then GELU' in place
  * (what gelu_backward into zeros computes). */
 static void cpu_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, float *dbias,
@@ -253,6 +270,8 @@ static const zt_ops cpu_ops = {
     .layernorm_backward = zt_cpu_layernorm_backward,
     .matmul_forward = zt_cpu_matmul_forward,
     .matmul_backward = zt_cpu_matmul_backward,
+    .matmul16_forward = cpu_matmul16_forward,
+    .matmul16_backward = cpu_matmul16_backward,
     .matmul_gelu_backward = cpu_matmul_gelu_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .gelu_matmul_forward = cpu_gelu_matmul_forward,

@@ -340,10 +340,11 @@ extern "C" bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int 
 
 extern "C" void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                                            size_t scratch_floats, const float *qkv, uint16_t *home,
-                                           int B, int T, int C, int NH)
+                                           uint16_t *out16, int B, int T, int C, int NH)
 {
     if (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16) {
-        zt_cuda_attn_tc_forward(ctx, out, lse, scratch, scratch_floats, qkv, home, B, T, C, NH);
+        zt_cuda_attn_tc_forward(ctx, out, lse, scratch, scratch_floats, qkv, home, out16, B, T, C,
+                                NH);
         return;
     }
     float scale = 1.0f / sqrtf((float)(C / NH));
@@ -355,12 +356,12 @@ extern "C" void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse,
 extern "C" void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, float *scratch,
                                             size_t scratch_floats, const float *dout,
                                             const float *qkv, const uint16_t *home,
-                                            const float *out, const float *lse, int B, int T, int C,
-                                            int NH)
+                                            const float *out, const uint16_t *out16,
+                                            const float *lse, int B, int T, int C, int NH)
 {
     if (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16) {
-        zt_cuda_attn_tc_backward(ctx, dqkv, scratch, scratch_floats, dout, qkv, home, out, lse, B,
-                                 T, C, NH);
+        zt_cuda_attn_tc_backward(ctx, dqkv, scratch, scratch_floats, dout, qkv, home, out, out16,
+                                 lse, B, T, C, NH);
         return;
     }
     float scale = 1.0f / sqrtf((float)(C / NH));

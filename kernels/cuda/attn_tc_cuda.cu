@@ -54,6 +54,33 @@ template <> __device__ __forceinline__ __half tc_round<__half>(float x)
     return __float2half_rn(x);
 }
 
+/* An output element stored as its tensor holds it: fp32, or rounded to a 16-bit type (the
+ * attention output's 16-bit home); and read back as fp32. */
+static __device__ __forceinline__ void tc_put(float *p, float v)
+{
+    *p = v;
+}
+static __device__ __forceinline__ void tc_put(__nv_bfloat16 *p, float v)
+{
+    *p = tc_round<__nv_bfloat16>(v);
+}
+static __device__ __forceinline__ void tc_put(__half *p, float v)
+{
+    *p = tc_round<__half>(v);
+}
+static __device__ __forceinline__ float tc_get(float v)
+{
+    return v;
+}
+static __device__ __forceinline__ float tc_get(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+static __device__ __forceinline__ float tc_get(__half v)
+{
+    return __half2float(v);
+}
+
 /* The score column (of TC_BC) that a lane of half h (of its row's two) takes at step u (of 16):
  * the halves interleaved, so that at every step the warp's 32 lanes hit 16 banks of scores at
  * row stride TC_LDS (4 mod 32 words; rows r and r + 8 share them), where halves side by side
@@ -227,11 +254,11 @@ static __device__ __forceinline__ void tc_turn(unsigned char *sm, int t, int nt,
     tc_tile<ROWS>(sm, t + 1, nt, row0, a, lda, b, ldb, T);
 }
 
-/* Forward. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out, lse at the run's first
- * sequence. grid (query tiles, B NH). */
-template <class E>
+/* Forward. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out (fp32, or E: the output's
+ * home), lse at the run's first sequence. grid (query tiles, B NH). */
+template <class E, class OT>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_fwd_kernel(float *out, float *lse, const E *qkv, int T, int NH, float scale)
+    tc_fwd_kernel(OT *out, float *lse, const E *qkv, int T, int NH, float scale)
 {
     __shared__ __align__(32) unsigned char sm[TC_SMEM];
     tc_pos p = tc_pos_of(T, NH, true);
@@ -305,9 +332,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
         wmma::store_matrix_sync(O + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
     __syncwarp();
     if (i >= T) return;
-    float *o = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS;
+    OT *o = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS;
     for (int c = c0; c < c0 + TC_HS / 2; c++)
-        o[c] = O[r * TC_LDO + c] / l;
+        tc_put(o + c, O[r * TC_LDO + c] / l);
     if (half == 0) lse[(size_t)p.bh * T + i] = (m + log2f(l)) * TC_LN2;
 }
 
@@ -533,11 +560,11 @@ tc_mstart(unsigned char *sm, int row0, const E *a, size_t lda, const E *b, size_
                     tldb, T);
 }
 
-/* Forward on mma.sync. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out, lse at the
- * run's first sequence. grid (query tiles, B NH). */
-template <class E>
+/* Forward on mma.sync. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out (fp32, or E:
+ * the output's home), lse at the run's first sequence. grid (query tiles, B NH). */
+template <class E, class OT>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_fwd_mma_kernel(float *out, float *lse, const E *qkv, int T, int NH, float scale)
+    tc_fwd_mma_kernel(OT *out, float *lse, const E *qkv, int T, int NH, float scale)
 {
     __shared__ __align__(128) unsigned char sm[TC_MSMEM];
     tc_pos p = tc_pos_of(T, NH, true);
@@ -606,11 +633,11 @@ static __global__ void __launch_bounds__(TC_THREADS)
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
         int i = qw + g + 8 * h;
         if (i >= T) continue;
-        float *orow = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS + 2 * t4;
+        OT *orow = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS + 2 * t4;
         TC_UNROLL
         for (int n = 0; n < TC_MN; n++) {
-            orow[8 * n] = o[n][2 * h] / l[h];
-            orow[8 * n + 1] = o[n][2 * h + 1] / l[h];
+            tc_put(orow + 8 * n, o[n][2 * h] / l[h]);
+            tc_put(orow + 8 * n + 1, o[n][2 * h + 1] / l[h]);
         }
         if (t4 == 0) lse[(size_t)p.bh * T + i] = (m[h] + log2f(l[h])) * TC_LN2;
     }
@@ -618,11 +645,11 @@ static __global__ void __launch_bounds__(TC_THREADS)
 
 /* For the rows r = (b, h, i) of a run of sequences (dout and out at its first):
  * delta[r] = dO_i . out_i (fp32) over head h, and dO_i's 16-bit copy into d16 ((B, T, C), as
- * dout), one warp a row, each lane two of its 64 columns. The backward kernels read delta once
- * per row instead of recomputing it for every key tile. */
-template <class E>
+ * dout), one warp a row, each lane two of its 64 columns; out fp32 or E (the output's home).
+ * The backward kernels read delta once per row instead of recomputing it for every key tile. */
+template <class E, class OT>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_delta_kernel(float *delta, E *d16, const float *dout, const float *out, int T, int NH,
+    tc_delta_kernel(float *delta, E *d16, const float *dout, const OT *out, int T, int NH,
                     size_t rows)
 {
     size_t r = (size_t)blockIdx.x * TC_WARPS + threadIdx.x / 32;
@@ -633,7 +660,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     float g0 = dout[off + lane], g1 = dout[off + 32 + lane];
     d16[off + lane] = tc_round<E>(g0);
     d16[off + 32 + lane] = tc_round<E>(g1);
-    float d = g0 * out[off + lane] + g1 * out[off + 32 + lane];
+    float d = g0 * tc_get(out[off + lane]) + g1 * tc_get(out[off + 32 + lane]);
     d = zt_warp_sum(d);
     if (lane == 0) delta[r] = d;
 }
@@ -1076,10 +1103,25 @@ static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, 
     return run;
 }
 
+/* The forward kernel ctx asks for, writing out as OT (fp32, or E into the output's home) */
+template <class E, class OT>
+static void tc_fwd_launch(zt_kctx *ctx, const char *const names[2], dim3 grid, OT *out, float *lse,
+                          const E *q16, int T, int NH, float scale)
+{
+    if (ctx->attn_fwd_mma)
+        ZT_CUDA_LAUNCH(ctx, names[1], (tc_fwd_mma_kernel<E, OT>), grid, TC_THREADS, out, lse, q16,
+                       T, NH, scale);
+    else
+        ZT_CUDA_LAUNCH(ctx, names[0], (tc_fwd_kernel<E, OT>), grid, TC_THREADS, out, lse, q16, T,
+                       NH, scale);
+}
+
+/* home, out16: where qkv's and out's 16-bit homes take the run's copy of qkv and its output
+ * (NULL: the scratch, and out in fp32) */
 template <class E>
 static void tc_forward(zt_kctx *ctx, const char *const names[2], float *out, float *lse,
-                       float *scratch, size_t scratch_floats, const float *qkv, E *home, int B,
-                       int T, int C, int NH)
+                       float *scratch, size_t scratch_floats, const float *qkv, E *home, E *out16,
+                       int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_FWD);
@@ -1090,29 +1132,28 @@ static void tc_forward(zt_kctx *ctx, const char *const names[2], float *out, flo
         zt_cuda_stage_cast(ctx, (uint16_t *)q16, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
                            3 * (size_t)C);
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
-        if (ctx->attn_fwd_mma)
-            ZT_CUDA_LAUNCH(ctx, names[1], tc_fwd_mma_kernel<E>, grid, TC_THREADS, out + tok * C,
-                           lse + (size_t)b0 * NH * T, (const E *)q16, T, NH, scale);
+        float *lr = lse + (size_t)b0 * NH * T;
+        if (out16)
+            tc_fwd_launch<E, E>(ctx, names, grid, out16 + tok * C, lr, q16, T, NH, scale);
         else
-            ZT_CUDA_LAUNCH(ctx, names[0], tc_fwd_kernel<E>, grid, TC_THREADS, out + tok * C,
-                           lse + (size_t)b0 * NH * T, (const E *)q16, T, NH, scale);
+            tc_fwd_launch<E, float>(ctx, names, grid, out + tok * C, lr, q16, T, NH, scale);
     }
 }
 
 extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                                         size_t scratch_floats, const float *qkv, uint16_t *home,
-                                        int B, int T, int C, int NH)
+                                        uint16_t *out16, int B, int T, int C, int NH)
 {
     static const char *const fp16[2] = {"attention_forward (fused, fp16 tensor cores)",
                                         "attention_forward (fused, fp16 mma.sync)"};
     static const char *const bf16[2] = {"attention_forward (fused, bf16 tensor cores)",
                                         "attention_forward (fused, bf16 mma.sync)"};
     if (ctx->mm == ZT_MM_FP16)
-        tc_forward<__half>(ctx, fp16, out, lse, scratch, scratch_floats, qkv, (__half *)home, B, T,
-                           C, NH);
+        tc_forward<__half>(ctx, fp16, out, lse, scratch, scratch_floats, qkv, (__half *)home,
+                           (__half *)out16, B, T, C, NH);
     else
         tc_forward<__nv_bfloat16>(ctx, bf16, out, lse, scratch, scratch_floats, qkv,
-                                  (__nv_bfloat16 *)home, B, T, C, NH);
+                                  (__nv_bfloat16 *)home, (__nv_bfloat16 *)out16, B, T, C, NH);
 }
 
 /* dQ += dS K for the run's sequences from cuBLASLt (ZT_CUDA_ATTN_DQ=gemm), a strided batch
@@ -1138,7 +1179,8 @@ static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, const E *q16, float *
 template <class E>
 static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, float *scratch,
                         size_t scratch_floats, const float *dout, const float *qkv, const E *home,
-                        const float *out, const float *lse, int B, int T, int C, int NH)
+                        const float *out, const E *out16, const float *lse, int B, int T, int C,
+                        int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     tc_run<E> run;
@@ -1154,9 +1196,13 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, f
         if (!home)
             zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
                                3 * (size_t)C);
-        ZT_CUDA_LAUNCH(ctx, names[0], tc_delta_kernel<E>,
-                       (unsigned)((rows + TC_WARPS - 1) / TC_WARPS), TC_THREADS, run.delta,
-                       run.dout, dout + tok * C, out + tok * C, T, NH, rows);
+        unsigned dgrid = (unsigned)((rows + TC_WARPS - 1) / TC_WARPS);
+        if (out16)
+            ZT_CUDA_LAUNCH(ctx, names[0], (tc_delta_kernel<E, E>), dgrid, TC_THREADS, run.delta,
+                           run.dout, dout + tok * C, out16 + tok * C, T, NH, rows);
+        else
+            ZT_CUDA_LAUNCH(ctx, names[0], (tc_delta_kernel<E, float>), dgrid, TC_THREADS, run.delta,
+                           run.dout, dout + tok * C, out + tok * C, T, NH, rows);
         tc_bwd_args<E> a;
         a.dqkv = dqkv + tok * 3 * C;
         a.qkv = q16;
@@ -1191,8 +1237,9 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, f
 
 extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch,
                                          size_t scratch_floats, const float *dout, const float *qkv,
-                                         const uint16_t *home, const float *out, const float *lse,
-                                         int B, int T, int C, int NH)
+                                         const uint16_t *home, const float *out,
+                                         const uint16_t *out16, const float *lse, int B, int T,
+                                         int C, int NH)
 {
     static const char *const fp16[7] = {
         "attention_backward (delta, fp16 dO)",
@@ -1212,8 +1259,9 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scrat
         "attention_backward (fused dK dV, bf16 mma.sync, 2 blocks an SM)"};
     if (ctx->mm == ZT_MM_FP16)
         tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv,
-                            (const __half *)home, out, lse, B, T, C, NH);
+                            (const __half *)home, out, (const __half *)out16, lse, B, T, C, NH);
     else
         tc_backward<__nv_bfloat16>(ctx, bf16, dqkv, scratch, scratch_floats, dout, qkv,
-                                   (const __nv_bfloat16 *)home, out, lse, B, T, C, NH);
+                                   (const __nv_bfloat16 *)home, out, (const __nv_bfloat16 *)out16,
+                                   lse, B, T, C, NH);
 }

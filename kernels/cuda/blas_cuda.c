@@ -505,7 +505,14 @@ static bool stage_usable(const zt_kctx *ctx)
 static void afn_stage(zt_kctx *ctx, uint16_t *dst, const zt_cuda_afn *f, int ld, int m0, int mn,
                       int k0, int kn)
 {
-    if (f->kind == ZT_AFN_GELU)
+    if (f->kind == ZT_AFN_HOME16) /* already the staging's type: copied */
+        zt_cuda_check(ctx,
+                      cudaMemcpy2DAsync(dst, (size_t)kn * 2,
+                                        (const uint16_t *)f->src16 + (size_t)m0 * ld + k0,
+                                        (size_t)ld * 2, (size_t)kn * 2, (size_t)mn,
+                                        cudaMemcpyDeviceToDevice, ctx->stream),
+                      "copying a 16-bit input into the staging");
+    else if (f->kind == ZT_AFN_GELU)
         zt_cuda_stage_gelu(ctx, dst, ctx->mm, f->src + (size_t)m0 * ld + k0, mn, kn, (size_t)ld);
     else
         zt_cuda_stage_layernorm(ctx, dst, ctx->mm, f->mean ? f->mean + m0 : NULL,
@@ -518,7 +525,10 @@ static void afn_stage(zt_kctx *ctx, uint16_t *dst, const zt_cuda_afn *f, int ld,
 static void afn_fp32(zt_kctx *ctx, float *A, const zt_cuda_afn *f, int m0, int mn, int K)
 {
     size_t o = (size_t)m0 * (size_t)K;
-    if (f->kind == ZT_AFN_GELU)
+    if (f->kind == ZT_AFN_HOME16)
+        zt_cuda_cast(ctx, A + o, (int)ZT_F32, (const uint16_t *)f->src16 + o, f->dtype,
+                     (size_t)mn * (size_t)K);
+    else if (f->kind == ZT_AFN_GELU)
         zt_cuda_gelu_forward(ctx, A + o, f->src + o, (size_t)mn * (size_t)K);
     else
         zt_cuda_layernorm_forward(ctx, A + o, f->mean ? f->mean + m0 : NULL,
@@ -833,7 +843,7 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 {
     /* dpre (N, C) = GELU'(pre) * (dout (N, OC) @ weight (OC, C)): the DGELU epilogue reads
      * pre (its aux, never written with dgelu) */
-    zt_cuda_afn f = {ZT_AFN_GELU, pre, NULL, NULL, NULL, NULL};
+    zt_cuda_afn f = {.kind = ZT_AFN_GELU, .src = pre};
     const zt_cuda_afn *fa = ctx->stage_fused ? &f : NULL; /* inp's copy from GELU(pre) */
     bool need = dweight && N > 0 && C > 0;
     if (need && !fa) afn_fp32(ctx, inp, &f, 0, N, C);
@@ -865,15 +875,48 @@ static void linear_from(zt_kctx *ctx, float *out, float *act, const zt_cuda_afn 
 void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
                                  const float *weight, const float *bias, int N, int C, int OC)
 {
-    zt_cuda_afn f = {ZT_AFN_GELU, pre, NULL, NULL, NULL, NULL};
+    zt_cuda_afn f = {.kind = ZT_AFN_GELU, .src = pre};
     linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
+}
+
+/* Whether a 16-bit input of type dt16 is the staging's own type: matmuls staged in it, with
+ * fused copies */
+static bool in16_stageable(const zt_kctx *ctx, zt_dtype dt16)
+{
+    return ctx->stage_fused && ((ctx->mm == ZT_MM_BF16 && dt16 == ZT_BF16) ||
+                                (ctx->mm == ZT_MM_FP16 && dt16 == ZT_F16));
+}
+
+void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16, zt_dtype dt16,
+                              const float *weight, const float *bias, int N, int C, int OC)
+{
+    zt_cuda_afn f = {.kind = ZT_AFN_HOME16, .src16 = in16, .dtype = (int)dt16};
+    if (in16_stageable(ctx, dt16)) {
+        linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
+        return;
+    }
+    if (N > 0 && C > 0) afn_fp32(ctx, act, &f, 0, N, C);
+    zt_cuda_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
+}
+
+void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, float *act, const void *in16, zt_dtype dt16,
+                               const float *weight, int N, int C, int OC)
+{
+    zt_cuda_afn f = {.kind = ZT_AFN_HOME16, .src16 = in16, .dtype = (int)dt16};
+    if (in16_stageable(ctx, dt16) &&
+        backward_staged(ctx, dinp, NULL, &f, dweight, dbias, dout, act, weight, N, C, OC))
+        return;
+    if (dweight && N > 0 && C > 0) afn_fp32(ctx, act, &f, 0, N, C);
+    zt_cuda_matmul_backward(ctx, dinp, dweight, dbias, dout, act, weight, N, C, OC);
 }
 
 void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,
                                       const float *x, const float *lnw, const float *lnb,
                                       const float *weight, const float *bias, int N, int C, int OC)
 {
-    zt_cuda_afn f = {ZT_AFN_LAYERNORM, x, lnw, lnb, mean, rstd};
+    zt_cuda_afn f = {
+        .kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb, .mean = mean, .rstd = rstd};
     linear_from(ctx, out, ln, &f, weight, bias, N, C, OC);
 }
 
@@ -882,7 +925,7 @@ void zt_cuda_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight
                                        const float *lnw, const float *lnb, const float *weight,
                                        int N, int C, int OC)
 {
-    zt_cuda_afn f = {ZT_AFN_LAYERNORM, x, lnw, lnb, NULL, NULL};
+    zt_cuda_afn f = {.kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb};
     if (ctx->stage_fused &&
         backward_staged(ctx, dinp, NULL, &f, dweight, dbias, dout, ln, weight, N, C, OC))
         return;
@@ -915,27 +958,9 @@ static void attn_scores(zt_kctx *ctx, float *S, const float *qkv, int b0, int b1
     }
 }
 
-/* Whether the attention takes qkv's 16-bit home (type dt16) as its own copy of qkv: the
- * tensor-core kernels run, and their 16-bit type is dt16. */
-static bool attn_home_direct(const zt_kctx *ctx, int B, int T, int C, int NH, zt_dtype dt16)
+static void attn_chunked_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                                 const float *qkv, int B, int T, int C, int NH)
 {
-    return zt_cuda_attn_fused(ctx, B, T, C, NH) && ((ctx->mm == ZT_MM_BF16 && dt16 == ZT_BF16) ||
-                                                    (ctx->mm == ZT_MM_FP16 && dt16 == ZT_F16));
-}
-
-void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                               const float *qkv, void *qkv16, zt_dtype dt16, int B, int T, int C,
-                               int NH)
-{
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    bool direct = qkv16 && attn_home_direct(ctx, B, T, C, NH, dt16);
-    if (qkv16 && !direct)
-        zt_cuda_cast(ctx, qkv16, (int)dt16, qkv, (int)ZT_F32, (size_t)B * T * 3 * C);
-    if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
-        zt_cuda_attn_fused_forward(ctx, out, lse, scratch, zt_attention_scratch_floats(B, T, NH),
-                                   qkv, direct ? (uint16_t *)qkv16 : NULL, B, T, C, NH);
-        return;
-    }
     int hs = C / NH, C3 = 3 * C;
     int chunk = zt_attention_chunk_seqs(B, T, NH);
     long long TT = (long long)T * T;
@@ -953,20 +978,10 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
     }
 }
 
-void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                                float *qkv, const void *qkv16, zt_dtype dt16, const float *out,
-                                const float *lse, int B, int T, int C, int NH)
+static void attn_chunked_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                  const float *qkv, const float *out, const float *lse, int B,
+                                  int T, int C, int NH)
 {
-    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    bool direct = qkv16 && attn_home_direct(ctx, B, T, C, NH, dt16);
-    if (qkv16 && !direct) /* the fp32 values, for kernels that read them */
-        zt_cuda_cast(ctx, qkv, (int)ZT_F32, qkv16, (int)dt16, (size_t)B * T * 3 * C);
-    if (zt_cuda_attn_fused(ctx, B, T, C, NH)) {
-        zt_cuda_attn_fused_backward(ctx, dqkv, scratch, zt_attention_scratch_floats(B, T, NH), dout,
-                                    qkv, direct ? (const uint16_t *)qkv16 : NULL, out, lse, B, T, C,
-                                    NH);
-        return;
-    }
     int hs = C / NH, C3 = 3 * C;
     int chunk = zt_attention_chunk_seqs(B, T, NH);
     long long TT = (long long)T * T;
@@ -1005,4 +1020,53 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
                       NH);
         }
     }
+}
+
+/* Whether the attention takes the 16-bit homes (NULL: none) as its own copies: the
+ * tensor-core kernels run, and their 16-bit type is the homes'. */
+static bool attn_home_direct(const zt_kctx *ctx, int B, int T, int C, int NH,
+                             const zt_attn_home *home)
+{
+    return home && zt_cuda_attn_fused(ctx, B, T, C, NH) &&
+           ((ctx->mm == ZT_MM_BF16 && home->dtype == ZT_BF16) ||
+            (ctx->mm == ZT_MM_FP16 && home->dtype == ZT_F16));
+}
+
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
+                               const float *qkv, const zt_attn_home *home, int B, int T, int C,
+                               int NH)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    size_t n = (size_t)B * T * C;
+    bool direct = attn_home_direct(ctx, B, T, C, NH, home);
+    if (home && home->qkv && !direct)
+        zt_cuda_cast(ctx, home->qkv, (int)home->dtype, qkv, (int)ZT_F32, 3 * n);
+    if (zt_cuda_attn_fused(ctx, B, T, C, NH))
+        zt_cuda_attn_fused_forward(ctx, out, lse, scratch, zt_attention_scratch_floats(B, T, NH),
+                                   qkv, direct ? (uint16_t *)home->qkv : NULL,
+                                   direct ? (uint16_t *)home->out : NULL, B, T, C, NH);
+    else
+        attn_chunked_forward(ctx, out, lse, scratch, qkv, B, T, C, NH);
+    if (home && home->out && !direct)
+        zt_cuda_cast(ctx, home->out, (int)home->dtype, out, (int)ZT_F32, n);
+}
+
+void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                float *qkv, float *out, const float *lse, const zt_attn_home *home,
+                                int B, int T, int C, int NH)
+{
+    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    size_t n = (size_t)B * T * C;
+    bool direct = attn_home_direct(ctx, B, T, C, NH, home);
+    /* the fp32 values, for kernels that read them */
+    if (home && home->qkv && !direct)
+        zt_cuda_cast(ctx, qkv, (int)ZT_F32, home->qkv, (int)home->dtype, 3 * n);
+    if (home && home->out && !direct)
+        zt_cuda_cast(ctx, out, (int)ZT_F32, home->out, (int)home->dtype, n);
+    if (zt_cuda_attn_fused(ctx, B, T, C, NH))
+        zt_cuda_attn_fused_backward(ctx, dqkv, scratch, zt_attention_scratch_floats(B, T, NH), dout,
+                                    qkv, direct ? (const uint16_t *)home->qkv : NULL, out,
+                                    direct ? (const uint16_t *)home->out : NULL, lse, B, T, C, NH);
+    else
+        attn_chunked_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
 }

@@ -50,12 +50,15 @@ const char *zt_cuda_mm_name(int mm);
  * (zt_cuda_gemm.afn; the ops that take GELU's or LayerNorm's output as a matmul input): GELU
  * of src (A's layout), or the LayerNorm of src's rows (A whole rows of K = the LayerNorm's C)
  * with weight w and bias b, writing mean and rstd where non-NULL; the bits of gelu_forward or
- * layernorm_forward then the staging. */
-enum { ZT_AFN_GELU = 1, ZT_AFN_LAYERNORM };
+ * layernorm_forward then the staging. Or A's values already rounded, in src16 (A's layout, of
+ * type dtype: the staging's own, copied; matmul16_forward and _backward). */
+enum { ZT_AFN_GELU = 1, ZT_AFN_LAYERNORM, ZT_AFN_HOME16 };
 typedef struct zt_cuda_afn {
     int kind;
     const float *src, *w, *b;
     float *mean, *rstd;
+    const void *src16;
+    int dtype;
 } zt_cuda_afn;
 
 /* One row-major (batched) GEMM as the CPU backend writes it:
@@ -264,24 +267,27 @@ bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH);
 /* Whether ctx runs the fused kernels for this shape: they fit, and ctx->attn_fused asks for
  * them (ZT_CUDA_ATTN_AUTO: where the matmuls take 16-bit inputs). */
 bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
-/* scratch: the op's, scratch_floats long (zt_attention_scratch_floats). home (NULL: none):
- * qkv's 16-bit home in ctx->mm's type ((B,T,3C), only where the tensor-core kernels run):
- * forward rounds qkv into it instead of into the scratch, backward reads it there and leaves
- * qkv alone. */
+/* scratch: the op's, scratch_floats long (zt_attention_scratch_floats). home, out16 (NULL:
+ * none): the 16-bit homes of qkv and out in ctx->mm's type ((B,T,3C), (B,T,C); only where the
+ * tensor-core kernels run): forward rounds qkv into its home instead of into the scratch and
+ * writes out into out16 instead of out; backward reads them there and leaves qkv and out
+ * alone. */
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                                size_t scratch_floats, const float *qkv, uint16_t *home, int B,
-                                int T, int C, int NH);
+                                size_t scratch_floats, const float *qkv, uint16_t *home,
+                                uint16_t *out16, int B, int T, int C, int NH);
 void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
                                  const float *dout, const float *qkv, const uint16_t *home,
-                                 const float *out, const float *lse, int B, int T, int C, int NH);
+                                 const float *out, const uint16_t *out16, const float *lse, int B,
+                                 int T, int C, int NH);
 /* The same on tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
  * matmuls take 16-bit inputs: bf16 for ctx->mm ZT_MM_BF16, fp16 for ZT_MM_FP16. */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                             size_t scratch_floats, const float *qkv, uint16_t *home, int B, int T,
-                             int C, int NH);
+                             size_t scratch_floats, const float *qkv, uint16_t *home,
+                             uint16_t *out16, int B, int T, int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
                               const float *dout, const float *qkv, const uint16_t *home,
-                              const float *out, const float *lse, int B, int T, int C, int NH);
+                              const float *out, const uint16_t *out16, const float *lse, int B,
+                              int T, int C, int NH);
 /* Floats of scratch the tensor-core backward needs to work through runs of nseq sequences (the
  * 16-bit copies of their qkv and dout, delta; the forward needs less). */
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);

@@ -533,11 +533,16 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
                                  const float *weight, const float *bias, int N, int C, int OC);
 void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                               const float *qkv, void *qkv16, zt_dtype dt16, int B, int T, int C,
+                               const float *qkv, const zt_attn_home *home, int B, int T, int C,
                                int NH);
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                                float *qkv, const void *qkv16, zt_dtype dt16, const float *out,
-                                const float *lse, int B, int T, int C, int NH);
+                                float *qkv, float *out, const float *lse, const zt_attn_home *home,
+                                int B, int T, int C, int NH);
+void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16, zt_dtype dt16,
+                              const float *weight, const float *bias, int N, int C, int OC);
+void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, float *act, const void *in16, zt_dtype dt16,
+                               const float *weight, int N, int C, int OC);
 
 static void cuda_set_matmul_dtype(zt_kctx *ctx, zt_dtype dtype)
 {
@@ -590,6 +595,8 @@ static const zt_ops cuda_ops = {
     .gelu_matmul_forward = zt_cuda_gelu_matmul_forward,
     .layernorm_matmul_forward = zt_cuda_layernorm_matmul_forward,
     .layernorm_matmul_backward = zt_cuda_layernorm_matmul_backward,
+    .matmul16_forward = zt_cuda_matmul16_forward,
+    .matmul16_backward = zt_cuda_matmul16_backward,
     .attention_forward = zt_cuda_attention_forward,
     .attention_backward = zt_cuda_attention_backward,
     .gelu_forward = zt_cuda_gelu_forward,

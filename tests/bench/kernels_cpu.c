@@ -139,9 +139,9 @@ static void bench_ops(void)
     float *dqkv = falloc(3 * NC);
     memset(dqkv, 0, 3 * NC * sizeof(float));
     double att_fl = 4.0 * B * NH * (double)T * T * (C / NH) * 0.5;
-    TIME_IT(s, OPS->attention_forward(CTX, y, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH));
+    TIME_IT(s, OPS->attention_forward(CTX, y, lse, scr, qkv, NULL, B, T, C, NH));
     report("attention_forward (causal flops)", s, att_fl, 0);
-    TIME_IT(s, OPS->attention_backward(CTX, dqkv, scr, z, qkv, NULL, ZT_F32, y, lse, B, T, C, NH));
+    TIME_IT(s, OPS->attention_backward(CTX, dqkv, scr, z, qkv, y, lse, NULL, B, T, C, NH));
     report("attention_backward (causal flops)", s, 2 * att_fl, 0);
 
     TIME_IT(s, OPS->gelu_forward(CTX, y, x, 4 * NC));
@@ -214,9 +214,8 @@ static void bench_attention_variants(void)
             CTX->attn_block = blocks[k];
             double s;
             TIME_IT(s, {
-                OPS->attention_forward(CTX, out, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH);
-                OPS->attention_backward(CTX, dqkv, scr, dout, qkv, NULL, ZT_F32, out, lse, B, T, C,
-                                        NH);
+                OPS->attention_forward(CTX, out, lse, scr, qkv, NULL, B, T, C, NH);
+                OPS->attention_backward(CTX, dqkv, scr, dout, qkv, out, lse, NULL, B, T, C, NH);
             });
             char what[80];
             snprintf(what, sizeof what, "attn fwd+bwd %s block %d", mode ? "inner" : "outer",
@@ -338,8 +337,8 @@ static void bench_step(double peak_gf, int steps)
                                                pp[3] + l * C, (int)N, C));
             TIMED(K_MM, OPS->matmul_forward(CTX, a->qkv, a->ln1, pp[4] + (size_t)l * 3 * C * C,
                                             pp[5] + l * 3 * C, (int)N, C, 3 * C));
-            TIMED(K_ATT, OPS->attention_forward(CTX, a->atty, a->lse, scratch, a->qkv, NULL, ZT_F32,
-                                                B, T, C, NH));
+            TIMED(K_ATT,
+                  OPS->attention_forward(CTX, a->atty, a->lse, scratch, a->qkv, NULL, B, T, C, NH));
             TIMED(K_MM, OPS->matmul_forward(CTX, a->attproj, a->atty, pp[6] + (size_t)l * C * C,
                                             pp[7] + l * C, (int)N, C, C));
             TIMED(K_RES, OPS->residual_forward(CTX, a->res2, res, a->attproj, NC));
@@ -383,8 +382,8 @@ static void bench_step(double peak_gf, int steps)
             TIMED(K_MM, OPS->matmul_backward(CTX, D(a->atty), gp[6] + (size_t)l * C * C,
                                              gp[7] + l * C, D(a->attproj), a->atty,
                                              pp[6] + (size_t)l * C * C, (int)N, C, C));
-            TIMED(K_ATT, OPS->attention_backward(CTX, D(a->qkv), scratch, D(a->atty), a->qkv, NULL,
-                                                 ZT_F32, a->atty, a->lse, B, T, C, NH));
+            TIMED(K_ATT, OPS->attention_backward(CTX, D(a->qkv), scratch, D(a->atty), a->qkv,
+                                                 a->atty, a->lse, NULL, B, T, C, NH));
             TIMED(K_MM, OPS->matmul_backward(CTX, D(a->ln1), gp[4] + (size_t)l * 3 * C * C,
                                              gp[5] + l * 3 * C, D(a->qkv), a->ln1,
                                              pp[4] + (size_t)l * 3 * C * C, (int)N, C, 3 * C));

@@ -307,6 +307,13 @@ int main(int argc, char **argv)
         TIME_IT(s,
                 G->layernorm_matmul_backward(K, dx, dw, db, y, z, x, w, bias, w, (int)N, C, 3 * C));
         report_flops("layernorm_matmul_backward qkv", md, s, 2 * qfl);
+        /* attproj from the attention output's 16-bit home (next to matmul_forward and
+         * matmul_backward attproj: copied into the staging instead of rounded from fp32) */
+        double afl1 = 2.0 * N * C * C;
+        TIME_IT(s, G->matmul16_forward(K, y, z, big, ZT_BF16, w, bias, (int)N, C, C));
+        report_flops("matmul16_forward attproj", md, s, afl1);
+        TIME_IT(s, G->matmul16_backward(K, dx, dw, db, y, z, big, ZT_BF16, w, (int)N, C, C));
+        report_flops("matmul16_backward attproj", md, s, 2 * afl1);
     }
     use_mode(0);
 
@@ -319,18 +326,18 @@ int main(int argc, char **argv)
     for (int md = 0; md < NMODES; md++) {
         if (md == MODE_UNSTAGED) continue; /* the attention's products are never staged */
         use_mode(md);
-        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH));
+        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, B, T, C, NH));
         report_flops("attention_forward", md, s, afl);
-        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, NULL, ZT_F32, y, lse, B, T, C, NH));
+        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, NULL, B, T, C, NH));
         report_flops("attention_backward", md, s, 2 * afl);
     }
     /* the fused kernels (ZT_CUDA_ATTN=fused): fp32, and bf16 tensor cores for 16-bit inputs */
     for (int md = 0; md < NMODES; md += 2) {
         K = KF;
         G->set_matmul_dtype(K, MODES[md].dtype);
-        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH));
+        TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, B, T, C, NH));
         report_flops("attention_forward fused", md, s, afl);
-        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, NULL, ZT_F32, y, lse, B, T, C, NH));
+        TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, NULL, B, T, C, NH));
         report_flops("attention_backward fused", md, s, 2 * afl);
         for (size_t v = 0; v < N_KV_ATTN && MODES[md].dtype == ZT_BF16; v++) { /* beside them */
             char what[96];
@@ -338,12 +345,11 @@ int main(int argc, char **argv)
             G->set_matmul_dtype(K, MODES[md].dtype);
             if (*KV_ATTN[v].fwd) {
                 snprintf(what, sizeof(what), "attention_forward fused, %s", KV_ATTN[v].label);
-                TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH));
+                TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, NULL, B, T, C, NH));
                 report_flops(what, md, s, afl);
             }
             snprintf(what, sizeof(what), "attention_backward fused, %s", KV_ATTN[v].label);
-            TIME_IT(s,
-                    G->attention_backward(K, dqkv, scr, x, qkv, NULL, ZT_F32, y, lse, B, T, C, NH));
+            TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, NULL, B, T, C, NH));
             report_flops(what, md, s, 2 * afl);
         }
     }

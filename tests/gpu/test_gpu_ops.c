@@ -1200,10 +1200,10 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
     float *nan_fill = kc_falloc(nS);
     for (size_t i = 0; i < nS; i++)
         nan_fill[i] = NAN; /* scratch contents are undefined on entry: NaN must not leak */
-    CPU->attention_forward(CC, out, lse, scr, qkv, NULL, ZT_F32, B, T, C, NH);
+    CPU->attention_forward(CC, out, lse, scr, qkv, NULL, B, T, C, NH);
     float *d_qkv = upf(qkv, n3), *d_out = dalloc(nC * 4), *d_lse = dalloc(nL * 4);
     float *d_scr = upf(nan_fill, nS);
-    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
+    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
     snprintf(what, sizeof(what), "attention_forward %s out B=%d T=%d C=%d NH=%d (chunks of %d)",
              mode, B, T, C, NH, zt_attention_chunk_seqs(B, T, NH));
     check_f(what, d_out, out, nC, rtol, 1e-6);
@@ -1220,12 +1220,10 @@ static void attention_case(int B, int T, int C, int NH, const char *mode, double
     /* the CPU's out and lse, so only the backward differs */
     float *d_out2 = upf(out, nC), *d_lse2 = upf(lse, nL);
     GPU->copy_h2d(GC, d_scr, nan_fill, nS * sizeof(float)); /* undefined on entry again */
-    CPU->attention_backward(CC, dqkv, scr, dout, qkv, NULL, ZT_F32, out, lse, B, T, C, NH);
-    GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out2, d_lse2, B, T, C,
-                            NH);
+    CPU->attention_backward(CC, dqkv, scr, dout, qkv, out, lse, NULL, B, T, C, NH);
+    GPU->attention_backward(GC, d_dqkv, d_scr, d_dout, d_qkv, d_out2, d_lse2, NULL, B, T, C, NH);
     /* a NULL dqkv is a no-op */
-    GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out2, d_lse2, B, T, C,
-                            NH);
+    GPU->attention_backward(GC, NULL, d_scr, d_dout, d_qkv, d_out2, d_lse2, NULL, B, T, C, NH);
     snprintf(what, sizeof(what), "attention_backward %s dqkv B=%d T=%d C=%d NH=%d", mode, B, T,
              C, NH);
     check_f(what, d_dqkv, dqkv, n3, rtol, 1e-6);
@@ -1340,7 +1338,7 @@ static void test_attention_choice(void)
             scr[i] = NAN;
         float *d_qkv = upf(qkv, n3), *d_scr = upf(scr, nS);
         float *d_out = dalloc((size_t)B * T * C * 4), *d_lse = dalloc((size_t)B * NH * T * 4);
-        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
+        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
         GPU->copy_d2h(GC, scr, d_scr, nS * sizeof(float));
         gsync("attention choice");
         size_t untouched = 0;
@@ -1359,13 +1357,14 @@ static void test_attention_choice(void)
     zt_free(qkv), zt_free(scr);
 }
 
-/* qkv's 16-bit home (attention's qkv16 and dt16) on context c with matmul inputs mm: forward
- * leaves qkv rounded there (the bits of cast) beside the out and lse of a forward without it;
- * backward from the home, its qkv argument NaN, gives the dqkv of a backward from qkv rounded
- * through the home, bit for bit. Where the tensor-core kernels take the home as their own copy
- * (direct: their 16-bit type is dt16), on the emulation forward launches what it launches
- * without the home and backward one kernel fewer (no rounding of qkv); elsewhere one cast
- * more each. */
+/* The 16-bit homes of qkv and out (attention's home: qkv's alone, out's alone, both) on
+ * context c with matmul inputs mm: forward leaves them rounded there (the bits of cast)
+ * beside the lse (and, where out has no home, the out) of a forward without them; backward
+ * from the homes, its qkv and out arguments NaN, gives the dqkv of a backward from qkv and out
+ * rounded through them, bit for bit. Where the tensor-core kernels take the homes as their
+ * own (direct: their 16-bit type is the homes'), on the emulation forward launches what it
+ * launches without them and backward one kernel fewer where qkv has a home (no rounding of
+ * qkv); elsewhere one cast more for each home, each way. */
 static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool direct,
                                 const char *label)
 {
@@ -1378,65 +1377,85 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
     GPU->set_matmul_dtype(c, mm);
     float *qkv = kc_frandn(n3, 1.0), *dout = kc_frandn(nC, 1.0), *dq0 = kc_frandn(n3, 1.0);
     float *nan3 = kc_falloc(n3), *out = kc_falloc(nC), *lse = kc_falloc(nL), *dq = kc_falloc(n3);
-    uint16_t *want16 = zt_malloc(n3 * 2);
-    ASSERT_TRUE(want16 != NULL);
+    uint16_t *wq = zt_malloc(n3 * 2), *wo = zt_malloc(nC * 2);
+    ASSERT_TRUE(wq && wo);
     for (size_t i = 0; i < n3; i++)
         nan3[i] = NAN;
     float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_scr = dalloc(nS * 4);
     float *d_out = dalloc(nC * 4), *d_lse = dalloc(nL * 4), *d_out2 = dalloc(nC * 4);
-    float *d_lse2 = dalloc(nL * 4), *d_qkvr = dalloc(n3 * 4), *d_nan = upf(nan3, n3);
-    float *d_dqa = upf(dq0, n3), *d_dqb = upf(dq0, n3);
-    void *d_home = dalloc(n3 * 2), *d_want16 = dalloc(n3 * 2);
+    float *d_lse2 = dalloc(nL * 4), *d_qr = dalloc(n3 * 4), *d_or = dalloc(nC * 4);
+    float *d_dqa = dalloc(n3 * 4), *d_dqb = dalloc(n3 * 4), *d_nanq = dalloc(n3 * 4);
+    float *d_nano = dalloc(nC * 4);
+    void *d_hq = dalloc(n3 * 2), *d_ho = dalloc(nC * 2), *d_w = dalloc(n3 * 2);
+    for (int which = 1; which <= 3; which++) { /* 1 qkv's home, 2 out's, 3 both */
+        zt_attn_home home = {which & 1 ? d_hq : NULL, which & 2 ? d_ho : NULL, dt16};
+        int nh = (which & 1) + (which >> 1);
+        char tag[96];
+        snprintf(tag, sizeof(tag), "%s, %s %s home(s)", label,
+                 which == 1   ? "qkv's"
+                 : which == 2 ? "out's"
+                              : "both",
+                 zt_dtype_name(dt16));
+        unsigned long long l0 = EMU_LAUNCHES();
+        GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
+        unsigned long long lw = EMU_LAUNCHES() - l0;
+        GPU->copy_h2d(c, d_out2, nan3, nC * 4);
+        l0 = EMU_LAUNCHES();
+        GPU->attention_forward(c, d_out2, d_lse2, d_scr, d_qkv, &home, B, T, C, NH);
+        unsigned long long lh = EMU_LAUNCHES() - l0;
+        GPU->cast(c, d_w, dt16, d_qkv, ZT_F32, n3);
+        GPU->copy_d2h(c, wq, d_w, n3 * 2);
+        GPU->cast(c, d_w, dt16, d_out, ZT_F32, nC);
+        GPU->copy_d2h(c, wo, d_w, nC * 2);
+        GPU->copy_d2h(c, out, d_out, nC * 4);
+        GPU->copy_d2h(c, lse, d_lse, nL * 4);
+        gsync("attention with homes");
+        snprintf(what, sizeof(what), "attention_forward %s: lse", tag);
+        check_bits(what, d_lse2, lse, nL, 4);
+        snprintf(what, sizeof(what), "attention_forward %s: out", tag);
+        if (!home.out) check_bits(what, d_out2, out, nC, 4);
+        snprintf(what, sizeof(what), "attention_forward %s: qkv's home", tag);
+        if (home.qkv) check_bits(what, d_hq, wq, n3, 2);
+        snprintf(what, sizeof(what), "attention_forward %s: out's home", tag);
+        if (home.out) check_bits(what, d_ho, wo, nC, 2);
+        if (EMU_COUNTS && lh != lw + (direct ? 0 : (unsigned)nh))
+            ZT_FAIL("attention_forward %s: %llu launches, %llu without the homes", tag, lh, lw);
 
-    unsigned long long l0 = EMU_LAUNCHES();
-    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
-    unsigned long long lw = EMU_LAUNCHES() - l0;
-    l0 = EMU_LAUNCHES();
-    GPU->attention_forward(c, d_out2, d_lse2, d_scr, d_qkv, d_home, dt16, B, T, C, NH);
-    unsigned long long lh = EMU_LAUNCHES() - l0;
-    GPU->cast(c, d_want16, dt16, d_qkv, ZT_F32, n3);
-    GPU->copy_d2h(c, out, d_out, nC * 4);
-    GPU->copy_d2h(c, lse, d_lse, nL * 4);
-    GPU->copy_d2h(c, want16, d_want16, n3 * 2);
-    gsync("attention with a home");
-    snprintf(what, sizeof(what), "attention_forward %s, a %s home: out", label,
-             zt_dtype_name(dt16));
-    check_bits(what, d_out2, out, nC, 4);
-    snprintf(what, sizeof(what), "attention_forward %s, a %s home: lse", label,
-             zt_dtype_name(dt16));
-    check_bits(what, d_lse2, lse, nL, 4);
-    snprintf(what, sizeof(what), "attention_forward %s, a %s home: the home", label,
-             zt_dtype_name(dt16));
-    check_bits(what, d_home, want16, n3, 2);
-    if (EMU_COUNTS && lh != lw + (direct ? 0 : 1))
-        ZT_FAIL("attention_forward %s, a %s home: %llu launches, %llu without it", label,
-                zt_dtype_name(dt16), lh, lw);
-
-    GPU->cast(c, d_qkvr, ZT_F32, d_home, dt16, n3); /* what a restore would give */
-    l0 = EMU_LAUNCHES();
-    GPU->attention_backward(c, d_dqa, d_scr, d_dout, d_qkvr, NULL, ZT_F32, d_out, d_lse, B, T, C,
-                            NH);
-    lw = EMU_LAUNCHES() - l0;
-    l0 = EMU_LAUNCHES();
-    GPU->attention_backward(c, d_dqb, d_scr, d_dout, d_nan, d_home, dt16, d_out, d_lse, B, T, C,
-                            NH);
-    lh = EMU_LAUNCHES() - l0;
-    GPU->copy_d2h(c, dq, d_dqa, n3 * 4);
-    gsync("attention backward from a home");
-    snprintf(what, sizeof(what), "attention_backward %s from a %s home: dqkv", label,
-             zt_dtype_name(dt16));
-    check_bits(what, d_dqb, dq, n3, 4);
-    if (EMU_COUNTS && lh + (direct ? 1 : 0) != lw + (direct ? 0 : 1))
-        ZT_FAIL("attention_backward %s from a %s home: %llu launches, %llu without it", label,
-                zt_dtype_name(dt16), lh, lw);
+        /* what restores would give */
+        if (home.qkv)
+            GPU->cast(c, d_qr, ZT_F32, d_hq, dt16, n3);
+        else
+            GPU->copy_d2d(c, d_qr, d_qkv, n3 * 4);
+        if (home.out)
+            GPU->cast(c, d_or, ZT_F32, d_ho, dt16, nC);
+        else
+            GPU->copy_d2d(c, d_or, d_out, nC * 4);
+        GPU->copy_h2d(c, d_dqa, dq0, n3 * 4);
+        GPU->copy_h2d(c, d_dqb, dq0, n3 * 4);
+        GPU->copy_h2d(c, d_nanq, nan3, n3 * 4);
+        GPU->copy_h2d(c, d_nano, nan3, nC * 4);
+        l0 = EMU_LAUNCHES();
+        GPU->attention_backward(c, d_dqa, d_scr, d_dout, d_qr, d_or, d_lse, NULL, B, T, C, NH);
+        lw = EMU_LAUNCHES() - l0;
+        l0 = EMU_LAUNCHES();
+        GPU->attention_backward(c, d_dqb, d_scr, d_dout, home.qkv ? d_nanq : d_qkv,
+                                home.out ? d_nano : d_out, d_lse, &home, B, T, C, NH);
+        lh = EMU_LAUNCHES() - l0;
+        GPU->copy_d2h(c, dq, d_dqa, n3 * 4);
+        gsync("attention backward from homes");
+        snprintf(what, sizeof(what), "attention_backward %s: dqkv", tag);
+        check_bits(what, d_dqb, dq, n3, 4);
+        if (EMU_COUNTS && lh + (direct && home.qkv ? 1 : 0) != lw + (direct ? 0 : (unsigned)nh))
+            ZT_FAIL("attention_backward %s: %llu launches, %llu without the homes", tag, lh, lw);
+        printf("attention %s: ok\n", tag);
+    }
     dfree(d_qkv), dfree(d_dout), dfree(d_scr), dfree(d_out), dfree(d_lse), dfree(d_out2);
-    dfree(d_lse2), dfree(d_qkvr), dfree(d_nan), dfree(d_dqa), dfree(d_dqb), dfree(d_home);
-    dfree(d_want16);
+    dfree(d_lse2), dfree(d_qr), dfree(d_or), dfree(d_dqa), dfree(d_dqb), dfree(d_nanq);
+    dfree(d_nano), dfree(d_hq), dfree(d_ho), dfree(d_w);
     zt_free(qkv), zt_free(dout), zt_free(dq0), zt_free(nan3), zt_free(out), zt_free(lse);
-    zt_free(dq), zt_free(want16);
+    zt_free(dq), zt_free(wq), zt_free(wo);
     GPU->set_matmul_dtype(c, ZT_F32);
     GC = keep;
-    printf("attention %s with a %s home: ok\n", label, zt_dtype_name(dt16));
 }
 
 /* Every path with a home: the tensor-core kernels in their own type (each variant but dQ by
@@ -1452,6 +1471,88 @@ static void test_attention_home(void)
     for (size_t v = 0; v < N_ATTN_VARIANTS; v++)
         if (strcmp(ATTN_VARIANTS[v].dq, "atomic") != 0)
             attention_home_case(GV[v], ZT_BF16, ZT_BF16, true, ATTN_VARIANTS[v].label);
+}
+
+/* matmul16_forward and _backward (a 16-bit input: an attention output's home) give the bits
+ * of cast into fp32 then matmul_forward or matmul_backward on the same context: staged bf16
+ * and fp16 contexts, where the home is copied into the staging and the fp32 scratch is left
+ * alone (NaN), with the staging whole, in blocks of rows, and by columns with the weight over
+ * the cap (whose backward runs unstaged: the scratch filled); a home of the other 16-bit type,
+ * fp32 matmuls, and copies by their own passes (ZT_CUDA_STAGE_FUSED=0), which fill the scratch
+ * and run the op. */
+static void test_matmul16(void)
+{
+    static const struct {
+        const char *mm;
+        zt_dtype dt;
+        int N, C, OC;
+        size_t cap;
+        const char *fused;
+        int copied; /* 1 forward, 2 backward: the home copied, the scratch left alone */
+    } cases[] = {
+        {"bf16", ZT_BF16, 300, 200, 136, 0, NULL, 3},
+        {"fp16", ZT_F16, 300, 200, 136, 0, NULL, 3},
+        {"bf16", ZT_BF16, 300, 200, 136, 27264 + 200 * 128, NULL, 3},
+        {"bf16", ZT_BF16, 64, 96, 1000, 6144 + 128 + 96 * 128, NULL, 1},
+        {"bf16", ZT_F16, 300, 200, 136, 0, NULL, 0},
+        {"fp32", ZT_BF16, 300, 200, 136, 0, NULL, 0},
+        {"bf16", ZT_BF16, 300, 200, 136, 0, "0", 0},
+    };
+    zt_kctx *keep = GC;
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        int N = cases[t].N, C = cases[t].C, OC = cases[t].OC;
+        size_t NC = (size_t)N * C, NO = (size_t)N * OC, WC = (size_t)OC * C;
+        char what[160];
+        if (cases[t].fused) setenv("ZT_CUDA_STAGE_FUSED", cases[t].fused, 1);
+        GC = ctx_stage(cases[t].mm, NULL, cases[t].cap);
+        unsetenv("ZT_CUDA_STAGE_FUSED");
+        float *x = kc_frandn(NC, 1.0), *w = kc_frandn(WC, 0.3), *b = kc_frandn((size_t)OC, 1.0);
+        float *dy = kc_frandn(NO, 1.0), *nan = kc_falloc(NC), *h_o = kc_falloc(NO);
+        float *h_dx = kc_falloc(NC), *h_dw = kc_falloc(WC), *h_db = kc_falloc((size_t)OC);
+        for (size_t i = 0; i < NC; i++)
+            nan[i] = NAN;
+        float *d_x = upf(x, NC), *d_w = upf(w, WC), *d_b = upf(b, (size_t)OC), *d_dy = upf(dy, NO);
+        float *d_xr = dalloc(NC * 4), *d_act = upf(nan, NC), *d_o1 = dalloc(NO * 4);
+        float *d_o2 = dalloc(NO * 4), *d_dx1 = dalloc(NC * 4), *d_dx2 = dalloc(NC * 4);
+        float *d_dw1 = dalloc(WC * 4), *d_dw2 = dalloc(WC * 4), *d_db1 = dalloc((size_t)OC * 4);
+        float *d_db2 = dalloc((size_t)OC * 4);
+        void *d_x16 = dalloc(NC * 2);
+        GPU->cast(GC, d_x16, cases[t].dt, d_x, ZT_F32, NC);
+        GPU->cast(GC, d_xr, ZT_F32, d_x16, cases[t].dt, NC);
+        GPU->matmul_forward(GC, d_o1, d_xr, d_w, d_b, N, C, OC);
+        GPU->matmul16_forward(GC, d_o2, d_act, d_x16, cases[t].dt, d_w, d_b, N, C, OC);
+        GPU->copy_d2h(GC, h_o, d_o1, NO * 4);
+        gsync("matmul16_forward");
+        snprintf(what, sizeof(what), "matmul16_forward, %s matmuls, a %s input, N=%d C=%d OC=%d",
+                 cases[t].mm, zt_dtype_name(cases[t].dt), N, C, OC);
+        check_bits(what, d_o2, h_o, NO, 4);
+        if (cases[t].copied & 1) check_bits(what, d_act, nan, NC, 4); /* the scratch untouched */
+        GPU->memset0(GC, d_dx1, NC * 4), GPU->memset0(GC, d_dx2, NC * 4);
+        GPU->memset0(GC, d_dw1, WC * 4), GPU->memset0(GC, d_dw2, WC * 4);
+        GPU->memset0(GC, d_db1, (size_t)OC * 4), GPU->memset0(GC, d_db2, (size_t)OC * 4);
+        GPU->copy_h2d(GC, d_act, nan, NC * 4);
+        GPU->matmul_backward(GC, d_dx1, d_dw1, d_db1, d_dy, d_xr, d_w, N, C, OC);
+        GPU->matmul16_backward(GC, d_dx2, d_dw2, d_db2, d_dy, d_act, d_x16, cases[t].dt, d_w, N, C,
+                               OC);
+        GPU->copy_d2h(GC, h_dx, d_dx1, NC * 4);
+        GPU->copy_d2h(GC, h_dw, d_dw1, WC * 4);
+        GPU->copy_d2h(GC, h_db, d_db1, (size_t)OC * 4);
+        gsync("matmul16_backward");
+        snprintf(what, sizeof(what), "matmul16_backward, %s matmuls, a %s input, N=%d C=%d OC=%d",
+                 cases[t].mm, zt_dtype_name(cases[t].dt), N, C, OC);
+        check_bits(what, d_dx2, h_dx, NC, 4);
+        check_bits(what, d_dw2, h_dw, WC, 4);
+        check_bits(what, d_db2, h_db, (size_t)OC, 4);
+        if (cases[t].copied & 2) check_bits(what, d_act, nan, NC, 4);
+        printf("%s: ok\n", what);
+        dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_dy), dfree(d_xr), dfree(d_act), dfree(d_o1);
+        dfree(d_o2), dfree(d_dx1), dfree(d_dx2), dfree(d_dw1), dfree(d_dw2), dfree(d_db1);
+        dfree(d_db2), dfree(d_x16);
+        zt_free(x), zt_free(w), zt_free(b), zt_free(dy), zt_free(nan), zt_free(h_o);
+        zt_free(h_dx), zt_free(h_dw), zt_free(h_db);
+        GPU->ctx_destroy(GC);
+    }
+    GC = keep;
 }
 
 #define AE_B 2
@@ -1494,9 +1595,9 @@ static unsigned long long attention_env_run(const char *name, const char *value,
     unsigned long long g0 = EMU_GEMMS();
     float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
     float *d_lse = dalloc(nL * 4), *d_scr = dalloc(nS * 4), *d_dq = dalloc(n3 * 4);
-    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
+    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
     GPU->memset0(c, d_dq, n3 * 4);
-    GPU->attention_backward(c, d_dq, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out, d_lse, B, T, C, NH);
+    GPU->attention_backward(c, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, NULL, B, T, C, NH);
     GPU->copy_d2h(c, res, d_out, nC * 4);
     GPU->copy_d2h(c, res + nC, d_lse, nL * 4);
     GPU->copy_d2h(c, res + nC + nL, d_dq, n3 * 4);
@@ -1587,10 +1688,9 @@ static void test_attention_misaligned(void)
         float *d_qkv = upf_off(qkv, n3, off), *d_dout = upf_off(dout, nC, off);
         float *d_out = (float *)dalloc((nC + 1) * 4) + off, *d_lse = dalloc(nL * 4);
         float *d_scr = dalloc(nS * 4), *d_dq = (float *)dalloc((n3 + 1) * 4) + off;
-        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
+        GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
         GPU->memset0(GC, d_dq, n3 * 4);
-        GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out, d_lse, B, T, C,
-                                NH);
+        GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, NULL, B, T, C, NH);
         out[off] = kc_falloc(nC), dq[off] = kc_falloc(n3);
         GPU->copy_d2h(GC, out[off], d_out, nC * 4);
         GPU->copy_d2h(GC, dq[off], d_dq, n3 * 4);
@@ -1610,19 +1710,20 @@ static void test_attention_misaligned(void)
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA) /* a build with kernels/cuda/ */
 /* kernels/cuda/attn_tc_cuda.cu with a given scratch (cuda_int.h) */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                             size_t scratch_floats, const float *qkv, uint16_t *home, int B, int T,
-                             int C, int NH);
+                             size_t scratch_floats, const float *qkv, uint16_t *home,
+                             uint16_t *out16, int B, int T, int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
                               const float *dout, const float *qkv, const uint16_t *home,
-                              const float *out, const float *lse, int B, int T, int C, int NH);
+                              const float *out, const uint16_t *out16, const float *lse, int B,
+                              int T, int C, int NH);
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
 
 /* The tensor-core kernels work through as many sequences at a time as the scratch holds the
  * 16-bit copies (and deltas) of: with room for two, five sequences go in runs of 2, 2, 1 and
  * give the bits of one run of all five (the op's full scratch), forward and backward, also
- * with a 16-bit home of qkv (each run's part of it written in forward, the bits of cast, and
- * read in backward, qkv there NaN); a scratch that holds no sequence is refused with an error,
- * not overrun. */
+ * with 16-bit homes of qkv and out (each run's part of them written in forward, the bits of
+ * cast, and read in backward, qkv and out there NaN; backward's bits those of out rounded); a
+ * scratch that holds no sequence is refused with an error, not overrun. */
 static void test_attention_tc_runs(void)
 {
     int B = 5, T = 70, C = 128, NH = 2;
@@ -1635,43 +1736,53 @@ static void test_attention_tc_runs(void)
     float *want_out = kc_falloc(nC), *want_lse = kc_falloc(nL);
     float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
     float *d_lse = dalloc(nL * 4), *d_scr = dalloc((nS + 1) * 4), *d_dq = dalloc(n3 * 4);
-    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, ZT_F32, B, T, C, NH);
+    GPU->attention_forward(GC, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
     GPU->memset0(GC, d_dq, n3 * 4);
-    GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, NULL, ZT_F32, d_out, d_lse, B, T, C,
-                            NH);
+    GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_out, d_lse, NULL, B, T, C, NH);
     GPU->copy_d2h(GC, want, d_dq, n3 * 4);
     GPU->copy_d2h(GC, want_out, d_out, nC * 4);
     GPU->copy_d2h(GC, want_lse, d_lse, nL * 4);
-    uint16_t *want16 = zt_malloc(n3 * 2), *d_home = dalloc(n3 * 2);
-    float *nan3 = kc_falloc(n3);
-    ASSERT_TRUE(want16 != NULL);
+    uint16_t *want16 = zt_malloc(n3 * 2), *wo16 = zt_malloc(nC * 2), *d_home = dalloc(n3 * 2);
+    uint16_t *d_ho = dalloc(nC * 2);
+    float *nan3 = kc_falloc(n3), *want_h = kc_falloc(n3), *d_or = dalloc(nC * 4);
+    ASSERT_TRUE(want16 && wo16);
     for (size_t i = 0; i < n3; i++)
         nan3[i] = NAN;
     float *d_nan = upf(nan3, n3);
     GPU->cast(GC, d_home, ZT_BF16, d_qkv, ZT_F32, n3);
     GPU->copy_d2h(GC, want16, d_home, n3 * 2);
+    GPU->cast(GC, d_ho, ZT_BF16, d_out, ZT_F32, nC);
+    GPU->copy_d2h(GC, wo16, d_ho, nC * 2);
+    GPU->cast(GC, d_or, ZT_F32, d_ho, ZT_BF16, nC); /* backward's out from its home */
+    GPU->memset0(GC, d_dq, n3 * 4);
+    GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_or, d_lse, NULL, B, T, C, NH);
+    GPU->copy_d2h(GC, want_h, d_dq, n3 * 4);
     gsync("attention, one run");
     for (int off = 0; off < 4; off++) { /* a scratch 16-byte aligned, then 4 bytes past that */
-        uint16_t *home = off >= 2 ? d_home : NULL;
+        uint16_t *home = off >= 2 ? d_home : NULL, *o16 = off >= 2 ? d_ho : NULL;
         GPU->memset0(GC, d_out, nC * 4);
         GPU->memset0(GC, d_lse, nL * 4);
         GPU->memset0(GC, d_home, n3 * 2);
-        zt_cuda_attn_tc_forward(GC, d_out, d_lse, d_scr + off % 2, small, d_qkv, home, B, T, C, NH);
-        check_bits("attention forward in runs of two sequences", d_out, want_out, nC, 4);
+        GPU->memset0(GC, d_ho, nC * 2);
+        zt_cuda_attn_tc_forward(GC, d_out, d_lse, d_scr + off % 2, small, d_qkv, home, o16, B, T, C,
+                                NH);
+        if (!o16) check_bits("attention forward in runs of two sequences", d_out, want_out, nC, 4);
         check_bits("attention forward in runs of two sequences (lse)", d_lse, want_lse, nL, 4);
-        if (home)
+        if (home) {
             check_bits("attention forward in runs of two sequences (home)", home, want16, n3, 2);
+            check_bits("attention forward in runs of two sequences (out's home)", o16, wo16, nC, 2);
+        }
         GPU->memset0(GC, d_dq, n3 * 4);
         zt_cuda_attn_tc_backward(GC, d_dq, d_scr + off % 2, small, d_dout, home ? d_nan : d_qkv,
-                                 home, d_out, d_lse, B, T, C, NH);
-        check_bits("attention backward in runs of two sequences", d_dq, want, n3, 4);
+                                 home, o16 ? d_nan : d_out, o16, d_lse, B, T, C, NH);
+        check_bits("attention backward in runs of two sequences", d_dq, o16 ? want_h : want, n3, 4);
     }
     /* room for less than one sequence: an error, and nothing written */
     zt_kctx *ec = ctx_with_mm("bf16");
     GPU->memset0(GC, d_dq, n3 * 4);
     gsync("attention, zeros");
     zt_cuda_attn_tc_backward(ec, d_dq, d_scr, zt_cuda_attn_tc_floats(1, T, C, NH) - 4, d_dout,
-                             d_qkv, NULL, d_out, d_lse, B, T, C, NH);
+                             d_qkv, NULL, d_out, NULL, d_lse, B, T, C, NH);
     zt_err err;
     zt_err_clear(&err);
     ASSERT_EQ_INT(GPU->sync(ec, &err), ZT_ERR_INVALID);
@@ -1682,11 +1793,11 @@ static void test_attention_tc_runs(void)
     memset(zero, 0, n3 * 4);
     check_bits("attention backward refused", d_dq, zero, n3, 4);
     dfree(d_qkv), dfree(d_dout), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dq);
-    dfree(d_home), dfree(d_nan);
+    dfree(d_home), dfree(d_nan), dfree(d_ho), dfree(d_or);
     GPU->ctx_destroy(GC);
     GC = keep;
     zt_free(qkv), zt_free(dout), zt_free(want), zt_free(want_out), zt_free(want_lse), zt_free(zero);
-    zt_free(want16), zt_free(nan3);
+    zt_free(want16), zt_free(nan3), zt_free(wo16), zt_free(want_h);
     printf("attention in runs of sequences, ok\n");
 }
 #endif
@@ -2105,6 +2216,7 @@ int main(void)
     ZT_TEST_RUN(test_attention(1, 1024, 128, 2));
     ZT_TEST_RUN(test_attention_choice());
     ZT_TEST_RUN(test_attention_home());
+    ZT_TEST_RUN(test_matmul16());
     ZT_TEST_RUN(test_attention_env());
     ZT_TEST_RUN(test_attention_misaligned());
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)

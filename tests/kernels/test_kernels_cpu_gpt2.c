@@ -291,6 +291,49 @@ static void test_gelu_matmul(int N, int C, int OC)
     printf("gelu_matmul_forward N=%d C=%d OC=%d: bitwise the two ops\n", N, C, OC);
 }
 
+/* A linear layer of a 16-bit input (matmul16_forward and _backward) is bitwise cast into the
+ * scratch it is given (NaN here) then matmul_forward or matmul_backward, bf16 and fp16, with
+ * and without a bias; NULL dweight and dbias are skipped. */
+static void test_matmul16(int N, int C, int OC)
+{
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, WC = (size_t)OC * C;
+    float *x = kc_frandn(NC, 1.0), *w = kc_frandn(WC, 0.3), *bias = kc_frandn((size_t)OC, 1.0);
+    float *dout = kc_frandn(NO, 1.0), *act = kc_falloc(NC), *act2 = kc_falloc(NC);
+    float *out = kc_falloc(NO), *out2 = kc_falloc(NO), *dx = kc_falloc(NC), *dx2 = kc_falloc(NC);
+    float *dw = kc_falloc(WC), *dw2 = kc_falloc(WC), *db = kc_falloc((size_t)OC);
+    float *db2 = kc_falloc((size_t)OC);
+    uint16_t *x16 = zt_malloc(NC * 2 + 2);
+    ASSERT_TRUE(x16 != NULL);
+    static const zt_dtype types[] = {ZT_BF16, ZT_F16};
+    for (int ti = 0; ti < 2; ti++) {
+        OPS->cast(CTX, x16, types[ti], x, ZT_F32, NC);
+        OPS->cast(CTX, act, ZT_F32, x16, types[ti], NC);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *b = with_bias ? bias : NULL;
+            OPS->matmul_forward(CTX, out, act, w, b, N, C, OC);
+            memset(out2, 0xff, NO * 4);
+            memset(act2, 0xff, NC * 4);
+            OPS->matmul16_forward(CTX, out2, act2, x16, types[ti], w, b, N, C, OC);
+            ASSERT_TRUE(memcmp(out, out2, NO * 4) == 0);
+        }
+        memset(dx, 0, NC * 4), memset(dw, 0, WC * 4), memset(db, 0, (size_t)OC * 4);
+        memset(dx2, 0, NC * 4), memset(dw2, 0, WC * 4), memset(db2, 0, (size_t)OC * 4);
+        memset(act2, 0xff, NC * 4);
+        OPS->matmul_backward(CTX, dx, dw, db, dout, act, w, N, C, OC);
+        OPS->matmul16_backward(CTX, dx2, dw2, db2, dout, act2, x16, types[ti], w, N, C, OC);
+        ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0 && memcmp(dw, dw2, WC * 4) == 0 &&
+                    memcmp(db, db2, (size_t)OC * 4) == 0);
+        memset(dx2, 0, NC * 4);
+        memset(act2, 0xff, NC * 4);
+        OPS->matmul16_backward(CTX, dx2, NULL, NULL, dout, act2, x16, types[ti], w, N, C, OC);
+        ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0);
+    }
+    zt_free(x), zt_free(w), zt_free(bias), zt_free(dout), zt_free(act), zt_free(act2);
+    zt_free(out), zt_free(out2), zt_free(dx), zt_free(dx2), zt_free(dw), zt_free(dw2);
+    zt_free(db), zt_free(db2), zt_free(x16);
+    printf("matmul16 N=%d C=%d OC=%d: bitwise cast then the ops\n", N, C, OC);
+}
+
 /* The MLP's second layer backward through its GELU is bitwise gelu_forward, matmul_backward
  * into zeros then gelu_backward into zeros, GELU's output computed by the op into the scratch
  * it is given (NaN here: nothing of it is read); dweight and dbias accumulate, NULL ones are
@@ -643,8 +686,7 @@ static double att_loss_ref(void *p)
 static double att_loss_op(void *p)
 {
     att_state *s = p;
-    OPS->attention_forward(CTX, s->out, s->lse, s->scratch, s->qkv, NULL, ZT_F32, s->B, s->T, s->C,
-                           s->NH);
+    OPS->attention_forward(CTX, s->out, s->lse, s->scratch, s->qkv, NULL, s->B, s->T, s->C, s->NH);
     return kc_dot_fd(s->out, s->wt, (size_t)s->B * s->T * s->C);
 }
 
@@ -675,7 +717,7 @@ static void test_attention(int B, int T, int C, int NH)
             char what[160];
             for (size_t i = 0; i < NS; i++)
                 scratch[i] = NAN; /* contents undefined on entry */
-            OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, ZT_F32, B, T, C, NH);
+            OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, B, T, C, NH);
             snprintf(what, sizeof what, "attention_forward out (mode %d, block %d)", mode,
                      blocks[bi]);
             kc_check_close(what, out, out_d, NO, RT_FWD, 0);
@@ -686,8 +728,7 @@ static void test_attention(int B, int T, int C, int NH)
                 dqkv[i] = (float)pre_d[i];
             for (size_t i = 0; i < NS; i++)
                 scratch[i] = NAN;
-            OPS->attention_backward(CTX, dqkv, scratch, dout, qkv, NULL, ZT_F32, out, lse, B, T, C,
-                                    NH);
+            OPS->attention_backward(CTX, dqkv, scratch, dout, qkv, out, lse, NULL, B, T, C, NH);
             snprintf(what, sizeof what, "attention_backward dqkv accumulated (mode %d, block %d)",
                      mode, blocks[bi]);
             kc_check_close(what, dqkv, dqkv_d, NQ, RT_BWD, 0);
@@ -696,7 +737,7 @@ static void test_attention(int B, int T, int C, int NH)
     CTX->attn_mode = saved_mode;
     CTX->attn_block = saved_block;
     CTX->nthreads = saved_threads;
-    OPS->attention_backward(CTX, NULL, scratch, dout, qkv, NULL, ZT_F32, out, lse, B, T, C,
+    OPS->attention_backward(CTX, NULL, scratch, dout, qkv, out, lse, NULL, B, T, C,
                             NH); /* skipped */
 
     double *g = kc_dalloc(NQ);
@@ -706,39 +747,65 @@ static void test_attention(int B, int T, int C, int NH)
                   FD_RT_REF);
     float *gf = kc_falloc(NQ);
     memset(gf, 0, NQ * sizeof(float));
-    OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, ZT_F32, B, T, C, NH);
-    OPS->attention_backward(CTX, gf, scratch, dout, qkv, NULL, ZT_F32, out, lse, B, T, C, NH);
+    OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, B, T, C, NH);
+    OPS->attention_backward(CTX, gf, scratch, dout, qkv, out, lse, NULL, B, T, C, NH);
     kc_fd_check_f("attention op dqkv", att_loss_op, &st, qkv, gf, NQ, FD_SAMPLES * 2, FD_H_OP,
                   FD_RT_OP);
 
-    /* qkv's 16-bit home: forward leaves qkv rounded there (the bits of cast) beside the same
-     * out and lse; backward from the home, its qkv argument NaN, gives the bits of a backward
-     * from qkv rounded through the home */
-    static const zt_dtype homes[] = {ZT_BF16, ZT_F16};
-    uint16_t *home = zt_malloc(NQ * 2), *want16 = zt_malloc(NQ * 2);
+    /* the 16-bit homes of qkv and out (each alone, then both): forward leaves them rounded
+     * there (the bits of cast) beside the same lse (and out where out has no home); backward
+     * from the homes, its qkv and out arguments NaN, gives the bits of a backward from qkv and
+     * out rounded through them */
+    static const zt_dtype types[] = {ZT_BF16, ZT_F16};
+    uint16_t *hq = zt_malloc(NQ * 2), *ho = zt_malloc(NO * 2), *wq = zt_malloc(NQ * 2);
+    uint16_t *wo = zt_malloc(NO * 2);
     float *out2 = kc_falloc(NO), *lse2 = kc_falloc(NL), *qr = kc_falloc(NQ), *gh = kc_falloc(NQ);
-    ASSERT_TRUE(home && want16);
-    for (size_t hi = 0; hi < 2; hi++) {
-        zt_dtype dt = homes[hi];
-        char what[96];
-        OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, ZT_F32, B, T, C, NH);
-        OPS->attention_forward(CTX, out2, lse2, scratch, qkv, home, dt, B, T, C, NH);
-        OPS->cast(CTX, want16, dt, qkv, ZT_F32, NQ);
-        snprintf(what, sizeof what, "attention with a %s home", zt_dtype_name(dt));
-        if (memcmp(out2, out, NO * 4) != 0 || memcmp(lse2, lse, NL * 4) != 0)
-            ZT_FAIL("%s: forward's out or lse differ from those without it", what);
-        if (memcmp(home, want16, NQ * 2) != 0) ZT_FAIL("%s: not the bits of cast", what);
-        OPS->cast(CTX, qr, ZT_F32, home, dt, NQ);
-        memset(gf, 0, NQ * sizeof(float));
-        OPS->attention_backward(CTX, gf, scratch, dout, qr, NULL, ZT_F32, out, lse, B, T, C, NH);
-        for (size_t i = 0; i < NQ; i++)
-            qr[i] = NAN;
-        memset(gh, 0, NQ * sizeof(float));
-        OPS->attention_backward(CTX, gh, scratch, dout, qr, home, dt, out, lse, B, T, C, NH);
-        if (memcmp(gh, gf, NQ * 4) != 0)
-            ZT_FAIL("%s: backward's dqkv differs from that of qkv rounded through it", what);
+    float *orr = kc_falloc(NO);
+    ASSERT_TRUE(hq && ho && wq && wo);
+    for (size_t ti = 0; ti < 2; ti++) {
+        for (int which = 1; which <= 3; which++) { /* 1 qkv, 2 out, 3 both */
+            zt_dtype dt = types[ti];
+            zt_attn_home home = {which & 1 ? hq : NULL, which & 2 ? ho : NULL, dt};
+            char what[96];
+            snprintf(what, sizeof what, "attention with %s %s home(s)",
+                     which == 1   ? "qkv's"
+                     : which == 2 ? "out's"
+                                  : "both",
+                     zt_dtype_name(dt));
+            OPS->attention_forward(CTX, out, lse, scratch, qkv, NULL, B, T, C, NH);
+            for (size_t i = 0; i < NO; i++)
+                out2[i] = NAN;
+            OPS->attention_forward(CTX, out2, lse2, scratch, qkv, &home, B, T, C, NH);
+            OPS->cast(CTX, wq, dt, qkv, ZT_F32, NQ);
+            OPS->cast(CTX, wo, dt, out, ZT_F32, NO);
+            if (memcmp(lse2, lse, NL * 4) != 0 || (!home.out && memcmp(out2, out, NO * 4) != 0))
+                ZT_FAIL("%s: forward's out or lse differ from those without it", what);
+            if ((home.qkv && memcmp(hq, wq, NQ * 2) != 0) ||
+                (home.out && memcmp(ho, wo, NO * 2) != 0))
+                ZT_FAIL("%s: not the bits of cast", what);
+            /* what a restore would give */
+            if (home.qkv)
+                OPS->cast(CTX, qr, ZT_F32, hq, dt, NQ);
+            else
+                memcpy(qr, qkv, NQ * 4);
+            if (home.out)
+                OPS->cast(CTX, orr, ZT_F32, ho, dt, NO);
+            else
+                memcpy(orr, out, NO * 4);
+            memset(gf, 0, NQ * sizeof(float));
+            OPS->attention_backward(CTX, gf, scratch, dout, qr, orr, lse, NULL, B, T, C, NH);
+            for (size_t i = 0; i < NQ; i++)
+                qr[i] = home.qkv ? NAN : qkv[i];
+            for (size_t i = 0; i < NO; i++)
+                orr[i] = home.out ? NAN : out[i];
+            memset(gh, 0, NQ * sizeof(float));
+            OPS->attention_backward(CTX, gh, scratch, dout, qr, orr, lse, &home, B, T, C, NH);
+            if (memcmp(gh, gf, NQ * 4) != 0)
+                ZT_FAIL("%s: backward's dqkv differs from that of the rounded tensors", what);
+        }
     }
-    zt_free(home), zt_free(want16), zt_free(out2), zt_free(lse2), zt_free(qr), zt_free(gh);
+    zt_free(hq), zt_free(ho), zt_free(wq), zt_free(wo), zt_free(out2), zt_free(lse2);
+    zt_free(qr), zt_free(gh), zt_free(orr);
 
     zt_free(qkv), zt_free(out), zt_free(lse), zt_free(qkv_d), zt_free(out_d), zt_free(att_d);
     zt_free(lse_d), zt_free(dout), zt_free(scratch), zt_free(dqkv), zt_free(dout_d);
@@ -1104,6 +1171,8 @@ static void test_table_and_memory(void)
     CHECK_FN(layernorm_backward);
     CHECK_FN(matmul_forward);
     CHECK_FN(matmul_backward);
+    CHECK_FN(matmul16_forward);
+    CHECK_FN(matmul16_backward);
     CHECK_FN(matmul_gelu_forward);
     CHECK_FN(matmul_gelu_backward);
     CHECK_FN(gelu_matmul_forward);
@@ -1187,8 +1256,8 @@ static void test_empty(void)
     OPS->layernorm_matmul_forward(CTX, buf, buf, buf, buf, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->layernorm_matmul_backward(CTX, buf, NULL, NULL, buf, buf, buf, buf, buf, buf, 0, 8, 8);
     OPS->classifier_forward_backward(CTX, buf, buf, buf, buf, buf, buf, tok, 0, 4, 4, 3, 4, 1.0f);
-    OPS->attention_forward(CTX, buf, buf, buf, buf, NULL, ZT_F32, 0, 4, 8, 2);
-    OPS->attention_backward(CTX, buf, buf, buf, buf, NULL, ZT_F32, buf, buf, 0, 4, 8, 2);
+    OPS->attention_forward(CTX, buf, buf, buf, buf, NULL, 0, 4, 8, 2);
+    OPS->attention_backward(CTX, buf, buf, buf, buf, buf, buf, NULL, 0, 4, 8, 2);
     OPS->gelu_forward(CTX, buf, buf, 0);
     OPS->gelu_backward(CTX, buf, buf, buf, 0);
     OPS->residual_forward(CTX, buf, buf, buf, 0);
@@ -1228,6 +1297,8 @@ static void run_all(int big)
     test_matmul_gelu(1, 1, 1);
     test_matmul_gelu(37, 64, 256);
     test_matmul_gelu(300, 77, 12);
+    test_matmul16(1, 1, 1);
+    test_matmul16(37, 64, 48);
     test_gelu_matmul(1, 1, 1);
     test_gelu_matmul(37, 256, 64);
     test_gelu_matmul(300, 12, 77);

@@ -22,8 +22,8 @@ bool zt_emu_device_range(const void *p, size_t bytes);
 
 /* Counts of what the process asked for, written to ZT_CUDA_EMU_REPORT's file at exit
  * (emu_runtime.c): kernel launches, cuBLASLt matmuls, cudaMalloc and cudaMallocHost calls,
- * copies (cudaMemcpy and cudaMemcpyAsync), stream and event synchronisations, NCCL
- * collectives. */
+ * copies (cudaMemcpy, cudaMemcpyAsync and cudaMemcpy2DAsync), stream and event synchronisations,
+ * NCCL collectives. */
 typedef enum {
     ZT_EMU_LAUNCH,
     ZT_EMU_GEMM,

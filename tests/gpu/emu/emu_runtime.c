@@ -671,6 +671,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     return cudaSuccess;
 }
 
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s)
+{
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if ((unsigned)kind > (unsigned)cudaMemcpyDefault || width > dpitch || width > spitch)
+        return fail(cudaErrorInvalidValue);
+    if (width && height && (!dst || !src)) return fail(cudaErrorInvalidValue);
+    zt_emu_count(ZT_EMU_COPY);
+    zt_emu_stream_wait(s);
+    for (size_t r = 0; r < height && width; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
     return cudaMemsetAsync(p, value, bytes, NULL);
