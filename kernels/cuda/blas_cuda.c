@@ -1023,13 +1023,15 @@ static void attn_chunked_backward(zt_kctx *ctx, float *dqkv, float *scratch, con
 }
 
 /* Whether the attention takes the 16-bit homes (NULL: none) as its own copies: the
- * tensor-core kernels run, and their 16-bit type is the homes'. */
+ * tensor-core kernels run, their 16-bit type is the homes', and the homes are 16-byte aligned
+ * as the kernels' vector copies need (the engine's are; elsewhere the homes are cast). */
 static bool attn_home_direct(const zt_kctx *ctx, int B, int T, int C, int NH,
                              const zt_attn_home *home)
 {
     return home && zt_cuda_attn_fused(ctx, B, T, C, NH) &&
            ((ctx->mm == ZT_MM_BF16 && home->dtype == ZT_BF16) ||
-            (ctx->mm == ZT_MM_FP16 && home->dtype == ZT_F16));
+            (ctx->mm == ZT_MM_FP16 && home->dtype == ZT_F16)) &&
+           ((uintptr_t)home->qkv % 16 | (uintptr_t)home->out % 16) == 0;
 }
 
 void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,

@@ -1362,10 +1362,11 @@ static void test_attention_choice(void)
  * beside the lse (and, where out has no home, the out) of a forward without them; backward
  * from the homes, its qkv and out arguments NaN, gives the dqkv of a backward from qkv and out
  * rounded through them, bit for bit. Where the tensor-core kernels take the homes as their
- * own (direct: their 16-bit type is the homes'), on the emulation forward launches what it
- * launches without them and backward one kernel fewer where qkv has a home (no rounding of
- * qkv); elsewhere one cast more for each home, each way. */
-static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool direct,
+ * own (direct: their 16-bit type is the homes' and the homes are 16-byte aligned), on the
+ * emulation forward launches what it launches without them and backward one kernel fewer where
+ * qkv has a home (no rounding of qkv); elsewhere one cast more for each home, each way. skew:
+ * bytes the homes start past 16-byte alignment. */
+static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool direct, size_t skew,
                                 const char *label)
 {
     int B = 2, T = 128, C = 128, NH = 2;
@@ -1386,7 +1387,8 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
     float *d_lse2 = dalloc(nL * 4), *d_qr = dalloc(n3 * 4), *d_or = dalloc(nC * 4);
     float *d_dqa = dalloc(n3 * 4), *d_dqb = dalloc(n3 * 4), *d_nanq = dalloc(n3 * 4);
     float *d_nano = dalloc(nC * 4);
-    void *d_hq = dalloc(n3 * 2), *d_ho = dalloc(nC * 2), *d_w = dalloc(n3 * 2);
+    char *hq0 = dalloc(n3 * 2 + 16), *ho0 = dalloc(nC * 2 + 16);
+    void *d_hq = hq0 + skew, *d_ho = ho0 + skew, *d_w = dalloc(n3 * 2);
     for (int which = 1; which <= 3; which++) { /* 1 qkv's home, 2 out's, 3 both */
         zt_attn_home home = {which & 1 ? d_hq : NULL, which & 2 ? d_ho : NULL, dt16};
         int nh = (which & 1) + (which >> 1);
@@ -1451,7 +1453,7 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
     }
     dfree(d_qkv), dfree(d_dout), dfree(d_scr), dfree(d_out), dfree(d_lse), dfree(d_out2);
     dfree(d_lse2), dfree(d_qr), dfree(d_or), dfree(d_dqa), dfree(d_dqb), dfree(d_nanq);
-    dfree(d_nano), dfree(d_hq), dfree(d_ho), dfree(d_w);
+    dfree(d_nano), dfree(hq0), dfree(ho0), dfree(d_w);
     zt_free(qkv), zt_free(dout), zt_free(dq0), zt_free(nan3), zt_free(out), zt_free(lse);
     zt_free(dq), zt_free(wq), zt_free(wo);
     GPU->set_matmul_dtype(c, ZT_F32);
@@ -1459,18 +1461,19 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
 }
 
 /* Every path with a home: the tensor-core kernels in their own type (each variant but dQ by
- * atomics, whose sums come in any order on a GPU) and in the other, the fp32 fused kernels,
- * the chunked attention. */
+ * atomics, whose sums come in any order on a GPU), with homes off 16-byte alignment (cast, not
+ * taken) and in the other type, the fp32 fused kernels, the chunked attention. */
 static void test_attention_home(void)
 {
-    attention_home_case(GF, ZT_BF16, ZT_BF16, true, "fused bf16");
-    attention_home_case(GF, ZT_F16, ZT_F16, true, "fused fp16");
-    attention_home_case(GF, ZT_BF16, ZT_F16, false, "fused bf16");
-    attention_home_case(GF, ZT_F32, ZT_BF16, false, "fused fp32");
-    attention_home_case(GC, ZT_BF16, ZT_BF16, false, "chunked bf16");
+    attention_home_case(GF, ZT_BF16, ZT_BF16, true, 0, "fused bf16");
+    attention_home_case(GF, ZT_F16, ZT_F16, true, 0, "fused fp16");
+    attention_home_case(GF, ZT_BF16, ZT_BF16, false, 2, "fused bf16, homes 2 bytes off");
+    attention_home_case(GF, ZT_BF16, ZT_F16, false, 0, "fused bf16");
+    attention_home_case(GF, ZT_F32, ZT_BF16, false, 0, "fused fp32");
+    attention_home_case(GC, ZT_BF16, ZT_BF16, false, 0, "chunked bf16");
     for (size_t v = 0; v < N_ATTN_VARIANTS; v++)
         if (strcmp(ATTN_VARIANTS[v].dq, "atomic") != 0)
-            attention_home_case(GV[v], ZT_BF16, ZT_BF16, true, ATTN_VARIANTS[v].label);
+            attention_home_case(GV[v], ZT_BF16, ZT_BF16, true, 0, ATTN_VARIANTS[v].label);
 }
 
 /* matmul16_forward and _backward (a 16-bit input: an attention output's home) give the bits
