@@ -879,12 +879,18 @@ void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const flo
     linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
 }
 
+/* Whether dt is the 16-bit type ctx's matmuls take (and its staging and tensor-core attention
+ * work in) */
+static bool mm16_is(const zt_kctx *ctx, zt_dtype dt)
+{
+    return (ctx->mm == ZT_MM_BF16 && dt == ZT_BF16) || (ctx->mm == ZT_MM_FP16 && dt == ZT_F16);
+}
+
 /* Whether a 16-bit input of type dt16 is the staging's own type: matmuls staged in it, with
  * fused copies */
 static bool in16_stageable(const zt_kctx *ctx, zt_dtype dt16)
 {
-    return ctx->stage_fused && ((ctx->mm == ZT_MM_BF16 && dt16 == ZT_BF16) ||
-                                (ctx->mm == ZT_MM_FP16 && dt16 == ZT_F16));
+    return ctx->stage_fused && mm16_is(ctx, dt16);
 }
 
 void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16, zt_dtype dt16,
@@ -1028,9 +1034,7 @@ static void attn_chunked_backward(zt_kctx *ctx, float *dqkv, float *scratch, con
 static bool attn_home_direct(const zt_kctx *ctx, int B, int T, int C, int NH,
                              const zt_attn_home *home)
 {
-    return home && zt_cuda_attn_fused(ctx, B, T, C, NH) &&
-           ((ctx->mm == ZT_MM_BF16 && home->dtype == ZT_BF16) ||
-            (ctx->mm == ZT_MM_FP16 && home->dtype == ZT_F16)) &&
+    return home && zt_cuda_attn_fused(ctx, B, T, C, NH) && mm16_is(ctx, home->dtype) &&
            ((uintptr_t)home->qkv % 16 | (uintptr_t)home->out % 16) == 0;
 }
 
