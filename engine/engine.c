@@ -487,14 +487,13 @@ static zt_gpt2_block_acts *block_acts(zt_engine *e, int l)
     return e->ckpt_act ? &e->acts[0] : &e->acts[l];
 }
 
-/* act16: block l's qkv, atty and fch (contiguous in the working set) live in a 16-bit home
- * between its forward and its backward: what a mixed-precision job's backward reads is rounded
- * to its 16-bit type, as under PyTorch's autocast. Attention rounds qkv and atty into the home
- * itself in forward and reads them there in backward, as attproj reads atty (the homes are
- * attached to the block's activations); fch is rounded into it after the forward (keep) and
- * comes back into the working set before the backward (restore). With checkpointing the one
- * set goes through its home after the recomputation, so that backward sees the same values
- * either way. */
+/* act16: block l's qkv, atty and fch live in a 16-bit home between its forward and its
+ * backward: what a mixed-precision job's backward reads is rounded to its 16-bit type, as under
+ * PyTorch's autocast. Attention rounds qkv and atty into the home itself in forward and reads
+ * them there in backward, as attproj reads atty; fc writes fch there rounded, and GELU and its
+ * gradient read it there (the homes are attached to the block's activations). One fp32 working
+ * set holds qkv and atty while a block needs them in fp32; fch never is. With checkpointing the
+ * recomputation writes the one set's home again, the same values. */
 static void *acts16_home(zt_engine *e, int l)
 {
     size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T);
@@ -507,7 +506,7 @@ static size_t acts16_attn(const zt_engine *e)
     return (size_t)e->B * e->T * 4 * e->lay.d.C;
 }
 
-/* Attaches block l's homes of qkv and atty to its activations. */
+/* Attaches block l's homes of qkv, atty and fch to its activations. */
 static void acts16_attach(zt_engine *e, int l)
 {
     zt_gpt2_block_acts *a = block_acts(e, l);
@@ -515,20 +514,7 @@ static void acts16_attach(zt_engine *e, int l)
     a->home.qkv = h;
     a->home.out = h + (size_t)e->B * e->T * 3 * e->lay.d.C * psize(e);
     a->home.dtype = e->pdt;
-}
-
-static void acts16_keep(zt_engine *e, int l)
-{
-    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_attn(e);
-    e->ops->cast(e->k, (char *)acts16_home(e, l) + q * psize(e), e->pdt, block_acts(e, l)->fch,
-                 ZT_F32, lp - q);
-}
-
-static void acts16_restore(zt_engine *e, int l)
-{
-    size_t lp = zt_gpt2_block_acts_lp_floats(&e->lay.d, e->B, e->T), q = acts16_attn(e);
-    e->ops->cast(e->k, block_acts(e, l)->fch, ZT_F32, (char *)acts16_home(e, l) + q * psize(e),
-                 e->pdt, lp - q);
+    a->fch16 = h + acts16_attn(e) * psize(e);
 }
 
 static float *xres(zt_engine *e, int l)
@@ -565,7 +551,6 @@ static zt_status forward(zt_engine *e, float dloss, zt_err *err)
         if (e->act16) acts16_attach(e, l);
         zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                               xres(e, l + 1), B, T);
-        if (e->act16 && !e->ckpt_act && dloss != 0.0f) acts16_keep(e, l);
         param_release(e, u);
     }
     float *pf, *p0;
@@ -634,11 +619,6 @@ static zt_status backward(zt_engine *e, zt_err *err)
         if (e->ckpt_act)
             zt_gpt2_block_forward(e->ops, e->k, lay, &pb, block_acts(e, l), &e->scr, xres(e, l),
                                   e->x_tmp, B, T);
-        if (e->act16) {
-            if (e->ckpt_act)
-                acts16_keep(e, l);
-            acts16_restore(e, l);
-        }
         if ((st = grad_acquire(e, u, &g, err)) != ZT_OK)
             return st;
         zt_gpt2_block gb = zt_gpt2_block_view(lay, g);
@@ -790,7 +770,10 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     if (e->act16) { /* per set: the fp32 part, and the rest in pdt; one fp32 working set */
         size_t lp = zt_gpt2_block_acts_lp_floats(d, B, T);
         SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS,
-             (zt_gpt2_block_acts_f32_floats(d, B, T) * nacts + lp) * 4, false);
+             (zt_gpt2_block_acts_f32_floats(d, B, T) * nacts +
+              zt_gpt2_block_acts_lp_work_floats(d, B, T)) *
+                 4,
+             false);
         SPEC(&e->acts16, ZT_MEM_ACTIVATIONS, lp * nacts * psize(e), false);
     } else {
         SPEC(&e->acts_mem, ZT_MEM_ACTIVATIONS, zt_gpt2_block_acts_floats(d, B, T) * nacts * 4,
@@ -938,10 +921,11 @@ static zt_status setup_buffers(zt_engine *e, zt_err *err)
     size_t per = zt_gpt2_block_acts_floats(d, B, T);
     size_t f32 = zt_gpt2_block_acts_f32_floats(d, B, T);
     for (int i = 0; i < nacts; i++) {
-        if (e->act16) /* every set's 16-bit part is worked on in the one fp32 working set */
+        if (e->act16) { /* every set's qkv and atty in the one fp32 working set; fch none */
             zt_gpt2_block_acts_carve_split(&e->acts[i], d, B, T, e->acts_mem + f32 * (size_t)i,
                                            e->acts_mem + f32 * (size_t)nacts);
-        else
+            e->acts[i].fch = NULL;
+        } else
             zt_gpt2_block_acts_carve(&e->acts[i], d, B, T, e->acts_mem + per * (size_t)i);
     }
     zt_gpt2_head_acts_carve(&e->head, d, B, T, e->head_rows, e->head_mem);

@@ -110,7 +110,8 @@ struct zt_engine {
     float *x;                    /* (L+1, B,T,C) residual stream */
     float *x_tmp;                /* (B,T,C) recompute output */
     zt_gpt2_block_acts *acts;    /* L sets, or 1 with activation checkpointing */
-    float *acts_mem;             /* act16: the sets' fp32 parts, then one fp32 working set */
+    float *acts_mem;             /* act16: the sets' fp32 parts, then one fp32 working set
+                                  * (qkv and atty) */
     void *acts16;                /* act16: each set's qkv, atty, fch in pdt */
     zt_gpt2_head_acts head;
     int head_rows; /* rows of logits per chunk (zt_gpt2_head_rows) */

@@ -197,6 +197,11 @@ size_t zt_gpt2_block_acts_lp_floats(const zt_gpt2_dims *d, int B, int T)
     return (size_t)B * T * 8 * (size_t)d->C;
 }
 
+size_t zt_gpt2_block_acts_lp_work_floats(const zt_gpt2_dims *d, int B, int T)
+{
+    return (size_t)B * T * 4 * (size_t)d->C;
+}
+
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T)
 {
     return zt_gpt2_block_acts_f32_floats(d, B, T) + zt_gpt2_block_acts_lp_floats(d, B, T);
@@ -217,6 +222,7 @@ void zt_gpt2_block_acts_carve_split(zt_gpt2_block_acts *a, const zt_gpt2_dims *d
     a->fch = lp;
     a->home.qkv = a->home.out = NULL;
     a->home.dtype = ZT_F32;
+    a->fch16 = NULL;
 }
 
 void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
@@ -324,9 +330,16 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
     /* fch is the MLP's input to GELU; the op computes GELU's output for fcproj (into d_fch
-     * where it needs it in fp32) */
-    ops->matmul_forward(k, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
-    ops->gelu_matmul_forward(k, proj, s->d_fch, a->fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
+     * where it needs it in fp32). With its 16-bit home fc writes it there rounded (d_fch room). */
+    if (a->fch16) {
+        ops->matmul_forward16(k, a->fch16, a->home.dtype, s->d_fch, ln, p->fcw, p->fcb, N, C,
+                              4 * C);
+        ops->gelu16_matmul_forward(k, proj, s->d_fch, a->fch16, a->home.dtype, p->fcprojw,
+                                   p->fcprojb, N, 4 * C, C);
+    } else {
+        ops->matmul_forward(k, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
+        ops->gelu_matmul_forward(k, proj, s->d_fch, a->fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
+    }
     ops->residual_forward(k, x_out, a->res2, proj, nC);
 }
 
@@ -340,12 +353,24 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     /* x_out = res2 + fcproj: dres already is d(res2) from the residual path and d(fcproj).
      * d(fch) = GELU'(fch) * (dres @ fcprojw), written into d_fch2; GELU's output again (for dW
      * of fcproj) computed by the op, into d_fch where it needs it in fp32 */
-    ops->matmul_gelu_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw,
-                              a->fch, N, 4 * C, C);
-    /* fc's backward from LN2's output again (bitwise the forward's: same input, same op) */
-    ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->layernorm_matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch2, s->d_btc2, a->res2,
-                                   p->ln2w, p->ln2b, p->fcw, N, C, 4 * C);
+    /* fc's backward from LN2's output again (bitwise the forward's: same input, same op). With
+     * fch's 16-bit home, d(fch) is written rounded into d_qkv (free until attention's backward:
+     * N x 4C 16-bit elements in its N x 3C floats), d_fch and d_fch2 room. */
+    if (a->fch16) {
+        void *dfch16 = s->d_qkv;
+        ops->matmul_gelu16_backward(k, dfch16, g->fcprojw, g->fcprojb, dres, s->d_fch, s->d_fch2,
+                                    p->fcprojw, a->fch16, a->home.dtype, N, 4 * C, C);
+        ops->memset0(k, s->d_btc, nC * sizeof(float));
+        ops->layernorm_matmul16_backward(k, s->d_btc, g->fcw, g->fcb, dfch16, a->home.dtype,
+                                         s->d_fch2, s->d_btc2, a->res2, p->ln2w, p->ln2b, p->fcw, N,
+                                         C, 4 * C);
+    } else {
+        ops->matmul_gelu_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw,
+                                  a->fch, N, 4 * C, C);
+        ops->memset0(k, s->d_btc, nC * sizeof(float));
+        ops->layernorm_matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch2, s->d_btc2, a->res2,
+                                       p->ln2w, p->ln2b, p->fcw, N, C, 4 * C);
+    }
     ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */

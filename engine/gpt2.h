@@ -112,6 +112,9 @@ typedef struct zt_gpt2_block_acts {
      * them into their homes in forward and reads them there in backward, attproj reads atty
      * there (qkv and atty then only room) */
     zt_attn_home home;
+    /* and of fch (type home.dtype; NULL as carved): fc writes its output rounded there, GELU
+     * and GELU' read it there (the MLP's 16-bit ops, ops.h; fch is then not used) */
+    void *fch16;
 } zt_gpt2_block_acts;
 /* Floats one block's activations need; carve them out of a buffer with _block_acts_carve. */
 size_t zt_gpt2_block_acts_floats(const zt_gpt2_dims *d, int B, int T);
@@ -120,9 +123,11 @@ void zt_gpt2_block_acts_carve(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int 
 /* The same in two parts: what stays fp32 in a mixed-precision job (the LayerNorm statistics,
  * lse, and res2 of the fp32 residual stream, as PyTorch's autocast keeps them) and the linear
  * layers' and attention's outputs qkv, atty and fch, contiguous in that order (8 C per token),
- * which it keeps in 16 bits between forward and backward. */
+ * which it keeps in 16 bits between forward and backward (its one fp32 working set holds qkv
+ * and atty: zt_gpt2_block_acts_lp_work_floats). */
 size_t zt_gpt2_block_acts_f32_floats(const zt_gpt2_dims *d, int B, int T);
 size_t zt_gpt2_block_acts_lp_floats(const zt_gpt2_dims *d, int B, int T);
+size_t zt_gpt2_block_acts_lp_work_floats(const zt_gpt2_dims *d, int B, int T);
 void zt_gpt2_block_acts_carve_split(zt_gpt2_block_acts *a, const zt_gpt2_dims *d, int B, int T,
                                     float *f32, float *lp);
 

@@ -182,6 +182,45 @@ typedef struct zt_ops {
                                  float *inp /* (N,C) */, const float *weight /* (OC,C) */,
                                  const float *pre /* (N,C) */, int N, int C, int OC);
 
+    /* The MLP of a mixed-precision job whose first layer's output (GELU's input, `pre`) lives
+     * in a 16-bit home of type dt16 (ZT_BF16 or ZT_F16) between forward and backward, as under
+     * PyTorch's autocast: never in fp32 on the cuda backend with staged inputs of that type.
+     * matmul_forward16: out16 = matmul_forward's output rounded to dt16; `act` (N,OC) is room
+     * the op may fill with the fp32 values (contents undefined on exit). The cuda backend's GEMM
+     * writes the 16-bit output itself (from the same fp32 sums). */
+    void (*matmul_forward16)(zt_kctx *ctx, void *out16 /* (N,OC) */, zt_dtype dt16,
+                             float *act /* (N,OC) */, const float *inp /* (N,C) */,
+                             const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
+                             int C, int OC);
+    /* gelu_matmul_forward of the values pre16 holds: out = GELU(pre) @ weight^T + bias, act
+     * (N,C) room as there (bitwise the cast into act then gelu_matmul_forward on cpu). */
+    void (*gelu16_matmul_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *act /* (N,C) */,
+                                  const void *pre16 /* (N,C) */, zt_dtype dt16,
+                                  const float *weight /* (OC,C) */, const float *bias /* (OC) */,
+                                  int N, int C, int OC);
+    /* matmul_gelu_backward of the values pre16 holds, its dpre WRITTEN rounded to dt16 into
+     * dpre16 (not aliasing the rest); act and dact (N,C each) are room (contents undefined on
+     * exit). On cpu bitwise: pre16 cast into act, matmul_gelu_backward into dact, dact cast
+     * into dpre16. The cuda backend's DGELU epilogue reads pre16 and writes dpre16 itself
+     * (cuBLASLt's GELU', as matmul_gelu_backward's). */
+    void (*matmul_gelu16_backward)(zt_kctx *ctx, void *dpre16 /* (N,C) */,
+                                   float *dweight /* (OC,C) */, float *dbias /* (OC) */,
+                                   const float *dout /* (N,OC) */, float *act /* (N,C) */,
+                                   float *dact /* (N,C) */, const float *weight /* (OC,C) */,
+                                   const void *pre16 /* (N,C) */, zt_dtype dt16, int N, int C,
+                                   int OC);
+    /* layernorm_matmul_backward of the dout whose values dout16 holds (type dt16); dact (N,OC)
+     * is room for them in fp32 (contents undefined on exit; bitwise the cast into dact then
+     * layernorm_matmul_backward on cpu). The cuda backend with staged inputs of dt16 reads
+     * dout16 in place as its copy of dout (dbias from its values). */
+    void (*layernorm_matmul16_backward)(zt_kctx *ctx, float *dinp /* (N,C) */,
+                                        float *dweight /* (OC,C) */, float *dbias /* (OC) */,
+                                        const void *dout16 /* (N,OC) */, zt_dtype dt16,
+                                        float *dact /* (N,OC) */, float *ln /* (N,C) */,
+                                        const float *x /* (N,C) */, const float *lnw /* (C) */,
+                                        const float *lnb /* (C) */,
+                                        const float *weight /* (OC,C) */, int N, int C, int OC);
+
     /* Causal multi-head self-attention, scale 1/sqrt(C/NH), without keeping the T x T
      * probabilities: forward saves each query row's log-sum-exp, lse = log sum_j<=i exp(s_ij)
      * with s_ij = scale q_i.k_j, and backward recomputes P_ij = exp(s_ij - lse_i). qkv holds q,

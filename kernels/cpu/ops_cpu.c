@@ -239,6 +239,57 @@ static void cpu_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, 
     zt_cpu_gelu_grad_inplace(ctx, dpre, pre, n);
 }
 
+/* The MLP's ops with its 16-bit home: the casts and the fp32 ops, bitwise. */
+static void cpu_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *act,
+                                 const float *inp, const float *weight, const float *bias, int N,
+                                 int C, int OC)
+{
+    zt_cpu_matmul_forward(ctx, act, inp, weight, bias, N, C, OC);
+    if (N > 0 && OC > 0) zt_cpu_cast(ctx, out16, dt16, act, ZT_F32, (size_t)N * (size_t)OC);
+}
+
+static void cpu_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, const void *pre16,
+                                      zt_dtype dt16, const float *weight, const float *bias, int N,
+                                      int C, int OC)
+{
+    if (N > 0 && C > 0) {
+        size_t n = (size_t)N * (size_t)C;
+        zt_cpu_cast(ctx, act, ZT_F32, pre16, dt16, n);
+        zt_cpu_gelu_forward(ctx, act, act, n); /* elementwise: in place */
+    }
+    zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
+}
+
+/* matmul_gelu_backward's steps with pre in act: the product into zeros in dact, GELU' in
+ * place, then GELU's output over act for the weight's gradient */
+static void cpu_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweight, float *dbias,
+                                       const float *dout, float *act, float *dact,
+                                       const float *weight, const void *pre16, zt_dtype dt16, int N,
+                                       int C, int OC)
+{
+    if (N <= 0 || C <= 0) return;
+    size_t n = (size_t)N * (size_t)C;
+    zt_cpu_cast(ctx, act, ZT_F32, pre16, dt16, n);
+    cpu_memset0(ctx, dact, n * sizeof(float));
+    zt_cpu_matmul_backward(ctx, dact, NULL, NULL, dout, NULL, weight, N, C, OC);
+    zt_cpu_gelu_grad_inplace(ctx, dact, act, n);
+    zt_cpu_cast(ctx, dpre16, dt16, dact, ZT_F32, n);
+    if (!dweight && !dbias) return;
+    zt_cpu_gelu_forward(ctx, act, act, n);
+    zt_cpu_matmul_backward(ctx, NULL, dweight, dbias, dout, act, weight, N, C, OC);
+}
+
+static void cpu_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                            const void *dout16, zt_dtype dt16, float *dact,
+                                            float *ln, const float *x, const float *lnw,
+                                            const float *lnb, const float *weight, int N, int C,
+                                            int OC)
+{
+    if (N > 0 && OC > 0) zt_cpu_cast(ctx, dact, ZT_F32, dout16, dt16, (size_t)N * (size_t)OC);
+    cpu_layernorm_matmul_backward(ctx, dinp, dweight, dbias, dact, ln, x, lnw, lnb, weight, N, C,
+                                  OC);
+}
+
 static void cpu_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
                            const float *x, const float *wte, const int32_t *targets, int N,
                            int rows, int C, int V, int Vp, float dloss)
@@ -272,6 +323,10 @@ static const zt_ops cpu_ops = {
     .matmul_backward = zt_cpu_matmul_backward,
     .matmul16_forward = cpu_matmul16_forward,
     .matmul16_backward = cpu_matmul16_backward,
+    .matmul_forward16 = cpu_matmul_forward16,
+    .gelu16_matmul_forward = cpu_gelu16_matmul_forward,
+    .matmul_gelu16_backward = cpu_matmul_gelu16_backward,
+    .layernorm_matmul16_backward = cpu_layernorm_matmul16_backward,
     .matmul_gelu_backward = cpu_matmul_gelu_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .gelu_matmul_forward = cpu_gelu_matmul_forward,

@@ -28,9 +28,36 @@ static int ptr_align(const void *p, long long stride, int batch, int esize)
 }
 
 /* cuBLASLt's type of g's A and B */
+static cudaDataType mm_type(int mm16)
+{
+    return mm16 == ZT_MM_BF16 ? CUDA_R_16BF : mm16 == ZT_MM_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 static cudaDataType in_type(const zt_cuda_gemm *g)
 {
-    return g->in16 == ZT_MM_BF16 ? CUDA_R_16BF : g->in16 == ZT_MM_FP16 ? CUDA_R_16F : CUDA_R_32F;
+    return mm_type(g->in16);
+}
+
+/* g's D (C16 where out16) and its GELU input (aux16 where out16) */
+static void *d_ptr(const zt_cuda_gemm *g)
+{
+    return g->out16 ? g->C16 : (void *)g->C;
+}
+
+static const void *aux_ptr(const zt_cuda_gemm *g)
+{
+    return g->out16 ? g->aux16 : (const void *)g->aux;
+}
+
+/* The zt_dtype of a 16-bit zt_cuda_mm, and back (ZT_MM_FP32 for any other type) */
+static zt_dtype mm_dtype(int mm16)
+{
+    return mm16 == ZT_MM_FP16 ? ZT_F16 : ZT_BF16;
+}
+
+static int dtype_mm(zt_dtype dt)
+{
+    return dt == ZT_BF16 ? ZT_MM_BF16 : dt == ZT_F16 ? ZT_MM_FP16 : ZT_MM_FP32;
 }
 
 /* A cuBLASLt column-major matrix layout for a row-major matrix stored `rows` x `cols` with
@@ -67,7 +94,7 @@ static int tune(zt_kctx *ctx, const zt_cuda_gemm *g, cublasLtMatmulDesc_t op,
                 cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
                 const cublasLtMatmulHeuristicResult_t *res, int n)
 {
-    void *D = g->C, *tmp = NULL;
+    void *D = d_ptr(g), *tmp = NULL;
     cudaEvent_t ev[2] = {NULL, NULL};
     int best = 0;
     float best_ms = INFINITY;
@@ -213,13 +240,15 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
     key.beta_zero = g->beta == 0.0f;
     key.mm = ctx->mm;
     key.in16 = g->in16;
-    int esize = g->in16 ? 2 : 4;
+    key.out16 = g->out16;
+    int esize = g->in16 ? 2 : 4, osize = g->out16 ? 2 : 4;
+    const void *aux = aux_ptr(g);
     key.alignA = ptr_align(g->B, g->sB, g->batch, esize); /* cuBLASLt's A */
     key.alignB = ptr_align(g->A, g->sA, g->batch, esize);
-    key.alignC = ptr_align(g->C, g->sC, g->batch, 4);
+    key.alignC = ptr_align(d_ptr(g), g->sC, g->batch, osize);
     key.alignBias = use_bias ? ptr_align(g->bias, 0, 1, 4) : 0;
-    key.gelu = !g->aux ? 0 : g->dgelu ? 2 : 1;
-    key.alignAux = g->aux ? ptr_align(g->aux, 0, 1, 4) : 0;
+    key.gelu = !aux ? 0 : g->dgelu ? 2 : 1;
+    key.alignAux = aux ? ptr_align(aux, 0, 1, osize) : 0;
     if (g->batch > 1) {
         key.sA = g->sA;
         key.sB = g->sB;
@@ -241,8 +270,8 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    if (s == CUBLAS_STATUS_SUCCESS && (use_bias || g->aux)) {
-        cublasLtEpilogue_t epi = !g->aux    ? CUBLASLT_EPILOGUE_BIAS
+    if (s == CUBLAS_STATUS_SUCCESS && (use_bias || aux)) {
+        cublasLtEpilogue_t epi = !aux       ? CUBLASLT_EPILOGUE_BIAS
                                  : g->dgelu ? CUBLASLT_EPILOGUE_DGELU
                                  : use_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                             : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -250,11 +279,17 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
         if (s == CUBLAS_STATUS_SUCCESS && use_bias)
             s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                                sizeof(g->bias));
-        if (s == CUBLAS_STATUS_SUCCESS && g->aux) {
-            /* aux has D's column-major layout: ld = ldc */
+        if (s == CUBLAS_STATUS_SUCCESS && use_bias && g->out16) {
+            /* the bias stays fp32 (by default it would have D's type) */
+            int32_t bt = CUDA_R_32F;
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                               sizeof(bt));
+        }
+        if (s == CUBLAS_STATUS_SUCCESS && aux) {
+            /* aux has D's column-major layout and type: ld = ldc */
             int64_t ld = g->ldc;
-            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                               &g->aux, sizeof(g->aux));
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                               sizeof(aux));
             if (s == CUBLAS_STATUS_SUCCESS)
                 s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
                                                    sizeof(ld));
@@ -268,7 +303,7 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
         s = layout_init(lb, in_type(g), g->ta == 'N' ? g->M : g->K, g->ta == 'N' ? g->K : g->M,
                         g->lda, g->batch, g->sA);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout_init(lc, CUDA_R_32F, g->M, g->N, g->ldc, g->batch, g->sC);
+        s = layout_init(lc, mm_type(g->out16), g->M, g->N, g->ldc, g->batch, g->sC);
     if (s != CUBLAS_STATUS_SUCCESS) {
         zt_cuda_fail(
             ctx, ZT_ERR_CUDA,
@@ -285,8 +320,8 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
 static lt_result lt_launch(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, lt_call *c)
 {
     cublasStatus_t s = cublasLtMatmul(ctx->lt, &c->op, &g->alpha, g->B, &c->la, g->A, &c->lb,
-                                      &g->beta, g->C, &c->lc, g->C, &c->lc, &c->e->algo, ctx->lt_ws,
-                                      ZT_CUDA_LT_WORKSPACE, ctx->stream);
+                                      &g->beta, d_ptr(g), &c->lc, d_ptr(g), &c->lc, &c->e->algo,
+                                      ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
     if (s == CUBLAS_STATUS_INVALID_VALUE || s == CUBLAS_STATUS_NOT_SUPPORTED) {
         /* the heuristic's own choice refused: reported once (the entry remembers it), since a
          * wrong mapping of ours would otherwise only show as a slower run */
@@ -319,6 +354,22 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
 static void gemm_unstaged(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
+    if (g->out16) { /* the product in fp32 into C (room), then rounded into C16 */
+        if (g->aux16 || g->batch != 1 || g->ldc != g->N || g->beta != 0.0f) {
+            zt_cuda_fail(
+                ctx, ZT_ERR_UNSUPPORTED,
+                "GPU %d: a GEMM with a 16-bit output falls back only with batch 1, ldc == N, beta 0 and no GELU (got batch %d, ldc %d, N %d, beta %g); this is a bug in the caller",
+                ctx->device, g->batch, g->ldc, g->N, (double)g->beta);
+            return;
+        }
+        zt_cuda_gemm f = *g;
+        f.out16 = 0;
+        f.C16 = NULL;
+        gemm_unstaged(ctx, &f);
+        zt_cuda_cast(ctx, g->C16, (int)mm_dtype(g->out16), g->C, (int)ZT_F32,
+                     (size_t)g->M * (size_t)g->N);
+        return;
+    }
     if (g->aux) {
         /* the GELU epilogue (its aux leading dimension must be a multiple of 8), else the
          * product into aux and GELU over it; both need one matrix of whole N-column rows
@@ -396,8 +447,9 @@ static void gemm_unstaged(zt_kctx *ctx, const zt_cuda_gemm *g)
  * cuBLASLt multiply the copies. Operands that do not fit the cap go in blocks, in this order
  * of preference, each staging every element once: rows of C (op(B) whole), columns of C (op(A)
  * whole), depth (each block's product added onto C: beta 1 after the first, the bias with the
- * first). A GELU epilogue needs each sum whole and each row of aux whole, so it takes rows
- * only. No block worth a product (under ZT_CUDA_STAGE_MIN_BLOCK): the fp32 operands as before. */
+ * first). A GELU epilogue needs each sum whole and each row of aux whole, and a 16-bit output
+ * (out16) each sum whole and rows of it whole where they fall back, so they take rows only. No
+ * block worth a product (under ZT_CUDA_STAGE_MIN_BLOCK): the fp32 operands as before. */
 #define ZT_CUDA_STAGE_MIN_BLOCK 64
 #define ZT_CUDA_STAGE_GRAIN 64 /* block sizes are multiples of it (or the whole dimension) */
 
@@ -422,7 +474,7 @@ static bool stage_plan(const zt_cuda_gemm *g, size_t cap, stage_blocks *b)
     if (pb + M * K <= cap) return true;
     if (pb < cap && (b->mb = stage_fit(cap - pb, K, g->M)) > 0) return true; /* rows */
     b->mb = g->M;
-    if (g->aux) return false;
+    if (g->aux || g->out16) return false;
     /* columns: op(B)'s blocks padded (at most 127 elements) */
     if (pa + 128 < cap && (b->nb = stage_fit(cap - pa - 128, K, g->N)) > 0) return true;
     b->nb = g->N;
@@ -483,8 +535,11 @@ static zt_cuda_gemm stage_part(const zt_cuda_gemm *g, int m0, int mn, int n0, in
     p.M = mn, p.N = nn, p.K = kn;
     p.A = g->ta == 'N' ? A + (size_t)m0 * g->lda + k0 : A + (size_t)k0 * g->lda + m0;
     p.B = g->tb == 'N' ? B + (size_t)k0 * g->ldb + n0 : B + (size_t)n0 * g->ldb + k0;
-    p.C = g->C + (size_t)m0 * g->ldc + n0;
-    if (g->aux) p.aux = g->aux + (size_t)m0 * g->ldc + n0;
+    size_t c0 = (size_t)m0 * g->ldc + n0;
+    p.C = g->C + c0;
+    if (g->aux) p.aux = g->aux + c0;
+    if (g->C16) p.C16 = (uint16_t *)g->C16 + c0;
+    if (g->aux16) p.aux16 = (const uint16_t *)g->aux16 + c0;
     if (k0 > 0) {
         p.beta = 1.0f;
         p.bias = NULL;
@@ -514,6 +569,9 @@ static void afn_stage(zt_kctx *ctx, uint16_t *dst, const zt_cuda_afn *f, int ld,
                       "copying a 16-bit input into the staging");
     else if (f->kind == ZT_AFN_GELU)
         zt_cuda_stage_gelu(ctx, dst, ctx->mm, f->src + (size_t)m0 * ld + k0, mn, kn, (size_t)ld);
+    else if (f->kind == ZT_AFN_GELU16)
+        zt_cuda_stage_gelu16(ctx, dst, ctx->mm, (const uint16_t *)f->src16 + (size_t)m0 * ld + k0,
+                             dtype_mm((zt_dtype)f->dtype), mn, kn, (size_t)ld);
     else
         zt_cuda_stage_layernorm(ctx, dst, ctx->mm, f->mean ? f->mean + m0 : NULL,
                                 f->rstd ? f->rstd + m0 : NULL, f->src + (size_t)m0 * ld, f->w, f->b,
@@ -521,18 +579,20 @@ static void afn_stage(zt_kctx *ctx, uint16_t *dst, const zt_cuda_afn *f, int ld,
 }
 
 /* Rows [m0, m0 + mn) of A = afn's values in fp32 (row stride K): gelu_forward's or
- * layernorm_forward's */
+ * layernorm_forward's (of the widened 16-bit values for GELU16) */
 static void afn_fp32(zt_kctx *ctx, float *A, const zt_cuda_afn *f, int m0, int mn, int K)
 {
-    size_t o = (size_t)m0 * (size_t)K;
-    if (f->kind == ZT_AFN_HOME16)
-        zt_cuda_cast(ctx, A + o, (int)ZT_F32, (const uint16_t *)f->src16 + o, f->dtype,
-                     (size_t)mn * (size_t)K);
-    else if (f->kind == ZT_AFN_GELU)
-        zt_cuda_gelu_forward(ctx, A + o, f->src + o, (size_t)mn * (size_t)K);
-    else
+    size_t o = (size_t)m0 * (size_t)K, n = (size_t)mn * (size_t)K;
+    if (f->kind == ZT_AFN_HOME16 || f->kind == ZT_AFN_GELU16) {
+        zt_cuda_cast(ctx, A + o, (int)ZT_F32, (const uint16_t *)f->src16 + o, f->dtype, n);
+        if (f->kind == ZT_AFN_GELU16) /* in place */
+            zt_cuda_gelu_forward(ctx, A + o, A + o, n);
+    } else if (f->kind == ZT_AFN_GELU) {
+        zt_cuda_gelu_forward(ctx, A + o, f->src + o, n);
+    } else {
         zt_cuda_layernorm_forward(ctx, A + o, f->mean ? f->mean + m0 : NULL,
                                   f->rstd ? f->rstd + m0 : NULL, f->src + o, f->w, f->b, mn, K);
+    }
 }
 
 /* g through 16-bit copies of its operands; false (nothing queued) where g does not go that
@@ -654,20 +714,38 @@ static bool bwd_copies(zt_kctx *ctx, const float *weight, int N, int C, int OC, 
  * pass that rounds a block of dout also adds its column sums to dbias (zt_cuda_stage_cast_bias:
  * with one block, the bits of zt_cuda_bias_backward over all rows). The buffer:
  * zt_cuda_stage_bwd_elems. false (nothing queued, dbias untouched) where no block of at least
- * ZT_CUDA_STAGE_MIN_BLOCK rows fits beside the weight: the products go one by one. */
+ * ZT_CUDA_STAGE_MIN_BLOCK rows fits beside the weight: the products go one by one.
+ * With h (the MLP's 16-bit home, each tensor of the staging's type): dout16 is dout already
+ * rounded, read in place (dbias from its values; dout is then fp32 room for them where a
+ * product falls back); dinp16 receives dinp = GELU'(pre16) (dout W) rounded (the DGELU with a
+ * 16-bit output, aux pre16; dinp is then fp32 room, and inp's rows hold pre16 widened where
+ * that product falls back). */
+typedef struct {
+    void *dinp16;
+    const void *pre16;
+    const void *dout16;
+} bwd16;
+
 static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const zt_cuda_afn *afn,
-                            float *dweight, float *dbias, const float *dout, float *inp,
-                            const float *weight, int N, int C, int OC)
+                            const bwd16 *h, float *dweight, float *dbias, const float *dout,
+                            float *inp, const float *weight, int N, int C, int OC)
 {
     uint16_t *sw, *sd, *si;
     int mb;
     if (!dinp || !dweight || !bwd_copies(ctx, weight, N, C, OC, &sw, &sd, &si, &mb)) return false;
+    const uint16_t *d16 = h ? h->dout16 : NULL;
+    zt_dtype dt = mm_dtype(ctx->mm);
     for (int m0 = 0; m0 < N; m0 += mb) {
         int mn = N - m0 < mb ? N - m0 : mb;
-        if (dbias)
+        const uint16_t *sdb = sd; /* this block's copy of dout */
+        if (d16) {
+            sdb = d16 + (size_t)m0 * OC;
+            if (dbias) zt_cuda_bias_backward16(ctx, dbias, sdb, ctx->mm, mn, OC);
+        } else if (dbias) {
             zt_cuda_stage_cast_bias(ctx, sd, ctx->mm, dout + (size_t)m0 * OC, mn, OC, dbias);
-        else
+        } else {
             stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
+        }
         if (afn)
             afn_stage(ctx, si, afn, C, m0, mn, 0, C);
         else
@@ -676,10 +754,15 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
         zt_cuda_gemm d;
         memset(&d, 0, sizeof(d));
         d.ta = 'N', d.tb = 'N', d.M = mn, d.N = C, d.K = OC, d.alpha = 1.0f;
-        d.beta = pre ? 0.0f : 1.0f, d.batch = 1;
+        d.beta = pre || (h && h->dinp16) ? 0.0f : 1.0f, d.batch = 1;
         d.A = dout + (size_t)m0 * OC, d.lda = OC, d.B = weight, d.ldb = C;
         d.C = dinp + (size_t)m0 * C, d.ldc = C;
         if (pre) d.aux = (float *)pre + (size_t)m0 * C, d.dgelu = 1;
+        if (h && h->dinp16) {
+            d.out16 = ctx->mm, d.dgelu = 1;
+            d.C16 = (uint16_t *)h->dinp16 + (size_t)m0 * C;
+            d.aux16 = (const uint16_t *)h->pre16 + (size_t)m0 * C;
+        }
         /* dweight (OC x C) += dout rows^T (OC x mn) @ inp rows (mn x C) */
         zt_cuda_gemm g;
         memset(&g, 0, sizeof(g));
@@ -687,14 +770,31 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
         g.batch = 1, g.A = dout + (size_t)m0 * OC, g.lda = OC, g.B = inp + (size_t)m0 * C;
         g.ldb = C, g.C = dweight, g.ldc = C;
         zt_cuda_gemm parts[2] = {d, g};
+        bool widened = false; /* d16: dout's rows in fp32 */
         for (int i = 0; i < 2; i++) {
             zt_cuda_gemm st = parts[i];
             st.in16 = ctx->mm;
-            st.A = sd, st.B = i == 0 ? (const void *)sw : (const void *)si;
+            st.A = sdb, st.B = i == 0 ? (const void *)sw : (const void *)si;
             if (gemm_lt(ctx, &st, false) == LT_NO_ALGO) {
-                if (i == 1 && afn) /* the fp32 operand's rows, now */
-                    afn_fp32(ctx, inp, afn, m0, mn, C);
-                gemm_unstaged(ctx, &parts[i]);
+                /* the fp32 operands' rows, now */
+                if (d16 && !widened)
+                    zt_cuda_cast(ctx, (float *)dout + (size_t)m0 * OC, (int)ZT_F32, sdb, (int)dt,
+                                 (size_t)mn * (size_t)OC);
+                widened = d16 != NULL;
+                if (i == 1 && afn) afn_fp32(ctx, inp, afn, m0, mn, C);
+                if (i == 0 && d.out16) {
+                    /* the DGELU in fp32 on GELU's input widened into inp's rows (free until
+                     * the second product), then rounded into dinp16 */
+                    zt_cuda_gemm f = d;
+                    float *x = inp + (size_t)m0 * C;
+                    size_t n = (size_t)mn * (size_t)C;
+                    zt_cuda_cast(ctx, x, (int)ZT_F32, d.aux16, (int)dt, n);
+                    f.out16 = 0, f.C16 = NULL, f.aux16 = NULL, f.aux = x;
+                    gemm_unstaged(ctx, &f);
+                    zt_cuda_cast(ctx, d.C16, (int)dt, f.C, (int)ZT_F32, n);
+                } else {
+                    gemm_unstaged(ctx, &parts[i]);
+                }
             }
             if (ctx->st != ZT_OK) return true;
         }
@@ -825,8 +925,8 @@ void zt_cuda_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *d
                              int OC)
 {
     /* inp is only read without afn */
-    if (backward_staged(ctx, dinp, NULL, NULL, dweight, dbias, dout, (float *)inp, weight, N, C,
-                        OC))
+    if (backward_staged(ctx, dinp, NULL, NULL, NULL, dweight, dbias, dout, (float *)inp, weight, N,
+                        C, OC))
         return;
     /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
     if (dinp)
@@ -847,7 +947,8 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
     const zt_cuda_afn *fa = ctx->stage_fused ? &f : NULL; /* inp's copy from GELU(pre) */
     bool need = dweight && N > 0 && C > 0;
     if (need && !fa) afn_fp32(ctx, inp, &f, 0, N, C);
-    if (backward_staged(ctx, dpre, pre, fa, dweight, dbias, dout, inp, weight, N, C, OC)) return;
+    if (backward_staged(ctx, dpre, pre, fa, NULL, dweight, dbias, dout, inp, weight, N, C, OC))
+        return;
     if (need && fa) afn_fp32(ctx, inp, &f, 0, N, C);
     zt_cuda_gemm g;
     memset(&g, 0, sizeof(g));
@@ -911,10 +1012,74 @@ void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float 
 {
     zt_cuda_afn f = {.kind = ZT_AFN_HOME16, .src16 = in16, .dtype = (int)dt16};
     if (in16_stageable(ctx, dt16) &&
-        backward_staged(ctx, dinp, NULL, &f, dweight, dbias, dout, act, weight, N, C, OC))
+        backward_staged(ctx, dinp, NULL, &f, NULL, dweight, dbias, dout, act, weight, N, C, OC))
         return;
     if (dweight && N > 0 && C > 0) afn_fp32(ctx, act, &f, 0, N, C);
     zt_cuda_matmul_backward(ctx, dinp, dweight, dbias, dout, act, weight, N, C, OC);
+}
+
+/* The MLP with its 16-bit home (ops.h): fc's output rounded by the GEMM itself (a 16-bit D),
+ * GELU of it rounded into fcproj's copy, the DGELU with the home as its input writing the
+ * gradient rounded, which fc's backward then reads in place as its dout copy. Where the home is
+ * not the staging's type, or staging is off or unfused: the fp32 ops on the widened values,
+ * rounded where the op's output is 16-bit. */
+void zt_cuda_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *act,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, int OC)
+{
+    if (in16_stageable(ctx, dt16)) {
+        zt_cuda_gemm g = linear_gemm(act, inp, weight, bias, N, C, OC);
+        g.out16 = ctx->mm, g.C16 = out16;
+        if (gemm_staged(ctx, &g)) return;
+    }
+    zt_cuda_matmul_forward(ctx, act, inp, weight, bias, N, C, OC);
+    if (N > 0 && OC > 0)
+        zt_cuda_cast(ctx, out16, (int)dt16, act, (int)ZT_F32, (size_t)N * (size_t)OC);
+}
+
+void zt_cuda_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, const void *pre16,
+                                   zt_dtype dt16, const float *weight, const float *bias, int N,
+                                   int C, int OC)
+{
+    zt_cuda_afn f = {.kind = ZT_AFN_GELU16, .src16 = pre16, .dtype = (int)dt16};
+    linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
+}
+
+void zt_cuda_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweight, float *dbias,
+                                    const float *dout, float *act, float *dact, const float *weight,
+                                    const void *pre16, zt_dtype dt16, int N, int C, int OC)
+{
+    zt_cuda_afn f = {.kind = ZT_AFN_GELU16, .src16 = pre16, .dtype = (int)dt16};
+    bwd16 h = {.dinp16 = dpre16, .pre16 = pre16};
+    if (in16_stageable(ctx, dt16) &&
+        backward_staged(ctx, dact, NULL, &f, &h, dweight, dbias, dout, act, weight, N, C, OC))
+        return;
+    if (N <= 0 || C <= 0) return;
+    size_t n = (size_t)N * (size_t)C;
+    /* act = pre; dact = GELU'(pre) (dout W), rounded into dpre16; act = GELU(pre) in place for
+     * the weight's gradient */
+    zt_cuda_cast(ctx, act, (int)ZT_F32, pre16, (int)dt16, n);
+    zt_cuda_matmul_gelu_backward(ctx, dact, NULL, NULL, dout, NULL, weight, act, N, C, OC);
+    zt_cuda_cast(ctx, dpre16, (int)dt16, dact, (int)ZT_F32, n);
+    if (!dweight && !dbias) return;
+    zt_cuda_gelu_forward(ctx, act, act, n);
+    zt_cuda_matmul_backward(ctx, NULL, dweight, dbias, dout, act, weight, N, C, OC);
+}
+
+void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                         const void *dout16, zt_dtype dt16, float *dact, float *ln,
+                                         const float *x, const float *lnw, const float *lnb,
+                                         const float *weight, int N, int C, int OC)
+{
+    zt_cuda_afn f = {.kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb};
+    bwd16 h = {.dout16 = dout16};
+    if (in16_stageable(ctx, dt16) &&
+        backward_staged(ctx, dinp, NULL, &f, &h, dweight, dbias, dact, ln, weight, N, C, OC))
+        return;
+    if (N > 0 && OC > 0)
+        zt_cuda_cast(ctx, dact, (int)ZT_F32, dout16, (int)dt16, (size_t)N * (size_t)OC);
+    zt_cuda_layernorm_matmul_backward(ctx, dinp, dweight, dbias, dact, ln, x, lnw, lnb, weight, N,
+                                      C, OC);
 }
 
 void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,
@@ -933,7 +1098,7 @@ void zt_cuda_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight
 {
     zt_cuda_afn f = {.kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb};
     if (ctx->stage_fused &&
-        backward_staged(ctx, dinp, NULL, &f, dweight, dbias, dout, ln, weight, N, C, OC))
+        backward_staged(ctx, dinp, NULL, &f, NULL, dweight, dbias, dout, ln, weight, N, C, OC))
         return;
     if (dweight && N > 0 && C > 0) afn_fp32(ctx, ln, &f, 0, N, C);
     zt_cuda_matmul_backward(ctx, dinp, dweight, dbias, dout, ln, weight, N, C, OC);

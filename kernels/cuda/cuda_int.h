@@ -51,8 +51,9 @@ const char *zt_cuda_mm_name(int mm);
  * of src (A's layout), or the LayerNorm of src's rows (A whole rows of K = the LayerNorm's C)
  * with weight w and bias b, writing mean and rstd where non-NULL; the bits of gelu_forward or
  * layernorm_forward then the staging. Or A's values already rounded, in src16 (A's layout, of
- * type dtype: the staging's own, copied; matmul16_forward and _backward). */
-enum { ZT_AFN_GELU = 1, ZT_AFN_LAYERNORM, ZT_AFN_HOME16 };
+ * type dtype: the staging's own, copied; matmul16_forward and _backward), or GELU of src16's
+ * values (A's layout, type dtype: gelu16_matmul_forward, matmul_gelu16_backward). */
+enum { ZT_AFN_GELU = 1, ZT_AFN_LAYERNORM, ZT_AFN_HOME16, ZT_AFN_GELU16 };
 typedef struct zt_cuda_afn {
     int kind;
     const float *src, *w, *b;
@@ -75,6 +76,13 @@ typedef struct zt_cuda_gemm {
     const float *bias; /* (N) or NULL; only with batch == 1 */
     float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
     int dgelu;         /* with aux: C = GELU'(aux) * product instead, aux only read (no bias) */
+    /* ZT_MM_BF16 or ZT_MM_FP16 (batch 1, beta 0): D is C16, in that type (ldc), rounded from
+     * the fp32 sums (the bias, fp32, added first); with dgelu its GELU input is aux16, of that
+     * type too (aux NULL). C is then fp32 room of D's shape where a product falls back (the
+     * product there, then rounded into C16). 0: D is C. */
+    int out16;
+    void *C16;
+    const void *aux16;
     /* non-NULL (batch 1, fp32 A with ta 'N' and lda K): A's values are afn's; staging rounds
      * them straight into A's copy, and A receives them in fp32 only where a product falls back
      * to the fp32 operands. Not for zt_cuda_gemm_run. */
@@ -87,7 +95,7 @@ typedef struct zt_cuda_gemm {
 /* The part of a GEMM that decides which cuBLASLt algorithm runs (pointer alignments
  * included), compared bytewise: build it zeroed. */
 typedef struct zt_cuda_gemm_key {
-    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, mm, in16;
+    int ta, tb, M, N, K, lda, ldb, ldc, batch, has_bias, beta_zero, mm, in16, out16;
     int gelu; /* 0 none, 1 GELU_AUX (forward), 2 DGELU (backward) */
     int alignA, alignB, alignC, alignBias, alignAux;
     long long sA, sB, sC;
@@ -208,6 +216,9 @@ void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float
                                 const float *mean, const float *rstd, int N, int C);
 /* dbias[c] += sum over rows of dout[:, c] (deterministic two-pass column sum). */
 void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N, int OC);
+/* The same over a 16-bit dout of mm16's type (ZT_MM_BF16 or ZT_MM_FP16), widened. */
+void zt_cuda_bias_backward16(zt_kctx *ctx, float *dbias, const uint16_t *dout, int mm16, int N,
+                             int OC);
 /* zt_cuda_bias_backward over dout (N x OC, contiguous), the same sums in the same order, and
  * dst = dout rounded as zt_cuda_stage_cast rounds it: one pass over dout for both. */
 void zt_cuda_stage_cast_bias(zt_kctx *ctx, uint16_t *dst, int mm16, const float *dout, int N,
@@ -220,6 +231,9 @@ void zt_cuda_gelu_forward(zt_kctx *ctx, float *out, const float *inp, size_t n);
  * pass. */
 void zt_cuda_stage_gelu(zt_kctx *ctx, uint16_t *dst, int mm16, const float *pre, int rows, int cols,
                         size_t ld);
+/* The same from a 16-bit pre of pre_mm16's type (ZT_MM_BF16 or ZT_MM_FP16), widened. */
+void zt_cuda_stage_gelu16(zt_kctx *ctx, uint16_t *dst, int mm16, const uint16_t *pre, int pre_mm16,
+                          int rows, int cols, size_t ld);
 void zt_cuda_gelu_backward(zt_kctx *ctx, float *dinp, const float *inp, const float *dout,
                            size_t n);
 /* d = GELU'(inp) d in place (gelu_backward into zeros, bitwise) */
@@ -234,8 +248,21 @@ void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const flo
 void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
                             const float *logits, const int32_t *targets, int N, int V, int Vp,
                             float dloss);
-/* The op table's gelu_matmul_forward, layernorm_matmul_forward, layernorm_matmul_backward and
- * classifier_forward_backward (blas_cuda.c). */
+/* The op table's gelu_matmul_forward, layernorm_matmul_forward, layernorm_matmul_backward,
+ * classifier_forward_backward and the MLP's ops with its 16-bit home (blas_cuda.c). */
+void zt_cuda_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *act,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, int OC);
+void zt_cuda_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, const void *pre16,
+                                   zt_dtype dt16, const float *weight, const float *bias, int N,
+                                   int C, int OC);
+void zt_cuda_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweight, float *dbias,
+                                    const float *dout, float *act, float *dact, const float *weight,
+                                    const void *pre16, zt_dtype dt16, int N, int C, int OC);
+void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                         const void *dout16, zt_dtype dt16, float *dact, float *ln,
+                                         const float *x, const float *lnw, const float *lnb,
+                                         const float *weight, int N, int C, int OC);
 void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
                                  const float *weight, const float *bias, int N, int C, int OC);
 void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,

@@ -179,10 +179,21 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *
 /* Column sums over a split of rows: db += dout, and with inp, dw += norm(inp) * dout (norm from
  * mean and rstd). accumulate: add into dw/db[c]; else write split s's sums at dw/db[s*ld + c].
  * ST 1 or 2: each element of dout is also written to stage, rounded to bf16 or fp16 (a matmul's
- * staged operand, read once for both). */
-template <int ST>
+ * staged operand, read once for both). IT 1 or 2: dout is bf16 or fp16 (else fp32). */
+template <int IT> static __device__ __forceinline__ float zt_widen16(uint32_t h)
+{
+    return IT == 2 ? f32_from_f16((uint16_t)h) : f32_from_bf16((uint16_t)h);
+}
+
+template <int IT> static __device__ __forceinline__ float zt_load_as(const void *s, size_t i)
+{
+    if (IT == 0) return ((const float *)s)[i];
+    return zt_widen16<IT>(((const uint16_t *)s)[i]);
+}
+
+template <int ST, int IT>
 static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumulate,
-                                     const float *dout, const float *inp, const float *mean,
+                                     const void *dout, const float *inp, const float *mean,
                                      const float *rstd, int N, int C, int rows_per_split,
                                      uint16_t *stage)
 {
@@ -195,7 +206,7 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
     if (c < C) {
         for (int r = r0 + ty; r < r1; r += ZT_COL_TY) {
             size_t i = (size_t)r * C + c;
-            float dy = dout[i];
+            float dy = zt_load_as<IT>(dout, i);
             if (ST == 1) stage[i] = bf16_from_f32(dy);
             if (ST == 2) stage[i] = f16_from_f32(dy);
             sb += dy;
@@ -242,9 +253,9 @@ static __global__ void colsum_finish_kernel(float *dw, float *db, const float *p
 
 /* dw (may be NULL; needs inp, mean, rstd) and db (may be NULL) += column sums over N rows,
  * in a fixed order (deterministic): row splits into the scratch, then one pass over splits.
- * ST (colsum_kernel's): dout also rounded into stage. */
-template <int ST>
-static void colsum(zt_kctx *ctx, float *dw, float *db, const float *dout, const float *inp,
+ * ST and IT (colsum_kernel's): dout also rounded into stage; dout's type. */
+template <int ST, int IT = 0>
+static void colsum(zt_kctx *ctx, float *dw, float *db, const void *dout, const float *inp,
                    const float *mean, const float *rstd, int N, int C, const char *what,
                    uint16_t *stage = NULL)
 {
@@ -258,12 +269,12 @@ static void colsum(zt_kctx *ctx, float *dw, float *db, const float *dout, const 
     dim3 block(32, ZT_COL_TY);
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)(splits > 1 ? splits : 1));
     if (splits <= 1) {
-        ZT_CUDA_LAUNCH(ctx, what, colsum_kernel<ST>, grid, block, dw, db, 0, 1, dout, inp, mean,
-                       rstd, N, C, N, stage);
+        ZT_CUDA_LAUNCH(ctx, what, (colsum_kernel<ST, IT>), grid, block, dw, db, 0, 1, dout, inp,
+                       mean, rstd, N, C, N, stage);
         return;
     }
     float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
-    ZT_CUDA_LAUNCH(ctx, what, colsum_kernel<ST>, grid, block, dw ? pw : NULL, db ? pb : NULL,
+    ZT_CUDA_LAUNCH(ctx, what, (colsum_kernel<ST, IT>), grid, block, dw ? pw : NULL, db ? pb : NULL,
                    (size_t)C, 0, dout, inp, mean, rstd, N, C, rows, stage);
     ZT_CUDA_LAUNCH(ctx, what, colsum_finish_kernel, (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS,
                    ZT_CUDA_THREADS, dw, db, pw, pb, (int)splits, C);
@@ -324,6 +335,17 @@ extern "C" void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *d
     colsum<0>(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC, "matmul_backward (bias)");
 }
 
+extern "C" void zt_cuda_bias_backward16(zt_kctx *ctx, float *dbias, const uint16_t *dout, int mm16,
+                                        int N, int OC)
+{
+    if (mm16 == ZT_MM_FP16)
+        colsum<0, 2>(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC,
+                     "matmul_backward (bias, from fp16)");
+    else
+        colsum<0, 1>(ctx, NULL, dbias, dout, NULL, NULL, NULL, N, OC,
+                     "matmul_backward (bias, from bf16)");
+}
+
 extern "C" void zt_cuda_stage_cast_bias(zt_kctx *ctx, uint16_t *dst, int mm16, const float *dout,
                                         int N, int OC, float *dbias)
 {
@@ -375,15 +397,16 @@ static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t 
 
 /* dst = GELU(pre) rounded to fp16 (HALF) or bf16, the bits of gelu_forward then the matmuls'
  * staging: the 16-bit copy of GELU's output without the fp32 one; four elements a thread from
- * 16-byte loads where the addresses allow (quads), else one */
+ * 16-byte loads (8-byte where pre is 16-bit) where the addresses allow (quads), else one. IT:
+ * pre's type (0 fp32, 1 bf16, 2 fp16). */
 template <bool HALF> static __device__ __forceinline__ uint32_t gelu16(float x)
 {
     float g = gelu_out(x);
     return HALF ? (uint32_t)f16_from_f32(g) : (uint32_t)bf16_from_f32(g);
 }
 
-template <bool HALF>
-static __global__ void stage_gelu_kernel(uint16_t *dst, const float *pre, size_t rows, size_t cols,
+template <bool HALF, int IT>
+static __global__ void stage_gelu_kernel(uint16_t *dst, const void *pre, size_t rows, size_t cols,
                                          size_t ld, bool quads)
 {
     size_t w = quads ? cols / 4 : cols, n = rows * w;
@@ -391,33 +414,69 @@ static __global__ void stage_gelu_kernel(uint16_t *dst, const float *pre, size_t
          i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / w, c = i % w;
         if (quads) {
-            float4 v = *(const float4 *)(pre + r * ld + 4 * c);
+            float4 v;
+            if (IT == 0) {
+                v = *(const float4 *)((const float *)pre + r * ld + 4 * c);
+            } else {
+                uint2 h = *(const uint2 *)((const uint16_t *)pre + r * ld + 4 * c);
+                v.x = zt_widen16<IT>(h.x & 0xffffu), v.y = zt_widen16<IT>(h.x >> 16);
+                v.z = zt_widen16<IT>(h.y & 0xffffu), v.w = zt_widen16<IT>(h.y >> 16);
+            }
             uint2 o;
             o.x = gelu16<HALF>(v.x) | gelu16<HALF>(v.y) << 16;
             o.y = gelu16<HALF>(v.z) | gelu16<HALF>(v.w) << 16;
             *(uint2 *)(dst + r * cols + 4 * c) = o;
         } else {
-            dst[r * cols + c] = (uint16_t)gelu16<HALF>(pre[r * ld + c]);
+            dst[r * cols + c] = (uint16_t)gelu16<HALF>(zt_load_as<IT>(pre, r * ld + c));
         }
     }
+}
+
+/* stage_gelu_kernel over rows x cols of pre (type it: 0 fp32, else the zt_cuda_mm of its 16-bit
+ * type) rounded to mm16's type */
+static void stage_gelu(zt_kctx *ctx, uint16_t *dst, int mm16, const void *pre, int it, int rows,
+                       int cols, size_t ld)
+{
+    if (rows <= 0 || cols <= 0) return;
+    /* little-endian pairs: element 2k in the low half of each 32-bit word, as stored */
+    bool quads = cols % 4 == 0 && ld % 4 == 0 && (uintptr_t)pre % (it ? 8 : 16) == 0 &&
+                 (uintptr_t)dst % 8 == 0;
+    size_t n = (size_t)rows * (size_t)(quads ? cols / 4 : cols);
+    unsigned g = zt_cuda_blocks(n);
+    size_t R = (size_t)rows, Cn = (size_t)cols;
+    bool half = mm16 == ZT_MM_FP16;
+    const char *what =
+        half ? "matmul staging (fp16) of GELU's output" : "matmul staging (bf16) of GELU's output";
+    if (it == ZT_MM_BF16 && half)
+        ZT_CUDA_LAUNCH(ctx, what, (stage_gelu_kernel<true, 1>), g, ZT_CUDA_THREADS, dst, pre, R, Cn,
+                       ld, quads);
+    else if (it == ZT_MM_BF16)
+        ZT_CUDA_LAUNCH(ctx, what, (stage_gelu_kernel<false, 1>), g, ZT_CUDA_THREADS, dst, pre, R,
+                       Cn, ld, quads);
+    else if (it == ZT_MM_FP16 && half)
+        ZT_CUDA_LAUNCH(ctx, what, (stage_gelu_kernel<true, 2>), g, ZT_CUDA_THREADS, dst, pre, R, Cn,
+                       ld, quads);
+    else if (it == ZT_MM_FP16)
+        ZT_CUDA_LAUNCH(ctx, what, (stage_gelu_kernel<false, 2>), g, ZT_CUDA_THREADS, dst, pre, R,
+                       Cn, ld, quads);
+    else if (half)
+        ZT_CUDA_LAUNCH(ctx, what, (stage_gelu_kernel<true, 0>), g, ZT_CUDA_THREADS, dst, pre, R, Cn,
+                       ld, quads);
+    else
+        ZT_CUDA_LAUNCH(ctx, what, (stage_gelu_kernel<false, 0>), g, ZT_CUDA_THREADS, dst, pre, R,
+                       Cn, ld, quads);
 }
 
 extern "C" void zt_cuda_stage_gelu(zt_kctx *ctx, uint16_t *dst, int mm16, const float *pre,
                                    int rows, int cols, size_t ld)
 {
-    if (rows <= 0 || cols <= 0) return;
-    /* little-endian pairs: element 2k in the low half of each 32-bit word, as stored */
-    bool quads =
-        cols % 4 == 0 && ld % 4 == 0 && (uintptr_t)pre % 16 == 0 && (uintptr_t)dst % 8 == 0;
-    size_t n = (size_t)rows * (size_t)(quads ? cols / 4 : cols);
-    if (mm16 == ZT_MM_FP16)
-        ZT_CUDA_LAUNCH(ctx, "matmul staging (fp16) of GELU's output", stage_gelu_kernel<true>,
-                       zt_cuda_blocks(n), ZT_CUDA_THREADS, dst, pre, (size_t)rows, (size_t)cols, ld,
-                       quads);
-    else
-        ZT_CUDA_LAUNCH(ctx, "matmul staging (bf16) of GELU's output", stage_gelu_kernel<false>,
-                       zt_cuda_blocks(n), ZT_CUDA_THREADS, dst, pre, (size_t)rows, (size_t)cols, ld,
-                       quads);
+    stage_gelu(ctx, dst, mm16, pre, 0, rows, cols, ld);
+}
+
+extern "C" void zt_cuda_stage_gelu16(zt_kctx *ctx, uint16_t *dst, int mm16, const uint16_t *pre,
+                                     int pre_mm16, int rows, int cols, size_t ld)
+{
+    stage_gelu(ctx, dst, mm16, pre, pre_mm16, rows, cols, ld);
 }
 
 /* GELU'(x) */

@@ -254,6 +254,7 @@ int main(int argc, char **argv)
 
     const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
     float *big = dalloc(N * VP * 4); /* the logits */
+    float *mlp = dalloc(NC * 10 * 4); /* the MLP's 16-bit home, room, gradient (below) */
     for (int md = 0; md < NMODES; md++) {
         use_mode(md);
         for (size_t k = 0; k < sizeof(mm) / sizeof(mm[0]); k++) {
@@ -314,6 +315,26 @@ int main(int argc, char **argv)
         report_flops("matmul16_forward attproj", md, s, afl1);
         TIME_IT(s, G->matmul16_backward(K, dx, dw, db, y, z, big, ZT_BF16, w, (int)N, C, C));
         report_flops("matmul16_backward attproj", md, s, 2 * afl1);
+        /* the MLP with fch in its 16-bit home, as bf16 jobs run it (next to matmul_forward fc,
+         * gelu_matmul_forward fcproj, matmul_gelu_backward fcproj and matmul_backward fc):
+         * fc's GEMM writes the home, GELU's copy reads it, the DGELU reads it and writes the
+         * gradient in 16 bits, which fc's backward reads in place. In mlp: the home, fp32
+         * room, the gradient. */
+        uint16_t *h16 = (uint16_t *)mlp, *dh16 = (uint16_t *)(mlp + 8 * NC);
+        float *room = mlp + 4 * NC;
+        TIME_IT(s, G->matmul_forward16(K, h16, ZT_BF16, z, x, w, bias, (int)N, C, 4 * C));
+        report_flops("matmul_forward16 fc", md, s, fl);
+        TIME_IT(s, G->gelu16_matmul_forward(K, y, z, h16, ZT_BF16, w, bias, (int)N, 4 * C, C));
+        report_flops("gelu16_matmul_forward fcproj", md, s, fl);
+        TIME_IT(s, G->matmul_gelu16_backward(K, dh16, dw, db, y, z, room, w, h16, ZT_BF16, (int)N,
+                                             4 * C, C));
+        report_flops("matmul_gelu16_backward fcproj", md, s, 2 * fl);
+        TIME_IT(s, G->layernorm_matmul16_backward(K, dx, dw, db, dh16, ZT_BF16, room, z, x, w, bias,
+                                                  w, (int)N, C, 4 * C));
+        report_flops("layernorm_matmul16_backward fc", md, s, 2 * fl);
+        TIME_IT(s, G->layernorm_matmul_backward(K, dx, dw, db, room, z, x, w, bias, w, (int)N, C,
+                                                4 * C));
+        report_flops("layernorm_matmul_backward fc", md, s, 2 * fl);
     }
     use_mode(0);
 
@@ -383,6 +404,7 @@ int main(int argc, char **argv)
     printf("  (chunks of %d rows; the op %.2fx its ops)\n", rows, s_ops / s);
     use_mode(0);
     G->free(K, big);
+    G->free(K, mlp);
 
     /* the optimizer over all of GPT-2 124M's parameters (--small: 1M) */
     size_t P = OPT_PARAMS;

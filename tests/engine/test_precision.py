@@ -253,9 +253,10 @@ def main():
                 job = base_job(name, 1, 0, 4, tb=micro, prec=prec, layers=L)
                 res[a32] = run(job, {"ZT_ACTIVATIONS_FP32": "1"} if a32 else None)
             f32 = BT * (4 + C) + BT * NH  # floats per block kept in fp32
-            lp = BT * 8 * C  # floats per block kept in 16 bits
+            lp = BT * 8 * C  # floats per block kept in 16 bits (qkv, atty, fch)
+            work = BT * 4 * C  # the one fp32 working set: qkv and atty (fch never in fp32)
             rest = int(res[True][-1]["mem_activations"]) - arena(L * (f32 + lp) * 4)
-            want = arena((L * f32 + lp) * 4) + arena(L * lp * 2) + rest
+            want = arena((L * f32 + work) * 4) + arena(L * lp * 2) + rest
             got = int(res[False][-1]["mem_activations"])
             l16 = [float(x["loss"]) for x in res[False]]
             l32 = [float(x["loss"]) for x in res[True]]

@@ -1558,6 +1558,166 @@ static void test_matmul16(void)
     GC = keep;
 }
 
+/* A 16-bit GPU buffer d against host want16 (type dt): bit for bit where exact, else within a
+ * unit in the last place of the type (a GEMM with a 16-bit output may sum in another order) */
+static void check16(const char *what, const void *d, const uint16_t *want16, zt_dtype dt, size_t n,
+                    bool exact)
+{
+    if (exact) {
+        check_bits(what, d, want16, n, 2);
+        return;
+    }
+    uint16_t *g16 = zt_malloc(n * 2 + 2);
+    float *got = kc_falloc(n), *want = kc_falloc(n);
+    if (!g16) ZT_FAIL("out of memory");
+    GPU->copy_d2h(GC, g16, d, n * 2);
+    gsync(what);
+    CPU->cast(CC, got, ZT_F32, g16, dt, n);
+    CPU->cast(CC, want, ZT_F32, want16, dt, n);
+    double *w = kc_widen(want, n);
+    kc_check_close(what, got, w, n, dt == ZT_BF16 ? 1.6e-2 : 2e-3, 1e-3);
+    zt_free(w), zt_free(got), zt_free(want), zt_free(g16);
+}
+
+/* The MLP's ops with its 16-bit home (fch) against the casts and the fp32 ops on the same
+ * context: matmul_forward16 (fc's output rounded by the GEMM itself where direct),
+ * gelu16_matmul_forward, matmul_gelu16_backward (the DGELU writing the rounded gradient from
+ * the home) and layernorm_matmul16_backward (the rounded gradient read in place as dout's
+ * copy, dbias from it). Where the home is the staging's own type (direct) the fp32 rooms stay
+ * NaN; the rest is bitwise, but for the two 16-bit GEMM outputs on a GPU (another kernel may
+ * sum in another order: within an ulp). Staged bf16 and fp16, whole and in blocks of rows, a
+ * width whose aux is no multiple of 8 (cuBLASLt's DGELU refuses it: the fallback's rows) and
+ * one no multiple of 4 (GELU16's copy one element a thread), a home of the other type, fp32
+ * matmuls, unfused copies. */
+static void test_mlp16(void)
+{
+    static const struct {
+        const char *mm;
+        zt_dtype dt;
+        int N, C, H;
+        size_t cap;
+        const char *fused;
+        int direct; /* 1 the forward ops, 2 the backward ones: staged from the home itself */
+    } cases[] = {
+        {"bf16", ZT_BF16, 300, 72, 288, 0, NULL, 3},
+        {"fp16", ZT_F16, 300, 72, 288, 0, NULL, 3},
+        {"bf16", ZT_BF16, 300, 72, 288, 20736 + 128 + 128 * 360, NULL, 3}, /* backward: rows */
+        {"bf16", ZT_BF16, 300, 72, 288, 20736 + 128 * 72, NULL, 1}, /* fc rows, fcproj depth */
+        {"bf16", ZT_BF16, 130, 52, 204, 0, NULL, 3},
+        {"fp16", ZT_F16, 130, 50, 202, 0, NULL, 3},
+        {"bf16", ZT_F16, 300, 72, 288, 0, NULL, 0},
+        {"fp32", ZT_BF16, 300, 72, 288, 0, NULL, 0},
+        {"bf16", ZT_BF16, 300, 72, 288, 0, "0", 0},
+    };
+    zt_kctx *keep = GC;
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        int N = cases[t].N, C = cases[t].C, H = cases[t].H;
+        zt_dtype dt = cases[t].dt;
+        size_t NC = (size_t)N * C, NH = (size_t)N * H, WH = (size_t)H * C;
+        int direct = cases[t].direct;
+        bool exact_f = !(direct & 1), exact_b = !(direct & 2);
+        /* widths a GPU's 16-bit GEMMs surely take (the emulation takes all but the DGELU's aux
+         * of a width no multiple of 8, as documented): the rooms untouched */
+        bool wide = C % 8 == 0 && H % 8 == 0, untouched_f = (direct & 1) && wide;
+        bool untouched_b = (direct & 2) && wide;
+#ifdef ZT_TEST_EMU
+        exact_f = exact_b = true; /* one product routine for every output type */
+#endif
+        char what[192];
+        if (cases[t].fused) setenv("ZT_CUDA_STAGE_FUSED", cases[t].fused, 1);
+        GC = ctx_stage(cases[t].mm, NULL, cases[t].cap);
+        unsetenv("ZT_CUDA_STAGE_FUSED");
+        float *x = kc_frandn(NC, 1.0), *w1 = kc_frandn(WH, 0.3), *b1 = kc_frandn((size_t)H, 1.0);
+        float *w2 = kc_frandn(WH, 0.3), *b2 = kc_frandn((size_t)C, 1.0);
+        float *dy = kc_frandn(NC, 1.0), *lnw = kc_frandn((size_t)C, 1.0);
+        float *lnb = kc_frandn((size_t)C, 0.5), *nan = kc_falloc(NH), *h_o = kc_falloc(NC);
+        float *h_dw = kc_falloc(WH), *h_db = kc_falloc((size_t)H), *h_dx = kc_falloc(NC);
+        uint16_t *h16 = zt_malloc(NH * 2 + 2);
+        if (!h16) ZT_FAIL("out of memory");
+        for (size_t i = 0; i < NH; i++)
+            nan[i] = NAN;
+        float *d_x = upf(x, NC), *d_w1 = upf(w1, WH), *d_b1 = upf(b1, (size_t)H);
+        float *d_w2 = upf(w2, WH), *d_b2 = upf(b2, (size_t)C), *d_dy = upf(dy, NC);
+        float *d_lnw = upf(lnw, (size_t)C), *d_lnb = upf(lnb, (size_t)C);
+        float *d_pre = dalloc(NH * 4), *d_r1 = upf(nan, NH), *d_r2 = upf(nan, NH);
+        float *d_o1 = dalloc(NC * 4), *d_o2 = dalloc(NC * 4), *d_ln = upf(nan, NC);
+        float *d_dw1 = dalloc(WH * 4), *d_dw2 = dalloc(WH * 4), *d_db1 = dalloc((size_t)H * 4);
+        float *d_db2 = dalloc((size_t)H * 4), *d_dx1 = dalloc(NC * 4), *d_dx2 = dalloc(NC * 4);
+        void *d_p16 = dalloc(NH * 2), *d_q16 = dalloc(NH * 2), *d_e16 = dalloc(NH * 2);
+        snprintf(what, sizeof(what), "%s matmuls, a %s home%s, N=%d C=%d H=%d", cases[t].mm,
+                 zt_dtype_name(dt), cases[t].fused ? ", copies unfused" : "", N, C, H);
+
+        /* fc: its output rounded */
+        GPU->matmul_forward(GC, d_pre, d_x, d_w1, d_b1, N, C, H);
+        GPU->cast(GC, d_p16, dt, d_pre, ZT_F32, NH);
+        GPU->copy_d2h(GC, h16, d_p16, NH * 2);
+        GPU->matmul_forward16(GC, d_q16, dt, d_r1, d_x, d_w1, d_b1, N, C, H);
+        gsync("matmul_forward16");
+        char part[256];
+        snprintf(part, sizeof(part), "matmul_forward16, %s", what);
+        check16(part, d_q16, h16, dt, NH, exact_f);
+        if (untouched_f) check_bits(part, d_r1, nan, NH, 4);
+        GPU->copy_d2d(GC, d_p16, d_q16, NH * 2); /* the home from here on: the op's own */
+        GPU->cast(GC, d_pre, ZT_F32, d_p16, dt, NH);
+
+        /* fcproj of GELU of the home */
+        GPU->copy_h2d(GC, d_r1, nan, NH * 4);
+        GPU->gelu_matmul_forward(GC, d_o1, d_r2, d_pre, d_w2, d_b2, N, H, C);
+        GPU->copy_d2h(GC, h_o, d_o1, NC * 4);
+        GPU->gelu16_matmul_forward(GC, d_o2, d_r1, d_p16, dt, d_w2, d_b2, N, H, C);
+        snprintf(part, sizeof(part), "gelu16_matmul_forward, %s", what);
+        check_bits(part, d_o2, h_o, NC, 4);
+        if (untouched_f) check_bits(part, d_r1, nan, NH, 4);
+
+        /* fcproj's backward through GELU' of the home */
+        GPU->memset0(GC, d_dw1, WH * 4), GPU->memset0(GC, d_dw2, WH * 4);
+        GPU->memset0(GC, d_db1, (size_t)C * 4), GPU->memset0(GC, d_db2, (size_t)C * 4);
+        GPU->matmul_gelu_backward(GC, d_r2, d_dw1, d_db1, d_dy, d_r1, d_w2, d_pre, N, H, C);
+        GPU->cast(GC, d_q16, dt, d_r2, ZT_F32, NH);
+        GPU->copy_d2h(GC, h16, d_q16, NH * 2);
+        GPU->copy_d2h(GC, h_dw, d_dw1, WH * 4);
+        GPU->copy_d2h(GC, h_db, d_db1, (size_t)C * 4);
+        GPU->copy_h2d(GC, d_r1, nan, NH * 4), GPU->copy_h2d(GC, d_r2, nan, NH * 4);
+        GPU->matmul_gelu16_backward(GC, d_e16, d_dw2, d_db2, d_dy, d_r1, d_r2, d_w2, d_p16, dt, N,
+                                    H, C);
+        gsync("matmul_gelu16_backward");
+        snprintf(part, sizeof(part), "matmul_gelu16_backward, %s", what);
+        check16(part, d_e16, h16, dt, NH, exact_b);
+        check_bits(part, d_dw2, h_dw, WH, 4);
+        check_bits(part, d_db2, h_db, (size_t)C, 4);
+        if (untouched_b) check_bits(part, d_r2, nan, NH, 4);
+
+        /* fc's backward from the rounded gradient (the op's own, from here on) */
+        GPU->cast(GC, d_r2, ZT_F32, d_e16, dt, NH);
+        GPU->memset0(GC, d_dw1, WH * 4), GPU->memset0(GC, d_dw2, WH * 4);
+        GPU->memset0(GC, d_db1, (size_t)H * 4), GPU->memset0(GC, d_db2, (size_t)H * 4);
+        GPU->memset0(GC, d_dx1, NC * 4), GPU->memset0(GC, d_dx2, NC * 4);
+        GPU->layernorm_matmul_backward(GC, d_dx1, d_dw1, d_db1, d_r2, d_ln, d_x, d_lnw, d_lnb, d_w1,
+                                       N, C, H);
+        GPU->copy_d2h(GC, h_dx, d_dx1, NC * 4);
+        GPU->copy_d2h(GC, h_dw, d_dw1, WH * 4);
+        GPU->copy_d2h(GC, h_db, d_db1, (size_t)H * 4);
+        GPU->copy_h2d(GC, d_r1, nan, NH * 4);
+        GPU->layernorm_matmul16_backward(GC, d_dx2, d_dw2, d_db2, d_e16, dt, d_r1, d_ln, d_x, d_lnw,
+                                         d_lnb, d_w1, N, C, H);
+        snprintf(part, sizeof(part), "layernorm_matmul16_backward, %s", what);
+        check_bits(part, d_dx2, h_dx, NC, 4);
+        check_bits(part, d_dw2, h_dw, WH, 4);
+        check_bits(part, d_db2, h_db, (size_t)H, 4);
+        if (untouched_b) check_bits(part, d_r1, nan, NH, 4);
+        printf("mlp16, %s: ok\n", what);
+        dfree(d_x), dfree(d_w1), dfree(d_b1), dfree(d_w2), dfree(d_b2), dfree(d_dy), dfree(d_lnw);
+        dfree(d_lnb), dfree(d_pre), dfree(d_r1), dfree(d_r2), dfree(d_o1), dfree(d_o2);
+        dfree(d_ln), dfree(d_dw1), dfree(d_dw2), dfree(d_db1), dfree(d_db2), dfree(d_dx1);
+        dfree(d_dx2), dfree(d_p16), dfree(d_q16), dfree(d_e16);
+        zt_free(x), zt_free(w1), zt_free(b1), zt_free(w2), zt_free(b2), zt_free(dy), zt_free(lnw);
+        zt_free(lnb), zt_free(nan), zt_free(h_o), zt_free(h_dw), zt_free(h_db), zt_free(h_dx);
+        zt_free(h16);
+        GPU->ctx_destroy(GC);
+    }
+    GC = keep;
+}
+
 #define AE_B 2
 #define AE_T 128
 #define AE_C 128
@@ -2220,6 +2380,7 @@ int main(void)
     ZT_TEST_RUN(test_attention_choice());
     ZT_TEST_RUN(test_attention_home());
     ZT_TEST_RUN(test_matmul16());
+    ZT_TEST_RUN(test_mlp16());
     ZT_TEST_RUN(test_attention_env());
     ZT_TEST_RUN(test_attention_misaligned());
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)

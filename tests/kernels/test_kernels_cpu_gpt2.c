@@ -334,6 +334,69 @@ static void test_matmul16(int N, int C, int OC)
     printf("matmul16 N=%d C=%d OC=%d: bitwise cast then the ops\n", N, C, OC);
 }
 
+/* The MLP's ops with its 16-bit home (fch) are bitwise the casts and the fp32 ops: fc's output
+ * rounded (matmul_forward16), fcproj of GELU of the home (gelu16_matmul_forward), fcproj's
+ * backward through GELU' of the home with the gradient rounded (matmul_gelu16_backward; NULL
+ * dweight and dbias skipped), fc's backward from the rounded gradient
+ * (layernorm_matmul16_backward); the rooms given as NaN, the gradients accumulated onto
+ * prefilled values. N x C inputs, H the MLP's width. */
+static void test_mlp16(int N, int C, int H)
+{
+    size_t NC = (size_t)N * C, NH = (size_t)N * H, WH = (size_t)H * C;
+    float *x = kc_frandn(NC, 1.0), *w1 = kc_frandn(WH, 0.3), *b1 = kc_frandn((size_t)H, 1.0);
+    float *w2 = kc_frandn(WH, 0.3), *b2 = kc_frandn((size_t)C, 1.0), *dy = kc_frandn(NC, 1.0);
+    float *lnw = kc_frandn((size_t)C, 1.0), *lnb = kc_frandn((size_t)C, 0.5);
+    float *pre = kc_falloc(NH), *r1 = kc_falloc(NH), *r2 = kc_falloc(NH), *r3 = kc_falloc(NH);
+    float *o1 = kc_falloc(NC), *o2 = kc_falloc(NC), *dw1 = kc_frandn(WH, 1.0);
+    float *dw2 = kc_falloc(WH), *db1 = kc_frandn((size_t)C, 1.0), *db2 = kc_falloc((size_t)C);
+    float *dx1 = kc_frandn(NC, 1.0), *dx2 = kc_falloc(NC), *ln = kc_falloc(NC);
+    float *dbh1 = kc_frandn((size_t)H, 1.0), *dbh2 = kc_falloc((size_t)H);
+    uint16_t *p16 = zt_malloc(NH * 2), *q16 = zt_malloc(NH * 2), *d16 = zt_malloc(NH * 2);
+    uint16_t *e16 = zt_malloc(NH * 2);
+    ASSERT_TRUE(p16 && q16 && d16 && e16);
+    static const zt_dtype types[] = {ZT_BF16, ZT_F16};
+    for (int ti = 0; ti < 2; ti++) {
+        zt_dtype dt = types[ti];
+        /* forward: fc into the home, then fcproj of GELU of it */
+        OPS->matmul_forward(CTX, pre, x, w1, b1, N, C, H);
+        OPS->cast(CTX, p16, dt, pre, ZT_F32, NH);
+        memset(r1, 0xff, NH * 4);
+        OPS->matmul_forward16(CTX, q16, dt, r1, x, w1, b1, N, C, H);
+        ASSERT_TRUE(memcmp(p16, q16, NH * 2) == 0);
+        OPS->cast(CTX, pre, ZT_F32, p16, dt, NH);
+        OPS->gelu_matmul_forward(CTX, o1, r2, pre, w2, b2, N, H, C);
+        memset(r1, 0xff, NH * 4);
+        OPS->gelu16_matmul_forward(CTX, o2, r1, p16, dt, w2, b2, N, H, C);
+        ASSERT_TRUE(memcmp(o1, o2, NC * 4) == 0);
+        /* fcproj's backward: dpre rounded, dweight and dbias accumulated */
+        memcpy(dw2, dw1, WH * 4), memcpy(db2, db1, (size_t)C * 4);
+        OPS->matmul_gelu_backward(CTX, r3, dw1, db1, dy, r2, w2, pre, N, H, C);
+        OPS->cast(CTX, d16, dt, r3, ZT_F32, NH);
+        memset(r1, 0xff, NH * 4), memset(r2, 0xff, NH * 4), memset(e16, 0xff, NH * 2);
+        OPS->matmul_gelu16_backward(CTX, e16, dw2, db2, dy, r1, r2, w2, p16, dt, N, H, C);
+        ASSERT_TRUE(memcmp(d16, e16, NH * 2) == 0 && memcmp(dw1, dw2, WH * 4) == 0 &&
+                    memcmp(db1, db2, (size_t)C * 4) == 0);
+        memset(e16, 0xff, NH * 2);
+        OPS->matmul_gelu16_backward(CTX, e16, NULL, NULL, dy, r1, r2, w2, p16, dt, N, H, C);
+        ASSERT_TRUE(memcmp(d16, e16, NH * 2) == 0);
+        /* fc's backward from the rounded gradient */
+        OPS->cast(CTX, r3, ZT_F32, d16, dt, NH);
+        memcpy(dx2, dx1, NC * 4), memcpy(dw2, dw1, WH * 4), memcpy(dbh2, dbh1, (size_t)H * 4);
+        OPS->layernorm_matmul_backward(CTX, dx1, dw1, dbh1, r3, ln, x, lnw, lnb, w1, N, C, H);
+        memset(r1, 0xff, NH * 4), memset(ln, 0xff, NC * 4);
+        OPS->layernorm_matmul16_backward(CTX, dx2, dw2, dbh2, d16, dt, r1, ln, x, lnw, lnb, w1, N,
+                                         C, H);
+        ASSERT_TRUE(memcmp(dx1, dx2, NC * 4) == 0 && memcmp(dw1, dw2, WH * 4) == 0 &&
+                    memcmp(dbh1, dbh2, (size_t)H * 4) == 0);
+    }
+    zt_free(x), zt_free(w1), zt_free(b1), zt_free(w2), zt_free(b2), zt_free(dy), zt_free(lnw);
+    zt_free(lnb), zt_free(pre), zt_free(r1), zt_free(r2), zt_free(r3), zt_free(o1), zt_free(o2);
+    zt_free(dw1), zt_free(dw2), zt_free(db1), zt_free(db2), zt_free(dx1), zt_free(dx2);
+    zt_free(ln), zt_free(dbh1), zt_free(dbh2), zt_free(p16), zt_free(q16), zt_free(d16);
+    zt_free(e16);
+    printf("mlp16 N=%d C=%d H=%d: bitwise the casts and the fp32 ops\n", N, C, H);
+}
+
 /* The MLP's second layer backward through its GELU is bitwise gelu_forward, matmul_backward
  * into zeros then gelu_backward into zeros, GELU's output computed by the op into the scratch
  * it is given (NaN here: nothing of it is read); dweight and dbias accumulate, NULL ones are
@@ -1173,6 +1236,10 @@ static void test_table_and_memory(void)
     CHECK_FN(matmul_backward);
     CHECK_FN(matmul16_forward);
     CHECK_FN(matmul16_backward);
+    CHECK_FN(matmul_forward16);
+    CHECK_FN(gelu16_matmul_forward);
+    CHECK_FN(matmul_gelu16_backward);
+    CHECK_FN(layernorm_matmul16_backward);
     CHECK_FN(matmul_gelu_forward);
     CHECK_FN(matmul_gelu_backward);
     CHECK_FN(gelu_matmul_forward);
@@ -1299,6 +1366,8 @@ static void run_all(int big)
     test_matmul_gelu(300, 77, 12);
     test_matmul16(1, 1, 1);
     test_matmul16(37, 64, 48);
+    test_mlp16(1, 1, 4);
+    test_mlp16(37, 24, 96);
     test_gelu_matmul(1, 1, 1);
     test_gelu_matmul(37, 256, 64);
     test_gelu_matmul(300, 12, 77);

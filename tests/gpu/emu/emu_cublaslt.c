@@ -62,6 +62,7 @@ typedef struct {
     int32_t transa, transb;
     uint32_t epilogue; /* cublasLtEpilogue_t */
     const void *bias;
+    int32_t bias_type; /* CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: -1 (D's type) or a cudaDataType */
     void *aux;
     int64_t aux_ld;
 } lt_desc;
@@ -108,6 +109,8 @@ typedef struct {
     bool ta, tb; /* op(X) = X^T */
     int rnd; /* the inputs' rounding: lt_rnd */
     int in;  /* A's and B's cudaDataType: CUDA_R_32F, or 16-bit (read as they are) */
+    int out; /* C's, D's and aux's cudaDataType: CUDA_R_32F, or A's 16-bit type (rounded) */
+    int bias_type; /* the bias's cudaDataType: D's, or CUDA_R_32F */
     bool bias, gelu;
     bool dgelu; /* D = GELU'(aux) * product: aux is read */
 } lt_problem;
@@ -215,6 +218,7 @@ cublasStatus_t cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t desc, size_t
     d.transa = CUBLAS_OP_N;
     d.transb = CUBLAS_OP_N;
     d.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    d.bias_type = -1;
     memset(desc, 0, sizeof(*desc));
     memcpy(desc, &d, sizeof(d));
     return CUBLAS_STATUS_SUCCESS;
@@ -311,6 +315,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
         if (s == CUBLAS_STATUS_SUCCESS) d.bias = p;
         break;
     }
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: {
+        int32_t t;
+        s = GET_ATTR(buf, size, &t);
+        if (s == CUBLAS_STATUS_SUCCESS) d.bias_type = t;
+        break;
+    }
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: s = GET_ATTR(buf, size, &d.aux); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: s = GET_ATTR(buf, size, &d.aux_ld); break;
     default: s = CUBLAS_STATUS_NOT_SUPPORTED; break;
@@ -377,13 +387,18 @@ static cublasStatus_t problem_check(const lt_desc *d, const lt_layout *a, const 
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (d->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    /* fp32 everywhere, or 16-bit A and B of one type with fp32 C and D under
-     * CUBLAS_COMPUTE_32F (the combinations of the documented table zerotrain uses) */
-    if (a->type != b->type || c->type != CUDA_R_32F || dd->type != CUDA_R_32F)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* fp32 everywhere, or 16-bit A and B of one type with C and D both fp32 or both of A's
+     * type under CUBLAS_COMPUTE_32F (the combinations of the documented table zerotrain uses);
+     * the bias of D's type unless CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE says fp32, the GELU
+     * input (aux) always of D's type */
+    if (a->type != b->type || c->type != dd->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (dd->type != CUDA_R_32F && dd->type != a->type) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (a->type != CUDA_R_32F && d->compute != CUBLAS_COMPUTE_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     p->in = a->type;
+    p->out = dd->type;
+    p->bias_type = d->bias_type == -1 ? dd->type : d->bias_type;
+    if (p->bias_type != dd->type && p->bias_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     p->ta = d->transa == CUBLAS_OP_T;
     p->tb = d->transb == CUBLAS_OP_T;
     uint64_t m = p->ta ? a->cols : a->rows, ka = p->ta ? a->rows : a->cols;
@@ -426,10 +441,15 @@ static uint32_t ptr_alignment(const void *p)
     return p ? pow2_part((uint64_t)(uintptr_t)p) : LT_MAX_ALIGN;
 }
 
-/* Bytes of one element of A and B */
+/* Bytes of one element of A and B; of C, D and aux */
 static uint32_t in_size(const lt_problem *p)
 {
     return p->in == CUDA_R_32F ? 4u : 2u;
+}
+
+static uint32_t out_size(const lt_problem *p)
+{
+    return p->out == CUDA_R_32F ? 4u : 2u;
 }
 
 /* The one algorithm this emulation offers; NOT_SUPPORTED when a promised alignment does not
@@ -443,7 +463,7 @@ static cublasStatus_t algo_make(const lt_desc *d, const lt_pref *f, const lt_pro
     al->in = p->in;
     for (int i = 0; i < 4; i++) {
         al->align[i] = pow2_part(f->align[i]);
-        if (al->align[i] < (i < 2 ? in_size(p) : sizeof(float))) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (al->align[i] < (i < 2 ? in_size(p) : out_size(p))) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     al->align[AL_BIAS] = ptr_alignment(d->bias);
     al->align[AL_AUX] = ptr_alignment(d->aux);
@@ -532,6 +552,21 @@ static inline float in_load(const void *x, int64_t i, int in)
     if (in == CUDA_R_32F) return ((const float *)x)[i];
     uint16_t h = ((const uint16_t *)x)[i];
     return in == CUDA_R_16BF ? zt_f32_from_bf16(h) : zt_f32_from_f16(h);
+}
+
+/* Element i of C, D or aux of type `out` (cudaDataType) in fp32; v stored there, rounded to
+ * nearest even */
+static inline float out_load(const void *x, int64_t i, int out)
+{
+    return in_load(x, i, out);
+}
+
+static inline void out_store(void *x, int64_t i, int out, float v)
+{
+    if (out == CUDA_R_32F)
+        ((float *)x)[i] = v;
+    else
+        ((uint16_t *)x)[i] = out == CUDA_R_16BF ? zt_bf16_from_f32(v) : zt_f16_from_f32(v);
 }
 
 /* x rounded as the inputs of p are */
@@ -671,12 +706,13 @@ static inline float gelu_tanh_grad(float x)
 /* Pointers and scalars of one matrix of the batch */
 typedef struct {
     const void *A, *B; /* of the problem's input type */
-    const float *C;
-    float *D;
+    const void *C;     /* C, D and aux of its output type */
+    void *D;
+    int out, bias_type;
     int64_t lda, ldb, ldc, ldd;
     float alpha, beta;
-    const float *bias; /* (m) or NULL */
-    float *aux;        /* GELU input, or NULL */
+    const void *bias; /* (m) or NULL */
+    void *aux;        /* GELU input, or NULL */
     int64_t aux_ld;
     bool dgelu; /* aux is read: D = GELU'(aux) * (alpha product) */
 } lt_operands;
@@ -703,20 +739,18 @@ static void epilogue(const lt_operands *o, const float *acc, int64_t wp, int64_t
     for (int64_t jj = 0; jj < jw; jj++) {
         int64_t j = j0 + jj;
         const float *a = acc + jj * wp;
-        float *dcol = o->D + j * o->ldd + i0;
-        const float *ccol = o->beta != 0.0f ? o->C + j * o->ldc + i0 : NULL;
-        float *xcol = o->aux ? o->aux + j * o->aux_ld + i0 : NULL;
+        int64_t dcol = j * o->ldd + i0, ccol = j * o->ldc + i0, xcol = j * o->aux_ld + i0;
         for (int64_t i = 0; i < w; i++) {
             float v = o->alpha * a[i];
-            if (ccol) v += o->beta * ccol[i];
-            if (o->bias) v += o->bias[i0 + i];
-            if (xcol && o->dgelu) {
-                v *= gelu_tanh_grad(xcol[i]);
-            } else if (xcol) {
-                xcol[i] = v;
+            if (o->beta != 0.0f) v += o->beta * out_load(o->C, ccol + i, o->out);
+            if (o->bias) v += out_load(o->bias, i0 + i, o->bias_type);
+            if (o->aux && o->dgelu) {
+                v *= gelu_tanh_grad(out_load(o->aux, xcol + i, o->out));
+            } else if (o->aux) {
+                out_store(o->aux, xcol + i, o->out, v);
                 v = gelu_tanh(v);
             }
-            dcol[i] = v;
+            out_store(o->D, dcol + i, o->out, v);
         }
     }
 }
@@ -828,13 +862,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     if (p.dgelu && o.beta != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
 
     int nb = p.batch;
-    uint32_t es = in_size(&p);
+    uint32_t es = in_size(&p), eo = out_size(&p);
     if (!check_align("A", A, a.stride, nb, al.align[AL_A], es) ||
         !check_align("B", B, b.stride, nb, al.align[AL_B], es) ||
-        (C && !check_align("C", C, c.stride, nb, al.align[AL_C], 4)) ||
-        !check_align("D", D, dd.stride, nb, al.align[AL_D], 4) ||
-        (p.bias && !check_align("the bias", d.bias, 0, 1, al.align[AL_BIAS], 4)) ||
-        ((p.gelu || p.dgelu) && !check_align("the GELU aux", d.aux, 0, 1, al.align[AL_AUX], 4)))
+        (C && !check_align("C", C, c.stride, nb, al.align[AL_C], eo)) ||
+        !check_align("D", D, dd.stride, nb, al.align[AL_D], eo) ||
+        (p.bias && !check_align("the bias", d.bias, 0, 1, al.align[AL_BIAS],
+                                p.bias_type == CUDA_R_32F ? 4 : 2)) ||
+        ((p.gelu || p.dgelu) && !check_align("the GELU aux", d.aux, 0, 1, al.align[AL_AUX], eo)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     /* m, n, k < 2^31: the float counts fit a size_t, their bytes may not */
@@ -857,6 +892,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     o.ldc = c.ld;
     o.ldd = dd.ld;
     o.bias = p.bias ? d.bias : NULL;
+    o.out = p.out;
+    o.bias_type = p.bias_type;
     o.aux = p.gelu || p.dgelu ? d.aux : NULL;
     o.dgelu = p.dgelu;
     o.aux_ld = d.aux_ld;
@@ -864,8 +901,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
         lt_operands ob = o;
         ob.A = (const char *)A + (ptrdiff_t)i * a.stride * es;
         ob.B = (const char *)B + (ptrdiff_t)i * b.stride * es;
-        ob.C = C ? (const float *)C + (ptrdiff_t)i * c.stride : NULL;
-        ob.D = (float *)D + (ptrdiff_t)i * dd.stride;
+        ob.C = C ? (const char *)C + (ptrdiff_t)i * c.stride * eo : NULL;
+        ob.D = (char *)D + (ptrdiff_t)i * dd.stride * eo;
         matmul_one(&p, &ob, P, Q, acc);
     }
     pthread_mutex_unlock(&h->lock);
