@@ -489,10 +489,11 @@ static zt_gpt2_block_acts *block_acts(zt_engine *e, int l)
 
 /* act16: block l's qkv, atty and fch live in a 16-bit home between its forward and its
  * backward: what a mixed-precision job's backward reads is rounded to its 16-bit type, as under
- * PyTorch's autocast. Attention rounds qkv and atty into the home itself in forward and reads
- * them there in backward, as attproj reads atty; fc writes fch there rounded, and GELU and its
- * gradient read it there (the homes are attached to the block's activations). One fp32 working
- * set holds qkv and atty while a block needs them in fp32; fch never is. With checkpointing the
+ * PyTorch's autocast. qkv's GEMM writes qkv there rounded and attention reads it there, writes
+ * atty there rounded and reads both there in backward, as attproj reads atty; fc writes fch
+ * there rounded, and GELU and its gradient read it there (the homes are attached to the block's
+ * activations). One fp32 working set is room for qkv and atty where a backend needs them in
+ * fp32 (the CUDA tensor-core attention does not); fch never is. With checkpointing the
  * recomputation writes the one set's home again, the same values. */
 static void *acts16_home(zt_engine *e, int l)
 {

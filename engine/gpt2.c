@@ -318,9 +318,18 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
      * inputs, GELU's output from its input) and what it never reads (the projections before
      * their residual adds) lives in backward's scratch, free until backward zeroes it. */
     float *ln = s->d_btc2, *proj = s->d_btc;
-    ops->layernorm_matmul_forward(k, a->qkv, ln, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b,
-                                  p->qkvw, p->qkvb, N, C, 3 * C);
-    const zt_attn_home *h = a->home.qkv || a->home.out ? &a->home : NULL;
+    /* With its 16-bit home qkv's GEMM writes it there rounded, where attention reads it (a->qkv
+     * room) */
+    zt_attn_home hq = a->home;
+    if (hq.qkv) {
+        ops->layernorm_matmul_forward16(k, hq.qkv, hq.dtype, a->qkv, ln, a->ln1_mean, a->ln1_rstd,
+                                        x_in, p->ln1w, p->ln1b, p->qkvw, p->qkvb, N, C, 3 * C);
+        hq.qkv_set = true;
+    } else {
+        ops->layernorm_matmul_forward(k, a->qkv, ln, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w,
+                                      p->ln1b, p->qkvw, p->qkvb, N, C, 3 * C);
+    }
+    const zt_attn_home *h = hq.qkv || hq.out ? &hq : NULL;
     ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, h, B, T, C, NH);
     if (h && h->out)
         ops->matmul16_forward(k, proj, a->atty, h->out, h->dtype, p->attprojw, p->attprojb, N, C,
@@ -382,12 +391,23 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     else
         ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N,
                              C, C);
-    ops->memset0(k, s->d_qkv, n3C * sizeof(float));
-    ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, h, B, T, C,
-                            NH);
-    ops->memset0(k, s->d_btc, nC * sizeof(float));
-    ops->layernorm_matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, x_in,
-                                   p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
+    if (h && h->qkv) {
+        /* d(qkv) written rounded into d_fch (free since the MLP's backward: N x 3C 16-bit
+         * elements in its N x 4C floats), where qkv's backward reads it in place; d_qkv room */
+        void *dqkv16 = s->d_fch;
+        ops->attention_backward16(k, dqkv16, h->dtype, s->d_qkv, s->attn, s->d_btc2, a->qkv,
+                                  a->atty, a->lse, h, B, T, C, NH);
+        ops->memset0(k, s->d_btc, nC * sizeof(float));
+        ops->layernorm_matmul16_backward(k, s->d_btc, g->qkvw, g->qkvb, dqkv16, h->dtype, s->d_qkv,
+                                         s->d_btc2, x_in, p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
+    } else {
+        ops->memset0(k, s->d_qkv, n3C * sizeof(float));
+        ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, h, B, T,
+                                C, NH);
+        ops->memset0(k, s->d_btc, nC * sizeof(float));
+        ops->layernorm_matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, x_in,
+                                       p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
+    }
     ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);
 }

@@ -108,9 +108,10 @@ typedef struct zt_gpt2_block_acts {
     float *res2;                      /* (B,T,C) */
     float *ln2_mean, *ln2_rstd;       /* (B,T) (B,T); LN2's output is recomputed */
     float *fch;                       /* (B,T,4C) GELU's input; its output is recomputed */
-    /* A mixed-precision job's 16-bit homes of qkv and atty (none as carved): attention rounds
-     * them into their homes in forward and reads them there in backward, attproj reads atty
-     * there (qkv and atty then only room) */
+    /* A mixed-precision job's 16-bit homes of qkv and atty (none as carved): qkv's GEMM writes
+     * qkv rounded into its home and attention reads it there, attention writes atty rounded
+     * into its home, and backward reads both there, as attproj reads atty (qkv and atty then
+     * only room) */
     zt_attn_home home;
     /* and of fch (type home.dtype; NULL as carved): fc writes its output rounded there, GELU
      * and GELU' read it there (the MLP's 16-bit ops, ops.h; fch is then not used) */

@@ -38,6 +38,9 @@ typedef struct zt_kctx zt_kctx;
 typedef struct zt_attn_home {
     void *qkv, *out;
     zt_dtype dtype;
+    /* qkv's home already holds qkv, written there by qkv's matmul (layernorm_matmul_forward16):
+     * attention_forward reads it there, its fp32 qkv being room (contents undefined on exit) */
+    bool qkv_set;
 } zt_attn_home;
 
 /* Arguments of one AdamW/Adam update over a contiguous range (torch.optim.AdamW semantics).
@@ -148,6 +151,17 @@ typedef struct zt_ops {
                                      const float *x /* (N,C) */, const float *lnw /* (C) */,
                                      const float *lnb /* (C) */, const float *weight /* (OC,C) */,
                                      const float *bias /* (OC) */, int N, int C, int OC);
+    /* layernorm_matmul_forward with its output rounded to dt16 (ZT_BF16 or ZT_F16) into out16:
+     * the 16-bit home of qkv, which attention then reads there (zt_attn_home.qkv_set); `out`
+     * (N,OC) is room the op may fill with the fp32 values (contents undefined on exit). On cpu
+     * bitwise layernorm_matmul_forward into out then the cast; the cuda backend with staged
+     * inputs of dt16 has its GEMM write the 16-bit output itself (from the same fp32 sums). */
+    void (*layernorm_matmul_forward16)(zt_kctx *ctx, void *out16 /* (N,OC) */, zt_dtype dt16,
+                                       float *out /* (N,OC) */, float *ln /* (N,C) */,
+                                       float *mean /* (N) */, float *rstd /* (N) */,
+                                       const float *x /* (N,C) */, const float *lnw /* (C) */,
+                                       const float *lnb /* (C) */, const float *weight /* (OC,C) */,
+                                       const float *bias /* (OC) */, int N, int C, int OC);
     /* matmul_backward of that product, its input LayerNorm(x) recomputed by the op (bitwise
      * layernorm_forward's, into `ln` where it needs it in fp32, contents undefined on exit):
      *   dinp += dout @ weight, dweight += dout^T @ LayerNorm(x), dbias += column sums of dout */
@@ -229,18 +243,31 @@ typedef struct zt_ops {
      * home (NULL: none): the 16-bit homes of qkv and out, so that the caller neither keeps
      * nor restores fp32 copies for backward. Forward leaves qkv rounded into home->qkv and out
      * into home->out (as cast would), the fp32 `out` then being room the op may fill (contents
-     * undefined on exit); backward reads qkv and out from their homes, its `qkv` and `out`
-     * then being such room. The cuda backend's tensor-core attention, whose 16-bit type is
-     * the homes', rounds qkv into its home once in forward and writes out there directly,
-     * and reads both there in backward (the same bits as the fp32 tensors rounded). */
+     * undefined on exit); with home->qkv_set it takes qkv from its home instead, the fp32 `qkv`
+     * being such room (the attention of the rounded values, as autocast's). Backward reads qkv
+     * and out from their homes, its `qkv` and `out` then being such room. The cuda backend's
+     * tensor-core attention, whose 16-bit type is the homes', rounds qkv into its home once in
+     * forward (reads it there with qkv_set) and writes out there directly, and reads both there
+     * in backward (the same bits as the fp32 tensors rounded). */
     void (*attention_forward)(zt_kctx *ctx, float *out /* (B,T,C) */, float *lse /* (B,NH,T) */,
-                              float *scratch, const float *qkv /* (B,T,3C) */,
-                              const zt_attn_home *home, int B, int T, int C, int NH);
+                              float *scratch, float *qkv /* (B,T,3C) */, const zt_attn_home *home,
+                              int B, int T, int C, int NH);
     /* out and lse are the forward's; dS = P (dP - rowsum(dO * out)) scale. */
     void (*attention_backward)(zt_kctx *ctx, float *dqkv /* (B,T,3C) */, float *scratch,
                                const float *dout /* (B,T,C) */, float *qkv, float *out,
                                const float *lse, const zt_attn_home *home, int B, int T, int C,
                                int NH);
+    /* attention_backward with dqkv WRITTEN rounded to dt16 (ZT_BF16 or ZT_F16) into dqkv16,
+     * not accumulated, for qkv's backward to read in place (layernorm_matmul16_backward);
+     * `dqkv` (B,T,3C) is room (contents undefined on exit). Bitwise on cpu: zeros into dqkv,
+     * attention_backward, the cast. The cuda backend's tensor-core kernels of dt16 write it
+     * themselves where dQ comes from its own kernel (the bits of the cast; the other dQ
+     * variants sum in fp32 first). */
+    void (*attention_backward16)(zt_kctx *ctx, void *dqkv16 /* (B,T,3C) */, zt_dtype dt16,
+                                 float *dqkv /* (B,T,3C) */, float *scratch,
+                                 const float *dout /* (B,T,C) */, float *qkv, float *out,
+                                 const float *lse, const zt_attn_home *home, int B, int T, int C,
+                                 int NH);
 
     /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     void (*gelu_forward)(zt_kctx *ctx, float *out, const float *inp, size_t n);

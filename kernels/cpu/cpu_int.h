@@ -81,9 +81,8 @@ void zt_cpu_matmul_forward(zt_kctx *ctx, float *out, const float *inp, const flo
 void zt_cpu_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const float *weight, int N, int C,
                             int OC);
-void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                              const float *qkv, const zt_attn_home *home, int B, int T, int C,
-                              int NH);
+void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch, float *qkv,
+                              const zt_attn_home *home, int B, int T, int C, int NH);
 void zt_cpu_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
                                float *qkv, float *out, const float *lse, const zt_attn_home *home,
                                int B, int T, int C, int NH);

@@ -227,13 +227,15 @@ static void attn_forward_pair(const attn_shape *sh, float *out, float *lse, floa
     }
 }
 
-void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                              const float *qkv, const zt_attn_home *home, int B, int T, int C,
-                              int NH)
+void zt_cpu_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch, float *qkv,
+                              const zt_attn_home *home, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     size_t n = (size_t)B * T * C;
-    if (home && home->qkv) zt_cpu_cast(ctx, home->qkv, home->dtype, qkv, ZT_F32, 3 * n);
+    if (home && home->qkv && home->qkv_set)
+        zt_cpu_cast(ctx, qkv, ZT_F32, home->qkv, home->dtype, 3 * n);
+    else if (home && home->qkv)
+        zt_cpu_cast(ctx, home->qkv, home->dtype, qkv, ZT_F32, 3 * n);
     attn_shape sh = attn_shape_of(ctx, T, C, NH);
     size_t pairs = (size_t)B * sh.NH, part = 2 * sh.bs * sh.T;
     int nt = attn_threads(ctx, &sh, pairs, zt_attention_scratch_floats(B, T, NH));

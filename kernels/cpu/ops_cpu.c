@@ -190,6 +190,27 @@ static void cpu_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, fl
     zt_cpu_matmul_forward(ctx, out, ln, weight, bias, N, C, OC);
 }
 
+static void cpu_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, float *dqkv,
+                                     float *scratch, const float *dout, float *qkv, float *out,
+                                     const float *lse, const zt_attn_home *home, int B, int T,
+                                     int C, int NH)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    size_t n = (size_t)B * T * 3 * (size_t)C;
+    cpu_memset0(ctx, dqkv, n * sizeof(float));
+    zt_cpu_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, home, B, T, C, NH);
+    zt_cpu_cast(ctx, dqkv16, dt16, dqkv, ZT_F32, n);
+}
+
+static void cpu_layernorm_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *out,
+                                           float *ln, float *mean, float *rstd, const float *x,
+                                           const float *lnw, const float *lnb, const float *weight,
+                                           const float *bias, int N, int C, int OC)
+{
+    cpu_layernorm_matmul_forward(ctx, out, ln, mean, rstd, x, lnw, lnb, weight, bias, N, C, OC);
+    if (N > 0 && OC > 0) zt_cpu_cast(ctx, out16, dt16, out, ZT_F32, (size_t)N * (size_t)OC);
+}
+
 /* The two ops, bitwise: the LayerNorm again into ln, then the product's backward. */
 static void cpu_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                           const float *dout, float *ln, const float *x,
@@ -331,9 +352,11 @@ static const zt_ops cpu_ops = {
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .gelu_matmul_forward = cpu_gelu_matmul_forward,
     .layernorm_matmul_forward = cpu_layernorm_matmul_forward,
+    .layernorm_matmul_forward16 = cpu_layernorm_matmul_forward16,
     .layernorm_matmul_backward = cpu_layernorm_matmul_backward,
     .attention_forward = zt_cpu_attention_forward,
     .attention_backward = zt_cpu_attention_backward,
+    .attention_backward16 = cpu_attention_backward16,
     .gelu_forward = zt_cpu_gelu_forward,
     .gelu_backward = zt_cpu_gelu_backward,
     .residual_forward = zt_cpu_residual_forward,

@@ -7,7 +7,8 @@
  * bf16 and fp16: Q, K, V and dO are rounded to the context's 16-bit type (E: bf16, or fp16 for
  * fp16 contexts), once, into the attention's scratch (for runs of as many sequences as it
  * holds) before the kernels, P and dS as they are written for their products; the softmax, the
- * running sums, delta and lse stay fp32, and so do the results in memory. Head size 64.
+ * running sums, delta and lse stay fp32, and so do the results in memory where the caller has
+ * no 16-bit home for them (the output's; the gradient of attention_backward16). Head size 64.
  *
  * A block is 4 warps and owns 64 rows (queries, or keys for dK/dV), 16 per warp, whose own
  * operands (Q; K and V; Q and dO) each warp keeps in matrix fragments, and walks the other side
@@ -172,18 +173,27 @@ static __device__ __forceinline__ void tc_ab_acc(tc_frag_c *acc, const E *a, con
     }
 }
 
-/* dst rows row0.. (row stride ld) += a warp's 16 x TC_HS accumulators, through its part of
- * shared memory `stage` (16 x TC_LDO floats); rows at or past T are left alone. */
-static __device__ __forceinline__ void tc_add_out(float *dst, size_t ld, int row0, int T,
-                                                  float *stage, const tc_frag_c *acc)
+/* dst rows row0.. (from element off, row stride ld) += a warp's 16 x TC_HS accumulators, or
+ * where dst16 is not NULL, dst16's = them rounded (written: the bits of rounding the sums
+ * added into zeros, which are never -0 as sums from +0 are not), through its part of shared
+ * memory `stage` (16 x TC_LDO floats); rows at or past T are left alone. */
+template <class E>
+static __device__ __forceinline__ void tc_add_out(float *dst, E *dst16, size_t off, size_t ld,
+                                                  int row0, int T, float *stage,
+                                                  const tc_frag_c *acc)
 {
     int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
     for (int n = 0; n < TC_HS / 16; n++)
         wmma::store_matrix_sync(stage + n * 16, acc[n], TC_LDO, wmma::mem_row_major);
     __syncwarp();
+    size_t o = off + (size_t)(row0 + r) * ld;
     if (row0 + r < T)
-        for (int c = half * (TC_HS / 2); c < (half + 1) * (TC_HS / 2); c++)
-            dst[(size_t)(row0 + r) * ld + c] += stage[r * TC_LDO + c];
+        for (int c = half * (TC_HS / 2); c < (half + 1) * (TC_HS / 2); c++) {
+            if (dst16)
+                dst16[o + c] = tc_round<E>(stage[r * TC_LDO + c]);
+            else
+                dst[o + c] += stage[r * TC_LDO + c];
+        }
     __syncwarp();
 }
 
@@ -507,17 +517,28 @@ static __device__ __forceinline__ void tc_mma_pv(float acc[TC_MN][4], const floa
     }
 }
 
-/* dst rows row0 + g and row0 + g + 8 (row stride ld) += a warp's 16 x TC_HS accumulators, the
- * lane's own elements; rows at or past T are left alone. */
-static __device__ __forceinline__ void tc_mma_add_out(float *dst, size_t ld, int row0, int T,
-                                                      const float acc[TC_MN][4], int lane)
+/* dst rows row0 + g and row0 + g + 8 (from element off, row stride ld) += a warp's 16 x TC_HS
+ * accumulators, the lane's own elements, or with D16 dst16's = them rounded (as tc_add_out);
+ * rows at or past T are left alone. */
+template <class E, bool D16>
+static __device__ __forceinline__ void tc_mma_add_out(float *dst, E *dst16, size_t off, size_t ld,
+                                                      int row0, int T, const float acc[TC_MN][4],
+                                                      int lane)
 {
     int g = lane / 4, t4 = lane % 4;
     TC_UNROLL
     for (int h = 0; h < 2; h++) {
         int i = row0 + g + 8 * h;
         if (i >= T) continue;
-        float *o = dst + (size_t)i * ld + 2 * t4;
+        size_t at = off + (size_t)i * ld + 2 * t4;
+        if (D16) {
+            uint32_t *o = (uint32_t *)(dst16 + at); /* two columns a store: at is even */
+            TC_UNROLL
+            for (int n = 0; n < TC_MN; n++)
+                o[4 * n] = tc_pack<E>(acc[n][2 * h], acc[n][2 * h + 1]);
+            continue;
+        }
+        float *o = dst + at;
         TC_UNROLL
         for (int n = 0; n < TC_MN; n++) {
             o[8 * n] += acc[n][2 * h];
@@ -561,10 +582,12 @@ tc_mstart(unsigned char *sm, int row0, const E *a, size_t lda, const E *b, size_
 }
 
 /* Forward on mma.sync. qkv: the 16-bit copy of the run's (B, T, 3C) tensor; out (fp32, or E:
- * the output's home), lse at the run's first sequence. grid (query tiles, B NH). */
+ * the output's home), lse at the run's first sequence. grid (query tiles, B NH). The kernel
+ * takes 135 registers on sm_90 (3 blocks an SM); its mma4 twin (ZT_CUDA_ATTN_FWD=mma4) is held
+ * to 128 for 4 blocks. */
 template <class E, class OT>
-static __global__ void __launch_bounds__(TC_THREADS)
-    tc_fwd_mma_kernel(OT *out, float *lse, const E *qkv, int T, int NH, float scale)
+static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *qkv, int T, int NH,
+                                                  float scale)
 {
     __shared__ __align__(128) unsigned char sm[TC_MSMEM];
     tc_pos p = tc_pos_of(T, NH, true);
@@ -643,6 +666,20 @@ static __global__ void __launch_bounds__(TC_THREADS)
     }
 }
 
+template <class E, class OT>
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_fwd_mma_kernel(OT *out, float *lse, const E *qkv, int T, int NH, float scale)
+{
+    tc_fwd_mma<E, OT>(out, lse, qkv, T, NH, scale);
+}
+
+template <class E, class OT>
+static __global__ void __launch_bounds__(TC_THREADS, 4)
+    tc_fwd_mma4_kernel(OT *out, float *lse, const E *qkv, int T, int NH, float scale)
+{
+    tc_fwd_mma<E, OT>(out, lse, qkv, T, NH, scale);
+}
+
 /* For the rows r = (b, h, i) of a run of sequences (dout and out at its first):
  * delta[r] = dO_i . out_i (fp32) over head h, and dO_i's 16-bit copy into d16 ((B, T, C), as
  * dout), one warp a row, each lane two of its 64 columns; out fp32 or E (the output's home).
@@ -683,6 +720,7 @@ static __device__ __forceinline__ void tc_rows(float *dl, float *ls, const float
  * zeros where it writes nothing (above the diagonal), for dQ = dS K by cuBLASLt. */
 template <class E> struct tc_bwd_args {
     float *dqkv;
+    E *dq16; /* not NULL: the gradient written rounded there (as dqkv) instead of added */
     const E *qkv, *dout;
     const float *delta, *lse;
     E *ds;
@@ -780,9 +818,9 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
     }
     __syncthreads(); /* every tile is used up: their place becomes the staging */
     float *stage = (float *)sm + p.warp * 16 * TC_LDO;
-    float *g = a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
-    tc_add_out(g + p.C, p.C3, jw, T, stage, dk);
-    tc_add_out(g + 2 * p.C, p.C3, jw, T, stage, dv);
+    size_t g = (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    tc_add_out(a.dqkv, a.dq16, g + p.C, p.C3, jw, T, stage, dk);
+    tc_add_out(a.dqkv, a.dq16, g + 2 * p.C, p.C3, jw, T, stage, dv);
 }
 
 /* Backward, dQ. grid (query tiles, B NH), the last (longest) query tiles first. */
@@ -844,7 +882,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
     }
     __syncthreads();
     float *stage = (float *)sm + p.warp * 16 * TC_LDO;
-    tc_add_out(a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage, dq);
+    tc_add_out(a.dqkv, a.dq16, (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, stage,
+               dq);
 }
 
 /* ---- the backward on mma.sync (ZT_CUDA_ATTN_BWD=mma) ----
@@ -930,7 +969,7 @@ static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float
  * compiler the 246 it asks on sm_90, 8 warps an SM, where Nsight Compute found it latency-bound
  * (1.9 warps per scheduler, 0.33 of them eligible a cycle): 0.501 ms against 0.479 at 3 on an
  * H100 (GPT-2 124M, micro batch 8). With dQ by atomics (DQA) it stays at 2, as measured. */
-template <class E, bool DQA, int MINB = 3>
+template <class E, bool DQA, int MINB = 3, bool D16 = false>
 static __global__ void __launch_bounds__(TC_THREADS, MINB)
     tc_bwd_mma_kv_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
 {
@@ -989,13 +1028,13 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
         tc_mma_pv<E>(dk, dpt, Qs, lm);
         if (DQA) tc_mma_dq_atomic(a.dqkv, dpt, (E *)dOs, Kb, q0, T, p, lm);
     }
-    float *gk = a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
-    tc_mma_add_out(gk + p.C, p.C3, jw, T, dk, p.lane);
-    tc_mma_add_out(gk + 2 * p.C, p.C3, jw, T, dv, p.lane);
+    size_t gk = (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
+    tc_mma_add_out<E, D16>(a.dqkv, a.dq16, gk + p.C, p.C3, jw, T, dk, p.lane);
+    tc_mma_add_out<E, D16>(a.dqkv, a.dq16, gk + 2 * p.C, p.C3, jw, T, dv, p.lane);
 }
 
 /* Backward, dQ, on mma.sync. grid (query tiles, B NH), the last (longest) query tiles first. */
-template <class E>
+template <class E, bool D16 = false>
 static __global__ void __launch_bounds__(TC_THREADS, 3)
     tc_bwd_mma_q_kernel(tc_bwd_args<E> a, int T, int NH, float scale)
 {
@@ -1044,7 +1083,8 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         }
         tc_mma_pv<E>(dq, s, Ks, lm);
     }
-    tc_mma_add_out(a.dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw, T, dq, p.lane);
+    tc_mma_add_out<E, D16>(a.dqkv, a.dq16, (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw,
+                           T, dq, p.lane);
 }
 
 /* The scratch of a run of sequences: the 16-bit copies of qkv and (backward) dout, delta, and
@@ -1105,10 +1145,13 @@ static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, 
 
 /* The forward kernel ctx asks for, writing out as OT (fp32, or E into the output's home) */
 template <class E, class OT>
-static void tc_fwd_launch(zt_kctx *ctx, const char *const names[2], dim3 grid, OT *out, float *lse,
+static void tc_fwd_launch(zt_kctx *ctx, const char *const names[3], dim3 grid, OT *out, float *lse,
                           const E *q16, int T, int NH, float scale)
 {
-    if (ctx->attn_fwd_mma)
+    if (ctx->attn_fwd_mma == ZT_ATTN_FWD_MMA4)
+        ZT_CUDA_LAUNCH(ctx, names[2], (tc_fwd_mma4_kernel<E, OT>), grid, TC_THREADS, out, lse, q16,
+                       T, NH, scale);
+    else if (ctx->attn_fwd_mma)
         ZT_CUDA_LAUNCH(ctx, names[1], (tc_fwd_mma_kernel<E, OT>), grid, TC_THREADS, out, lse, q16,
                        T, NH, scale);
     else
@@ -1117,9 +1160,9 @@ static void tc_fwd_launch(zt_kctx *ctx, const char *const names[2], dim3 grid, O
 }
 
 /* home, out16: where qkv's and out's 16-bit homes take the run's copy of qkv and its output
- * (NULL: the scratch, and out in fp32) */
+ * (NULL: the scratch, and out in fp32); qkv NULL: the home holds qkv already */
 template <class E>
-static void tc_forward(zt_kctx *ctx, const char *const names[2], float *out, float *lse,
+static void tc_forward(zt_kctx *ctx, const char *const names[3], float *out, float *lse,
                        float *scratch, size_t scratch_floats, const float *qkv, E *home, E *out16,
                        int B, int T, int C, int NH)
 {
@@ -1129,8 +1172,9 @@ static void tc_forward(zt_kctx *ctx, const char *const names[2], float *out, flo
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t tok = (size_t)b0 * T;
         E *q16 = home ? home + tok * 3 * C : run.qkv; /* the run's 16-bit qkv */
-        zt_cuda_stage_cast(ctx, (uint16_t *)q16, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
-                           3 * (size_t)C);
+        if (qkv)                                      /* else in its home already */
+            zt_cuda_stage_cast(ctx, (uint16_t *)q16, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
+                               3 * (size_t)C);
         dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), (unsigned)(nb * NH));
         float *lr = lse + (size_t)b0 * NH * T;
         if (out16)
@@ -1144,10 +1188,12 @@ extern "C" void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, fl
                                         size_t scratch_floats, const float *qkv, uint16_t *home,
                                         uint16_t *out16, int B, int T, int C, int NH)
 {
-    static const char *const fp16[2] = {"attention_forward (fused, fp16 tensor cores)",
-                                        "attention_forward (fused, fp16 mma.sync)"};
-    static const char *const bf16[2] = {"attention_forward (fused, bf16 tensor cores)",
-                                        "attention_forward (fused, bf16 mma.sync)"};
+    static const char *const fp16[3] = {"attention_forward (fused, fp16 tensor cores)",
+                                        "attention_forward (fused, fp16 mma.sync)",
+                                        "attention_forward (fused, fp16 mma.sync, 4 blocks an SM)"};
+    static const char *const bf16[3] = {"attention_forward (fused, bf16 tensor cores)",
+                                        "attention_forward (fused, bf16 mma.sync)",
+                                        "attention_forward (fused, bf16 mma.sync, 4 blocks an SM)"};
     if (ctx->mm == ZT_MM_FP16)
         tc_forward<__half>(ctx, fp16, out, lse, scratch, scratch_floats, qkv, (__half *)home,
                            (__half *)out16, B, T, C, NH);
@@ -1176,17 +1222,25 @@ static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, const E *q16, float *
     return true;
 }
 
+/* dq16 (NULL: none): the gradient written rounded there (only with dQ by its kernel) */
 template <class E>
-static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, float *scratch,
-                        size_t scratch_floats, const float *dout, const float *qkv, const E *home,
-                        const float *out, const E *out16, const float *lse, int B, int T, int C,
-                        int NH)
+static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E *dq16,
+                        float *scratch, size_t scratch_floats, const float *dout, const float *qkv,
+                        const E *home, const float *out, const E *out16, const float *lse, int B,
+                        int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     tc_run<E> run;
     /* dQ by cuBLASLt where asked and a sequence's dS^T fits (else by the kernel, which needs
      * less) */
     bool gemm = ctx->attn_dq == ZT_ATTN_DQ_GEMM, atomic = ctx->attn_dq == ZT_ATTN_DQ_ATOMIC;
+    if (dq16 && (gemm || atomic)) {
+        zt_cuda_fail(ctx, ZT_ERR_INVALID,
+                     "attention: a 16-bit gradient with dQ by %s; this is a bug in the caller (it "
+                     "sums dQ in fp32 first)",
+                     gemm ? "GEMM" : "atomics");
+        return;
+    }
     if (gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS);
     if (!gemm || run.n < 1) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
@@ -1205,6 +1259,7 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, f
                            run.dout, dout + tok * C, out + tok * C, T, NH, rows);
         tc_bwd_args<E> a;
         a.dqkv = dqkv + tok * 3 * C;
+        a.dq16 = dq16 ? dq16 + tok * 3 * C : NULL;
         a.qkv = q16;
         a.dout = run.dout;
         a.delta = run.delta;
@@ -1218,16 +1273,25 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, f
         if (atomic)
             ZT_CUDA_LAUNCH(ctx, names[5], (tc_bwd_mma_kv_kernel<E, true, 2>), grid, TC_THREADS, a,
                            T, NH, scale);
+        else if (ctx->attn_bwd_mma == ZT_ATTN_BWD_MMA2 && a.dq16)
+            ZT_CUDA_LAUNCH(ctx, names[6], (tc_bwd_mma_kv_kernel<E, false, 2, true>), grid,
+                           TC_THREADS, a, T, NH, scale);
         else if (ctx->attn_bwd_mma == ZT_ATTN_BWD_MMA2)
             ZT_CUDA_LAUNCH(ctx, names[6], (tc_bwd_mma_kv_kernel<E, false, 2>), grid, TC_THREADS, a,
                            T, NH, scale);
+        else if (ctx->attn_bwd_mma && a.dq16)
+            ZT_CUDA_LAUNCH(ctx, names[3], (tc_bwd_mma_kv_kernel<E, false, 3, true>), grid,
+                           TC_THREADS, a, T, NH, scale);
         else if (ctx->attn_bwd_mma)
             ZT_CUDA_LAUNCH(ctx, names[3], (tc_bwd_mma_kv_kernel<E, false>), grid, TC_THREADS, a, T,
                            NH, scale);
         else
             ZT_CUDA_LAUNCH(ctx, names[1], tc_bwd_kv_kernel<E>, grid, TC_THREADS, a, T, NH, scale);
         if (atomic || (a.ds && tc_dq_gemm(ctx, run, q16, a.dqkv, nb, T, C, NH))) continue;
-        if (ctx->attn_bwd_mma)
+        if (ctx->attn_bwd_mma && a.dq16)
+            ZT_CUDA_LAUNCH(ctx, names[4], (tc_bwd_mma_q_kernel<E, true>), grid, TC_THREADS, a, T,
+                           NH, scale);
+        else if (ctx->attn_bwd_mma)
             ZT_CUDA_LAUNCH(ctx, names[4], tc_bwd_mma_q_kernel<E>, grid, TC_THREADS, a, T, NH,
                            scale);
         else
@@ -1235,7 +1299,7 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, f
     }
 }
 
-extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch,
+extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
                                          size_t scratch_floats, const float *dout, const float *qkv,
                                          const uint16_t *home, const float *out,
                                          const uint16_t *out16, const float *lse, int B, int T,
@@ -1258,10 +1322,10 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scrat
         "attention_backward (fused dK dV dQ, bf16 mma.sync)",
         "attention_backward (fused dK dV, bf16 mma.sync, 2 blocks an SM)"};
     if (ctx->mm == ZT_MM_FP16)
-        tc_backward<__half>(ctx, fp16, dqkv, scratch, scratch_floats, dout, qkv,
+        tc_backward<__half>(ctx, fp16, dqkv, (__half *)dq16, scratch, scratch_floats, dout, qkv,
                             (const __half *)home, out, (const __half *)out16, lse, B, T, C, NH);
     else
-        tc_backward<__nv_bfloat16>(ctx, bf16, dqkv, scratch, scratch_floats, dout, qkv,
-                                   (const __nv_bfloat16 *)home, out, (const __nv_bfloat16 *)out16,
-                                   lse, B, T, C, NH);
+        tc_backward<__nv_bfloat16>(ctx, bf16, dqkv, (__nv_bfloat16 *)dq16, scratch, scratch_floats,
+                                   dout, qkv, (const __nv_bfloat16 *)home, out,
+                                   (const __nv_bfloat16 *)out16, lse, B, T, C, NH);
 }

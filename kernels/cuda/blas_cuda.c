@@ -560,7 +560,8 @@ static bool stage_usable(const zt_kctx *ctx)
 static void afn_stage(zt_kctx *ctx, uint16_t *dst, const zt_cuda_afn *f, int ld, int m0, int mn,
                       int k0, int kn)
 {
-    if (f->kind == ZT_AFN_HOME16) /* already the staging's type: copied */
+    if (f->kind == ZT_AFN_HOME16) /* the staging's type already: copied (where not read in
+                                   * place: blocks of depth) */
         zt_cuda_check(ctx,
                       cudaMemcpy2DAsync(dst, (size_t)kn * 2,
                                         (const uint16_t *)f->src16 + (size_t)m0 * ld + k0,
@@ -626,10 +627,14 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                 s.A = sa, s.B = sb;
                 s.lda = g->ta == 'N' ? kn : mn;
                 s.ldb = g->tb == 'N' ? nn : kn;
+                /* a 16-bit input of the staging's type in whole rows is read in place */
+                bool home = g->afn && g->afn->kind == ZT_AFN_HOME16 && g->ta == 'N' && kn == g->K &&
+                            g->lda == g->K;
+                if (home) s.A = (const uint16_t *)g->afn->src16 + (size_t)m0 * g->K;
                 lt_call c;
                 lt_result r = lt_prepare(ctx, &s, s.bias != NULL, &c);
                 if (r == LT_READY) {
-                    if (a_at[0] != m0 || a_at[1] != k0) {
+                    if (!home && (a_at[0] != m0 || a_at[1] != k0)) {
                         if (g->afn)
                             afn_stage(ctx, sa, g->afn, g->lda, m0, mn, k0, kn);
                         else
@@ -746,7 +751,10 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
         } else {
             stage_block(ctx, sd, dout, OC, 'N', m0, mn, 0, OC);
         }
-        if (afn)
+        const uint16_t *sib = si;              /* this block's copy of inp */
+        if (afn && afn->kind == ZT_AFN_HOME16) /* the staging's type already: read in place */
+            sib = (const uint16_t *)afn->src16 + (size_t)m0 * C;
+        else if (afn)
             afn_stage(ctx, si, afn, C, m0, mn, 0, C);
         else
             stage_block(ctx, si, inp, C, 'N', m0, mn, 0, C);
@@ -774,7 +782,7 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
         for (int i = 0; i < 2; i++) {
             zt_cuda_gemm st = parts[i];
             st.in16 = ctx->mm;
-            st.A = sdb, st.B = i == 0 ? (const void *)sw : (const void *)si;
+            st.A = sdb, st.B = i == 0 ? (const void *)sw : (const void *)sib;
             if (gemm_lt(ctx, &st, false) == LT_NO_ALGO) {
                 /* the fp32 operands' rows, now */
                 if (d16 && !widened)
@@ -1091,6 +1099,24 @@ void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float
     linear_from(ctx, out, ln, &f, weight, bias, N, C, OC);
 }
 
+/* qkv's 16-bit home written by the GEMM itself, as matmul_forward16's */
+void zt_cuda_layernorm_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *out,
+                                        float *ln, float *mean, float *rstd, const float *x,
+                                        const float *lnw, const float *lnb, const float *weight,
+                                        const float *bias, int N, int C, int OC)
+{
+    zt_cuda_afn f = {
+        .kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb, .mean = mean, .rstd = rstd};
+    if (in16_stageable(ctx, dt16)) {
+        zt_cuda_gemm g = linear_gemm(out, ln, weight, bias, N, C, OC);
+        g.afn = &f, g.out16 = ctx->mm, g.C16 = out16;
+        if (gemm_staged(ctx, &g)) return;
+    }
+    zt_cuda_layernorm_matmul_forward(ctx, out, ln, mean, rstd, x, lnw, lnb, weight, bias, N, C, OC);
+    if (N > 0 && OC > 0)
+        zt_cuda_cast(ctx, out16, (int)dt16, out, (int)ZT_F32, (size_t)N * (size_t)OC);
+}
+
 void zt_cuda_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                        const float *dout, float *ln, const float *x,
                                        const float *lnw, const float *lnb, const float *weight,
@@ -1203,18 +1229,21 @@ static bool attn_home_direct(const zt_kctx *ctx, int B, int T, int C, int NH,
            ((uintptr_t)home->qkv % 16 | (uintptr_t)home->out % 16) == 0;
 }
 
-void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                               const float *qkv, const zt_attn_home *home, int B, int T, int C,
-                               int NH)
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch, float *qkv,
+                               const zt_attn_home *home, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     size_t n = (size_t)B * T * C;
     bool direct = attn_home_direct(ctx, B, T, C, NH, home);
-    if (home && home->qkv && !direct)
+    bool set = home && home->qkv && home->qkv_set; /* qkv is read from its home */
+    if (set && !direct)                            /* the fp32 values, for kernels that read them */
+        zt_cuda_cast(ctx, qkv, (int)ZT_F32, home->qkv, (int)home->dtype, 3 * n);
+    else if (home && home->qkv && !direct)
         zt_cuda_cast(ctx, home->qkv, (int)home->dtype, qkv, (int)ZT_F32, 3 * n);
     if (zt_cuda_attn_fused(ctx, B, T, C, NH))
         zt_cuda_attn_fused_forward(ctx, out, lse, scratch, zt_attention_scratch_floats(B, T, NH),
-                                   qkv, direct ? (uint16_t *)home->qkv : NULL,
+                                   set && direct ? NULL : qkv,
+                                   direct ? (uint16_t *)home->qkv : NULL,
                                    direct ? (uint16_t *)home->out : NULL, B, T, C, NH);
     else
         attn_chunked_forward(ctx, out, lse, scratch, qkv, B, T, C, NH);
@@ -1222,11 +1251,12 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
         zt_cuda_cast(ctx, home->out, (int)home->dtype, out, (int)ZT_F32, n);
 }
 
-void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
-                                float *qkv, float *out, const float *lse, const zt_attn_home *home,
-                                int B, int T, int C, int NH)
+/* attention_backward, or with dq16 (NULL: none) attention_backward16 by the tensor-core
+ * kernels writing the rounded gradient there themselves */
+static void attention_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
+                               const float *dout, float *qkv, float *out, const float *lse,
+                               const zt_attn_home *home, int B, int T, int C, int NH)
 {
-    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     size_t n = (size_t)B * T * C;
     bool direct = attn_home_direct(ctx, B, T, C, NH, home);
     /* the fp32 values, for kernels that read them */
@@ -1235,9 +1265,39 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
     if (home && home->out && !direct)
         zt_cuda_cast(ctx, out, (int)ZT_F32, home->out, (int)home->dtype, n);
     if (zt_cuda_attn_fused(ctx, B, T, C, NH))
-        zt_cuda_attn_fused_backward(ctx, dqkv, scratch, zt_attention_scratch_floats(B, T, NH), dout,
-                                    qkv, direct ? (const uint16_t *)home->qkv : NULL, out,
+        zt_cuda_attn_fused_backward(ctx, dqkv, dq16, scratch, zt_attention_scratch_floats(B, T, NH),
+                                    dout, qkv, direct ? (const uint16_t *)home->qkv : NULL, out,
                                     direct ? (const uint16_t *)home->out : NULL, lse, B, T, C, NH);
     else
         attn_chunked_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+}
+
+void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                float *qkv, float *out, const float *lse, const zt_attn_home *home,
+                                int B, int T, int C, int NH)
+{
+    if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    attention_backward(ctx, dqkv, NULL, scratch, dout, qkv, out, lse, home, B, T, C, NH);
+}
+
+/* The tensor-core kernels write the rounded gradient themselves where they run in dt16, dQ by
+ * its own kernel (the others sum dQ in fp32 first) and dqkv16 is 4-byte aligned (their paired
+ * stores); elsewhere the fp32 gradient from zeros in the room, then the cast. */
+void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, float *dqkv,
+                                  float *scratch, const float *dout, float *qkv, float *out,
+                                  const float *lse, const zt_attn_home *home, int B, int T, int C,
+                                  int NH)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    if (zt_cuda_attn_fused(ctx, B, T, C, NH) && mm16_is(ctx, dt16) &&
+        ctx->attn_dq == ZT_ATTN_DQ_KERNEL && (uintptr_t)dqkv16 % 4 == 0) {
+        attention_backward(ctx, dqkv, dqkv16, scratch, dout, qkv, out, lse, home, B, T, C, NH);
+        return;
+    }
+    size_t n3 = (size_t)B * T * 3 * (size_t)C;
+    if (zt_cuda_check(ctx, cudaMemsetAsync(dqkv, 0, n3 * sizeof(float), ctx->stream),
+                      "clearing the attention's gradient"))
+        return;
+    attention_backward(ctx, dqkv, NULL, scratch, dout, qkv, out, lse, home, B, T, C, NH);
+    zt_cuda_cast(ctx, dqkv16, (int)dt16, dqkv, (int)ZT_F32, n3);
 }

@@ -113,8 +113,9 @@ zt_status zt_cuda_lt_load(zt_err *err);
 
 /* how the tensor-core attention's backward gets dQ (ZT_CUDA_ATTN_DQ) */
 enum { ZT_ATTN_DQ_KERNEL, ZT_ATTN_DQ_GEMM, ZT_ATTN_DQ_ATOMIC };
-/* attn_bwd_mma's value for ZT_CUDA_ATTN_BWD=mma2 */
+/* attn_bwd_mma's value for ZT_CUDA_ATTN_BWD=mma2, attn_fwd_mma's for ZT_CUDA_ATTN_FWD=mma4 */
 #define ZT_ATTN_BWD_MMA2 2
+#define ZT_ATTN_FWD_MMA4 4
 
 struct zt_kctx {
     int device;
@@ -126,7 +127,8 @@ struct zt_kctx {
     int attn_fused; /* ZT_CUDA_ATTN: 1 fused (attn_cuda.cu's kernels where they fit), 0 chunked,
                      * ZT_CUDA_ATTN_AUTO fused for 16-bit matmul inputs only (zt_cuda_attn_fused) */
     int attn_dq;    /* ZT_CUDA_ATTN_DQ: how the tensor-core backward gets dQ (ZT_ATTN_DQ_) */
-    int attn_fwd_mma; /* ZT_CUDA_ATTN_FWD: the tensor-core forward on mma.sync (1, default) */
+    int attn_fwd_mma; /* ZT_CUDA_ATTN_FWD: the tensor-core forward on mma.sync (1, default;
+                       * ZT_ATTN_FWD_MMA4: at 4 blocks an SM), or 0 */
     int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default;
                        * ZT_ATTN_BWD_MMA2: its dK dV kernel at 2 blocks an SM), or 0 */
 
@@ -248,7 +250,7 @@ void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const flo
 void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
                             const float *logits, const int32_t *targets, int N, int V, int Vp,
                             float dloss);
-/* The op table's gelu_matmul_forward, layernorm_matmul_forward, layernorm_matmul_backward,
+/* The op table's gelu_matmul_forward, layernorm_matmul_forward(16), layernorm_matmul_backward,
  * classifier_forward_backward and the MLP's ops with its 16-bit home (blas_cuda.c). */
 void zt_cuda_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *act,
                               const float *inp, const float *weight, const float *bias, int N,
@@ -268,6 +270,10 @@ void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const flo
 void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,
                                       const float *x, const float *lnw, const float *lnb,
                                       const float *weight, const float *bias, int N, int C, int OC);
+void zt_cuda_layernorm_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *out,
+                                        float *ln, float *mean, float *rstd, const float *x,
+                                        const float *lnw, const float *lnb, const float *weight,
+                                        const float *bias, int N, int C, int OC);
 void zt_cuda_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                        const float *dout, float *ln, const float *x,
                                        const float *lnw, const float *lnb, const float *weight,
@@ -296,25 +302,27 @@ bool zt_cuda_attn_fused_fits(int B, int T, int C, int NH);
 bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
 /* scratch: the op's, scratch_floats long (zt_attention_scratch_floats). home, out16 (NULL:
  * none): the 16-bit homes of qkv and out in ctx->mm's type ((B,T,3C), (B,T,C); only where the
- * tensor-core kernels run): forward rounds qkv into its home instead of into the scratch and
- * writes out into out16 instead of out; backward reads them there and leaves qkv and out
- * alone. */
+ * tensor-core kernels run): forward rounds qkv into its home instead of into the scratch (or,
+ * where qkv is NULL, reads it there as it is) and writes out into out16 instead of out;
+ * backward reads them there and leaves qkv and out alone. dq16 (backward; NULL: none; only for
+ * the tensor-core kernels with dQ by its own kernel, 4-byte aligned): where the gradient is
+ * WRITTEN rounded to ctx->mm's type (B,T,3C) instead of added into dqkv. */
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                                 size_t scratch_floats, const float *qkv, uint16_t *home,
                                 uint16_t *out16, int B, int T, int C, int NH);
-void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
-                                 const float *dout, const float *qkv, const uint16_t *home,
-                                 const float *out, const uint16_t *out16, const float *lse, int B,
-                                 int T, int C, int NH);
+void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
+                                 size_t scratch_floats, const float *dout, const float *qkv,
+                                 const uint16_t *home, const float *out, const uint16_t *out16,
+                                 const float *lse, int B, int T, int C, int NH);
 /* The same on tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
  * matmuls take 16-bit inputs: bf16 for ctx->mm ZT_MM_BF16, fp16 for ZT_MM_FP16. */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                              size_t scratch_floats, const float *qkv, uint16_t *home,
                              uint16_t *out16, int B, int T, int C, int NH);
-void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
-                              const float *dout, const float *qkv, const uint16_t *home,
-                              const float *out, const uint16_t *out16, const float *lse, int B,
-                              int T, int C, int NH);
+void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
+                              size_t scratch_floats, const float *dout, const float *qkv,
+                              const uint16_t *home, const float *out, const uint16_t *out16,
+                              const float *lse, int B, int T, int C, int NH);
 /* Floats of scratch the tensor-core backward needs to work through runs of nseq sequences (the
  * 16-bit copies of their qkv and dout, delta; the forward needs less). */
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);

@@ -145,7 +145,8 @@ static int attn_dq_from_env(void)
  * kernels: "mma" (unset or empty: mma.sync with the scores in registers) or "wmma" (the warp
  * matrix functions, scores through shared memory); for the backward also "mma2" (the mma dK dV
  * kernel at the 246 registers it would take, 2 blocks an SM, where "mma" holds it to 168 for 3:
- * 0.501 against 0.479 ms on an H100, GPT-2 124M at micro batch 8). Anything else
+ * 0.501 against 0.479 ms on an H100, GPT-2 124M at micro batch 8); for the forward "mma4" (held
+ * to 128 registers for 4 blocks an SM, where it takes 135 for 3: not yet measured). Anything else
  * warns and counts as unset. mma is the default as measured: on an H100, GPT-2 124M at micro
  * batch 8, forward 0.153 against 0.251 ms and backward 0.498 against 0.870 ms per layer; 1.13x
  * tokens/s end to end at micro batch 128 (tests/bench/GPU_NOTES.md). */
@@ -155,8 +156,9 @@ static int attn_mma_from_env(const char *name, bool bwd)
     if (!s || !*s || strcmp(s, "mma") == 0) return 1;
     if (strcmp(s, "wmma") == 0) return 0;
     if (bwd && strcmp(s, "mma2") == 0) return ZT_ATTN_BWD_MMA2;
-    ZT_WARN("kernels", "ignoring %s=%s: expected 'mma'%s or 'wmma'", name, s,
-            bwd ? ", 'mma2'" : "");
+    if (!bwd && strcmp(s, "mma4") == 0) return ZT_ATTN_FWD_MMA4;
+    ZT_WARN("kernels", "ignoring %s=%s: expected 'mma', %s or 'wmma'", name, s,
+            bwd ? "'mma2'" : "'mma4'");
     return 1;
 }
 
@@ -532,12 +534,15 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
                                   const float *pre, int N, int C, int OC);
 void zt_cuda_matmul_gelu_forward(zt_kctx *ctx, float *out, float *pre, const float *inp,
                                  const float *weight, const float *bias, int N, int C, int OC);
-void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
-                               const float *qkv, const zt_attn_home *home, int B, int T, int C,
-                               int NH);
+void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scratch, float *qkv,
+                               const zt_attn_home *home, int B, int T, int C, int NH);
 void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const float *dout,
                                 float *qkv, float *out, const float *lse, const zt_attn_home *home,
                                 int B, int T, int C, int NH);
+void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, float *dqkv,
+                                  float *scratch, const float *dout, float *qkv, float *out,
+                                  const float *lse, const zt_attn_home *home, int B, int T, int C,
+                                  int NH);
 void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16, zt_dtype dt16,
                               const float *weight, const float *bias, int N, int C, int OC);
 void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
@@ -594,6 +599,7 @@ static const zt_ops cuda_ops = {
     .matmul_gelu_forward = zt_cuda_matmul_gelu_forward,
     .gelu_matmul_forward = zt_cuda_gelu_matmul_forward,
     .layernorm_matmul_forward = zt_cuda_layernorm_matmul_forward,
+    .layernorm_matmul_forward16 = zt_cuda_layernorm_matmul_forward16,
     .layernorm_matmul_backward = zt_cuda_layernorm_matmul_backward,
     .matmul16_forward = zt_cuda_matmul16_forward,
     .matmul16_backward = zt_cuda_matmul16_backward,
@@ -603,6 +609,7 @@ static const zt_ops cuda_ops = {
     .layernorm_matmul16_backward = zt_cuda_layernorm_matmul16_backward,
     .attention_forward = zt_cuda_attention_forward,
     .attention_backward = zt_cuda_attention_backward,
+    .attention_backward16 = zt_cuda_attention_backward16,
     .gelu_forward = zt_cuda_gelu_forward,
     .gelu_backward = zt_cuda_gelu_backward,
     .residual_forward = zt_cuda_residual_forward,

@@ -29,6 +29,7 @@ loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio
 "zt-wmma" row with ZT_CUDA_ATTN_FWD=wmma and ZT_CUDA_ATTN_BWD=wmma (the attention's earlier
 kernels, on the warp matrix functions), "zt-dq-atomic" and "zt-dq-gemm" rows with
 ZT_CUDA_ATTN_DQ=atomic (dQ added up by the dK dV kernel) and =gemm (dQ by cuBLASLt from dS),
+a "zt-mma4" row with ZT_CUDA_ATTN_FWD=mma4 (the forward kernel held to 4 blocks an SM),
 a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT_HEAD_ROWS,
 with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26), and a
 "zt-unfused" row with ZT_CUDA_STAGE_FUSED=0 (every 16-bit copy of a matmul operand made by a
@@ -549,6 +550,9 @@ def main():
             for who, suffix, what, kw in [
                     # the attention's earlier kernels, on wmma
                     ("zt-wmma", "_wmma", "bf16, wmma attention", {"fwd": "wmma", "bwd": "wmma"}),
+                    # the forward kernel at 4 blocks an SM (128 registers)
+                    ("zt-mma4", "_mma4", "bf16, attention forward at 4 blocks an SM",
+                     {"fwd": "mma4"}),
                     # its dQ by atomics from the dK dV kernel, or by cuBLASLt from dS
                     ("zt-dq-atomic", "_dqatomic", "bf16, dQ by atomics", {"dq": "atomic"}),
                     ("zt-dq-gemm", "_dqgemm", "bf16, dQ by GEMM", {"dq": "gemm"}),
@@ -644,7 +648,7 @@ def main():
 
 
 # the rows --variants chooses from
-VARIANTS = ("zt-wmma", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unfused", "zt-unstaged",
+VARIANTS = ("zt-wmma", "zt-mma4", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unfused", "zt-unstaged",
             "bf16-tf32", "zt-alt")
 # a variant row's ratio to the default's: what the two sides are (the first over the second),
 # and whether the default is the first
@@ -652,6 +656,7 @@ VARIANT_RATIOS = {
     "zt-unstaged": ("matmuls on 16-bit copies/on fp32 operands", True),
     "zt-dq-gemm": ("attention dQ by GEMM/by kernel", False),
     "zt-wmma": ("attention on mma.sync/on wmma", True),
+    "zt-mma4": ("attention forward at 3/4 blocks an SM", True),
     "zt-dq-atomic": ("attention dQ by atomics/by kernel", False),
     "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True),
     "zt-unfused": ("16-bit copies by passes that run anyway/by their own", True),
@@ -665,7 +670,8 @@ def check_emu(rows, twin, too_big, skipped, args):
     want = [("zerotrain", p) for p in args.zt_precisions.split(",") if p]
     if "bf16" in args.zt_precisions.split(","):
         want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16"),
-                 ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-dq-atomic", "bf16"),
+                 ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-mma4", "bf16"),
+                 ("zt-dq-atomic", "bf16"),
                  ("zt-head-small", "bf16"), ("zt-unfused", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]

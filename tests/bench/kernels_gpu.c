@@ -45,6 +45,7 @@ static const struct {
     {"", "", "gemm", "dQ by GEMM"},
     {"", "", "atomic", "dQ by atomics"},
     {"", "mma2", "", "dK dV at 2 blocks an SM"},
+    {"mma4", "", "", "forward at 4 blocks an SM"},
 };
 #define N_KV_ATTN (sizeof(KV_ATTN) / sizeof(KV_ATTN[0]))
 static zt_kctx *KV[N_KV_ATTN];
@@ -305,6 +306,10 @@ int main(int argc, char **argv)
         TIME_IT(s, G->layernorm_matmul_forward(K, y, z, mean, rstd, x, w, bias, w, bias, (int)N, C,
                                                3 * C));
         report_flops("layernorm_matmul_forward qkv", md, s, qfl);
+        /* as bf16 jobs run it: qkv's GEMM writing its 16-bit home (in mlp) */
+        TIME_IT(s, G->layernorm_matmul_forward16(K, mlp, ZT_BF16, y, z, mean, rstd, x, w, bias, w,
+                                                 bias, (int)N, C, 3 * C));
+        report_flops("layernorm_matmul_forward16 qkv", md, s, qfl);
         TIME_IT(s,
                 G->layernorm_matmul_backward(K, dx, dw, db, y, z, x, w, bias, w, (int)N, C, 3 * C));
         report_flops("layernorm_matmul_backward qkv", md, s, 2 * qfl);
@@ -360,6 +365,18 @@ int main(int argc, char **argv)
         report_flops("attention_forward fused", md, s, afl);
         TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, NULL, B, T, C, NH));
         report_flops("attention_backward fused", md, s, 2 * afl);
+        if (MODES[md].dtype == ZT_BF16) { /* qkv read from its home, as bf16 jobs run it */
+            zt_attn_home hq = {mlp, NULL, ZT_BF16, true};
+            G->cast(K, mlp, ZT_BF16, qkv, ZT_F32, N * 3 * C);
+            TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, &hq, B, T, C, NH));
+            report_flops("attention_forward fused, qkv in its home", md, s, afl);
+            TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, &hq, B, T, C, NH));
+            report_flops("attention_backward fused, qkv in its home", md, s, 2 * afl);
+            /* and the gradient written in 16 bits (no fp32 dqkv for qkv's backward to round) */
+            TIME_IT(s, G->attention_backward16(K, mlp + 2 * NC, ZT_BF16, dqkv, scr, x, qkv, y, lse,
+                                               &hq, B, T, C, NH));
+            report_flops("attention_backward16 fused, qkv in its home", md, s, 2 * afl);
+        }
         for (size_t v = 0; v < N_KV_ATTN && MODES[md].dtype == ZT_BF16; v++) { /* beside them */
             char what[96];
             K = KV[v];

@@ -19,6 +19,9 @@ import time
 BIN = os.environ.get("ZT_BIN", "./bin")
 N_JOBS = int(os.environ.get("ZT_DURABILITY_JOBS", "200"))
 SUBMITTERS = 4
+# SIGKILLs spread over the submissions: a submitter waits while the share of jobs submitted runs
+# ahead of the share of these kills done, so a fast machine cannot finish between two kills
+KILLS = 12
 
 JOB = """{
   "name": "%s",
@@ -105,8 +108,14 @@ def main():
         coord.start()
         env = dict(os.environ, ZT_COORDINATOR=addr)
 
+        submitted = [0]
+
         def submitter(k):
             for i in range(k, N_JOBS, SUBMITTERS):
+                while not done.is_set() and (coord.starts - 1) * N_JOBS < KILLS * submitted[0]:
+                    time.sleep(0.01)
+                with lock:
+                    submitted[0] += 1
                 name = f"dur-{i:03d}"
                 text = JOB % (name, 1000 + i)
                 path = os.path.join(tmp, f"{name}.json")

@@ -1181,6 +1181,7 @@ static const struct {
     {"", "", "gemm", "mma dK dV, dQ by GEMM"},
     {"", "", "atomic", "mma dK dV, dQ by atomics"},
     {"", "mma2", "", "mma dK dV at 2 blocks an SM"},
+    {"mma4", "", "", "mma forward at 4 blocks an SM"},
 };
 #define N_ATTN_VARIANTS (sizeof(ATTN_VARIANTS) / sizeof(ATTN_VARIANTS[0]))
 static zt_kctx *GV[N_ATTN_VARIANTS];
@@ -1364,10 +1365,12 @@ static void test_attention_choice(void)
  * rounded through them, bit for bit. Where the tensor-core kernels take the homes as their
  * own (direct: their 16-bit type is the homes' and the homes are 16-byte aligned), on the
  * emulation forward launches what it launches without them and backward one kernel fewer where
- * qkv has a home (no rounding of qkv); elsewhere one cast more for each home, each way. skew:
- * bytes the homes start past 16-byte alignment. */
-static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool direct, size_t skew,
-                                const char *label)
+ * qkv has a home (no rounding of qkv); elsewhere one cast more for each home, each way. With
+ * both homes, attention_backward16 (d16: the kernels write the 16-bit gradient themselves); and
+ * the forward with qkv set in its home. skew: bytes the homes (and the 16-bit gradient) start
+ * past 16-byte alignment. */
+static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool direct, bool d16,
+                                size_t skew, const char *label)
 {
     int B = 2, T = 128, C = 128, NH = 2;
     char what[200];
@@ -1387,10 +1390,10 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
     float *d_lse2 = dalloc(nL * 4), *d_qr = dalloc(n3 * 4), *d_or = dalloc(nC * 4);
     float *d_dqa = dalloc(n3 * 4), *d_dqb = dalloc(n3 * 4), *d_nanq = dalloc(n3 * 4);
     float *d_nano = dalloc(nC * 4);
-    char *hq0 = dalloc(n3 * 2 + 16), *ho0 = dalloc(nC * 2 + 16);
-    void *d_hq = hq0 + skew, *d_ho = ho0 + skew, *d_w = dalloc(n3 * 2);
+    char *hq0 = dalloc(n3 * 2 + 16), *ho0 = dalloc(nC * 2 + 16), *g0 = dalloc(n3 * 2 + 16);
+    void *d_hq = hq0 + skew, *d_ho = ho0 + skew, *d_w = dalloc(n3 * 2), *d_g16 = g0 + skew;
     for (int which = 1; which <= 3; which++) { /* 1 qkv's home, 2 out's, 3 both */
-        zt_attn_home home = {which & 1 ? d_hq : NULL, which & 2 ? d_ho : NULL, dt16};
+        zt_attn_home home = {which & 1 ? d_hq : NULL, which & 2 ? d_ho : NULL, dt16, false};
         int nh = (which & 1) + (which >> 1);
         char tag[96];
         snprintf(tag, sizeof(tag), "%s, %s %s home(s)", label,
@@ -1449,11 +1452,59 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
         check_bits(what, d_dqb, dq, n3, 4);
         if (EMU_COUNTS && lh + (direct && home.qkv ? 1 : 0) != lw + (direct ? 0 : (unsigned)nh))
             ZT_FAIL("attention_backward %s: %llu launches, %llu without the homes", tag, lh, lw);
+        if (which == 3) {
+            /* attention_backward16: the bits of the gradient from zeros rounded, its fp32 room
+             * NaN (left so where the kernels write the 16-bit gradient themselves: d16, with
+             * the launches of attention_backward; else a cast more) */
+            GPU->memset0(c, d_dqa, n3 * 4);
+            GPU->attention_backward(c, d_dqa, d_scr, d_dout, d_nanq, d_nano, d_lse, &home, B, T, C,
+                                    NH);
+            GPU->cast(c, d_w, dt16, d_dqa, ZT_F32, n3);
+            GPU->copy_d2h(c, wq, d_w, n3 * 2);
+            GPU->copy_h2d(c, d_dqb, nan3, n3 * 4);
+            l0 = EMU_LAUNCHES();
+            GPU->attention_backward16(c, d_g16, dt16, d_dqb, d_scr, d_dout, d_nanq, d_nano, d_lse,
+                                      &home, B, T, C, NH);
+            unsigned long long l16 = EMU_LAUNCHES() - l0;
+            gsync("attention_backward16");
+            snprintf(what, sizeof(what), "attention_backward16 %s: the rounded gradient", tag);
+            check_bits(what, d_g16, wq, n3, 2);
+            if (d16) check_bits(what, d_dqb, nan3, n3, 4);
+            if (EMU_COUNTS && l16 != lh + (d16 ? 0 : 1))
+                ZT_FAIL("%s: %llu launches, %llu for attention_backward", what, l16, lh);
+        }
         printf("attention %s: ok\n", tag);
     }
+    /* qkv_set: qkv's home holds qkv rounded already (as qkv's GEMM leaves it) and the fp32 qkv
+     * is NaN room: the lse of a forward from the widened values, out's home their output rounded,
+     * qkv's home left as it was; direct, one launch fewer (no rounding of qkv), else a widening
+     * and out's cast more */
+    zt_attn_home home = {d_hq, d_ho, dt16, true};
+    snprintf(what, sizeof(what), "%s, qkv set in its %s home", label, zt_dtype_name(dt16));
+    GPU->cast(c, d_hq, dt16, d_qkv, ZT_F32, n3);
+    GPU->cast(c, d_qr, ZT_F32, d_hq, dt16, n3);
+    unsigned long long l0 = EMU_LAUNCHES();
+    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qr, NULL, B, T, C, NH);
+    unsigned long long lw = EMU_LAUNCHES() - l0;
+    GPU->copy_h2d(c, d_nanq, nan3, n3 * 4);
+    l0 = EMU_LAUNCHES();
+    GPU->attention_forward(c, d_out2, d_lse2, d_scr, d_nanq, &home, B, T, C, NH);
+    unsigned long long lh = EMU_LAUNCHES() - l0;
+    GPU->copy_d2h(c, wq, d_hq, n3 * 2); /* checked against the rounding below */
+    GPU->cast(c, d_w, dt16, d_qr, ZT_F32, n3);
+    GPU->cast(c, d_hq, dt16, d_out, ZT_F32, nC);
+    GPU->copy_d2h(c, wo, d_hq, nC * 2);
+    GPU->copy_d2h(c, lse, d_lse, nL * 4);
+    gsync("attention with qkv set in its home");
+    check_bits(what, d_lse2, lse, nL, 4);
+    check_bits(what, d_ho, wo, nC, 2);
+    check_bits(what, d_w, wq, n3, 2);
+    if (EMU_COUNTS && lh != (direct ? lw - 1 : lw + 2))
+        ZT_FAIL("attention_forward %s: %llu launches, %llu from fp32 without homes", what, lh, lw);
+    printf("attention %s: ok\n", what);
     dfree(d_qkv), dfree(d_dout), dfree(d_scr), dfree(d_out), dfree(d_lse), dfree(d_out2);
     dfree(d_lse2), dfree(d_qr), dfree(d_or), dfree(d_dqa), dfree(d_dqb), dfree(d_nanq);
-    dfree(d_nano), dfree(hq0), dfree(ho0), dfree(d_w);
+    dfree(d_nano), dfree(hq0), dfree(ho0), dfree(d_w), dfree(g0);
     zt_free(qkv), zt_free(dout), zt_free(dq0), zt_free(nan3), zt_free(out), zt_free(lse);
     zt_free(dq), zt_free(wq), zt_free(wo);
     GPU->set_matmul_dtype(c, ZT_F32);
@@ -1465,22 +1516,24 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
  * taken) and in the other type, the fp32 fused kernels, the chunked attention. */
 static void test_attention_home(void)
 {
-    attention_home_case(GF, ZT_BF16, ZT_BF16, true, 0, "fused bf16");
-    attention_home_case(GF, ZT_F16, ZT_F16, true, 0, "fused fp16");
-    attention_home_case(GF, ZT_BF16, ZT_BF16, false, 2, "fused bf16, homes 2 bytes off");
-    attention_home_case(GF, ZT_BF16, ZT_F16, false, 0, "fused bf16");
-    attention_home_case(GF, ZT_F32, ZT_BF16, false, 0, "fused fp32");
-    attention_home_case(GC, ZT_BF16, ZT_BF16, false, 0, "chunked bf16");
+    attention_home_case(GF, ZT_BF16, ZT_BF16, true, true, 0, "fused bf16");
+    attention_home_case(GF, ZT_F16, ZT_F16, true, true, 0, "fused fp16");
+    attention_home_case(GF, ZT_BF16, ZT_BF16, false, false, 2, "fused bf16, homes 2 bytes off");
+    attention_home_case(GF, ZT_BF16, ZT_F16, false, false, 0, "fused bf16");
+    attention_home_case(GF, ZT_F32, ZT_BF16, false, false, 0, "fused fp32");
+    attention_home_case(GC, ZT_BF16, ZT_BF16, false, false, 0, "chunked bf16");
     for (size_t v = 0; v < N_ATTN_VARIANTS; v++)
         if (strcmp(ATTN_VARIANTS[v].dq, "atomic") != 0)
-            attention_home_case(GV[v], ZT_BF16, ZT_BF16, true, 0, ATTN_VARIANTS[v].label);
+            attention_home_case(GV[v], ZT_BF16, ZT_BF16, true, !*ATTN_VARIANTS[v].dq, 0,
+                                ATTN_VARIANTS[v].label);
 }
 
 /* matmul16_forward and _backward (a 16-bit input: an attention output's home) give the bits
  * of cast into fp32 then matmul_forward or matmul_backward on the same context: staged bf16
- * and fp16 contexts, where the home is copied into the staging and the fp32 scratch is left
- * alone (NaN), with the staging whole, in blocks of rows, and by columns with the weight over
- * the cap (whose backward runs unstaged: the scratch filled); a home of the other 16-bit type,
+ * and fp16 contexts, where the home is read in place by whole rows (else copied into the
+ * staging) and the fp32 scratch is left alone (NaN), with the staging whole, in blocks of
+ * rows, by columns with the weight over the cap and by depth (whose backwards run unstaged:
+ * the scratch filled); a home of the other 16-bit type,
  * fp32 matmuls, and copies by their own passes (ZT_CUDA_STAGE_FUSED=0), which fill the scratch
  * and run the op. */
 static void test_matmul16(void)
@@ -1497,6 +1550,7 @@ static void test_matmul16(void)
         {"fp16", ZT_F16, 300, 200, 136, 0, NULL, 3},
         {"bf16", ZT_BF16, 300, 200, 136, 27264 + 200 * 128, NULL, 3},
         {"bf16", ZT_BF16, 64, 96, 1000, 6144 + 128 + 96 * 128, NULL, 1},
+        {"bf16", ZT_BF16, 300, 200, 136, 128 + 436 * 64, NULL, 1}, /* forward by depth */
         {"bf16", ZT_F16, 300, 200, 136, 0, NULL, 0},
         {"fp32", ZT_BF16, 300, 200, 136, 0, NULL, 0},
         {"bf16", ZT_BF16, 300, 200, 136, 0, "0", 0},
@@ -1580,7 +1634,8 @@ static void check16(const char *what, const void *d, const uint16_t *want16, zt_
 }
 
 /* The MLP's ops with its 16-bit home (fch) against the casts and the fp32 ops on the same
- * context: matmul_forward16 (fc's output rounded by the GEMM itself where direct),
+ * context: matmul_forward16 (fc's output rounded by the GEMM itself where direct; and
+ * layernorm_matmul_forward16, qkv's, from a LayerNorm rounded into its copy),
  * gelu16_matmul_forward, matmul_gelu16_backward (the DGELU writing the rounded gradient from
  * the home) and layernorm_matmul16_backward (the rounded gradient read in place as dout's
  * copy, dbias from it). Where the home is the staging's own type (direct) the fp32 rooms stay
@@ -1657,6 +1712,30 @@ static void test_mlp16(void)
         snprintf(part, sizeof(part), "matmul_forward16, %s", what);
         check16(part, d_q16, h16, dt, NH, exact_f);
         if (untouched_f) check_bits(part, d_r1, nan, NH, 4);
+        /* the same from a LayerNorm (qkv's home): its statistics too */
+        float *d_m1 = dalloc((size_t)N * 4), *d_s1 = dalloc((size_t)N * 4);
+        float *d_m2 = dalloc((size_t)N * 4), *d_s2 = dalloc((size_t)N * 4);
+        float *h_m = kc_falloc((size_t)N), *h_s = kc_falloc((size_t)N);
+        GPU->layernorm_matmul_forward(GC, d_r2, d_ln, d_m1, d_s1, d_x, d_lnw, d_lnb, d_w1, d_b1, N,
+                                      C, H);
+        GPU->cast(GC, d_e16, dt, d_r2, ZT_F32, NH);
+        uint16_t *h16l = zt_malloc(NH * 2 + 2);
+        if (!h16l) ZT_FAIL("out of memory");
+        GPU->copy_d2h(GC, h16l, d_e16, NH * 2);
+        GPU->copy_d2h(GC, h_m, d_m1, (size_t)N * 4);
+        GPU->copy_d2h(GC, h_s, d_s1, (size_t)N * 4);
+        GPU->copy_h2d(GC, d_r2, nan, NH * 4), GPU->copy_h2d(GC, d_ln, nan, NC * 4);
+        GPU->layernorm_matmul_forward16(GC, d_e16, dt, d_r2, d_ln, d_m2, d_s2, d_x, d_lnw, d_lnb,
+                                        d_w1, d_b1, N, C, H);
+        gsync("layernorm_matmul_forward16");
+        snprintf(part, sizeof(part), "layernorm_matmul_forward16, %s", what);
+        check16(part, d_e16, h16l, dt, NH, exact_f);
+        check_bits(part, d_m2, h_m, (size_t)N, 4);
+        check_bits(part, d_s2, h_s, (size_t)N, 4);
+        if (untouched_f) check_bits(part, d_r2, nan, NH, 4), check_bits(part, d_ln, nan, NC, 4);
+        dfree(d_m1), dfree(d_s1), dfree(d_m2), dfree(d_s2), zt_free(h_m), zt_free(h_s);
+        zt_free(h16l);
+
         GPU->copy_d2d(GC, d_p16, d_q16, NH * 2); /* the home from here on: the op's own */
         GPU->cast(GC, d_pre, ZT_F32, d_p16, dt, NH);
 
@@ -1787,7 +1866,9 @@ static void test_attention_env(void)
         int bits; /* "other" gives: 1 other bits than unset, 0 on the emulation the same, -1
                      either */
     } vars[] = {
-        {"ZT_CUDA_ATTN_FWD", "mma", "wmma", "expected 'mma' or 'wmma'", "tensor cores", 1},
+        {"ZT_CUDA_ATTN_FWD", "mma", "wmma", "expected 'mma', 'mma4' or 'wmma'", "tensor cores", 1},
+        {"ZT_CUDA_ATTN_FWD", "mma", "mma4", "expected 'mma', 'mma4' or 'wmma'", "4 blocks an SM",
+         0},
         {"ZT_CUDA_ATTN_BWD", "mma", "wmma", "expected 'mma', 'mma2' or 'wmma'", "tensor cores", 0},
         {"ZT_CUDA_ATTN_BWD", "mma", "mma2", "expected 'mma', 'mma2' or 'wmma'", "2 blocks an SM",
          0},
@@ -1875,10 +1956,10 @@ static void test_attention_misaligned(void)
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                              size_t scratch_floats, const float *qkv, uint16_t *home,
                              uint16_t *out16, int B, int T, int C, int NH);
-void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, float *scratch, size_t scratch_floats,
-                              const float *dout, const float *qkv, const uint16_t *home,
-                              const float *out, const uint16_t *out16, const float *lse, int B,
-                              int T, int C, int NH);
+void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
+                              size_t scratch_floats, const float *dout, const float *qkv,
+                              const uint16_t *home, const float *out, const uint16_t *out16,
+                              const float *lse, int B, int T, int C, int NH);
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
 
 /* The tensor-core kernels work through as many sequences at a time as the scratch holds the
@@ -1920,6 +2001,10 @@ static void test_attention_tc_runs(void)
     GPU->memset0(GC, d_dq, n3 * 4);
     GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_or, d_lse, NULL, B, T, C, NH);
     GPU->copy_d2h(GC, want_h, d_dq, n3 * 4);
+    uint16_t *d_g16 = dalloc(n3 * 2), *wg16 = zt_malloc(n3 * 2);
+    ASSERT_TRUE(wg16);
+    GPU->cast(GC, d_g16, ZT_BF16, d_dq, ZT_F32, n3);
+    GPU->copy_d2h(GC, wg16, d_g16, n3 * 2);
     gsync("attention, one run");
     for (int off = 0; off < 4; off++) { /* a scratch 16-byte aligned, then 4 bytes past that */
         uint16_t *home = off >= 2 ? d_home : NULL, *o16 = off >= 2 ? d_ho : NULL;
@@ -1936,15 +2021,22 @@ static void test_attention_tc_runs(void)
             check_bits("attention forward in runs of two sequences (out's home)", o16, wo16, nC, 2);
         }
         GPU->memset0(GC, d_dq, n3 * 4);
-        zt_cuda_attn_tc_backward(GC, d_dq, d_scr + off % 2, small, d_dout, home ? d_nan : d_qkv,
-                                 home, o16 ? d_nan : d_out, o16, d_lse, B, T, C, NH);
+        zt_cuda_attn_tc_backward(GC, d_dq, NULL, d_scr + off % 2, small, d_dout,
+                                 home ? d_nan : d_qkv, home, o16 ? d_nan : d_out, o16, d_lse, B, T,
+                                 C, NH);
         check_bits("attention backward in runs of two sequences", d_dq, o16 ? want_h : want, n3, 4);
+        if (!home) continue;
+        /* the gradient written rounded (each run's part): the cast of the fp32 one */
+        GPU->memset0(GC, d_g16, n3 * 2);
+        zt_cuda_attn_tc_backward(GC, d_nan, d_g16, d_scr + off % 2, small, d_dout, d_nan, home,
+                                 d_nan, o16, d_lse, B, T, C, NH);
+        check_bits("attention backward in runs of two sequences, 16-bit", d_g16, wg16, n3, 2);
     }
     /* room for less than one sequence: an error, and nothing written */
     zt_kctx *ec = ctx_with_mm("bf16");
     GPU->memset0(GC, d_dq, n3 * 4);
     gsync("attention, zeros");
-    zt_cuda_attn_tc_backward(ec, d_dq, d_scr, zt_cuda_attn_tc_floats(1, T, C, NH) - 4, d_dout,
+    zt_cuda_attn_tc_backward(ec, d_dq, NULL, d_scr, zt_cuda_attn_tc_floats(1, T, C, NH) - 4, d_dout,
                              d_qkv, NULL, d_out, NULL, d_lse, B, T, C, NH);
     zt_err err;
     zt_err_clear(&err);
@@ -1956,7 +2048,7 @@ static void test_attention_tc_runs(void)
     memset(zero, 0, n3 * 4);
     check_bits("attention backward refused", d_dq, zero, n3, 4);
     dfree(d_qkv), dfree(d_dout), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dq);
-    dfree(d_home), dfree(d_nan), dfree(d_ho), dfree(d_or);
+    dfree(d_home), dfree(d_nan), dfree(d_ho), dfree(d_or), dfree(d_g16), zt_free(wg16);
     GPU->ctx_destroy(GC);
     GC = keep;
     zt_free(qkv), zt_free(dout), zt_free(want), zt_free(want_out), zt_free(want_lse), zt_free(zero);

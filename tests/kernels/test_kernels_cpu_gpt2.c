@@ -335,11 +335,11 @@ static void test_matmul16(int N, int C, int OC)
 }
 
 /* The MLP's ops with its 16-bit home (fch) are bitwise the casts and the fp32 ops: fc's output
- * rounded (matmul_forward16), fcproj of GELU of the home (gelu16_matmul_forward), fcproj's
- * backward through GELU' of the home with the gradient rounded (matmul_gelu16_backward; NULL
- * dweight and dbias skipped), fc's backward from the rounded gradient
- * (layernorm_matmul16_backward); the rooms given as NaN, the gradients accumulated onto
- * prefilled values. N x C inputs, H the MLP's width. */
+ * rounded (matmul_forward16, and from a LayerNorm as qkv's: layernorm_matmul_forward16), fcproj of
+ * GELU of the home (gelu16_matmul_forward), fcproj's backward through GELU' of the home with the
+ * gradient rounded (matmul_gelu16_backward; NULL dweight and dbias skipped), fc's backward from the
+ * rounded gradient (layernorm_matmul16_backward); the rooms given as NaN, the gradients accumulated
+ * onto prefilled values. N x C inputs, H the MLP's width. */
 static void test_mlp16(int N, int C, int H)
 {
     size_t NC = (size_t)N * C, NH = (size_t)N * H, WH = (size_t)H * C;
@@ -353,10 +353,19 @@ static void test_mlp16(int N, int C, int H)
     float *dbh1 = kc_frandn((size_t)H, 1.0), *dbh2 = kc_falloc((size_t)H);
     uint16_t *p16 = zt_malloc(NH * 2), *q16 = zt_malloc(NH * 2), *d16 = zt_malloc(NH * 2);
     uint16_t *e16 = zt_malloc(NH * 2);
+    float *m1 = kc_falloc((size_t)N), *s1 = kc_falloc((size_t)N), *m2 = kc_falloc((size_t)N);
+    float *s2 = kc_falloc((size_t)N);
     ASSERT_TRUE(p16 && q16 && d16 && e16);
     static const zt_dtype types[] = {ZT_BF16, ZT_F16};
     for (int ti = 0; ti < 2; ti++) {
         zt_dtype dt = types[ti];
+        /* the same layer's output from a LayerNorm, rounded (qkv's home) */
+        OPS->layernorm_matmul_forward(CTX, pre, ln, m1, s1, x, lnw, lnb, w1, b1, N, C, H);
+        OPS->cast(CTX, p16, dt, pre, ZT_F32, NH);
+        memset(r1, 0xff, NH * 4), memset(ln, 0xff, NC * 4);
+        OPS->layernorm_matmul_forward16(CTX, q16, dt, r1, ln, m2, s2, x, lnw, lnb, w1, b1, N, C, H);
+        ASSERT_TRUE(memcmp(p16, q16, NH * 2) == 0 && memcmp(m1, m2, (size_t)N * 4) == 0 &&
+                    memcmp(s1, s2, (size_t)N * 4) == 0);
         /* forward: fc into the home, then fcproj of GELU of it */
         OPS->matmul_forward(CTX, pre, x, w1, b1, N, C, H);
         OPS->cast(CTX, p16, dt, pre, ZT_F32, NH);
@@ -393,7 +402,7 @@ static void test_mlp16(int N, int C, int H)
     zt_free(lnb), zt_free(pre), zt_free(r1), zt_free(r2), zt_free(r3), zt_free(o1), zt_free(o2);
     zt_free(dw1), zt_free(dw2), zt_free(db1), zt_free(db2), zt_free(dx1), zt_free(dx2);
     zt_free(ln), zt_free(dbh1), zt_free(dbh2), zt_free(p16), zt_free(q16), zt_free(d16);
-    zt_free(e16);
+    zt_free(e16), zt_free(m1), zt_free(s1), zt_free(m2), zt_free(s2);
     printf("mlp16 N=%d C=%d H=%d: bitwise the casts and the fp32 ops\n", N, C, H);
 }
 
@@ -821,14 +830,14 @@ static void test_attention(int B, int T, int C, int NH)
      * out rounded through them */
     static const zt_dtype types[] = {ZT_BF16, ZT_F16};
     uint16_t *hq = zt_malloc(NQ * 2), *ho = zt_malloc(NO * 2), *wq = zt_malloc(NQ * 2);
-    uint16_t *wo = zt_malloc(NO * 2);
+    uint16_t *wo = zt_malloc(NO * 2), *hg = zt_malloc(NQ * 2);
     float *out2 = kc_falloc(NO), *lse2 = kc_falloc(NL), *qr = kc_falloc(NQ), *gh = kc_falloc(NQ);
     float *orr = kc_falloc(NO);
-    ASSERT_TRUE(hq && ho && wq && wo);
+    ASSERT_TRUE(hq && ho && wq && wo && hg);
     for (size_t ti = 0; ti < 2; ti++) {
         for (int which = 1; which <= 3; which++) { /* 1 qkv, 2 out, 3 both */
             zt_dtype dt = types[ti];
-            zt_attn_home home = {which & 1 ? hq : NULL, which & 2 ? ho : NULL, dt};
+            zt_attn_home home = {which & 1 ? hq : NULL, which & 2 ? ho : NULL, dt, false};
             char what[96];
             snprintf(what, sizeof what, "attention with %s %s home(s)",
                      which == 1   ? "qkv's"
@@ -867,8 +876,37 @@ static void test_attention(int B, int T, int C, int NH)
                 ZT_FAIL("%s: backward's dqkv differs from that of the rounded tensors", what);
         }
     }
+    /* qkv_set: qkv's home holds qkv rounded already and the fp32 qkv is NaN room: the lse of
+     * a forward from the widened values, out's home their output rounded, qkv's home as it was */
+    for (size_t ti = 0; ti < 2; ti++) {
+        zt_dtype dt = types[ti];
+        zt_attn_home home = {hq, ho, dt, true};
+        OPS->cast(CTX, hq, dt, qkv, ZT_F32, NQ);
+        memcpy(wq, hq, NQ * 2);
+        OPS->cast(CTX, qr, ZT_F32, hq, dt, NQ);
+        OPS->attention_forward(CTX, out, lse, scratch, qr, NULL, B, T, C, NH);
+        OPS->cast(CTX, wo, dt, out, ZT_F32, NO);
+        for (size_t i = 0; i < NQ; i++)
+            gh[i] = NAN;
+        OPS->attention_forward(CTX, out2, lse2, scratch, gh, &home, B, T, C, NH);
+        if (memcmp(lse2, lse, NL * 4) != 0 || memcmp(ho, wo, NO * 2) != 0 ||
+            memcmp(hq, wq, NQ * 2) != 0)
+            ZT_FAIL("attention with qkv set in its %s home: not the forward of the widened "
+                    "values",
+                    zt_dtype_name(dt));
+        /* attention_backward16 from the homes: the gradient from zeros, rounded; room NaN */
+        memset(gf, 0, NQ * sizeof(float));
+        OPS->attention_backward(CTX, gf, scratch, dout, qr, orr, lse, &home, B, T, C, NH);
+        OPS->cast(CTX, wq, dt, gf, ZT_F32, NQ);
+        for (size_t i = 0; i < NQ; i++)
+            gh[i] = NAN;
+        OPS->attention_backward16(CTX, hg, dt, gh, scratch, dout, qr, orr, lse, &home, B, T, C, NH);
+        if (memcmp(hg, wq, NQ * 2) != 0)
+            ZT_FAIL("attention_backward16 with %s homes: not the rounded gradient",
+                    zt_dtype_name(dt));
+    }
     zt_free(hq), zt_free(ho), zt_free(wq), zt_free(wo), zt_free(out2), zt_free(lse2);
-    zt_free(qr), zt_free(gh), zt_free(orr);
+    zt_free(qr), zt_free(gh), zt_free(orr), zt_free(hg);
 
     zt_free(qkv), zt_free(out), zt_free(lse), zt_free(qkv_d), zt_free(out_d), zt_free(att_d);
     zt_free(lse_d), zt_free(dout), zt_free(scratch), zt_free(dqkv), zt_free(dout_d);
@@ -1237,6 +1275,7 @@ static void test_table_and_memory(void)
     CHECK_FN(matmul16_forward);
     CHECK_FN(matmul16_backward);
     CHECK_FN(matmul_forward16);
+    CHECK_FN(layernorm_matmul_forward16);
     CHECK_FN(gelu16_matmul_forward);
     CHECK_FN(matmul_gelu16_backward);
     CHECK_FN(layernorm_matmul16_backward);
@@ -1246,6 +1285,7 @@ static void test_table_and_memory(void)
     CHECK_FN(layernorm_matmul_forward);
     CHECK_FN(layernorm_matmul_backward);
     CHECK_FN(attention_forward);
+    CHECK_FN(attention_backward16);
     CHECK_FN(attention_backward);
     CHECK_FN(gelu_forward);
     CHECK_FN(gelu_backward);
