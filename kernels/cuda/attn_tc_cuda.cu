@@ -465,19 +465,20 @@ static __device__ __forceinline__ void tc_mma_frags(uint32_t a[TC_MS][4], const 
         tc_ldsm4<false>(a[kk], rows + m.lr * TC_LDH + 16 * kk + m.lc);
 }
 
-/* acc (16 x 64: TC_MN n8 accumulators) = a x^T: a a warp's 16 rows as A fragments, x 64 rows
- * of TC_HS in shared memory (row stride TC_LDH); column n of the product is row n of x. */
-template <class E>
-static __device__ __forceinline__ void tc_mma_abt(float acc[TC_MN][4], const uint32_t a[TC_MS][4],
+/* acc (16 x 8 NB: NB n8 accumulators, 64 columns by default) = a x^T: a a warp's 16 rows as A
+ * fragments, x 8 NB rows of TC_HS in shared memory (row stride TC_LDH); column n of the
+ * product is row n of x. */
+template <class E, int NB>
+static __device__ __forceinline__ void tc_mma_abt(float (&acc)[NB][4], const uint32_t a[TC_MS][4],
                                                   const E *x, tc_lm m)
 {
     TC_UNROLL
-    for (int n = 0; n < TC_MN; n++)
+    for (int n = 0; n < NB; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     TC_UNROLL
     for (int kk = 0; kk < TC_MS; kk++) {
         TC_UNROLL
-        for (int n = 0; n < TC_MN; n += 2) { /* rows 8n.. and 8n + 8.. of x */
+        for (int n = 0; n < NB; n += 2) { /* rows 8n.. and 8n + 8.. of x */
             uint32_t b[4];
             tc_ldsm4<false>(b, x + (8 * n + m.lrk) * TC_LDH + 16 * kk + m.lck);
             tc_mma<E>(acc[n], a[kk], b[0], b[1]);
@@ -899,15 +900,15 @@ static __global__ void __launch_bounds__(TC_THREADS)
 #define TC_MBSMEM (TC_MKEEP + TC_HEAD)
 static_assert(TC_MBSMEM <= 48 * 1024, "static shared memory");
 
-/* dS^T (the warp's 16 keys from jw x the 64 queries from q0, accumulator layout, fp32) rounded
- * into ds (T x T, keys by queries), inside T. */
-template <class E>
-static __device__ __forceinline__ void tc_mma_put_ds(E *ds, const float d[TC_MN][4], int jw, int q0,
+/* dS^T (the warp's 16 keys from jw x the 8 NB queries from q0, accumulator layout, fp32)
+ * rounded into ds (T x T, keys by queries), inside T. */
+template <class E, int NB>
+static __device__ __forceinline__ void tc_mma_put_ds(E *ds, const float (&d)[NB][4], int jw, int q0,
                                                      int T, int lane)
 {
     int g = lane / 4, t4 = lane % 4;
     TC_UNROLL
-    for (int n = 0; n < TC_MN; n++) {
+    for (int n = 0; n < NB; n++) {
         TC_UNROLL
         for (int e = 0; e < 4; e++) {
             int j = jw + g + 8 * (e / 2), i = q0 + 8 * n + 2 * t4 + e % 2;
@@ -918,14 +919,14 @@ static __device__ __forceinline__ void tc_mma_put_ds(E *ds, const float d[TC_MN]
 
 /* dQ += dS K for the tile's 64 queries from q0 and the block's 64 keys, by atomics into dqkv
  * (at (b, token 0, head h) of the run, as p places the block), as FlashAttention-2 does: the
- * warps' dS^T (keys by queries, accumulator layout) go rounded into shared memory over the
+ * warps' dS^T (keys by queries, packed as A fragments: dsp) go into shared memory over the
  * tile's dO (which every warp is done with after a block barrier); then each warp multiplies its
  * 16 queries' rows of dS (read transposed) by the block's K (Kb) and adds the 16 x 64 result to
  * dQ's rows below T. Collective over the block (two block barriers). */
 template <class E>
-static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float dst[TC_MN][4],
-                                                        E *dSs, const E *Kb, int q0, int T,
-                                                        const tc_pos &p, tc_lm lm)
+static __device__ __forceinline__ void
+tc_mma_dq_atomic(float *dqkv, const uint32_t dsp[TC_MK / 16][4], E *dSs, const E *Kb, int q0, int T,
+                 const tc_pos &p, tc_lm lm)
 {
     int g = p.lane / 4, t4 = p.lane % 4;
     __syncthreads(); /* every warp is done with the tile's dO */
@@ -933,7 +934,7 @@ static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float
     for (int n = 0; n < TC_MN; n++) {
         TC_UNROLL
         for (int h = 0; h < 2; h++) {
-            uint32_t v = tc_pack<E>(dst[n][2 * h], dst[n][2 * h + 1]);
+            uint32_t v = dsp[n / 2][2 * (n % 2) + h]; /* (dS^T[n][2h], [2h + 1]), packed */
             memcpy((void *)(dSs + (16 * p.warp + g + 8 * h) * TC_LDH + 8 * n + 2 * t4), &v,
                    sizeof(v));
         }
@@ -964,9 +965,11 @@ static __device__ __forceinline__ void tc_mma_dq_atomic(float *dqkv, const float
 }
 
 /* Backward, dK and dV (and with DQA dQ by atomics), on mma.sync. grid (key tiles, B NH), the
- * first (longest) key tiles first. MINB blocks per SM: 3 (the default) holds the kernel to 168
- * registers, spilling the rest, for 12 warps an SM; 2 (ZT_CUDA_ATTN_BWD=mma2) gives the
- * compiler the 246 it asks on sm_90, 8 warps an SM, where Nsight Compute found it latency-bound
+ * first (longest) key tiles first. Each tile's P^T and dS^T are formed half a tile at a time and
+ * packed to 16 bits at once (on sm_90 at 168 registers: 212 bytes of spill stores a thread
+ * where forming the whole tile in fp32 took 416). MINB blocks per SM: 3 (the default) holds the
+ * kernel to 168 registers, spilling the rest, for 12 warps an SM; 2 (ZT_CUDA_ATTN_BWD=mma2) gives
+ * the compiler the 246 it asks on sm_90, 8 warps an SM, where Nsight Compute found it latency-bound
  * (1.9 warps per scheduler, 0.33 of them eligible a cycle): 0.501 ms against 0.479 at 3 on an
  * H100 (GPT-2 124M, micro batch 8). With dQ by atomics (DQA) it stays at 2, as measured. */
 template <class E, bool DQA, int MINB = 3, bool D16 = false>
@@ -1006,27 +1009,52 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
         }
         const E *Qs = tc_stage<TC_MK, E>(sm, t % 2, 0), *dOs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         const float *ls = rows + 2 * (t % 2) * TC_MK, *dl = ls + TC_MK;
-        float st[TC_MN][4], dpt[TC_MN][4]; /* S^T then P^T; dP^T then dS^T */
-        tc_mma_abt<E>(st, ka, Qs, lm);
-        tc_mma_abt<E>(dpt, va, dOs, lm);
+        /* P^T and dS^T packed to 16 bits as A fragments of the next products (k-step kk: queries
+         * 16 kk..), formed half a tile (32 queries) at a time so that only half of the fp32
+         * scores and dP^T live at once */
+        uint32_t pp[TC_MK / 16][4], dsp[TC_MK / 16][4];
         TC_UNROLL
-        for (int n = 0; n < TC_MN; n++) {
+        for (int hh = 0; hh < 2; hh++) {
+            const int NB = TC_MN / 2;
+            float st[NB][4], dpt[NB][4]; /* S^T then P^T; dP^T then dS^T */
+            tc_mma_abt<E>(st, ka, Qs + 32 * hh * TC_LDH, lm);
+            tc_mma_abt<E>(dpt, va, dOs + 32 * hh * TC_LDH, lm);
             TC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                int c = 8 * n + 2 * t4 + e % 2, i = q0 + c, j = jw + g + 8 * (e / 2);
-                float pe = 0.0f, ds = 0.0f;
-                if (j <= i && i < T) {
-                    pe = exp2f(sl2 * st[n][e] - ls[c]);
-                    ds = pe * (dpt[n][e] - dl[c]) * scale;
+            for (int n = 0; n < NB; n++) {
+                TC_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    int c = 32 * hh + 8 * n + 2 * t4 + e % 2, i = q0 + c;
+                    int j = jw + g + 8 * (e / 2);
+                    float pe = 0.0f, ds = 0.0f;
+                    if (j <= i && i < T) {
+                        pe = exp2f(sl2 * st[n][e] - ls[c]);
+                        ds = pe * (dpt[n][e] - dl[c]) * scale;
+                    }
+                    st[n][e] = pe;
+                    dpt[n][e] = ds;
                 }
-                st[n][e] = pe;
-                dpt[n][e] = ds;
+            }
+            if (a.ds)
+                tc_mma_put_ds<E>(a.ds + (size_t)p.bh * T * T, dpt, jw, q0 + 32 * hh, T, p.lane);
+            TC_UNROLL
+            for (int k2 = 0; k2 < NB / 2; k2++) { /* two n8 accumulators: one A fragment */
+                int kk = NB / 2 * hh + k2;
+                pp[kk][0] = tc_pack<E>(st[2 * k2][0], st[2 * k2][1]);
+                pp[kk][1] = tc_pack<E>(st[2 * k2][2], st[2 * k2][3]);
+                pp[kk][2] = tc_pack<E>(st[2 * k2 + 1][0], st[2 * k2 + 1][1]);
+                pp[kk][3] = tc_pack<E>(st[2 * k2 + 1][2], st[2 * k2 + 1][3]);
+                dsp[kk][0] = tc_pack<E>(dpt[2 * k2][0], dpt[2 * k2][1]);
+                dsp[kk][1] = tc_pack<E>(dpt[2 * k2][2], dpt[2 * k2][3]);
+                dsp[kk][2] = tc_pack<E>(dpt[2 * k2 + 1][0], dpt[2 * k2 + 1][1]);
+                dsp[kk][3] = tc_pack<E>(dpt[2 * k2 + 1][2], dpt[2 * k2 + 1][3]);
             }
         }
-        if (a.ds) tc_mma_put_ds(a.ds + (size_t)p.bh * T * T, dpt, jw, q0, T, p.lane);
-        tc_mma_pv<E>(dv, st, dOs, lm);
-        tc_mma_pv<E>(dk, dpt, Qs, lm);
-        if (DQA) tc_mma_dq_atomic(a.dqkv, dpt, (E *)dOs, Kb, q0, T, p, lm);
+        TC_UNROLL
+        for (int kk = 0; kk < TC_MK / 16; kk++) {
+            tc_mma_kstep<E>(dv, pp[kk], kk, dOs, lm);
+            tc_mma_kstep<E>(dk, dsp[kk], kk, Qs, lm);
+        }
+        if (DQA) tc_mma_dq_atomic(a.dqkv, dsp, (E *)dOs, Kb, q0, T, p, lm);
     }
     size_t gk = (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     tc_mma_add_out<E, D16>(a.dqkv, a.dq16, gk + p.C, p.C3, jw, T, dk, p.lane);
