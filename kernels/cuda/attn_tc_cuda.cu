@@ -1010,20 +1010,22 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
         const E *Qs = tc_stage<TC_MK, E>(sm, t % 2, 0), *dOs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         const float *ls = rows + 2 * (t % 2) * TC_MK, *dl = ls + TC_MK;
         /* P^T and dS^T packed to 16 bits as A fragments of the next products (k-step kk: queries
-         * 16 kk..), formed half a tile (32 queries) at a time so that only half of the fp32
-         * scores and dP^T live at once */
+         * 16 kk..), formed a part of the tile at a time (halves; quarters with dQ by atomics,
+         * whose spills that halves; the fewest spills on sm_90) so that only that part of the
+         * fp32 scores and dP^T lives at once */
+        const int PARTS = DQA ? 4 : 2;
         uint32_t pp[TC_MK / 16][4], dsp[TC_MK / 16][4];
         TC_UNROLL
-        for (int hh = 0; hh < 2; hh++) {
-            const int NB = TC_MN / 2;
+        for (int hh = 0; hh < PARTS; hh++) {
+            const int NB = TC_MN / PARTS;
             float st[NB][4], dpt[NB][4]; /* S^T then P^T; dP^T then dS^T */
-            tc_mma_abt<E>(st, ka, Qs + 32 * hh * TC_LDH, lm);
-            tc_mma_abt<E>(dpt, va, dOs + 32 * hh * TC_LDH, lm);
+            tc_mma_abt<E>(st, ka, Qs + 8 * NB * hh * TC_LDH, lm);
+            tc_mma_abt<E>(dpt, va, dOs + 8 * NB * hh * TC_LDH, lm);
             TC_UNROLL
             for (int n = 0; n < NB; n++) {
                 TC_UNROLL
                 for (int e = 0; e < 4; e++) {
-                    int c = 32 * hh + 8 * n + 2 * t4 + e % 2, i = q0 + c;
+                    int c = 8 * NB * hh + 8 * n + 2 * t4 + e % 2, i = q0 + c;
                     int j = jw + g + 8 * (e / 2);
                     float pe = 0.0f, ds = 0.0f;
                     if (j <= i && i < T) {
@@ -1035,7 +1037,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
                 }
             }
             if (a.ds)
-                tc_mma_put_ds<E>(a.ds + (size_t)p.bh * T * T, dpt, jw, q0 + 32 * hh, T, p.lane);
+                tc_mma_put_ds<E>(a.ds + (size_t)p.bh * T * T, dpt, jw, q0 + 8 * NB * hh, T, p.lane);
             TC_UNROLL
             for (int k2 = 0; k2 < NB / 2; k2++) { /* two n8 accumulators: one A fragment */
                 int kk = NB / 2 * hh + k2;
