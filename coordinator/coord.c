@@ -698,6 +698,10 @@ static void process_agent_reports(zt_coord *c, c_agent *a)
 {
     bool leaving = a->leaving;
     a->leaving = false;
+    /* a worker of an ended attempt that the agent still ran may have exited or gone from the
+     * report, freeing its slot (agent_busy_map): nothing else would wake the scheduler for a
+     * job waiting on that slot */
+    c->sched_dirty = true;
     if (a->revived) {
         a->revived = false;
         a->state = ZT_AGENT_ALIVE;

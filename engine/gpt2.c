@@ -364,12 +364,12 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
      * of fcproj) computed by the op, into d_fch where it needs it in fp32 */
     /* fc's backward from LN2's output again (bitwise the forward's: same input, same op). With
      * fch's 16-bit home, d(fch) is written rounded into d_qkv (free until attention's backward:
-     * N x 4C 16-bit elements in its N x 3C floats), d_fch and d_fch2 room. */
+     * N x 4C 16-bit elements in its N x 3C floats), d_fch and d_fch2 room. The 16-bit ops
+     * write their input's gradient (d_btc, d_btc2: nothing to clear first). */
     if (a->fch16) {
         void *dfch16 = s->d_qkv;
         ops->matmul_gelu16_backward(k, dfch16, g->fcprojw, g->fcprojb, dres, s->d_fch, s->d_fch2,
                                     p->fcprojw, a->fch16, a->home.dtype, N, 4 * C, C);
-        ops->memset0(k, s->d_btc, nC * sizeof(float));
         ops->layernorm_matmul16_backward(k, s->d_btc, g->fcw, g->fcb, dfch16, a->home.dtype,
                                          s->d_fch2, s->d_btc2, a->res2, p->ln2w, p->ln2b, p->fcw, N,
                                          C, 4 * C);
@@ -384,20 +384,20 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
                             a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
     const zt_attn_home *h = a->home.qkv || a->home.out ? &a->home : NULL;
-    ops->memset0(k, s->d_btc2, nC * sizeof(float));
-    if (h && h->out)
+    if (h && h->out) {
         ops->matmul16_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, h->out,
                                h->dtype, p->attprojw, N, C, C);
-    else
+    } else {
+        ops->memset0(k, s->d_btc2, nC * sizeof(float));
         ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N,
                              C, C);
+    }
     if (h && h->qkv) {
         /* d(qkv) written rounded into d_fch (free since the MLP's backward: N x 3C 16-bit
          * elements in its N x 4C floats), where qkv's backward reads it in place; d_qkv room */
         void *dqkv16 = s->d_fch;
         ops->attention_backward16(k, dqkv16, h->dtype, s->d_qkv, s->attn, s->d_btc2, a->qkv,
                                   a->atty, a->lse, h, B, T, C, NH);
-        ops->memset0(k, s->d_btc, nC * sizeof(float));
         ops->layernorm_matmul16_backward(k, s->d_btc, g->qkvw, g->qkvb, dqkv16, h->dtype, s->d_qkv,
                                          s->d_btc2, x_in, p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
     } else {

@@ -120,7 +120,11 @@ typedef struct zt_ops {
     /* matmul_forward and matmul_backward of the input whose values in16 holds rounded to dt16
      * (ZT_BF16 or ZT_F16; an attention output's home): `act` (N,C) is room the op may fill
      * with them in fp32 (contents undefined on exit). The cuda backend with staged 16-bit
-     * inputs of that type copies in16 into its staging instead of rounding an fp32 input. */
+     * inputs of that type reads in16 in place as its copy (whole rows; else copies it into
+     * its staging) instead of rounding an fp32 input. Unlike matmul_backward, matmul16_backward
+     * WRITES dinp (dout @ weight: bitwise the product added into zeros, but for the sign of a
+     * zero), so that the caller clears nothing and the GEMM reads no dinp; dweight and dbias
+     * accumulate. */
     void (*matmul16_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *act /* (N,C) */,
                              const void *in16 /* (N,C) */, zt_dtype dt16,
                              const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
@@ -223,10 +227,11 @@ typedef struct zt_ops {
                                    float *dact /* (N,C) */, const float *weight /* (OC,C) */,
                                    const void *pre16 /* (N,C) */, zt_dtype dt16, int N, int C,
                                    int OC);
-    /* layernorm_matmul_backward of the dout whose values dout16 holds (type dt16); dact (N,OC)
-     * is room for them in fp32 (contents undefined on exit; bitwise the cast into dact then
-     * layernorm_matmul_backward on cpu). The cuda backend with staged inputs of dt16 reads
-     * dout16 in place as its copy of dout (dbias from its values). */
+    /* layernorm_matmul_backward of the dout whose values dout16 holds (type dt16), dinp
+     * WRITTEN as matmul16_backward's; dact (N,OC) is room for them in fp32 (contents undefined
+     * on exit; bitwise zeros into dinp, the cast into dact, then layernorm_matmul_backward on
+     * cpu). The cuda backend with staged inputs of dt16 reads dout16 in place as its copy of
+     * dout (dbias from its values). */
     void (*layernorm_matmul16_backward)(zt_kctx *ctx, float *dinp /* (N,C) */,
                                         float *dweight /* (OC,C) */, float *dbias /* (OC) */,
                                         const void *dout16 /* (N,OC) */, zt_dtype dt16,

@@ -243,6 +243,7 @@ static void cpu_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, flo
                                   const float *weight, int N, int C, int OC)
 {
     if (dweight && N > 0 && C > 0) zt_cpu_cast(ctx, act, ZT_F32, in16, dt16, (size_t)N * (size_t)C);
+    if (dinp && N > 0 && C > 0) cpu_memset0(ctx, dinp, (size_t)N * (size_t)C * sizeof(float));
     zt_cpu_matmul_backward(ctx, dinp, dweight, dbias, dout, act, weight, N, C, OC);
 }
 
@@ -306,6 +307,7 @@ static void cpu_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dw
                                             const float *lnb, const float *weight, int N, int C,
                                             int OC)
 {
+    if (dinp && N > 0 && C > 0) cpu_memset0(ctx, dinp, (size_t)N * (size_t)C * sizeof(float));
     if (N > 0 && OC > 0) zt_cpu_cast(ctx, dact, ZT_F32, dout16, dt16, (size_t)N * (size_t)OC);
     cpu_layernorm_matmul_backward(ctx, dinp, dweight, dbias, dact, ln, x, lnw, lnb, weight, N, C,
                                   OC);

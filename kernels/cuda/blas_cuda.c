@@ -724,11 +724,12 @@ static bool bwd_copies(zt_kctx *ctx, const float *weight, int N, int C, int OC, 
  * rounded, read in place (dbias from its values; dout is then fp32 room for them where a
  * product falls back); dinp16 receives dinp = GELU'(pre16) (dout W) rounded (the DGELU with a
  * 16-bit output, aux pre16; dinp is then fp32 room, and inp's rows hold pre16 widened where
- * that product falls back). */
+ * that product falls back). h->set: dinp is written (a GEMM with beta 0), not added to. */
 typedef struct {
     void *dinp16;
     const void *pre16;
     const void *dout16;
+    bool set; /* dinp written (dout W), not added */
 } bwd16;
 
 static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const zt_cuda_afn *afn,
@@ -762,7 +763,7 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
         zt_cuda_gemm d;
         memset(&d, 0, sizeof(d));
         d.ta = 'N', d.tb = 'N', d.M = mn, d.N = C, d.K = OC, d.alpha = 1.0f;
-        d.beta = pre || (h && h->dinp16) ? 0.0f : 1.0f, d.batch = 1;
+        d.beta = pre || (h && (h->dinp16 || h->set)) ? 0.0f : 1.0f, d.batch = 1;
         d.A = dout + (size_t)m0 * OC, d.lda = OC, d.B = weight, d.ldb = C;
         d.C = dinp + (size_t)m0 * C, d.ldc = C;
         if (pre) d.aux = (float *)pre + (size_t)m0 * C, d.dgelu = 1;
@@ -1014,15 +1015,26 @@ void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *
     zt_cuda_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
 }
 
+/* dinp (N x C) cleared for a product added into it: the fallbacks of the ops that write it */
+static void dinp_clear(zt_kctx *ctx, float *dinp, int N, int C)
+{
+    if (dinp && N > 0 && C > 0)
+        zt_cuda_check(ctx,
+                      cudaMemsetAsync(dinp, 0, (size_t)N * (size_t)C * sizeof(float), ctx->stream),
+                      "clearing a linear layer's input gradient");
+}
+
 void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                const float *dout, float *act, const void *in16, zt_dtype dt16,
                                const float *weight, int N, int C, int OC)
 {
     zt_cuda_afn f = {.kind = ZT_AFN_HOME16, .src16 = in16, .dtype = (int)dt16};
+    bwd16 h = {.set = true};
     if (in16_stageable(ctx, dt16) &&
-        backward_staged(ctx, dinp, NULL, &f, NULL, dweight, dbias, dout, act, weight, N, C, OC))
+        backward_staged(ctx, dinp, NULL, &f, &h, dweight, dbias, dout, act, weight, N, C, OC))
         return;
     if (dweight && N > 0 && C > 0) afn_fp32(ctx, act, &f, 0, N, C);
+    dinp_clear(ctx, dinp, N, C);
     zt_cuda_matmul_backward(ctx, dinp, dweight, dbias, dout, act, weight, N, C, OC);
 }
 
@@ -1080,10 +1092,11 @@ void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweig
                                          const float *weight, int N, int C, int OC)
 {
     zt_cuda_afn f = {.kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb};
-    bwd16 h = {.dout16 = dout16};
+    bwd16 h = {.dout16 = dout16, .set = true};
     if (in16_stageable(ctx, dt16) &&
         backward_staged(ctx, dinp, NULL, &f, &h, dweight, dbias, dact, ln, weight, N, C, OC))
         return;
+    dinp_clear(ctx, dinp, N, C);
     if (N > 0 && OC > 0)
         zt_cuda_cast(ctx, dact, (int)ZT_F32, dout16, (int)dt16, (size_t)N * (size_t)OC);
     zt_cuda_layernorm_matmul_backward(ctx, dinp, dweight, dbias, dact, ln, x, lnw, lnb, weight, N,

@@ -772,6 +772,43 @@ static void test_restart_policy(void)
     current = NULL;
 }
 
+/* A worker of an ended attempt that its agent still runs holds its slot; once the agent
+ * reports it exited, a job waiting for that slot is placed with no other event to wake the
+ * scheduler (it used to stay QUEUED until one came: seen once in e2e_agent_worker_io). */
+static void test_stale_worker_slot(void)
+{
+    last_att = 0;
+    zt_zcoord_proc p;
+    zt_zcoord_start(&p, NULL);
+    current = &p;
+    zt_rpc_client *c = client(&p, NULL);
+    int64_t inc = register_agent(c, "duo", 2);
+    int64_t j1 = submit(c, "first", 2, 2, 0);
+    int64_t att = next_attempt(c, "duo", inc);
+    /* rank 0 exits with a configuration error while rank 1 runs on: the attempt ends */
+    sim w[2] = {{j1, att, 0, 4, 0, 0, 1, 1}, {j1, att, 1, 4, 0, 0, 1, 1}};
+    zt_pb_free(hb(c, "duo", inc, w, 2));
+    w[0].phase = 7, w[0].code = 78;
+    zt_pb_free(hb(c, "duo", inc, w, 2));
+    wait_state(c, j1, ZT__V1__JOB_STATE__JOB_STATE_FAILED, 2000);
+    /* rank 1, no longer desired, still runs (being stopped): one slot free of two */
+    zt_pb_free(hb(c, "duo", inc, &w[1], 1));
+    int64_t j2 = submit(c, "second", 2, 2, 0);
+    zt_sleep_ms(300);
+    char reason[2048];
+    ASSERT_EQ_INT(job_state(c, j2, reason, sizeof(reason)), ZT__V1__JOB_STATE__JOB_STATE_QUEUED);
+    ASSERT_CONTAINS(reason, "free");
+    /* it exits (SIGTERM), then the agent drops it: the job is placed */
+    w[1].phase = 7, w[1].sig = 15;
+    zt_pb_free(hb(c, "duo", inc, &w[1], 1));
+    zt_pb_free(hb(c, "duo", inc, NULL, 0));
+    wait_state(c, j2, ZT__V1__JOB_STATE__JOB_STATE_SCHEDULED, 2000);
+    zt_rpc_client_destroy(c);
+    ASSERT_EQ_INT(zt_zcoord_stop(&p), 0);
+    zt_zcoord_cleanup(&p);
+    current = NULL;
+}
+
 static void test_lost_hang_vanish(void)
 {
     last_att = 0;
@@ -2257,6 +2294,7 @@ int main(int argc, char **argv)
     RUN(test_lifecycle);
     RUN(test_restart_policy);
     RUN(test_lost_hang_vanish);
+    RUN(test_stale_worker_slot);
     RUN(test_persistence);
     RUN(test_shutdown_with_streams);
     RUN(test_limits_and_gpus);

@@ -1358,6 +1358,16 @@ static void test_attention_choice(void)
     zt_free(qkv), zt_free(scr);
 }
 
+/* attention_forward on c and the kernels it launched (on the emulation) */
+static unsigned long long attn_fwd_launches(zt_kctx *c, float *out, float *lse, float *scr,
+                                            float *qkv, const zt_attn_home *home, int B, int T,
+                                            int C, int NH)
+{
+    unsigned long long l0 = EMU_LAUNCHES();
+    GPU->attention_forward(c, out, lse, scr, qkv, home, B, T, C, NH);
+    return EMU_LAUNCHES() - l0;
+}
+
 /* The 16-bit homes of qkv and out (attention's home: qkv's alone, out's alone, both) on
  * context c with matmul inputs mm: forward leaves them rounded there (the bits of cast)
  * beside the lse (and, where out has no home, the out) of a forward without them; backward
@@ -1401,13 +1411,11 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
                  : which == 2 ? "out's"
                               : "both",
                  zt_dtype_name(dt16));
-        unsigned long long l0 = EMU_LAUNCHES();
-        GPU->attention_forward(c, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
-        unsigned long long lw = EMU_LAUNCHES() - l0;
+        unsigned long long lw = attn_fwd_launches(c, d_out, d_lse, d_scr, d_qkv, NULL, B, T, C, NH);
         GPU->copy_h2d(c, d_out2, nan3, nC * 4);
-        l0 = EMU_LAUNCHES();
-        GPU->attention_forward(c, d_out2, d_lse2, d_scr, d_qkv, &home, B, T, C, NH);
-        unsigned long long lh = EMU_LAUNCHES() - l0;
+        unsigned long long lh =
+            attn_fwd_launches(c, d_out2, d_lse2, d_scr, d_qkv, &home, B, T, C, NH);
+        unsigned long long l0;
         GPU->cast(c, d_w, dt16, d_qkv, ZT_F32, n3);
         GPU->copy_d2h(c, wq, d_w, n3 * 2);
         GPU->cast(c, d_w, dt16, d_out, ZT_F32, nC);
@@ -1483,13 +1491,9 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
     snprintf(what, sizeof(what), "%s, qkv set in its %s home", label, zt_dtype_name(dt16));
     GPU->cast(c, d_hq, dt16, d_qkv, ZT_F32, n3);
     GPU->cast(c, d_qr, ZT_F32, d_hq, dt16, n3);
-    unsigned long long l0 = EMU_LAUNCHES();
-    GPU->attention_forward(c, d_out, d_lse, d_scr, d_qr, NULL, B, T, C, NH);
-    unsigned long long lw = EMU_LAUNCHES() - l0;
+    unsigned long long lw = attn_fwd_launches(c, d_out, d_lse, d_scr, d_qr, NULL, B, T, C, NH);
     GPU->copy_h2d(c, d_nanq, nan3, n3 * 4);
-    l0 = EMU_LAUNCHES();
-    GPU->attention_forward(c, d_out2, d_lse2, d_scr, d_nanq, &home, B, T, C, NH);
-    unsigned long long lh = EMU_LAUNCHES() - l0;
+    unsigned long long lh = attn_fwd_launches(c, d_out2, d_lse2, d_scr, d_nanq, &home, B, T, C, NH);
     GPU->copy_d2h(c, wq, d_hq, n3 * 2); /* checked against the rounding below */
     GPU->cast(c, d_w, dt16, d_qr, ZT_F32, n3);
     GPU->cast(c, d_hq, dt16, d_out, ZT_F32, nC);
@@ -1584,7 +1588,8 @@ static void test_matmul16(void)
                  cases[t].mm, zt_dtype_name(cases[t].dt), N, C, OC);
         check_bits(what, d_o2, h_o, NO, 4);
         if (cases[t].copied & 1) check_bits(what, d_act, nan, NC, 4); /* the scratch untouched */
-        GPU->memset0(GC, d_dx1, NC * 4), GPU->memset0(GC, d_dx2, NC * 4);
+        /* dx written (NaN before), dw and db accumulated */
+        GPU->memset0(GC, d_dx1, NC * 4), GPU->copy_h2d(GC, d_dx2, nan, NC * 4);
         GPU->memset0(GC, d_dw1, WC * 4), GPU->memset0(GC, d_dw2, WC * 4);
         GPU->memset0(GC, d_db1, (size_t)OC * 4), GPU->memset0(GC, d_db2, (size_t)OC * 4);
         GPU->copy_h2d(GC, d_act, nan, NC * 4);
@@ -1770,7 +1775,7 @@ static void test_mlp16(void)
         GPU->cast(GC, d_r2, ZT_F32, d_e16, dt, NH);
         GPU->memset0(GC, d_dw1, WH * 4), GPU->memset0(GC, d_dw2, WH * 4);
         GPU->memset0(GC, d_db1, (size_t)H * 4), GPU->memset0(GC, d_db2, (size_t)H * 4);
-        GPU->memset0(GC, d_dx1, NC * 4), GPU->memset0(GC, d_dx2, NC * 4);
+        GPU->memset0(GC, d_dx1, NC * 4), GPU->copy_h2d(GC, d_dx2, nan, NC * 4); /* written */
         GPU->layernorm_matmul_backward(GC, d_dx1, d_dw1, d_db1, d_r2, d_ln, d_x, d_lnw, d_lnb, d_w1,
                                        N, C, H);
         GPU->copy_d2h(GC, h_dx, d_dx1, NC * 4);

@@ -316,14 +316,15 @@ static void test_matmul16(int N, int C, int OC)
             OPS->matmul16_forward(CTX, out2, act2, x16, types[ti], w, b, N, C, OC);
             ASSERT_TRUE(memcmp(out, out2, NO * 4) == 0);
         }
+        /* dx written (NaN before), dw and db accumulated */
         memset(dx, 0, NC * 4), memset(dw, 0, WC * 4), memset(db, 0, (size_t)OC * 4);
-        memset(dx2, 0, NC * 4), memset(dw2, 0, WC * 4), memset(db2, 0, (size_t)OC * 4);
+        memset(dx2, 0xff, NC * 4), memset(dw2, 0, WC * 4), memset(db2, 0, (size_t)OC * 4);
         memset(act2, 0xff, NC * 4);
         OPS->matmul_backward(CTX, dx, dw, db, dout, act, w, N, C, OC);
         OPS->matmul16_backward(CTX, dx2, dw2, db2, dout, act2, x16, types[ti], w, N, C, OC);
         ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0 && memcmp(dw, dw2, WC * 4) == 0 &&
                     memcmp(db, db2, (size_t)OC * 4) == 0);
-        memset(dx2, 0, NC * 4);
+        memset(dx2, 0xff, NC * 4);
         memset(act2, 0xff, NC * 4);
         OPS->matmul16_backward(CTX, dx2, NULL, NULL, dout, act2, x16, types[ti], w, N, C, OC);
         ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0);
@@ -390,7 +391,9 @@ static void test_mlp16(int N, int C, int H)
         ASSERT_TRUE(memcmp(d16, e16, NH * 2) == 0);
         /* fc's backward from the rounded gradient */
         OPS->cast(CTX, r3, ZT_F32, d16, dt, NH);
-        memcpy(dx2, dx1, NC * 4), memcpy(dw2, dw1, WH * 4), memcpy(dbh2, dbh1, (size_t)H * 4);
+        /* dx written (NaN before), dw and db accumulated */
+        memset(dx1, 0, NC * 4), memset(dx2, 0xff, NC * 4);
+        memcpy(dw2, dw1, WH * 4), memcpy(dbh2, dbh1, (size_t)H * 4);
         OPS->layernorm_matmul_backward(CTX, dx1, dw1, dbh1, r3, ln, x, lnw, lnb, w1, N, C, H);
         memset(r1, 0xff, NH * 4), memset(ln, 0xff, NC * 4);
         OPS->layernorm_matmul16_backward(CTX, dx2, dw2, dbh2, d16, dt, r1, ln, x, lnw, lnb, w1, N,
