@@ -465,8 +465,8 @@ static __device__ __forceinline__ void tc_mma_frags(uint32_t a[TC_MS][4], const 
         tc_ldsm4<false>(a[kk], rows + m.lr * TC_LDH + 16 * kk + m.lc);
 }
 
-/* acc (16 x 8 NB: NB n8 accumulators, 64 columns by default) = a x^T: a a warp's 16 rows as A
- * fragments, x 8 NB rows of TC_HS in shared memory (row stride TC_LDH); column n of the
+/* acc (16 x 8 NB: NB n8 accumulators, TC_MN for a whole tile of 64) = a x^T: a a warp's 16 rows
+ * as A fragments, x 8 NB rows of TC_HS in shared memory (row stride TC_LDH); column n of the
  * product is row n of x. */
 template <class E, int NB>
 static __device__ __forceinline__ void tc_mma_abt(float (&acc)[NB][4], const uint32_t a[TC_MS][4],
@@ -1010,9 +1010,9 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
         const E *Qs = tc_stage<TC_MK, E>(sm, t % 2, 0), *dOs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         const float *ls = rows + 2 * (t % 2) * TC_MK, *dl = ls + TC_MK;
         /* P^T and dS^T packed to 16 bits as A fragments of the next products (k-step kk: queries
-         * 16 kk..), formed a part of the tile at a time (halves; quarters with dQ by atomics,
-         * whose spills that halves; the fewest spills on sm_90) so that only that part of the
-         * fp32 scores and dP^T lives at once */
+         * 16 kk..), formed a part of the tile at a time so that only that part of the fp32
+         * scores and dP^T lives at once: halves, or quarters with dQ by atomics (whichever
+         * spills least on sm_90) */
         const int PARTS = DQA ? 4 : 2;
         uint32_t pp[TC_MK / 16][4], dsp[TC_MK / 16][4];
         TC_UNROLL

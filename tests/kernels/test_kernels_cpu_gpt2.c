@@ -339,8 +339,9 @@ static void test_matmul16(int N, int C, int OC)
  * rounded (matmul_forward16, and from a LayerNorm as qkv's: layernorm_matmul_forward16), fcproj of
  * GELU of the home (gelu16_matmul_forward), fcproj's backward through GELU' of the home with the
  * gradient rounded (matmul_gelu16_backward; NULL dweight and dbias skipped), fc's backward from the
- * rounded gradient (layernorm_matmul16_backward); the rooms given as NaN, the gradients accumulated
- * onto prefilled values. N x C inputs, H the MLP's width. */
+ * rounded gradient (layernorm_matmul16_backward, its input's gradient written over NaN); the rooms
+ * given as NaN, the weights' gradients accumulated onto prefilled values. N x C inputs, H the
+ * MLP's width. */
 static void test_mlp16(int N, int C, int H)
 {
     size_t NC = (size_t)N * C, NH = (size_t)N * H, WH = (size_t)H * C;
