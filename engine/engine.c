@@ -930,6 +930,7 @@ static zt_status setup_buffers(zt_engine *e, zt_err *err)
             zt_gpt2_block_acts_carve(&e->acts[i], d, B, T, e->acts_mem + per * (size_t)i);
     }
     zt_gpt2_head_acts_carve(&e->head, d, B, T, e->head_rows, e->head_mem);
+    if (e->act16) e->head.logits_dt = e->pdt; /* the loss of 16-bit logits, as autocast's */
     zt_gpt2_scratch_carve(&e->scr, d, B, T, e->scr_mem);
     return ZT_OK;
 }

@@ -290,6 +290,7 @@ void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B,
     a->logits = m; m += (size_t)rows * d->Vp;
     a->losses = m;
     a->rows = rows;
+    a->logits_dt = ZT_F32;
 }
 
 /* ---- forward / backward ---- */
@@ -422,8 +423,14 @@ void zt_gpt2_head(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
     float *lnf = s->d_btc2, *dlnf = s->d_btc;
     ops->layernorm_forward(k, lnf, a->lnf_mean, a->lnf_rstd, x_L, pf->lnfw, pf->lnfb, N, C);
     if (gf) ops->memset0(k, dlnf, nC * sizeof(float));
-    ops->classifier_forward_backward(k, a->losses, gf ? dlnf : NULL, gf ? dwte : NULL, a->logits,
-                                     lnf, wte, targets, N, a->rows, C, lay->d.V, Vp, dloss);
+    if (a->logits_dt != ZT_F32)
+        ops->classifier16_forward_backward(k, a->logits_dt, a->losses, gf ? dlnf : NULL,
+                                           gf ? dwte : NULL, a->logits, lnf, wte, targets, N,
+                                           a->rows, C, lay->d.V, Vp, dloss);
+    else
+        ops->classifier_forward_backward(k, a->losses, gf ? dlnf : NULL, gf ? dwte : NULL,
+                                         a->logits, lnf, wte, targets, N, a->rows, C, lay->d.V, Vp,
+                                         dloss);
     if (!gf) return;
     ops->memset0(k, dres, nC * sizeof(float));
     ops->layernorm_backward(k, dres, gf->lnfw, gf->lnfb, dlnf, x_L, pf->lnfw, a->lnf_mean,

@@ -157,6 +157,9 @@ typedef struct zt_gpt2_head_acts {
     float *logits;              /* (rows,Vp); dlogits in place */
     float *losses;              /* (B,T) */
     int rows;
+    /* ZT_F32 as carved; a mixed-precision job's 16-bit type: the logits are rounded to it
+     * before the loss (classifier16_forward_backward), as autocast's lm head leaves them */
+    zt_dtype logits_dt;
 } zt_gpt2_head_acts;
 /* Rows of logits per chunk: all B*T when they fit in ZT_GPT2_LOGITS_BUDGET, else as many as
  * do (at least 1). */

@@ -308,6 +308,19 @@ typedef struct zt_ops {
                                         const int32_t *targets /* (N) */, int N, int rows, int C,
                                         int V, int Vp, float dloss);
 
+    /* classifier_forward_backward of a mixed-precision job: the logits rounded to dt16 (ZT_BF16
+     * or ZT_F16) before the loss and its gradient, as autocast's 16-bit lm head leaves them for
+     * a cross-entropy that widens them. On cpu zt_classifier16_by_ops; the cuda backend with
+     * staged inputs of dt16 has its GEMM write the logits in 16 bits (in `logits`' room), which
+     * the cross-entropy reads (the same values: within an ulp of the GEMM's fp32 sums on a GPU,
+     * whose 16-bit output may come from another kernel). */
+    void (*classifier16_forward_backward)(zt_kctx *ctx, zt_dtype dt16, float *losses /* (N) */,
+                                          float *dx /* (N,C) */, float *dwte /* (Vp,C) */,
+                                          float *logits /* (rows,Vp) */, const float *x /* (N,C) */,
+                                          const float *wte /* (Vp,C) */,
+                                          const int32_t *targets /* (N) */, int N, int rows, int C,
+                                          int V, int Vp, float dloss);
+
     /* ---- optimizer and precision ---- */
     /* AdamW over n elements: master fp32 params, gradient in grad_dtype, fp32 moments.
      * If param_lp is non-NULL the updated value is also written there in lp_dtype
@@ -315,6 +328,8 @@ typedef struct zt_ops {
     void (*adamw)(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dtype, float *m,
                   float *v, size_t n, const zt_adamw_args *args, void *param_lp,
                   zt_dtype lp_dtype);
+    /* x[i] = x[i] rounded to dt16 (ZT_BF16 or ZT_F16, nearest even) and widened again. */
+    void (*round16)(zt_kctx *ctx, float *x, zt_dtype dt16, size_t n);
     /* dst[i] = (dst_dtype) src[i]  (round to nearest even). */
     void (*cast)(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype,
                  size_t n);
@@ -346,6 +361,12 @@ size_t zt_attention_scratch_floats(int B, int T, int NH);
 void zt_classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, float *losses, float *dx, float *dwte,
                           float *logits, const float *x, const float *wte, const int32_t *targets,
                           int N, int rows, int C, int V, int Vp, float dloss);
+/* classifier16_forward_backward by the table's ops: the same with round16 of each chunk's
+ * logits before the cross-entropy. */
+void zt_classifier16_by_ops(const zt_ops *ops, zt_kctx *ctx, zt_dtype dt16, float *losses,
+                            float *dx, float *dwte, float *logits, const float *x, const float *wte,
+                            const int32_t *targets, int N, int rows, int C, int V, int Vp,
+                            float dloss);
 
 /* Device memory the CUDA backend's context holds beyond what is allocated through the table:
  * cuBLASLt's workspace, the kernel scratch, the reduction slots, and encoder_backward's token

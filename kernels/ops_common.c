@@ -25,20 +25,40 @@ size_t zt_attention_scratch_floats(int B, int T, int NH)
     return (size_t)zt_attention_chunk_seqs(B, T, NH) * (size_t)NH * (size_t)T * row;
 }
 
-void zt_classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, float *losses, float *dx, float *dwte,
-                          float *logits, const float *x, const float *wte, const int32_t *targets,
-                          int N, int rows, int C, int V, int Vp, float dloss)
+/* the two below: dt16 ZT_F32 for logits as the product leaves them */
+static void classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, zt_dtype dt16, float *losses,
+                              float *dx, float *dwte, float *logits, const float *x,
+                              const float *wte, const int32_t *targets, int N, int rows, int C,
+                              int V, int Vp, float dloss)
 {
     if (rows <= 0) return;
     for (int r0 = 0; r0 < N; r0 += rows) {
         int m = N - r0 < rows ? N - r0 : rows;
         const float *xr = x + (size_t)r0 * C;
         ops->matmul_forward(ctx, logits, xr, wte, NULL, m, C, Vp);
+        if (dt16 != ZT_F32) ops->round16(ctx, logits, dt16, (size_t)m * (size_t)Vp);
         ops->crossentropy_forward_backward(ctx, losses + r0, dx ? logits : NULL, logits,
                                            targets + r0, m, V, Vp, dloss);
         if (dx)
             ops->matmul_backward(ctx, dx + (size_t)r0 * C, dwte, NULL, logits, xr, wte, m, C, Vp);
     }
+}
+
+void zt_classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, float *losses, float *dx, float *dwte,
+                          float *logits, const float *x, const float *wte, const int32_t *targets,
+                          int N, int rows, int C, int V, int Vp, float dloss)
+{
+    classifier_by_ops(ops, ctx, ZT_F32, losses, dx, dwte, logits, x, wte, targets, N, rows, C, V,
+                      Vp, dloss);
+}
+
+void zt_classifier16_by_ops(const zt_ops *ops, zt_kctx *ctx, zt_dtype dt16, float *losses,
+                            float *dx, float *dwte, float *logits, const float *x, const float *wte,
+                            const int32_t *targets, int N, int rows, int C, int V, int Vp,
+                            float dloss)
+{
+    classifier_by_ops(ops, ctx, dt16, losses, dx, dwte, logits, x, wte, targets, N, rows, C, V, Vp,
+                      dloss);
 }
 
 size_t zt_cuda_context_device_bytes(int B, int T)

@@ -92,6 +92,7 @@ void zt_cpu_adamw(zt_kctx *ctx, float *param, const void *grad, zt_dtype grad_dt
                   float *v, size_t n, const zt_adamw_args *args, void *param_lp, zt_dtype lp_dtype);
 void zt_cpu_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype,
                  size_t n);
+void zt_cpu_round16(zt_kctx *ctx, float *x, zt_dtype dt16, size_t n);
 void zt_cpu_accumulate(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const float *src, float scale,
                        size_t n);
 void zt_cpu_scale(zt_kctx *ctx, float *x, float s, size_t n);

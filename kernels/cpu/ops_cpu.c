@@ -313,6 +313,15 @@ static void cpu_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dw
                                   OC);
 }
 
+static void cpu_classifier16(zt_kctx *ctx, zt_dtype dt16, float *losses, float *dx, float *dwte,
+                             float *logits, const float *x, const float *wte,
+                             const int32_t *targets, int N, int rows, int C, int V, int Vp,
+                             float dloss)
+{
+    zt_classifier16_by_ops(zt_ops_cpu(), ctx, dt16, losses, dx, dwte, logits, x, wte, targets, N,
+                           rows, C, V, Vp, dloss);
+}
+
 static void cpu_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
                            const float *x, const float *wte, const int32_t *targets, int N,
                            int rows, int C, int V, int Vp, float dloss)
@@ -365,6 +374,8 @@ static const zt_ops cpu_ops = {
     .residual_backward = zt_cpu_residual_backward,
     .crossentropy_forward_backward = zt_cpu_crossentropy_forward_backward,
     .classifier_forward_backward = cpu_classifier,
+    .classifier16_forward_backward = cpu_classifier16,
+    .round16 = zt_cpu_round16,
     .adamw = zt_cpu_adamw,
     .cast = zt_cpu_cast,
     .accumulate = zt_cpu_accumulate,

@@ -160,6 +160,20 @@ void zt_cpu_cast(zt_kctx *ctx, void *dst, zt_dtype dst_dtype, const void *src, z
     }
 }
 
+void zt_cpu_round16(zt_kctx *ctx, float *x, zt_dtype dt16, size_t n)
+{
+    size_t nc = nchunks(n);
+    int nt = zt_cpu_threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel : nt > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t off = c * ZT_CHUNK;
+        size_t len = n - off < ZT_CHUNK ? n - off : ZT_CHUNK;
+        uint16_t buf[ZT_CHUNK];
+        store_f32(buf, dt16, 0, x + off, len);
+        load_f32(x + off, buf, dt16, 0, len);
+    }
+}
+
 /* d[0,len) += scale * s[0,len) */
 ZT_CPU_CLONES static void axpy_chunk(float *restrict d, const float *restrict s, float scale,
                                      size_t len)

@@ -811,6 +811,13 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
     return true;
 }
 
+/* Whether dt is the 16-bit type ctx's matmuls take (and its staging and tensor-core attention
+ * work in) */
+static bool mm16_is(const zt_kctx *ctx, zt_dtype dt)
+{
+    return (ctx->mm == ZT_MM_BF16 && dt == ZT_BF16) || (ctx->mm == ZT_MM_FP16 && dt == ZT_F16);
+}
+
 /* The classifier (ops.h, classifier_forward_backward) through one set of 16-bit copies: wte
  * rounded once for all chunks; per chunk of mb rows, x's rows rounded once for the forward
  * product and dwte's, and the cross-entropy writing its dlogits rounded into the copy that dx's
@@ -823,9 +830,10 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
  * fp32, in place). false (nothing queued) where staging is off or not fused
  * (ZT_CUDA_STAGE_FUSED=0), or no chunk of ZT_CUDA_STAGE_MIN_BLOCK rows fits beside wte: the ops
  * one by one. */
-static bool classifier_staged(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
-                              const float *x, const float *wte, const int32_t *targets, int N,
-                              int rows, int C, int V, int Vp, float dloss)
+static bool classifier_staged(zt_kctx *ctx, zt_dtype dt16, float *losses, float *dx, float *dwte,
+                              float *logits, const float *x, const float *wte,
+                              const int32_t *targets, int N, int rows, int C, int V, int Vp,
+                              float dloss)
 {
     uint16_t *sw, *sd, *sx;
     int mb;
@@ -835,13 +843,24 @@ static bool classifier_staged(zt_kctx *ctx, float *losses, float *dx, float *dwt
         int m = N - r0 < mb ? N - r0 : mb;
         const float *xr = x + (size_t)r0 * C;
         stage_block(ctx, sx, xr, C, 'N', 0, m, 0, C);
-        /* logits (m x Vp) = x rows (m x C) @ wte (Vp x C)^T */
+        /* logits (m x Vp) = x rows (m x C) @ wte (Vp x C)^T; with dt16 a 16-bit D over the
+         * buffer's start (l16), else, where cuBLASLt has no such product, fp32 then rounded */
         zt_cuda_gemm f = linear_gemm(logits, xr, wte, NULL, m, C, Vp), fs = f;
         fs.in16 = ctx->mm, fs.A = sx, fs.B = sw;
-        if (gemm_lt(ctx, &fs, false) == LT_NO_ALGO) gemm_unstaged(ctx, &f);
+        uint16_t *l16 = NULL;
+        if (dt16 != ZT_F32) fs.out16 = ctx->mm, fs.C16 = l16 = (uint16_t *)logits;
+        if (gemm_lt(ctx, &fs, false) == LT_NO_ALGO) {
+            l16 = NULL;
+            gemm_unstaged(ctx, &f);
+            if (dt16 != ZT_F32) zt_cuda_round16(ctx, logits, dt16, (size_t)m * (size_t)Vp);
+        }
         if (ctx->st != ZT_OK) return true;
         if (!dx) {
-            zt_cuda_crossentropy(ctx, losses + r0, NULL, logits, targets + r0, m, V, Vp, dloss);
+            if (l16)
+                zt_cuda_crossentropy16in(ctx, losses + r0, NULL, ctx->mm, l16, targets + r0, m, V,
+                                         Vp, dloss);
+            else
+                zt_cuda_crossentropy(ctx, losses + r0, NULL, logits, targets + r0, m, V, Vp, dloss);
             continue;
         }
         /* dx rows (m x C) += dlogits (m x Vp) @ wte (Vp x C); dwte (Vp x C) += dlogits^T @ x
@@ -858,12 +877,20 @@ static bool classifier_staged(zt_kctx *ctx, float *losses, float *dx, float *dwt
         zt_cuda_gemm ds = d, gs = g;
         ds.in16 = gs.in16 = ctx->mm;
         ds.A = gs.A = sd, ds.B = sw, gs.B = sx;
-        zt_cuda_crossentropy16(ctx, losses + r0, sd, ctx->mm, logits, targets + r0, m, V, Vp,
-                               dloss);
+        if (l16)
+            zt_cuda_crossentropy16in(ctx, losses + r0, sd, ctx->mm, l16, targets + r0, m, V, Vp,
+                                     dloss);
+        else
+            zt_cuda_crossentropy16(ctx, losses + r0, sd, ctx->mm, logits, targets + r0, m, V, Vp,
+                                   dloss);
         lt_result rd = gemm_lt(ctx, &ds, false);
         lt_result rg = dwte && rd != LT_NO_ALGO ? gemm_lt(ctx, &gs, false) : LT_DONE;
         if (ctx->st != ZT_OK) return true;
         if (rd == LT_NO_ALGO || rg == LT_NO_ALGO) {
+            if (l16) { /* the fp32 logits again (the 16-bit ones sit where they would go) */
+                gemm_unstaged(ctx, &f);
+                zt_cuda_round16(ctx, logits, dt16, (size_t)m * (size_t)Vp);
+            }
             zt_cuda_crossentropy(ctx, losses + r0, logits, logits, targets + r0, m, V, Vp, dloss);
             if (rd == LT_NO_ALGO) gemm_unstaged(ctx, &d);
             if (dwte) gemm_unstaged(ctx, &g);
@@ -877,10 +904,24 @@ void zt_cuda_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, flo
                         const float *x, const float *wte, const int32_t *targets, int N, int rows,
                         int C, int V, int Vp, float dloss)
 {
-    if (classifier_staged(ctx, losses, dx, dwte, logits, x, wte, targets, N, rows, C, V, Vp, dloss))
+    if (classifier_staged(ctx, ZT_F32, losses, dx, dwte, logits, x, wte, targets, N, rows, C, V, Vp,
+                          dloss))
         return;
     zt_classifier_by_ops(zt_ops_cuda(), ctx, losses, dx, dwte, logits, x, wte, targets, N, rows, C,
                          V, Vp, dloss);
+}
+
+/* With staged inputs of dt16 the GEMM writes 16-bit logits that the cross-entropy reads; else
+ * the ops one by one with the logits rounded in place. */
+void zt_cuda_classifier16(zt_kctx *ctx, zt_dtype dt16, float *losses, float *dx, float *dwte,
+                          float *logits, const float *x, const float *wte, const int32_t *targets,
+                          int N, int rows, int C, int V, int Vp, float dloss)
+{
+    if (mm16_is(ctx, dt16) && classifier_staged(ctx, dt16, losses, dx, dwte, logits, x, wte,
+                                                targets, N, rows, C, V, Vp, dloss))
+        return;
+    zt_classifier16_by_ops(zt_ops_cuda(), ctx, dt16, losses, dx, dwte, logits, x, wte, targets, N,
+                           rows, C, V, Vp, dloss);
 }
 
 /* Row-major C = alpha op(A) op(B) + beta C (+ bias), batched over `batch` matrices whose
@@ -987,13 +1028,6 @@ void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const flo
 {
     zt_cuda_afn f = {.kind = ZT_AFN_GELU, .src = pre};
     linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
-}
-
-/* Whether dt is the 16-bit type ctx's matmuls take (and its staging and tensor-core attention
- * work in) */
-static bool mm16_is(const zt_kctx *ctx, zt_dtype dt)
-{
-    return (ctx->mm == ZT_MM_BF16 && dt == ZT_BF16) || (ctx->mm == ZT_MM_FP16 && dt == ZT_F16);
 }
 
 /* Whether a 16-bit input of type dt16 is the staging's own type: matmuls staged in it, with

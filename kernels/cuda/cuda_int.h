@@ -250,6 +250,13 @@ void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits, const flo
 void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
                             const float *logits, const int32_t *targets, int N, int V, int Vp,
                             float dloss);
+/* zt_cuda_crossentropy16 of 16-bit logits l16 of mm16's type (dlogits into d16 unless NULL; not
+ * aliasing l16): the bits of it on the widened values. */
+void zt_cuda_crossentropy16in(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
+                              const uint16_t *l16, const int32_t *targets, int N, int V, int Vp,
+                              float dloss);
+/* x[i] rounded to dt16 and widened again (the op table's round16; optim_cuda.cu) */
+void zt_cuda_round16(zt_kctx *ctx, float *x, zt_dtype dt16, size_t n);
 /* The op table's gelu_matmul_forward, layernorm_matmul_forward(16), layernorm_matmul_backward,
  * classifier_forward_backward and the MLP's ops with its 16-bit home (blas_cuda.c). */
 void zt_cuda_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *act,
@@ -281,6 +288,9 @@ void zt_cuda_layernorm_matmul_backward(zt_kctx *ctx, float *dinp, float *dweight
 void zt_cuda_classifier(zt_kctx *ctx, float *losses, float *dx, float *dwte, float *logits,
                         const float *x, const float *wte, const int32_t *targets, int N, int rows,
                         int C, int V, int Vp, float dloss);
+void zt_cuda_classifier16(zt_kctx *ctx, zt_dtype dt16, float *losses, float *dx, float *dwte,
+                          float *logits, const float *x, const float *wte, const int32_t *targets,
+                          int N, int rows, int C, int V, int Vp, float dloss);
 /* Attention's row kernels work on the T x T matrices of a chunk of whole sequences: rows in
  * (sequence, head, query) order from the chunk's first sequence (row r is query r % T, lse[r]
  * its log-sum-exp), each zeroed above the diagonal. */

@@ -579,29 +579,39 @@ static __device__ __forceinline__ void xent_add(float &m, float &s, float x)
     }
 }
 
-template <int OT>
-static __global__ void crossentropy_kernel(float *losses, void *dlogits, const float *logits,
+/* OT: dlogits' type as zt_store_as's; IT: logits' as zt_load_as's (0 fp32, 1 bf16, 2 fp16) */
+template <int OT, int IT = 0>
+static __global__ void crossentropy_kernel(float *losses, void *dlogits, const void *logits,
                                            const int32_t *targets, int V, int Vp, float dloss)
 {
     __shared__ float sh[32];
     size_t row = blockIdx.x;
-    const float *l = logits + row * (size_t)Vp;
+    const void *l = IT == 0 ? (const void *)((const float *)logits + row * (size_t)Vp)
+                            : (const void *)((const uint16_t *)logits + row * (size_t)Vp);
     void *d = !dlogits  ? NULL
               : OT == 0 ? (void *)((float *)dlogits + row * (size_t)Vp)
                         : (void *)((uint16_t *)dlogits + row * (size_t)Vp);
     int t = targets[row];
     bool valid = t >= 0 && t < V;
-    float lt = valid ? l[t] : NAN; /* a bad target gives a NaN loss, not a fault */
-    /* whole float4s from the row's start (rows are 16-byte aligned when Vp is a multiple of 4
-     * and logits are), the rest one by one */
-    int V4 = Vp % 4 == 0 && (uintptr_t)logits % 16 == 0 ? V / 4 : 0;
+    float lt = valid ? zt_load_as<IT>(l, t) : NAN; /* a bad target gives a NaN loss, not a fault */
+    /* four elements a load from the row's start (16 or 8 bytes: rows are aligned so when Vp is a
+     * multiple of 4 and logits are), the rest one by one */
+    int V4 = Vp % 4 == 0 && (uintptr_t)logits % (IT == 0 ? 16 : 8) == 0 ? V / 4 : 0;
     float m = -INFINITY, s = 0.0f;
     for (int q = threadIdx.x; q < V4; q += blockDim.x) {
-        float4 x = ((const float4 *)l)[q];
-        xent_add(m, s, x.x), xent_add(m, s, x.y), xent_add(m, s, x.z), xent_add(m, s, x.w);
+        if (IT == 0) {
+            float4 x = ((const float4 *)l)[q];
+            xent_add(m, s, x.x), xent_add(m, s, x.y), xent_add(m, s, x.z), xent_add(m, s, x.w);
+        } else {
+            uint2 x = ((const uint2 *)l)[q];
+            xent_add(m, s, zt_widen16<IT>(x.x & 0xffffu)),
+                xent_add(m, s, zt_widen16<IT>(x.x >> 16));
+            xent_add(m, s, zt_widen16<IT>(x.y & 0xffffu)),
+                xent_add(m, s, zt_widen16<IT>(x.y >> 16));
+        }
     }
     for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x)
-        xent_add(m, s, l[j]);
+        xent_add(m, s, zt_load_as<IT>(l, j));
     float mx = zt_block_max(m, sh);
     /* a NaN logit: fmaxf passes it over but the thread's own sum carries it into the loss */
     s = zt_block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx), sh);
@@ -609,7 +619,7 @@ static __global__ void crossentropy_kernel(float *losses, void *dlogits, const f
     if (!d) return;
     float k = dloss / s;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = expf(l[j] - mx) * k;
+        float g = expf(zt_load_as<IT>(l, j) - mx) * k;
         zt_store_as<OT>(d, j, j == t ? g - dloss : g);
     }
     for (int j = V + threadIdx.x; j < Vp; j += blockDim.x)
@@ -622,7 +632,7 @@ extern "C" void zt_cuda_crossentropy(zt_kctx *ctx, float *losses, float *dlogits
 {
     if (N <= 0) return;
     ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward", crossentropy_kernel<0>, N, ZT_XENT_THREADS,
-                   losses, (void *)dlogits, logits, targets, V, Vp, dloss);
+                   losses, (void *)dlogits, (const void *)logits, targets, V, Vp, dloss);
 }
 
 extern "C" void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
@@ -636,6 +646,21 @@ extern "C" void zt_cuda_crossentropy16(zt_kctx *ctx, float *losses, uint16_t *d1
     else
         ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward (bf16 dlogits)", crossentropy_kernel<1>,
                        N, ZT_XENT_THREADS, losses, (void *)d16, logits, targets, V, Vp, dloss);
+}
+
+extern "C" void zt_cuda_crossentropy16in(zt_kctx *ctx, float *losses, uint16_t *d16, int mm16,
+                                         const uint16_t *l16, const int32_t *targets, int N, int V,
+                                         int Vp, float dloss)
+{
+    if (N <= 0) return;
+    if (mm16 == ZT_MM_FP16)
+        ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward (fp16 logits)",
+                       (crossentropy_kernel<2, 2>), N, ZT_XENT_THREADS, losses, (void *)d16,
+                       (const void *)l16, targets, V, Vp, dloss);
+    else
+        ZT_CUDA_LAUNCH(ctx, "crossentropy_forward_backward (bf16 logits)",
+                       (crossentropy_kernel<1, 1>), N, ZT_XENT_THREADS, losses, (void *)d16,
+                       (const void *)l16, targets, V, Vp, dloss);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -108,6 +108,23 @@ static __global__ void accumulate_kernel(void *dst, int ddt, const float *src, f
         store_f32(dst, ddt, i, __fmaf_rn(scale, src[i], load_f32(dst, ddt, i)));
 }
 
+static __global__ void round16_kernel(float *x, int dt16, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        x[i] = dt16 == ZT_BF16 ? f32_from_bf16(bf16_from_f32(v)) : f32_from_f16(f16_from_f32(v));
+    }
+}
+
+extern "C" void zt_cuda_round16(zt_kctx *ctx, float *x, zt_dtype dt16, size_t n)
+{
+    if (!n || !dtype_ok(ctx, (int)dt16, "round16")) return;
+    if (dt16 == ZT_F32) return;
+    ZT_CUDA_LAUNCH(ctx, "round16", round16_kernel, zt_cuda_blocks(n), ZT_CUDA_THREADS, x, (int)dt16,
+                   n);
+}
+
 static __global__ void scale_kernel(float *x, float s, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -419,6 +419,13 @@ int main(int argc, char **argv)
                                         1.0f / (float)N));
     report_flops("  its ops one by one", 2, s_ops, cfl);
     printf("  (chunks of %d rows; the op %.2fx its ops)\n", rows, s_ops / s);
+    /* as bf16 jobs run it: the logits in 16 bits, the GEMM writing them, the cross-entropy
+     * reading them */
+    double s32 = s;
+    TIME_IT(s, G->classifier16_forward_backward(K, ZT_BF16, mean, y, dw, big, x, w, tok, (int)N,
+                                                rows, C, V, VP, 1.0f / (float)N));
+    report_flops("classifier16_forward_backward", 2, s, cfl);
+    printf("  (16-bit logits %.2fx the fp32 logits' op)\n", s32 / s);
     use_mode(0);
     G->free(K, big);
     G->free(K, mlp);

@@ -1017,10 +1017,11 @@ typedef struct {
 enum { CLS_EVAL, CLS_TRAIN, CLS_TRAIN_NO_DW };
 
 /* The classifier on context c over the host inputs: the op itself, or with by_ops the table's
- * ops one by one (zt_classifier_by_ops, the unfused reference) */
-static cls_out cls_run(zt_kctx *c, bool by_ops, int mode, const float *x, const float *w,
-                       const int32_t *tg, const float *dx0, const float *dw0, int N, int rows,
-                       int C, int V, int Vp)
+ * ops one by one (zt_classifier_by_ops, the unfused reference); the logits rounded to l16
+ * unless it is ZT_F32 (classifier16_forward_backward, zt_classifier16_by_ops) */
+static cls_out cls_run16(zt_kctx *c, zt_dtype l16, bool by_ops, int mode, const float *x,
+                         const float *w, const int32_t *tg, const float *dx0, const float *dw0,
+                         int N, int rows, int C, int V, int Vp)
 {
     size_t NC = (size_t)N * C, WC = (size_t)Vp * C;
     int r = rows < N ? rows : N;
@@ -1029,7 +1030,13 @@ static cls_out cls_run(zt_kctx *c, bool by_ops, int mode, const float *x, const 
     int32_t *d_tg = up(tg, (size_t)N * 4);
     float *dxp = mode == CLS_EVAL ? NULL : d_dx, *dwp = mode == CLS_TRAIN ? d_dw : NULL;
     float dloss = 1.0f / (float)N;
-    if (by_ops)
+    if (by_ops && l16 != ZT_F32)
+        zt_classifier16_by_ops(GPU, c, l16, d_loss, dxp, dwp, d_lg, d_x, d_w, d_tg, N, rows, C, V,
+                               Vp, dloss);
+    else if (l16 != ZT_F32)
+        GPU->classifier16_forward_backward(c, l16, d_loss, dxp, dwp, d_lg, d_x, d_w, d_tg, N, rows,
+                                           C, V, Vp, dloss);
+    else if (by_ops)
         zt_classifier_by_ops(GPU, c, d_loss, dxp, dwp, d_lg, d_x, d_w, d_tg, N, rows, C, V, Vp,
                              dloss);
     else
@@ -1043,6 +1050,13 @@ static cls_out cls_run(zt_kctx *c, bool by_ops, int mode, const float *x, const 
     if (GPU->sync(c, &err) != ZT_OK) ZT_FAIL("classifier: sync failed: %s", zt_err_msg(&err));
     dfree(d_x), dfree(d_w), dfree(d_dx), dfree(d_dw), dfree(d_lg), dfree(d_loss), dfree(d_tg);
     return o;
+}
+
+static cls_out cls_run(zt_kctx *c, bool by_ops, int mode, const float *x, const float *w,
+                       const int32_t *tg, const float *dx0, const float *dw0, int N, int rows,
+                       int C, int V, int Vp)
+{
+    return cls_run16(c, ZT_F32, by_ops, mode, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
 }
 
 static void cls_free(cls_out *o)
@@ -1142,6 +1156,48 @@ static void test_classifier(void)
             cls_match("classifier with ZT_CUDA_STAGE_FUSED=yes", &uf, &op, N, C, Vp, 0.0);
             cls_free(&uf);
             GPU->ctx_destroy(cf);
+        }
+        {
+            /* the logits rounded to 16 bits (the matmuls' type, bf16 for fp32 matmuls: the ops
+             * one by one): the op against its ops one by one (bitwise on the emulation; on a GPU
+             * the 16-bit logits may come from another kernel than the fp32 ones), evaluation's
+             * losses, the CPU's; the staged op's cross-entropy reads the 16-bit logits; other
+             * losses than the fp32 logits give */
+            zt_dtype l16 = strcmp(cases[t].mm, "fp16") == 0 ? ZT_F16 : ZT_BF16;
+            unsigned long long y0 = EMU_NAMED(" logits)");
+            cls_out o16 =
+                cls_run16(c, l16, false, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+            if (EMU_COUNTS) ASSERT_EQ_INT((int)(EMU_NAMED(" logits)") - y0), chunks);
+            cls_out r16 = cls_run16(c, l16, true, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+            cls_out e16 = cls_run16(c, l16, false, CLS_EVAL, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+            char w16[200];
+            snprintf(w16, sizeof(w16), "%s, %s logits", what, zt_dtype_name(l16));
+            cls_match(w16, &o16, &r16, N, C, Vp, bits ? 0.0 : 2e-3);
+            host_match(w16, "evaluation losses", e16.loss, o16.loss, (size_t)N, 0.0);
+            float *c16x = kc_fcopy(dx0, NC), *c16w = kc_fcopy(dw0, WC);
+            float *c16l = kc_falloc((size_t)N);
+            CPU->classifier16_forward_backward(CC, l16, c16l, c16x, c16w, clg, x, w, tg, N, rows, C,
+                                               V, Vp, 1.0f / (float)N);
+            cls_out cpu16 = {c16l, c16x, c16w};
+            cls_match(w16, &o16, &cpu16, N, C, Vp, tol);
+            size_t differ = 0;
+            for (int i = 0; i < N; i++)
+                differ += o16.loss[i] != op.loss[i];
+            if (differ == 0) ZT_FAIL("%s: the losses of the fp32 logits", w16);
+#ifdef ZT_TEST_EMU
+            if (chunks) { /* a 16-bit backward product without an algorithm, as below */
+                zt_kctx *f = ctx_stage(cases[t].mm, NULL, cases[t].cap);
+                cls_out e =
+                    cls_run16(f, l16, false, CLS_EVAL, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+                zt_emu_lt_fail_heuristics(1, 15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
+                cls_out fb =
+                    cls_run16(f, l16, false, CLS_TRAIN, x, w, tg, dx0, dw0, N, rows, C, V, Vp);
+                cls_match(w16, &fb, &r16, N, C, Vp, 0.0);
+                cls_free(&e), cls_free(&fb);
+                GPU->ctx_destroy(f);
+            }
+#endif
+            cls_free(&o16), cls_free(&r16), cls_free(&e16), cls_free(&cpu16);
         }
 #ifdef ZT_TEST_EMU
         if (chunks) {

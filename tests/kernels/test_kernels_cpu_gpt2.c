@@ -1246,6 +1246,64 @@ static void test_classifier(int N, int rows, int C, int V, int Vp)
     zt_free(lg), zt_free(dl), zt_free(logits), zt_free(loss2), zt_free(dx2), zt_free(dw2);
 }
 
+/* The classifier with 16-bit logits (classifier16_forward_backward) is bitwise the table's ops
+ * chunk by chunk with each chunk's logits cast to the 16-bit type and back (round16 is that
+ * round trip), evaluation giving the same losses; and its losses are not the fp32 logits'. */
+static void test_classifier16(int N, int rows, int C, int V, int Vp)
+{
+    size_t NC = (size_t)N * C, WC = (size_t)Vp * C;
+    int r = rows < N ? rows : N;
+    size_t RV = (size_t)r * Vp;
+    float dloss = 1.0f / (float)N;
+    float *x = kc_frandn(NC, 1.0), *w = kc_frandn(WC, 0.5), *dx0 = kc_frandn(NC, 1.0);
+    float *dw0 = kc_frandn(WC, 1.0);
+    int32_t *tg = zt_calloc(N, sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        tg[i] = (int32_t)kc_index((size_t)V);
+    float *lg = kc_falloc(RV), *lr = kc_falloc(RV), *loss = kc_falloc(N), *loss2 = kc_falloc(N);
+    float *loss32 = kc_falloc(N);
+    uint16_t *h = zt_malloc(RV * 2 + 2);
+    ASSERT_TRUE(h != NULL);
+    static const zt_dtype types[] = {ZT_BF16, ZT_F16};
+    for (int ti = 0; ti < 2; ti++) {
+        zt_dtype dt = types[ti];
+        /* round16: the cast there and back */
+        float *y = kc_frandn(RV, 30.0), *y2 = kc_fcopy(y, RV);
+        OPS->round16(CTX, y, dt, RV);
+        OPS->cast(CTX, h, dt, y2, ZT_F32, RV);
+        OPS->cast(CTX, y2, ZT_F32, h, dt, RV);
+        ASSERT_TRUE(memcmp(y, y2, RV * 4) == 0);
+        zt_free(y), zt_free(y2);
+        /* the reference, chunk by chunk */
+        float *dx = kc_fcopy(dx0, NC), *dw = kc_fcopy(dw0, WC);
+        for (int r0 = 0; r0 < N; r0 += r) {
+            int m = N - r0 < r ? N - r0 : r;
+            const float *xr = x + (size_t)r0 * C;
+            size_t n = (size_t)m * Vp;
+            OPS->matmul_forward(CTX, lr, xr, w, NULL, m, C, Vp);
+            OPS->cast(CTX, h, dt, lr, ZT_F32, n);
+            OPS->cast(CTX, lr, ZT_F32, h, dt, n);
+            OPS->crossentropy_forward_backward(CTX, loss2 + r0, lr, lr, tg + r0, m, V, Vp, dloss);
+            OPS->matmul_backward(CTX, dx + (size_t)r0 * C, dw, NULL, lr, xr, w, m, C, Vp);
+        }
+        float *dx2 = kc_fcopy(dx0, NC), *dw2 = kc_fcopy(dw0, WC);
+        OPS->classifier16_forward_backward(CTX, dt, loss, dx2, dw2, lg, x, w, tg, N, rows, C, V, Vp,
+                                           dloss);
+        ASSERT_TRUE(memcmp(loss, loss2, (size_t)N * 4) == 0);
+        ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0 && memcmp(dw, dw2, WC * 4) == 0);
+        OPS->classifier16_forward_backward(CTX, dt, loss2, NULL, NULL, lg, x, w, tg, N, rows, C, V,
+                                           Vp, dloss);
+        ASSERT_TRUE(memcmp(loss, loss2, (size_t)N * 4) == 0);
+        OPS->classifier_forward_backward(CTX, loss32, NULL, NULL, lg, x, w, tg, N, rows, C, V, Vp,
+                                         dloss);
+        ASSERT_TRUE(memcmp(loss, loss32, (size_t)N * 4) != 0);
+        zt_free(dx), zt_free(dw), zt_free(dx2), zt_free(dw2);
+    }
+    zt_free(x), zt_free(w), zt_free(dx0), zt_free(dw0), zt_free(tg), zt_free(lg), zt_free(lr);
+    zt_free(loss), zt_free(loss2), zt_free(loss32), zt_free(h);
+    printf("classifier16 N=%d rows=%d: bitwise the ops with the logits rounded\n", N, rows);
+}
+
 /* ======================================================================================== */
 /* table, memory */
 
@@ -1290,6 +1348,8 @@ static void test_table_and_memory(void)
     CHECK_FN(layernorm_matmul_backward);
     CHECK_FN(attention_forward);
     CHECK_FN(attention_backward16);
+    CHECK_FN(classifier16_forward_backward);
+    CHECK_FN(round16);
     CHECK_FN(attention_backward);
     CHECK_FN(gelu_forward);
     CHECK_FN(gelu_backward);
@@ -1449,6 +1509,8 @@ static void run_all(int big)
     test_classifier(20, 20, 16, 50, 64);
     test_classifier(20, 7, 16, 50, 64); /* chunks of 7, 7 and 6 */
     test_classifier(5, 64, 24, 30, 32); /* one chunk, smaller than rows */
+    test_classifier16(20, 20, 16, 50, 64);
+    test_classifier16(20, 7, 16, 50, 64);
     if (big) test_crossentropy(130, 300, 384);
 }
 
