@@ -25,11 +25,11 @@ size_t zt_attention_scratch_floats(int B, int T, int NH)
     return (size_t)zt_attention_chunk_seqs(B, T, NH) * (size_t)NH * (size_t)T * row;
 }
 
-/* the two below: dt16 ZT_F32 for logits as the product leaves them */
-static void classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, zt_dtype dt16, float *losses,
-                              float *dx, float *dwte, float *logits, const float *x,
-                              const float *wte, const int32_t *targets, int N, int rows, int C,
-                              int V, int Vp, float dloss)
+/* dt16 ZT_F32: the logits as the product leaves them (zt_classifier_by_ops) */
+void zt_classifier16_by_ops(const zt_ops *ops, zt_kctx *ctx, zt_dtype dt16, float *losses,
+                            float *dx, float *dwte, float *logits, const float *x, const float *wte,
+                            const int32_t *targets, int N, int rows, int C, int V, int Vp,
+                            float dloss)
 {
     if (rows <= 0) return;
     for (int r0 = 0; r0 < N; r0 += rows) {
@@ -48,17 +48,8 @@ void zt_classifier_by_ops(const zt_ops *ops, zt_kctx *ctx, float *losses, float 
                           float *logits, const float *x, const float *wte, const int32_t *targets,
                           int N, int rows, int C, int V, int Vp, float dloss)
 {
-    classifier_by_ops(ops, ctx, ZT_F32, losses, dx, dwte, logits, x, wte, targets, N, rows, C, V,
-                      Vp, dloss);
-}
-
-void zt_classifier16_by_ops(const zt_ops *ops, zt_kctx *ctx, zt_dtype dt16, float *losses,
-                            float *dx, float *dwte, float *logits, const float *x, const float *wte,
-                            const int32_t *targets, int N, int rows, int C, int V, int Vp,
-                            float dloss)
-{
-    classifier_by_ops(ops, ctx, dt16, losses, dx, dwte, logits, x, wte, targets, N, rows, C, V, Vp,
-                      dloss);
+    zt_classifier16_by_ops(ops, ctx, ZT_F32, losses, dx, dwte, logits, x, wte, targets, N, rows, C,
+                           V, Vp, dloss);
 }
 
 size_t zt_cuda_context_device_bytes(int B, int T)

@@ -1049,13 +1049,19 @@ void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *
     zt_cuda_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
 }
 
-/* dinp (N x C) cleared for a product added into it: the fallbacks of the ops that write it */
+/* n floats of a gradient cleared for a fallback that adds into it, in an op that writes it
+ * (what: which gradient); false where that failed (ctx's error set) */
+static bool grad_clear(zt_kctx *ctx, float *g, size_t n, const char *what)
+{
+    return !g || !n ||
+           !zt_cuda_check(ctx, cudaMemsetAsync(g, 0, n * sizeof(float), ctx->stream), what);
+}
+
+/* dinp (N x C): a linear layer's input gradient */
 static void dinp_clear(zt_kctx *ctx, float *dinp, int N, int C)
 {
-    if (dinp && N > 0 && C > 0)
-        zt_cuda_check(ctx,
-                      cudaMemsetAsync(dinp, 0, (size_t)N * (size_t)C * sizeof(float), ctx->stream),
-                      "clearing a linear layer's input gradient");
+    if (N > 0 && C > 0)
+        grad_clear(ctx, dinp, (size_t)N * (size_t)C, "clearing a linear layer's input gradient");
 }
 
 void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
@@ -1342,9 +1348,7 @@ void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, flo
         return;
     }
     size_t n3 = (size_t)B * T * 3 * (size_t)C;
-    if (zt_cuda_check(ctx, cudaMemsetAsync(dqkv, 0, n3 * sizeof(float), ctx->stream),
-                      "clearing the attention's gradient"))
-        return;
+    if (!grad_clear(ctx, dqkv, n3, "clearing the attention's gradient")) return;
     attention_backward(ctx, dqkv, NULL, scratch, dout, qkv, out, lse, home, B, T, C, NH);
     zt_cuda_cast(ctx, dqkv16, (int)dt16, dqkv, (int)ZT_F32, n3);
 }
