@@ -32,6 +32,8 @@
  * and 0.870 (=wmma selects those). */
 #include "cuda_int.h"
 
+#include <float.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -53,6 +55,23 @@ template <> __device__ __forceinline__ __nv_bfloat16 tc_round<__nv_bfloat16>(flo
 template <> __device__ __forceinline__ __half tc_round<__half>(float x)
 {
     return __float2half_rn(x);
+}
+
+/* 2^x as the multi-function unit gives it with subnormals flushed (ex2.approx.ftz: one
+ * instruction, where exp2f's ex2.approx keeps subnormal results at the cost of a compare and two
+ * multiplies around it): P and the rescaling factors never need values below 2^-126, which
+ * round to zero in fp16 and add nothing to a sum of bf16 products of such rows. 2^-inf = +0.
+ * The emulation flushes the same results of the C library's exp2f. */
+static __device__ __forceinline__ float tc_exp2(float x)
+{
+#ifdef ZT_CUDA_EMU
+    float r = exp2f(x);
+    return r < FLT_MIN ? 0.0f : r;
+#else
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#endif
 }
 
 /* An output element stored as its tensor holds it: fp32, or rounded to a 16-bit type (the
@@ -317,10 +336,10 @@ static __global__ void __launch_bounds__(TC_THREADS)
         float mnew = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
         /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
         float mref = mnew == -INFINITY ? 0.0f : mnew;
-        float alpha = exp2f(m - mref), ps = 0.0f;
+        float alpha = tc_exp2(m - mref), ps = 0.0f;
         __syncwarp(); /* the scores are read before P overwrites them */
         for (int u = 0; u < 16; u++) {
-            float e = exp2f(s[u] - mref);
+            float e = tc_exp2(s[u] - mref);
             ps += e;
             P[r * TC_LDP + tc_col(u, half)] = tc_round<E>(e);
         }
@@ -465,6 +484,20 @@ static __device__ __forceinline__ void tc_mma_frags(uint32_t a[TC_MS][4], const 
         tc_ldsm4<false>(a[kk], rows + m.lr * TC_LDH + 16 * kk + m.lc);
 }
 
+/* A warp's scores in accumulator layout (NB n8 accumulators: the lane's own elements, its rows
+ * from row, its columns from col) set to -inf where the column's key comes after the row's
+ * query. */
+template <int NB>
+static __device__ __forceinline__ void tc_mma_mask(float (&s)[NB][4], int row, int col)
+{
+    TC_UNROLL
+    for (int n = 0; n < NB; n++) {
+        TC_UNROLL
+        for (int e = 0; e < 4; e++)
+            if (col + 8 * n + e % 2 > row + 8 * (e / 2)) s[n][e] = -INFINITY;
+    }
+}
+
 /* acc (16 x 8 NB: NB n8 accumulators, TC_MN for a whole tile of 64) = a x^T: a a warp's 16 rows
  * as A fragments, x 8 NB rows of TC_HS in shared memory (row stride TC_LDH); column n of the
  * product is row n of x. */
@@ -607,8 +640,9 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
     TC_UNROLL
     for (int n = 0; n < TC_MN; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    /* per row (g, g + 8): running maximum (base 2) and this lane's part of the sum */
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    /* per row (g, g + 8): running maximum of the raw scores, and this lane's part of the sum
+     * in two (its even and its odd columns: two chains of additions instead of one) */
+    float m[2] = {-INFINITY, -INFINITY}, l[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
     for (int t = 0; t < nk; t++) {
         int k0 = t * TC_MK;
         tc_turn<TC_MK>(sm, t, nk, 0, kg, p.C3, vg, p.C3, T);
@@ -616,36 +650,40 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
         const E *Ks = tc_stage<TC_MK, E>(sm, t % 2, 0), *Vs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         float s[TC_MN][4];
         tc_mma_abt<E>(s, aq, Ks, lm);
-        bool diag = k0 + TC_MK - 1 > qw; /* some key past some query of the warp */
-        float mx[2] = {-INFINITY, -INFINITY};
+        /* some key past some query of the warp (the diagonal's tile): those scores -inf; rows
+         * past T see keys past T (zeros): finite, and never written */
+        if (k0 + TC_MK - 1 > qw) tc_mma_mask<TC_MN>(s, qw + g, k0 + 2 * t4);
+        float mx[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
         TC_UNROLL
         for (int n = 0; n < TC_MN; n++) {
             TC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                int i = qw + g + 8 * (e / 2), j = k0 + 8 * n + 2 * t4 + e % 2;
-                /* rows past T see keys past T (zeros): finite, and never written */
-                s[n][e] = diag && j > i ? -INFINITY : s[n][e] * sl2;
-                mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
-            }
+            for (int e = 0; e < 4; e++)
+                mx[e / 2][e % 2] = fmaxf(mx[e / 2][e % 2], s[n][e]);
         }
-        float alpha[2];
+        /* the softmax in base 2 as FlashAttention-2 forms it: the maximum of the raw scores (a
+         * positive scale keeps their order), then exp2(s scale log2(e) - m scale log2(e)), one
+         * fused multiply-add an element */
+        float alpha[2], ms[2];
         TC_UNROLL
         for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            float mh = fmaxf(mx[h][0], mx[h][1]);
+            mh = fmaxf(mh, __shfl_xor_sync(0xffffffffu, mh, 1));
+            mh = fmaxf(mh, __shfl_xor_sync(0xffffffffu, mh, 2));
             /* key k0 <= every row's query once seen: the tile of key 0 comes first, so m is
              * finite from it on (alpha of the first tile is exp2(-inf) = 0) */
-            float mnew = fmaxf(m[h], mx[h]);
-            alpha[h] = exp2f(m[h] - mnew);
+            float mnew = fmaxf(m[h], mh);
+            alpha[h] = tc_exp2((m[h] - mnew) * sl2);
             m[h] = mnew;
-            l[h] *= alpha[h];
+            ms[h] = mnew * sl2;
+            l[h][0] *= alpha[h];
+            l[h][1] *= alpha[h];
         }
         TC_UNROLL
         for (int n = 0; n < TC_MN; n++) {
             TC_UNROLL
             for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - m[e / 2]);
-                l[e / 2] += s[n][e];
+                s[n][e] = tc_exp2(fmaf(s[n][e], sl2, -ms[e / 2]));
+                l[e / 2][e % 2] += s[n][e];
                 o[n][e] *= alpha[e / 2];
             }
         }
@@ -653,17 +691,19 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
     }
     TC_UNROLL
     for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        float lh = l[h][0] + l[h][1];
+        lh += __shfl_xor_sync(0xffffffffu, lh, 1);
+        lh += __shfl_xor_sync(0xffffffffu, lh, 2);
         int i = qw + g + 8 * h;
         if (i >= T) continue;
         OT *orow = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS + 2 * t4;
+        float inv = 1.0f / lh; /* one division a row, not one an element */
         TC_UNROLL
         for (int n = 0; n < TC_MN; n++) {
-            tc_put(orow + 8 * n, o[n][2 * h] / l[h]);
-            tc_put(orow + 8 * n + 1, o[n][2 * h + 1] / l[h]);
+            tc_put(orow + 8 * n, o[n][2 * h] * inv);
+            tc_put(orow + 8 * n + 1, o[n][2 * h + 1] * inv);
         }
-        if (t4 == 0) lse[(size_t)p.bh * T + i] = (m[h] + log2f(l[h])) * TC_LN2;
+        if (t4 == 0) lse[(size_t)p.bh * T + i] = (m[h] * sl2 + log2f(lh)) * TC_LN2;
     }
 }
 
@@ -799,7 +839,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
             int ii = tc_col(u, half), i = q0 + ii; /* the lane's query at step u */
             float e = 0.0f, ds = 0.0f;
             if (j < T && i < T && j <= i) {
-                e = exp2f(sl2 * St[r * TC_LDS + ii] - ls[ii]);
+                e = tc_exp2(sl2 * St[r * TC_LDS + ii] - ls[ii]);
                 ds = e * (dPt[r * TC_LDS + ii] - dl[ii]) * scale;
             }
             pv[u] = e;
@@ -869,7 +909,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
             int c = tc_col(u, half), j = k0 + c;
             float ds = 0.0f;
             if (i < T && j <= i) {
-                float e = exp2f(sl2 * S[r * TC_LDS + c] - li);
+                float e = tc_exp2(sl2 * S[r * TC_LDS + c] - li);
                 ds = e * (dP[r * TC_LDS + c] - di) * scale;
             }
             dsv[u] = ds;
@@ -964,10 +1004,38 @@ tc_mma_dq_atomic(float *dqkv, const uint32_t dsp[TC_MK / 16][4], E *dSs, const E
     }
 }
 
+/* P^T and dS^T from S^T and dP^T in place (accumulator layout, NB n8 accumulators: the lane's
+ * elements, its rows (keys) from row j0, its columns (queries) from i0): P^T = exp2(sl2 S^T -
+ * lse log2(e)), dS^T = P^T (dP^T - delta) scale, with the lse log2(e) and delta of the lane's
+ * columns at ls and dl (two floats at 8 n: 8-byte aligned); zero where the key comes after the
+ * query or the query is at or past T (the values computed there, unused, may be infinite),
+ * unless T is INT_MIN: a tile where every query sees every key. One path without branches
+ * either way (a masked and an unmasked copy of the loop spilled more: 220 bytes). */
+template <int NB>
+static __device__ __forceinline__ void tc_mma_pds(float (&st)[NB][4], float (&dpt)[NB][4],
+                                                  const float *ls, const float *dl, int j0, int i0,
+                                                  int T, float sl2, float scale)
+{
+    TC_UNROLL
+    for (int n = 0; n < NB; n++) {
+        float2 l2 = *(const float2 *)(ls + 8 * n), d2 = *(const float2 *)(dl + 8 * n);
+        TC_UNROLL
+        for (int e = 0; e < 4; e++) {
+            float pe = tc_exp2(sl2 * st[n][e] - (e % 2 ? l2.y : l2.x));
+            float ds = pe * (dpt[n][e] - (e % 2 ? d2.y : d2.x)) * scale;
+            int i = i0 + 8 * n + e % 2, j = j0 + 8 * (e / 2);
+            if (T != INT_MIN && (j > i || i >= T)) pe = ds = 0.0f;
+            st[n][e] = pe;
+            dpt[n][e] = ds;
+        }
+    }
+}
+
 /* Backward, dK and dV (and with DQA dQ by atomics), on mma.sync. grid (key tiles, B NH), the
  * first (longest) key tiles first. Each tile's P^T and dS^T are formed half a tile at a time and
- * packed to 16 bits at once (on sm_90 at 168 registers: 212 bytes of spill stores a thread
- * where forming the whole tile in fp32 took 416). MINB blocks per SM: 3 (the default) holds the
+ * packed to 16 bits at once, the mask without a branch (tc_mma_pds): on sm_90 at 168 registers
+ * 56 bytes of spill stores a thread, where a branch per element took 212 and forming the whole
+ * tile in fp32 416. MINB blocks per SM: 3 (the default) holds the
  * kernel to 168 registers, spilling the rest, for 12 warps an SM; 2 (ZT_CUDA_ATTN_BWD=mma2) gives
  * the compiler the 246 it asks on sm_90, 8 warps an SM, where Nsight Compute found it latency-bound
  * (1.9 warps per scheduler, 0.33 of them eligible a cycle): 0.501 ms against 0.479 at 3 on an
@@ -1009,6 +1077,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
         }
         const E *Qs = tc_stage<TC_MK, E>(sm, t % 2, 0), *dOs = tc_stage<TC_MK, E>(sm, t % 2, 1);
         const float *ls = rows + 2 * (t % 2) * TC_MK, *dl = ls + TC_MK;
+        bool full = jw + 15 <= q0 && q0 + TC_MK <= T; /* every query sees every key of the warp */
         /* P^T and dS^T packed to 16 bits as A fragments of the next products (k-step kk: queries
          * 16 kk..), formed a part of the tile at a time so that only that part of the fp32
          * scores and dP^T lives at once: halves, or quarters with dQ by atomics (whichever
@@ -1021,21 +1090,9 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
             float st[NB][4], dpt[NB][4]; /* S^T then P^T; dP^T then dS^T */
             tc_mma_abt<E>(st, ka, Qs + 8 * NB * hh * TC_LDH, lm);
             tc_mma_abt<E>(dpt, va, dOs + 8 * NB * hh * TC_LDH, lm);
-            TC_UNROLL
-            for (int n = 0; n < NB; n++) {
-                TC_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    int c = 8 * NB * hh + 8 * n + 2 * t4 + e % 2, i = q0 + c;
-                    int j = jw + g + 8 * (e / 2);
-                    float pe = 0.0f, ds = 0.0f;
-                    if (j <= i && i < T) {
-                        pe = exp2f(sl2 * st[n][e] - ls[c]);
-                        ds = pe * (dpt[n][e] - dl[c]) * scale;
-                    }
-                    st[n][e] = pe;
-                    dpt[n][e] = ds;
-                }
-            }
+            int c0 = 8 * NB * hh + 2 * t4; /* the lane's first column (query) */
+            tc_mma_pds<NB>(st, dpt, ls + c0, dl + c0, jw + g, q0 + c0, full ? INT_MIN : T, sl2,
+                           scale);
             if (a.ds)
                 tc_mma_put_ds<E>(a.ds + (size_t)p.bh * T * T, dpt, jw, q0 + 8 * NB * hh, T, p.lane);
             TC_UNROLL
@@ -1061,6 +1118,26 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
     size_t gk = (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS;
     tc_mma_add_out<E, D16>(a.dqkv, a.dq16, gk + p.C, p.C3, jw, T, dk, p.lane);
     tc_mma_add_out<E, D16>(a.dqkv, a.dq16, gk + 2 * p.C, p.C3, jw, T, dv, p.lane);
+}
+
+/* dS = exp2(sl2 S - lse log2(e)) (dP - delta) scale over S in place (accumulator layout: the
+ * lane's elements of TC_MN n8 accumulators, its rows (queries) from i0 with li, di their lse
+ * log2(e) and delta, its columns (keys) from j0); with MASK zero where the key comes after the
+ * query or the query is at or past T (the values computed there, unused, may be infinite). */
+template <bool MASK>
+static __device__ __forceinline__ void tc_mma_ds(float (&s)[TC_MN][4], const float (&dp)[TC_MN][4],
+                                                 const float li[2], const float di[2], int i0,
+                                                 int j0, int T, float sl2, float scale)
+{
+    TC_UNROLL
+    for (int n = 0; n < TC_MN; n++) {
+        TC_UNROLL
+        for (int e = 0; e < 4; e++) {
+            int h = e / 2, i = i0 + 8 * h, j = j0 + 8 * n + e % 2;
+            float ds = tc_exp2(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
+            s[n][e] = MASK && (j > i || i >= T) ? 0.0f : ds;
+        }
+    }
 }
 
 /* Backward, dQ, on mma.sync. grid (query tiles, B NH), the last (longest) query tiles first. */
@@ -1101,16 +1178,11 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
         float s[TC_MN][4], dp[TC_MN][4]; /* S then dS; dP */
         tc_mma_abt<E>(s, qa, Ks, lm);
         tc_mma_abt<E>(dp, oa, Vs, lm);
-        TC_UNROLL
-        for (int n = 0; n < TC_MN; n++) {
-            TC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                int h = e / 2, i = qw + g + 8 * h, j = k0 + 8 * n + 2 * t4 + e % 2;
-                float ds = 0.0f;
-                if (j <= i && i < T) ds = exp2f(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
-                s[n][e] = ds;
-            }
-        }
+        /* every key of the tile before every query of the warp, all inside T: no mask */
+        if (k0 + TC_MK - 1 <= qw && qw + 15 < T)
+            tc_mma_ds<false>(s, dp, li, di, qw + g, k0 + 2 * t4, T, sl2, scale);
+        else
+            tc_mma_ds<true>(s, dp, li, di, qw + g, k0 + 2 * t4, T, sl2, scale);
         tc_mma_pv<E>(dq, s, Ks, lm);
     }
     tc_mma_add_out<E, D16>(a.dqkv, a.dq16, (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS, p.C3, qw,
