@@ -1609,6 +1609,10 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     double local_loss = 0.0;
 
     size_t gn = e->stage < 2 ? e->Ptot : e->Stot;
+    /* op times (ZT_OP_TIMES=1): what marks an evaluation left are dropped; the step's own are
+     * taken at its end, for its report line */
+    e->ops->marks_take(e->k, &e->optimes);
+    e->ops->mark(e->k, "engine");
     e->ops->memset0(e->k, e->grads, gn * gsize(e));
     for (int micro = 0; micro < ds->grad_accum; micro++) {
         CHECK(load_micro(e, e->train_ds, e->steps_done, micro, err), out);
@@ -1632,6 +1636,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
 
     uint64_t t_opt0 = zt_now_ns();
     double comm_before_opt = e->t_comm;
+    e->ops->mark(e->k, "optimizer");
     double gs[2];
     grad_stats(e, gs);
     CHECK(e->ops->sync(e->k, err), out);
@@ -1677,6 +1682,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
         goto out;
     }
     e->steps_done++;
+    e->ops->marks_take(e->k, &e->optimes);
     uint64_t t_end = zt_now_ns();
     e->t_opt = (double)(t_end - t_opt0) * 1e-9 - (e->t_comm - comm_before_opt);
 
@@ -1755,6 +1761,9 @@ static int format_step_line(const zt_engine *e, const zt_step_stats *s, char *bu
                   (long long)s->model_state_bytes, (long long)s->mem_peak);
     if (s->val_loss >= 0)
         w += snprintf(buf + w, n - (size_t)w, " val_loss=%.6f", s->val_loss);
+    for (int i = 0; i < e->optimes.n && (size_t)w < n; i++)
+        w += snprintf(buf + w, n - (size_t)w, " op_%s_ms=%.3f", e->optimes.label[i],
+                      e->optimes.ms[i]);
     return w;
 }
 

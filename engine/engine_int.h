@@ -129,6 +129,7 @@ struct zt_engine {
     double peak_flops;           /* device peak for MFU, 0 = unknown */
     /* per-step accumulators; forward includes the head's backward */
     double t_fwd, t_bwd, t_opt, t_comm;
+    zt_optimes optimes;          /* the last step's op times (ZT_OP_TIMES=1; else none) */
     int64_t inject_step;         /* test hook: ZT_INJECT_NONFINITE=rank:step */
     int64_t crash_step;          /* test hook: ZT_INJECT_CRASH=rank:step */
     int64_t last_ckpt_step;

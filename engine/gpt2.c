@@ -295,17 +295,28 @@ void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B,
 
 /* ---- forward / backward ---- */
 
+/* Op times (ops.h mark, ZT_OP_TIMES=1): each mark names the ops up to the next one; a function
+ * ends with "engine", the engine's own work between them (ZeRO's gathers, copies, waits). */
+static void mark(const zt_ops *ops, zt_kctx *k, const char *label)
+{
+    if (ops->mark) ops->mark(k, label);
+}
+
 void zt_gpt2_embed_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
                            const zt_gpt2_embed *p, const int32_t *inputs, float *x0, int B, int T)
 {
+    mark(ops, k, "encoder_fwd");
     ops->encoder_forward(k, x0, inputs, p->wte, p->wpe, B, T, lay->d.C);
+    mark(ops, k, "engine");
 }
 
 void zt_gpt2_embed_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
                             const zt_gpt2_embed *g, const int32_t *inputs, const float *dx0,
                             int B, int T)
 {
+    mark(ops, k, "encoder_bwd");
     ops->encoder_backward(k, g->wte, g->wpe, dx0, inputs, B, T, lay->d.C);
+    mark(ops, k, "engine");
 }
 
 void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
@@ -322,6 +333,7 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     /* With its 16-bit home qkv's GEMM writes it there rounded, where attention reads it (a->qkv
      * room) */
     zt_attn_home hq = a->home;
+    mark(ops, k, "ln1_qkv_fwd");
     if (hq.qkv) {
         ops->layernorm_matmul_forward16(k, hq.qkv, hq.dtype, a->qkv, ln, a->ln1_mean, a->ln1_rstd,
                                         x_in, p->ln1w, p->ln1b, p->qkvw, p->qkvb, N, C, 3 * C);
@@ -331,26 +343,34 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
                                       p->ln1b, p->qkvw, p->qkvb, N, C, 3 * C);
     }
     const zt_attn_home *h = hq.qkv || hq.out ? &hq : NULL;
+    mark(ops, k, "attn_fwd");
     ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, h, B, T, C, NH);
+    mark(ops, k, "attproj_fwd");
     if (h && h->out)
         ops->matmul16_forward(k, proj, a->atty, h->out, h->dtype, p->attprojw, p->attprojb, N, C,
                               C);
     else
         ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
+    mark(ops, k, "res_ln2_fwd");
     ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
                                     p->ln2w, p->ln2b, N, C);
+    mark(ops, k, "fc_fwd");
     /* fch is the MLP's input to GELU; the op computes GELU's output for fcproj (into d_fch
      * where it needs it in fp32). With its 16-bit home fc writes it there rounded (d_fch room). */
     if (a->fch16) {
         ops->matmul_forward16(k, a->fch16, a->home.dtype, s->d_fch, ln, p->fcw, p->fcb, N, C,
                               4 * C);
+        mark(ops, k, "gelu_fcproj_fwd");
         ops->gelu16_matmul_forward(k, proj, s->d_fch, a->fch16, a->home.dtype, p->fcprojw,
                                    p->fcprojb, N, 4 * C, C);
     } else {
         ops->matmul_forward(k, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
+        mark(ops, k, "gelu_fcproj_fwd");
         ops->gelu_matmul_forward(k, proj, s->d_fch, a->fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
     }
+    mark(ops, k, "res_fwd");
     ops->residual_forward(k, x_out, a->res2, proj, nC);
+    mark(ops, k, "engine");
 }
 
 void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
@@ -367,24 +387,29 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
      * fch's 16-bit home, d(fch) is written rounded into d_qkv (free until attention's backward:
      * N x 4C 16-bit elements in its N x 3C floats), d_fch and d_fch2 room. The 16-bit ops
      * write their input's gradient (d_btc, d_btc2: nothing to clear first). */
+    mark(ops, k, "gelu_fcproj_bwd");
     if (a->fch16) {
         void *dfch16 = s->d_qkv;
         ops->matmul_gelu16_backward(k, dfch16, g->fcprojw, g->fcprojb, dres, s->d_fch, s->d_fch2,
                                     p->fcprojw, a->fch16, a->home.dtype, N, 4 * C, C);
+        mark(ops, k, "ln2_fc_bwd");
         ops->layernorm_matmul16_backward(k, s->d_btc, g->fcw, g->fcb, dfch16, a->home.dtype,
                                          s->d_fch2, s->d_btc2, a->res2, p->ln2w, p->ln2b, p->fcw, N,
                                          C, 4 * C);
     } else {
         ops->matmul_gelu_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw,
                                   a->fch, N, 4 * C, C);
+        mark(ops, k, "ln2_fc_bwd");
         ops->memset0(k, s->d_btc, nC * sizeof(float));
         ops->layernorm_matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch2, s->d_btc2, a->res2,
                                        p->ln2w, p->ln2b, p->fcw, N, C, 4 * C);
     }
+    mark(ops, k, "ln2_bwd");
     ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
     const zt_attn_home *h = a->home.qkv || a->home.out ? &a->home : NULL;
+    mark(ops, k, "attproj_bwd");
     if (h && h->out) {
         ops->matmul16_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, h->out,
                                h->dtype, p->attprojw, N, C, C);
@@ -397,20 +422,26 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
         /* d(qkv) written rounded into d_fch (free since the MLP's backward: N x 3C 16-bit
          * elements in its N x 4C floats), where qkv's backward reads it in place; d_qkv room */
         void *dqkv16 = s->d_fch;
+        mark(ops, k, "attn_bwd");
         ops->attention_backward16(k, dqkv16, h->dtype, s->d_qkv, s->attn, s->d_btc2, a->qkv,
                                   a->atty, a->lse, h, B, T, C, NH);
+        mark(ops, k, "ln1_qkv_bwd");
         ops->layernorm_matmul16_backward(k, s->d_btc, g->qkvw, g->qkvb, dqkv16, h->dtype, s->d_qkv,
                                          s->d_btc2, x_in, p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
     } else {
+        mark(ops, k, "attn_bwd");
         ops->memset0(k, s->d_qkv, n3C * sizeof(float));
         ops->attention_backward(k, s->d_qkv, s->attn, s->d_btc2, a->qkv, a->atty, a->lse, h, B, T,
                                 C, NH);
+        mark(ops, k, "ln1_qkv_bwd");
         ops->memset0(k, s->d_btc, nC * sizeof(float));
         ops->layernorm_matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, x_in,
                                        p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
     }
+    mark(ops, k, "ln1_bwd");
     ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);
+    mark(ops, k, "engine");
 }
 
 void zt_gpt2_head(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
@@ -421,7 +452,9 @@ void zt_gpt2_head(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
     int C = lay->d.C, Vp = lay->d.Vp, N = B * T;
     size_t nC = (size_t)N * C;
     float *lnf = s->d_btc2, *dlnf = s->d_btc;
+    mark(ops, k, "lnf_fwd");
     ops->layernorm_forward(k, lnf, a->lnf_mean, a->lnf_rstd, x_L, pf->lnfw, pf->lnfb, N, C);
+    mark(ops, k, "classifier");
     if (gf) ops->memset0(k, dlnf, nC * sizeof(float));
     if (a->logits_dt != ZT_F32)
         ops->classifier16_forward_backward(k, a->logits_dt, a->losses, gf ? dlnf : NULL,
@@ -431,8 +464,11 @@ void zt_gpt2_head(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,
         ops->classifier_forward_backward(k, a->losses, gf ? dlnf : NULL, gf ? dwte : NULL,
                                          a->logits, lnf, wte, targets, N, a->rows, C, lay->d.V, Vp,
                                          dloss);
-    if (!gf) return;
-    ops->memset0(k, dres, nC * sizeof(float));
-    ops->layernorm_backward(k, dres, gf->lnfw, gf->lnfb, dlnf, x_L, pf->lnfw, a->lnf_mean,
-                            a->lnf_rstd, N, C);
+    if (gf) {
+        mark(ops, k, "lnf_bwd");
+        ops->memset0(k, dres, nC * sizeof(float));
+        ops->layernorm_backward(k, dres, gf->lnfw, gf->lnfb, dlnf, x_L, pf->lnfw, a->lnf_mean,
+                                a->lnf_rstd, N, C);
+    }
+    mark(ops, k, "engine");
 }

@@ -57,6 +57,19 @@ typedef struct zt_adamw_args {
     int l2_mode;
 } zt_adamw_args;
 
+/* Op times (ZT_OP_TIMES=1): the time of each interval between two marks, summed per label (the
+ * label of the mark that starts it), labels in the order first seen. */
+#define ZT_OPTIMES_LABELS 64
+typedef struct zt_optimes {
+    int n;
+    const char *label[ZT_OPTIMES_LABELS];
+    double ms[ZT_OPTIMES_LABELS];
+} zt_optimes;
+/* ZT_OP_TIMES: true for "1", false unset, empty or "0" (another value warns, false). */
+bool zt_optimes_env(void);
+/* Adds ms to label's total (labels past the first ZT_OPTIMES_LABELS - 1 go to one "other"). */
+void zt_optimes_add(zt_optimes *t, const char *label, double ms);
+
 typedef struct zt_ops {
     const char *name; /* "cpu" or "cuda" */
 
@@ -85,6 +98,14 @@ typedef struct zt_ops {
     /* Memory the backend could still hand out and all it has, in bytes (cudaMemGetInfo on cuda;
      * MemAvailable and MemTotal on cpu); false where it cannot tell. For error messages. */
     bool (*mem_info)(zt_kctx *ctx, size_t *avail, size_t *total);
+    /* Op times, where the context was created with ZT_OP_TIMES=1 (else both do nothing and
+     * marks_take gives none): mark ends the interval the last mark started and starts one named
+     * label (a string that outlives the context; NULL: none) where the stream now is (on cuda an
+     * event, on cpu the clock); marks_take ends the last, waits for the stream, and gives each
+     * label's total since the last take (then forgotten). For finding where a step goes; the
+     * marks themselves cost a few microseconds each. */
+    void (*mark)(zt_kctx *ctx, const char *label);
+    void (*marks_take)(zt_kctx *ctx, zt_optimes *out);
 
     /* ---- GPT-2 forward/backward ---- */
     /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */

@@ -6,6 +6,37 @@
 
 #include "../common/log.h"
 
+bool zt_optimes_env(void)
+{
+    const char *s = getenv("ZT_OP_TIMES");
+    if (!s || !*s || strcmp(s, "0") == 0) return false;
+    if (strcmp(s, "1") == 0) return true;
+    ZT_WARN("kernels", "ignoring ZT_OP_TIMES=%s: expected 0 or 1; op times stay off", s);
+    return false;
+}
+
+void zt_optimes_add(zt_optimes *t, const char *label, double ms)
+{
+    int i = 0;
+    while (i < t->n && t->label[i] != label && strcmp(t->label[i], label) != 0)
+        i++;
+    if (i == t->n) {
+        if (t->n < ZT_OPTIMES_LABELS - 1) {
+            t->label[i] = label;
+            t->ms[i] = 0.0;
+            t->n++;
+        } else { /* the last slot sums every label past the others */
+            i = ZT_OPTIMES_LABELS - 1;
+            if (t->n < ZT_OPTIMES_LABELS) {
+                t->label[i] = "other";
+                t->ms[i] = 0.0;
+                t->n = ZT_OPTIMES_LABELS;
+            }
+        }
+    }
+    t->ms[i] += ms;
+}
+
 int zt_attention_chunk_seqs(int B, int T, int NH)
 {
     if (B <= 0 || T <= 0 || NH <= 0) return 0;

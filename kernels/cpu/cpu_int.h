@@ -37,6 +37,11 @@ struct zt_kctx {
     size_t par_min;             /* fewer items than this run on one thread (tests lower it) */
     float *scratch;             /* per-thread partial sums, grown on demand */
     size_t scratch_floats;
+    /* op times (ZT_OP_TIMES): the open interval's label (NULL: none) and start, the totals */
+    bool optimes;
+    const char *mark_label;
+    double mark_ms;
+    zt_optimes times;
 };
 
 /* Returns at least nfloats floats of the context's scratch (64-byte aligned, contents

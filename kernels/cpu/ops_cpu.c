@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -71,6 +72,7 @@ static zt_status cpu_ctx_create(zt_kctx **out, int device, zt_err *err)
         ZT_WARN("kernels", "ignoring ZT_CPU_ATTN=%s: expected 'outer' or 'inner'", mode);
     ctx->par_min = ZT_CPU_PAR_MIN;
     ctx->attn_block = env_int("ZT_CPU_ATTN_BLOCK", 64, 8, 1 << 20);
+    ctx->optimes = zt_optimes_env();
     *out = ctx;
     return ZT_OK;
 }
@@ -80,6 +82,25 @@ static void cpu_ctx_destroy(zt_kctx *ctx)
     if (!ctx) return;
     zt_free(ctx->scratch);
     zt_free(ctx);
+}
+
+/* op times: the ops run synchronously, so the clock is where the stream is */
+static void cpu_mark(zt_kctx *ctx, const char *label)
+{
+    if (!ctx->optimes) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    if (ctx->mark_label) zt_optimes_add(&ctx->times, ctx->mark_label, now - ctx->mark_ms);
+    ctx->mark_label = label;
+    ctx->mark_ms = now;
+}
+
+static void cpu_marks_take(zt_kctx *ctx, zt_optimes *out)
+{
+    cpu_mark(ctx, NULL);
+    *out = ctx->times;
+    ctx->times.n = 0;
 }
 
 static void *cpu_alloc(zt_kctx *ctx, size_t bytes)
@@ -346,6 +367,8 @@ static const zt_ops cpu_ops = {
     .sync = cpu_sync,
     .set_matmul_dtype = cpu_set_matmul_dtype,
     .mem_info = cpu_mem_info,
+    .mark = cpu_mark,
+    .marks_take = cpu_marks_take,
     .encoder_forward = zt_cpu_encoder_forward,
     .encoder_backward = zt_cpu_encoder_backward,
     .layernorm_forward = zt_cpu_layernorm_forward,

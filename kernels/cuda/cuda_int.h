@@ -27,6 +27,9 @@ extern "C" {
 #define ZT_CUDA_TUNE_REPS 3
 /* Blocks of the first pass of a norm reduction (partials fit the scratch many times over). */
 #define ZT_CUDA_RED_BLOCKS 1024
+/* Op-time marks held before their events are read (a full set is folded: a wait for the
+ * stream, so keep it above a step's marks) */
+#define ZT_CUDA_MARKS 1024
 /* zt_kctx.attn_fused when ZT_CUDA_ATTN is unset: fused for 16-bit matmul inputs only */
 #define ZT_CUDA_ATTN_AUTO (-1)
 
@@ -161,6 +164,14 @@ struct zt_kctx {
     uint16_t *stage; /* stage_cap elements, device */
     size_t stage_cap, stage_max, stage_refused;
     int warned_unbatched; /* the per-matrix fallback of batched GEMMs was reported */
+
+    /* op times (ZT_OP_TIMES): an event for each mark since the last fold (mark_made of them
+     * created so far, ZT_CUDA_MARKS at most) with its label; the totals folded so far */
+    bool optimes;
+    cudaEvent_t *mark_ev;
+    const char **mark_label;
+    int mark_n, mark_made;
+    zt_optimes times;
 
     /* first failure since creation; kept (sync keeps returning it) because results computed
      * after a failed op are not trustworthy */

@@ -211,6 +211,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
      * fused (tests/bench/gpu_train.py's zt-unfused row; bitwise the same results) */
     ctx->stage_fused = flag_from_env("ZT_CUDA_STAGE_FUSED", 1);
     ctx->stage_max = zt_cuda_stage_cap_elems();
+    ctx->optimes = zt_optimes_env();
     zt_status st = ZT_OK;
     const char *what = NULL;
     cublasStatus_t bs;
@@ -270,6 +271,16 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
             device, prop.name, prop.major, prop.minor, cudaGetErrorString(ce));
         goto fail;
     }
+    if (ctx->optimes) {
+        ctx->mark_ev = zt_calloc(ZT_CUDA_MARKS, sizeof(*ctx->mark_ev));
+        ctx->mark_label = zt_calloc(ZT_CUDA_MARKS, sizeof(*ctx->mark_label));
+        if (!ctx->mark_ev || !ctx->mark_label) {
+            st =
+                zt_err_set(err, ZT_ERR_NOMEM,
+                           "cannot allocate the op times' marks (ZT_OP_TIMES): out of host memory");
+            goto fail;
+        }
+    }
     if (ctx->mm_env >= 0)
         ZT_INFO("kernels", "GPU %d: matmuls with %s inputs (ZT_CUDA_MATMUL)", device,
                 zt_cuda_mm_name(ctx->mm));
@@ -299,8 +310,12 @@ static void cuda_ctx_destroy(zt_kctx *ctx)
     cudaFree(ctx->stage);
     if (ctx->red_host) cudaFreeHost(ctx->red_host);
     if (ctx->enc_host) cudaFreeHost(ctx->enc_host);
+    for (int i = 0; i < ctx->mark_made; i++)
+        cudaEventDestroy(ctx->mark_ev[i]);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     (void)cudaGetLastError();
+    zt_free(ctx->mark_ev);
+    zt_free(ctx->mark_label);
     zt_free(ctx->enc_count);
     zt_free(ctx->gemm_cache);
     zt_free(ctx);
@@ -383,6 +398,62 @@ static zt_status cuda_sync(zt_kctx *ctx, zt_err *err)
     zt_cuda_flush(ctx);
     if (ctx->st != ZT_OK) return zt_err_set(err, ctx->st, "%s", ctx->msg);
     return ZT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* op times (ZT_OP_TIMES) */
+
+/* Adds the intervals between the marks recorded since the last fold to their labels' totals
+ * (waiting for the last mark's event), keeping that mark as the start of the open interval. */
+static void marks_fold(zt_kctx *ctx)
+{
+    int n = ctx->mark_n;
+    if (n == 0) return;
+    cudaEvent_t *ev = ctx->mark_ev;
+    if (zt_cuda_check(ctx, cudaEventSynchronize(ev[n - 1]), "waiting for an op-time mark")) {
+        ctx->mark_n = 0;
+        return;
+    }
+    for (int i = 0; i + 1 < n; i++) {
+        float ms = 0.0f;
+        if (!ctx->mark_label[i]) continue;
+        if (zt_cuda_check(ctx, cudaEventElapsedTime(&ms, ev[i], ev[i + 1]),
+                          "timing an op-time interval (cudaEventElapsedTime)"))
+            break;
+        zt_optimes_add(&ctx->times, ctx->mark_label[i], (double)ms);
+    }
+    cudaEvent_t last = ev[n - 1];
+    ev[n - 1] = ev[0];
+    ev[0] = last;
+    ctx->mark_label[0] = ctx->mark_label[n - 1];
+    ctx->mark_n = 1;
+}
+
+static void cuda_mark(zt_kctx *ctx, const char *label)
+{
+    if (!ctx->optimes) return;
+    if (!label && (ctx->mark_n == 0 || !ctx->mark_label[ctx->mark_n - 1])) return;
+    if (ctx->mark_n == ZT_CUDA_MARKS) marks_fold(ctx);
+    int i = ctx->mark_n;
+    if (i == ctx->mark_made) {
+        if (zt_cuda_check(ctx, cudaEventCreate(&ctx->mark_ev[i]), "creating an op-time event"))
+            return;
+        ctx->mark_made++;
+    }
+    if (zt_cuda_check(ctx, cudaEventRecord(ctx->mark_ev[i], ctx->stream),
+                      "recording an op-time mark"))
+        return;
+    ctx->mark_label[i] = label;
+    ctx->mark_n++;
+}
+
+static void cuda_marks_take(zt_kctx *ctx, zt_optimes *out)
+{
+    cuda_mark(ctx, NULL);
+    marks_fold(ctx);
+    ctx->mark_n = 0;
+    *out = ctx->times;
+    ctx->times.n = 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -588,6 +659,8 @@ static const zt_ops cuda_ops = {
     .sync = cuda_sync,
     .set_matmul_dtype = cuda_set_matmul_dtype,
     .mem_info = cuda_mem_info,
+    .mark = cuda_mark,
+    .marks_take = cuda_marks_take,
     .encoder_forward = zt_cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = zt_cuda_layernorm_forward,

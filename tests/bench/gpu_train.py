@@ -33,8 +33,10 @@ a "zt-mma4" row with ZT_CUDA_ATTN_FWD=mma4 (the forward kernel held to 4 blocks 
 a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT_HEAD_ROWS,
 with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26), and a
 "zt-unfused" row with ZT_CUDA_STAGE_FUSED=0 (every 16-bit copy of a matmul operand made by a
-pass of its own: GELU's output written in fp32, the classifier as its ops one by one).
---variants picks which of these rows run (VARIANTS).
+pass of its own: GELU's output written in fp32, the classifier as its ops one by one), and a
+"zt-optimes" row with ZT_OP_TIMES=1 (the default with each op timed by the engine's marks:
+the step split by op is printed under the summary, and the ratio to the default is the
+marks' cost). --variants picks which of these rows run (VARIANTS).
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -562,7 +564,10 @@ def main():
                     ("zt-unfused", "_unfused", "bf16, unfused copies",
                      {"more": {"ZT_CUDA_STAGE_FUSED": "0"}}),
                     # the matmuls reading the fp32 operands
-                    ("zt-unstaged", "_unstaged", "bf16 unstaged", {"stage": "0"})]:
+                    ("zt-unstaged", "_unstaged", "bf16 unstaged", {"stage": "0"}),
+                    # the default with each op's time (ZT_OP_TIMES=1): where a step goes
+                    ("zt-optimes", "_optimes", "bf16 with op times",
+                     {"more": {"ZT_OP_TIMES": "1"}})]:
                 if wanted(who):
                     variant(who, "bf16", "bf16", suffix, what, **kw)
             # bf16 jobs with TF32 matmuls (no search of its own; the attention TF32 picks)
@@ -629,6 +634,9 @@ def main():
                   f"{fu['tok_s'] / ch['tok_s']:.2f}x tokens/s "
                   f"(fwd {fu['line'].get('fwd_ms', '?')} vs {ch['line'].get('fwd_ms', '?')} ms, "
                   f"bwd {fu['line'].get('bwd_ms', '?')} vs {ch['line'].get('bwd_ms', '?')} ms)")
+    optimes = next((r for w, p, r in rows if w == "zt-optimes"), None)
+    if optimes:
+        print_optimes(optimes)
     if twin:
         base = next((r for ratio, r in twin if ratio is None and r), None)
         print(f"\nTwin-Flow (zerotrain {tp}, ZeRO stage 2, micro batch {zt_best[tp]['batch']}): "
@@ -647,9 +655,25 @@ def main():
         sys.exit(check_emu(rows, twin, too_big, skipped, args))
 
 
+def op_times(line):
+    """{label: ms per step} of a step line's op_<label>_ms fields (ZT_OP_TIMES=1)"""
+    return {k[3:-3]: float(v) for k, v in line.items() if k.startswith("op_") and k.endswith("_ms")}
+
+
+def print_optimes(r):
+    """the zt-optimes row's step split by op (the engine's marks between its ops), largest
+    first, as ms per step and as a share of the step"""
+    ops, step = op_times(r["line"]), float(r["line"]["step_ms"])
+    print(f"\nwhere a step goes (zerotrain bf16, micro batch {r['batch']}, ZT_OP_TIMES=1; the "
+          f"marks time {sum(ops.values()):.1f} of its {step:.1f} ms; a layer's ops summed over "
+          f"the layers, \"engine\" the engine's own work between them):")
+    for name, ms in sorted(ops.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<16} {ms:9.2f} ms {100 * ms / step:6.1f}%")
+
+
 # the rows --variants chooses from
 VARIANTS = ("zt-wmma", "zt-mma4", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unfused", "zt-unstaged",
-            "bf16-tf32", "zt-alt")
+            "zt-optimes", "bf16-tf32", "zt-alt")
 # a variant row's ratio to the default's: what the two sides are (the first over the second),
 # and whether the default is the first
 VARIANT_RATIOS = {
@@ -660,6 +684,7 @@ VARIANT_RATIOS = {
     "zt-dq-atomic": ("attention dQ by atomics/by kernel", False),
     "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True),
     "zt-unfused": ("16-bit copies by passes that run anyway/by their own", True),
+    "zt-optimes": ("op times off/on (the marks' cost)", True),
 }
 
 
@@ -672,7 +697,7 @@ def check_emu(rows, twin, too_big, skipped, args):
         want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16"),
                  ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-mma4", "bf16"),
                  ("zt-dq-atomic", "bf16"),
-                 ("zt-head-small", "bf16"), ("zt-unfused", "bf16")]
+                 ("zt-head-small", "bf16"), ("zt-unfused", "bf16"), ("zt-optimes", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}
@@ -691,6 +716,17 @@ def check_emu(rows, twin, too_big, skipped, args):
     if not args.skip_twinflow and (len(twin) != 5 or not all(r for _, r in twin)):
         problems.append(f"Twin-Flow curve incomplete: {[(ratio, bool(r)) for ratio, r in twin]}")
     for w, p, r in rows:
+        ops = op_times(r["line"]) if w != "pytorch" else {}
+        if w == "zt-optimes":
+            # every layer op and the classifier timed, together most of the step and no more
+            step = float(r["line"]["step_ms"])
+            need = {"ln1_qkv_fwd", "attn_fwd", "attproj_fwd", "fc_fwd", "gelu_fcproj_fwd",
+                    "gelu_fcproj_bwd", "ln2_fc_bwd", "attproj_bwd", "attn_bwd", "ln1_qkv_bwd",
+                    "classifier", "optimizer", "engine"}
+            if need - set(ops) or not 0.5 * step <= sum(ops.values()) <= 1.05 * step + 1:
+                problems.append(f"zt-optimes: op times {ops} against a {step} ms step")
+        elif ops:
+            problems.append(f"{w} {p}: op times without ZT_OP_TIMES: {ops}")
         mem_ok = r["mem_peak"] > 0 if w != "pytorch" else r["mem_alloc"] == 0  # on the CPU
         if not (r["tok_s"] > 0 and mem_ok and 0 < r["loss"] < 20):
             problems.append(f"{w} {p}: implausible figures {r}")

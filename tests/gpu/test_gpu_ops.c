@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "kernels/ops.h"
 #include "tests/kernels/kcheck.h"
+#include "tests/kernels/optimes_check.h"
 
 static const zt_ops *CPU, *GPU;
 static zt_kctx *CC, *GC;
@@ -2474,6 +2475,7 @@ int main(void)
     kc_rng_state = seed;
 
     ZT_TEST_RUN(test_memory());
+    ZT_TEST_RUN(check_optimes(GPU));
     ZT_TEST_RUN(test_encoder(2, 7, 13, 17));
     ZT_TEST_RUN(test_encoder(4, 64, 96, 300));
     ZT_TEST_RUN(test_encoder(3, 33, 768, 50));

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_int.h"
 #include "kernels/ops.h"
 #include "tests/kernels/kcheck.h"
+#include "tests/kernels/optimes_check.h"
 
 static const zt_ops *OPS;
 static zt_kctx *CTX;
@@ -1539,6 +1540,7 @@ int main(void)
     test_table_and_memory();
     test_empty();
     test_sgemm_failure_reported();
+    check_optimes(OPS);
     run_all(1);
     if (CTX->nthreads > 1) {
         /* again with every op going parallel, whatever its size */
