@@ -299,7 +299,7 @@ void zt_gpt2_head_acts_carve(zt_gpt2_head_acts *a, const zt_gpt2_dims *d, int B,
  * ends with "engine", the engine's own work between them (ZeRO's gathers, copies, waits). */
 static void mark(const zt_ops *ops, zt_kctx *k, const char *label)
 {
-    if (ops->mark) ops->mark(k, label);
+    ops->mark(k, label);
 }
 
 void zt_gpt2_embed_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *lay,

@@ -26,12 +26,6 @@
 #define FA_THREADS (FA_BR * FA_TPR) /* 256 */
 #define FA_HS 64                    /* the head size compiled */
 #define FA_PER (FA_BC / FA_TPR)     /* tile rows each thread scores */
-/* loops over the per-thread arrays unrolled, so that the arrays live in registers */
-#ifdef __CUDACC__
-#define FA_UNROLL _Pragma("unroll")
-#else
-#define FA_UNROLL
-#endif
 
 static_assert(FA_THREADS % 32 == 0 && 32 % FA_TPR == 0, "a row's threads share a warp");
 
@@ -66,7 +60,7 @@ static __device__ __forceinline__ void fa_load_tile(float (*dst)[HS + 1], const 
 template <int HS> static __device__ __forceinline__ float fa_dot(const float *x, const float *row)
 {
     float d = 0.0f;
-    FA_UNROLL
+    ZT_UNROLL
     for (int k = 0; k < HS; k++)
         d += x[k] * row[k];
     return d;
@@ -117,10 +111,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
     const float *base = p.base;
 
     float q[HS], acc[CPT];
-    FA_UNROLL
+    ZT_UNROLL
     for (int k = 0; k < HS; k++)
         q[k] = valid ? base[(size_t)i * C3 + k] : 0.0f;
-    FA_UNROLL
+    ZT_UNROLL
     for (int cc = 0; cc < CPT; cc++)
         acc[cc] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -131,7 +125,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
         fa_load_tile<HS, FA_BC>(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
         float s[FA_PER], mx = -INFINITY;
-        FA_UNROLL
+        ZT_UNROLL
         for (int t = 0; t < FA_PER; t++) {
             int jj = sub + FA_TPR * t, j = k0 + jj;
             s[t] = valid && j <= i ? scale * fa_dot<HS>(q, Ks[jj]) : -INFINITY;
@@ -141,7 +135,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
         /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
         float mref = mnew == -INFINITY ? 0.0f : mnew;
         float alpha = expf(m - mref), ps = 0.0f;
-        FA_UNROLL
+        ZT_UNROLL
         for (int t = 0; t < FA_PER; t++) {
             float p = expf(s[t] - mref);
             Ps[r][sub + FA_TPR * t] = p;
@@ -150,19 +144,19 @@ static __global__ void __launch_bounds__(FA_THREADS)
         l = l * alpha + fa_row_sum(ps);
         m = mnew;
         __syncthreads(); /* the row's probabilities are written */
-        FA_UNROLL
+        ZT_UNROLL
         for (int cc = 0; cc < CPT; cc++)
             acc[cc] *= alpha;
         for (int jj = 0; jj < FA_BC; jj++) {
             float p = Ps[r][jj];
-            FA_UNROLL
+            ZT_UNROLL
             for (int cc = 0; cc < CPT; cc++)
                 acc[cc] += p * Vs[jj][cc * FA_TPR + sub];
         }
     }
     if (!valid) return;
     float *o = out + ((size_t)b * T + i) * C + (size_t)h * HS;
-    FA_UNROLL
+    ZT_UNROLL
     for (int cc = 0; cc < CPT; cc++)
         o[cc * FA_TPR + sub] = acc[cc] / l;
     if (sub == 0) lse[(size_t)bh * T + i] = m + logf(l);
@@ -213,12 +207,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
     size_t hoff = (size_t)b * T * C + (size_t)h * HS; /* (b, h) in dout and out */
 
     float k[HS], v[HS], dk[CPT], dv[CPT];
-    FA_UNROLL
+    ZT_UNROLL
     for (int c = 0; c < HS; c++) {
         k[c] = valid ? base[(size_t)j * C3 + C + c] : 0.0f;
         v[c] = valid ? base[(size_t)j * C3 + 2 * C + c] : 0.0f;
     }
-    FA_UNROLL
+    ZT_UNROLL
     for (int cc = 0; cc < CPT; cc++)
         dk[cc] = dv[cc] = 0.0f;
     for (int q0 = kt * FA_BR; q0 < T; q0 += FA_BC) { /* queries i >= the tile's first key */
@@ -227,7 +221,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
         fa_load_tile<HS, FA_BC>(dOs, dout + hoff, q0, T, (size_t)C);
         fa_tile_delta<HS>(dl, ls, dout + hoff, out + hoff, lse + (size_t)bh * T, q0, T, C);
         __syncthreads();
-        FA_UNROLL
+        ZT_UNROLL
         for (int t = 0; t < FA_PER; t++) {
             int ii = sub + FA_TPR * t, i = q0 + ii;
             float p = 0.0f, ds = 0.0f;
@@ -241,7 +235,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();
         for (int ii = 0; ii < FA_BC; ii++) {
             float p = Pt[r][ii], ds = dSt[r][ii];
-            FA_UNROLL
+            ZT_UNROLL
             for (int cc = 0; cc < CPT; cc++) {
                 dv[cc] += p * dOs[ii][cc * FA_TPR + sub];
                 dk[cc] += ds * Qs[ii][cc * FA_TPR + sub];
@@ -250,7 +244,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
     }
     if (!valid) return;
     float *g = dqkv + ((size_t)b * T + j) * C3 + (size_t)h * HS;
-    FA_UNROLL
+    ZT_UNROLL
     for (int cc = 0; cc < CPT; cc++) {
         g[C + cc * FA_TPR + sub] += dk[cc];
         g[2 * C + cc * FA_TPR + sub] += dv[cc];
@@ -276,22 +270,22 @@ static __global__ void __launch_bounds__(FA_THREADS)
     float q[HS], go[HS], dq[CPT], delta = 0.0f, li = 0.0f;
     if (valid) {
         size_t off = ((size_t)b * T + i) * C + (size_t)h * HS;
-        FA_UNROLL
+        ZT_UNROLL
         for (int c = 0; c < HS; c++) {
             q[c] = base[(size_t)i * C3 + c];
             go[c] = dout[off + c];
         }
-        FA_UNROLL
+        ZT_UNROLL
         for (int cc = 0; cc < CPT; cc++) /* global reads: go[] stays in registers */
             delta += dout[off + cc * FA_TPR + sub] * out[off + cc * FA_TPR + sub];
         li = lse[(size_t)bh * T + i];
     } else {
-        FA_UNROLL
+        ZT_UNROLL
         for (int c = 0; c < HS; c++)
             q[c] = go[c] = 0.0f;
     }
     delta = fa_row_sum(delta);
-    FA_UNROLL
+    ZT_UNROLL
     for (int cc = 0; cc < CPT; cc++)
         dq[cc] = 0.0f;
     int kend = min(T, (i - r) + FA_BR);
@@ -300,7 +294,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
         fa_load_tile<HS, FA_BC>(Ks, base + C, k0, T, C3); /* keys k0.. and their values */
         fa_load_tile<HS, FA_BC>(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
-        FA_UNROLL
+        ZT_UNROLL
         for (int t = 0; t < FA_PER; t++) {
             int jj = sub + FA_TPR * t, j = k0 + jj;
             float ds = 0.0f;
@@ -313,14 +307,14 @@ static __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();
         for (int jj = 0; jj < FA_BC; jj++) {
             float ds = dSs[r][jj];
-            FA_UNROLL
+            ZT_UNROLL
             for (int cc = 0; cc < CPT; cc++)
                 dq[cc] += ds * Ks[jj][cc * FA_TPR + sub];
         }
     }
     if (!valid) return;
     float *g = dqkv + ((size_t)b * T + i) * C3 + (size_t)h * HS;
-    FA_UNROLL
+    ZT_UNROLL
     for (int cc = 0; cc < CPT; cc++)
         g[cc * FA_TPR + sub] += dq[cc];
 }

@@ -380,11 +380,6 @@ static __global__ void __launch_bounds__(TC_THREADS)
 #define TC_MN (TC_MK / 8)  /* n8 accumulators across a tile's keys, or across the head */
 #define TC_MS (TC_HS / 16) /* k16 steps over the head */
 static_assert(TC_MK == TC_BR && TC_HS / 8 == TC_MN, "tiles as tall as a block's rows");
-#ifdef __CUDACC__
-#define TC_UNROLL _Pragma("unroll")
-#else
-#define TC_UNROLL
-#endif
 
 /* d (16 x 8, fp32) += a (16 x 16) b (16 x 8) on the tensor cores, collective over the warp.
  * Fragment layouts (g = lane / 4, t = lane % 4; two 16-bit elements per register, the one of
@@ -479,7 +474,7 @@ static __device__ __forceinline__ tc_lm tc_lm_of(int lane)
 template <class E>
 static __device__ __forceinline__ void tc_mma_frags(uint32_t a[TC_MS][4], const E *rows, tc_lm m)
 {
-    TC_UNROLL
+    ZT_UNROLL
     for (int kk = 0; kk < TC_MS; kk++)
         tc_ldsm4<false>(a[kk], rows + m.lr * TC_LDH + 16 * kk + m.lc);
 }
@@ -490,9 +485,9 @@ static __device__ __forceinline__ void tc_mma_frags(uint32_t a[TC_MS][4], const 
 template <int NB>
 static __device__ __forceinline__ void tc_mma_mask(float (&s)[NB][4], int row, int col)
 {
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < NB; n++) {
-        TC_UNROLL
+        ZT_UNROLL
         for (int e = 0; e < 4; e++)
             if (col + 8 * n + e % 2 > row + 8 * (e / 2)) s[n][e] = -INFINITY;
     }
@@ -505,12 +500,12 @@ template <class E, int NB>
 static __device__ __forceinline__ void tc_mma_abt(float (&acc)[NB][4], const uint32_t a[TC_MS][4],
                                                   const E *x, tc_lm m)
 {
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < NB; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    TC_UNROLL
+    ZT_UNROLL
     for (int kk = 0; kk < TC_MS; kk++) {
-        TC_UNROLL
+        ZT_UNROLL
         for (int n = 0; n < NB; n += 2) { /* rows 8n.. and 8n + 8.. of x */
             uint32_t b[4];
             tc_ldsm4<false>(b, x + (8 * n + m.lrk) * TC_LDH + 16 * kk + m.lck);
@@ -526,7 +521,7 @@ template <class E>
 static __device__ __forceinline__ void tc_mma_kstep(float acc[TC_MN][4], const uint32_t a[4],
                                                     int kk, const E *x, tc_lm m)
 {
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < TC_MN; n += 2) { /* columns 8n.. and 8n + 8.. */
         uint32_t b[4];
         tc_ldsm4<true>(b, x + (16 * kk + m.lr) * TC_LDH + 8 * n + m.lc);
@@ -541,7 +536,7 @@ template <class E>
 static __device__ __forceinline__ void tc_mma_pv(float acc[TC_MN][4], const float p[TC_MN][4],
                                                  const E *x, tc_lm m)
 {
-    TC_UNROLL
+    ZT_UNROLL
     for (int kk = 0; kk < TC_MK / 16; kk++) { /* rows 16 kk.. of x */
         uint32_t a[4] = {tc_pack<E>(p[2 * kk][0], p[2 * kk][1]),
                          tc_pack<E>(p[2 * kk][2], p[2 * kk][3]),
@@ -560,20 +555,20 @@ static __device__ __forceinline__ void tc_mma_add_out(float *dst, E *dst16, size
                                                       int lane)
 {
     int g = lane / 4, t4 = lane % 4;
-    TC_UNROLL
+    ZT_UNROLL
     for (int h = 0; h < 2; h++) {
         int i = row0 + g + 8 * h;
         if (i >= T) continue;
         size_t at = off + (size_t)i * ld + 2 * t4;
         if (D16) {
             uint32_t *o = (uint32_t *)(dst16 + at); /* two columns a store: at is even */
-            TC_UNROLL
+            ZT_UNROLL
             for (int n = 0; n < TC_MN; n++)
                 o[4 * n] = tc_pack<E>(acc[n][2 * h], acc[n][2 * h + 1]);
             continue;
         }
         float *o = dst + at;
-        TC_UNROLL
+        ZT_UNROLL
         for (int n = 0; n < TC_MN; n++) {
             o[8 * n] += acc[n][2 * h];
             o[8 * n + 1] += acc[n][2 * h + 1];
@@ -637,7 +632,7 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
     uint32_t aq[TC_MS][4]; /* the warp's 16 queries as A fragments */
     tc_mma_frags(aq, (const E *)(sm + 2 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
     float o[TC_MN][4]; /* the warp's 16 x 64 outputs */
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < TC_MN; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     /* per row (g, g + 8): running maximum of the raw scores, and this lane's part of the sum
@@ -654,9 +649,9 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
          * past T see keys past T (zeros): finite, and never written */
         if (k0 + TC_MK - 1 > qw) tc_mma_mask<TC_MN>(s, qw + g, k0 + 2 * t4);
         float mx[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
-        TC_UNROLL
+        ZT_UNROLL
         for (int n = 0; n < TC_MN; n++) {
-            TC_UNROLL
+            ZT_UNROLL
             for (int e = 0; e < 4; e++)
                 mx[e / 2][e % 2] = fmaxf(mx[e / 2][e % 2], s[n][e]);
         }
@@ -664,7 +659,7 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
          * positive scale keeps their order), then exp2(s scale log2(e) - m scale log2(e)), one
          * fused multiply-add an element */
         float alpha[2], ms[2];
-        TC_UNROLL
+        ZT_UNROLL
         for (int h = 0; h < 2; h++) {
             float mh = fmaxf(mx[h][0], mx[h][1]);
             mh = fmaxf(mh, __shfl_xor_sync(0xffffffffu, mh, 1));
@@ -678,9 +673,9 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
             l[h][0] *= alpha[h];
             l[h][1] *= alpha[h];
         }
-        TC_UNROLL
+        ZT_UNROLL
         for (int n = 0; n < TC_MN; n++) {
-            TC_UNROLL
+            ZT_UNROLL
             for (int e = 0; e < 4; e++) {
                 s[n][e] = tc_exp2(fmaf(s[n][e], sl2, -ms[e / 2]));
                 l[e / 2][e % 2] += s[n][e];
@@ -689,7 +684,7 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
         }
         tc_mma_pv<E>(o, s, Vs, lm);
     }
-    TC_UNROLL
+    ZT_UNROLL
     for (int h = 0; h < 2; h++) {
         float lh = l[h][0] + l[h][1];
         lh += __shfl_xor_sync(0xffffffffu, lh, 1);
@@ -698,7 +693,7 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
         if (i >= T) continue;
         OT *orow = out + ((size_t)p.b * T + i) * p.C + (size_t)p.h * TC_HS + 2 * t4;
         float inv = 1.0f / lh; /* one division a row, not one an element */
-        TC_UNROLL
+        ZT_UNROLL
         for (int n = 0; n < TC_MN; n++) {
             tc_put(orow + 8 * n, o[n][2 * h] * inv);
             tc_put(orow + 8 * n + 1, o[n][2 * h + 1] * inv);
@@ -947,9 +942,9 @@ static __device__ __forceinline__ void tc_mma_put_ds(E *ds, const float (&d)[NB]
                                                      int T, int lane)
 {
     int g = lane / 4, t4 = lane % 4;
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < NB; n++) {
-        TC_UNROLL
+        ZT_UNROLL
         for (int e = 0; e < 4; e++) {
             int j = jw + g + 8 * (e / 2), i = q0 + 8 * n + 2 * t4 + e % 2;
             if (j < T && i < T) ds[(size_t)j * T + i] = tc_round<E>(d[n][e]);
@@ -970,9 +965,9 @@ tc_mma_dq_atomic(float *dqkv, const uint32_t dsp[TC_MK / 16][4], E *dSs, const E
 {
     int g = p.lane / 4, t4 = p.lane % 4;
     __syncthreads(); /* every warp is done with the tile's dO */
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < TC_MN; n++) {
-        TC_UNROLL
+        ZT_UNROLL
         for (int h = 0; h < 2; h++) {
             uint32_t v = dsp[n / 2][2 * (n % 2) + h]; /* (dS^T[n][2h], [2h + 1]), packed */
             memcpy((void *)(dSs + (16 * p.warp + g + 8 * h) * TC_LDH + 8 * n + 2 * t4), &v,
@@ -981,22 +976,22 @@ tc_mma_dq_atomic(float *dqkv, const uint32_t dsp[TC_MK / 16][4], E *dSs, const E
     }
     __syncthreads(); /* dS^T is whole */
     float dq[TC_MN][4];
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < TC_MN; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    TC_UNROLL
+    ZT_UNROLL
     for (int kk = 0; kk < TC_MK / 16; kk++) { /* keys 16 kk.. */
         uint32_t af[4]; /* dS's rows of the warp's queries, keys 16 kk.. (dS^T transposed) */
         tc_ldsm4<true>(af, dSs + (16 * kk + lm.lrk) * TC_LDH + 16 * p.warp + lm.lck);
         tc_mma_kstep<E>(dq, af, kk, Kb, lm);
     }
     float *g0 = dqkv + (size_t)p.b * T * p.C3 + (size_t)p.h * TC_HS + 2 * t4;
-    TC_UNROLL
+    ZT_UNROLL
     for (int h = 0; h < 2; h++) {
         int i = q0 + 16 * p.warp + g + 8 * h;
         if (i >= T) continue;
         float *row = g0 + (size_t)i * p.C3;
-        TC_UNROLL
+        ZT_UNROLL
         for (int n = 0; n < TC_MN; n++) {
             atomicAdd(row + 8 * n, dq[n][2 * h]);
             atomicAdd(row + 8 * n + 1, dq[n][2 * h + 1]);
@@ -1016,10 +1011,10 @@ static __device__ __forceinline__ void tc_mma_pds(float (&st)[NB][4], float (&dp
                                                   const float *ls, const float *dl, int j0, int i0,
                                                   int T, float sl2, float scale)
 {
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < NB; n++) {
         float2 l2 = *(const float2 *)(ls + 8 * n), d2 = *(const float2 *)(dl + 8 * n);
-        TC_UNROLL
+        ZT_UNROLL
         for (int e = 0; e < 4; e++) {
             float pe = tc_exp2(sl2 * st[n][e] - (e % 2 ? l2.y : l2.x));
             float ds = pe * (dpt[n][e] - (e % 2 ? d2.y : d2.x)) * scale;
@@ -1064,7 +1059,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
     tc_mma_frags(ka, Kb + 16 * p.warp * TC_LDH, lm);
     tc_mma_frags(va, (const E *)(sm + 3 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
     float dk[TC_MN][4], dv[TC_MN][4];
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < TC_MN; n++)
         dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] =
             0.0f;
@@ -1084,7 +1079,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
          * spills least on sm_90) */
         const int PARTS = DQA ? 4 : 2;
         uint32_t pp[TC_MK / 16][4], dsp[TC_MK / 16][4];
-        TC_UNROLL
+        ZT_UNROLL
         for (int hh = 0; hh < PARTS; hh++) {
             const int NB = TC_MN / PARTS;
             float st[NB][4], dpt[NB][4]; /* S^T then P^T; dP^T then dS^T */
@@ -1095,7 +1090,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
                            scale);
             if (a.ds)
                 tc_mma_put_ds<E>(a.ds + (size_t)p.bh * T * T, dpt, jw, q0 + 8 * NB * hh, T, p.lane);
-            TC_UNROLL
+            ZT_UNROLL
             for (int k2 = 0; k2 < NB / 2; k2++) { /* two n8 accumulators: one A fragment */
                 int kk = NB / 2 * hh + k2;
                 pp[kk][0] = tc_pack<E>(st[2 * k2][0], st[2 * k2][1]);
@@ -1108,7 +1103,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MINB)
                 dsp[kk][3] = tc_pack<E>(dpt[2 * k2 + 1][2], dpt[2 * k2 + 1][3]);
             }
         }
-        TC_UNROLL
+        ZT_UNROLL
         for (int kk = 0; kk < TC_MK / 16; kk++) {
             tc_mma_kstep<E>(dv, pp[kk], kk, dOs, lm);
             tc_mma_kstep<E>(dk, dsp[kk], kk, Qs, lm);
@@ -1129,9 +1124,9 @@ static __device__ __forceinline__ void tc_mma_ds(float (&s)[TC_MN][4], const flo
                                                  const float li[2], const float di[2], int i0,
                                                  int j0, int T, float sl2, float scale)
 {
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < TC_MN; n++) {
-        TC_UNROLL
+        ZT_UNROLL
         for (int e = 0; e < 4; e++) {
             int h = e / 2, i = i0 + 8 * h, j = j0 + 8 * n + e % 2;
             float ds = tc_exp2(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
@@ -1155,7 +1150,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
     float sl2 = scale * TC_LOG2E;
     int kend = min(T, p.row0 + TC_BR), nk = (kend + TC_MK - 1) / TC_MK;
     float li[2], di[2]; /* lse log2(e) and delta of the lane's rows */
-    TC_UNROLL
+    ZT_UNROLL
     for (int h = 0; h < 2; h++) {
         int i = qw + g + 8 * h;
         li[h] = i < T ? a.lse[(size_t)p.bh * T + i] * TC_LOG2E : 0.0f;
@@ -1167,7 +1162,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
     tc_mma_frags(qa, (const E *)(sm + 2 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
     tc_mma_frags(oa, (const E *)(sm + 3 * TC_HEAD) + 16 * p.warp * TC_LDH, lm);
     float dq[TC_MN][4];
-    TC_UNROLL
+    ZT_UNROLL
     for (int n = 0; n < TC_MN; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
     for (int t = 0; t < nk; t++) {

@@ -379,6 +379,14 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
 
 #define ZT_CUDA_THREADS 256
 
+/* A loop over a per-thread array unrolled, so that the array lives in registers (the
+ * emulation's compiler has no such pragma and keeps arrays in memory anyway). */
+#ifdef __CUDACC__
+#define ZT_UNROLL _Pragma("unroll")
+#else
+#define ZT_UNROLL
+#endif
+
 /* kernel<<<grid, block, 0, stream>>>(args...), or its emulation on the CPU. */
 #ifdef ZT_CUDA_EMU
 #define ZT_CUDA_KERNEL(name, kernel, grid, block, stream, ...)                                     \

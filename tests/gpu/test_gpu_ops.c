@@ -2484,6 +2484,7 @@ int main(void)
     ZT_TEST_RUN(test_layernorm(64, 768));
     ZT_TEST_RUN(test_layernorm(37, 1000));
     ZT_TEST_RUN(test_layernorm(300, 2049));
+    ZT_TEST_RUN(test_layernorm(9000, 64)); /* many rows a warp in one pass (18 a split) */
     ZT_TEST_RUN(test_residual_layernorm(5, 7));
     ZT_TEST_RUN(test_residual_layernorm(64, 768));
     ZT_TEST_RUN(test_residual_layernorm(300, 2049));
