@@ -391,17 +391,21 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
      * of fcproj) computed by the op, into d_fch where it needs it in fp32 */
     /* fc's backward from LN2's output again (bitwise the forward's: same input, same op). With
      * fch's 16-bit home, d(fch) is written rounded into d_qkv (free until attention's backward:
-     * N x 4C 16-bit elements in its N x 3C floats), d_fch and d_fch2 room. The 16-bit ops
-     * write their input's gradient (d_btc, d_btc2: nothing to clear first). */
+     * N x 4C 16-bit elements in its N x 3C floats), d_fch and d_fch2 room; fc's input gradient
+     * is written rounded too (as autocast's linear gives it), into the rest of d_qkv, where
+     * LN2's backward reads it (d_btc room). */
     mark(ops, k, "gelu_fcproj_bwd");
     if (a->fch16) {
-        void *dfch16 = s->d_qkv;
+        void *dfch16 = s->d_qkv, *dln16 = s->d_qkv + 2 * nC;
         ops->matmul_gelu16_backward(k, dfch16, g->fcprojw, g->fcprojb, dres, s->d_fch, s->d_fch2,
                                     p->fcprojw, a->fch16, a->home.dtype, N, 4 * C, C);
         mark(ops, k, "ln2_fc_bwd");
-        ops->layernorm_matmul16_backward(k, s->d_btc, g->fcw, g->fcb, dfch16, a->home.dtype,
+        ops->layernorm_matmul16_backward(k, s->d_btc, dln16, g->fcw, g->fcb, dfch16, a->home.dtype,
                                          s->d_fch2, s->d_btc2, a->res2, p->ln2w, p->ln2b, p->fcw, N,
                                          C, 4 * C);
+        mark(ops, k, "ln2_bwd");
+        ops->layernorm_backward16(k, dres, g->ln2w, g->ln2b, dln16, a->home.dtype, s->d_btc,
+                                  a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, N, C);
     } else {
         ops->matmul_gelu_backward(k, s->d_fch2, g->fcprojw, g->fcprojb, dres, s->d_fch, p->fcprojw,
                                   a->fch, N, 4 * C, C);
@@ -409,10 +413,10 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
         ops->memset0(k, s->d_btc, nC * sizeof(float));
         ops->layernorm_matmul_backward(k, s->d_btc, g->fcw, g->fcb, s->d_fch2, s->d_btc2, a->res2,
                                        p->ln2w, p->ln2b, p->fcw, N, C, 4 * C);
+        mark(ops, k, "ln2_bwd");
+        ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
+                                a->ln2_rstd, N, C);
     }
-    mark(ops, k, "ln2_bwd");
-    ops->layernorm_backward(k, dres, g->ln2w, g->ln2b, s->d_btc, a->res2, p->ln2w, a->ln2_mean,
-                            a->ln2_rstd, N, C);
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
     const zt_attn_home *h = a->home.qkv || a->home.out ? &a->home : NULL;
     mark(ops, k, "attproj_bwd");
@@ -426,14 +430,19 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     }
     if (h && h->qkv) {
         /* d(qkv) written rounded into d_fch (free since the MLP's backward: N x 3C 16-bit
-         * elements in its N x 4C floats), where qkv's backward reads it in place; d_qkv room */
-        void *dqkv16 = s->d_fch;
+         * elements in its N x 4C floats), where qkv's backward reads it in place (d_qkv room),
+         * and that writes its input gradient rounded past it, for LN1's backward (d_btc room) */
+        void *dqkv16 = s->d_fch, *dln16 = s->d_fch + 2 * nC;
         mark(ops, k, "attn_bwd");
         ops->attention_backward16(k, dqkv16, h->dtype, s->d_qkv, s->attn, s->d_btc2, a->qkv,
                                   a->atty, a->lse, h, B, T, C, NH);
         mark(ops, k, "ln1_qkv_bwd");
-        ops->layernorm_matmul16_backward(k, s->d_btc, g->qkvw, g->qkvb, dqkv16, h->dtype, s->d_qkv,
-                                         s->d_btc2, x_in, p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
+        ops->layernorm_matmul16_backward(k, s->d_btc, dln16, g->qkvw, g->qkvb, dqkv16, h->dtype,
+                                         s->d_qkv, s->d_btc2, x_in, p->ln1w, p->ln1b, p->qkvw, N, C,
+                                         3 * C);
+        mark(ops, k, "ln1_bwd");
+        ops->layernorm_backward16(k, dres, g->ln1w, g->ln1b, dln16, h->dtype, s->d_btc, x_in,
+                                  p->ln1w, a->ln1_mean, a->ln1_rstd, N, C);
     } else {
         mark(ops, k, "attn_bwd");
         ops->memset0(k, s->d_qkv, n3C * sizeof(float));
@@ -443,10 +452,10 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
         ops->memset0(k, s->d_btc, nC * sizeof(float));
         ops->layernorm_matmul_backward(k, s->d_btc, g->qkvw, g->qkvb, s->d_qkv, s->d_btc2, x_in,
                                        p->ln1w, p->ln1b, p->qkvw, N, C, 3 * C);
+        mark(ops, k, "ln1_bwd");
+        ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,
+                                a->ln1_rstd, N, C);
     }
-    mark(ops, k, "ln1_bwd");
-    ops->layernorm_backward(k, dres, g->ln1w, g->ln1b, s->d_btc, x_in, p->ln1w, a->ln1_mean,
-                            a->ln1_rstd, N, C);
     mark(ops, k, "engine");
 }
 

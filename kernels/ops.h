@@ -124,6 +124,14 @@ typedef struct zt_ops {
     void (*layernorm_backward)(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);
+    /* layernorm_backward of the dout whose values dout16 holds (type dt16: the 16-bit input
+     * gradient of the matmul that reads the LayerNorm's output, as autocast's backward has it);
+     * dact (N,C) is room for them in fp32 (contents undefined on exit; on cpu bitwise the cast
+     * into dact, then layernorm_backward). The cuda backend reads dout16 itself. */
+    void (*layernorm_backward16)(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                 const void *dout16 /* (N,C) */, zt_dtype dt16,
+                                 float *dact /* (N,C) */, const float *inp, const float *weight,
+                                 const float *mean, const float *rstd, int N, int C);
 
     /* res = a + b, then out = LayerNorm(res) as layernorm_forward: the block's residual and the
      * next LayerNorm in one pass (bitwise the two ops in sequence). res may alias a or b. */
@@ -252,13 +260,15 @@ typedef struct zt_ops {
      * WRITTEN as matmul16_backward's; dact (N,OC) is room for them in fp32 (contents undefined
      * on exit; bitwise zeros into dinp, the cast into dact, then layernorm_matmul_backward on
      * cpu). The cuda backend with staged inputs of dt16 reads dout16 in place as its copy of
-     * dout (dbias from its values). */
+     * dout (dbias from its values). dinp16 (not NULL): dinp is written rounded to dt16 there
+     * instead (on cpu the cast of the fp32 dinp; the cuda GEMM writes it itself), dinp then
+     * room, for layernorm_backward16. */
     void (*layernorm_matmul16_backward)(zt_kctx *ctx, float *dinp /* (N,C) */,
-                                        float *dweight /* (OC,C) */, float *dbias /* (OC) */,
-                                        const void *dout16 /* (N,OC) */, zt_dtype dt16,
-                                        float *dact /* (N,OC) */, float *ln /* (N,C) */,
-                                        const float *x /* (N,C) */, const float *lnw /* (C) */,
-                                        const float *lnb /* (C) */,
+                                        void *dinp16 /* (N,C) */, float *dweight /* (OC,C) */,
+                                        float *dbias /* (OC) */, const void *dout16 /* (N,OC) */,
+                                        zt_dtype dt16, float *dact /* (N,OC) */,
+                                        float *ln /* (N,C) */, const float *x /* (N,C) */,
+                                        const float *lnw /* (C) */, const float *lnb /* (C) */,
                                         const float *weight /* (OC,C) */, int N, int C, int OC);
 
     /* Causal multi-head self-attention, scale 1/sqrt(C/NH), without keeping the T x T

@@ -322,16 +322,27 @@ static void cpu_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweigh
     zt_cpu_matmul_backward(ctx, NULL, dweight, dbias, dout, act, weight, N, C, OC);
 }
 
-static void cpu_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
-                                            const void *dout16, zt_dtype dt16, float *dact,
-                                            float *ln, const float *x, const float *lnw,
-                                            const float *lnb, const float *weight, int N, int C,
-                                            int OC)
+static void cpu_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *dweight,
+                                            float *dbias, const void *dout16, zt_dtype dt16,
+                                            float *dact, float *ln, const float *x,
+                                            const float *lnw, const float *lnb, const float *weight,
+                                            int N, int C, int OC)
 {
-    if (dinp && N > 0 && C > 0) cpu_memset0(ctx, dinp, (size_t)N * (size_t)C * sizeof(float));
+    size_t nin = N > 0 && C > 0 ? (size_t)N * (size_t)C : 0;
+    if (dinp && nin) cpu_memset0(ctx, dinp, nin * sizeof(float));
     if (N > 0 && OC > 0) zt_cpu_cast(ctx, dact, ZT_F32, dout16, dt16, (size_t)N * (size_t)OC);
     cpu_layernorm_matmul_backward(ctx, dinp, dweight, dbias, dact, ln, x, lnw, lnb, weight, N, C,
                                   OC);
+    if (dinp16 && dinp && nin) zt_cpu_cast(ctx, dinp16, dt16, dinp, ZT_F32, nin);
+}
+
+static void cpu_layernorm_backward16(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                     const void *dout16, zt_dtype dt16, float *dact,
+                                     const float *inp, const float *weight, const float *mean,
+                                     const float *rstd, int N, int C)
+{
+    if (N > 0 && C > 0) zt_cpu_cast(ctx, dact, ZT_F32, dout16, dt16, (size_t)N * (size_t)C);
+    zt_cpu_layernorm_backward(ctx, dinp, dweight, dbias, dact, inp, weight, mean, rstd, N, C);
 }
 
 static void cpu_classifier16(zt_kctx *ctx, zt_dtype dt16, float *losses, float *dx, float *dwte,
@@ -374,6 +385,7 @@ static const zt_ops cpu_ops = {
     .layernorm_forward = zt_cpu_layernorm_forward,
     .residual_layernorm_forward = zt_cpu_residual_layernorm_forward,
     .layernorm_backward = zt_cpu_layernorm_backward,
+    .layernorm_backward16 = cpu_layernorm_backward16,
     .matmul_forward = zt_cpu_matmul_forward,
     .matmul_backward = zt_cpu_matmul_backward,
     .matmul16_forward = cpu_matmul16_forward,

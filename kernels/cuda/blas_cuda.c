@@ -724,7 +724,8 @@ static bool bwd_copies(zt_kctx *ctx, const float *weight, int N, int C, int OC, 
  * rounded, read in place (dbias from its values; dout is then fp32 room for them where a
  * product falls back); dinp16 receives dinp = GELU'(pre16) (dout W) rounded (the DGELU with a
  * 16-bit output, aux pre16; dinp is then fp32 room, and inp's rows hold pre16 widened where
- * that product falls back). h->set: dinp is written (a GEMM with beta 0), not added to. */
+ * that product falls back), or without pre16 dinp = dout W rounded (a 16-bit output; dinp
+ * room). h->set: dinp is written (a GEMM with beta 0), not added to. */
 typedef struct {
     void *dinp16;
     const void *pre16;
@@ -768,9 +769,9 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
         d.C = dinp + (size_t)m0 * C, d.ldc = C;
         if (pre) d.aux = (float *)pre + (size_t)m0 * C, d.dgelu = 1;
         if (h && h->dinp16) {
-            d.out16 = ctx->mm, d.dgelu = 1;
+            d.out16 = ctx->mm;
             d.C16 = (uint16_t *)h->dinp16 + (size_t)m0 * C;
-            d.aux16 = (const uint16_t *)h->pre16 + (size_t)m0 * C;
+            if (h->pre16) d.dgelu = 1, d.aux16 = (const uint16_t *)h->pre16 + (size_t)m0 * C;
         }
         /* dweight (OC x C) += dout rows^T (OC x mn) @ inp rows (mn x C) */
         zt_cuda_gemm g;
@@ -792,13 +793,16 @@ static bool backward_staged(zt_kctx *ctx, float *dinp, const float *pre, const z
                 widened = d16 != NULL;
                 if (i == 1 && afn) afn_fp32(ctx, inp, afn, m0, mn, C);
                 if (i == 0 && d.out16) {
-                    /* the DGELU in fp32 on GELU's input widened into inp's rows (free until
-                     * the second product), then rounded into dinp16 */
+                    /* the product in fp32 (with the DGELU on GELU's input widened into inp's
+                     * rows, free until the second product), then rounded into dinp16 */
                     zt_cuda_gemm f = d;
-                    float *x = inp + (size_t)m0 * C;
                     size_t n = (size_t)mn * (size_t)C;
-                    zt_cuda_cast(ctx, x, (int)ZT_F32, d.aux16, (int)dt, n);
-                    f.out16 = 0, f.C16 = NULL, f.aux16 = NULL, f.aux = x;
+                    f.out16 = 0, f.C16 = NULL, f.aux16 = NULL;
+                    if (d.dgelu) {
+                        float *x = inp + (size_t)m0 * C;
+                        zt_cuda_cast(ctx, x, (int)ZT_F32, d.aux16, (int)dt, n);
+                        f.aux = x;
+                    }
                     gemm_unstaged(ctx, &f);
                     zt_cuda_cast(ctx, d.C16, (int)dt, f.C, (int)ZT_F32, n);
                 } else {
@@ -1126,13 +1130,14 @@ void zt_cuda_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweight, 
     zt_cuda_matmul_backward(ctx, NULL, dweight, dbias, dout, act, weight, N, C, OC);
 }
 
-void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
-                                         const void *dout16, zt_dtype dt16, float *dact, float *ln,
-                                         const float *x, const float *lnw, const float *lnb,
-                                         const float *weight, int N, int C, int OC)
+void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *dweight,
+                                         float *dbias, const void *dout16, zt_dtype dt16,
+                                         float *dact, float *ln, const float *x, const float *lnw,
+                                         const float *lnb, const float *weight, int N, int C,
+                                         int OC)
 {
     zt_cuda_afn f = {.kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb};
-    bwd16 h = {.dout16 = dout16, .set = true};
+    bwd16 h = {.dout16 = dout16, .dinp16 = dinp16, .set = true};
     if (in16_stageable(ctx, dt16) &&
         backward_staged(ctx, dinp, NULL, &f, &h, dweight, dbias, dact, ln, weight, N, C, OC))
         return;
@@ -1141,6 +1146,8 @@ void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweig
         zt_cuda_cast(ctx, dact, (int)ZT_F32, dout16, (int)dt16, (size_t)N * (size_t)OC);
     zt_cuda_layernorm_matmul_backward(ctx, dinp, dweight, dbias, dact, ln, x, lnw, lnb, weight, N,
                                       C, OC);
+    if (dinp16 && dinp && N > 0 && C > 0)
+        zt_cuda_cast(ctx, dinp16, (int)dt16, dinp, (int)ZT_F32, (size_t)N * (size_t)C);
 }
 
 void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,

@@ -227,6 +227,13 @@ void zt_cuda_stage_layernorm(zt_kctx *ctx, uint16_t *dst, int mm16, float *mean,
 void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const float *inp, const float *weight,
                                 const float *mean, const float *rstd, int N, int C);
+/* The same of a dout of mm16's type (ZT_MM_BF16 or ZT_MM_FP16), read widened (the bits of the
+ * widening cast then zt_cuda_layernorm_backward); false (nothing queued) where C is past what
+ * the one-pass kernel takes or no parameter gradient is wanted: the caller widens it. */
+bool zt_cuda_layernorm_backward16(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                  const uint16_t *dout, int mm16, const float *inp,
+                                  const float *weight, const float *mean, const float *rstd, int N,
+                                  int C);
 /* dbias[c] += sum over rows of dout[:, c] (deterministic two-pass column sum). */
 void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N, int OC);
 /* The same over a 16-bit dout of mm16's type (ZT_MM_BF16 or ZT_MM_FP16), widened. */
@@ -279,10 +286,11 @@ void zt_cuda_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, const v
 void zt_cuda_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweight, float *dbias,
                                     const float *dout, float *act, float *dact, const float *weight,
                                     const void *pre16, zt_dtype dt16, int N, int C, int OC);
-void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
-                                         const void *dout16, zt_dtype dt16, float *dact, float *ln,
-                                         const float *x, const float *lnw, const float *lnb,
-                                         const float *weight, int N, int C, int OC);
+void zt_cuda_layernorm_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *dweight,
+                                         float *dbias, const void *dout16, zt_dtype dt16,
+                                         float *dact, float *ln, const float *x, const float *lnw,
+                                         const float *lnb, const float *weight, int N, int C,
+                                         int OC);
 void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const float *pre,
                                  const float *weight, const float *bias, int N, int C, int OC);
 void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float *mean, float *rstd,

@@ -176,75 +176,6 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *
     }
 }
 
-/* LayerNorm's backward in one pass over dout and inp (C <= 32 ZT_LNB_CPL): the rows of split
- * blockIdx.x (rows_per_split from its first), warp by warp as the kernel above (dinp, where not
- * NULL, += ...), each lane keeping its columns' sums of norm(inp) dout and of dout in registers;
- * then the block's warps add theirs in warp order through shared memory and write the split's
- * sums into pw and pb (row blockIdx.x of C floats; NULL: not wanted), which colsum_finish_kernel
- * adds in split order: deterministic, and dout and inp read once where the two kernels (this
- * one's dinp part, then colsum) read them twice. */
-#define ZT_LNB_CPL 32      /* columns a lane holds: C <= 1024 */
-#define ZT_LNB_MIN_ROWS 16 /* rows a split has at least (two a warp) */
-#define ZT_LNB_MAX_SPLITS 512
-static __global__ void __launch_bounds__(ZT_CUDA_THREADS)
-    layernorm_backward_fused_kernel(float *dinp, float *pw, float *pb, const float *dout,
-                                    const float *inp, const float *w, const float *mean,
-                                    const float *rstd, int N, int C, int rows_per_split)
-{
-    __shared__ float shw[32 * ZT_LNB_CPL], shb[32 * ZT_LNB_CPL];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int r0 = blockIdx.x * rows_per_split, r1 = min(N, r0 + rows_per_split);
-    float sw[ZT_LNB_CPL], sb[ZT_LNB_CPL];
-    ZT_UNROLL
-    for (int k = 0; k < ZT_LNB_CPL; k++)
-        sw[k] = sb[k] = 0.0f;
-    float invC = 1.0f / (float)C;
-    for (int row = r0 + warp; row < r1; row += ZT_ROWS_PER_BLOCK) {
-        const float *x = inp + (size_t)row * C;
-        const float *dy = dout + (size_t)row * C;
-        float m = mean[row], rs = rstd[row];
-        float a = 0.0f, b = 0.0f;
-        ZT_UNROLL
-        for (int k = 0; k < ZT_LNB_CPL; k++) {
-            int c = lane + 32 * k;
-            if (c < C) {
-                float dn = w[c] * dy[c];
-                a += dn;
-                b += dn * ((x[c] - m) * rs);
-            }
-        }
-        a = zt_warp_sum(a) * invC;
-        b = zt_warp_sum(b) * invC;
-        ZT_UNROLL
-        for (int k = 0; k < ZT_LNB_CPL; k++) {
-            int c = lane + 32 * k;
-            if (c < C) {
-                float n = (x[c] - m) * rs, d = dy[c];
-                if (dinp) dinp[(size_t)row * C + c] += (w[c] * d - a - n * b) * rs;
-                sw[k] = fmaf(n, d, sw[k]);
-                sb[k] += d;
-            }
-        }
-    }
-    for (int v = 0; v < ZT_ROWS_PER_BLOCK; v++) {
-        if (warp == v) {
-            ZT_UNROLL
-            for (int k = 0; k < ZT_LNB_CPL; k++) {
-                int c = lane + 32 * k;
-                if (c < C) {
-                    shw[c] = v ? shw[c] + sw[k] : sw[k];
-                    shb[c] = v ? shb[c] + sb[k] : sb[k];
-                }
-            }
-        }
-        __syncthreads();
-    }
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        if (pw) pw[(size_t)blockIdx.x * C + c] = shw[c];
-        if (pb) pb[(size_t)blockIdx.x * C + c] = shb[c];
-    }
-}
-
 /* Column sums over a split of rows: db += dout, and with inp, dw += norm(inp) * dout (norm from
  * mean and rstd). accumulate: add into dw/db[c]; else write split s's sums at dw/db[s*ld + c].
  * ST 1 or 2: each element of dout is also written to stage, rounded to bf16 or fp16 (a matmul's
@@ -298,6 +229,77 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
         size_t o = (size_t)blockIdx.y * ld + c;
         if (dw) dw[o] = w;
         if (db) db[o] = b;
+    }
+}
+
+/* LayerNorm's backward in one pass over dout and inp (C <= 32 ZT_LNB_CPL): the rows of split
+ * blockIdx.x (rows_per_split from its first), warp by warp as layernorm_backward_dinp_kernel
+ * (dinp, where not NULL, += ...), each lane keeping its columns' sums of norm(inp) dout and of dout
+ * in registers; then the block's warps add theirs in warp order through shared memory and write the
+ * split's sums into pw and pb (row blockIdx.x of C floats; NULL: not wanted), which
+ * colsum_finish_kernel adds in split order: deterministic, and dout and inp read once where the two
+ * kernels (this one's dinp part, then colsum) read them twice. IT (colsum_kernel's): dout fp32, or
+ * bf16 or fp16 read widened. */
+#define ZT_LNB_CPL 32      /* columns a lane holds: C <= 1024 */
+#define ZT_LNB_MIN_ROWS 16 /* rows a split has at least (two a warp) */
+#define ZT_LNB_MAX_SPLITS 512
+template <int IT>
+static __global__ void __launch_bounds__(ZT_CUDA_THREADS)
+    layernorm_backward_fused_kernel(float *dinp, float *pw, float *pb, const void *dout,
+                                    const float *inp, const float *w, const float *mean,
+                                    const float *rstd, int N, int C, int rows_per_split)
+{
+    __shared__ float shw[32 * ZT_LNB_CPL], shb[32 * ZT_LNB_CPL];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r0 = blockIdx.x * rows_per_split, r1 = min(N, r0 + rows_per_split);
+    float sw[ZT_LNB_CPL], sb[ZT_LNB_CPL];
+    ZT_UNROLL
+    for (int k = 0; k < ZT_LNB_CPL; k++)
+        sw[k] = sb[k] = 0.0f;
+    float invC = 1.0f / (float)C;
+    for (int row = r0 + warp; row < r1; row += ZT_ROWS_PER_BLOCK) {
+        const float *x = inp + (size_t)row * C;
+        size_t o = (size_t)row * C;
+        float m = mean[row], rs = rstd[row];
+        float a = 0.0f, b = 0.0f;
+        ZT_UNROLL
+        for (int k = 0; k < ZT_LNB_CPL; k++) {
+            int c = lane + 32 * k;
+            if (c < C) {
+                float dn = w[c] * zt_load_as<IT>(dout, o + c);
+                a += dn;
+                b += dn * ((x[c] - m) * rs);
+            }
+        }
+        a = zt_warp_sum(a) * invC;
+        b = zt_warp_sum(b) * invC;
+        ZT_UNROLL
+        for (int k = 0; k < ZT_LNB_CPL; k++) {
+            int c = lane + 32 * k;
+            if (c < C) {
+                float n = (x[c] - m) * rs, d = zt_load_as<IT>(dout, o + c);
+                if (dinp) dinp[(size_t)row * C + c] += (w[c] * d - a - n * b) * rs;
+                sw[k] = fmaf(n, d, sw[k]);
+                sb[k] += d;
+            }
+        }
+    }
+    for (int v = 0; v < ZT_ROWS_PER_BLOCK; v++) {
+        if (warp == v) {
+            ZT_UNROLL
+            for (int k = 0; k < ZT_LNB_CPL; k++) {
+                int c = lane + 32 * k;
+                if (c < C) {
+                    shw[c] = v ? shw[c] + sw[k] : sw[k];
+                    shb[c] = v ? shb[c] + sb[k] : sb[k];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        if (pw) pw[(size_t)blockIdx.x * C + c] = shw[c];
+        if (pb) pb[(size_t)blockIdx.x * C + c] = shb[c];
     }
 }
 
@@ -386,29 +388,51 @@ extern "C" void zt_cuda_residual_layernorm_forward(zt_kctx *ctx, float *res, flo
                    ZT_CUDA_THREADS, res, out, mean, rstd, a, b, weight, bias, N, C);
 }
 
+/* LayerNorm's backward by layernorm_backward_fused_kernel<IT>, where a lane can hold its columns'
+ * sums and a parameter gradient is wanted; false (nothing queued) otherwise */
+template <int IT>
+static bool layernorm_backward_one_pass(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                        const void *dout, const float *inp, const float *weight,
+                                        const float *mean, const float *rstd, int N, int C)
+{
+    if (C > 32 * ZT_LNB_CPL || (!dweight && !dbias)) return false;
+    size_t splits = ((size_t)N + ZT_LNB_MIN_ROWS - 1) / ZT_LNB_MIN_ROWS;
+    size_t cap = ZT_CUDA_SCRATCH_FLOATS / (2 * (size_t)C);
+    if (splits > ZT_LNB_MAX_SPLITS) splits = ZT_LNB_MAX_SPLITS;
+    if (splits > cap) splits = cap;
+    int rows = (int)(((size_t)N + splits - 1) / splits);
+    splits = ((size_t)N + (size_t)rows - 1) / (size_t)rows;
+    float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
+    ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_fused_kernel<IT>, (unsigned)splits,
+                   ZT_CUDA_THREADS, dinp, dweight ? pw : NULL, dbias ? pb : NULL, dout, inp, weight,
+                   mean, rstd, N, C, rows);
+    ZT_CUDA_LAUNCH(ctx, "layernorm_backward (parameters)", colsum_finish_kernel,
+                   (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS, ZT_CUDA_THREADS, dweight, dbias, pw,
+                   pb, (int)splits, C);
+    return true;
+}
+
+extern "C" bool zt_cuda_layernorm_backward16(zt_kctx *ctx, float *dinp, float *dweight,
+                                             float *dbias, const uint16_t *dout, int mm16,
+                                             const float *inp, const float *weight,
+                                             const float *mean, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0) return true;
+    if (mm16 == ZT_MM_FP16)
+        return layernorm_backward_one_pass<2>(ctx, dinp, dweight, dbias, dout, inp, weight, mean,
+                                              rstd, N, C);
+    return layernorm_backward_one_pass<1>(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                          N, C);
+}
+
 extern "C" void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                            const float *dout, const float *inp, const float *weight,
                                            const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
-    /* one pass (layernorm_backward_fused_kernel) where a lane can hold its columns' sums and
-     * the scratch the splits' */
-    size_t splits = ((size_t)N + ZT_LNB_MIN_ROWS - 1) / ZT_LNB_MIN_ROWS;
-    size_t cap = ZT_CUDA_SCRATCH_FLOATS / (2 * (size_t)C);
-    if (splits > ZT_LNB_MAX_SPLITS) splits = ZT_LNB_MAX_SPLITS;
-    if (splits > cap) splits = cap;
-    if (C <= 32 * ZT_LNB_CPL && (dweight || dbias)) {
-        int rows = (int)(((size_t)N + splits - 1) / splits);
-        splits = ((size_t)N + (size_t)rows - 1) / (size_t)rows;
-        float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
-        ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_fused_kernel, (unsigned)splits,
-                       ZT_CUDA_THREADS, dinp, dweight ? pw : NULL, dbias ? pb : NULL, dout, inp,
-                       weight, mean, rstd, N, C, rows);
-        ZT_CUDA_LAUNCH(ctx, "layernorm_backward (parameters)", colsum_finish_kernel,
-                       (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS, ZT_CUDA_THREADS, dweight, dbias,
-                       pw, pb, (int)splits, C);
+    if (layernorm_backward_one_pass<0>(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+                                       C))
         return;
-    }
     if (dinp) {
         unsigned blocks = (unsigned)((N + ZT_ROWS_PER_BLOCK - 1) / ZT_ROWS_PER_BLOCK);
         ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_dinp_kernel, blocks,

@@ -459,6 +459,22 @@ static void cuda_marks_take(zt_kctx *ctx, zt_optimes *out)
 /* ---------------------------------------------------------------------------------------- */
 /* ops that need host work around their kernels */
 
+/* LayerNorm's backward of a 16-bit dout: read in place by the one-pass kernel where it takes
+ * it, else widened into dact first (the same bits) */
+static void cuda_layernorm_backward16(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
+                                      const void *dout16, zt_dtype dt16, float *dact,
+                                      const float *inp, const float *weight, const float *mean,
+                                      const float *rstd, int N, int C)
+{
+    int mm16 = dt16 == ZT_BF16 ? ZT_MM_BF16 : dt16 == ZT_F16 ? ZT_MM_FP16 : -1;
+    if (mm16 >= 0 && zt_cuda_layernorm_backward16(ctx, dinp, dweight, dbias, dout16, mm16, inp,
+                                                  weight, mean, rstd, N, C))
+        return;
+    if (N > 0 && C > 0)
+        zt_cuda_cast(ctx, dact, (int)ZT_F32, dout16, (int)dt16, (size_t)N * (size_t)C);
+    zt_cuda_layernorm_backward(ctx, dinp, dweight, dbias, dact, inp, weight, mean, rstd, N, C);
+}
+
 static void cuda_sumsq_nonfinite(zt_kctx *ctx, const void *x, zt_dtype dtype, size_t n,
                                  double out[2])
 {
@@ -666,6 +682,7 @@ static const zt_ops cuda_ops = {
     .layernorm_forward = zt_cuda_layernorm_forward,
     .residual_layernorm_forward = zt_cuda_residual_layernorm_forward,
     .layernorm_backward = zt_cuda_layernorm_backward,
+    .layernorm_backward16 = cuda_layernorm_backward16,
     .matmul_forward = zt_cuda_matmul_forward,
     .matmul_backward = zt_cuda_matmul_backward,
     .matmul_gelu_backward = zt_cuda_matmul_gelu_backward,

@@ -252,6 +252,13 @@ int main(int argc, char **argv)
     report_bytes("residual_layernorm_forward", s, 4.0 * NC * 4);
     TIME_IT(s, G->layernorm_backward(K, dx, dw, db, z, x, w, mean, rstd, (int)N, C));
     report_bytes("layernorm_backward", s, 4.0 * NC * 4);
+    /* the same of a bf16 dout (the 16-bit input gradient of the matmul after it) */
+    void *z16 = dalloc(NC * 2);
+    G->cast(K, z16, ZT_BF16, z, ZT_F32, NC);
+    TIME_IT(s,
+            G->layernorm_backward16(K, dx, dw, db, z16, ZT_BF16, y, x, w, mean, rstd, (int)N, C));
+    report_bytes("layernorm_backward16", s, 3.5 * NC * 4);
+    G->free(K, z16);
 
     const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
     float *big = dalloc(N * VP * 4); /* the logits */
@@ -334,9 +341,13 @@ int main(int argc, char **argv)
         TIME_IT(s, G->matmul_gelu16_backward(K, dh16, dw, db, y, z, room, w, h16, ZT_BF16, (int)N,
                                              4 * C, C));
         report_flops("matmul_gelu16_backward fcproj", md, s, 2 * fl);
-        TIME_IT(s, G->layernorm_matmul16_backward(K, dx, dw, db, dh16, ZT_BF16, room, z, x, w, bias,
-                                                  w, (int)N, C, 4 * C));
+        TIME_IT(s, G->layernorm_matmul16_backward(K, dx, NULL, dw, db, dh16, ZT_BF16, room, z, x, w,
+                                                  bias, w, (int)N, C, 4 * C));
         report_flops("layernorm_matmul16_backward fc", md, s, 2 * fl);
+        /* its input's gradient written in 16 bits (into y, free here) */
+        TIME_IT(s, G->layernorm_matmul16_backward(K, dx, y, dw, db, dh16, ZT_BF16, room, z, x, w,
+                                                  bias, w, (int)N, C, 4 * C));
+        report_flops("layernorm_matmul16_backward fc, 16-bit dinp", md, s, 2 * fl);
         TIME_IT(s, G->layernorm_matmul_backward(K, dx, dw, db, room, z, x, w, bias, w, (int)N, C,
                                                 4 * C));
         report_flops("layernorm_matmul_backward fc", md, s, 2 * fl);

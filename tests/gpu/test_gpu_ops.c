@@ -1839,13 +1839,50 @@ static void test_mlp16(void)
         GPU->copy_d2h(GC, h_dw, d_dw1, WH * 4);
         GPU->copy_d2h(GC, h_db, d_db1, (size_t)H * 4);
         GPU->copy_h2d(GC, d_r1, nan, NH * 4);
-        GPU->layernorm_matmul16_backward(GC, d_dx2, d_dw2, d_db2, d_e16, dt, d_r1, d_ln, d_x, d_lnw,
-                                         d_lnb, d_w1, N, C, H);
+        GPU->layernorm_matmul16_backward(GC, d_dx2, NULL, d_dw2, d_db2, d_e16, dt, d_r1, d_ln, d_x,
+                                         d_lnw, d_lnb, d_w1, N, C, H);
         snprintf(part, sizeof(part), "layernorm_matmul16_backward, %s", what);
         check_bits(part, d_dx2, h_dx, NC, 4);
         check_bits(part, d_dw2, h_dw, WH, 4);
         check_bits(part, d_db2, h_db, (size_t)H, 4);
         if (untouched_b) check_bits(part, d_r1, nan, NH, 4);
+
+        /* its input's gradient rounded (dinp16 over NaN, dinp room): the rounding of the fp32
+         * one (within an ulp on a GPU, whose 16-bit GEMM may be another kernel) */
+        void *d_g16 = dalloc(NC * 2), *d_h16 = dalloc(NC * 2);
+        uint16_t *hg16 = zt_malloc(NC * 2 + 2);
+        if (!hg16) ZT_FAIL("out of memory");
+        GPU->cast(GC, d_g16, dt, d_dx1, ZT_F32, NC);
+        GPU->copy_d2h(GC, hg16, d_g16, NC * 2);
+        GPU->copy_h2d(GC, d_h16, nan, NC * 2), GPU->copy_h2d(GC, d_dx2, nan, NC * 4);
+        GPU->layernorm_matmul16_backward(GC, d_dx2, d_h16, NULL, NULL, d_e16, dt, d_r1, d_ln, d_x,
+                                         d_lnw, d_lnb, d_w1, N, C, H);
+        snprintf(part, sizeof(part), "layernorm_matmul16_backward (16-bit dinp), %s", what);
+        check16(part, d_h16, hg16, dt, NC, exact_b);
+        /* LayerNorm's backward of that (the op's own): bitwise layernorm_backward of its widened
+         * values, dinp and the parameters' gradients accumulated; the room untouched, the
+         * one-pass kernel reading the 16-bit values itself (C <= 1024 here) */
+        float *d_m = dalloc((size_t)N * 4), *d_s = dalloc((size_t)N * 4);
+        GPU->layernorm_forward(GC, d_o1, d_m, d_s, d_x, d_lnw, d_lnb, N, C);
+        GPU->cast(GC, d_o2, ZT_F32, d_h16, dt, NC);
+        GPU->copy_d2d(GC, d_dx1, d_dy, NC * 4), GPU->copy_d2d(GC, d_dx2, d_dy, NC * 4);
+        GPU->copy_d2d(GC, d_dw1, d_w1, (size_t)C * 4),
+            GPU->copy_d2d(GC, d_dw2, d_w1, (size_t)C * 4);
+        GPU->copy_d2d(GC, d_db1, d_b1, (size_t)C * 4),
+            GPU->copy_d2d(GC, d_db2, d_b1, (size_t)C * 4);
+        GPU->layernorm_backward(GC, d_dx1, d_dw1, d_db1, d_o2, d_x, d_lnw, d_m, d_s, N, C);
+        GPU->copy_d2h(GC, h_dx, d_dx1, NC * 4);
+        GPU->copy_d2h(GC, h_dw, d_dw1, (size_t)C * 4);
+        GPU->copy_d2h(GC, h_db, d_db1, (size_t)C * 4);
+        GPU->copy_h2d(GC, d_r1, nan, NC * 4);
+        GPU->layernorm_backward16(GC, d_dx2, d_dw2, d_db2, d_h16, dt, d_r1, d_x, d_lnw, d_m, d_s, N,
+                                  C);
+        snprintf(part, sizeof(part), "layernorm_backward16, %s", what);
+        check_bits(part, d_dx2, h_dx, NC, 4);
+        check_bits(part, d_dw2, h_dw, (size_t)C, 4);
+        check_bits(part, d_db2, h_db, (size_t)C, 4);
+        check_bits(part, d_r1, nan, NC, 4);
+        dfree(d_g16), dfree(d_h16), dfree(d_m), dfree(d_s), zt_free(hg16);
         printf("mlp16, %s: ok\n", what);
         dfree(d_x), dfree(d_w1), dfree(d_b1), dfree(d_w2), dfree(d_b2), dfree(d_dy), dfree(d_lnw);
         dfree(d_lnb), dfree(d_pre), dfree(d_r1), dfree(d_r2), dfree(d_o1), dfree(d_o2);

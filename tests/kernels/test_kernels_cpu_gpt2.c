@@ -340,9 +340,10 @@ static void test_matmul16(int N, int C, int OC)
  * rounded (matmul_forward16, and from a LayerNorm as qkv's: layernorm_matmul_forward16), fcproj of
  * GELU of the home (gelu16_matmul_forward), fcproj's backward through GELU' of the home with the
  * gradient rounded (matmul_gelu16_backward; NULL dweight and dbias skipped), fc's backward from the
- * rounded gradient (layernorm_matmul16_backward, its input's gradient written over NaN); the rooms
- * given as NaN, the weights' gradients accumulated onto prefilled values. N x C inputs, H the
- * MLP's width. */
+ * rounded gradient (layernorm_matmul16_backward, its input's gradient written over NaN, and
+ * written rounded: dinp16), LayerNorm's backward of that rounded gradient (layernorm_backward16);
+ * the rooms given as NaN, the weights' gradients accumulated onto prefilled values. N x C inputs,
+ * H the MLP's width. */
 static void test_mlp16(int N, int C, int H)
 {
     size_t NC = (size_t)N * C, NH = (size_t)N * H, WH = (size_t)H * C;
@@ -355,10 +356,12 @@ static void test_mlp16(int N, int C, int H)
     float *dx1 = kc_frandn(NC, 1.0), *dx2 = kc_falloc(NC), *ln = kc_falloc(NC);
     float *dbh1 = kc_frandn((size_t)H, 1.0), *dbh2 = kc_falloc((size_t)H);
     uint16_t *p16 = zt_malloc(NH * 2), *q16 = zt_malloc(NH * 2), *d16 = zt_malloc(NH * 2);
-    uint16_t *e16 = zt_malloc(NH * 2);
+    uint16_t *e16 = zt_malloc(NH * 2), *g16 = zt_malloc(NC * 2), *h16 = zt_malloc(NC * 2);
+    float *gw1 = kc_frandn((size_t)C, 1.0), *gw2 = kc_falloc((size_t)C);
+    float *gb1 = kc_frandn((size_t)C, 1.0), *gb2 = kc_falloc((size_t)C);
     float *m1 = kc_falloc((size_t)N), *s1 = kc_falloc((size_t)N), *m2 = kc_falloc((size_t)N);
     float *s2 = kc_falloc((size_t)N);
-    ASSERT_TRUE(p16 && q16 && d16 && e16);
+    ASSERT_TRUE(p16 && q16 && d16 && e16 && g16 && h16);
     static const zt_dtype types[] = {ZT_BF16, ZT_F16};
     for (int ti = 0; ti < 2; ti++) {
         zt_dtype dt = types[ti];
@@ -398,16 +401,32 @@ static void test_mlp16(int N, int C, int H)
         memcpy(dw2, dw1, WH * 4), memcpy(dbh2, dbh1, (size_t)H * 4);
         OPS->layernorm_matmul_backward(CTX, dx1, dw1, dbh1, r3, ln, x, lnw, lnb, w1, N, C, H);
         memset(r1, 0xff, NH * 4), memset(ln, 0xff, NC * 4);
-        OPS->layernorm_matmul16_backward(CTX, dx2, dw2, dbh2, d16, dt, r1, ln, x, lnw, lnb, w1, N,
-                                         C, H);
+        OPS->layernorm_matmul16_backward(CTX, dx2, NULL, dw2, dbh2, d16, dt, r1, ln, x, lnw, lnb,
+                                         w1, N, C, H);
         ASSERT_TRUE(memcmp(dx1, dx2, NC * 4) == 0 && memcmp(dw1, dw2, WH * 4) == 0 &&
                     memcmp(dbh1, dbh2, (size_t)H * 4) == 0);
+        /* its input's gradient rounded (dinp16 over NaN; dinp room), and LN's backward of that:
+         * the widened values into layernorm_backward, the room NaN */
+        OPS->cast(CTX, g16, dt, dx1, ZT_F32, NC);
+        memset(h16, 0xff, NC * 2), memset(dx2, 0xff, NC * 4);
+        OPS->layernorm_matmul16_backward(CTX, dx2, h16, NULL, NULL, d16, dt, r1, ln, x, lnw, lnb,
+                                         w1, N, C, H);
+        ASSERT_TRUE(memcmp(g16, h16, NC * 2) == 0);
+        OPS->cast(CTX, o1, ZT_F32, g16, dt, NC);
+        memcpy(r2, dy, NC * 4), memcpy(o2, dy, NC * 4);
+        memcpy(gw2, gw1, (size_t)C * 4), memcpy(gb2, gb1, (size_t)C * 4);
+        OPS->layernorm_backward(CTX, r2, gw1, gb1, o1, x, lnw, m1, s1, N, C);
+        memset(dx2, 0xff, NC * 4);
+        OPS->layernorm_backward16(CTX, o2, gw2, gb2, g16, dt, dx2, x, lnw, m1, s1, N, C);
+        ASSERT_TRUE(memcmp(r2, o2, NC * 4) == 0 && memcmp(gw1, gw2, (size_t)C * 4) == 0 &&
+                    memcmp(gb1, gb2, (size_t)C * 4) == 0);
     }
     zt_free(x), zt_free(w1), zt_free(b1), zt_free(w2), zt_free(b2), zt_free(dy), zt_free(lnw);
     zt_free(lnb), zt_free(pre), zt_free(r1), zt_free(r2), zt_free(r3), zt_free(o1), zt_free(o2);
     zt_free(dw1), zt_free(dw2), zt_free(db1), zt_free(db2), zt_free(dx1), zt_free(dx2);
     zt_free(ln), zt_free(dbh1), zt_free(dbh2), zt_free(p16), zt_free(q16), zt_free(d16);
-    zt_free(e16), zt_free(m1), zt_free(s1), zt_free(m2), zt_free(s2);
+    zt_free(e16), zt_free(m1), zt_free(s1), zt_free(m2), zt_free(s2), zt_free(g16), zt_free(h16);
+    zt_free(gw1), zt_free(gw2), zt_free(gb1), zt_free(gb2);
     printf("mlp16 N=%d C=%d H=%d: bitwise the casts and the fp32 ops\n", N, C, H);
 }
 
