@@ -419,10 +419,14 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
     }
     /* res2 = x_in + attproj: dres is now d(res2) = d(attproj) = the residual part of d(x_in) */
     const zt_attn_home *h = a->home.qkv || a->home.out ? &a->home : NULL;
+    /* With both homes attproj's input gradient is written rounded (as autocast hands it to the
+     * attention's backward) into d_fch past where d(qkv) will go (d_btc2 room), and the
+     * attention reads it there */
+    void *dout16 = h && h->out && h->qkv ? s->d_fch + 3 * nC : NULL;
     mark(ops, k, "attproj_bwd");
     if (h && h->out) {
-        ops->matmul16_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, h->out,
-                               h->dtype, p->attprojw, N, C, C);
+        ops->matmul16_backward(k, s->d_btc2, dout16, g->attprojw, g->attprojb, dres, a->atty,
+                               h->out, h->dtype, p->attprojw, N, C, C);
     } else {
         ops->memset0(k, s->d_btc2, nC * sizeof(float));
         ops->matmul_backward(k, s->d_btc2, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N,
@@ -434,7 +438,7 @@ void zt_gpt2_block_backward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout 
          * and that writes its input gradient rounded past it, for LN1's backward (d_btc room) */
         void *dqkv16 = s->d_fch, *dln16 = s->d_fch + 2 * nC;
         mark(ops, k, "attn_bwd");
-        ops->attention_backward16(k, dqkv16, h->dtype, s->d_qkv, s->attn, s->d_btc2, a->qkv,
+        ops->attention_backward16(k, dqkv16, h->dtype, s->d_qkv, s->attn, s->d_btc2, dout16, a->qkv,
                                   a->atty, a->lse, h, B, T, C, NH);
         mark(ops, k, "ln1_qkv_bwd");
         ops->layernorm_matmul16_backward(k, s->d_btc, dln16, g->qkvw, g->qkvb, dqkv16, h->dtype,

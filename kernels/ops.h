@@ -153,15 +153,18 @@ typedef struct zt_ops {
      * its staging) instead of rounding an fp32 input. Unlike matmul_backward, matmul16_backward
      * WRITES dinp (dout @ weight: bitwise the product added into zeros, but for the sign of a
      * zero), so that the caller clears nothing and the GEMM reads no dinp; dweight and dbias
-     * accumulate. */
+     * accumulate. matmul16_backward's dinp16 (not NULL): dinp written rounded to dt16 there
+     * instead (the cast of the fp32 dinp; the cuda GEMM writes it itself), dinp then room: the
+     * attention output's gradient as autocast hands it to the attention's backward. */
     void (*matmul16_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *act /* (N,C) */,
                              const void *in16 /* (N,C) */, zt_dtype dt16,
                              const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
                              int C, int OC);
-    void (*matmul16_backward)(zt_kctx *ctx, float *dinp /* (N,C) */, float *dweight /* (OC,C) */,
-                              float *dbias /* (OC) */, const float *dout /* (N,OC) */,
-                              float *act /* (N,C) */, const void *in16 /* (N,C) */, zt_dtype dt16,
-                              const float *weight, int N, int C, int OC);
+    void (*matmul16_backward)(zt_kctx *ctx, float *dinp /* (N,C) */, void *dinp16 /* (N,C) */,
+                              float *dweight /* (OC,C) */, float *dbias /* (OC) */,
+                              const float *dout /* (N,OC) */, float *act /* (N,C) */,
+                              const void *in16 /* (N,C) */, zt_dtype dt16, const float *weight,
+                              int N, int C, int OC);
     /* pre = inp @ weight^T + bias (bias may be NULL), out = GELU(pre) as gelu_forward: the MLP's
      * first layer and its activation in one pass where the backend can (cuBLASLt's GELU
      * epilogue on cuda, which may round GELU differently; bitwise the two ops on cpu). The
@@ -298,12 +301,15 @@ typedef struct zt_ops {
      * `dqkv` (B,T,3C) is room (contents undefined on exit). Bitwise on cpu: zeros into dqkv,
      * attention_backward, the cast. The cuda backend's tensor-core kernels of dt16 write it
      * themselves where dQ comes from its own kernel (the bits of the cast; the other dQ
-     * variants sum in fp32 first). */
+     * variants sum in fp32 first). dout16 (not NULL): dout's values, rounded to dt16
+     * (matmul16_backward's dinp16), from which delta is computed too, as in autocast's
+     * attention backward; `dout` is then room (contents undefined on exit; on cpu bitwise the
+     * cast into it, then the op). The tensor-core kernels read dout16 itself. */
     void (*attention_backward16)(zt_kctx *ctx, void *dqkv16 /* (B,T,3C) */, zt_dtype dt16,
                                  float *dqkv /* (B,T,3C) */, float *scratch,
-                                 const float *dout /* (B,T,C) */, float *qkv, float *out,
-                                 const float *lse, const zt_attn_home *home, int B, int T, int C,
-                                 int NH);
+                                 float *dout /* (B,T,C) */, const void *dout16 /* (B,T,C) */,
+                                 float *qkv, float *out, const float *lse, const zt_attn_home *home,
+                                 int B, int T, int C, int NH);
 
     /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     void (*gelu_forward)(zt_kctx *ctx, float *out, const float *inp, size_t n);

@@ -212,12 +212,13 @@ static void cpu_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, fl
 }
 
 static void cpu_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, float *dqkv,
-                                     float *scratch, const float *dout, float *qkv, float *out,
-                                     const float *lse, const zt_attn_home *home, int B, int T,
-                                     int C, int NH)
+                                     float *scratch, float *dout, const void *dout16, float *qkv,
+                                     float *out, const float *lse, const zt_attn_home *home, int B,
+                                     int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     size_t n = (size_t)B * T * 3 * (size_t)C;
+    if (dout16) zt_cpu_cast(ctx, dout, ZT_F32, dout16, dt16, (size_t)B * T * (size_t)C);
     cpu_memset0(ctx, dqkv, n * sizeof(float));
     zt_cpu_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, home, B, T, C, NH);
     zt_cpu_cast(ctx, dqkv16, dt16, dqkv, ZT_F32, n);
@@ -259,13 +260,15 @@ static void cpu_matmul16_forward(zt_kctx *ctx, float *out, float *act, const voi
     zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
 }
 
-static void cpu_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
-                                  const float *dout, float *act, const void *in16, zt_dtype dt16,
-                                  const float *weight, int N, int C, int OC)
+static void cpu_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *dweight,
+                                  float *dbias, const float *dout, float *act, const void *in16,
+                                  zt_dtype dt16, const float *weight, int N, int C, int OC)
 {
-    if (dweight && N > 0 && C > 0) zt_cpu_cast(ctx, act, ZT_F32, in16, dt16, (size_t)N * (size_t)C);
-    if (dinp && N > 0 && C > 0) cpu_memset0(ctx, dinp, (size_t)N * (size_t)C * sizeof(float));
+    size_t nin = N > 0 && C > 0 ? (size_t)N * (size_t)C : 0;
+    if (dweight && nin) zt_cpu_cast(ctx, act, ZT_F32, in16, dt16, nin);
+    if (dinp && nin) cpu_memset0(ctx, dinp, nin * sizeof(float));
     zt_cpu_matmul_backward(ctx, dinp, dweight, dbias, dout, act, weight, N, C, OC);
+    if (dinp16 && dinp && nin) zt_cpu_cast(ctx, dinp16, dt16, dinp, ZT_F32, nin);
 }
 
 /* The ops, bitwise: GELU's output into inp, the product into zeros, then GELU' in place

@@ -349,14 +349,14 @@ extern "C" void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse,
 
 extern "C" void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16,
                                             float *scratch, size_t scratch_floats,
-                                            const float *dout, const float *qkv,
-                                            const uint16_t *home, const float *out,
-                                            const uint16_t *out16, const float *lse, int B, int T,
-                                            int C, int NH)
+                                            const float *dout, const uint16_t *dout16,
+                                            const float *qkv, const uint16_t *home,
+                                            const float *out, const uint16_t *out16,
+                                            const float *lse, int B, int T, int C, int NH)
 {
     if (ctx->mm == ZT_MM_BF16 || ctx->mm == ZT_MM_FP16) {
-        zt_cuda_attn_tc_backward(ctx, dqkv, dq16, scratch, scratch_floats, dout, qkv, home, out,
-                                 out16, lse, B, T, C, NH);
+        zt_cuda_attn_tc_backward(ctx, dqkv, dq16, scratch, scratch_floats, dout, dout16, qkv, home,
+                                 out, out16, lse, B, T, C, NH);
         return;
     }
     float scale = 1.0f / sqrtf((float)(C / NH));

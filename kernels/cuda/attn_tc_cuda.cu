@@ -717,22 +717,24 @@ static __global__ void __launch_bounds__(TC_THREADS, 4)
 }
 
 /* For the rows r = (b, h, i) of a run of sequences (dout and out at its first):
- * delta[r] = dO_i . out_i (fp32) over head h, and dO_i's 16-bit copy into d16 ((B, T, C), as
- * dout), one warp a row, each lane two of its 64 columns; out fp32 or E (the output's home).
- * The backward kernels read delta once per row instead of recomputing it for every key tile. */
-template <class E, class OT>
+ * delta[r] = dO_i . out_i (fp32) over head h, and where dout is fp32 dO_i's 16-bit copy into d16
+ * ((B, T, C), as dout), one warp a row, each lane two of its 64 columns; out fp32 or E (the
+ * output's home); dout fp32, or E (the kernels then read it in place: no copy). The backward
+ * kernels read delta once per row instead of recomputing it for every key tile. */
+template <class E, class OT, class DT = float>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_delta_kernel(float *delta, E *d16, const float *dout, const OT *out, int T, int NH,
-                    size_t rows)
+    tc_delta_kernel(float *delta, E *d16, const DT *dout, const OT *out, int T, int NH, size_t rows)
 {
     size_t r = (size_t)blockIdx.x * TC_WARPS + threadIdx.x / 32;
     int lane = (int)threadIdx.x % 32;
     if (r >= rows) return; /* the whole warp: no barrier follows */
     size_t i = r % (size_t)T, bh = r / (size_t)T, h = bh % (size_t)NH, b = bh / (size_t)NH;
     size_t off = (b * (size_t)T + i) * (size_t)NH * TC_HS + h * TC_HS;
-    float g0 = dout[off + lane], g1 = dout[off + 32 + lane];
-    d16[off + lane] = tc_round<E>(g0);
-    d16[off + 32 + lane] = tc_round<E>(g1);
+    float g0 = tc_get(dout[off + lane]), g1 = tc_get(dout[off + 32 + lane]);
+    if (d16) {
+        d16[off + lane] = tc_round<E>(g0);
+        d16[off + 32 + lane] = tc_round<E>(g1);
+    }
     float d = g0 * tc_get(out[off + lane]) + g1 * tc_get(out[off + 32 + lane]);
     d = zt_warp_sum(d);
     if (lane == 0) delta[r] = d;
@@ -1319,12 +1321,13 @@ static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, const E *q16, float *
     return true;
 }
 
-/* dq16 (NULL: none): the gradient written rounded there (only with dQ by its kernel) */
+/* dq16 (NULL: none): the gradient written rounded there (only with dQ by its kernel); dout16
+ * (NULL: none): dO in 16 bits, read in place (else rounded from dout into the run's copy) */
 template <class E>
 static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E *dq16,
-                        float *scratch, size_t scratch_floats, const float *dout, const float *qkv,
-                        const E *home, const float *out, const E *out16, const float *lse, int B,
-                        int T, int C, int NH)
+                        float *scratch, size_t scratch_floats, const float *dout, const E *dout16,
+                        const float *qkv, const E *home, const float *out, const E *out16,
+                        const float *lse, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     tc_run<E> run;
@@ -1348,7 +1351,14 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
             zt_cuda_stage_cast(ctx, (uint16_t *)run.qkv, ctx->mm, qkv + tok * 3 * C, nb * T, 3 * C,
                                3 * (size_t)C);
         unsigned dgrid = (unsigned)((rows + TC_WARPS - 1) / TC_WARPS);
-        if (out16)
+        const E *d16 = dout16 ? dout16 + tok * C : run.dout; /* the run's 16-bit dO */
+        if (dout16 && out16)
+            ZT_CUDA_LAUNCH(ctx, names[0], (tc_delta_kernel<E, E, E>), dgrid, TC_THREADS, run.delta,
+                           (E *)NULL, d16, out16 + tok * C, T, NH, rows);
+        else if (dout16)
+            ZT_CUDA_LAUNCH(ctx, names[0], (tc_delta_kernel<E, float, E>), dgrid, TC_THREADS,
+                           run.delta, (E *)NULL, d16, out + tok * C, T, NH, rows);
+        else if (out16)
             ZT_CUDA_LAUNCH(ctx, names[0], (tc_delta_kernel<E, E>), dgrid, TC_THREADS, run.delta,
                            run.dout, dout + tok * C, out16 + tok * C, T, NH, rows);
         else
@@ -1358,7 +1368,7 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
         a.dqkv = dqkv + tok * 3 * C;
         a.dq16 = dq16 ? dq16 + tok * 3 * C : NULL;
         a.qkv = q16;
-        a.dout = run.dout;
+        a.dout = d16;
         a.delta = run.delta;
         a.lse = lse + (size_t)b0 * NH * T;
         a.ds = run.ds;
@@ -1397,7 +1407,8 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
 }
 
 extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
-                                         size_t scratch_floats, const float *dout, const float *qkv,
+                                         size_t scratch_floats, const float *dout,
+                                         const uint16_t *dout16, const float *qkv,
                                          const uint16_t *home, const float *out,
                                          const uint16_t *out16, const float *lse, int B, int T,
                                          int C, int NH)
@@ -1419,10 +1430,12 @@ extern "C" void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq
         "attention_backward (fused dK dV dQ, bf16 mma.sync)",
         "attention_backward (fused dK dV, bf16 mma.sync, 2 blocks an SM)"};
     if (ctx->mm == ZT_MM_FP16)
-        tc_backward<__half>(ctx, fp16, dqkv, (__half *)dq16, scratch, scratch_floats, dout, qkv,
-                            (const __half *)home, out, (const __half *)out16, lse, B, T, C, NH);
+        tc_backward<__half>(ctx, fp16, dqkv, (__half *)dq16, scratch, scratch_floats, dout,
+                            (const __half *)dout16, qkv, (const __half *)home, out,
+                            (const __half *)out16, lse, B, T, C, NH);
     else
         tc_backward<__nv_bfloat16>(ctx, bf16, dqkv, (__nv_bfloat16 *)dq16, scratch, scratch_floats,
-                                   dout, qkv, (const __nv_bfloat16 *)home, out,
-                                   (const __nv_bfloat16 *)out16, lse, B, T, C, NH);
+                                   dout, (const __nv_bfloat16 *)dout16, qkv,
+                                   (const __nv_bfloat16 *)home, out, (const __nv_bfloat16 *)out16,
+                                   lse, B, T, C, NH);
 }

@@ -1068,18 +1068,20 @@ static void dinp_clear(zt_kctx *ctx, float *dinp, int N, int C)
         grad_clear(ctx, dinp, (size_t)N * (size_t)C, "clearing a linear layer's input gradient");
 }
 
-void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
-                               const float *dout, float *act, const void *in16, zt_dtype dt16,
-                               const float *weight, int N, int C, int OC)
+void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *dweight,
+                               float *dbias, const float *dout, float *act, const void *in16,
+                               zt_dtype dt16, const float *weight, int N, int C, int OC)
 {
     zt_cuda_afn f = {.kind = ZT_AFN_HOME16, .src16 = in16, .dtype = (int)dt16};
-    bwd16 h = {.set = true};
+    bwd16 h = {.dinp16 = dinp16, .set = true};
     if (in16_stageable(ctx, dt16) &&
         backward_staged(ctx, dinp, NULL, &f, &h, dweight, dbias, dout, act, weight, N, C, OC))
         return;
     if (dweight && N > 0 && C > 0) afn_fp32(ctx, act, &f, 0, N, C);
     dinp_clear(ctx, dinp, N, C);
     zt_cuda_matmul_backward(ctx, dinp, dweight, dbias, dout, act, weight, N, C, OC);
+    if (dinp16 && dinp && N > 0 && C > 0)
+        zt_cuda_cast(ctx, dinp16, (int)dt16, dinp, (int)ZT_F32, (size_t)N * (size_t)C);
 }
 
 /* The MLP with its 16-bit home (ops.h): fc's output rounded by the GEMM itself (a 16-bit D),
@@ -1312,10 +1314,12 @@ void zt_cuda_attention_forward(zt_kctx *ctx, float *out, float *lse, float *scra
 }
 
 /* attention_backward, or with dq16 (NULL: none) attention_backward16 by the tensor-core
- * kernels writing the rounded gradient there themselves */
+ * kernels writing the rounded gradient there themselves; with dout16 (NULL: none) those
+ * kernels read dO there (the caller has seen that they run, in its type, on aligned rows) */
 static void attention_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
-                               const float *dout, float *qkv, float *out, const float *lse,
-                               const zt_attn_home *home, int B, int T, int C, int NH)
+                               const float *dout, const uint16_t *dout16, float *qkv, float *out,
+                               const float *lse, const zt_attn_home *home, int B, int T, int C,
+                               int NH)
 {
     size_t n = (size_t)B * T * C;
     bool direct = attn_home_direct(ctx, B, T, C, NH, home);
@@ -1326,8 +1330,9 @@ static void attention_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float 
         zt_cuda_cast(ctx, out, (int)ZT_F32, home->out, (int)home->dtype, n);
     if (zt_cuda_attn_fused(ctx, B, T, C, NH))
         zt_cuda_attn_fused_backward(ctx, dqkv, dq16, scratch, zt_attention_scratch_floats(B, T, NH),
-                                    dout, qkv, direct ? (const uint16_t *)home->qkv : NULL, out,
-                                    direct ? (const uint16_t *)home->out : NULL, lse, B, T, C, NH);
+                                    dout, dout16, qkv, direct ? (const uint16_t *)home->qkv : NULL,
+                                    out, direct ? (const uint16_t *)home->out : NULL, lse, B, T, C,
+                                    NH);
     else
         attn_chunked_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
 }
@@ -1337,25 +1342,30 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
                                 int B, int T, int C, int NH)
 {
     if (!dqkv || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    attention_backward(ctx, dqkv, NULL, scratch, dout, qkv, out, lse, home, B, T, C, NH);
+    attention_backward(ctx, dqkv, NULL, scratch, dout, NULL, qkv, out, lse, home, B, T, C, NH);
 }
 
 /* The tensor-core kernels write the rounded gradient themselves where they run in dt16, dQ by
  * its own kernel (the others sum dQ in fp32 first) and dqkv16 is 4-byte aligned (their paired
- * stores); elsewhere the fp32 gradient from zeros in the room, then the cast. */
+ * stores); elsewhere the fp32 gradient from zeros in the room, then the cast. They read dout16
+ * in place where they run in its type and it is 16-byte aligned (their vector copies); else it
+ * is widened into dout first. */
 void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, float *dqkv,
-                                  float *scratch, const float *dout, float *qkv, float *out,
-                                  const float *lse, const zt_attn_home *home, int B, int T, int C,
-                                  int NH)
+                                  float *scratch, float *dout, const void *dout16, float *qkv,
+                                  float *out, const float *lse, const zt_attn_home *home, int B,
+                                  int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    if (zt_cuda_attn_fused(ctx, B, T, C, NH) && mm16_is(ctx, dt16) &&
-        ctx->attn_dq == ZT_ATTN_DQ_KERNEL && (uintptr_t)dqkv16 % 4 == 0) {
-        attention_backward(ctx, dqkv, dqkv16, scratch, dout, qkv, out, lse, home, B, T, C, NH);
+    bool tc = zt_cuda_attn_fused(ctx, B, T, C, NH) && mm16_is(ctx, dt16);
+    const uint16_t *d16 = tc && dout16 && (uintptr_t)dout16 % 16 == 0 ? dout16 : NULL;
+    if (dout16 && !d16)
+        zt_cuda_cast(ctx, dout, (int)ZT_F32, dout16, (int)dt16, (size_t)B * T * (size_t)C);
+    if (tc && ctx->attn_dq == ZT_ATTN_DQ_KERNEL && (uintptr_t)dqkv16 % 4 == 0) {
+        attention_backward(ctx, dqkv, dqkv16, scratch, dout, d16, qkv, out, lse, home, B, T, C, NH);
         return;
     }
     size_t n3 = (size_t)B * T * 3 * (size_t)C;
     if (!grad_clear(ctx, dqkv, n3, "clearing the attention's gradient")) return;
-    attention_backward(ctx, dqkv, NULL, scratch, dout, qkv, out, lse, home, B, T, C, NH);
+    attention_backward(ctx, dqkv, NULL, scratch, dout, d16, qkv, out, lse, home, B, T, C, NH);
     zt_cuda_cast(ctx, dqkv16, (int)dt16, dqkv, (int)ZT_F32, n3);
 }

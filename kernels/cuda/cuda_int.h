@@ -339,19 +339,22 @@ bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                                 size_t scratch_floats, const float *qkv, uint16_t *home,
                                 uint16_t *out16, int B, int T, int C, int NH);
+/* dout16 (NULL: none; only where the tensor-core kernels run): dO in their 16-bit type, read
+ * there instead of a copy rounded from dout (and delta from it) */
 void zt_cuda_attn_fused_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
-                                 size_t scratch_floats, const float *dout, const float *qkv,
-                                 const uint16_t *home, const float *out, const uint16_t *out16,
-                                 const float *lse, int B, int T, int C, int NH);
+                                 size_t scratch_floats, const float *dout, const uint16_t *dout16,
+                                 const float *qkv, const uint16_t *home, const float *out,
+                                 const uint16_t *out16, const float *lse, int B, int T, int C,
+                                 int NH);
 /* The same on tensor cores (attn_tc_cuda.cu), which the two above run for contexts whose
  * matmuls take 16-bit inputs: bf16 for ctx->mm ZT_MM_BF16, fp16 for ZT_MM_FP16. */
 void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                              size_t scratch_floats, const float *qkv, uint16_t *home,
                              uint16_t *out16, int B, int T, int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
-                              size_t scratch_floats, const float *dout, const float *qkv,
-                              const uint16_t *home, const float *out, const uint16_t *out16,
-                              const float *lse, int B, int T, int C, int NH);
+                              size_t scratch_floats, const float *dout, const uint16_t *dout16,
+                              const float *qkv, const uint16_t *home, const float *out,
+                              const uint16_t *out16, const float *lse, int B, int T, int C, int NH);
 /* Floats of scratch the tensor-core backward needs to work through runs of nseq sequences (the
  * 16-bit copies of their qkv and dout, delta; the forward needs less). */
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);

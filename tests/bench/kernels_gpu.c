@@ -325,7 +325,7 @@ int main(int argc, char **argv)
         double afl1 = 2.0 * N * C * C;
         TIME_IT(s, G->matmul16_forward(K, y, z, big, ZT_BF16, w, bias, (int)N, C, C));
         report_flops("matmul16_forward attproj", md, s, afl1);
-        TIME_IT(s, G->matmul16_backward(K, dx, dw, db, y, z, big, ZT_BF16, w, (int)N, C, C));
+        TIME_IT(s, G->matmul16_backward(K, dx, NULL, dw, db, y, z, big, ZT_BF16, w, (int)N, C, C));
         report_flops("matmul16_backward attproj", md, s, 2 * afl1);
         /* the MLP with fch in its 16-bit home, as bf16 jobs run it (next to matmul_forward fc,
          * gelu_matmul_forward fcproj, matmul_gelu_backward fcproj and matmul_backward fc):
@@ -384,9 +384,16 @@ int main(int argc, char **argv)
             TIME_IT(s, G->attention_backward(K, dqkv, scr, x, qkv, y, lse, &hq, B, T, C, NH));
             report_flops("attention_backward fused, qkv in its home", md, s, 2 * afl);
             /* and the gradient written in 16 bits (no fp32 dqkv for qkv's backward to round) */
-            TIME_IT(s, G->attention_backward16(K, mlp + 2 * NC, ZT_BF16, dqkv, scr, x, qkv, y, lse,
-                                               &hq, B, T, C, NH));
+            TIME_IT(s, G->attention_backward16(K, mlp + 2 * NC, ZT_BF16, dqkv, scr, x, NULL, qkv, y,
+                                               lse, &hq, B, T, C, NH));
             report_flops("attention_backward16 fused, qkv in its home", md, s, 2 * afl);
+            /* and dO in 16 bits (attproj's dinp16, as bf16 jobs run it): read in place, delta
+             * from it (z room) */
+            G->cast(K, mlp + 4 * NC, ZT_BF16, x, ZT_F32, NC);
+            TIME_IT(s, G->attention_backward16(K, mlp + 2 * NC, ZT_BF16, dqkv, scr, z, mlp + 4 * NC,
+                                               qkv, y, lse, &hq, B, T, C, NH));
+            report_flops("attention_backward16 fused, qkv in its home, dO in 16 bits", md, s,
+                         2 * afl);
         }
         for (size_t v = 0; v < N_KV_ATTN && MODES[md].dtype == ZT_BF16; v++) { /* beside them */
             char what[96];

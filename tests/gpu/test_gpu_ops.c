@@ -1528,8 +1528,8 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
             GPU->copy_d2h(c, wq, d_w, n3 * 2);
             GPU->copy_h2d(c, d_dqb, nan3, n3 * 4);
             l0 = EMU_LAUNCHES();
-            GPU->attention_backward16(c, d_g16, dt16, d_dqb, d_scr, d_dout, d_nanq, d_nano, d_lse,
-                                      &home, B, T, C, NH);
+            GPU->attention_backward16(c, d_g16, dt16, d_dqb, d_scr, d_dout, NULL, d_nanq, d_nano,
+                                      d_lse, &home, B, T, C, NH);
             unsigned long long l16 = EMU_LAUNCHES() - l0;
             gsync("attention_backward16");
             snprintf(what, sizeof(what), "attention_backward16 %s: the rounded gradient", tag);
@@ -1537,6 +1537,23 @@ static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool dir
             if (d16) check_bits(what, d_dqb, nan3, n3, 4);
             if (EMU_COUNTS && l16 != lh + (d16 ? 0 : 1))
                 ZT_FAIL("%s: %llu launches, %llu for attention_backward", what, l16, lh);
+            /* dO given rounded (dout16, skewed as the homes; dout NaN room): the bits of dout as
+             * its widened values (delta from them too), read in place where aligned */
+            char *o0 = dalloc(nC * 2 + 16);
+            void *d_do16 = o0 + skew;
+            float *d_dow = dalloc(nC * 4);
+            GPU->cast(c, d_do16, dt16, d_dout, ZT_F32, nC);
+            GPU->cast(c, d_dow, ZT_F32, d_do16, dt16, nC);
+            GPU->attention_backward16(c, d_g16, dt16, d_dqb, d_scr, d_dow, NULL, d_nanq, d_nano,
+                                      d_lse, &home, B, T, C, NH);
+            GPU->copy_d2h(c, wq, d_g16, n3 * 2);
+            GPU->copy_h2d(c, d_dow, nan3, nC * 4), GPU->copy_h2d(c, d_g16, nan3, n3 * 2);
+            GPU->attention_backward16(c, d_g16, dt16, d_dqb, d_scr, d_dow, d_do16, d_nanq, d_nano,
+                                      d_lse, &home, B, T, C, NH);
+            gsync("attention_backward16 of a 16-bit dO");
+            snprintf(what, sizeof(what), "attention_backward16 %s, dO in 16 bits", tag);
+            check_bits(what, d_g16, wq, n3, 2);
+            dfree(o0), dfree(d_dow);
         }
         printf("attention %s: ok\n", tag);
     }
@@ -1587,6 +1604,27 @@ static void test_attention_home(void)
         if (strcmp(ATTN_VARIANTS[v].dq, "atomic") != 0)
             attention_home_case(GV[v], ZT_BF16, ZT_BF16, true, !*ATTN_VARIANTS[v].dq, 0,
                                 ATTN_VARIANTS[v].label);
+}
+
+/* A 16-bit GPU buffer d against host want16 (type dt): bit for bit where exact, else within a
+ * unit in the last place of the type (a GEMM with a 16-bit output may sum in another order) */
+static void check16(const char *what, const void *d, const uint16_t *want16, zt_dtype dt, size_t n,
+                    bool exact)
+{
+    if (exact) {
+        check_bits(what, d, want16, n, 2);
+        return;
+    }
+    uint16_t *g16 = zt_malloc(n * 2 + 2);
+    float *got = kc_falloc(n), *want = kc_falloc(n);
+    if (!g16) ZT_FAIL("out of memory");
+    GPU->copy_d2h(GC, g16, d, n * 2);
+    gsync(what);
+    CPU->cast(CC, got, ZT_F32, g16, dt, n);
+    CPU->cast(CC, want, ZT_F32, want16, dt, n);
+    double *w = kc_widen(want, n);
+    kc_check_close(what, got, w, n, dt == ZT_BF16 ? 1.6e-2 : 2e-3, 1e-3);
+    zt_free(w), zt_free(got), zt_free(want), zt_free(g16);
 }
 
 /* matmul16_forward and _backward (a 16-bit input: an attention output's home) give the bits
@@ -1651,8 +1689,8 @@ static void test_matmul16(void)
         GPU->memset0(GC, d_db1, (size_t)OC * 4), GPU->memset0(GC, d_db2, (size_t)OC * 4);
         GPU->copy_h2d(GC, d_act, nan, NC * 4);
         GPU->matmul_backward(GC, d_dx1, d_dw1, d_db1, d_dy, d_xr, d_w, N, C, OC);
-        GPU->matmul16_backward(GC, d_dx2, d_dw2, d_db2, d_dy, d_act, d_x16, cases[t].dt, d_w, N, C,
-                               OC);
+        GPU->matmul16_backward(GC, d_dx2, NULL, d_dw2, d_db2, d_dy, d_act, d_x16, cases[t].dt, d_w,
+                               N, C, OC);
         GPU->copy_d2h(GC, h_dx, d_dx1, NC * 4);
         GPU->copy_d2h(GC, h_dw, d_dw1, WC * 4);
         GPU->copy_d2h(GC, h_db, d_db1, (size_t)OC * 4);
@@ -1663,6 +1701,24 @@ static void test_matmul16(void)
         check_bits(what, d_dw2, h_dw, WC, 4);
         check_bits(what, d_db2, h_db, (size_t)OC, 4);
         if (cases[t].copied & 2) check_bits(what, d_act, nan, NC, 4);
+        /* dx written rounded (dinp16 over NaN, dx room): the rounding of the fp32 dx (within an
+         * ulp on a GPU, whose 16-bit GEMM may be another kernel) */
+        void *d_r16 = dalloc(NC * 2), *d_h16 = dalloc(NC * 2);
+        uint16_t *hr16 = zt_malloc(NC * 2 + 2);
+        if (!hr16) ZT_FAIL("out of memory");
+        GPU->cast(GC, d_r16, cases[t].dt, d_dx1, ZT_F32, NC);
+        GPU->copy_d2h(GC, hr16, d_r16, NC * 2);
+        GPU->copy_h2d(GC, d_h16, nan, NC * 2), GPU->copy_h2d(GC, d_dx2, nan, NC * 4);
+        GPU->matmul16_backward(GC, d_dx2, d_h16, NULL, NULL, d_dy, d_act, d_x16, cases[t].dt, d_w,
+                               N, C, OC);
+        char what16[224];
+        snprintf(what16, sizeof(what16), "%s, 16-bit dx", what);
+#ifdef ZT_TEST_EMU
+        check16(what16, d_h16, hr16, cases[t].dt, NC, true);
+#else
+        check16(what16, d_h16, hr16, cases[t].dt, NC, false);
+#endif
+        dfree(d_r16), dfree(d_h16), zt_free(hr16);
         printf("%s: ok\n", what);
         dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_dy), dfree(d_xr), dfree(d_act), dfree(d_o1);
         dfree(d_o2), dfree(d_dx1), dfree(d_dx2), dfree(d_dw1), dfree(d_dw2), dfree(d_db1);
@@ -1672,27 +1728,6 @@ static void test_matmul16(void)
         GPU->ctx_destroy(GC);
     }
     GC = keep;
-}
-
-/* A 16-bit GPU buffer d against host want16 (type dt): bit for bit where exact, else within a
- * unit in the last place of the type (a GEMM with a 16-bit output may sum in another order) */
-static void check16(const char *what, const void *d, const uint16_t *want16, zt_dtype dt, size_t n,
-                    bool exact)
-{
-    if (exact) {
-        check_bits(what, d, want16, n, 2);
-        return;
-    }
-    uint16_t *g16 = zt_malloc(n * 2 + 2);
-    float *got = kc_falloc(n), *want = kc_falloc(n);
-    if (!g16) ZT_FAIL("out of memory");
-    GPU->copy_d2h(GC, g16, d, n * 2);
-    gsync(what);
-    CPU->cast(CC, got, ZT_F32, g16, dt, n);
-    CPU->cast(CC, want, ZT_F32, want16, dt, n);
-    double *w = kc_widen(want, n);
-    kc_check_close(what, got, w, n, dt == ZT_BF16 ? 1.6e-2 : 2e-3, 1e-3);
-    zt_free(w), zt_free(got), zt_free(want), zt_free(g16);
 }
 
 /* The MLP's ops with its 16-bit home (fch) against the casts and the fp32 ops on the same
@@ -2056,9 +2091,9 @@ void zt_cuda_attn_tc_forward(zt_kctx *ctx, float *out, float *lse, float *scratc
                              size_t scratch_floats, const float *qkv, uint16_t *home,
                              uint16_t *out16, int B, int T, int C, int NH);
 void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *scratch,
-                              size_t scratch_floats, const float *dout, const float *qkv,
-                              const uint16_t *home, const float *out, const uint16_t *out16,
-                              const float *lse, int B, int T, int C, int NH);
+                              size_t scratch_floats, const float *dout, const uint16_t *dout16,
+                              const float *qkv, const uint16_t *home, const float *out,
+                              const uint16_t *out16, const float *lse, int B, int T, int C, int NH);
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
 
 /* The tensor-core kernels work through as many sequences at a time as the scratch holds the
@@ -2100,8 +2135,12 @@ static void test_attention_tc_runs(void)
     GPU->memset0(GC, d_dq, n3 * 4);
     GPU->attention_backward(GC, d_dq, d_scr, d_dout, d_qkv, d_or, d_lse, NULL, B, T, C, NH);
     GPU->copy_d2h(GC, want_h, d_dq, n3 * 4);
-    uint16_t *d_g16 = dalloc(n3 * 2), *wg16 = zt_malloc(n3 * 2);
-    ASSERT_TRUE(wg16);
+    uint16_t *d_g16 = dalloc(n3 * 2), *wg16 = zt_malloc(n3 * 2), *wgd16 = zt_malloc(n3 * 2);
+    uint16_t *d_do16 = dalloc(nC * 2);
+    float *d_dow = dalloc(nC * 4);
+    ASSERT_TRUE(wg16 && wgd16);
+    GPU->cast(GC, d_do16, ZT_BF16, d_dout, ZT_F32, nC);
+    GPU->cast(GC, d_dow, ZT_F32, d_do16, ZT_BF16, nC);
     GPU->cast(GC, d_g16, ZT_BF16, d_dq, ZT_F32, n3);
     GPU->copy_d2h(GC, wg16, d_g16, n3 * 2);
     gsync("attention, one run");
@@ -2120,23 +2159,33 @@ static void test_attention_tc_runs(void)
             check_bits("attention forward in runs of two sequences (out's home)", o16, wo16, nC, 2);
         }
         GPU->memset0(GC, d_dq, n3 * 4);
-        zt_cuda_attn_tc_backward(GC, d_dq, NULL, d_scr + off % 2, small, d_dout,
+        zt_cuda_attn_tc_backward(GC, d_dq, NULL, d_scr + off % 2, small, d_dout, NULL,
                                  home ? d_nan : d_qkv, home, o16 ? d_nan : d_out, o16, d_lse, B, T,
                                  C, NH);
         check_bits("attention backward in runs of two sequences", d_dq, o16 ? want_h : want, n3, 4);
         if (!home) continue;
         /* the gradient written rounded (each run's part): the cast of the fp32 one */
         GPU->memset0(GC, d_g16, n3 * 2);
-        zt_cuda_attn_tc_backward(GC, d_nan, d_g16, d_scr + off % 2, small, d_dout, d_nan, home,
-                                 d_nan, o16, d_lse, B, T, C, NH);
+        zt_cuda_attn_tc_backward(GC, d_nan, d_g16, d_scr + off % 2, small, d_dout, NULL, d_nan,
+                                 home, d_nan, o16, d_lse, B, T, C, NH);
         check_bits("attention backward in runs of two sequences, 16-bit", d_g16, wg16, n3, 2);
+        /* dO in 16 bits, each run's rows read in place (dout NaN): the bits of one run with
+         * dout its widened values */
+        zt_cuda_attn_tc_backward(GC, d_nan, d_g16, d_scr, nS, d_dow, NULL, d_nan, home, d_nan, o16,
+                                 d_lse, B, T, C, NH);
+        GPU->copy_d2h(GC, wgd16, d_g16, n3 * 2);
+        GPU->memset0(GC, d_g16, n3 * 2);
+        zt_cuda_attn_tc_backward(GC, d_nan, d_g16, d_scr + off % 2, small, d_nan, d_do16, d_nan,
+                                 home, d_nan, o16, d_lse, B, T, C, NH);
+        check_bits("attention backward in runs of two sequences, dO in 16 bits", d_g16, wgd16, n3,
+                   2);
     }
     /* room for less than one sequence: an error, and nothing written */
     zt_kctx *ec = ctx_with_mm("bf16");
     GPU->memset0(GC, d_dq, n3 * 4);
     gsync("attention, zeros");
     zt_cuda_attn_tc_backward(ec, d_dq, NULL, d_scr, zt_cuda_attn_tc_floats(1, T, C, NH) - 4, d_dout,
-                             d_qkv, NULL, d_out, NULL, d_lse, B, T, C, NH);
+                             NULL, d_qkv, NULL, d_out, NULL, d_lse, B, T, C, NH);
     zt_err err;
     zt_err_clear(&err);
     ASSERT_EQ_INT(GPU->sync(ec, &err), ZT_ERR_INVALID);
@@ -2148,6 +2197,7 @@ static void test_attention_tc_runs(void)
     check_bits("attention backward refused", d_dq, zero, n3, 4);
     dfree(d_qkv), dfree(d_dout), dfree(d_out), dfree(d_lse), dfree(d_scr), dfree(d_dq);
     dfree(d_home), dfree(d_nan), dfree(d_ho), dfree(d_or), dfree(d_g16), zt_free(wg16);
+    dfree(d_do16), dfree(d_dow), zt_free(wgd16);
     GPU->ctx_destroy(GC);
     GC = keep;
     zt_free(qkv), zt_free(dout), zt_free(want), zt_free(want_out), zt_free(want_lse), zt_free(zero);

@@ -303,8 +303,9 @@ static void test_matmul16(int N, int C, int OC)
     float *out = kc_falloc(NO), *out2 = kc_falloc(NO), *dx = kc_falloc(NC), *dx2 = kc_falloc(NC);
     float *dw = kc_falloc(WC), *dw2 = kc_falloc(WC), *db = kc_falloc((size_t)OC);
     float *db2 = kc_falloc((size_t)OC);
-    uint16_t *x16 = zt_malloc(NC * 2 + 2);
-    ASSERT_TRUE(x16 != NULL);
+    uint16_t *x16 = zt_malloc(NC * 2 + 2), *r16 = zt_malloc(NC * 2 + 2),
+             *h16 = zt_malloc(NC * 2 + 2);
+    ASSERT_TRUE(x16 && r16 && h16);
     static const zt_dtype types[] = {ZT_BF16, ZT_F16};
     for (int ti = 0; ti < 2; ti++) {
         OPS->cast(CTX, x16, types[ti], x, ZT_F32, NC);
@@ -322,17 +323,22 @@ static void test_matmul16(int N, int C, int OC)
         memset(dx2, 0xff, NC * 4), memset(dw2, 0, WC * 4), memset(db2, 0, (size_t)OC * 4);
         memset(act2, 0xff, NC * 4);
         OPS->matmul_backward(CTX, dx, dw, db, dout, act, w, N, C, OC);
-        OPS->matmul16_backward(CTX, dx2, dw2, db2, dout, act2, x16, types[ti], w, N, C, OC);
+        OPS->matmul16_backward(CTX, dx2, NULL, dw2, db2, dout, act2, x16, types[ti], w, N, C, OC);
         ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0 && memcmp(dw, dw2, WC * 4) == 0 &&
                     memcmp(db, db2, (size_t)OC * 4) == 0);
         memset(dx2, 0xff, NC * 4);
         memset(act2, 0xff, NC * 4);
-        OPS->matmul16_backward(CTX, dx2, NULL, NULL, dout, act2, x16, types[ti], w, N, C, OC);
+        OPS->matmul16_backward(CTX, dx2, NULL, NULL, NULL, dout, act2, x16, types[ti], w, N, C, OC);
         ASSERT_TRUE(memcmp(dx, dx2, NC * 4) == 0);
+        /* dx written rounded (dinp16 over NaN, dx room): the cast of the fp32 dx */
+        OPS->cast(CTX, r16, types[ti], dx, ZT_F32, NC);
+        memset(h16, 0xff, NC * 2), memset(dx2, 0xff, NC * 4);
+        OPS->matmul16_backward(CTX, dx2, h16, NULL, NULL, dout, act2, x16, types[ti], w, N, C, OC);
+        ASSERT_TRUE(memcmp(r16, h16, NC * 2) == 0);
     }
     zt_free(x), zt_free(w), zt_free(bias), zt_free(dout), zt_free(act), zt_free(act2);
     zt_free(out), zt_free(out2), zt_free(dx), zt_free(dx2), zt_free(dw), zt_free(dw2);
-    zt_free(db), zt_free(db2), zt_free(x16);
+    zt_free(db), zt_free(db2), zt_free(x16), zt_free(r16), zt_free(h16);
     printf("matmul16 N=%d C=%d OC=%d: bitwise cast then the ops\n", N, C, OC);
 }
 
@@ -854,10 +860,10 @@ static void test_attention(int B, int T, int C, int NH)
      * out rounded through them */
     static const zt_dtype types[] = {ZT_BF16, ZT_F16};
     uint16_t *hq = zt_malloc(NQ * 2), *ho = zt_malloc(NO * 2), *wq = zt_malloc(NQ * 2);
-    uint16_t *wo = zt_malloc(NO * 2), *hg = zt_malloc(NQ * 2);
+    uint16_t *wo = zt_malloc(NO * 2), *hg = zt_malloc(NQ * 2), *do16 = zt_malloc(NO * 2);
     float *out2 = kc_falloc(NO), *lse2 = kc_falloc(NL), *qr = kc_falloc(NQ), *gh = kc_falloc(NQ);
-    float *orr = kc_falloc(NO);
-    ASSERT_TRUE(hq && ho && wq && wo && hg);
+    float *orr = kc_falloc(NO), *dow = kc_falloc(NO);
+    ASSERT_TRUE(hq && ho && wq && wo && hg && do16);
     for (size_t ti = 0; ti < 2; ti++) {
         for (int which = 1; which <= 3; which++) { /* 1 qkv, 2 out, 3 both */
             zt_dtype dt = types[ti];
@@ -924,13 +930,27 @@ static void test_attention(int B, int T, int C, int NH)
         OPS->cast(CTX, wq, dt, gf, ZT_F32, NQ);
         for (size_t i = 0; i < NQ; i++)
             gh[i] = NAN;
-        OPS->attention_backward16(CTX, hg, dt, gh, scratch, dout, qr, orr, lse, &home, B, T, C, NH);
+        OPS->attention_backward16(CTX, hg, dt, gh, scratch, dout, NULL, qr, orr, lse, &home, B, T,
+                                  C, NH);
         if (memcmp(hg, wq, NQ * 2) != 0)
             ZT_FAIL("attention_backward16 with %s homes: not the rounded gradient",
                     zt_dtype_name(dt));
+        /* dO given rounded (dout16; dout NaN room): the same with dout its widened values */
+        OPS->cast(CTX, do16, dt, dout, ZT_F32, NO);
+        OPS->cast(CTX, dow, ZT_F32, do16, dt, NO);
+        memset(gf, 0, NQ * sizeof(float));
+        OPS->attention_backward(CTX, gf, scratch, dow, qr, orr, lse, &home, B, T, C, NH);
+        OPS->cast(CTX, wq, dt, gf, ZT_F32, NQ);
+        for (size_t i = 0; i < NO; i++)
+            dow[i] = NAN;
+        OPS->attention_backward16(CTX, hg, dt, gh, scratch, dow, do16, qr, orr, lse, &home, B, T, C,
+                                  NH);
+        if (memcmp(hg, wq, NQ * 2) != 0)
+            ZT_FAIL("attention_backward16 of a %s dO: not that of its widened values",
+                    zt_dtype_name(dt));
     }
     zt_free(hq), zt_free(ho), zt_free(wq), zt_free(wo), zt_free(out2), zt_free(lse2);
-    zt_free(qr), zt_free(gh), zt_free(orr), zt_free(hg);
+    zt_free(qr), zt_free(gh), zt_free(orr), zt_free(hg), zt_free(do16), zt_free(dow);
 
     zt_free(qkv), zt_free(out), zt_free(lse), zt_free(qkv_d), zt_free(out_d), zt_free(att_d);
     zt_free(lse_d), zt_free(dout), zt_free(scratch), zt_free(dqkv), zt_free(dout_d);
@@ -1352,6 +1372,9 @@ static void test_table_and_memory(void)
     CHECK_FN(layernorm_forward);
     CHECK_FN(residual_layernorm_forward);
     CHECK_FN(layernorm_backward);
+    CHECK_FN(layernorm_backward16);
+    CHECK_FN(mark);
+    CHECK_FN(marks_take);
     CHECK_FN(matmul_forward);
     CHECK_FN(matmul_backward);
     CHECK_FN(matmul16_forward);
