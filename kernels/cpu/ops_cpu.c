@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "cpu_int.h"
 
 #define ZT_CPU_ALIGN 256
@@ -88,9 +88,7 @@ static void cpu_ctx_destroy(zt_kctx *ctx)
 static void cpu_mark(zt_kctx *ctx, const char *label)
 {
     if (!ctx->optimes) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    double now = (double)zt_now_ns() * 1e-6;
     if (ctx->mark_label) zt_optimes_add(&ctx->times, ctx->mark_label, now - ctx->mark_ms);
     ctx->mark_label = label;
     ctx->mark_ms = now;

@@ -10,17 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "kernels/ops.h"
 #include "tests/test.h"
 
 static double oc_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return (double)zt_now_ns() * 1e-6;
 }
 
 /* a context of ops created with ZT_OP_TIMES=value (NULL: unset); the log it wrote into log */
