@@ -55,7 +55,7 @@ static zt_dtype mm_dtype(int mm16)
     return mm16 == ZT_MM_FP16 ? ZT_F16 : ZT_BF16;
 }
 
-static int dtype_mm(zt_dtype dt)
+int zt_cuda_dtype_mm(zt_dtype dt)
 {
     return dt == ZT_BF16 ? ZT_MM_BF16 : dt == ZT_F16 ? ZT_MM_FP16 : ZT_MM_FP32;
 }
@@ -572,7 +572,7 @@ static void afn_stage(zt_kctx *ctx, uint16_t *dst, const zt_cuda_afn *f, int ld,
         zt_cuda_stage_gelu(ctx, dst, ctx->mm, f->src + (size_t)m0 * ld + k0, mn, kn, (size_t)ld);
     else if (f->kind == ZT_AFN_GELU16)
         zt_cuda_stage_gelu16(ctx, dst, ctx->mm, (const uint16_t *)f->src16 + (size_t)m0 * ld + k0,
-                             dtype_mm((zt_dtype)f->dtype), mn, kn, (size_t)ld);
+                             zt_cuda_dtype_mm((zt_dtype)f->dtype), mn, kn, (size_t)ld);
     else
         zt_cuda_stage_layernorm(ctx, dst, ctx->mm, f->mean ? f->mean + m0 : NULL,
                                 f->rstd ? f->rstd + m0 : NULL, f->src + (size_t)m0 * ld, f->w, f->b,

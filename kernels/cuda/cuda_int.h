@@ -230,6 +230,9 @@ void zt_cuda_layernorm_backward(zt_kctx *ctx, float *dinp, float *dweight, float
 /* The same of a dout of mm16's type (ZT_MM_BF16 or ZT_MM_FP16), read widened (the bits of the
  * widening cast then zt_cuda_layernorm_backward); false (nothing queued) where C is past what
  * the one-pass kernel takes or no parameter gradient is wanted: the caller widens it. */
+/* The zt_cuda_mm of a parameter type: ZT_MM_BF16 for ZT_BF16, ZT_MM_FP16 for ZT_F16, else
+ * ZT_MM_FP32 */
+int zt_cuda_dtype_mm(zt_dtype dt);
 bool zt_cuda_layernorm_backward16(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                   const uint16_t *dout, int mm16, const float *inp,
                                   const float *weight, const float *mean, const float *rstd, int N,

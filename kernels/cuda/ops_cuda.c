@@ -466,9 +466,9 @@ static void cuda_layernorm_backward16(zt_kctx *ctx, float *dinp, float *dweight,
                                       const float *inp, const float *weight, const float *mean,
                                       const float *rstd, int N, int C)
 {
-    int mm16 = dt16 == ZT_BF16 ? ZT_MM_BF16 : dt16 == ZT_F16 ? ZT_MM_FP16 : -1;
-    if (mm16 >= 0 && zt_cuda_layernorm_backward16(ctx, dinp, dweight, dbias, dout16, mm16, inp,
-                                                  weight, mean, rstd, N, C))
+    int mm16 = zt_cuda_dtype_mm(dt16);
+    if (mm16 != ZT_MM_FP32 && zt_cuda_layernorm_backward16(ctx, dinp, dweight, dbias, dout16, mm16,
+                                                           inp, weight, mean, rstd, N, C))
         return;
     if (N > 0 && C > 0)
         zt_cuda_cast(ctx, dact, (int)ZT_F32, dout16, (int)dt16, (size_t)N * (size_t)C);
@@ -638,10 +638,7 @@ void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *d
 
 static void cuda_set_matmul_dtype(zt_kctx *ctx, zt_dtype dtype)
 {
-    int mm = ctx->mm_env >= 0   ? ctx->mm_env
-             : dtype == ZT_BF16 ? ZT_MM_BF16
-             : dtype == ZT_F16  ? ZT_MM_FP16
-                                : ZT_MM_FP32;
+    int mm = ctx->mm_env >= 0 ? ctx->mm_env : zt_cuda_dtype_mm(dtype);
     if (mm != ctx->mm)
         ZT_INFO("kernels", "GPU %d: matmuls with %s inputs (%s parameters%s)", ctx->device,
                 zt_cuda_mm_name(mm), zt_dtype_name(dtype),
