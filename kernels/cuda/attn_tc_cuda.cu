@@ -1266,6 +1266,14 @@ static void tc_forward(zt_kctx *ctx, const char *const names[3], float *out, flo
                        int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
+    if (ctx->attn_cudnn && home && out16) { /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn) */
+        if (qkv)
+            zt_cuda_stage_cast(ctx, (uint16_t *)home, ctx->mm, qkv, B * T, 3 * C, 3 * (size_t)C);
+        if (zt_cuda_dnn_forward(ctx, (uint16_t *)out16, lse, (const uint16_t *)home, B, T, C, NH,
+                                scratch, scratch_floats * sizeof(float)))
+            return;
+        qkv = NULL; /* in its home now */
+    }
     tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_FWD);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
@@ -1341,6 +1349,11 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
                      gemm ? "GEMM" : "atomics");
         return;
     }
+    if (ctx->attn_cudnn && home && out16 && dout16 && dq16 &&
+        zt_cuda_dnn_backward(ctx, (uint16_t *)dq16, (const uint16_t *)dout16,
+                             (const uint16_t *)home, (const uint16_t *)out16, lse, B, T, C, NH,
+                             scratch, scratch_floats * sizeof(float)))
+        return; /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn) */
     if (gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS);
     if (!gemm || run.n < 1) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {

@@ -134,6 +134,8 @@ struct zt_kctx {
                        * ZT_ATTN_FWD_MMA4: at 4 blocks an SM), or 0 */
     int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default;
                        * ZT_ATTN_BWD_MMA2: its dK dV kernel at 2 blocks an SM), or 0 */
+    int attn_cudnn;   /* ZT_CUDA_ATTN=cudnn: cuDNN's fused attention where it can run */
+    struct zt_dnn *dnn; /* its handle and plans (attn_cudnn.c), made at first use */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
 
@@ -358,6 +360,32 @@ void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *
                               size_t scratch_floats, const float *dout, const uint16_t *dout16,
                               const float *qkv, const uint16_t *home, const float *out,
                               const uint16_t *out16, const float *lse, int B, int T, int C, int NH);
+/* cuDNN's fused attention (attn_cudnn.c), for contexts with attn_cudnn, in place of the
+ * tensor-core kernels where the tensors have their 16-bit homes: forward reads qkv16 (B,T,3C)
+ * and writes out16 (B,T,C) and lse (B,NH,T); backward WRITES the gradient of qkv rounded into
+ * dq16 (B,T,3C) from dout16, qkv16, out16 and lse. Both take the op's scratch (bytes long) as
+ * cuDNN's workspace, in runs of sequences where it does not hold all B. false (nothing queued;
+ * the reason reported once per context) where cuDNN cannot run it: not loadable, no plan for
+ * the shape, misaligned tensors, a head size other than 64. A failure of cuDNN's execution is
+ * recorded on ctx. */
+bool zt_cuda_dnn_forward(zt_kctx *ctx, uint16_t *out16, float *lse, const uint16_t *qkv16, int B,
+                         int T, int C, int NH, void *scratch, size_t bytes);
+bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
+                          const uint16_t *qkv16, const uint16_t *out16, const float *lse, int B,
+                          int T, int C, int NH, void *scratch, size_t bytes);
+/* cuDNN executions on ctx so far (tests: whether it ran) */
+unsigned long long zt_cuda_dnn_runs(const zt_kctx *ctx);
+/* Frees ctx->dnn (ctx_destroy) */
+void zt_cuda_dnn_free(zt_kctx *ctx);
+/* Whether this build has cuDNN's headers (else ZT_CUDA_ATTN=cudnn warns and is ignored) */
+bool zt_cuda_dnn_built(void);
+/* Without a GPU: whether cuDNN accepts the forward (bwd false) or backward graph of n sequences
+ * of T tokens, NH heads of 64 (bf16, or fp16) on the device whose properties prop_json gives
+ * (cuDNN's JSON of them) and compiles its kernels: true, the plan's workspace in *ws, where an
+ * engine's plan is made, or only its loading failed for want of a driver; else false, why. */
+bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, int T, int NH,
+                            int64_t *ws, char *why, size_t cap);
+
 /* Floats of scratch the tensor-core backward needs to work through runs of nseq sequences (the
  * 16-bit copies of their qkv and dout, delta; the forward needs less). */
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);

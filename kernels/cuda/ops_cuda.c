@@ -118,11 +118,26 @@ static int mm_from_env(void)
 static int attn_fused_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_ATTN");
-    if (!s || !*s) return ZT_CUDA_ATTN_AUTO;
+    if (!s || !*s || strcmp(s, "cudnn") == 0) return ZT_CUDA_ATTN_AUTO;
     if (strcmp(s, "chunked") == 0) return 0;
     if (strcmp(s, "fused") == 0) return 1;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN=%s: expected 'fused' or 'chunked'", s);
+    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN=%s: expected 'fused', 'chunked' or 'cudnn'", s);
     return ZT_CUDA_ATTN_AUTO;
+}
+
+/* ZT_CUDA_ATTN=cudnn: as unset, but where the tensor-core kernels would run on the tensors'
+ * 16-bit homes, cuDNN's fused attention runs instead (attn_cudnn.c; not yet measured against
+ * them; dQ's last bits vary from run to run, as cuDNN sums it). A build without cuDNN's headers
+ * warns and runs the kernels. */
+static int attn_cudnn_from_env(void)
+{
+    const char *s = getenv("ZT_CUDA_ATTN");
+    if (!s || strcmp(s, "cudnn") != 0) return 0;
+    if (zt_cuda_dnn_built()) return 1;
+    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN=cudnn: this build has no cuDNN (its headers were "
+                       "not found next to the CUDA toolkit's); the attention runs on zerotrain's "
+                       "own kernels");
+    return 0;
 }
 
 /* ZT_CUDA_ATTN_DQ: how the tensor-core attention's backward gets dQ: "kernel" (unset or empty:
@@ -202,6 +217,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->mm_env = mm_from_env();
     ctx->mm = ctx->mm_env >= 0 ? ctx->mm_env : ZT_MM_FP32;
     ctx->attn_fused = attn_fused_from_env();
+    ctx->attn_cudnn = attn_cudnn_from_env();
     ctx->attn_dq = attn_dq_from_env();
     ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD", false);
     ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD", true);
@@ -303,6 +319,7 @@ static void cuda_ctx_destroy(zt_kctx *ctx)
     if (!ctx) return;
     if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
     if (ctx->lt) cublasLtDestroy(ctx->lt);
+    zt_cuda_dnn_free(ctx);
     cudaFree(ctx->lt_ws);
     cudaFree(ctx->scratch);
     cudaFree(ctx->red_dev);

@@ -2096,6 +2096,128 @@ void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *
                               const uint16_t *out16, const float *lse, int B, int T, int C, int NH);
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
 
+/* kernels/cuda/attn_cudnn.c (cuda_int.h) */
+bool zt_cuda_dnn_built(void);
+unsigned long long zt_cuda_dnn_runs(const zt_kctx *ctx);
+
+/* One shape on the ZT_CUDA_ATTN=cudnn context c in dt: the forward with both homes and the
+ * backward writing the 16-bit gradient from a 16-bit dO (the engine's bf16 and fp16 path)
+ * against the CPU's fp32 op, within the tensor-core kernels' bounds (attention_case); cuDNN
+ * must have run both (two executions or more: runs of sequences where the scratch is short).
+ * false, nothing checked, where cuDNN did not run and the log says it cannot be loaded. */
+static bool attention_cudnn_case(zt_kctx *c, zt_dtype dt, int B, int T, int C, int NH)
+{
+    char what[160];
+    size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
+    size_t nS = zt_attention_scratch_floats(B, T, NH);
+    double rtol = dt == ZT_BF16 ? 0.1 : 0.05, rms = dt == ZT_BF16 ? 2e-2 : 1e-2;
+    zt_kctx *keep = GC;
+    GC = c;
+    GPU->set_matmul_dtype(c, dt);
+    float *qkv = kc_frandn(n3, 1.0), *dout = kc_frandn(nC, 1.0), *nan3 = kc_falloc(n3);
+    float *out = kc_falloc(nC), *lse = kc_falloc(nL), *dq = kc_falloc(n3), *scr = kc_falloc(nS);
+    for (size_t i = 0; i < n3; i++)
+        nan3[i] = NAN;
+    float *nanS = kc_falloc(nS);
+    for (size_t i = 0; i < nS; i++)
+        nanS[i] = NAN;
+    CPU->attention_forward(CC, out, lse, scr, qkv, NULL, B, T, C, NH);
+    CPU->attention_backward(CC, dq, scr, dout, qkv, out, lse, NULL, B, T, C, NH);
+    float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_scr = upf(nanS, nS);
+    float *d_room = upf(nan3, n3), *d_nanq = upf(nan3, n3), *d_nano = upf(nan3, nC);
+    float *d_lse = dalloc(nL * 4), *d_w = dalloc(n3 * 4);
+    void *d_hq = dalloc(n3 * 2), *d_ho = dalloc(nC * 2), *d_g16 = dalloc(n3 * 2);
+    void *d_do16 = dalloc(nC * 2);
+    GPU->cast(c, d_do16, dt, d_dout, ZT_F32, nC);
+    zt_attn_home home = {d_hq, d_ho, dt, false};
+    unsigned long long r0 = zt_cuda_dnn_runs(c);
+    GPU->attention_forward(c, d_nano, d_lse, d_scr, d_qkv, &home, B, T, C, NH);
+    GPU->attention_backward16(c, d_g16, dt, d_room, d_scr, d_nano, d_do16, d_nanq, d_nano, d_lse,
+                              &home, B, T, C, NH);
+    gsync("attention by cuDNN");
+    unsigned long long runs = zt_cuda_dnn_runs(c) - r0;
+    bool ran = runs >= 2;
+    if (ran) {
+        snprintf(what, sizeof(what), "attention_forward cuDNN %s out B=%d T=%d C=%d NH=%d",
+                 zt_dtype_name(dt), B, T, C, NH);
+        GPU->cast(c, d_w, ZT_F32, d_ho, dt, nC);
+        check_f(what, d_w, out, nC, rtol, 1e-6);
+        check_rms(what, d_w, out, NULL, nC, rms);
+        snprintf(what, sizeof(what), "attention_forward cuDNN %s lse B=%d T=%d C=%d NH=%d",
+                 zt_dtype_name(dt), B, T, C, NH);
+        check_f(what, d_lse, lse, nL, rtol, 1e-2);
+        snprintf(what, sizeof(what), "attention_backward16 cuDNN %s dqkv B=%d T=%d C=%d NH=%d",
+                 zt_dtype_name(dt), B, T, C, NH);
+        GPU->cast(c, d_w, ZT_F32, d_g16, dt, n3);
+        check_f(what, d_w, dq, n3, rtol, 1e-6);
+        check_rms(what, d_w, dq, NULL, n3, rms);
+        printf("attention by cuDNN %s B=%d T=%d C=%d NH=%d (%llu executions): ok\n",
+               zt_dtype_name(dt), B, T, C, NH, runs);
+    }
+    dfree(d_qkv), dfree(d_dout), dfree(d_scr), dfree(d_room), dfree(d_nanq), dfree(d_nano);
+    dfree(d_lse), dfree(d_w), dfree(d_hq), dfree(d_ho), dfree(d_g16), dfree(d_do16);
+    zt_free(qkv), zt_free(dout), zt_free(nan3), zt_free(out), zt_free(lse), zt_free(dq);
+    zt_free(scr), zt_free(nanS);
+    GPU->set_matmul_dtype(c, ZT_F32);
+    GC = keep;
+    return ran;
+}
+
+/* ZT_CUDA_ATTN=cudnn (kernels/cuda/attn_cudnn.c). Without the homes the kernels run: the bits
+ * of unset. A build without cuDNN's headers (the emulation's) warns that it ignores the value.
+ * With them, on a GPU: cuDNN's forward and backward against the CPU in bf16 and fp16, at a
+ * short shape, a length no tile divides, and GPT-2's heads; a GPU machine whose cuDNN cannot be
+ * loaded says so and skips those (the log's reason printed). */
+static void test_attention_cudnn(void)
+{
+    size_t nC = (size_t)AE_B * AE_T * AE_C;
+    size_t n = nC * 4 + (size_t)AE_B * AE_NH * AE_T;
+    float *qkv = kc_frandn(3 * nC, 1.0), *dout = kc_frandn(nC, 1.0);
+    float *unset = kc_falloc(n), *res = kc_falloc(n);
+    char log[4096];
+    attention_env_run("ZT_CUDA_ATTN", NULL, qkv, dout, unset, log, sizeof(log));
+    attention_env_run("ZT_CUDA_ATTN", "cudnn", qkv, dout, res, log, sizeof(log));
+    if (memcmp(res, unset, n * sizeof(float)) != 0)
+        ZT_FAIL("ZT_CUDA_ATTN=cudnn without homes: not the bits of the kernels");
+    zt_free(qkv), zt_free(dout), zt_free(unset), zt_free(res);
+    if (!zt_cuda_dnn_built()) {
+        ASSERT_CONTAINS(log, "ignoring ZT_CUDA_ATTN=cudnn");
+        ASSERT_CONTAINS(log, "no cuDNN");
+        printf("ZT_CUDA_ATTN=cudnn without cuDNN's headers: warned and ignored, ok\n");
+        return;
+    }
+    ASSERT_TRUE(strstr(log, "ignoring") == NULL);
+    FILE *f = tmpfile();
+    ASSERT_TRUE(f != NULL);
+    zt_log_set_file(f);
+    setenv("ZT_CUDA_ATTN", "cudnn", 1);
+    zt_kctx *c = NULL;
+    zt_err err;
+    zt_status st = GPU->ctx_create(&c, 0, &err);
+    unsetenv("ZT_CUDA_ATTN");
+    bool ran = st == ZT_OK && attention_cudnn_case(c, ZT_BF16, 2, 128, 128, 2);
+    zt_log_set_file(stderr);
+    rewind(f);
+    size_t got = fread(log, 1, sizeof(log) - 1, f);
+    log[got] = '\0';
+    fclose(f);
+    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_ATTN=cudnn: %s", zt_err_msg(&err));
+    if (!ran) {
+        if (!strstr(log, "cannot load")) {
+            GPU->ctx_destroy(c);
+            ZT_FAIL("ZT_CUDA_ATTN=cudnn: cuDNN did not run the attention: %s", log);
+        }
+        printf("SKIP attention by cuDNN: this machine's cuDNN cannot be loaded: %s", log);
+        GPU->ctx_destroy(c);
+        return;
+    }
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_F16, 2, 128, 128, 2));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 3, 37, 128, 2));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 2, 1024, 768, 12));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_F16, 2, 1024, 768, 12));
+    GPU->ctx_destroy(c);
+}
+
 /* The tensor-core kernels work through as many sequences at a time as the scratch holds the
  * 16-bit copies (and deltas) of: with room for two, five sequences go in runs of 2, 2, 1 and
  * give the bits of one run of all five (the op's full scratch), forward and backward, also
@@ -2628,6 +2750,7 @@ int main(void)
     ZT_TEST_RUN(test_attention_misaligned());
 #if defined(ZT_TEST_EMU) || defined(ZT_TEST_CUDA)
     ZT_TEST_RUN(test_attention_tc_runs());
+    ZT_TEST_RUN(test_attention_cudnn());
 #endif
     ZT_TEST_RUN(test_gelu_residual(1));
     ZT_TEST_RUN(test_gelu_residual(1000));

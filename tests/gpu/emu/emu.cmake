@@ -10,6 +10,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   add_library(zt_kernels_emu STATIC
               ${ZT_EMU_CPU_SRC} ${CMAKE_SOURCE_DIR}/kernels/ops_common.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/ops_cuda.c ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_cuda.c
+              ${CMAKE_SOURCE_DIR}/kernels/cuda/attn_cudnn.c
               ${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
               ${ZT_EMU_DIR}/attn_cuda_emu.cpp ${ZT_EMU_DIR}/attn_tc_cuda_emu.cpp
               ${ZT_EMU_DIR}/emu_sched.c ${ZT_EMU_DIR}/emu_runtime.c ${ZT_EMU_DIR}/emu_cublaslt.c)

@@ -1,0 +1,875 @@
+/* zerotrain: causal attention by cuDNN's fused scaled-dot-product attention (ZT_CUDA_ATTN=cudnn).
+ *
+ * cuDNN has no single "attention" call on Hopper: its fused flash-attention engines are found by
+ * matching an operation graph of matmuls, pointwise ops and reductions written in its backend
+ * (graph) API, the graph the cuDNN frontend library writes for an SDPA node. This file writes
+ * that graph in C for zerotrain's layout (qkv (B, T, 3C) with the heads side by side, so Q, K
+ * and V are strided views of one tensor; out and dO (B, T, C); lse (B, NH, T), natural log of
+ * the sum of exp of the scaled scores, which is cuDNN's "Stats"), asks cuDNN's heuristics for an
+ * engine and keeps the execution plan per shape.
+ *
+ * The library is opened with dlopen, as cuBLASLt is (cublaslt_dl.c): nothing links it, and a
+ * process that never asks for it never loads its ~400 MiB of engines. The plans can also be
+ * built without a GPU, for device properties given as cuDNN's JSON (zt_cuda_dnn_plan_check):
+ * that is how the tests on machines without a GPU see that cuDNN accepts the graphs on sm_90.
+ *
+ * Forward:  S = Q K^T scale, masked to -inf above the diagonal; Stats = max + log(sum exp(S -
+ *           max)); O = (exp(S - max) / sum) V, P rounded to the 16-bit type before the product.
+ * Backward: softmax_sum = rowsum(dO * O); P = exp(S - Stats); dV = P^T dO; dS = P (dO V^T -
+ *           softmax_sum) scale; dK = dS^T Q; dQ = dS K (accumulated in fp32 in the workspace).
+ * The dQ sum is cuDNN's: its order, so dQ's last bits, can differ from run to run. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_int.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+#ifdef ZT_HAVE_CUDNN
+#include <cudnn_graph.h>
+
+/* ---- the library, opened once per process ---- */
+
+#define ZT_DNN_FUNCS(X)                                                                            \
+    X(cudnnGetVersion)                                                                             \
+    X(cudnnCreate)                                                                                 \
+    X(cudnnDestroy)                                                                                \
+    X(cudnnSetStream)                                                                              \
+    X(cudnnGetErrorString)                                                                         \
+    X(cudnnGetLastErrorString)                                                                     \
+    X(cudnnBackendCreateDescriptor)                                                                \
+    X(cudnnBackendDestroyDescriptor)                                                               \
+    X(cudnnBackendSetAttribute)                                                                    \
+    X(cudnnBackendGetAttribute)                                                                    \
+    X(cudnnBackendFinalize)                                                                        \
+    X(cudnnBackendExecute)
+
+static struct {
+#define ZT_DNN_PTR(name) __typeof__(name) *name;
+    ZT_DNN_FUNCS(ZT_DNN_PTR)
+#undef ZT_DNN_PTR
+} dnn;
+
+static pthread_once_t dnn_once = PTHREAD_ONCE_INIT;
+static char dnn_error[512];
+static int dnn_ok;
+
+#define ZT_DNN_STR2(x) #x
+#define ZT_DNN_STR(x) ZT_DNN_STR2(x)
+#define ZT_DNN_SONAME "libcudnn.so." ZT_DNN_STR(CUDNN_MAJOR)
+/* the backend version whose graph this file writes (the SDPA engines of 9.x take it) */
+#define ZT_DNN_MIN_VERSION 90000
+
+static void dnn_open(void)
+{
+    void *h = dlopen(ZT_DNN_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(dnn_error, sizeof(dnn_error), "cannot load %s: %s", ZT_DNN_SONAME, dlerror());
+        return;
+    }
+    void *sym;
+#define ZT_DNN_SYM(name)                                                                           \
+    sym = dlsym(h, #name);                                                                         \
+    memcpy(&dnn.name, &sym, sizeof(sym));                                                          \
+    if (!sym) {                                                                                    \
+        snprintf(dnn_error, sizeof(dnn_error), "%s has no %s (a cuDNN older than %d?)",            \
+                 ZT_DNN_SONAME, #name, CUDNN_MAJOR);                                               \
+        return;                                                                                    \
+    }
+    ZT_DNN_FUNCS(ZT_DNN_SYM)
+#undef ZT_DNN_SYM
+    size_t v = dnn.cudnnGetVersion();
+    if (v < ZT_DNN_MIN_VERSION) {
+        snprintf(dnn_error, sizeof(dnn_error), "%s is version %zu; the attention needs %d or later",
+                 ZT_DNN_SONAME, v, ZT_DNN_MIN_VERSION);
+        return;
+    }
+    dnn_ok = 1;
+}
+
+static bool dnn_load(char *why, size_t cap)
+{
+    pthread_once(&dnn_once, dnn_open);
+    if (!dnn_ok) snprintf(why, cap, "%s", dnn_error);
+    return dnn_ok;
+}
+
+/* ---- building a graph: every descriptor made is kept for the plan's life ---- */
+
+#define ZT_DNN_MADE 160
+#define ZT_DNN_OPS 48
+
+typedef struct dnn_g {
+    cudnnBackendDescriptor_t made[ZT_DNN_MADE];
+    cudnnBackendDescriptor_t ops[ZT_DNN_OPS];
+    int nmade, nops;
+    int64_t vuid;   /* the next virtual tensor's id */
+    int64_t engine; /* the plan's engine (cuDNN's global index), -1 none */
+    char err[640];  /* the first failure ("" none) */
+} dnn_g;
+
+static void g_fail(dnn_g *g, cudnnStatus_t s, const char *what)
+{
+    if (g->err[0]) return;
+    char last[384];
+    dnn.cudnnGetLastErrorString(last, sizeof(last));
+    snprintf(g->err, sizeof(g->err), "%s: %s%s%s", what, dnn.cudnnGetErrorString(s),
+             last[0] ? ": " : "", last);
+}
+
+static cudnnBackendDescriptor_t g_new(dnn_g *g, cudnnBackendDescriptorType_t t, const char *what)
+{
+    if (g->err[0]) return NULL;
+    if (g->nmade == ZT_DNN_MADE) {
+        snprintf(g->err, sizeof(g->err), "%s: more than %d descriptors", what, ZT_DNN_MADE);
+        return NULL;
+    }
+    cudnnBackendDescriptor_t d = NULL;
+    cudnnStatus_t s = dnn.cudnnBackendCreateDescriptor(t, &d);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        g_fail(g, s, what);
+        return NULL;
+    }
+    g->made[g->nmade++] = d;
+    return d;
+}
+
+static void g_set(dnn_g *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                  cudnnBackendAttributeType_t t, int64_t n, const void *v, const char *what)
+{
+    if (g->err[0] || !d) return;
+    cudnnStatus_t s = dnn.cudnnBackendSetAttribute(d, a, t, n, v);
+    if (s != CUDNN_STATUS_SUCCESS) g_fail(g, s, what);
+}
+
+static void g_fin(dnn_g *g, cudnnBackendDescriptor_t d, const char *what)
+{
+    if (g->err[0] || !d) return;
+    cudnnStatus_t s = dnn.cudnnBackendFinalize(d);
+    if (s != CUDNN_STATUS_SUCCESS) g_fail(g, s, what);
+}
+
+static void g_free(dnn_g *g)
+{
+    if (!g) return;
+    for (int i = g->nmade - 1; i >= 0; i--)
+        dnn.cudnnBackendDestroyDescriptor(g->made[i]);
+    free(g);
+}
+
+enum { T_VIRT = 1, T_BYVAL = 2 };
+
+/* A 4-d tensor; uid 0 takes the next virtual id */
+static cudnnBackendDescriptor_t g_tensor(dnn_g *g, int64_t uid, cudnnDataType_t dt,
+                                         const int64_t dim[4], const int64_t str[4], int flags)
+{
+    cudnnBackendDescriptor_t d = g_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor descriptor");
+    if (!uid) uid = g->vuid++;
+    bool virt = flags & T_VIRT, byval = flags & T_BYVAL;
+    int64_t align = 16;
+    g_set(g, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor type");
+    g_set(g, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, "tensor dimensions");
+    g_set(g, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, "tensor strides");
+    g_set(g, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor id");
+    g_set(g, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
+    g_set(g, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual");
+    if (byval)
+        g_set(g, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval,
+              "tensor by value");
+    g_fin(g, d, "finalizing a tensor");
+    return d;
+}
+
+/* A virtual tensor of the same shape as one of the graph's: its dims and strides given */
+static cudnnBackendDescriptor_t g_virt(dnn_g *g, cudnnDataType_t dt, const int64_t dim[4],
+                                       const int64_t str[4])
+{
+    return g_tensor(g, 0, dt, dim, str, T_VIRT);
+}
+
+/* A float scalar passed by value at execution (its uid's data pointer is a host float) */
+static cudnnBackendDescriptor_t g_scalar(dnn_g *g, int64_t uid)
+{
+    static const int64_t one[4] = {1, 1, 1, 1};
+    return g_tensor(g, uid, CUDNN_DATA_FLOAT, one, one, T_BYVAL);
+}
+
+static void g_op(dnn_g *g, cudnnBackendDescriptor_t op, const char *what)
+{
+    g_fin(g, op, what);
+    if (g->err[0]) return;
+    if (g->nops == ZT_DNN_OPS) {
+        snprintf(g->err, sizeof(g->err), "%s: more than %d operations", what, ZT_DNN_OPS);
+        return;
+    }
+    g->ops[g->nops++] = op;
+}
+
+/* y = mode(x, b, t) (b, t NULL where the mode takes fewer); axis >= 0 for GEN_INDEX; prec the
+ * type it computes in */
+static void g_pw(dnn_g *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, int64_t axis,
+                 cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                 cudnnBackendDescriptor_t y)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    cudnnBackendDescriptor_t pw = g_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "a pointwise");
+    g_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+    g_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise type");
+    if (axis >= 0)
+        g_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pointwise axis");
+    g_fin(g, pw, "finalizing a pointwise");
+    cudnnBackendDescriptor_t op =
+        g_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "a pointwise operation");
+    g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, D, 1, &pw, "pointwise desc");
+    g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, D, 1, &x, "pointwise x");
+    if (b) g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, D, 1, &b, "pointwise b");
+    if (t) g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, D, 1, &t, "pointwise t");
+    g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, D, 1, &y, "pointwise y");
+    g_op(g, op, "finalizing a pointwise operation");
+}
+
+/* c = a b over the last two dimensions, in fp32 */
+static void g_mm(dnn_g *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                 cudnnBackendDescriptor_t c)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    cudnnDataType_t f = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t mm = g_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "a matmul");
+    g_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "matmul type");
+    g_fin(g, mm, "finalizing a matmul");
+    cudnnBackendDescriptor_t op =
+        g_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "a matmul operation");
+    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, D, 1, &mm, "matmul desc");
+    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, D, 1, &a, "matmul a");
+    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, D, 1, &b, "matmul b");
+    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, D, 1, &c, "matmul c");
+    g_op(g, op, "finalizing a matmul operation");
+}
+
+/* y = the reduction of x over the dimensions where y has 1, in fp32 */
+static void g_red(dnn_g *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                  cudnnBackendDescriptor_t y)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    cudnnDataType_t f = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t r = g_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "a reduction");
+    g_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode,
+          "reduction mode");
+    g_set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "reduction type");
+    g_fin(g, r, "finalizing a reduction");
+    cudnnBackendDescriptor_t op =
+        g_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "a reduction operation");
+    g_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, D, 1, &r, "reduction desc");
+    g_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, D, 1, &x, "reduction x");
+    g_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, D, 1, &y, "reduction y");
+    g_op(g, op, "finalizing a reduction operation");
+}
+
+/* y = x seen with y's dimensions and strides (a transpose) */
+static void g_reshape(dnn_g *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    cudnnBackendDescriptor_t op =
+        g_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "a reshape operation");
+    g_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, D, 1, &x, "reshape x");
+    g_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, D, 1, &y, "reshape y");
+    g_op(g, op, "finalizing a reshape operation");
+}
+
+/* ---- the two graphs ---- */
+
+/* tensor ids: the variant pack names the real tensors by these */
+enum {
+    U_Q = 1,
+    U_K,
+    U_V,
+    U_O,
+    U_STATS,
+    U_SCALE,
+    U_NEGINF,
+    U_DO,
+    U_DQ,
+    U_DK,
+    U_DV,
+    U_ONE,
+    U_SUM,
+    U_DQACC,
+    U_VIRTUAL = 100
+};
+
+/* The shapes of n sequences of T tokens, NH heads of 64 (qkv (n, T, 3C), C = 64 NH) */
+typedef struct dnn_shape {
+    int64_t q[4], qs[4];   /* Q, V, dQ, dV: (n, NH, T, 64) in qkv */
+    int64_t kt[4], kts[4]; /* K^T, V^T: (n, NH, 64, T) in qkv */
+    int64_t o[4], os[4];   /* O, dO: (n, NH, T, 64) in (n, T, C) */
+    int64_t s[4], ss[4];   /* scores (n, NH, T, T) */
+    int64_t st[4], sts[4]; /* scores transposed: (n, NH, T keys, T queries) */
+    int64_t r[4], rs[4];   /* a value per row: (n, NH, T, 1) */
+    int64_t qf[4], qfs[4]; /* dQ's fp32 sum: (n, NH, T, 64), packed */
+} dnn_shape;
+
+static dnn_shape dnn_shape_of(int64_t n, int64_t T, int64_t NH)
+{
+    int64_t C = 64 * NH, C3 = 3 * C;
+    dnn_shape s = {
+        .q = {n, NH, T, 64},
+        .qs = {T * C3, 64, C3, 1},
+        .kt = {n, NH, 64, T},
+        .kts = {T * C3, 64, 1, C3},
+        .o = {n, NH, T, 64},
+        .os = {T * C, 64, C, 1},
+        .s = {n, NH, T, T},
+        .ss = {NH * T * T, T * T, T, 1},
+        .st = {n, NH, T, T},
+        .sts = {NH * T * T, T * T, 1, T},
+        .r = {n, NH, T, 1},
+        .rs = {NH * T, T, 1, 1},
+        .qf = {n, NH, T, 64},
+        .qfs = {NH * T * 64, T * 64, 64, 1},
+    };
+    return s;
+}
+
+/* S scaled and masked (the key after the query: -inf), as the frontend's SDPA node writes it:
+ * row and column indices, row >= column, a select */
+static cudnnBackendDescriptor_t g_scores(dnn_g *g, const dnn_shape *h, cudnnBackendDescriptor_t q,
+                                         cudnnBackendDescriptor_t kt,
+                                         cudnnBackendDescriptor_t scale)
+{
+    const cudnnDataType_t F = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t s = g_virt(g, F, h->s, h->ss);
+    g_mm(g, q, kt, s);
+    cudnnBackendDescriptor_t s2 = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, s, scale, NULL, s2);
+    cudnnBackendDescriptor_t row = g_virt(g, CUDNN_DATA_INT32, h->s, h->ss);
+    cudnnBackendDescriptor_t col = g_virt(g, CUDNN_DATA_INT32, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_GEN_INDEX, F, 2, s2, NULL, NULL, row);
+    g_pw(g, CUDNN_POINTWISE_GEN_INDEX, F, 3, s2, NULL, NULL, col);
+    cudnnBackendDescriptor_t keep = g_virt(g, CUDNN_DATA_BOOLEAN, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, -1, row, col, NULL, keep);
+    cudnnBackendDescriptor_t s3 = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_BINARY_SELECT, F, -1, s2, g_scalar(g, U_NEGINF), keep, s3);
+    return s3;
+}
+
+static void g_forward(dnn_g *g, cudnnDataType_t io, const dnn_shape *h)
+{
+    const cudnnDataType_t F = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t q = g_tensor(g, U_Q, io, h->q, h->qs, 0);
+    cudnnBackendDescriptor_t kt = g_tensor(g, U_K, io, h->kt, h->kts, 0);
+    cudnnBackendDescriptor_t v = g_tensor(g, U_V, io, h->q, h->qs, 0);
+    cudnnBackendDescriptor_t o = g_tensor(g, U_O, io, h->o, h->os, 0);
+    cudnnBackendDescriptor_t stats = g_tensor(g, U_STATS, F, h->r, h->rs, 0);
+    cudnnBackendDescriptor_t s = g_scores(g, h, q, kt, g_scalar(g, U_SCALE));
+    cudnnBackendDescriptor_t m = g_virt(g, F, h->r, h->rs);
+    g_red(g, CUDNN_REDUCE_TENSOR_MAX, s, m);
+    cudnnBackendDescriptor_t d = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_SUB, F, -1, s, m, NULL, d);
+    cudnnBackendDescriptor_t e = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_EXP, F, -1, d, NULL, NULL, e);
+    cudnnBackendDescriptor_t z = g_virt(g, F, h->r, h->rs);
+    g_red(g, CUDNN_REDUCE_TENSOR_ADD, e, z);
+    cudnnBackendDescriptor_t lz = g_virt(g, F, h->r, h->rs);
+    g_pw(g, CUDNN_POINTWISE_LOG, F, -1, z, NULL, NULL, lz);
+    g_pw(g, CUDNN_POINTWISE_ADD, F, -1, m, lz, NULL, stats);
+    cudnnBackendDescriptor_t p = g_virt(g, io, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_DIV, F, -1, e, z, NULL, p);
+    g_mm(g, p, v, o);
+}
+
+static void g_backward(dnn_g *g, cudnnDataType_t io, const dnn_shape *h)
+{
+    const cudnnDataType_t F = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t q = g_tensor(g, U_Q, io, h->q, h->qs, 0);
+    cudnnBackendDescriptor_t kt = g_tensor(g, U_K, io, h->kt, h->kts, 0);
+    cudnnBackendDescriptor_t vt = g_tensor(g, U_V, io, h->kt, h->kts, 0);
+    cudnnBackendDescriptor_t o = g_tensor(g, U_O, io, h->o, h->os, 0);
+    cudnnBackendDescriptor_t dout = g_tensor(g, U_DO, io, h->o, h->os, 0);
+    cudnnBackendDescriptor_t stats = g_tensor(g, U_STATS, F, h->r, h->rs, 0);
+    cudnnBackendDescriptor_t dq = g_tensor(g, U_DQ, io, h->q, h->qs, 0);
+    cudnnBackendDescriptor_t dk = g_tensor(g, U_DK, io, h->q, h->qs, 0);
+    cudnnBackendDescriptor_t dv = g_tensor(g, U_DV, io, h->q, h->qs, 0);
+    cudnnBackendDescriptor_t scale = g_scalar(g, U_SCALE);
+    /* softmax_sum = rowsum(dO * O), a real tensor in the workspace */
+    cudnnBackendDescriptor_t doo = g_virt(g, F, h->o, h->os);
+    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, dout, o, NULL, doo);
+    cudnnBackendDescriptor_t rs = g_virt(g, F, h->r, h->rs);
+    g_red(g, CUDNN_REDUCE_TENSOR_ADD, doo, rs);
+    cudnnBackendDescriptor_t sum = g_tensor(g, U_SUM, F, h->r, h->rs, 0);
+    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, rs, g_scalar(g, U_ONE), NULL, sum);
+    /* P = exp(S - Stats); dV = P^T dO */
+    cudnnBackendDescriptor_t s = g_scores(g, h, q, kt, scale);
+    cudnnBackendDescriptor_t d = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_SUB, F, -1, s, stats, NULL, d);
+    cudnnBackendDescriptor_t p = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_EXP, F, -1, d, NULL, NULL, p);
+    cudnnBackendDescriptor_t pt = g_virt(g, io, h->st, h->sts);
+    g_reshape(g, p, pt);
+    g_mm(g, pt, dout, dv);
+    /* dS = P (dO V^T - softmax_sum) scale; dK = dS^T Q */
+    cudnnBackendDescriptor_t dp = g_virt(g, F, h->s, h->ss);
+    g_mm(g, dout, vt, dp);
+    cudnnBackendDescriptor_t dp2 = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_SUB, F, -1, dp, sum, NULL, dp2);
+    cudnnBackendDescriptor_t ds = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, dp2, p, NULL, ds);
+    cudnnBackendDescriptor_t ds2 = g_virt(g, F, h->s, h->ss);
+    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, ds, scale, NULL, ds2);
+    cudnnBackendDescriptor_t dst = g_virt(g, io, h->st, h->sts);
+    g_reshape(g, ds2, dst);
+    g_mm(g, dst, q, dk);
+    /* dQ = dS K, summed in fp32 (the workspace), then written in io */
+    cudnnBackendDescriptor_t k = g_virt(g, F, h->q, h->qs);
+    g_reshape(g, kt, k);
+    cudnnBackendDescriptor_t acc = g_tensor(g, U_DQACC, F, h->qf, h->qfs, 0);
+    g_mm(g, ds2, k, acc);
+    g_pw(g, CUDNN_POINTWISE_IDENTITY, F, -1, acc, NULL, NULL, dq);
+}
+
+/* The graph finalized, cuDNN's heuristics asked, and the first engine configuration that
+ * finalizes as a plan kept (its workspace in *ws); handle NULL: without a GPU, for the device
+ * properties prop, where a plan whose kernels compiled but could not be loaded (no driver)
+ * counts (not executable: for zt_cuda_dnn_plan_check). NULL with g->err set where none does. */
+static cudnnBackendDescriptor_t g_plan(dnn_g *g, cudnnHandle_t handle,
+                                       cudnnBackendDescriptor_t prop, int64_t *ws)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    cudnnBackendDescriptor_t og =
+        g_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "the operation graph");
+    g_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, D, g->nops, g->ops, "the graph's operations");
+    if (handle)
+        g_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
+              "the graph's handle");
+    g_fin(g, og, "finalizing the operation graph");
+    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    char tried[480] = "";
+    for (int mi = 0; mi < 2 && !g->err[0]; mi++) {
+        cudnnBackendDescriptor_t heur =
+            g_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the heuristics query");
+        g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, D, 1, &og, "the heuristics' graph");
+        g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[mi],
+              "the heuristics' mode");
+        if (prop)
+            g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, D, 1, &prop, "the heuristics' device");
+        g_fin(g, heur, "finalizing the heuristics query");
+        int64_t count = 0;
+        if (!g->err[0]) {
+            cudnnStatus_t st = dnn.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, D,
+                                                            0, &count, NULL);
+            if (st != CUDNN_STATUS_SUCCESS) g_fail(g, st, "counting the heuristics' results");
+        }
+        if (count > 8) count = 8;
+        cudnnBackendDescriptor_t cfg[8];
+        for (int64_t i = 0; i < count; i++)
+            cfg[i] = g_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine configuration");
+        int64_t got = 0;
+        if (count > 0 && !g->err[0]) {
+            cudnnStatus_t st = dnn.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, D,
+                                                            count, &got, cfg);
+            if (st != CUDNN_STATUS_SUCCESS) g_fail(g, st, "reading the heuristics' results");
+        }
+        for (int64_t i = 0; i < got && !g->err[0]; i++) {
+            cudnnBackendDescriptor_t plan =
+                g_new(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
+            if (handle)
+                g_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
+                      "the plan's handle");
+            g_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1, &cfg[i],
+                  "the plan's engine");
+            if (g->err[0]) break;
+            cudnnStatus_t st = dnn.cudnnBackendFinalize(plan);
+            /* without a GPU (prop) the kernels compile but cannot be loaded: that plan counts */
+            bool compiled = prop && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
+            if (st == CUDNN_STATUS_SUCCESS || compiled) {
+                cudnnBackendDescriptor_t eng =
+                    g_new(g, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "the plan's engine");
+                int64_t got1 = 0;
+                g->engine = -1;
+                if (eng && dnn.cudnnBackendGetAttribute(cfg[i], CUDNN_ATTR_ENGINECFG_ENGINE, D, 1,
+                                                        &got1, &eng) == CUDNN_STATUS_SUCCESS)
+                    (void)dnn.cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                                       CUDNN_TYPE_INT64, 1, &got1, &g->engine);
+                *ws = 0;
+                st = compiled
+                         ? dnn.cudnnBackendGetAttribute(cfg[i], CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE,
+                                                        CUDNN_TYPE_INT64, 1, NULL, ws)
+                         : dnn.cudnnBackendGetAttribute(plan,
+                                                        CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                        CUDNN_TYPE_INT64, 1, NULL, ws);
+                if (st != CUDNN_STATUS_SUCCESS) g_fail(g, st, "the plan's workspace size");
+                return g->err[0] ? NULL : plan;
+            }
+            if (!tried[0]) { /* the first refusal says most */
+                char last[384];
+                dnn.cudnnGetLastErrorString(last, sizeof(last));
+                snprintf(tried, sizeof(tried), "%s%s%s", dnn.cudnnGetErrorString(st),
+                         last[0] ? ": " : "", last);
+            }
+        }
+    }
+    if (!g->err[0])
+        snprintf(g->err, sizeof(g->err), "no cuDNN engine runs this graph%s%s",
+                 tried[0] ? "; the first refused: " : "", tried);
+    return NULL;
+}
+
+/* ---- plans per shape, per context ---- */
+
+#define ZT_DNN_PLANS 8
+
+typedef struct dnn_plan {
+    int bwd, fp16, n, T, NH; /* the shape it runs */
+    dnn_g *g;                /* its descriptors; NULL where building it failed */
+    cudnnBackendDescriptor_t plan;
+    int64_t ws; /* bytes of workspace it asks */
+} dnn_plan;
+
+struct zt_dnn {
+    cudnnHandle_t handle;
+    dnn_plan plans[ZT_DNN_PLANS];
+    int nplans, next;
+    unsigned long long runs; /* executions so far (zt_cuda_dnn_runs) */
+    bool warned;             /* a fallback to the kernels was reported */
+    bool broken;             /* the library or the handle failed: the kernels from now on */
+};
+
+void zt_cuda_dnn_free(zt_kctx *ctx)
+{
+    struct zt_dnn *d = ctx->dnn;
+    if (!d) return;
+    for (int i = 0; i < d->nplans; i++)
+        g_free(d->plans[i].g);
+    if (d->handle) dnn.cudnnDestroy(d->handle);
+    free(d);
+    ctx->dnn = NULL;
+}
+
+/* Once per context: why the kernels run instead */
+static void dnn_fallback(zt_kctx *ctx, const char *why)
+{
+    if (ctx->dnn && ctx->dnn->warned) return;
+    if (ctx->dnn) ctx->dnn->warned = true;
+    ZT_WARN("kernels",
+            "ZT_CUDA_ATTN=cudnn: the attention runs on zerotrain's own kernels instead: %s", why);
+}
+
+/* The context's cuDNN state, made at first use; NULL (reported) where cuDNN cannot run */
+static struct zt_dnn *dnn_of(zt_kctx *ctx)
+{
+    if (ctx->dnn) return ctx->dnn->broken ? NULL : ctx->dnn;
+    char why[600];
+    struct zt_dnn *d = calloc(1, sizeof(*d));
+    if (!d) {
+        dnn_fallback(ctx, "out of host memory");
+        return NULL;
+    }
+    ctx->dnn = d;
+    if (!dnn_load(why, sizeof(why))) {
+        d->broken = true;
+        dnn_fallback(ctx, why);
+        return NULL;
+    }
+    cudnnStatus_t s = dnn.cudnnCreate(&d->handle);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn.cudnnSetStream(d->handle, ctx->stream);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        snprintf(why, sizeof(why), "cudnnCreate on GPU %d: %s", ctx->device,
+                 dnn.cudnnGetErrorString(s));
+        d->broken = true;
+        dnn_fallback(ctx, why);
+        return NULL;
+    }
+    ZT_INFO("kernels", "attention by cuDNN %zu (ZT_CUDA_ATTN=cudnn)", dnn.cudnnGetVersion());
+    return d;
+}
+
+/* The plan for a shape, built at its first call (a failure is kept: not tried again) */
+static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int T, int NH)
+{
+    int fp16 = ctx->mm == ZT_MM_FP16;
+    for (int i = 0; i < d->nplans; i++) {
+        dnn_plan *p = &d->plans[i];
+        if (p->bwd == bwd && p->fp16 == fp16 && p->n == n && p->T == T && p->NH == NH) return p;
+    }
+    dnn_plan *p;
+    if (d->nplans < ZT_DNN_PLANS) {
+        p = &d->plans[d->nplans++];
+    } else { /* round robin */
+        p = &d->plans[d->next];
+        d->next = (d->next + 1) % ZT_DNN_PLANS;
+        g_free(p->g);
+    }
+    memset(p, 0, sizeof(*p));
+    p->bwd = bwd, p->fp16 = fp16, p->n = n, p->T = T, p->NH = NH;
+    dnn_g *g = calloc(1, sizeof(*g));
+    if (!g) return p;
+    g->vuid = U_VIRTUAL;
+    dnn_shape h = dnn_shape_of(n, T, NH);
+    cudnnDataType_t io = fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    if (bwd)
+        g_backward(g, io, &h);
+    else
+        g_forward(g, io, &h);
+    uint64_t t0 = zt_now_ns();
+    p->plan = g_plan(g, d->handle, NULL, &p->ws);
+    if (!p->plan) {
+        char why[800];
+        snprintf(why, sizeof(why), "no plan for the %s of %d sequences of %d tokens, %d heads: %s",
+                 bwd ? "backward" : "forward", n, T, NH, g->err);
+        dnn_fallback(ctx, why);
+        g_free(g);
+        return p;
+    }
+    p->g = g;
+    ZT_INFO("kernels",
+            "cuDNN attention %s plan for %d x %d tokens, %d heads: %.1f s, workspace %lld bytes",
+            bwd ? "backward" : "forward", n, T, NH, (double)(zt_now_ns() - t0) * 1e-9,
+            (long long)p->ws);
+    return p;
+}
+
+#define DNN_ALIGN(x) (((x) + 255) & ~(size_t)255)
+
+/* Bytes of the scratch a run of n sequences takes besides the plan's own workspace */
+static size_t dnn_run_bytes(int bwd, int n, int T, int NH)
+{
+    if (!bwd) return 0;
+    size_t rows = (size_t)n * NH * T;
+    return DNN_ALIGN(rows * 4) + DNN_ALIGN(rows * 64 * 4); /* softmax_sum, dQ's fp32 sum */
+}
+
+/* The sequences a run takes: as many as the scratch holds (after the plan's workspace for all
+ * B, then with runs of even length), 0 where not one does */
+static int dnn_run_len(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, int NH, size_t bytes,
+                       dnn_plan **pp)
+{
+    int n = B;
+    for (int tries = 0; tries < 3 && n > 0; tries++) {
+        dnn_plan *p = dnn_plan_of(ctx, d, bwd, n, T, NH);
+        if (!p->plan) return 0;
+        size_t need = DNN_ALIGN((size_t)p->ws) + dnn_run_bytes(bwd, n, T, NH);
+        if (need <= bytes) {
+            *pp = p;
+            return n;
+        }
+        size_t per = dnn_run_bytes(bwd, 1, T, NH), ws = DNN_ALIGN((size_t)p->ws);
+        size_t fit = bytes > ws && per ? (bytes - ws) / per : 0;
+        if (fit < 1) break;
+        int runs = (int)(((size_t)B + fit - 1) / fit);
+        int m = (B + runs - 1) / runs;
+        n = m < n ? m : n - 1;
+    }
+    char why[200];
+    snprintf(why, sizeof(why), "the attention's scratch (%zu bytes) holds no run's workspace",
+             bytes);
+    dnn_fallback(ctx, why);
+    return 0;
+}
+
+static bool dnn_aligned(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
+static void dnn_execute(zt_kctx *ctx, struct zt_dnn *d, const dnn_plan *p, int nt,
+                        const int64_t *uids, void *const *ptrs, void *ws)
+{
+    cudnnBackendDescriptor_t vp = NULL;
+    cudnnStatus_t s = dnn.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = dnn.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                         nt, uids);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = dnn.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                         CUDNN_TYPE_VOID_PTR, nt, ptrs);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = dnn.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR,
+                                         1, &ws);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn.cudnnBackendFinalize(vp);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn.cudnnBackendExecute(d->handle, p->plan, vp);
+    if (s == CUDNN_STATUS_SUCCESS) d->runs++;
+    if (s != CUDNN_STATUS_SUCCESS) {
+        char last[384];
+        dnn.cudnnGetLastErrorString(last, sizeof(last));
+        zt_cuda_fail(ctx, ZT_ERR_CUDA,
+                     "attention_%s (cuDNN, %d sequences of %d tokens): %s%s%s; unset "
+                     "ZT_CUDA_ATTN=cudnn to run zerotrain's own kernels",
+                     p->bwd ? "backward" : "forward", p->n, p->T, dnn.cudnnGetErrorString(s),
+                     last[0] ? ": " : "", last);
+    }
+    if (vp) dnn.cudnnBackendDestroyDescriptor(vp);
+}
+
+bool zt_cuda_dnn_forward(zt_kctx *ctx, uint16_t *out16, float *lse, const uint16_t *qkv16, int B,
+                         int T, int C, int NH, void *scratch, size_t bytes)
+{
+    struct zt_dnn *d = dnn_of(ctx);
+    if (!d) return false;
+    if (!dnn_aligned(out16) || !dnn_aligned(qkv16) || C != 64 * NH) {
+        dnn_fallback(ctx, "qkv or out is not 16-byte aligned, or the head size is not 64");
+        return false;
+    }
+    void *ws = (void *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    bytes -= bytes > 255 ? (size_t)((uintptr_t)ws - (uintptr_t)scratch) : bytes;
+    dnn_plan *p = NULL;
+    int n = dnn_run_len(ctx, d, 0, B, T, NH, bytes, &p);
+    if (n < 1) return false;
+    float scale = 1.0f / sqrtf(64.0f), neginf = -INFINITY;
+    for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += n) {
+        int nb = B - b0 < n ? B - b0 : n;
+        if (nb != p->n && !(p = dnn_plan_of(ctx, d, 0, nb, T, NH))->plan) {
+            zt_cuda_fail(ctx, ZT_ERR_CUDA,
+                         "attention_forward (cuDNN): no plan for a last run of %d sequences; "
+                         "unset ZT_CUDA_ATTN=cudnn",
+                         nb);
+            return true;
+        }
+        size_t tok = (size_t)b0 * T;
+        const uint16_t *q = qkv16 + tok * 3 * C;
+        static const int64_t uids[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+        void *ptrs[7] = {(void *)q,       (void *)(q + C),           (void *)(q + 2 * C),
+                         out16 + tok * C, lse + (size_t)b0 * NH * T, &scale,
+                         &neginf};
+        dnn_execute(ctx, d, p, 7, uids, ptrs, ws);
+    }
+    return true;
+}
+
+bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
+                          const uint16_t *qkv16, const uint16_t *out16, const float *lse, int B,
+                          int T, int C, int NH, void *scratch, size_t bytes)
+{
+    struct zt_dnn *d = dnn_of(ctx);
+    if (!d) return false;
+    if (!dnn_aligned(dq16) || !dnn_aligned(dout16) || !dnn_aligned(qkv16) || !dnn_aligned(out16) ||
+        C != 64 * NH) {
+        dnn_fallback(ctx, "qkv, out, dout or their gradient is not 16-byte aligned, or the head "
+                          "size is not 64");
+        return false;
+    }
+    uint8_t *ws = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    bytes -= bytes > 255 ? (size_t)((uintptr_t)ws - (uintptr_t)scratch) : bytes;
+    dnn_plan *p = NULL;
+    int n = dnn_run_len(ctx, d, 1, B, T, NH, bytes, &p);
+    if (n < 1) return false;
+    float scale = 1.0f / sqrtf(64.0f), neginf = -INFINITY, one = 1.0f;
+    for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += n) {
+        int nb = B - b0 < n ? B - b0 : n;
+        if (nb != p->n && !(p = dnn_plan_of(ctx, d, 1, nb, T, NH))->plan) {
+            zt_cuda_fail(ctx, ZT_ERR_CUDA,
+                         "attention_backward (cuDNN): no plan for a last run of %d sequences; "
+                         "unset ZT_CUDA_ATTN=cudnn",
+                         nb);
+            return true;
+        }
+        size_t tok = (size_t)b0 * T, rows = (size_t)nb * NH * T;
+        uint8_t *sum = ws + DNN_ALIGN((size_t)p->ws), *acc = sum + DNN_ALIGN(rows * 4);
+        const uint16_t *q = qkv16 + tok * 3 * C;
+        uint16_t *g = dq16 + tok * 3 * C;
+        static const int64_t uids[14] = {U_Q,  U_K,  U_V,  U_O,  U_STATS, U_SCALE, U_NEGINF,
+                                         U_DO, U_DQ, U_DK, U_DV, U_ONE,   U_SUM,   U_DQACC};
+        void *ptrs[14] = {(void *)q,
+                          (void *)(q + C),
+                          (void *)(q + 2 * C),
+                          (void *)(out16 + tok * C),
+                          (void *)(lse + (size_t)b0 * NH * T),
+                          &scale,
+                          &neginf,
+                          (void *)(dout16 + tok * C),
+                          g,
+                          g + C,
+                          g + 2 * C,
+                          &one,
+                          sum,
+                          acc};
+        dnn_execute(ctx, d, p, 14, uids, ptrs, ws);
+    }
+    return true;
+}
+#endif /* ZT_HAVE_CUDNN */
+
+/* ---- without a GPU: the plans for given device properties ---- */
+
+bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, int T, int NH,
+                            int64_t *ws, char *why, size_t cap)
+{
+#ifdef ZT_HAVE_CUDNN
+    if (!dnn_load(why, cap)) return false;
+    dnn_g *g = calloc(1, sizeof(*g));
+    if (!g) {
+        snprintf(why, cap, "out of host memory");
+        return false;
+    }
+    g->vuid = U_VIRTUAL;
+    cudnnBackendDescriptor_t prop =
+        g_new(g, CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "the device properties");
+    g_set(g, prop, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+          (int64_t)strlen(prop_json), prop_json, "the device properties' JSON");
+    g_fin(g, prop, "finalizing the device properties");
+    dnn_shape h = dnn_shape_of(n, T, NH);
+    cudnnDataType_t io = fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    if (bwd)
+        g_backward(g, io, &h);
+    else
+        g_forward(g, io, &h);
+    cudnnBackendDescriptor_t plan = g_plan(g, NULL, prop, ws);
+    if (!plan)
+        snprintf(why, cap, "%s", g->err);
+    else
+        snprintf(why, cap, "cuDNN engine %lld", (long long)g->engine);
+    g_free(g);
+    return plan != NULL;
+#else
+    (void)prop_json, (void)fp16, (void)bwd, (void)n, (void)T, (void)NH, (void)ws;
+    snprintf(why, cap, "built without cuDNN's headers (cudnn_graph.h)");
+    return false;
+#endif
+}
+
+#ifndef ZT_HAVE_CUDNN
+/* Built without cuDNN's headers: the context never asks (zt_cuda_dnn_built) */
+void zt_cuda_dnn_free(zt_kctx *ctx)
+{
+    (void)ctx;
+}
+
+bool zt_cuda_dnn_forward(zt_kctx *ctx, uint16_t *out16, float *lse, const uint16_t *qkv16, int B,
+                         int T, int C, int NH, void *scratch, size_t bytes)
+{
+    (void)ctx, (void)out16, (void)lse, (void)qkv16, (void)B, (void)T, (void)C, (void)NH,
+        (void)scratch, (void)bytes;
+    return false;
+}
+
+bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
+                          const uint16_t *qkv16, const uint16_t *out16, const float *lse, int B,
+                          int T, int C, int NH, void *scratch, size_t bytes)
+{
+    (void)ctx, (void)dq16, (void)dout16, (void)qkv16, (void)out16, (void)lse, (void)B, (void)T,
+        (void)C, (void)NH, (void)scratch, (void)bytes;
+    return false;
+}
+#endif
+
+unsigned long long zt_cuda_dnn_runs(const zt_kctx *ctx)
+{
+#ifdef ZT_HAVE_CUDNN
+    return ctx->dnn ? ctx->dnn->runs : 0;
+#else
+    (void)ctx;
+    return 0;
+#endif
+}
+
+bool zt_cuda_dnn_built(void)
+{
+#ifdef ZT_HAVE_CUDNN
+    return true;
+#else
+    return false;
+#endif
+}

@@ -1,0 +1,100 @@
+/* Tests kernels/cuda/attn_cudnn.c's graphs without a GPU: cuDNN is given the device properties
+ * of an H100 (sm_90) and an A100 (sm_80) as its JSON, asked for an engine for the forward and
+ * backward attention graphs that ZT_CUDA_ATTN=cudnn runs, and made to compile the engine's
+ * kernels (only loading them needs a driver: the toolkit's stub driver stands in, so that
+ * cuDNN's compiler loads). That proves cuDNN recognises the graphs as its fused attention on
+ * both architectures, in bf16 and fp16, at GPT-2's shape and at an odd one; a V100 (sm_70,
+ * which cuDNN's fused attention does not run on) must be refused. The numbers come on a GPU:
+ * tests/gpu/test_gpu_ops.c's cudnn cases. Skips where cuDNN or the stub driver is missing. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/timeutil.h"
+#include "kernels/cuda/cuda_int.h"
+#include "tests/test.h"
+
+typedef struct device {
+    const char *name;
+    int ver, sms, optin, l2;
+    long long mem;
+    int pci;
+} device;
+
+static const device H100 = {"NVIDIA H100 80GB HBM3", 900,   132, 232448, 52428800,
+                            85031714816LL,           0x2330};
+static const device A100 = {"NVIDIA A100-SXM4-80GB", 800,   108, 166912, 41943040,
+                            85198045184LL,           0x20b2};
+static const device V100 = {"Tesla V100-SXM2-16GB", 700, 80, 98304, 6291456, 17069309952LL, 0x1db1};
+
+/* cuDNN's JSON of a device's properties (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION) */
+static void props(char *buf, size_t cap, const device *d)
+{
+    snprintf(buf, cap,
+             "{\"deviceName\": \"%s\", \"deviceVer\": %d, \"driverVer\": 13000, "
+             "\"multiProcessorCount\": %d, \"maxSharedMemoryPerBlockOptin\": %d, "
+             "\"l2CacheSize\": %d, \"totalGlobalMem\": %lld, \"pciDeviceId\": %d, "
+             "\"maxGridSize\": [2147483647, 65535, 65535], \"maxBlockSize\": [1024, 1024, 64], "
+             "\"regsPerBlock\": 65536, \"smClockRateKHz\": 1755000, \"memClockRateKHz\": 2619000, "
+             "\"warpSize\": 32, \"maxSharedMemoryPerBlock\": 49152, "
+             "\"reservedSharedMemoryPerBlock\": 1024, \"maxRegistersPerSM\": 65536, "
+             "\"maxCtasPerSM\": 32, \"maxThreadsPerBlock\": 1024, \"maxThreadsPerSM\": 2048, "
+             "\"isTccDriver\": 0, \"supportCoopLaunch\": 1, \"cudaDeviceId\": 0}",
+             d->name, d->ver, d->sms, d->optin, d->l2, d->mem, d->pci);
+}
+
+static void check(const device *d, bool fp16, bool bwd, int n, int T, int NH)
+{
+    char js[2048], why[1024] = "";
+    props(js, sizeof(js), d);
+    int64_t ws = -1;
+    uint64_t t0 = zt_now_ns();
+    bool ok = zt_cuda_dnn_plan_check(js, fp16, bwd, n, T, NH, &ws, why, sizeof(why));
+    printf("sm_%d %s %-8s %3d x %4d tokens, %2d heads: %s (%.2f s)%s%s\n", d->ver / 10,
+           fp16 ? "fp16" : "bf16", bwd ? "backward" : "forward", n, T, NH,
+           ok ? "plan compiled" : "REFUSED", (double)(zt_now_ns() - t0) * 1e-9, ok ? "" : ": ",
+           ok ? "" : why);
+    if (ok) printf("  %s, workspace %lld bytes\n", why, (long long)ws);
+    ASSERT_TRUE(ok);
+    ASSERT_TRUE(ws >= 0);
+}
+
+int main(void)
+{
+    /* cuDNN's compiler wants a driver to be loadable; without one (no GPU here) the toolkit's
+     * stub, whose soname is libcuda.so.1, answers for it */
+    if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) &&
+        !dlopen(ZT_CUDA_STUB_DRIVER, RTLD_NOW | RTLD_GLOBAL)) {
+        printf("SKIP: neither a driver nor the stub driver (%s) loads\n", ZT_CUDA_STUB_DRIVER);
+        return ZT_TEST_SKIP;
+    }
+    if (!zt_cuda_dnn_built()) {
+        printf("SKIP: built without cuDNN's headers\n");
+        return ZT_TEST_SKIP;
+    }
+    char js[2048], why[1024] = "";
+    int64_t ws;
+    props(js, sizeof(js), &V100);
+    bool ok = zt_cuda_dnn_plan_check(js, false, false, 2, 128, 2, &ws, why, sizeof(why));
+    if (!ok && strncmp(why, "cannot load", 11) == 0) {
+        printf("SKIP: %s\n", why);
+        return ZT_TEST_SKIP;
+    }
+    /* an architecture cuDNN's fused attention does not run on is refused, with the reason */
+    printf("sm_70: %s: %s\n", ok ? "compiled" : "refused", why);
+    ASSERT_TRUE(!ok);
+    ASSERT_TRUE(strstr(why, "no cuDNN engine runs this graph") != NULL);
+
+    ZT_TEST_RUN(check(&H100, false, false, 8, 1024, 12)); /* GPT-2 124M at micro batch 8 */
+    ZT_TEST_RUN(check(&H100, false, true, 8, 1024, 12));
+    ZT_TEST_RUN(check(&H100, true, false, 8, 1024, 12));
+    ZT_TEST_RUN(check(&H100, true, true, 8, 1024, 12));
+    ZT_TEST_RUN(check(&H100, false, false, 3, 37, 2)); /* a length no tile divides */
+    ZT_TEST_RUN(check(&H100, false, true, 3, 37, 2));
+    ZT_TEST_RUN(check(&A100, false, false, 8, 1024, 12));
+    ZT_TEST_RUN(check(&A100, false, true, 8, 1024, 12));
+    if (*zt_test_failed_parts()) return 1;
+    printf("ok\n");
+    return 0;
+}
