@@ -46,7 +46,7 @@ sys.exit(1)
 EOF
 }
 LDP="$D/lib:$R/.gpu/lib"
-for so in libnccl.so.2 libcublasLt.so.13 libcublas.so.13; do
+for so in libnccl.so.2 libcublasLt.so.13 libcublas.so.13 libcudnn.so.9 libnvrtc.so.13; do
   p=$(find_lib "$so")
   if [ -n "$p" ]; then LDP="$LDP:$(dirname "$p")"; else echo "gpu-run: $so not found"; fi
 done

@@ -26,9 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_int.h"
+#include "common/alloc.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "cuda_int.h"
 
 #ifdef ZT_HAVE_CUDNN
 #include <cudnn_graph.h>
@@ -159,7 +160,7 @@ static void g_free(dnn_g *g)
     if (!g) return;
     for (int i = g->nmade - 1; i >= 0; i--)
         dnn.cudnnBackendDestroyDescriptor(g->made[i]);
-    free(g);
+    zt_free(g);
 }
 
 enum { T_VIRT = 1, T_BYVAL = 2 };
@@ -545,7 +546,7 @@ void zt_cuda_dnn_free(zt_kctx *ctx)
     for (int i = 0; i < d->nplans; i++)
         g_free(d->plans[i].g);
     if (d->handle) dnn.cudnnDestroy(d->handle);
-    free(d);
+    zt_free(d);
     ctx->dnn = NULL;
 }
 
@@ -563,7 +564,7 @@ static struct zt_dnn *dnn_of(zt_kctx *ctx)
 {
     if (ctx->dnn) return ctx->dnn->broken ? NULL : ctx->dnn;
     char why[600];
-    struct zt_dnn *d = calloc(1, sizeof(*d));
+    struct zt_dnn *d = zt_calloc(1, sizeof(*d));
     if (!d) {
         dnn_fallback(ctx, "out of host memory");
         return NULL;
@@ -588,7 +589,8 @@ static struct zt_dnn *dnn_of(zt_kctx *ctx)
 }
 
 /* The plan for a shape, built at its first call (a failure is kept: not tried again) */
-static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int T, int NH)
+static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int T, int NH,
+                             const dnn_plan *keep)
 {
     int fp16 = ctx->mm == ZT_MM_FP16;
     for (int i = 0; i < d->nplans; i++) {
@@ -598,14 +600,15 @@ static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int
     dnn_plan *p;
     if (d->nplans < ZT_DNN_PLANS) {
         p = &d->plans[d->nplans++];
-    } else { /* round robin */
+    } else { /* round robin, sparing the plan the caller holds */
+        if (&d->plans[d->next] == keep) d->next = (d->next + 1) % ZT_DNN_PLANS;
         p = &d->plans[d->next];
         d->next = (d->next + 1) % ZT_DNN_PLANS;
         g_free(p->g);
     }
     memset(p, 0, sizeof(*p));
     p->bwd = bwd, p->fp16 = fp16, p->n = n, p->T = T, p->NH = NH;
-    dnn_g *g = calloc(1, sizeof(*g));
+    dnn_g *g = zt_calloc(1, sizeof(*g));
     if (!g) return p;
     g->vuid = U_VIRTUAL;
     dnn_shape h = dnn_shape_of(n, T, NH);
@@ -642,19 +645,33 @@ static size_t dnn_run_bytes(int bwd, int n, int T, int NH)
     return DNN_ALIGN(rows * 4) + DNN_ALIGN(rows * 64 * 4); /* softmax_sum, dQ's fp32 sum */
 }
 
-/* The sequences a run takes: as many as the scratch holds (after the plan's workspace for all
- * B, then with runs of even length), 0 where not one does */
-static int dnn_run_len(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, int NH, size_t bytes,
-                       dnn_plan **pp)
+/* How a call goes: runs of n sequences by plan `full`, the last of B % n by plan `last` */
+typedef struct dnn_runs {
+    int n;
+    dnn_plan *full, *last;
+} dnn_runs;
+
+static bool dnn_fits(const dnn_plan *p, size_t bytes)
 {
+    return DNN_ALIGN((size_t)p->ws) + dnn_run_bytes(p->bwd, p->n, p->T, p->NH) <= bytes;
+}
+
+/* Plans for as many sequences a run as the scratch (bytes) holds the workspaces of (all B, else
+ * runs of even length), both made before anything runs; false (reported) where there are none,
+ * or where runs after the first would start their lse (n NH T floats on) off the 16-byte
+ * alignment the graphs declare. */
+static bool dnn_runs_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, int NH, size_t bytes,
+                        dnn_runs *r)
+{
+    char why[200];
     int n = B;
-    for (int tries = 0; tries < 3 && n > 0; tries++) {
-        dnn_plan *p = dnn_plan_of(ctx, d, bwd, n, T, NH);
-        if (!p->plan) return 0;
-        size_t need = DNN_ALIGN((size_t)p->ws) + dnn_run_bytes(bwd, n, T, NH);
-        if (need <= bytes) {
-            *pp = p;
-            return n;
+    r->full = r->last = NULL;
+    for (int tries = 0; tries < 3 && n > 0 && !r->full; tries++) {
+        dnn_plan *p = dnn_plan_of(ctx, d, bwd, n, T, NH, NULL);
+        if (!p->plan) return false;
+        if (dnn_fits(p, bytes)) {
+            r->full = p;
+            break;
         }
         size_t per = dnn_run_bytes(bwd, 1, T, NH), ws = DNN_ALIGN((size_t)p->ws);
         size_t fit = bytes > ws && per ? (bytes - ws) / per : 0;
@@ -663,16 +680,48 @@ static int dnn_run_len(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, in
         int m = (B + runs - 1) / runs;
         n = m < n ? m : n - 1;
     }
-    char why[200];
-    snprintf(why, sizeof(why), "the attention's scratch (%zu bytes) holds no run's workspace",
-             bytes);
-    dnn_fallback(ctx, why);
-    return 0;
+    if (!r->full) {
+        snprintf(why, sizeof(why), "the attention's scratch (%zu bytes) holds no run's workspace",
+                 bytes);
+        dnn_fallback(ctx, why);
+        return false;
+    }
+    r->n = n;
+    if (B > n && (size_t)n * NH * T % 4) {
+        snprintf(why, sizeof(why),
+                 "runs of %d sequences of %d tokens, %d heads would start their lse off 16-byte "
+                 "alignment",
+                 n, T, NH);
+        dnn_fallback(ctx, why);
+        return false;
+    }
+    if (B % n) {
+        r->last = dnn_plan_of(ctx, d, bwd, B % n, T, NH, r->full);
+        if (!r->last->plan) return false;
+        if (!dnn_fits(r->last, bytes)) {
+            snprintf(why, sizeof(why),
+                     "the attention's scratch (%zu bytes) holds no workspace for a last run of "
+                     "%d sequences",
+                     bytes, B % n);
+            dnn_fallback(ctx, why);
+            return false;
+        }
+    }
+    return true;
 }
 
 static bool dnn_aligned(const void *p)
 {
     return ((uintptr_t)p & 15) == 0;
+}
+
+/* The scratch as a workspace from its first 256-byte boundary: its bytes left in *bytes */
+static uint8_t *dnn_ws(void *scratch, size_t *bytes)
+{
+    uint8_t *ws = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    size_t skip = (size_t)(ws - (uint8_t *)scratch);
+    *bytes = *bytes > skip ? *bytes - skip : 0;
+    return ws;
 }
 
 static void dnn_execute(zt_kctx *ctx, struct zt_dnn *d, const dnn_plan *p, int nt,
@@ -709,32 +758,22 @@ bool zt_cuda_dnn_forward(zt_kctx *ctx, uint16_t *out16, float *lse, const uint16
 {
     struct zt_dnn *d = dnn_of(ctx);
     if (!d) return false;
-    if (!dnn_aligned(out16) || !dnn_aligned(qkv16) || C != 64 * NH) {
-        dnn_fallback(ctx, "qkv or out is not 16-byte aligned, or the head size is not 64");
+    if (!dnn_aligned(out16) || !dnn_aligned(qkv16) || !dnn_aligned(lse) || C != 64 * NH) {
+        dnn_fallback(ctx, "qkv, out or lse is not 16-byte aligned, or the head size is not 64");
         return false;
     }
-    void *ws = (void *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-    bytes -= bytes > 255 ? (size_t)((uintptr_t)ws - (uintptr_t)scratch) : bytes;
-    dnn_plan *p = NULL;
-    int n = dnn_run_len(ctx, d, 0, B, T, NH, bytes, &p);
-    if (n < 1) return false;
+    uint8_t *ws = dnn_ws(scratch, &bytes);
+    dnn_runs r;
+    if (!dnn_runs_of(ctx, d, 0, B, T, NH, bytes, &r)) return false;
     float scale = 1.0f / sqrtf(64.0f), neginf = -INFINITY;
-    for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += n) {
-        int nb = B - b0 < n ? B - b0 : n;
-        if (nb != p->n && !(p = dnn_plan_of(ctx, d, 0, nb, T, NH))->plan) {
-            zt_cuda_fail(ctx, ZT_ERR_CUDA,
-                         "attention_forward (cuDNN): no plan for a last run of %d sequences; "
-                         "unset ZT_CUDA_ATTN=cudnn",
-                         nb);
-            return true;
-        }
+    for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += r.n) {
         size_t tok = (size_t)b0 * T;
         const uint16_t *q = qkv16 + tok * 3 * C;
         static const int64_t uids[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
         void *ptrs[7] = {(void *)q,       (void *)(q + C),           (void *)(q + 2 * C),
                          out16 + tok * C, lse + (size_t)b0 * NH * T, &scale,
                          &neginf};
-        dnn_execute(ctx, d, p, 7, uids, ptrs, ws);
+        dnn_execute(ctx, d, B - b0 < r.n ? r.last : r.full, 7, uids, ptrs, ws);
     }
     return true;
 }
@@ -746,30 +785,27 @@ bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
     struct zt_dnn *d = dnn_of(ctx);
     if (!d) return false;
     if (!dnn_aligned(dq16) || !dnn_aligned(dout16) || !dnn_aligned(qkv16) || !dnn_aligned(out16) ||
-        C != 64 * NH) {
-        dnn_fallback(ctx, "qkv, out, dout or their gradient is not 16-byte aligned, or the head "
-                          "size is not 64");
+        !dnn_aligned(lse) || C != 64 * NH) {
+        dnn_fallback(ctx, "qkv, out, lse, dout or qkv's gradient is not 16-byte aligned, or the "
+                          "head size is not 64");
         return false;
     }
-    uint8_t *ws = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-    bytes -= bytes > 255 ? (size_t)((uintptr_t)ws - (uintptr_t)scratch) : bytes;
-    dnn_plan *p = NULL;
-    int n = dnn_run_len(ctx, d, 1, B, T, NH, bytes, &p);
-    if (n < 1) return false;
+    uint8_t *ws = dnn_ws(scratch, &bytes);
+    dnn_runs r;
+    if (!dnn_runs_of(ctx, d, 1, B, T, NH, bytes, &r)) return false;
     float scale = 1.0f / sqrtf(64.0f), neginf = -INFINITY, one = 1.0f;
-    for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += n) {
-        int nb = B - b0 < n ? B - b0 : n;
-        if (nb != p->n && !(p = dnn_plan_of(ctx, d, 1, nb, T, NH))->plan) {
-            zt_cuda_fail(ctx, ZT_ERR_CUDA,
-                         "attention_backward (cuDNN): no plan for a last run of %d sequences; "
-                         "unset ZT_CUDA_ATTN=cudnn",
-                         nb);
-            return true;
-        }
-        size_t tok = (size_t)b0 * T, rows = (size_t)nb * NH * T;
+    for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += r.n) {
+        const dnn_plan *p = B - b0 < r.n ? r.last : r.full;
+        size_t tok = (size_t)b0 * T, rows = (size_t)p->n * NH * T;
+        /* softmax_sum and dQ's fp32 sum after the plan's own workspace */
         uint8_t *sum = ws + DNN_ALIGN((size_t)p->ws), *acc = sum + DNN_ALIGN(rows * 4);
         const uint16_t *q = qkv16 + tok * 3 * C;
         uint16_t *g = dq16 + tok * 3 * C;
+        /* before 9.6 the engines add into dQ's sum as they find it (the frontend clears it) */
+        if (dnn.cudnnGetVersion() < 90600 &&
+            zt_cuda_check(ctx, cudaMemsetAsync(acc, 0, rows * 64 * 4, ctx->stream),
+                          "clearing cuDNN's dQ sum"))
+            return true;
         static const int64_t uids[14] = {U_Q,  U_K,  U_V,  U_O,  U_STATS, U_SCALE, U_NEGINF,
                                          U_DO, U_DQ, U_DK, U_DV, U_ONE,   U_SUM,   U_DQACC};
         void *ptrs[14] = {(void *)q,
@@ -799,7 +835,7 @@ bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, i
 {
 #ifdef ZT_HAVE_CUDNN
     if (!dnn_load(why, cap)) return false;
-    dnn_g *g = calloc(1, sizeof(*g));
+    dnn_g *g = zt_calloc(1, sizeof(*g));
     if (!g) {
         snprintf(why, cap, "out of host memory");
         return false;

@@ -36,6 +36,7 @@ static zt_kctx *K0;  /* ZT_CUDA_MATMUL unset: the dtype given to set_matmul_dtyp
 static zt_kctx *KTF; /* ZT_CUDA_MATMUL=tf32 (no job precision picks TF32) */
 static zt_kctx *KNS; /* ZT_CUDA_GEMM_STAGE=0: 16-bit matmuls read the fp32 operands */
 static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores for bf16) */
+static zt_kctx *KD;  /* ZT_CUDA_ATTN=cudnn: cuDNN's fused attention where the homes allow */
 /* and with the tensor-core attention's other kernels (ZT_CUDA_ATTN_FWD, _BWD, _DQ) */
 static const struct {
     const char *fwd, *bwd, *dq, *label;
@@ -217,6 +218,8 @@ int main(int argc, char **argv)
             unsetenv("ZT_CUDA_ATTN_BWD");
             unsetenv("ZT_CUDA_ATTN_DQ");
         }
+        setenv("ZT_CUDA_ATTN", "cudnn", 1);
+        if (st == ZT_OK) st = G->ctx_create(&KD, 0, &err);
         unsetenv("ZT_CUDA_ATTN");
     }
     if (st != ZT_OK) {
@@ -394,6 +397,25 @@ int main(int argc, char **argv)
                                                qkv, y, lse, &hq, B, T, C, NH));
             report_flops("attention_backward16 fused, qkv in its home, dO in 16 bits", md, s,
                          2 * afl);
+            /* out in its home too (mlp + 5 NC), as bf16 jobs run it: zerotrain's kernels, then
+             * cuDNN's fused attention (ZT_CUDA_ATTN=cudnn; where it cannot run, a warning above
+             * says so and the row times the kernels) */
+            zt_attn_home hb = {mlp, mlp + 5 * NC, ZT_BF16, true};
+            for (int k = 0; k < 2; k++) {
+                char what[96];
+                const char *who = k ? "cuDNN" : "fused";
+                K = k ? KD : KF;
+                G->set_matmul_dtype(K, ZT_BF16);
+                snprintf(what, sizeof(what), "attention_forward %s, both homes", who);
+                TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, &hb, B, T, C, NH));
+                report_flops(what, md, s, afl);
+                snprintf(what, sizeof(what), "attention_backward16 %s, both homes, dO in 16 bits",
+                         who);
+                TIME_IT(s, G->attention_backward16(K, mlp + 2 * NC, ZT_BF16, dqkv, scr, z,
+                                                   mlp + 4 * NC, qkv, y, lse, &hb, B, T, C, NH));
+                report_flops(what, md, s, 2 * afl);
+            }
+            K = KF;
         }
         for (size_t v = 0; v < N_KV_ATTN && MODES[md].dtype == ZT_BF16; v++) { /* beside them */
             char what[96];
@@ -478,6 +500,7 @@ int main(int argc, char **argv)
     G->ctx_destroy(KTF);
     G->ctx_destroy(KNS);
     G->ctx_destroy(KF);
+    G->ctx_destroy(KD);
     for (size_t v = 0; v < N_KV_ATTN; v++)
         G->ctx_destroy(KV[v]);
     G->ctx_destroy(K);
