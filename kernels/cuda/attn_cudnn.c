@@ -148,6 +148,20 @@ static void g_set(dnn_g *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeNam
     if (s != CUDNN_STATUS_SUCCESS) g_fail(g, s, what);
 }
 
+/* d's attribute a = the descriptor x */
+static void g_ref(dnn_g *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                  cudnnBackendDescriptor_t x, const char *what)
+{
+    g_set(g, d, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
+}
+
+/* d's attribute a = the data type t */
+static void g_dtype(dnn_g *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                    cudnnDataType_t t, const char *what)
+{
+    g_set(g, d, a, CUDNN_TYPE_DATA_TYPE, 1, &t, what);
+}
+
 static void g_fin(dnn_g *g, cudnnBackendDescriptor_t d, const char *what)
 {
     if (g->err[0] || !d) return;
@@ -173,7 +187,7 @@ static cudnnBackendDescriptor_t g_tensor(dnn_g *g, int64_t uid, cudnnDataType_t 
     if (!uid) uid = g->vuid++;
     bool virt = flags & T_VIRT, byval = flags & T_BYVAL;
     int64_t align = 16;
-    g_set(g, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor type");
+    g_dtype(g, d, CUDNN_ATTR_TENSOR_DATA_TYPE, dt, "tensor type");
     g_set(g, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, "tensor dimensions");
     g_set(g, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, "tensor strides");
     g_set(g, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor id");
@@ -217,20 +231,19 @@ static void g_pw(dnn_g *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, int6
                  cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
                  cudnnBackendDescriptor_t y)
 {
-    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
     cudnnBackendDescriptor_t pw = g_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "a pointwise");
     g_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
-    g_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise type");
+    g_dtype(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, prec, "pointwise type");
     if (axis >= 0)
         g_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pointwise axis");
     g_fin(g, pw, "finalizing a pointwise");
     cudnnBackendDescriptor_t op =
         g_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "a pointwise operation");
-    g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, D, 1, &pw, "pointwise desc");
-    g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, D, 1, &x, "pointwise x");
-    if (b) g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, D, 1, &b, "pointwise b");
-    if (t) g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, D, 1, &t, "pointwise t");
-    g_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, D, 1, &y, "pointwise y");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise desc");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "pointwise x");
+    if (b) g_ref(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b, "pointwise b");
+    if (t) g_ref(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t, "pointwise t");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "pointwise y");
     g_op(g, op, "finalizing a pointwise operation");
 }
 
@@ -238,17 +251,15 @@ static void g_pw(dnn_g *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, int6
 static void g_mm(dnn_g *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
                  cudnnBackendDescriptor_t c)
 {
-    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-    cudnnDataType_t f = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t mm = g_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "a matmul");
-    g_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "matmul type");
+    g_dtype(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT, "matmul type");
     g_fin(g, mm, "finalizing a matmul");
     cudnnBackendDescriptor_t op =
         g_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "a matmul operation");
-    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, D, 1, &mm, "matmul desc");
-    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, D, 1, &a, "matmul a");
-    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, D, 1, &b, "matmul b");
-    g_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, D, 1, &c, "matmul c");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "matmul desc");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a, "matmul a");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b, "matmul b");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, "matmul c");
     g_op(g, op, "finalizing a matmul operation");
 }
 
@@ -256,29 +267,26 @@ static void g_mm(dnn_g *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t 
 static void g_red(dnn_g *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
                   cudnnBackendDescriptor_t y)
 {
-    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-    cudnnDataType_t f = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t r = g_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "a reduction");
     g_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode,
           "reduction mode");
-    g_set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "reduction type");
+    g_dtype(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT, "reduction type");
     g_fin(g, r, "finalizing a reduction");
     cudnnBackendDescriptor_t op =
         g_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "a reduction operation");
-    g_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, D, 1, &r, "reduction desc");
-    g_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, D, 1, &x, "reduction x");
-    g_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, D, 1, &y, "reduction y");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, r, "reduction desc");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x, "reduction x");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y, "reduction y");
     g_op(g, op, "finalizing a reduction operation");
 }
 
 /* y = x seen with y's dimensions and strides (a transpose) */
 static void g_reshape(dnn_g *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
 {
-    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
     cudnnBackendDescriptor_t op =
         g_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "a reshape operation");
-    g_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, D, 1, &x, "reshape x");
-    g_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, D, 1, &y, "reshape y");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x, "reshape x");
+    g_ref(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y, "reshape y");
     g_op(g, op, "finalizing a reshape operation");
 }
 
@@ -452,11 +460,10 @@ static cudnnBackendDescriptor_t g_plan(dnn_g *g, cudnnHandle_t handle,
     for (int mi = 0; mi < 2 && !g->err[0]; mi++) {
         cudnnBackendDescriptor_t heur =
             g_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the heuristics query");
-        g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, D, 1, &og, "the heuristics' graph");
+        g_ref(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, og, "the heuristics' graph");
         g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[mi],
               "the heuristics' mode");
-        if (prop)
-            g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, D, 1, &prop, "the heuristics' device");
+        if (prop) g_ref(g, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, prop, "the heuristics' device");
         g_fin(g, heur, "finalizing the heuristics query");
         int64_t count = 0;
         if (!g->err[0]) {
@@ -480,8 +487,7 @@ static cudnnBackendDescriptor_t g_plan(dnn_g *g, cudnnHandle_t handle,
             if (handle)
                 g_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
                       "the plan's handle");
-            g_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1, &cfg[i],
-                  "the plan's engine");
+            g_ref(g, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg[i], "the plan's engine");
             if (g->err[0]) break;
             cudnnStatus_t st = dnn.cudnnBackendFinalize(plan);
             /* without a GPU (prop) the kernels compile but cannot be loaded: that plan counts */

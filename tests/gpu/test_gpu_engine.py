@@ -12,7 +12,8 @@
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
   against the CPU with the same tolerances, and their tensor-core versions in a bf16 job (each
   set of kernels: wmma, mma.sync, dQ by GEMM or atomics) and an fp16 job against the same
-  precision on the CPU within 2% (--quick leaves them out);
+  precision on the CPU within 2%, and cuDNN's fused attention in both (ZT_CUDA_ATTN=cudnn; the
+  emulation has no cuDNN: a warning and the kernels) (--quick leaves them out);
 - (--emu) training allocates nothing on the device or pinned host once the first step runs;
   launches, matmuls, copies, synchronisations and collectives per step are printed;
 - a job whose arenas do not fit the GPU fails before training with an out-of-memory report
@@ -116,6 +117,8 @@ def main():
             sys.exit(f"zctl data synth failed: {r.stderr}")
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=9))
 
+        last = {}  # the last run's output (stdout and stderr)
+
         def run(job, extra_env=None):
             name = job["name"]
             zu.write_job(f"{tmp}/{name}.json", job)
@@ -128,6 +131,7 @@ def main():
                     os.makedirs(report)
                     env["ZT_CUDA_EMU_REPORT"] = report
             r = zu.run_zctl(["run", f"{tmp}/{name}.json"], cwd=tmp, env=env)
+            last["out"] = r.stdout + r.stderr
             if r.returncode != 0:
                 sys.exit(f"{name}: zctl run failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
             if report:
@@ -220,6 +224,29 @@ def main():
                           f"(last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
                     if dev > 0.02:
                         failures.append(f"{what} deviates {dev:.4f} > 2%")
+                # cuDNN's fused attention (ZT_CUDA_ATTN=cudnn): the same bound where it ran; a
+                # build without it (the emulation) warns and runs the kernels; a GPU machine
+                # whose cuDNN cannot be loaded says so
+                gl, _, _, _ = run(job_for(f"cuda_hs64_{prec}_cudnn", "cuda", prec=prec,
+                                          cfg=CFG_HS64, init="init64.bin"),
+                                  {"ZT_CUDA_ATTN": "cudnn", "ZT_CUDA_MATMUL": ""})
+                out = last["out"]
+                dev = max(abs(a - b) / b for a, b in zip(gl, cl))
+                ran = "attention by cuDNN" in out and "own kernels instead" not in out
+                print(f"{prec} cuda attention by cuDNN (head size 64) vs cpu: "
+                      f"{'ran' if ran else 'did not run'}, max rel loss deviation {dev:.4f} "
+                      f"(last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
+                if dev > 0.02:
+                    failures.append(f"{prec} attention by cuDNN deviates {dev:.4f} > 2%")
+                if EMU and "ignoring ZT_CUDA_ATTN=cudnn" not in out:
+                    failures.append("ZT_CUDA_ATTN=cudnn on the emulation: no warning that the "
+                                    "build has no cuDNN")
+                if not EMU and not ran:
+                    why = [ln for ln in out.splitlines() if "ZT_CUDA_ATTN=cudnn" in ln]
+                    if any("cannot load" in ln for ln in why):
+                        print(f"  skipped: this machine's cuDNN cannot be loaded: {why[0]}")
+                    else:
+                        failures.append(f"{prec}: ZT_CUDA_ATTN=cudnn did not run cuDNN: {why}")
 
         check_gpu_oom(tmp, failures)
         if EMU:
