@@ -442,7 +442,7 @@ static void g_backward(dnn_g *g, cudnnDataType_t io, const dnn_shape *h)
 
 /* The graph finalized, cuDNN's heuristics asked, and the first engine configuration that
  * finalizes as a plan kept (its workspace in *ws); handle NULL: without a GPU, for the device
- * properties prop, where a plan whose kernels compiled but could not be loaded (no driver)
+ * properties prop, where a plan that got as far as loading its kernels (which needs a driver)
  * counts (not executable: for zt_cuda_dnn_plan_check). NULL with g->err set where none does. */
 static cudnnBackendDescriptor_t g_plan(dnn_g *g, cudnnHandle_t handle,
                                        cudnnBackendDescriptor_t prop, int64_t *ws)
@@ -490,9 +490,9 @@ static cudnnBackendDescriptor_t g_plan(dnn_g *g, cudnnHandle_t handle,
             g_ref(g, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg[i], "the plan's engine");
             if (g->err[0]) break;
             cudnnStatus_t st = dnn.cudnnBackendFinalize(plan);
-            /* without a GPU (prop) the kernels compile but cannot be loaded: that plan counts */
-            bool compiled = prop && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
-            if (st == CUDNN_STATUS_SUCCESS || compiled) {
+            /* without a GPU (prop) the plan is made up to loading its kernels: it counts */
+            bool unloaded = prop && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
+            if (st == CUDNN_STATUS_SUCCESS || unloaded) {
                 cudnnBackendDescriptor_t eng =
                     g_new(g, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "the plan's engine");
                 int64_t got1 = 0;
@@ -502,7 +502,7 @@ static cudnnBackendDescriptor_t g_plan(dnn_g *g, cudnnHandle_t handle,
                     (void)dnn.cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
                                                        CUDNN_TYPE_INT64, 1, &got1, &g->engine);
                 *ws = 0;
-                st = compiled
+                st = unloaded
                          ? dnn.cudnnBackendGetAttribute(cfg[i], CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE,
                                                         CUDNN_TYPE_INT64, 1, NULL, ws)
                          : dnn.cudnnBackendGetAttribute(plan,

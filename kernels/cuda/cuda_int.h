@@ -381,8 +381,8 @@ void zt_cuda_dnn_free(zt_kctx *ctx);
 bool zt_cuda_dnn_built(void);
 /* Without a GPU: whether cuDNN accepts the forward (bwd false) or backward graph of n sequences
  * of T tokens, NH heads of 64 (bf16, or fp16) on the device whose properties prop_json gives
- * (cuDNN's JSON of them) and compiles its kernels: true, the plan's workspace in *ws, where an
- * engine's plan is made, or only its loading failed for want of a driver; else false, why. */
+ * (cuDNN's JSON of them): true, the plan's workspace in *ws, where an engine's plan is made, or
+ * made up to loading its kernels, which needs a driver; else false, why. */
 bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, int T, int NH,
                             int64_t *ws, char *why, size_t cap);
 

@@ -1,5 +1,6 @@
 # kernels/cuda/attn_cudnn.c: cuDNN's fused attention graphs, checked without a GPU (cuDNN
-# builds plans for given device properties; the toolkit's stub driver lets it compile them)
+# builds plans for given device properties, up to loading their kernels, for which the
+# toolkit's stub driver stands in)
 if(ZT_HAVE_CUDA)
   find_file(ZT_CUDA_STUB_DRIVER libcuda.so HINTS ${CUDAToolkit_LIBRARY_DIR}/stubs
             ${CUDAToolkit_LIBRARY_ROOT}/lib64/stubs NO_DEFAULT_PATH)
