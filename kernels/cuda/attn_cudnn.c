@@ -2,21 +2,17 @@
  *
  * cuDNN has no single "attention" call on Hopper: its fused flash-attention engines are found by
  * matching an operation graph of matmuls, pointwise ops and reductions written in its backend
- * (graph) API, the graph the cuDNN frontend library writes for an SDPA node. This file writes
- * that graph in C for zerotrain's layout (qkv (B, T, 3C) with the heads side by side, so Q, K
- * and V are strided views of one tensor; out and dO (B, T, C); lse (B, NH, T), natural log of
- * the sum of exp of the scaled scores, which is cuDNN's "Stats"), asks cuDNN's heuristics for an
- * engine and keeps the execution plan per shape.
+ * (graph) API, the graph the cuDNN frontend library writes for an SDPA node. kernels/attn_graph.c
+ * writes that graph as data for zerotrain's layout (qkv (B, T, 3C) with the heads side by side,
+ * so Q, K and V are strided views of one tensor; out and dO (B, T, C); lse (B, NH, T), natural
+ * log of the sum of exp of the scaled scores, which is cuDNN's "Stats"; a test evaluates it on
+ * the CPU); this file lowers it to cuDNN's descriptors, asks cuDNN's heuristics for an engine
+ * and keeps the execution plan per shape.
  *
  * The library is opened with dlopen, as cuBLASLt is (cublaslt_dl.c): nothing links it, and a
  * process that never asks for it never loads its ~400 MiB of engines. The plans can also be
  * built without a GPU, for device properties given as cuDNN's JSON (zt_cuda_dnn_plan_check):
  * that is how the tests on machines without a GPU see that cuDNN accepts the graphs on sm_90.
- *
- * Forward:  S = Q K^T scale, masked to -inf above the diagonal; Stats = max + log(sum exp(S -
- *           max)); O = (exp(S - max) / sum) V, P rounded to the 16-bit type before the product.
- * Backward: softmax_sum = rowsum(dO * O); P = exp(S - Stats); dV = P^T dO; dS = P (dO V^T -
- *           softmax_sum) scale; dK = dS^T Q; dQ = dS K (accumulated in fp32 in the workspace).
  * The dQ sum is cuDNN's: its order, so dQ's last bits, can differ from run to run. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -30,6 +26,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "cuda_int.h"
+#include "kernels/attn_graph.h"
 
 #ifdef ZT_HAVE_CUDNN
 #include <cudnn_graph.h>
@@ -109,7 +106,6 @@ typedef struct dnn_g {
     cudnnBackendDescriptor_t made[ZT_DNN_MADE];
     cudnnBackendDescriptor_t ops[ZT_DNN_OPS];
     int nmade, nops;
-    int64_t vuid;   /* the next virtual tensor's id */
     int64_t engine; /* the plan's engine (cuDNN's global index), -1 none */
     char err[640];  /* the first failure ("" none) */
 } dnn_g;
@@ -179,12 +175,11 @@ static void g_free(dnn_g *g)
 
 enum { T_VIRT = 1, T_BYVAL = 2 };
 
-/* A 4-d tensor; uid 0 takes the next virtual id */
+/* A 4-d tensor */
 static cudnnBackendDescriptor_t g_tensor(dnn_g *g, int64_t uid, cudnnDataType_t dt,
                                          const int64_t dim[4], const int64_t str[4], int flags)
 {
     cudnnBackendDescriptor_t d = g_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor descriptor");
-    if (!uid) uid = g->vuid++;
     bool virt = flags & T_VIRT, byval = flags & T_BYVAL;
     int64_t align = 16;
     g_dtype(g, d, CUDNN_ATTR_TENSOR_DATA_TYPE, dt, "tensor type");
@@ -198,20 +193,6 @@ static cudnnBackendDescriptor_t g_tensor(dnn_g *g, int64_t uid, cudnnDataType_t 
               "tensor by value");
     g_fin(g, d, "finalizing a tensor");
     return d;
-}
-
-/* A virtual tensor of the same shape as one of the graph's: its dims and strides given */
-static cudnnBackendDescriptor_t g_virt(dnn_g *g, cudnnDataType_t dt, const int64_t dim[4],
-                                       const int64_t str[4])
-{
-    return g_tensor(g, 0, dt, dim, str, T_VIRT);
-}
-
-/* A float scalar passed by value at execution (its uid's data pointer is a host float) */
-static cudnnBackendDescriptor_t g_scalar(dnn_g *g, int64_t uid)
-{
-    static const int64_t one[4] = {1, 1, 1, 1};
-    return g_tensor(g, uid, CUDNN_DATA_FLOAT, one, one, T_BYVAL);
 }
 
 static void g_op(dnn_g *g, cudnnBackendDescriptor_t op, const char *what)
@@ -290,154 +271,74 @@ static void g_reshape(dnn_g *g, cudnnBackendDescriptor_t x, cudnnBackendDescript
     g_op(g, op, "finalizing a reshape operation");
 }
 
-/* ---- the two graphs ---- */
+/* ---- the attention's graph (kernels/attn_graph.h) in cuDNN's descriptors ---- */
 
-/* tensor ids: the variant pack names the real tensors by these */
-enum {
-    U_Q = 1,
-    U_K,
-    U_V,
-    U_O,
-    U_STATS,
-    U_SCALE,
-    U_NEGINF,
-    U_DO,
-    U_DQ,
-    U_DK,
-    U_DV,
-    U_ONE,
-    U_SUM,
-    U_DQACC,
-    U_VIRTUAL = 100
-};
-
-/* The shapes of n sequences of T tokens, NH heads of 64 (qkv (n, T, 3C), C = 64 NH) */
-typedef struct dnn_shape {
-    int64_t q[4], qs[4];   /* Q, V, dQ, dV: (n, NH, T, 64) in qkv */
-    int64_t kt[4], kts[4]; /* K^T, V^T: (n, NH, 64, T) in qkv */
-    int64_t o[4], os[4];   /* O, dO: (n, NH, T, 64) in (n, T, C) */
-    int64_t s[4], ss[4];   /* scores (n, NH, T, T) */
-    int64_t st[4], sts[4]; /* scores transposed: (n, NH, T keys, T queries) */
-    int64_t r[4], rs[4];   /* a value per row: (n, NH, T, 1) */
-    int64_t qf[4], qfs[4]; /* dQ's fp32 sum: (n, NH, T, 64), packed */
-} dnn_shape;
-
-static dnn_shape dnn_shape_of(int64_t n, int64_t T, int64_t NH)
+static cudnnDataType_t g_type(zt_ag_type t, cudnnDataType_t io)
 {
-    int64_t C = 64 * NH, C3 = 3 * C;
-    dnn_shape s = {
-        .q = {n, NH, T, 64},
-        .qs = {T * C3, 64, C3, 1},
-        .kt = {n, NH, 64, T},
-        .kts = {T * C3, 64, 1, C3},
-        .o = {n, NH, T, 64},
-        .os = {T * C, 64, C, 1},
-        .s = {n, NH, T, T},
-        .ss = {NH * T * T, T * T, T, 1},
-        .st = {n, NH, T, T},
-        .sts = {NH * T * T, T * T, 1, T},
-        .r = {n, NH, T, 1},
-        .rs = {NH * T, T, 1, 1},
-        .qf = {n, NH, T, 64},
-        .qfs = {NH * T * 64, T * 64, 64, 1},
+    switch (t) {
+    case ZT_AG_IO:
+        return io;
+    case ZT_AG_I32:
+        return CUDNN_DATA_INT32;
+    case ZT_AG_BOOL:
+        return CUDNN_DATA_BOOLEAN;
+    default:
+        return CUDNN_DATA_FLOAT;
+    }
+}
+
+static void g_lower(dnn_g *g, const zt_attn_graph *a, cudnnDataType_t io)
+{
+    cudnnBackendDescriptor_t td[ZT_AG_TENSORS];
+    for (int i = 0; i < a->nt; i++) {
+        const zt_ag_tensor *t = &a->t[i];
+        td[i] = g_tensor(g, t->uid, g_type(t->type, io), t->dim, t->str,
+                         (t->virt ? T_VIRT : 0) | (t->byval ? T_BYVAL : 0));
+    }
+    static const cudnnPointwiseMode_t pw[] = {
+        [ZT_AG_MUL] = CUDNN_POINTWISE_MUL,           [ZT_AG_ADD] = CUDNN_POINTWISE_ADD,
+        [ZT_AG_SUB] = CUDNN_POINTWISE_SUB,           [ZT_AG_DIV] = CUDNN_POINTWISE_DIV,
+        [ZT_AG_EXP] = CUDNN_POINTWISE_EXP,           [ZT_AG_LOG] = CUDNN_POINTWISE_LOG,
+        [ZT_AG_IDENTITY] = CUDNN_POINTWISE_IDENTITY, [ZT_AG_GEN_INDEX] = CUDNN_POINTWISE_GEN_INDEX,
+        [ZT_AG_CMP_GE] = CUDNN_POINTWISE_CMP_GE,     [ZT_AG_SELECT] = CUDNN_POINTWISE_BINARY_SELECT,
     };
-    return s;
+    for (int i = 0; i < a->nop; i++) {
+        const zt_ag_op *o = &a->op[i];
+        cudnnBackendDescriptor_t x = td[o->x], y = td[o->y];
+        switch (o->kind) {
+        case ZT_AG_MATMUL:
+            g_mm(g, x, td[o->b], y);
+            break;
+        case ZT_AG_RED_MAX:
+            g_red(g, CUDNN_REDUCE_TENSOR_MAX, x, y);
+            break;
+        case ZT_AG_RED_ADD:
+            g_red(g, CUDNN_REDUCE_TENSOR_ADD, x, y);
+            break;
+        case ZT_AG_RESHAPE:
+            g_reshape(g, x, y);
+            break;
+        default:
+            g_pw(g, pw[o->kind], g_type(o->prec, io), o->kind == ZT_AG_GEN_INDEX ? o->axis : -1, x,
+                 o->b >= 0 ? td[o->b] : NULL, o->t >= 0 ? td[o->t] : NULL, y);
+        }
+    }
 }
 
-/* S scaled and masked (the key after the query: -inf), as the frontend's SDPA node writes it:
- * row and column indices, row >= column, a select */
-static cudnnBackendDescriptor_t g_scores(dnn_g *g, const dnn_shape *h, cudnnBackendDescriptor_t q,
-                                         cudnnBackendDescriptor_t kt,
-                                         cudnnBackendDescriptor_t scale)
+/* The forward's or backward's graph of n sequences of T tokens, NH heads in g */
+static void g_attention(dnn_g *g, bool bwd, bool fp16, int n, int T, int NH)
 {
-    const cudnnDataType_t F = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t s = g_virt(g, F, h->s, h->ss);
-    g_mm(g, q, kt, s);
-    cudnnBackendDescriptor_t s2 = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, s, scale, NULL, s2);
-    cudnnBackendDescriptor_t row = g_virt(g, CUDNN_DATA_INT32, h->s, h->ss);
-    cudnnBackendDescriptor_t col = g_virt(g, CUDNN_DATA_INT32, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_GEN_INDEX, F, 2, s2, NULL, NULL, row);
-    g_pw(g, CUDNN_POINTWISE_GEN_INDEX, F, 3, s2, NULL, NULL, col);
-    cudnnBackendDescriptor_t keep = g_virt(g, CUDNN_DATA_BOOLEAN, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, -1, row, col, NULL, keep);
-    cudnnBackendDescriptor_t s3 = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_BINARY_SELECT, F, -1, s2, g_scalar(g, U_NEGINF), keep, s3);
-    return s3;
-}
-
-static void g_forward(dnn_g *g, cudnnDataType_t io, const dnn_shape *h)
-{
-    const cudnnDataType_t F = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t q = g_tensor(g, U_Q, io, h->q, h->qs, 0);
-    cudnnBackendDescriptor_t kt = g_tensor(g, U_K, io, h->kt, h->kts, 0);
-    cudnnBackendDescriptor_t v = g_tensor(g, U_V, io, h->q, h->qs, 0);
-    cudnnBackendDescriptor_t o = g_tensor(g, U_O, io, h->o, h->os, 0);
-    cudnnBackendDescriptor_t stats = g_tensor(g, U_STATS, F, h->r, h->rs, 0);
-    cudnnBackendDescriptor_t s = g_scores(g, h, q, kt, g_scalar(g, U_SCALE));
-    cudnnBackendDescriptor_t m = g_virt(g, F, h->r, h->rs);
-    g_red(g, CUDNN_REDUCE_TENSOR_MAX, s, m);
-    cudnnBackendDescriptor_t d = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_SUB, F, -1, s, m, NULL, d);
-    cudnnBackendDescriptor_t e = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_EXP, F, -1, d, NULL, NULL, e);
-    cudnnBackendDescriptor_t z = g_virt(g, F, h->r, h->rs);
-    g_red(g, CUDNN_REDUCE_TENSOR_ADD, e, z);
-    cudnnBackendDescriptor_t lz = g_virt(g, F, h->r, h->rs);
-    g_pw(g, CUDNN_POINTWISE_LOG, F, -1, z, NULL, NULL, lz);
-    g_pw(g, CUDNN_POINTWISE_ADD, F, -1, m, lz, NULL, stats);
-    cudnnBackendDescriptor_t p = g_virt(g, io, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_DIV, F, -1, e, z, NULL, p);
-    g_mm(g, p, v, o);
-}
-
-static void g_backward(dnn_g *g, cudnnDataType_t io, const dnn_shape *h)
-{
-    const cudnnDataType_t F = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t q = g_tensor(g, U_Q, io, h->q, h->qs, 0);
-    cudnnBackendDescriptor_t kt = g_tensor(g, U_K, io, h->kt, h->kts, 0);
-    cudnnBackendDescriptor_t vt = g_tensor(g, U_V, io, h->kt, h->kts, 0);
-    cudnnBackendDescriptor_t o = g_tensor(g, U_O, io, h->o, h->os, 0);
-    cudnnBackendDescriptor_t dout = g_tensor(g, U_DO, io, h->o, h->os, 0);
-    cudnnBackendDescriptor_t stats = g_tensor(g, U_STATS, F, h->r, h->rs, 0);
-    cudnnBackendDescriptor_t dq = g_tensor(g, U_DQ, io, h->q, h->qs, 0);
-    cudnnBackendDescriptor_t dk = g_tensor(g, U_DK, io, h->q, h->qs, 0);
-    cudnnBackendDescriptor_t dv = g_tensor(g, U_DV, io, h->q, h->qs, 0);
-    cudnnBackendDescriptor_t scale = g_scalar(g, U_SCALE);
-    /* softmax_sum = rowsum(dO * O), a real tensor in the workspace */
-    cudnnBackendDescriptor_t doo = g_virt(g, F, h->o, h->os);
-    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, dout, o, NULL, doo);
-    cudnnBackendDescriptor_t rs = g_virt(g, F, h->r, h->rs);
-    g_red(g, CUDNN_REDUCE_TENSOR_ADD, doo, rs);
-    cudnnBackendDescriptor_t sum = g_tensor(g, U_SUM, F, h->r, h->rs, 0);
-    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, rs, g_scalar(g, U_ONE), NULL, sum);
-    /* P = exp(S - Stats); dV = P^T dO */
-    cudnnBackendDescriptor_t s = g_scores(g, h, q, kt, scale);
-    cudnnBackendDescriptor_t d = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_SUB, F, -1, s, stats, NULL, d);
-    cudnnBackendDescriptor_t p = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_EXP, F, -1, d, NULL, NULL, p);
-    cudnnBackendDescriptor_t pt = g_virt(g, io, h->st, h->sts);
-    g_reshape(g, p, pt);
-    g_mm(g, pt, dout, dv);
-    /* dS = P (dO V^T - softmax_sum) scale; dK = dS^T Q */
-    cudnnBackendDescriptor_t dp = g_virt(g, F, h->s, h->ss);
-    g_mm(g, dout, vt, dp);
-    cudnnBackendDescriptor_t dp2 = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_SUB, F, -1, dp, sum, NULL, dp2);
-    cudnnBackendDescriptor_t ds = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, dp2, p, NULL, ds);
-    cudnnBackendDescriptor_t ds2 = g_virt(g, F, h->s, h->ss);
-    g_pw(g, CUDNN_POINTWISE_MUL, F, -1, ds, scale, NULL, ds2);
-    cudnnBackendDescriptor_t dst = g_virt(g, io, h->st, h->sts);
-    g_reshape(g, ds2, dst);
-    g_mm(g, dst, q, dk);
-    /* dQ = dS K, summed in fp32 (the workspace), then written in io */
-    cudnnBackendDescriptor_t k = g_virt(g, F, h->q, h->qs);
-    g_reshape(g, kt, k);
-    cudnnBackendDescriptor_t acc = g_tensor(g, U_DQACC, F, h->qf, h->qfs, 0);
-    g_mm(g, ds2, k, acc);
-    g_pw(g, CUDNN_POINTWISE_IDENTITY, F, -1, acc, NULL, NULL, dq);
+    zt_attn_graph *a = zt_malloc(sizeof(*a));
+    if (!a) {
+        snprintf(g->err, sizeof(g->err), "out of host memory");
+        return;
+    }
+    if (bwd)
+        zt_attn_graph_backward(a, n, T, NH);
+    else
+        zt_attn_graph_forward(a, n, T, NH);
+    g_lower(g, a, fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16);
+    zt_free(a);
 }
 
 /* The graph finalized, cuDNN's heuristics asked, and the first engine configuration that
@@ -616,13 +517,7 @@ static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int
     p->bwd = bwd, p->fp16 = fp16, p->n = n, p->T = T, p->NH = NH;
     dnn_g *g = zt_calloc(1, sizeof(*g));
     if (!g) return p;
-    g->vuid = U_VIRTUAL;
-    dnn_shape h = dnn_shape_of(n, T, NH);
-    cudnnDataType_t io = fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
-    if (bwd)
-        g_backward(g, io, &h);
-    else
-        g_forward(g, io, &h);
+    g_attention(g, bwd, fp16, n, T, NH);
     uint64_t t0 = zt_now_ns();
     p->plan = g_plan(g, d->handle, NULL, &p->ws);
     if (!p->plan) {
@@ -775,7 +670,8 @@ bool zt_cuda_dnn_forward(zt_kctx *ctx, uint16_t *out16, float *lse, const uint16
     for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += r.n) {
         size_t tok = (size_t)b0 * T;
         const uint16_t *q = qkv16 + tok * 3 * C;
-        static const int64_t uids[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+        static const int64_t uids[7] = {ZT_AG_Q,     ZT_AG_K,     ZT_AG_V,     ZT_AG_O,
+                                        ZT_AG_STATS, ZT_AG_SCALE, ZT_AG_NEGINF};
         void *ptrs[7] = {(void *)q,       (void *)(q + C),           (void *)(q + 2 * C),
                          out16 + tok * C, lse + (size_t)b0 * NH * T, &scale,
                          &neginf};
@@ -812,8 +708,9 @@ bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
             zt_cuda_check(ctx, cudaMemsetAsync(acc, 0, rows * 64 * 4, ctx->stream),
                           "clearing cuDNN's dQ sum"))
             return true;
-        static const int64_t uids[14] = {U_Q,  U_K,  U_V,  U_O,  U_STATS, U_SCALE, U_NEGINF,
-                                         U_DO, U_DQ, U_DK, U_DV, U_ONE,   U_SUM,   U_DQACC};
+        static const int64_t uids[14] = {
+            ZT_AG_Q,  ZT_AG_K,  ZT_AG_V,  ZT_AG_O,  ZT_AG_STATS, ZT_AG_SCALE, ZT_AG_NEGINF,
+            ZT_AG_DO, ZT_AG_DQ, ZT_AG_DK, ZT_AG_DV, ZT_AG_ONE,   ZT_AG_SUM,   ZT_AG_DQACC};
         void *ptrs[14] = {(void *)q,
                           (void *)(q + C),
                           (void *)(q + 2 * C),
@@ -846,18 +743,12 @@ bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, i
         snprintf(why, cap, "out of host memory");
         return false;
     }
-    g->vuid = U_VIRTUAL;
     cudnnBackendDescriptor_t prop =
         g_new(g, CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "the device properties");
     g_set(g, prop, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
           (int64_t)strlen(prop_json), prop_json, "the device properties' JSON");
     g_fin(g, prop, "finalizing the device properties");
-    dnn_shape h = dnn_shape_of(n, T, NH);
-    cudnnDataType_t io = fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
-    if (bwd)
-        g_backward(g, io, &h);
-    else
-        g_forward(g, io, &h);
+    g_attention(g, bwd, fp16, n, T, NH);
     cudnnBackendDescriptor_t plan = g_plan(g, NULL, prop, ws);
     if (!plan)
         snprintf(why, cap, "%s", g->err);

@@ -2,10 +2,11 @@
  * of an H100 (sm_90) and an A100 (sm_80) as its JSON, asked for an engine for the forward and
  * backward attention graphs that ZT_CUDA_ATTN=cudnn runs, and made to build the engine's plan
  * up to loading its kernels, which needs a driver (the toolkit's stub driver stands in, so that
- * cuDNN's kernel loader finds one; without it cuDNN offers no engine). That proves cuDNN recognises
- * the graphs as its fused attention on both architectures, in bf16 and fp16, at GPT-2's shape and
- * at an odd one; a V100 (sm_70, which cuDNN's fused attention does not run on) must be refused. The
- * numbers come on a GPU: tests/gpu/test_gpu_ops.c's cudnn cases. Skips where cuDNN or the stub
+ * cuDNN's kernel loader finds one; without it cuDNN offers no engine). That proves cuDNN
+ * recognises the graphs as its fused attention on both architectures, in bf16 and fp16, at
+ * GPT-2's shapes and at an odd one; a V100 (sm_70, which cuDNN's fused attention does not run
+ * on) must be refused. What the graph means is test_attn_graph's (on the CPU); that cuDNN
+ * computes it, tests/gpu/test_gpu_ops.c's cudnn cases on a GPU. Skips where cuDNN or the stub
  * driver is missing. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
