@@ -463,7 +463,9 @@ static void dnn_fallback(zt_kctx *ctx, const char *why)
     if (ctx->dnn && ctx->dnn->warned) return;
     if (ctx->dnn) ctx->dnn->warned = true;
     ZT_WARN("kernels",
-            "ZT_CUDA_ATTN=cudnn: the attention runs on zerotrain's own kernels instead: %s", why);
+            "ZT_CUDA_ATTN=cudnn: the attention runs on zerotrain's own kernels instead: %s "
+            "(CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr has cuDNN say more)",
+            why);
 }
 
 /* The context's cuDNN state, made at first use; NULL (reported) where cuDNN cannot run */
@@ -574,8 +576,10 @@ static bool dnn_runs_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, i
             r->full = p;
             break;
         }
-        size_t per = dnn_run_bytes(bwd, 1, T, NH), ws = DNN_ALIGN((size_t)p->ws);
-        size_t fit = bytes > ws && per ? (bytes - ws) / per : 0;
+        /* a sequence's share, the plan's workspace counted as growing with the run (as on
+         * Ampere, where it holds dQ's sum; on Hopper it is 256 bytes) */
+        size_t per = dnn_run_bytes(bwd, 1, T, NH) + DNN_ALIGN((size_t)p->ws) / (size_t)n + 1;
+        size_t fit = bytes / per;
         if (fit < 1) break;
         int runs = (int)(((size_t)B + fit - 1) / fit);
         int m = (B + runs - 1) / runs;
