@@ -568,6 +568,12 @@ static bool dnn_runs_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, i
 {
     char why[200];
     int n = B;
+    size_t per0 = dnn_run_bytes(bwd, 1, T, NH);
+    if (per0 && (size_t)B * per0 > bytes && bytes >= per0) { /* runs of even length at once */
+        size_t fit = bytes / per0;
+        int runs = (int)(((size_t)B + fit - 1) / fit);
+        n = (B + runs - 1) / runs;
+    }
     r->full = r->last = NULL;
     for (int tries = 0; tries < 3 && n > 0 && !r->full; tries++) {
         dnn_plan *p = dnn_plan_of(ctx, d, bwd, n, T, NH, NULL);
@@ -578,7 +584,7 @@ static bool dnn_runs_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, i
         }
         /* a sequence's share, the plan's workspace counted as growing with the run (as on
          * Ampere, where it holds dQ's sum; on Hopper it is 256 bytes) */
-        size_t per = dnn_run_bytes(bwd, 1, T, NH) + DNN_ALIGN((size_t)p->ws) / (size_t)n + 1;
+        size_t per = per0 + DNN_ALIGN((size_t)p->ws) / (size_t)n + 1;
         size_t fit = bytes / per;
         if (fit < 1) break;
         int runs = (int)(((size_t)B + fit - 1) / fit);
