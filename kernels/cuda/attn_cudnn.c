@@ -173,23 +173,33 @@ static void g_free(dnn_g *g)
     zt_free(g);
 }
 
-enum { T_VIRT = 1, T_BYVAL = 2 };
+static cudnnDataType_t g_type(zt_ag_type t, cudnnDataType_t io)
+{
+    switch (t) {
+    case ZT_AG_IO:
+        return io;
+    case ZT_AG_I32:
+        return CUDNN_DATA_INT32;
+    case ZT_AG_BOOL:
+        return CUDNN_DATA_BOOLEAN;
+    default:
+        return CUDNN_DATA_FLOAT;
+    }
+}
 
-/* A 4-d tensor */
-static cudnnBackendDescriptor_t g_tensor(dnn_g *g, int64_t uid, cudnnDataType_t dt,
-                                         const int64_t dim[4], const int64_t str[4], int flags)
+/* The graph's tensor t, its 16-bit type io */
+static cudnnBackendDescriptor_t g_tensor(dnn_g *g, const zt_ag_tensor *t, cudnnDataType_t io)
 {
     cudnnBackendDescriptor_t d = g_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor descriptor");
-    bool virt = flags & T_VIRT, byval = flags & T_BYVAL;
     int64_t align = 16;
-    g_dtype(g, d, CUDNN_ATTR_TENSOR_DATA_TYPE, dt, "tensor type");
-    g_set(g, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, "tensor dimensions");
-    g_set(g, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, "tensor strides");
-    g_set(g, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor id");
+    g_dtype(g, d, CUDNN_ATTR_TENSOR_DATA_TYPE, g_type(t->type, io), "tensor type");
+    g_set(g, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t->dim, "tensor dimensions");
+    g_set(g, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t->str, "tensor strides");
+    g_set(g, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &t->uid, "tensor id");
     g_set(g, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
-    g_set(g, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual");
-    if (byval)
-        g_set(g, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval,
+    g_set(g, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &t->virt, "tensor virtual");
+    if (t->byval)
+        g_set(g, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &t->byval,
               "tensor by value");
     g_fin(g, d, "finalizing a tensor");
     return d;
@@ -273,28 +283,11 @@ static void g_reshape(dnn_g *g, cudnnBackendDescriptor_t x, cudnnBackendDescript
 
 /* ---- the attention's graph (kernels/attn_graph.h) in cuDNN's descriptors ---- */
 
-static cudnnDataType_t g_type(zt_ag_type t, cudnnDataType_t io)
-{
-    switch (t) {
-    case ZT_AG_IO:
-        return io;
-    case ZT_AG_I32:
-        return CUDNN_DATA_INT32;
-    case ZT_AG_BOOL:
-        return CUDNN_DATA_BOOLEAN;
-    default:
-        return CUDNN_DATA_FLOAT;
-    }
-}
-
 static void g_lower(dnn_g *g, const zt_attn_graph *a, cudnnDataType_t io)
 {
     cudnnBackendDescriptor_t td[ZT_AG_TENSORS];
-    for (int i = 0; i < a->nt; i++) {
-        const zt_ag_tensor *t = &a->t[i];
-        td[i] = g_tensor(g, t->uid, g_type(t->type, io), t->dim, t->str,
-                         (t->virt ? T_VIRT : 0) | (t->byval ? T_BYVAL : 0));
-    }
+    for (int i = 0; i < a->nt; i++)
+        td[i] = g_tensor(g, &a->t[i], io);
     static const cudnnPointwiseMode_t pw[] = {
         [ZT_AG_MUL] = CUDNN_POINTWISE_MUL,           [ZT_AG_ADD] = CUDNN_POINTWISE_ADD,
         [ZT_AG_SUB] = CUDNN_POINTWISE_SUB,           [ZT_AG_DIV] = CUDNN_POINTWISE_DIV,
