@@ -345,37 +345,48 @@ void zt_gpt2_block_forward(const zt_ops *ops, zt_kctx *k, const zt_gpt2_layout *
     const zt_attn_home *h = hq.qkv || hq.out ? &hq : NULL;
     mark(ops, k, "attn_fwd");
     ops->attention_forward(k, a->atty, a->lse, s->attn, a->qkv, h, B, T, C, NH);
+    /* With the attention output's home attproj's GEMM adds the residual itself (x_in its C),
+     * writing res2 without the projection written and read again */
     mark(ops, k, "attproj_fwd");
-    if (h && h->out)
-        ops->matmul16_forward(k, proj, a->atty, h->out, h->dtype, p->attprojw, p->attprojb, N, C,
-                              C);
+    bool res2_set = h && h->out;
+    if (res2_set)
+        ops->matmul16_forward(k, a->res2, a->atty, h->out, h->dtype, p->attprojw, p->attprojb, x_in,
+                              N, C, C);
     else
         ops->matmul_forward(k, proj, a->atty, p->attprojw, p->attprojb, N, C, C);
     /* fch is the MLP's input to GELU; the op computes GELU's output for fcproj (into d_fch
      * where it needs it in fp32). With its 16-bit home fc writes it there rounded (d_fch room),
      * and LN2 goes straight into fc's 16-bit copy as LN1 into qkv's (ln room): the residual
-     * alone first, the bits of the fused residual and LayerNorm (its LayerNorm is the same
-     * code), without LN2's fp32 output written and read again. */
-    mark(ops, k, "res_ln2_fwd");
+     * alone first where attproj did not add it, the bits of the fused residual and LayerNorm
+     * (its LayerNorm is the same code), without LN2's fp32 output written and read again; and
+     * fcproj's GEMM adds the block's last residual (res2 its C) */
     if (a->fch16) {
-        ops->residual_forward(k, a->res2, x_in, proj, nC);
+        if (!res2_set) {
+            mark(ops, k, "res_ln2_fwd");
+            ops->residual_forward(k, a->res2, x_in, proj, nC);
+        }
         mark(ops, k, "fc_fwd");
         ops->layernorm_matmul_forward16(k, a->fch16, a->home.dtype, s->d_fch, ln, a->ln2_mean,
                                         a->ln2_rstd, a->res2, p->ln2w, p->ln2b, p->fcw, p->fcb, N,
                                         C, 4 * C);
         mark(ops, k, "gelu_fcproj_fwd");
-        ops->gelu16_matmul_forward(k, proj, s->d_fch, a->fch16, a->home.dtype, p->fcprojw,
-                                   p->fcprojb, N, 4 * C, C);
+        ops->gelu16_matmul_forward(k, x_out, s->d_fch, a->fch16, a->home.dtype, p->fcprojw,
+                                   p->fcprojb, a->res2, N, 4 * C, C);
     } else {
-        ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
-                                        p->ln2w, p->ln2b, N, C);
+        mark(ops, k, "res_ln2_fwd");
+        if (res2_set)
+            ops->layernorm_forward(k, ln, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N,
+                                   C);
+        else
+            ops->residual_layernorm_forward(k, a->res2, ln, a->ln2_mean, a->ln2_rstd, x_in, proj,
+                                            p->ln2w, p->ln2b, N, C);
         mark(ops, k, "fc_fwd");
         ops->matmul_forward(k, a->fch, ln, p->fcw, p->fcb, N, C, 4 * C);
         mark(ops, k, "gelu_fcproj_fwd");
         ops->gelu_matmul_forward(k, proj, s->d_fch, a->fch, p->fcprojw, p->fcprojb, N, 4 * C, C);
+        mark(ops, k, "res_fwd");
+        ops->residual_forward(k, x_out, a->res2, proj, nC);
     }
-    mark(ops, k, "res_fwd");
-    ops->residual_forward(k, x_out, a->res2, proj, nC);
     mark(ops, k, "engine");
 }
 

@@ -155,11 +155,16 @@ typedef struct zt_ops {
      * zero), so that the caller clears nothing and the GEMM reads no dinp; dweight and dbias
      * accumulate. matmul16_backward's dinp16 (not NULL): dinp written rounded to dt16 there
      * instead (the cast of the fp32 dinp; the cuda GEMM writes it itself), dinp then room: the
-     * attention output's gradient as autocast hands it to the attention's backward. */
+     * attention output's gradient as autocast hands it to the attention's backward.
+     * matmul16_forward's and gelu16_matmul_forward's res (N,OC) (NULL: none) is a residual
+     * input: out = res + the product, the block's residual add in the same op, out not
+     * overlapping res (bitwise the product then residual_forward(out, res, out) on cpu; the cuda
+     * GEMM takes res as its C, beta 1, and adds it before the bias, where the two ops add it
+     * after: within an ulp of theirs, without the product written and read again). */
     void (*matmul16_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *act /* (N,C) */,
                              const void *in16 /* (N,C) */, zt_dtype dt16,
-                             const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
-                             int C, int OC);
+                             const float *weight /* (OC,C) */, const float *bias /* (OC) */,
+                             const float *res /* (N,OC) */, int N, int C, int OC);
     void (*matmul16_backward)(zt_kctx *ctx, float *dinp /* (N,C) */, void *dinp16 /* (N,C) */,
                               float *dweight /* (OC,C) */, float *dbias /* (OC) */,
                               const float *dout /* (N,OC) */, float *act /* (N,C) */,
@@ -243,11 +248,12 @@ typedef struct zt_ops {
                              const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
                              int C, int OC);
     /* gelu_matmul_forward of the values pre16 holds: out = GELU(pre) @ weight^T + bias, act
-     * (N,C) room as there (bitwise the cast into act then gelu_matmul_forward on cpu). */
+     * (N,C) room as there (bitwise the cast into act then gelu_matmul_forward on cpu); res as
+     * matmul16_forward's. */
     void (*gelu16_matmul_forward)(zt_kctx *ctx, float *out /* (N,OC) */, float *act /* (N,C) */,
                                   const void *pre16 /* (N,C) */, zt_dtype dt16,
                                   const float *weight /* (OC,C) */, const float *bias /* (OC) */,
-                                  int N, int C, int OC);
+                                  const float *res /* (N,OC) */, int N, int C, int OC);
     /* matmul_gelu_backward of the values pre16 holds, its dpre WRITTEN rounded to dt16 into
      * dpre16 (not aliasing the rest); act and dact (N,C each) are room (contents undefined on
      * exit). On cpu bitwise: pre16 cast into act, matmul_gelu_backward into dact, dact cast

@@ -249,13 +249,20 @@ static void cpu_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const 
     zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
 }
 
-/* The two ops, bitwise: the input's values into act (cast), then the product. */
+/* out = res + out where res is given: the residual add after a product (ops.h) */
+static void add_res(zt_kctx *ctx, float *out, const float *res, int N, int OC)
+{
+    if (res && N > 0 && OC > 0) zt_cpu_residual_forward(ctx, out, res, out, (size_t)N * (size_t)OC);
+}
+
+/* The ops, bitwise: the input's values into act (cast), the product, the residual add. */
 static void cpu_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16,
-                                 zt_dtype dt16, const float *weight, const float *bias, int N,
-                                 int C, int OC)
+                                 zt_dtype dt16, const float *weight, const float *bias,
+                                 const float *res, int N, int C, int OC)
 {
     if (N > 0 && C > 0) zt_cpu_cast(ctx, act, ZT_F32, in16, dt16, (size_t)N * (size_t)C);
     zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
+    add_res(ctx, out, res, N, OC);
 }
 
 static void cpu_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *dweight,
@@ -293,8 +300,8 @@ static void cpu_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float
 }
 
 static void cpu_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, const void *pre16,
-                                      zt_dtype dt16, const float *weight, const float *bias, int N,
-                                      int C, int OC)
+                                      zt_dtype dt16, const float *weight, const float *bias,
+                                      const float *res, int N, int C, int OC)
 {
     if (N > 0 && C > 0) {
         size_t n = (size_t)N * (size_t)C;
@@ -302,6 +309,7 @@ static void cpu_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, cons
         zt_cpu_gelu_forward(ctx, act, act, n); /* elementwise: in place */
     }
     zt_cpu_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
+    add_res(ctx, out, res, N, OC);
 }
 
 /* matmul_gelu_backward's steps with pre in act: the product into zeros in dact, GELU' in

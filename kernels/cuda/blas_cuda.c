@@ -246,6 +246,10 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
     key.alignA = ptr_align(g->B, g->sB, g->batch, esize); /* cuBLASLt's A */
     key.alignB = ptr_align(g->A, g->sA, g->batch, esize);
     key.alignC = ptr_align(d_ptr(g), g->sC, g->batch, osize);
+    if (g->Cin) { /* C and D are held to the same alignment */
+        int ac = ptr_align(g->Cin, 0, 1, 4);
+        if (ac < key.alignC) key.alignC = ac;
+    }
     key.alignBias = use_bias ? ptr_align(g->bias, 0, 1, 4) : 0;
     key.gelu = !aux ? 0 : g->dgelu ? 2 : 1;
     key.alignAux = aux ? ptr_align(aux, 0, 1, osize) : 0;
@@ -319,8 +323,9 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
  * algorithm cache so that later calls go straight to the caller's fallback (LT_NO_ALGO). */
 static lt_result lt_launch(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, lt_call *c)
 {
+    const void *C = g->Cin ? (const void *)g->Cin : d_ptr(g);
     cublasStatus_t s = cublasLtMatmul(ctx->lt, &c->op, &g->alpha, g->B, &c->la, g->A, &c->lb,
-                                      &g->beta, d_ptr(g), &c->lc, d_ptr(g), &c->lc, &c->e->algo,
+                                      &g->beta, C, &c->lc, d_ptr(g), &c->lc, &c->e->algo,
                                       ctx->lt_ws, ZT_CUDA_LT_WORKSPACE, ctx->stream);
     if (s == CUBLAS_STATUS_INVALID_VALUE || s == CUBLAS_STATUS_NOT_SUPPORTED) {
         /* the heuristic's own choice refused: reported once (the entry remembers it), since a
@@ -354,6 +359,24 @@ static lt_result gemm_lt(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias)
 static void gemm_unstaged(zt_kctx *ctx, const zt_cuda_gemm *g)
 {
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
+    if (g->Cin) {
+        /* a residual input: cuBLASLt's C, else the product then the residual add (the bits of
+         * the two ops) */
+        if (g->batch != 1 || g->ldc != g->N || g->beta != 1.0f || g->aux || g->out16) {
+            zt_cuda_fail(
+                ctx, ZT_ERR_UNSUPPORTED,
+                "GPU %d: a GEMM with a residual input needs batch 1, ldc == N, beta 1, an fp32 output and no GELU (got batch %d, ldc %d, N %d, beta %g); this is a bug in the caller",
+                ctx->device, g->batch, g->ldc, g->N, (double)g->beta);
+            return;
+        }
+        if (g->K > 0 && gemm_lt(ctx, g, g->bias != NULL) == LT_DONE) return;
+        zt_cuda_gemm f = *g;
+        f.Cin = NULL;
+        f.beta = 0.0f;
+        gemm_unstaged(ctx, &f);
+        zt_cuda_residual_forward(ctx, g->C, g->Cin, g->C, (size_t)g->M * (size_t)g->N);
+        return;
+    }
     if (g->out16) { /* the product in fp32 into C (room), then rounded into C16 */
         if (g->aux16 || g->batch != 1 || g->ldc != g->N || g->beta != 0.0f) {
             zt_cuda_fail(
@@ -448,7 +471,8 @@ static void gemm_unstaged(zt_kctx *ctx, const zt_cuda_gemm *g)
  * of preference, each staging every element once: rows of C (op(B) whole), columns of C (op(A)
  * whole), depth (each block's product added onto C: beta 1 after the first, the bias with the
  * first). A GELU epilogue needs each sum whole and each row of aux whole, and a 16-bit output
- * (out16) each sum whole and rows of it whole where they fall back, so they take rows only. No
+ * (out16) each sum whole and rows of it whole where they fall back, so they take rows only; a
+ * residual input (Cin) rows or depth (whole rows where a block falls back to the two ops). No
  * block worth a product (under ZT_CUDA_STAGE_MIN_BLOCK): the fp32 operands as before. */
 #define ZT_CUDA_STAGE_MIN_BLOCK 64
 #define ZT_CUDA_STAGE_GRAIN 64 /* block sizes are multiples of it (or the whole dimension) */
@@ -476,7 +500,7 @@ static bool stage_plan(const zt_cuda_gemm *g, size_t cap, stage_blocks *b)
     b->mb = g->M;
     if (g->aux || g->out16) return false;
     /* columns: op(B)'s blocks padded (at most 127 elements) */
-    if (pa + 128 < cap && (b->nb = stage_fit(cap - pa - 128, K, g->N)) > 0) return true;
+    if (!g->Cin && pa + 128 < cap && (b->nb = stage_fit(cap - pa - 128, K, g->N)) > 0) return true;
     b->nb = g->N;
     /* depth: pad(kb N) + M kb <= cap */
     return cap > 128 && (b->kb = stage_fit(cap - 128, M + N, g->K)) > 0;
@@ -540,9 +564,11 @@ static zt_cuda_gemm stage_part(const zt_cuda_gemm *g, int m0, int mn, int n0, in
     if (g->aux) p.aux = g->aux + c0;
     if (g->C16) p.C16 = (uint16_t *)g->C16 + c0;
     if (g->aux16) p.aux16 = (const uint16_t *)g->aux16 + c0;
+    if (g->Cin) p.Cin = g->Cin + c0;
     if (k0 > 0) {
         p.beta = 1.0f;
         p.bias = NULL;
+        p.Cin = NULL;
     } else if (g->bias) {
         p.bias = g->bias + n0;
     }
@@ -680,6 +706,13 @@ static zt_cuda_gemm linear_gemm(float *out, const float *inp, const float *weigh
     g.ta = 'N', g.tb = 'T', g.M = N, g.N = OC, g.K = C, g.alpha = 1.0f, g.beta = 0.0f;
     g.A = inp, g.lda = C, g.B = weight, g.ldb = C, g.C = out, g.ldc = OC, g.batch = 1;
     g.bias = bias;
+    return g;
+}
+
+/* g with a residual input res (NULL: none) added as its C (ops.h's matmul16_forward) */
+static zt_cuda_gemm with_res(zt_cuda_gemm g, const float *res)
+{
+    if (res) g.Cin = res, g.beta = 1.0f;
     return g;
 }
 
@@ -1015,11 +1048,12 @@ void zt_cuda_matmul_gelu_backward(zt_kctx *ctx, float *dpre, float *dweight, flo
 
 /* out (N, OC) = A (N, C) @ weight (OC, C)^T + bias where A's values are f's: matmul_forward's
  * product with A in the caller's scratch `act`, its copy rounded from f where staged (and
- * fused), act written with them otherwise */
+ * fused), act written with them otherwise; res (N, OC, or NULL) added as the GEMM's C */
 static void linear_from(zt_kctx *ctx, float *out, float *act, const zt_cuda_afn *f,
-                        const float *weight, const float *bias, int N, int C, int OC)
+                        const float *weight, const float *bias, const float *res, int N, int C,
+                        int OC)
 {
-    zt_cuda_gemm g = linear_gemm(out, act, weight, bias, N, C, OC);
+    zt_cuda_gemm g = with_res(linear_gemm(out, act, weight, bias, N, C, OC), res);
     g.afn = f;
     if (ctx->stage_fused && gemm_staged(ctx, &g)) return;
     if (N > 0 && C > 0) afn_fp32(ctx, act, f, 0, N, C);
@@ -1031,7 +1065,7 @@ void zt_cuda_gelu_matmul_forward(zt_kctx *ctx, float *out, float *act, const flo
                                  const float *weight, const float *bias, int N, int C, int OC)
 {
     zt_cuda_afn f = {.kind = ZT_AFN_GELU, .src = pre};
-    linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
+    linear_from(ctx, out, act, &f, weight, bias, NULL, N, C, OC);
 }
 
 /* Whether a 16-bit input of type dt16 is the staging's own type: matmuls staged in it, with
@@ -1042,15 +1076,17 @@ static bool in16_stageable(const zt_kctx *ctx, zt_dtype dt16)
 }
 
 void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16, zt_dtype dt16,
-                              const float *weight, const float *bias, int N, int C, int OC)
+                              const float *weight, const float *bias, const float *res, int N,
+                              int C, int OC)
 {
     zt_cuda_afn f = {.kind = ZT_AFN_HOME16, .src16 = in16, .dtype = (int)dt16};
     if (in16_stageable(ctx, dt16)) {
-        linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
+        linear_from(ctx, out, act, &f, weight, bias, res, N, C, OC);
         return;
     }
     if (N > 0 && C > 0) afn_fp32(ctx, act, &f, 0, N, C);
-    zt_cuda_matmul_forward(ctx, out, act, weight, bias, N, C, OC);
+    zt_cuda_gemm g = with_res(linear_gemm(out, act, weight, bias, N, C, OC), res);
+    zt_cuda_gemm_run(ctx, &g);
 }
 
 /* n floats of a gradient cleared for a fallback that adds into it, in an op that writes it
@@ -1104,11 +1140,11 @@ void zt_cuda_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *a
 }
 
 void zt_cuda_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, const void *pre16,
-                                   zt_dtype dt16, const float *weight, const float *bias, int N,
-                                   int C, int OC)
+                                   zt_dtype dt16, const float *weight, const float *bias,
+                                   const float *res, int N, int C, int OC)
 {
     zt_cuda_afn f = {.kind = ZT_AFN_GELU16, .src16 = pre16, .dtype = (int)dt16};
-    linear_from(ctx, out, act, &f, weight, bias, N, C, OC);
+    linear_from(ctx, out, act, &f, weight, bias, res, N, C, OC);
 }
 
 void zt_cuda_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweight, float *dbias,
@@ -1158,7 +1194,7 @@ void zt_cuda_layernorm_matmul_forward(zt_kctx *ctx, float *out, float *ln, float
 {
     zt_cuda_afn f = {
         .kind = ZT_AFN_LAYERNORM, .src = x, .w = lnw, .b = lnb, .mean = mean, .rstd = rstd};
-    linear_from(ctx, out, ln, &f, weight, bias, N, C, OC);
+    linear_from(ctx, out, ln, &f, weight, bias, NULL, N, C, OC);
 }
 
 /* qkv's 16-bit home written by the GEMM itself, as matmul_forward16's */

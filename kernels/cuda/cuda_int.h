@@ -76,6 +76,10 @@ typedef struct zt_cuda_gemm {
     const void *A, *B; /* fp32, or 16-bit as in16 says */
     int in16;          /* 0: A and B are fp32; ZT_MM_BF16 or ZT_MM_FP16: 16-bit copies (staged) */
     float *C;
+    /* non-NULL (batch 1, ldc == N, beta 1, fp32 D, no GELU): beta * Cin in place of beta * C,
+     * C then only written (a residual input: out = res + the product, the res the cuBLASLt
+     * call's C and out its D) */
+    const float *Cin;
     const float *bias; /* (N) or NULL; only with batch == 1 */
     float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
     int dgelu;         /* with aux: C = GELU'(aux) * product instead, aux only read (no bias) */
@@ -286,8 +290,8 @@ void zt_cuda_matmul_forward16(zt_kctx *ctx, void *out16, zt_dtype dt16, float *a
                               const float *inp, const float *weight, const float *bias, int N,
                               int C, int OC);
 void zt_cuda_gelu16_matmul_forward(zt_kctx *ctx, float *out, float *act, const void *pre16,
-                                   zt_dtype dt16, const float *weight, const float *bias, int N,
-                                   int C, int OC);
+                                   zt_dtype dt16, const float *weight, const float *bias,
+                                   const float *res, int N, int C, int OC);
 void zt_cuda_matmul_gelu16_backward(zt_kctx *ctx, void *dpre16, float *dweight, float *dbias,
                                     const float *dout, float *act, float *dact, const float *weight,
                                     const void *pre16, zt_dtype dt16, int N, int C, int OC);

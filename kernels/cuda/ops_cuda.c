@@ -648,7 +648,8 @@ void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, flo
                                   float *out, const float *lse, const zt_attn_home *home, int B,
                                   int T, int C, int NH);
 void zt_cuda_matmul16_forward(zt_kctx *ctx, float *out, float *act, const void *in16, zt_dtype dt16,
-                              const float *weight, const float *bias, int N, int C, int OC);
+                              const float *weight, const float *bias, const float *res, int N,
+                              int C, int OC);
 void zt_cuda_matmul16_backward(zt_kctx *ctx, float *dinp, void *dinp16, float *dweight,
                                float *dbias, const float *dout, float *act, const void *in16,
                                zt_dtype dt16, const float *weight, int N, int C, int OC);

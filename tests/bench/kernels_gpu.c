@@ -326,8 +326,12 @@ int main(int argc, char **argv)
         /* attproj from the attention output's 16-bit home (next to matmul_forward and
          * matmul_backward attproj: copied into the staging instead of rounded from fp32) */
         double afl1 = 2.0 * N * C * C;
-        TIME_IT(s, G->matmul16_forward(K, y, z, big, ZT_BF16, w, bias, (int)N, C, C));
+        TIME_IT(s, G->matmul16_forward(K, y, z, big, ZT_BF16, w, bias, NULL, (int)N, C, C));
         report_flops("matmul16_forward attproj", md, s, afl1);
+        /* as bf16 jobs run it: the block's residual (x here) added by the GEMM as its C (next to
+         * the row above plus residual_forward) */
+        TIME_IT(s, G->matmul16_forward(K, y, z, big, ZT_BF16, w, bias, x, (int)N, C, C));
+        report_flops("matmul16_forward attproj, residual added", md, s, afl1);
         TIME_IT(s, G->matmul16_backward(K, dx, NULL, dw, db, y, z, big, ZT_BF16, w, (int)N, C, C));
         report_flops("matmul16_backward attproj", md, s, 2 * afl1);
         /* the MLP with fch in its 16-bit home, as bf16 jobs run it (next to matmul_forward fc,
@@ -339,8 +343,11 @@ int main(int argc, char **argv)
         float *room = mlp + 4 * NC;
         TIME_IT(s, G->matmul_forward16(K, h16, ZT_BF16, z, x, w, bias, (int)N, C, 4 * C));
         report_flops("matmul_forward16 fc", md, s, fl);
-        TIME_IT(s, G->gelu16_matmul_forward(K, y, z, h16, ZT_BF16, w, bias, (int)N, 4 * C, C));
+        TIME_IT(s,
+                G->gelu16_matmul_forward(K, y, z, h16, ZT_BF16, w, bias, NULL, (int)N, 4 * C, C));
         report_flops("gelu16_matmul_forward fcproj", md, s, fl);
+        TIME_IT(s, G->gelu16_matmul_forward(K, y, z, h16, ZT_BF16, w, bias, x, (int)N, 4 * C, C));
+        report_flops("gelu16_matmul_forward fcproj, residual added", md, s, fl);
         TIME_IT(s, G->matmul_gelu16_backward(K, dh16, dw, db, y, z, room, w, h16, ZT_BF16, (int)N,
                                              4 * C, C));
         report_flops("matmul_gelu16_backward fcproj", md, s, 2 * fl);

@@ -1,7 +1,8 @@
 """ZT_OP_TIMES=1 through `zctl run` (the real zworker, CPU backend): every step line carries
 op_<label>_ms for each op the engine marks (a block's forward and backward ops, the
 classifier, the embedding, the optimizer and the engine's own work between them), each a
-number >= 0, together most of the step and never more than it; the same job without the
+number >= 0, together most of the step and never more than it (a bf16 job's block has no
+residual ops of its own to time: its projections add them); the same job without the
 variable (and with ZT_OP_TIMES=0) has none and the same losses (the marks change no result);
 at ZeRO stage 3 on two ranks too, where parameter gathers run between the ops; a bad value is
 named in a warning and treated as off."""
@@ -14,6 +15,8 @@ import ztutil as zu  # noqa: E402
 
 FWD = ["ln1_qkv_fwd", "attn_fwd", "attproj_fwd", "res_ln2_fwd", "fc_fwd", "gelu_fcproj_fwd",
        "res_fwd"]
+# a 16-bit job's attproj and fcproj add the residuals themselves: no residual ops of their own
+FWD16 = [x for x in FWD if x not in ("res_ln2_fwd", "res_fwd")]
 BWD = ["gelu_fcproj_bwd", "ln2_fc_bwd", "ln2_bwd", "attproj_bwd", "attn_bwd", "ln1_qkv_bwd",
        "ln1_bwd"]
 OTHER = ["encoder_fwd", "encoder_bwd", "lnf_fwd", "classifier", "lnf_bwd", "optimizer", "engine"]
@@ -62,13 +65,15 @@ def main():
                 ops = {k[3:-3]: float(v) for k, v in s.items()
                        if k.startswith("op_") and k.endswith("_ms")}
                 step = float(s["step_ms"])
-                missing = [x for x in FWD + BWD + OTHER if x not in ops]
+                missing = [x for x in (FWD16 if prec else FWD) + BWD + OTHER if x not in ops]
+                stray = [x for x in FWD if prec and x not in FWD16 and x in ops]
                 bad = {k: v for k, v in ops.items() if not v >= 0}
                 total = sum(ops.values())
                 print(f"{what} step {i + 1}: {len(ops)} op times, {total:.2f} of {step:.2f} ms; "
                       f"largest {max(ops, key=ops.get) if ops else '-'}")
-                if missing or bad or not 0.5 * step <= total <= step + 0.5:
-                    failures.append(f"{what} step {i + 1}: missing {missing}, negative {bad}, "
+                if missing or stray or bad or not 0.5 * step <= total <= step + 0.5:
+                    failures.append(f"{what} step {i + 1}: missing {missing}, not run but "
+                                    f"timed {stray}, negative {bad}, "
                                     f"total {total:.3f} against a {step:.3f} ms step")
             for name, lines in (("unset", off), ("0", zero)):
                 extra = [k for s in lines for k in s if k.startswith("op_")]

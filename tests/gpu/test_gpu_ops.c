@@ -126,6 +126,32 @@ static void check_bits(const char *what, const void *d, const void *want, size_t
     zt_free(got);
 }
 
+/* GPU buffer d, an op's output with a residual input res (host, N x OC), against want, the
+ * same op's output without it (host), and the bias (OC, or NULL): want + res within 2^-16 of
+ * the terms' magnitudes (+1: the inputs are of unit scale), not bit for bit, since cuBLASLt
+ * adds res before the bias where the two ops add it after (and, staged by depth, before the
+ * later blocks' products), and on a GPU the product with a C to add may be another
+ * algorithm's; a residual missed, added twice or from another row is off by its own size. */
+static void check_res(const char *what, const void *d, const float *want, const float *res,
+                      const float *bias, int N, int OC)
+{
+    size_t n = (size_t)N * (size_t)OC;
+    float *got = kc_falloc(n);
+    GPU->copy_d2h(GC, got, d, n * 4);
+    gsync(what);
+    double rel = 0x1p-16;
+    for (size_t i = 0; i < n; i++) {
+        double b = bias ? fabs((double)bias[i % (size_t)OC]) : 0.0;
+        double terms = fabs((double)want[i]) + fabs((double)res[i]) + 2.0 * b + 1.0;
+        double e = (double)want[i] + (double)res[i];
+        if (!(fabs((double)got[i] - e) <= rel * terms))
+            ZT_FAIL("%s: element %zu of %zu: %.9g where the product %.9g plus the residual %.9g "
+                    "is %.9g (tolerance %.3g)",
+                    what, i, n, (double)got[i], (double)want[i], (double)res[i], e, rel * terms);
+    }
+    zt_free(got);
+}
+
 /* got against want over n floats: bit for bit where rms_tol is 0, else the rms of the error
  * within rms_tol of the rms of want */
 static void host_match(const char *what, const char *part, const float *got, const float *want,
@@ -1634,7 +1660,8 @@ static void check16(const char *what, const void *d, const uint16_t *want16, zt_
  * rows, by columns with the weight over the cap and by depth (whose backwards run unstaged:
  * the scratch filled); a home of the other 16-bit type,
  * fp32 matmuls, and copies by their own passes (ZT_CUDA_STAGE_FUSED=0), which fill the scratch
- * and run the op. */
+ * and run the op. The forward with a residual input too (check_res), its scratch left alone
+ * as without one but where staged by columns (which a residual input does not take). */
 static void test_matmul16(void)
 {
     static const struct {
@@ -1644,15 +1671,16 @@ static void test_matmul16(void)
         size_t cap;
         const char *fused;
         int copied; /* 1 forward, 2 backward: the home copied, the scratch left alone */
+        bool cols;  /* staged by columns: not with a residual input (fp32 operands here) */
     } cases[] = {
-        {"bf16", ZT_BF16, 300, 200, 136, 0, NULL, 3},
-        {"fp16", ZT_F16, 300, 200, 136, 0, NULL, 3},
-        {"bf16", ZT_BF16, 300, 200, 136, 27264 + 200 * 128, NULL, 3},
-        {"bf16", ZT_BF16, 64, 96, 1000, 6144 + 128 + 96 * 128, NULL, 1},
-        {"bf16", ZT_BF16, 300, 200, 136, 128 + 436 * 64, NULL, 1}, /* forward by depth */
-        {"bf16", ZT_F16, 300, 200, 136, 0, NULL, 0},
-        {"fp32", ZT_BF16, 300, 200, 136, 0, NULL, 0},
-        {"bf16", ZT_BF16, 300, 200, 136, 0, "0", 0},
+        {"bf16", ZT_BF16, 300, 200, 136, 0, NULL, 3, false},
+        {"fp16", ZT_F16, 300, 200, 136, 0, NULL, 3, false},
+        {"bf16", ZT_BF16, 300, 200, 136, 27264 + 200 * 128, NULL, 3, false},
+        {"bf16", ZT_BF16, 64, 96, 1000, 6144 + 128 + 96 * 128, NULL, 1, true},
+        {"bf16", ZT_BF16, 300, 200, 136, 128 + 436 * 64, NULL, 1, false}, /* forward by depth */
+        {"bf16", ZT_F16, 300, 200, 136, 0, NULL, 0, false},
+        {"fp32", ZT_BF16, 300, 200, 136, 0, NULL, 0, false},
+        {"bf16", ZT_BF16, 300, 200, 136, 0, "0", 0, false},
     };
     zt_kctx *keep = GC;
     for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
@@ -1676,13 +1704,28 @@ static void test_matmul16(void)
         GPU->cast(GC, d_x16, cases[t].dt, d_x, ZT_F32, NC);
         GPU->cast(GC, d_xr, ZT_F32, d_x16, cases[t].dt, NC);
         GPU->matmul_forward(GC, d_o1, d_xr, d_w, d_b, N, C, OC);
-        GPU->matmul16_forward(GC, d_o2, d_act, d_x16, cases[t].dt, d_w, d_b, N, C, OC);
+        GPU->matmul16_forward(GC, d_o2, d_act, d_x16, cases[t].dt, d_w, d_b, NULL, N, C, OC);
         GPU->copy_d2h(GC, h_o, d_o1, NO * 4);
         gsync("matmul16_forward");
         snprintf(what, sizeof(what), "matmul16_forward, %s matmuls, a %s input, N=%d C=%d OC=%d",
                  cases[t].mm, zt_dtype_name(cases[t].dt), N, C, OC);
         check_bits(what, d_o2, h_o, NO, 4);
         if (cases[t].copied & 1) check_bits(what, d_act, nan, NC, 4); /* the scratch untouched */
+        /* with a residual input (the block's x): added by the GEMM as its C */
+        {
+            float *res = kc_frandn(NO, 2.0), *d_res = upf(res, NO);
+            char whatr[192];
+            GPU->copy_h2d(GC, d_o2, nan, NO < NC ? NO * 4 : NC * 4);
+            unsigned long long r0 = EMU_NAMED("residual_forward");
+            GPU->matmul16_forward(GC, d_o2, d_act, d_x16, cases[t].dt, d_w, d_b, d_res, N, C, OC);
+            snprintf(whatr, sizeof(whatr), "%s, a residual input", what);
+            check_res(whatr, d_o2, h_o, res, b, N, OC);
+            if (EMU_NAMED("residual_forward") != r0) /* added by the GEMM */
+                ZT_FAIL("%s: %llu residual_forward kernels", whatr,
+                        EMU_NAMED("residual_forward") - r0);
+            if ((cases[t].copied & 1) && !cases[t].cols) check_bits(whatr, d_act, nan, NC, 4);
+            dfree(d_res), zt_free(res);
+        }
         /* dx written (NaN before), dw and db accumulated */
         GPU->memset0(GC, d_dx1, NC * 4), GPU->copy_h2d(GC, d_dx2, nan, NC * 4);
         GPU->memset0(GC, d_dw1, WC * 4), GPU->memset0(GC, d_dw2, WC * 4);
@@ -1730,6 +1773,39 @@ static void test_matmul16(void)
     GC = keep;
 }
 
+#ifdef ZT_TEST_EMU
+/* A residual input where cuBLASLt has no algorithm for the GEMM with it (the heuristic's
+ * NOT_SUPPORTED, which the shape's cache entry keeps): the product, then the residual add, the
+ * bits of the op without it plus the residual, on the query's call and the cached one. */
+static void test_residual_fallback(void)
+{
+    int N = 7, C = 24, OC = 40; /* a shape no other case uses */
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, WC = (size_t)OC * C;
+    float *x = kc_frandn(NC, 1.0), *w = kc_frandn(WC, 0.3), *bias = kc_frandn((size_t)OC, 1.0);
+    float *res = kc_frandn(NO, 1.0), *want = kc_falloc(NO);
+    float *d_x = upf(x, NC), *d_w = upf(w, WC), *d_b = upf(bias, (size_t)OC), *d_r = upf(res, NO);
+    float *d_act = dalloc(NC * 4), *d_out = dalloc(NO * 4);
+    void *d_x16 = dalloc(NC * 2);
+    GPU->cast(GC, d_x16, ZT_BF16, d_x, ZT_F32, NC);
+    GPU->matmul16_forward(GC, d_out, d_act, d_x16, ZT_BF16, d_w, d_b, NULL, N, C, OC);
+    GPU->copy_d2h(GC, want, d_out, NO * 4);
+    gsync("matmul16_forward without a residual input");
+    for (size_t i = 0; i < NO; i++)
+        want[i] = want[i] + res[i];
+    unsigned long long r0 = EMU_NAMED("residual_forward");
+    zt_emu_lt_fail_heuristics(1, 15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
+    for (int k = 0; k < 2; k++) {
+        GPU->matmul16_forward(GC, d_out, d_act, d_x16, ZT_BF16, d_w, d_b, d_r, N, C, OC);
+        check_bits("matmul16_forward with a residual input cuBLASLt has no algorithm for", d_out,
+                   want, NO, 4);
+    }
+    ASSERT_TRUE(EMU_NAMED("residual_forward") == r0 + 2);
+    dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_r), dfree(d_act), dfree(d_out), dfree(d_x16);
+    zt_free(x), zt_free(w), zt_free(bias), zt_free(res), zt_free(want);
+    printf("residual input without an algorithm: the product then the add, ok\n");
+}
+#endif
+
 /* The MLP's ops with its 16-bit home (fch) against the casts and the fp32 ops on the same
  * context: matmul_forward16 (fc's output rounded by the GEMM itself where direct; and
  * layernorm_matmul_forward16, qkv's, from a LayerNorm rounded into its copy),
@@ -1740,7 +1816,7 @@ static void test_matmul16(void)
  * sum in another order: within an ulp). Staged bf16 and fp16, whole and in blocks of rows, a
  * width whose aux is no multiple of 8 (cuBLASLt's DGELU refuses it: the fallback's rows) and
  * one no multiple of 4 (GELU16's copy one element a thread), a home of the other type, fp32
- * matmuls, unfused copies. */
+ * matmuls, unfused copies; gelu16_matmul_forward with a residual input too (check_res). */
 static void test_mlp16(void)
 {
     static const struct {
@@ -1840,9 +1916,18 @@ static void test_mlp16(void)
         GPU->copy_h2d(GC, d_r1, nan, NH * 4);
         GPU->gelu_matmul_forward(GC, d_o1, d_r2, d_pre, d_w2, d_b2, N, H, C);
         GPU->copy_d2h(GC, h_o, d_o1, NC * 4);
-        GPU->gelu16_matmul_forward(GC, d_o2, d_r1, d_p16, dt, d_w2, d_b2, N, H, C);
+        GPU->gelu16_matmul_forward(GC, d_o2, d_r1, d_p16, dt, d_w2, d_b2, NULL, N, H, C);
         snprintf(part, sizeof(part), "gelu16_matmul_forward, %s", what);
         check_bits(part, d_o2, h_o, NC, 4);
+        if (untouched_f) check_bits(part, d_r1, nan, NH, 4);
+        /* with a residual input (res2): added by the GEMM as its C (dy: any values) */
+        GPU->copy_h2d(GC, d_o2, nan, NC * 4);
+        unsigned long long r0 = EMU_NAMED("residual_forward");
+        GPU->gelu16_matmul_forward(GC, d_o2, d_r1, d_p16, dt, d_w2, d_b2, d_dy, N, H, C);
+        snprintf(part, sizeof(part), "gelu16_matmul_forward with a residual input, %s", what);
+        check_res(part, d_o2, h_o, dy, b2, N, C);
+        if (EMU_NAMED("residual_forward") != r0) /* added by the GEMM, never a kernel of its own */
+            ZT_FAIL("%s: %llu residual_forward kernels", part, EMU_NAMED("residual_forward") - r0);
         if (untouched_f) check_bits(part, d_r1, nan, NH, 4);
 
         /* fcproj's backward through GELU' of the home */
@@ -2745,6 +2830,9 @@ int main(void)
     ZT_TEST_RUN(test_attention_choice());
     ZT_TEST_RUN(test_attention_home());
     ZT_TEST_RUN(test_matmul16());
+#ifdef ZT_TEST_EMU
+    ZT_TEST_RUN(test_residual_fallback());
+#endif
     ZT_TEST_RUN(test_mlp16());
     ZT_TEST_RUN(test_attention_env());
     ZT_TEST_RUN(test_attention_misaligned());

@@ -294,7 +294,8 @@ static void test_gelu_matmul(int N, int C, int OC)
 
 /* A linear layer of a 16-bit input (matmul16_forward and _backward) is bitwise cast into the
  * scratch it is given (NaN here) then matmul_forward or matmul_backward, bf16 and fp16, with
- * and without a bias; NULL dweight and dbias are skipped. */
+ * and without a bias, and with a residual input then residual_forward; NULL dweight and dbias
+ * are skipped. */
 static void test_matmul16(int N, int C, int OC)
 {
     size_t NC = (size_t)N * C, NO = (size_t)N * OC, WC = (size_t)OC * C;
@@ -302,7 +303,7 @@ static void test_matmul16(int N, int C, int OC)
     float *dout = kc_frandn(NO, 1.0), *act = kc_falloc(NC), *act2 = kc_falloc(NC);
     float *out = kc_falloc(NO), *out2 = kc_falloc(NO), *dx = kc_falloc(NC), *dx2 = kc_falloc(NC);
     float *dw = kc_falloc(WC), *dw2 = kc_falloc(WC), *db = kc_falloc((size_t)OC);
-    float *db2 = kc_falloc((size_t)OC);
+    float *db2 = kc_falloc((size_t)OC), *res = kc_frandn(NO, 1.0);
     uint16_t *x16 = zt_malloc(NC * 2 + 2), *r16 = zt_malloc(NC * 2 + 2),
              *h16 = zt_malloc(NC * 2 + 2);
     ASSERT_TRUE(x16 && r16 && h16);
@@ -315,7 +316,12 @@ static void test_matmul16(int N, int C, int OC)
             OPS->matmul_forward(CTX, out, act, w, b, N, C, OC);
             memset(out2, 0xff, NO * 4);
             memset(act2, 0xff, NC * 4);
-            OPS->matmul16_forward(CTX, out2, act2, x16, types[ti], w, b, N, C, OC);
+            OPS->matmul16_forward(CTX, out2, act2, x16, types[ti], w, b, NULL, N, C, OC);
+            ASSERT_TRUE(memcmp(out, out2, NO * 4) == 0);
+            OPS->residual_forward(CTX, out, res, out, NO);
+            memset(out2, 0xff, NO * 4);
+            memset(act2, 0xff, NC * 4);
+            OPS->matmul16_forward(CTX, out2, act2, x16, types[ti], w, b, res, N, C, OC);
             ASSERT_TRUE(memcmp(out, out2, NO * 4) == 0);
         }
         /* dx written (NaN before), dw and db accumulated */
@@ -338,13 +344,14 @@ static void test_matmul16(int N, int C, int OC)
     }
     zt_free(x), zt_free(w), zt_free(bias), zt_free(dout), zt_free(act), zt_free(act2);
     zt_free(out), zt_free(out2), zt_free(dx), zt_free(dx2), zt_free(dw), zt_free(dw2);
-    zt_free(db), zt_free(db2), zt_free(x16), zt_free(r16), zt_free(h16);
+    zt_free(db), zt_free(db2), zt_free(x16), zt_free(r16), zt_free(h16), zt_free(res);
     printf("matmul16 N=%d C=%d OC=%d: bitwise cast then the ops\n", N, C, OC);
 }
 
 /* The MLP's ops with its 16-bit home (fch) are bitwise the casts and the fp32 ops: fc's output
  * rounded (matmul_forward16, and from a LayerNorm as qkv's: layernorm_matmul_forward16), fcproj of
- * GELU of the home (gelu16_matmul_forward), fcproj's backward through GELU' of the home with the
+ * GELU of the home (gelu16_matmul_forward, and with a residual input: then residual_forward),
+ * fcproj's backward through GELU' of the home with the
  * gradient rounded (matmul_gelu16_backward; NULL dweight and dbias skipped), fc's backward from the
  * rounded gradient (layernorm_matmul16_backward, its input's gradient written over NaN, and
  * written rounded: dinp16), LayerNorm's backward of that rounded gradient (layernorm_backward16);
@@ -387,7 +394,11 @@ static void test_mlp16(int N, int C, int H)
         OPS->cast(CTX, pre, ZT_F32, p16, dt, NH);
         OPS->gelu_matmul_forward(CTX, o1, r2, pre, w2, b2, N, H, C);
         memset(r1, 0xff, NH * 4);
-        OPS->gelu16_matmul_forward(CTX, o2, r1, p16, dt, w2, b2, N, H, C);
+        OPS->gelu16_matmul_forward(CTX, o2, r1, p16, dt, w2, b2, NULL, N, H, C);
+        ASSERT_TRUE(memcmp(o1, o2, NC * 4) == 0);
+        OPS->residual_forward(CTX, o1, dy, o1, NC); /* dy: any residual */
+        memset(r1, 0xff, NH * 4), memset(o2, 0xff, NC * 4);
+        OPS->gelu16_matmul_forward(CTX, o2, r1, p16, dt, w2, b2, dy, N, H, C);
         ASSERT_TRUE(memcmp(o1, o2, NC * 4) == 0);
         /* fcproj's backward: dpre rounded, dweight and dbias accumulated */
         memcpy(dw2, dw1, WH * 4), memcpy(db2, db1, (size_t)C * 4);
