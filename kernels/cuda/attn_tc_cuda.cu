@@ -1186,8 +1186,9 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
                            T, dq, p.lane);
 }
 
-/* The scratch of a run of sequences: the 16-bit copies of qkv and (backward) dout, delta, and
- * (ZT_CUDA_ATTN_DQ=gemm) dS^T. */
+/* The scratch of a run of sequences: the 16-bit copies of qkv (where it has no home) and
+ * (backward) dout (where not given in 16 bits), delta, and (ZT_CUDA_ATTN_DQ=gemm) dS^T; NULL
+ * what the run does not hold. */
 template <class E> struct tc_run {
     E *qkv, *dout, *ds;
     float *delta;
@@ -1195,11 +1196,14 @@ template <class E> struct tc_run {
 };
 
 enum { TC_FWD, TC_BWD, TC_BWD_DS }; /* what a run holds */
+enum { TC_COPY_QKV = 1, TC_COPY_DOUT = 2 }; /* which copies it holds */
 
-static size_t tc_seq_bytes(int T, int C, int NH, int what)
+/* A sequence's bytes of a run's scratch: 0 for a forward without copies (one run of all) */
+static size_t tc_seq_bytes(int T, int C, int NH, int what, int copies)
 {
-    size_t b = (size_t)T * (3 * (size_t)C * 2);
-    if (what != TC_FWD) b += (size_t)T * ((size_t)C * 2 + (size_t)NH * 4);
+    size_t b = copies & TC_COPY_QKV ? (size_t)T * (3 * (size_t)C * 2) : 0;
+    if (what != TC_FWD)
+        b += (copies & TC_COPY_DOUT ? (size_t)T * C * 2 : 0) + (size_t)T * (size_t)NH * 4;
     if (what == TC_BWD_DS) b += (size_t)NH * T * T * 2;
     return b;
 }
@@ -1209,29 +1213,36 @@ static size_t tc_seq_bytes(int T, int C, int NH, int what)
 
 extern "C" size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH)
 {
-    return ((size_t)nseq * tc_seq_bytes(T, C, NH, TC_BWD) + TC_SLACK + 3) / 4;
+    return ((size_t)nseq * tc_seq_bytes(T, C, NH, TC_BWD, TC_COPY_QKV | TC_COPY_DOUT) + TC_SLACK +
+            3) /
+           4;
 }
 
-/* Carves runs of sequences out of the scratch, the copies and dS^T at 16-byte boundaries;
- * n = 0 when not even one sequence fits, a recorded failure unless `what` is TC_BWD_DS (whose
- * caller then takes TC_BWD). */
+/* Carves runs of sequences out of the scratch, the copies (`copies`: TC_COPY_ bits) and dS^T at
+ * 16-byte boundaries; n = 0 when not even one sequence fits, a recorded failure unless `what`
+ * is TC_BWD_DS (whose caller then takes TC_BWD). Where the homes hold qkv and dO no copies are
+ * made, and the runs are as long as the deltas allow (at GPT-2's shapes all of a micro batch
+ * of 128 in one run, where the copies' room gave runs of 15: each run's last wave of blocks
+ * part-empty). */
 template <class E>
 static tc_run<E> tc_run_of(zt_kctx *ctx, float *scratch, size_t scratch_floats, int B, int T, int C,
-                           int NH, int what)
+                           int NH, int what, int copies)
 {
     tc_run<E> run;
     uintptr_t at = ((uintptr_t)scratch + 15) & ~(uintptr_t)15;
-    size_t bytes = scratch_floats * 4;
-    size_t fit = bytes > TC_SLACK ? (bytes - TC_SLACK) / tc_seq_bytes(T, C, NH, what) : 0;
+    size_t bytes = scratch_floats * 4, per = tc_seq_bytes(T, C, NH, what, copies);
+    size_t fit = per == 0 ? (size_t)B : bytes > TC_SLACK ? (bytes - TC_SLACK) / per : 0;
     /* as few runs as fit, of even length (21, 21, 21, 1 would leave the GPU mostly idle in
      * the last; 16, 16, 16, 16 does not) */
     size_t runs = fit ? ((size_t)B + fit - 1) / fit : 0;
     run.n = runs ? (int)(((size_t)B + runs - 1) / runs) : 0;
-    size_t q = (size_t)run.n * T * 3 * (size_t)C, d = (size_t)run.n * T * (size_t)C;
-    run.qkv = (E *)at;
-    run.dout = run.qkv + q;
-    run.delta = (float *)(run.dout + d);
-    uintptr_t ds = (uintptr_t)(run.delta + (size_t)run.n * NH * T);
+    size_t q = copies & TC_COPY_QKV ? (size_t)run.n * T * 3 * (size_t)C : 0;
+    size_t d = copies & TC_COPY_DOUT ? (size_t)run.n * T * (size_t)C : 0;
+    E *p = (E *)at;
+    run.qkv = q ? p : NULL;
+    run.dout = d ? p + q : NULL;
+    run.delta = what != TC_FWD ? (float *)(p + q + d) : NULL;
+    uintptr_t ds = (uintptr_t)(p + q + d) + (size_t)run.n * NH * T * sizeof(float);
     run.ds = what == TC_BWD_DS ? (E *)((ds + 15) & ~(uintptr_t)15) : NULL;
     if (run.n < 1 && what != TC_BWD_DS)
         zt_cuda_fail(ctx, ZT_ERR_INVALID,
@@ -1274,7 +1285,8 @@ static void tc_forward(zt_kctx *ctx, const char *const names[3], float *out, flo
             return;
         qkv = NULL; /* in its home now */
     }
-    tc_run<E> run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_FWD);
+    tc_run<E> run =
+        tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_FWD, home ? 0 : TC_COPY_QKV);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t tok = (size_t)b0 * T;
@@ -1349,13 +1361,22 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
                      gemm ? "GEMM" : "atomics");
         return;
     }
-    if (ctx->attn_cudnn && home && out16 && dout16 && dq16 &&
-        zt_cuda_dnn_backward(ctx, (uint16_t *)dq16, (const uint16_t *)dout16,
-                             (const uint16_t *)home, (const uint16_t *)out16, lse, B, T, C, NH,
-                             scratch, scratch_floats * sizeof(float)))
-        return; /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn) */
-    if (gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS);
-    if (!gemm || run.n < 1) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD);
+    if (ctx->attn_cudnn && home && out16 && dout16 && dq16) {
+        /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn). Its workspaces (dQ's fp32 sum, 3 MB a
+         * sequence at GPT-2's shapes) go in the fp32 gradient, room where the 16-bit one is
+         * written (B T 3C floats: all B in one run, where the scratch held ~31 sequences') */
+        size_t room = (size_t)B * T * 3 * (size_t)C;
+        bool big = dqkv && room > scratch_floats;
+        if (zt_cuda_dnn_backward(ctx, (uint16_t *)dq16, (const uint16_t *)dout16,
+                                 (const uint16_t *)home, (const uint16_t *)out16, lse, B, T, C, NH,
+                                 big ? (void *)dqkv : (void *)scratch,
+                                 (big ? room : scratch_floats) * sizeof(float)))
+            return;
+    }
+    int copies = (home ? 0 : TC_COPY_QKV) | (dout16 ? 0 : TC_COPY_DOUT);
+    if (gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS, copies);
+    if (!gemm || run.n < 1)
+        run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD, copies);
     for (int b0 = 0; run.n > 0 && b0 < B; b0 += run.n) {
         int nb = B - b0 < run.n ? B - b0 : run.n;
         size_t rows = (size_t)nb * NH * T, tok = (size_t)b0 * T;

@@ -344,7 +344,8 @@ bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
  * where qkv is NULL, reads it there as it is) and writes out into out16 instead of out;
  * backward reads them there and leaves qkv and out alone. dq16 (backward; NULL: none; only for
  * the tensor-core kernels with dQ by its own kernel, 4-byte aligned): where the gradient is
- * WRITTEN rounded to ctx->mm's type (B,T,3C) instead of added into dqkv. */
+ * WRITTEN rounded to ctx->mm's type (B,T,3C) instead of added into dqkv, which is then room
+ * (cuDNN's workspaces go there, ZT_CUDA_ATTN=cudnn). */
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                                 size_t scratch_floats, const float *qkv, uint16_t *home,
                                 uint16_t *out16, int B, int T, int C, int NH);

@@ -2307,8 +2307,10 @@ static void test_attention_cudnn(void)
  * 16-bit copies (and deltas) of: with room for two, five sequences go in runs of 2, 2, 1 and
  * give the bits of one run of all five (the op's full scratch), forward and backward, also
  * with 16-bit homes of qkv and out (each run's part of them written in forward, the bits of
- * cast, and read in backward, qkv and out there NaN; backward's bits those of out rounded); a
- * scratch that holds no sequence is refused with an error, not overrun. */
+ * cast, and read in backward, qkv and out there NaN; backward's bits those of out rounded),
+ * where no copy of qkv is made and so the same room holds all five: one run (counted on the
+ * emulation by the forward's and the deltas' launches); a scratch that holds no sequence is
+ * refused with an error, not overrun. */
 static void test_attention_tc_runs(void)
 {
     int B = 5, T = 70, C = 128, NH = 2;
@@ -2357,8 +2359,13 @@ static void test_attention_tc_runs(void)
         GPU->memset0(GC, d_lse, nL * 4);
         GPU->memset0(GC, d_home, n3 * 2);
         GPU->memset0(GC, d_ho, nC * 2);
+        unsigned long long f0 = EMU_NAMED("attention_forward (fused");
         zt_cuda_attn_tc_forward(GC, d_out, d_lse, d_scr + off % 2, small, d_qkv, home, o16, B, T, C,
                                 NH);
+        int want_runs = home ? 1 : 3; /* the runs' forward kernels, and their deltas */
+        if (EMU_COUNTS && EMU_NAMED("attention_forward (fused") - f0 != (unsigned)want_runs)
+            ZT_FAIL("attention forward in runs (home %d): %llu runs, want %d", home != NULL,
+                    EMU_NAMED("attention_forward (fused") - f0, want_runs);
         if (!o16) check_bits("attention forward in runs of two sequences", d_out, want_out, nC, 4);
         check_bits("attention forward in runs of two sequences (lse)", d_lse, want_lse, nL, 4);
         if (home) {
@@ -2366,9 +2373,13 @@ static void test_attention_tc_runs(void)
             check_bits("attention forward in runs of two sequences (out's home)", o16, wo16, nC, 2);
         }
         GPU->memset0(GC, d_dq, n3 * 4);
+        unsigned long long b0 = EMU_NAMED("attention_backward (delta");
         zt_cuda_attn_tc_backward(GC, d_dq, NULL, d_scr + off % 2, small, d_dout, NULL,
                                  home ? d_nan : d_qkv, home, o16 ? d_nan : d_out, o16, d_lse, B, T,
                                  C, NH);
+        if (EMU_COUNTS && EMU_NAMED("attention_backward (delta") - b0 != (unsigned)want_runs)
+            ZT_FAIL("attention backward in runs (home %d): %llu runs, want %d", home != NULL,
+                    EMU_NAMED("attention_backward (delta") - b0, want_runs);
         check_bits("attention backward in runs of two sequences", d_dq, o16 ? want_h : want, n3, 4);
         if (!home) continue;
         /* the gradient written rounded (each run's part): the cast of the fp32 one */

@@ -92,9 +92,11 @@ int main(void)
     ZT_TEST_RUN(check(&H100, false, true, 8, 1024, 12));
     ZT_TEST_RUN(check(&H100, true, false, 8, 1024, 12));
     ZT_TEST_RUN(check(&H100, true, true, 8, 1024, 12));
-    /* micro batch 128, as gpu_train runs it: the forward whole, the backward in runs of 26
-     * and a last of 24 (the op's scratch holds 31 sequences' workspaces) */
+    /* micro batch 128, as gpu_train runs it: whole both ways (the backward's workspaces in the
+     * fp32 gradient's room), and the runs of 26 and a last of 24 where only the op's scratch
+     * is at hand (it holds 31 sequences' workspaces) */
     ZT_TEST_RUN(check(&H100, false, false, 128, 1024, 12));
+    ZT_TEST_RUN(check(&H100, false, true, 128, 1024, 12));
     ZT_TEST_RUN(check(&H100, false, true, 26, 1024, 12));
     ZT_TEST_RUN(check(&H100, false, true, 24, 1024, 12));
     ZT_TEST_RUN(check(&H100, false, false, 3, 37, 2)); /* a length no tile divides */
