@@ -1715,7 +1715,7 @@ static void test_matmul16(void)
         {
             float *res = kc_frandn(NO, 2.0), *d_res = upf(res, NO);
             char whatr[192];
-            GPU->copy_h2d(GC, d_o2, nan, NO < NC ? NO * 4 : NC * 4);
+            GPU->copy_h2d(GC, d_o2, nan, NO < NC ? NO * 4 : NC * 4); /* NaN where it reaches */
             unsigned long long r0 = EMU_NAMED("residual_forward");
             GPU->matmul16_forward(GC, d_o2, d_act, d_x16, cases[t].dt, d_w, d_b, d_res, N, C, OC);
             snprintf(whatr, sizeof(whatr), "%s, a residual input", what);
