@@ -5,8 +5,11 @@ embeddings, LayerNorm, matmuls, attention, GELU, residual, cross-entropy, norms,
 fp32 and once in bf16 (casts, 16-bit accumulation); then the fused attention kernels
 (ZT_CUDA_ATTN=fused, a model of head size 64 and a block of 80 tokens, so their tiles have
 tails): fp32 (attn_cuda.cu) and bf16 (the tensor-core kernels of attn_tc_cuda.cu: on wmma,
-on mma.sync, with dQ by the kernel, by GEMM and by atomics).
-ZT_SANITIZER_CASES=racecheck_bf16_fused_mma,... runs only the runs named.
+on mma.sync, with dQ by the kernel, by GEMM and by atomics); and fp16 (the loss scaler's
+overflow check and unscaling, the fp16 casts and the tensor-core kernels on __half) on the
+small model and on the mma.sync attention.
+ZT_SANITIZER_CASES=racecheck_bf16_fused_mma,... runs only the runs named (the names are
+checked before the GPU is looked for).
 Passes when every run exits 0 and the sanitizer reports 0 errors (CUDA API errors not counted:
 see the wrapper). Exits 77 without a usable GPU or without compute-sanitizer
 (/usr/local/cuda/bin/compute-sanitizer or on PATH)."""
@@ -43,7 +46,9 @@ VARIANTS = [("fp32", "fp32", CFG, "init.bin", {}),
             ("bf16_fused_mma_dqgemm", "bf16", CFG_HS64, "init64.bin",
              fused_tc("mma", "mma", "gemm")),
             ("bf16_fused_mma_atomic", "bf16", CFG_HS64, "init64.bin",
-             fused_tc("mma", "mma", "atomic"))]
+             fused_tc("mma", "mma", "atomic")),
+            ("fp16", "fp16", CFG, "init.bin", {}),
+            ("fp16_fused_mma", "fp16", CFG_HS64, "init64.bin", fused_tc("mma", "mma", "kernel"))]
 
 
 def probe():
@@ -85,18 +90,19 @@ def clean(tool, verdict):
 
 
 def main():
+    # ZT_SANITIZER_CASES: a comma-separated list of the runs to do (TOOL_VARIANT), else all;
+    # a misspelt name fails here too, not only where a GPU would have run it
+    only = set(os.environ.get("ZT_SANITIZER_CASES", "").split(",")) - {""}
+    known = {f"{t}_{v[0]}" for t in ("memcheck", "racecheck") for v in VARIANTS}
+    if only - known:
+        sys.exit(f"ZT_SANITIZER_CASES: no run named {', '.join(sorted(only - known))}; "
+                 f"known: {', '.join(sorted(known))}")
     probe()
     san = find_sanitizer()
     if not san:
         print("SKIP: compute-sanitizer not found (/usr/local/cuda/bin or PATH)")
         sys.exit(77)
     worker = zu.zt_bin("zworker")
-    # ZT_SANITIZER_CASES: a comma-separated list of the runs to do (TOOL_VARIANT), else all
-    only = set(os.environ.get("ZT_SANITIZER_CASES", "").split(",")) - {""}
-    known = {f"{t}_{v[0]}" for t in ("memcheck", "racecheck") for v in VARIANTS}
-    if only - known:
-        sys.exit(f"ZT_SANITIZER_CASES: no run named {', '.join(sorted(only - known))}; "
-                 f"known: {', '.join(sorted(known))}")
     failures = []
     with tempfile.TemporaryDirectory(prefix="zt-gpu-san-") as tmp:
         rng = np.random.default_rng(5)
