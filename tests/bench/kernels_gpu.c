@@ -24,6 +24,9 @@
 #include "engine/gpt2.h"
 #include "kernels/ops.h"
 #include "tests/bench/bench_shapes.h"
+#ifdef ZT_BENCH_CUDA_INTERNALS /* a build with kernels/cuda/: rows of its internal kernels */
+#include "kernels/cuda/cuda_int.h"
+#endif
 
 static int C = 768, NH = 12, T = 1024, VP = 50304, V = 50257;
 static int CEIL_M = 8192;                /* the ceiling matmul's size */
@@ -453,6 +456,17 @@ int main(int argc, char **argv)
     report_bytes("residual_forward", s, 3.0 * NC * 4);
     TIME_IT(s, G->crossentropy_forward_backward(K, mean, big, big, tok, (int)N, V, VP, 1.0f));
     report_bytes("crossentropy_forward_backward (in place)", s, 2.0 * N * VP * 4);
+#ifdef ZT_BENCH_CUDA_INTERNALS
+    /* as the classifier runs it for bf16 jobs: 16-bit logits in, 16-bit dlogits out, 4 bytes an
+     * element at best (its two passes over a row read it twice: what L2 does not keep comes
+     * from memory again and shows as a smaller share of copy) */
+    uint16_t *l16 = dalloc(N * VP * 2);
+    G->cast(K, l16, ZT_BF16, big, ZT_F32, N * VP);
+    TIME_IT(s, zt_cuda_crossentropy16in(K, mean, (uint16_t *)big, ZT_MM_BF16, l16, tok, (int)N, V,
+                                        VP, 1.0f));
+    report_bytes("crossentropy, bf16 logits and dlogits", s, 2.0 * N * VP * 2);
+    G->free(K, l16);
+#endif
     /* the classifier with its loss and backward over the micro-batch, in the engine's chunks
      * (ZT_GPT2_LOGITS_BUDGET), bf16: the op (wte rounded once, the cross-entropy writing 16-bit
      * dlogits for the products) next to its ops one by one */

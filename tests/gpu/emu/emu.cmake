@@ -52,6 +52,8 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   # tests/bench/kernels_gpu.c once at small shapes: the GPU op benchmark proven to run
   zt_add_test(NAME bench_kernels_gpu_emu SOURCES ${CMAKE_SOURCE_DIR}/tests/bench/kernels_gpu.c
               LIBS zt_kernels_emu zt_common LABELS unit emu TIMEOUT 300 ARGS --small)
+  target_compile_definitions(bench_kernels_gpu_emu PRIVATE ZT_BENCH_CUDA_INTERNALS=1)
+  target_include_directories(bench_kernels_gpu_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
 
   # The engine on the emulated GPUs, its collectives through engine/comm_nccl.c and an
   # emulation of NCCL across processes (emu_nccl.c): zworker_emu and zt_gpu_probe_emu, which
