@@ -1,7 +1,8 @@
 /* zerotrain: fp32 <-> bf16 and fp16 conversions in CUDA device code, bit for bit those of
- * kernels/cpu/vmath.h and common/dtype.h (round to nearest even; NaN kept quiet). For the .cu
+ * kernels/cpu/vmath.h and common/dtype.h (round to nearest even; NaN kept quiet), and loads and
+ * stores of elements of a type given as a template argument, one or four at a time. For the .cu
  * files that round or widen 16-bit data: the casts and the matmuls' staging (optim_cuda.cu),
- * the staging that sums a bias gradient on the way (gpt2_cuda.cu). */
+ * the kernels that read or write 16-bit activations and gradients (gpt2_cuda.cu). */
 #ifndef ZT_CUDA_CONV_H
 #define ZT_CUDA_CONV_H
 
@@ -43,13 +44,61 @@ static __device__ __forceinline__ float f32_from_f16(uint16_t h)
     return __uint_as_float(o | ((uint32_t)(h & 0x8000u) << 16));
 }
 
+/* The element types of the templates below: 0 fp32, 1 bf16, 2 fp16 */
+
+/* v rounded to bf16 (OT 1) or fp16 (2), in the low half of the word */
+template <int OT> static __device__ __forceinline__ uint32_t zt_narrow16(float v)
+{
+    return OT == 2 ? (uint32_t)f16_from_f32(v) : (uint32_t)bf16_from_f32(v);
+}
+
+/* h's low half, a bf16 (IT 1) or fp16 (2), widened */
+template <int IT> static __device__ __forceinline__ float zt_widen16(uint32_t h)
+{
+    return IT == 2 ? f32_from_f16((uint16_t)h) : f32_from_bf16((uint16_t)h);
+}
+
 /* Element j of d in fp32 (OT 0), or rounded to bf16 (1) or fp16 (2) as the matmuls' staging
  * rounds: the kernels that write a matmul's 16-bit copy as they compute its values. */
 template <int OT> static __device__ __forceinline__ void zt_store_as(void *d, size_t j, float v)
 {
-    if (OT == 0) ((float *)d)[j] = v;
-    if (OT == 1) ((uint16_t *)d)[j] = bf16_from_f32(v);
-    if (OT == 2) ((uint16_t *)d)[j] = f16_from_f32(v);
+    if (OT == 0)
+        ((float *)d)[j] = v;
+    else
+        ((uint16_t *)d)[j] = (uint16_t)zt_narrow16<OT>(v);
+}
+
+/* Element i of s (of type IT) in fp32 */
+template <int IT> static __device__ __forceinline__ float zt_load_as(const void *s, size_t i)
+{
+    if (IT == 0) return ((const float *)s)[i];
+    return zt_widen16<IT>(((const uint16_t *)s)[i]);
+}
+
+/* Elements 4q .. 4q+3 of s (of type IT) in fp32, one 16-byte load (8-byte for 16-bit types):
+ * s aligned to it. Little-endian pairs: element 2k in the low half of each 32-bit word. */
+template <int IT> static __device__ __forceinline__ float4 zt_load4_as(const void *s, size_t q)
+{
+    if (IT == 0) return ((const float4 *)s)[q];
+    uint2 h = ((const uint2 *)s)[q];
+    float4 v;
+    v.x = zt_widen16<IT>(h.x & 0xffffu), v.y = zt_widen16<IT>(h.x >> 16);
+    v.z = zt_widen16<IT>(h.y & 0xffffu), v.w = zt_widen16<IT>(h.y >> 16);
+    return v;
+}
+
+/* Elements 4q .. 4q+3 of d (of type OT) from v, one 16-byte store (8-byte for 16-bit types):
+ * d aligned to it; each element rounded as zt_store_as rounds it. */
+template <int OT> static __device__ __forceinline__ void zt_store4_as(void *d, size_t q, float4 v)
+{
+    if (OT == 0) {
+        ((float4 *)d)[q] = v;
+        return;
+    }
+    uint2 h;
+    h.x = zt_narrow16<OT>(v.x) | zt_narrow16<OT>(v.y) << 16;
+    h.y = zt_narrow16<OT>(v.z) | zt_narrow16<OT>(v.w) << 16;
+    ((uint2 *)d)[q] = h;
 }
 
 #endif

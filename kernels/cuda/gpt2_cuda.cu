@@ -180,17 +180,6 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *
  * mean and rstd). accumulate: add into dw/db[c]; else write split s's sums at dw/db[s*ld + c].
  * ST 1 or 2: each element of dout is also written to stage, rounded to bf16 or fp16 (a matmul's
  * staged operand, read once for both). IT 1 or 2: dout is bf16 or fp16 (else fp32). */
-template <int IT> static __device__ __forceinline__ float zt_widen16(uint32_t h)
-{
-    return IT == 2 ? f32_from_f16((uint16_t)h) : f32_from_bf16((uint16_t)h);
-}
-
-template <int IT> static __device__ __forceinline__ float zt_load_as(const void *s, size_t i)
-{
-    if (IT == 0) return ((const float *)s)[i];
-    return zt_widen16<IT>(((const uint16_t *)s)[i]);
-}
-
 template <int ST, int IT>
 static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumulate,
                                      const void *dout, const float *inp, const float *mean,
@@ -207,8 +196,7 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
         for (int r = r0 + ty; r < r1; r += ZT_COL_TY) {
             size_t i = (size_t)r * C + c;
             float dy = zt_load_as<IT>(dout, i);
-            if (ST == 1) stage[i] = bf16_from_f32(dy);
-            if (ST == 2) stage[i] = f16_from_f32(dy);
+            if (ST) zt_store_as<ST>(stage, i, dy);
             sb += dy;
             if (inp) sw = fmaf((inp[i] - mean[r]) * rstd[r], dy, sw);
         }
@@ -510,12 +498,6 @@ static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t 
  * staging: the 16-bit copy of GELU's output without the fp32 one; four elements a thread from
  * 16-byte loads (8-byte where pre is 16-bit) where the addresses allow (quads), else one. IT:
  * pre's type (0 fp32, 1 bf16, 2 fp16). */
-template <bool HALF> static __device__ __forceinline__ uint32_t gelu16(float x)
-{
-    float g = gelu_out(x);
-    return HALF ? (uint32_t)f16_from_f32(g) : (uint32_t)bf16_from_f32(g);
-}
-
 template <bool HALF, int IT>
 static __global__ void stage_gelu_kernel(uint16_t *dst, const void *pre, size_t rows, size_t cols,
                                          size_t ld, bool quads)
@@ -525,20 +507,12 @@ static __global__ void stage_gelu_kernel(uint16_t *dst, const void *pre, size_t 
          i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / w, c = i % w;
         if (quads) {
-            float4 v;
-            if (IT == 0) {
-                v = *(const float4 *)((const float *)pre + r * ld + 4 * c);
-            } else {
-                uint2 h = *(const uint2 *)((const uint16_t *)pre + r * ld + 4 * c);
-                v.x = zt_widen16<IT>(h.x & 0xffffu), v.y = zt_widen16<IT>(h.x >> 16);
-                v.z = zt_widen16<IT>(h.y & 0xffffu), v.w = zt_widen16<IT>(h.y >> 16);
-            }
-            uint2 o;
-            o.x = gelu16<HALF>(v.x) | gelu16<HALF>(v.y) << 16;
-            o.y = gelu16<HALF>(v.z) | gelu16<HALF>(v.w) << 16;
-            *(uint2 *)(dst + r * cols + 4 * c) = o;
+            /* row r's quad c: ld and cols are multiples of 4 */
+            float4 v = zt_load4_as<IT>(pre, (r * ld) / 4 + c);
+            v.x = gelu_out(v.x), v.y = gelu_out(v.y), v.z = gelu_out(v.z), v.w = gelu_out(v.w);
+            zt_store4_as<HALF ? 2 : 1>(dst, (r * cols) / 4 + c, v);
         } else {
-            dst[r * cols + c] = (uint16_t)gelu16<HALF>(zt_load_as<IT>(pre, r * ld + c));
+            zt_store_as<HALF ? 2 : 1>(dst, r * cols + c, gelu_out(zt_load_as<IT>(pre, r * ld + c)));
         }
     }
 }
@@ -710,16 +684,8 @@ static __global__ void crossentropy_kernel(float *losses, void *dlogits, const v
     int V4 = Vp % 4 == 0 && (uintptr_t)logits % (IT == 0 ? 16 : 8) == 0 ? V / 4 : 0;
     float m = -INFINITY, s = 0.0f;
     for (int q = threadIdx.x; q < V4; q += blockDim.x) {
-        if (IT == 0) {
-            float4 x = ((const float4 *)l)[q];
-            xent_add(m, s, x.x), xent_add(m, s, x.y), xent_add(m, s, x.z), xent_add(m, s, x.w);
-        } else {
-            uint2 x = ((const uint2 *)l)[q];
-            xent_add(m, s, zt_widen16<IT>(x.x & 0xffffu)),
-                xent_add(m, s, zt_widen16<IT>(x.x >> 16));
-            xent_add(m, s, zt_widen16<IT>(x.y & 0xffffu)),
-                xent_add(m, s, zt_widen16<IT>(x.y >> 16));
-        }
+        float4 x = zt_load4_as<IT>(l, q);
+        xent_add(m, s, x.x), xent_add(m, s, x.y), xent_add(m, s, x.z), xent_add(m, s, x.w);
     }
     for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x)
         xent_add(m, s, zt_load_as<IT>(l, j));
@@ -729,7 +695,21 @@ static __global__ void crossentropy_kernel(float *losses, void *dlogits, const v
     if (threadIdx.x == 0) losses[row] = logf(s) - (lt - mx);
     if (!d) return;
     float k = dloss / s;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    /* the gradient four elements a load and a store where dlogits' rows are aligned as the
+     * logits' (each thread writes the quads it reads itself), the rest one by one */
+    int D4 = (uintptr_t)dlogits % (OT == 0 ? 16 : 8) == 0 ? V4 : 0;
+    for (int q = threadIdx.x; q < D4; q += blockDim.x) {
+        float4 x = zt_load4_as<IT>(l, q), g;
+        g.x = expf(x.x - mx) * k, g.y = expf(x.y - mx) * k;
+        g.z = expf(x.z - mx) * k, g.w = expf(x.w - mx) * k;
+        int u = t - 4 * q; /* the target's place in this quad, if it is in it */
+        if (u == 0) g.x -= dloss;
+        if (u == 1) g.y -= dloss;
+        if (u == 2) g.z -= dloss;
+        if (u == 3) g.w -= dloss;
+        zt_store4_as<OT>(d, q, g);
+    }
+    for (int j = 4 * D4 + threadIdx.x; j < V; j += blockDim.x) {
         float g = expf(zt_load_as<IT>(l, j) - mx) * k;
         zt_store_as<OT>(d, j, j == t ? g - dloss : g);
     }

@@ -158,17 +158,11 @@ static __global__ void stage_cast_kernel(uint16_t *dst, const float *src, size_t
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / w, c = i % w;
-        if (quads) {
-            float4 v = *(const float4 *)(src + r * ld + 4 * c);
-            uint2 o;
-            o.x = HALF ? (uint32_t)f16_from_f32(v.x) | (uint32_t)f16_from_f32(v.y) << 16
-                       : (uint32_t)bf16_from_f32(v.x) | (uint32_t)bf16_from_f32(v.y) << 16;
-            o.y = HALF ? (uint32_t)f16_from_f32(v.z) | (uint32_t)f16_from_f32(v.w) << 16
-                       : (uint32_t)bf16_from_f32(v.z) | (uint32_t)bf16_from_f32(v.w) << 16;
-            *(uint2 *)(dst + r * cols + 4 * c) = o;
+        if (quads) { /* row r's quad c: ld and cols are multiples of 4 */
+            zt_store4_as<HALF ? 2 : 1>(dst, (r * cols) / 4 + c,
+                                       zt_load4_as<0>(src, (r * ld) / 4 + c));
         } else {
-            float v = src[r * ld + c];
-            dst[r * cols + c] = HALF ? f16_from_f32(v) : bf16_from_f32(v);
+            zt_store_as<HALF ? 2 : 1>(dst, r * cols + c, src[r * ld + c]);
         }
     }
 }

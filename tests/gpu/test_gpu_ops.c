@@ -2498,13 +2498,18 @@ static void test_crossentropy(int N, int V, int Vp)
         loss[i] = (float)loss_d[i];
     float *d_l = upf(logits, n), *d_dl = upf(logits, n), *d_loss = dalloc((size_t)N * 4);
     int32_t *d_tg = up(tg, (size_t)N * 4);
+    /* dlogits 4 bytes past a 16-byte boundary while the logits are on one: the gradient
+     * element by element, not by the logits' quads */
+    float *d_dlu = dalloc((n + 1) * 4);
     float *got = kc_falloc((size_t)N);
-    const char *modes[3] = {"separate dlogits", "in place", "no dlogits"};
-    for (int mode = 0; mode < 3; mode++) {
+    const char *modes[4] = {"separate dlogits", "in place", "no dlogits",
+                            "dlogits not 16-byte aligned"};
+    for (int mode = 0; mode < 4; mode++) {
         GPU->memset0(GC, d_loss, (size_t)N * 4);
-        if (mode == 0) {
-            GPU->memset0(GC, d_dl, n * 4);
-            GPU->crossentropy_forward_backward(GC, d_loss, d_dl, d_l, d_tg, N, V, Vp, dloss);
+        if (mode == 0 || mode == 3) {
+            float *dl = mode == 0 ? d_dl : d_dlu + 1;
+            GPU->memset0(GC, dl, n * 4);
+            GPU->crossentropy_forward_backward(GC, d_loss, dl, d_l, d_tg, N, V, Vp, dloss);
         } else if (mode == 1) {
             GPU->copy_h2d(GC, d_dl, logits, n * 4);
             GPU->crossentropy_forward_backward(GC, d_loss, d_dl, d_dl, d_tg, N, V, Vp, dloss);
@@ -2522,16 +2527,16 @@ static void test_crossentropy(int N, int V, int Vp)
             }
             ASSERT_NEAR(got[i], loss[i], RT_RED, 1e-6);
         }
-        if (mode < 2) { /* the bad-target row has a gradient too: the softmax, no one-hot */
+        if (mode != 2) { /* the bad-target row has a gradient too: the softmax, no one-hot */
             snprintf(what, sizeof(what), "crossentropy dlogits (%s) N=%d V=%d Vp=%d", modes[mode],
                      N, V, Vp);
             /* every gradient carries the relative error of the GPU's float sum of V terms
              * (per-thread chains, then a tree) */
             double rt = RT_FWD + 8.0 * sqrt((double)V) * 0x1p-24;
-            check_f(what, d_dl, want, n, rt, 1e-9);
+            check_f(what, mode == 3 ? d_dlu + 1 : d_dl, want, n, rt, 1e-9);
         }
     }
-    dfree(d_l), dfree(d_dl), dfree(d_loss), dfree(d_tg);
+    dfree(d_l), dfree(d_dl), dfree(d_dlu), dfree(d_loss), dfree(d_tg);
     zt_free(logits), zt_free(tg), zt_free(loss), zt_free(want), zt_free(got);
     zt_free(logits_d), zt_free(loss_d), zt_free(want_d);
     printf("crossentropy N=%d V=%d Vp=%d: ok\n", N, V, Vp);
