@@ -123,7 +123,7 @@ void zt_attn_graph_forward(zt_attn_graph *g, int64_t n, int64_t T, int64_t NH)
     ag_op(g, ZT_AG_MATMUL, ZT_AG_F32, -1, p, v, -1, o);
 }
 
-void zt_attn_graph_backward(zt_attn_graph *g, int64_t n, int64_t T, int64_t NH)
+void zt_attn_graph_backward(zt_attn_graph *g, int64_t n, int64_t T, int64_t NH, bool dq_sum)
 {
     ag_shape h = ag_shape_of(n, T, NH);
     g->nt = g->nop = 0;
@@ -165,9 +165,14 @@ void zt_attn_graph_backward(zt_attn_graph *g, int64_t n, int64_t T, int64_t NH)
     int dst = ag_virt(g, ZT_AG_IO, h.st, h.sts);
     ag_op(g, ZT_AG_RESHAPE, ZT_AG_F32, -1, ds2, -1, -1, dst);
     ag_op(g, ZT_AG_MATMUL, ZT_AG_F32, -1, dst, q, -1, dk);
-    /* dQ = dS K, summed in fp32 (the workspace), then written rounded */
+    /* dQ = dS K: written rounded by the product, or summed in fp32 (the workspace), then
+     * written rounded */
     int k = ag_virt(g, ZT_AG_F32, h.q, h.qs);
     ag_op(g, ZT_AG_RESHAPE, ZT_AG_F32, -1, kt, -1, -1, k);
+    if (!dq_sum) {
+        ag_op(g, ZT_AG_MATMUL, ZT_AG_F32, -1, ds2, k, -1, dq);
+        return;
+    }
     int acc = ag_tensor(g, ZT_AG_DQACC, ZT_AG_F32, h.qf, h.qfs);
     ag_op(g, ZT_AG_MATMUL, ZT_AG_F32, -1, ds2, k, -1, acc);
     ag_pw(g, ZT_AG_IDENTITY, acc, -1, dq);

@@ -34,7 +34,7 @@ enum {
     ZT_AG_DV,
     ZT_AG_ONE,   /* float scalar, by value: 1 */
     ZT_AG_SUM,   /* backward: rowsum(dO * O), (n, NH, T, 1) floats of workspace */
-    ZT_AG_DQACC, /* backward: dQ summed in fp32, (n, NH, T, 64) packed, workspace */
+    ZT_AG_DQACC, /* backward with dq_sum: dQ summed in fp32, (n, NH, T, 64) packed, workspace */
     ZT_AG_VIRTUAL = 100
 };
 
@@ -84,8 +84,13 @@ typedef struct zt_attn_graph {
 /* The forward (S = Q K^T scale masked to -inf above the diagonal; Stats = max + log(sum
  * exp(S - max)); O = (exp(S - max) / sum, rounded) V) and the backward (softmax_sum =
  * rowsum(dO O); P = exp(S - Stats); dV = P^T dO; dS = P (dO V^T - softmax_sum) scale; dK = dS^T
- * Q; dQ = dS K summed in fp32) of n sequences of T tokens, NH heads of 64. */
+ * Q; dQ = dS K) of n sequences of T tokens, NH heads of 64. dq_sum: dQ summed in an fp32 tensor
+ * of its own (ZT_AG_DQACC), then rounded, which cuDNN's Hopper engines fill by atomic adds from
+ * the blocks of keys (the sums' order, so dQ's last bits, vary from run to run); else dQ
+ * written by its product, which those engines compute from the scores' gradients kept in their
+ * workspace (the frontend's "dP workspace": 2 bytes a score, T rounded up to 64; the same bits
+ * every run, its deterministic algorithm). */
 void zt_attn_graph_forward(zt_attn_graph *g, int64_t n, int64_t T, int64_t NH);
-void zt_attn_graph_backward(zt_attn_graph *g, int64_t n, int64_t T, int64_t NH);
+void zt_attn_graph_backward(zt_attn_graph *g, int64_t n, int64_t T, int64_t NH, bool dq_sum);
 
 #endif

@@ -13,7 +13,11 @@
  * process that never asks for it never loads its ~400 MiB of engines. The plans can also be
  * built without a GPU, for device properties given as cuDNN's JSON (zt_cuda_dnn_plan_check):
  * that is how the tests on machines without a GPU see that cuDNN accepts the graphs on sm_90.
- * The dQ sum is cuDNN's: its order, so dQ's last bits, can differ from run to run. */
+ * The backward's dQ comes by default from the graph whose engine keeps the scores' gradients in
+ * its workspace (2 bytes a score: a GPT-2 sequence's 25 MiB, so runs of a few sequences in the
+ * attention's scratch), which gives the same bits every run, as the rest of a step does;
+ * ZT_CUDA_ATTN_DQ=atomic asks for the graph that sums dQ in fp32 by atomics instead (no such
+ * workspace, but dQ's last bits vary from run to run), as it does of zerotrain's kernels. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <math.h>
@@ -318,8 +322,9 @@ static void g_lower(dnn_g *g, const zt_attn_graph *a, cudnnDataType_t io)
     }
 }
 
-/* The forward's or backward's graph of n sequences of T tokens, NH heads in g */
-static void g_attention(dnn_g *g, bool bwd, bool fp16, int n, int T, int NH)
+/* The forward's or backward's graph (dQ summed in fp32 with sum) of n sequences of T tokens, NH
+ * heads in g */
+static void g_attention(dnn_g *g, bool bwd, bool sum, bool fp16, int n, int T, int NH)
 {
     zt_attn_graph *a = zt_malloc(sizeof(*a));
     if (!a) {
@@ -327,7 +332,7 @@ static void g_attention(dnn_g *g, bool bwd, bool fp16, int n, int T, int NH)
         return;
     }
     if (bwd)
-        zt_attn_graph_backward(a, n, T, NH);
+        zt_attn_graph_backward(a, n, T, NH, sum);
     else
         zt_attn_graph_forward(a, n, T, NH);
     g_lower(g, a, fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16);
@@ -424,7 +429,7 @@ static cudnnBackendDescriptor_t g_plan(dnn_g *g, cudnnHandle_t handle,
 #define ZT_DNN_PLANS 8
 
 typedef struct dnn_plan {
-    int bwd, fp16, n, T, NH; /* the shape it runs */
+    int bwd, sum, fp16, n, T, NH; /* the graph (sum: dQ summed in fp32) and shape it runs */
     dnn_g *g;                /* its descriptors; NULL where building it failed */
     cudnnBackendDescriptor_t plan;
     int64_t ws; /* bytes of workspace it asks */
@@ -490,14 +495,22 @@ static struct zt_dnn *dnn_of(zt_kctx *ctx)
     return d;
 }
 
+/* Whether ctx's backward sums dQ in fp32 (ZT_CUDA_ATTN_DQ=atomic) */
+static int dnn_sum(const zt_kctx *ctx, int bwd)
+{
+    return bwd && ctx->attn_dq == ZT_ATTN_DQ_ATOMIC;
+}
+
 /* The plan for a shape, built at its first call (a failure is kept: not tried again) */
 static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int T, int NH,
                              const dnn_plan *keep)
 {
-    int fp16 = ctx->mm == ZT_MM_FP16;
+    int fp16 = ctx->mm == ZT_MM_FP16, sum = dnn_sum(ctx, bwd);
     for (int i = 0; i < d->nplans; i++) {
         dnn_plan *p = &d->plans[i];
-        if (p->bwd == bwd && p->fp16 == fp16 && p->n == n && p->T == T && p->NH == NH) return p;
+        if (p->bwd == bwd && p->sum == sum && p->fp16 == fp16 && p->n == n && p->T == T &&
+            p->NH == NH)
+            return p;
     }
     dnn_plan *p;
     if (d->nplans < ZT_DNN_PLANS) {
@@ -509,10 +522,10 @@ static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int
         g_free(p->g);
     }
     memset(p, 0, sizeof(*p));
-    p->bwd = bwd, p->fp16 = fp16, p->n = n, p->T = T, p->NH = NH;
+    p->bwd = bwd, p->sum = sum, p->fp16 = fp16, p->n = n, p->T = T, p->NH = NH;
     dnn_g *g = zt_calloc(1, sizeof(*g));
     if (!g) return p;
-    g_attention(g, bwd, fp16, n, T, NH);
+    g_attention(g, bwd, sum, fp16, n, T, NH);
     uint64_t t0 = zt_now_ns();
     p->plan = g_plan(g, d->handle, NULL, &p->ws);
     if (!p->plan) {
@@ -525,20 +538,24 @@ static dnn_plan *dnn_plan_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int n, int
     }
     p->g = g;
     ZT_INFO("kernels",
-            "cuDNN attention %s plan for %d x %d tokens, %d heads: %.1f s, workspace %lld bytes",
-            bwd ? "backward" : "forward", n, T, NH, (double)(zt_now_ns() - t0) * 1e-9,
-            (long long)p->ws);
+            "cuDNN attention %s plan for %d x %d tokens, %d heads: %.1f s, engine %lld, "
+            "workspace %lld bytes",
+            !bwd  ? "forward"
+            : sum ? "backward (dQ summed by atomics)"
+                  : "backward",
+            n, T, NH, (double)(zt_now_ns() - t0) * 1e-9, (long long)g->engine, (long long)p->ws);
     return p;
 }
 
 #define DNN_ALIGN(x) (((x) + 255) & ~(size_t)255)
 
 /* Bytes of the scratch a run of n sequences takes besides the plan's own workspace */
-static size_t dnn_run_bytes(int bwd, int n, int T, int NH)
+static size_t dnn_run_bytes(int bwd, int sum, int n, int T, int NH)
 {
     if (!bwd) return 0;
     size_t rows = (size_t)n * NH * T;
-    return DNN_ALIGN(rows * 4) + DNN_ALIGN(rows * 64 * 4); /* softmax_sum, dQ's fp32 sum */
+    /* softmax_sum, and dQ's fp32 sum where the graph has one */
+    return DNN_ALIGN(rows * 4) + (sum ? DNN_ALIGN(rows * 64 * 4) : 0);
 }
 
 /* How a call goes: runs of n sequences by plan `full`, the last of B % n by plan `last` */
@@ -549,7 +566,7 @@ typedef struct dnn_runs {
 
 static bool dnn_fits(const dnn_plan *p, size_t bytes)
 {
-    return DNN_ALIGN((size_t)p->ws) + dnn_run_bytes(p->bwd, p->n, p->T, p->NH) <= bytes;
+    return DNN_ALIGN((size_t)p->ws) + dnn_run_bytes(p->bwd, p->sum, p->n, p->T, p->NH) <= bytes;
 }
 
 /* Plans for as many sequences a run as the scratch (bytes) holds the workspaces of (all B, else
@@ -560,8 +577,11 @@ static bool dnn_runs_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, i
                         dnn_runs *r)
 {
     char why[200];
-    int n = B;
-    size_t per0 = dnn_run_bytes(bwd, 1, T, NH);
+    int n = B, sum = dnn_sum(ctx, bwd);
+    /* a sequence's share at first sight: with the scores' gradients in the workspace, 2 bytes a
+     * score in tiles of 64 (what cuDNN 9 asks), so that the first plan made is the one used */
+    size_t T64 = ((size_t)T + 63) / 64 * 64;
+    size_t per0 = dnn_run_bytes(bwd, sum, 1, T, NH) + (bwd && !sum ? NH * T64 * T64 * 2 : 0);
     if (per0 && (size_t)B * per0 > bytes && bytes >= per0) { /* runs of even length at once */
         size_t fit = bytes / per0;
         int runs = (int)(((size_t)B + fit - 1) / fit);
@@ -575,8 +595,9 @@ static bool dnn_runs_of(zt_kctx *ctx, struct zt_dnn *d, int bwd, int B, int T, i
             r->full = p;
             break;
         }
-        /* a sequence's share, the plan's workspace counted as growing with the run (as on
-         * Ampere, where it holds dQ's sum; on Hopper it is 256 bytes) */
+        /* a sequence's share, the plan's workspace counted as growing with the run (as it
+         * does where it holds the scores' gradients, or on Ampere dQ's sum; on Hopper with dQ
+         * summed by atomics it is 256 bytes) */
         size_t per = per0 + DNN_ALIGN((size_t)p->ws) / (size_t)n + 1;
         size_t fit = bytes / per;
         if (fit < 1) break;
@@ -702,12 +723,12 @@ bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
     for (int b0 = 0; b0 < B && ctx->st == ZT_OK; b0 += r.n) {
         const dnn_plan *p = B - b0 < r.n ? r.last : r.full;
         size_t tok = (size_t)b0 * T, rows = (size_t)p->n * NH * T;
-        /* softmax_sum and dQ's fp32 sum after the plan's own workspace */
+        /* softmax_sum and (p->sum) dQ's fp32 sum after the plan's own workspace */
         uint8_t *sum = ws + DNN_ALIGN((size_t)p->ws), *acc = sum + DNN_ALIGN(rows * 4);
         const uint16_t *q = qkv16 + tok * 3 * C;
         uint16_t *g = dq16 + tok * 3 * C;
         /* before 9.6 the engines add into dQ's sum as they find it (the frontend clears it) */
-        if (dnn.cudnnGetVersion() < 90600 &&
+        if (p->sum && dnn.cudnnGetVersion() < 90600 &&
             zt_cuda_check(ctx, cudaMemsetAsync(acc, 0, rows * 64 * 4, ctx->stream),
                           "clearing cuDNN's dQ sum"))
             return true;
@@ -728,7 +749,7 @@ bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
                           &one,
                           sum,
                           acc};
-        dnn_execute(ctx, d, p, 14, uids, ptrs, ws);
+        dnn_execute(ctx, d, p, p->sum ? 14 : 13, uids, ptrs, ws); /* ZT_AG_DQACC last */
     }
     return true;
 }
@@ -736,8 +757,8 @@ bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
 
 /* ---- without a GPU: the plans for given device properties ---- */
 
-bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, int T, int NH,
-                            int64_t *ws, char *why, size_t cap)
+bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, bool dq_sum, int n, int T,
+                            int NH, int64_t *ws, char *why, size_t cap)
 {
 #ifdef ZT_HAVE_CUDNN
     if (!dnn_load(why, cap)) return false;
@@ -751,7 +772,7 @@ bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, i
     g_set(g, prop, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
           (int64_t)strlen(prop_json), prop_json, "the device properties' JSON");
     g_fin(g, prop, "finalizing the device properties");
-    g_attention(g, bwd, fp16, n, T, NH);
+    g_attention(g, bwd, dq_sum, fp16, n, T, NH);
     cudnnBackendDescriptor_t plan = g_plan(g, NULL, prop, ws);
     if (!plan)
         snprintf(why, cap, "%s", g->err);
@@ -760,7 +781,7 @@ bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, i
     g_free(g);
     return plan != NULL;
 #else
-    (void)prop_json, (void)fp16, (void)bwd, (void)n, (void)T, (void)NH, (void)ws;
+    (void)prop_json, (void)fp16, (void)bwd, (void)dq_sum, (void)n, (void)T, (void)NH, (void)ws;
     snprintf(why, cap, "built without cuDNN's headers (cudnn_graph.h)");
     return false;
 #endif

@@ -1354,17 +1354,11 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
     /* dQ by cuBLASLt where asked and a sequence's dS^T fits (else by the kernel, which needs
      * less) */
     bool gemm = ctx->attn_dq == ZT_ATTN_DQ_GEMM, atomic = ctx->attn_dq == ZT_ATTN_DQ_ATOMIC;
-    if (dq16 && (gemm || atomic)) {
-        zt_cuda_fail(ctx, ZT_ERR_INVALID,
-                     "attention: a 16-bit gradient with dQ by %s; this is a bug in the caller (it "
-                     "sums dQ in fp32 first)",
-                     gemm ? "GEMM" : "atomics");
-        return;
-    }
     if (ctx->attn_cudnn && home && out16 && dout16 && dq16) {
-        /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn). Its workspaces (dQ's fp32 sum, 3 MB a
-         * sequence at GPT-2's shapes) go in the fp32 gradient, room where the 16-bit one is
-         * written (B T 3C floats: all B in one run, where the scratch held ~31 sequences') */
+        /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn). Its workspaces (the scores' gradients,
+         * 25 MB a sequence at GPT-2's shapes, or with ZT_CUDA_ATTN_DQ=atomic dQ's fp32 sum, 3 MB)
+         * go in the fp32 gradient where it is larger than the scratch, room where the 16-bit
+         * one is written (B T 3C floats, 9.4 MB a sequence) */
         size_t room = (size_t)B * T * 3 * (size_t)C;
         bool big = dqkv && room > scratch_floats;
         if (zt_cuda_dnn_backward(ctx, (uint16_t *)dq16, (const uint16_t *)dout16,
@@ -1373,6 +1367,10 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
                                  (big ? room : scratch_floats) * sizeof(float)))
             return;
     }
+    /* a 16-bit gradient with dQ by GEMM or atomics was offered to cuDNN only
+     * (attention_backward16), which did not take it (and said why): the kernels write it with
+     * dQ by its own kernel, as by default */
+    if (dq16) gemm = atomic = false;
     int copies = (home ? 0 : TC_COPY_QKV) | (dout16 ? 0 : TC_COPY_DOUT);
     if (gemm) run = tc_run_of<E>(ctx, scratch, scratch_floats, B, T, C, NH, TC_BWD_DS, copies);
     if (!gemm || run.n < 1)

@@ -1385,7 +1385,9 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
  * its own kernel (the others sum dQ in fp32 first) and dqkv16 is 4-byte aligned (their paired
  * stores); elsewhere the fp32 gradient from zeros in the room, then the cast. They read dout16
  * in place where they run in its type and it is 16-byte aligned (their vector copies); else it
- * is widened into dout first. */
+ * is widened into dout first. With ZT_CUDA_ATTN=cudnn, where cuDNN can take the homes, the
+ * 16-bit gradient is offered to it whatever ZT_CUDA_ATTN_DQ says (atomic: its graph that sums
+ * dQ by atomics; where it declines, the kernels with dQ by its own kernel). */
 void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, float *dqkv,
                                   float *scratch, float *dout, const void *dout16, float *qkv,
                                   float *out, const float *lse, const zt_attn_home *home, int B,
@@ -1396,7 +1398,8 @@ void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, flo
     const uint16_t *d16 = tc && dout16 && (uintptr_t)dout16 % 16 == 0 ? dout16 : NULL;
     if (dout16 && !d16)
         zt_cuda_cast(ctx, dout, (int)ZT_F32, dout16, (int)dt16, (size_t)B * T * (size_t)C);
-    if (tc && ctx->attn_dq == ZT_ATTN_DQ_KERNEL && (uintptr_t)dqkv16 % 4 == 0) {
+    bool dnn = ctx->attn_cudnn && d16 && attn_home_direct(ctx, B, T, C, NH, home);
+    if (tc && (ctx->attn_dq == ZT_ATTN_DQ_KERNEL || dnn) && (uintptr_t)dqkv16 % 4 == 0) {
         attention_backward(ctx, dqkv, dqkv16, scratch, dout, d16, qkv, out, lse, home, B, T, C, NH);
         return;
     }

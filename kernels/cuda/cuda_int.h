@@ -368,8 +368,11 @@ void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *
 /* cuDNN's fused attention (attn_cudnn.c), for contexts with attn_cudnn, in place of the
  * tensor-core kernels where the tensors have their 16-bit homes: forward reads qkv16 (B,T,3C)
  * and writes out16 (B,T,C) and lse (B,NH,T); backward WRITES the gradient of qkv rounded into
- * dq16 (B,T,3C) from dout16, qkv16, out16 and lse. Both take the op's scratch (bytes long) as
- * cuDNN's workspace, in runs of sequences where it does not hold all B. false (nothing queued;
+ * dq16 (B,T,3C) from dout16, qkv16, out16 and lse: dQ by the graph that leaves the same bits
+ * every run (its scores' gradients in the workspace, 2 bytes each), or with ctx->attn_dq
+ * ZT_ATTN_DQ_ATOMIC by the one that sums dQ in fp32 by atomics (attn_graph.h). Both take the
+ * op's scratch (bytes long) as cuDNN's workspace, in runs of sequences where it does not hold
+ * all B. false (nothing queued;
  * the reason reported once per context) where cuDNN cannot run it: not loadable, no plan for
  * the shape, misaligned tensors, a head size other than 64. A failure of cuDNN's execution is
  * recorded on ctx. */
@@ -384,12 +387,13 @@ unsigned long long zt_cuda_dnn_runs(const zt_kctx *ctx);
 void zt_cuda_dnn_free(zt_kctx *ctx);
 /* Whether this build has cuDNN's headers (else ZT_CUDA_ATTN=cudnn warns and is ignored) */
 bool zt_cuda_dnn_built(void);
-/* Without a GPU: whether cuDNN accepts the forward (bwd false) or backward graph of n sequences
- * of T tokens, NH heads of 64 (bf16, or fp16) on the device whose properties prop_json gives
- * (cuDNN's JSON of them): true, the plan's workspace in *ws, where an engine's plan is made, or
- * made up to loading its kernels, which needs a driver; else false, why. */
-bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, int n, int T, int NH,
-                            int64_t *ws, char *why, size_t cap);
+/* Without a GPU: whether cuDNN accepts the forward (bwd false) or backward graph (dQ summed in
+ * fp32 with dq_sum, attn_graph.h) of n sequences of T tokens, NH heads of 64 (bf16, or fp16) on
+ * the device whose properties prop_json gives (cuDNN's JSON of them): true, the plan's
+ * workspace in *ws, where an engine's plan is made, or made up to loading its kernels, which
+ * needs a driver; else false, why. */
+bool zt_cuda_dnn_plan_check(const char *prop_json, bool fp16, bool bwd, bool dq_sum, int n, int T,
+                            int NH, int64_t *ws, char *why, size_t cap);
 
 /* Floats of scratch the tensor-core backward needs to work through runs of nseq sequences (the
  * 16-bit copies of their qkv and dout, delta; the forward needs less). */

@@ -34,7 +34,9 @@ a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT
 with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26), and a
 "zt-unfused" row with ZT_CUDA_STAGE_FUSED=0 (every 16-bit copy of a matmul operand made by a
 pass of its own: GELU's output written in fp32, the classifier as its ops one by one), a
-"zt-cudnn" row with ZT_CUDA_ATTN=cudnn (the attention by cuDNN's fused flash attention), and a
+"zt-cudnn" row with ZT_CUDA_ATTN=cudnn (the attention by cuDNN's fused flash attention, its
+backward's dQ by the deterministic graph), a "zt-cudnn-atomic" row with ZT_CUDA_ATTN_DQ=atomic
+added (cuDNN summing dQ by atomics: other bits each run), and a
 "zt-optimes" row with ZT_OP_TIMES=1 (the default with each op timed by the engine's marks:
 the step split by op is printed under the summary, and the ratio to the default is the
 marks' cost). --variants picks which of these rows run (VARIANTS).
@@ -568,6 +570,8 @@ def main():
                     ("zt-unstaged", "_unstaged", "bf16 unstaged", {"stage": "0"}),
                     # the attention by cuDNN's fused flash attention
                     ("zt-cudnn", "_cudnn", "bf16, cuDNN attention", {"attn": "cudnn"}),
+                    ("zt-cudnn-atomic", "_cudnnatomic", "bf16, cuDNN attention, dQ by atomics",
+                     {"attn": "cudnn", "dq": "atomic"}),
                     # the default with each op's time (ZT_OP_TIMES=1): where a step goes
                     ("zt-optimes", "_optimes", "bf16 with op times",
                      {"more": {"ZT_OP_TIMES": "1"}})]:
@@ -676,7 +680,7 @@ def print_optimes(r):
 
 # the rows --variants chooses from
 VARIANTS = ("zt-wmma", "zt-mma4", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unfused", "zt-unstaged",
-            "zt-cudnn", "zt-optimes", "bf16-tf32", "zt-alt")
+            "zt-cudnn", "zt-cudnn-atomic", "zt-optimes", "bf16-tf32", "zt-alt")
 # a variant row's ratio to the default's: what the two sides are (the first over the second),
 # and whether the default is the first
 VARIANT_RATIOS = {
@@ -688,6 +692,7 @@ VARIANT_RATIOS = {
     "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True),
     "zt-unfused": ("16-bit copies by passes that run anyway/by their own", True),
     "zt-cudnn": ("attention by cuDNN/by zerotrain's kernels", False),
+    "zt-cudnn-atomic": ("attention by cuDNN, dQ by atomics/by zerotrain's kernels", False),
     "zt-optimes": ("op times off/on (the marks' cost)", True),
 }
 
@@ -702,7 +707,7 @@ def check_emu(rows, twin, too_big, skipped, args):
                  ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-mma4", "bf16"),
                  ("zt-dq-atomic", "bf16"),
                  ("zt-head-small", "bf16"), ("zt-unfused", "bf16"), ("zt-cudnn", "bf16"),
-                 ("zt-optimes", "bf16")]
+                 ("zt-cudnn-atomic", "bf16"), ("zt-optimes", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}

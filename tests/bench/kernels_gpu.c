@@ -40,6 +40,7 @@ static zt_kctx *KTF; /* ZT_CUDA_MATMUL=tf32 (no job precision picks TF32) */
 static zt_kctx *KNS; /* ZT_CUDA_GEMM_STAGE=0: 16-bit matmuls read the fp32 operands */
 static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores for bf16) */
 static zt_kctx *KD;  /* ZT_CUDA_ATTN=cudnn: cuDNN's fused attention where the homes allow */
+static zt_kctx *KDA; /* and ZT_CUDA_ATTN_DQ=atomic: its backward summing dQ by atomics */
 /* and with the tensor-core attention's other kernels (ZT_CUDA_ATTN_FWD, _BWD, _DQ) */
 static const struct {
     const char *fwd, *bwd, *dq, *label;
@@ -223,6 +224,9 @@ int main(int argc, char **argv)
         }
         setenv("ZT_CUDA_ATTN", "cudnn", 1);
         if (st == ZT_OK) st = G->ctx_create(&KD, 0, &err);
+        setenv("ZT_CUDA_ATTN_DQ", "atomic", 1);
+        if (st == ZT_OK) st = G->ctx_create(&KDA, 0, &err);
+        unsetenv("ZT_CUDA_ATTN_DQ");
         unsetenv("ZT_CUDA_ATTN");
     }
     if (st != ZT_OK) {
@@ -409,16 +413,19 @@ int main(int argc, char **argv)
                          2 * afl);
             /* out in its home too (mlp + 5 NC), as bf16 jobs run it: zerotrain's kernels, then
              * cuDNN's fused attention (ZT_CUDA_ATTN=cudnn; where it cannot run, a warning above
-             * says so and the row times the kernels) */
+             * says so and the row times the kernels), its backward with dQ by its product (the
+             * same bits every run), then summing dQ by atomics (ZT_CUDA_ATTN_DQ=atomic) */
             zt_attn_home hb = {mlp, mlp + 5 * NC, ZT_BF16, true};
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 char what[96];
-                const char *who = k ? "cuDNN" : "fused";
-                K = k ? KD : KF;
+                const char *who = k == 2 ? "cuDNN (dQ by atomics)" : k ? "cuDNN" : "fused";
+                K = k == 2 ? KDA : k ? KD : KF;
                 G->set_matmul_dtype(K, ZT_BF16);
                 snprintf(what, sizeof(what), "attention_forward %s, both homes", who);
-                TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, &hb, B, T, C, NH));
-                report_flops(what, md, s, afl);
+                if (k < 2) { /* the same forward in both cuDNN contexts */
+                    TIME_IT(s, G->attention_forward(K, y, lse, scr, qkv, &hb, B, T, C, NH));
+                    report_flops(what, md, s, afl);
+                }
                 snprintf(what, sizeof(what), "attention_backward16 %s, both homes, dO in 16 bits",
                          who);
                 TIME_IT(s, G->attention_backward16(K, mlp + 2 * NC, ZT_BF16, dqkv, scr, z,
@@ -522,6 +529,7 @@ int main(int argc, char **argv)
     G->ctx_destroy(KNS);
     G->ctx_destroy(KF);
     G->ctx_destroy(KD);
+    G->ctx_destroy(KDA);
     for (size_t v = 0; v < N_KV_ATTN; v++)
         G->ctx_destroy(KV[v]);
     G->ctx_destroy(K);

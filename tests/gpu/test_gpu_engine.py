@@ -13,7 +13,8 @@
   against the CPU with the same tolerances, and their tensor-core versions in a bf16 job (each
   set of kernels: wmma, mma.sync, dQ by GEMM or atomics) and an fp16 job against the same
   precision on the CPU within 2%, and cuDNN's fused attention in both (ZT_CUDA_ATTN=cudnn; the
-  emulation has no cuDNN: a warning and the kernels) (--quick leaves them out);
+  emulation has no cuDNN: a warning and the kernels; in bf16 a second run of the job exports
+  the same model, bit for bit) (--quick leaves them out);
 - (--emu) training allocates nothing on the device or pinned host once the first step runs;
   launches, matmuls, copies, synchronisations and collectives per step are printed;
 - a job whose arenas do not fit the GPU fails before training with an out-of-memory report
@@ -227,9 +228,9 @@ def main():
                 # cuDNN's fused attention (ZT_CUDA_ATTN=cudnn): the same bound where it ran; a
                 # build without it (the emulation) warns and runs the kernels; a GPU machine
                 # whose cuDNN cannot be loaded says so
-                gl, _, _, _ = run(job_for(f"cuda_hs64_{prec}_cudnn", "cuda", prec=prec,
-                                          cfg=CFG_HS64, init="init64.bin"),
-                                  {"ZT_CUDA_ATTN": "cudnn", "ZT_CUDA_MATMUL": ""})
+                gl, _, dnn_path, _ = run(job_for(f"cuda_hs64_{prec}_cudnn", "cuda", prec=prec,
+                                                 cfg=CFG_HS64, init="init64.bin"),
+                                         {"ZT_CUDA_ATTN": "cudnn", "ZT_CUDA_MATMUL": ""})
                 out = last["out"]
                 dev = max(abs(a - b) / b for a, b in zip(gl, cl))
                 ran = "attention by cuDNN" in out and "own kernels instead" not in out
@@ -238,6 +239,18 @@ def main():
                       f"(last loss {gl[-1]:.5f} vs {cl[-1]:.5f})")
                 if dev > 0.02:
                     failures.append(f"{prec} attention by cuDNN deviates {dev:.4f} > 2%")
+                if ran and prec == "bf16":
+                    # its backward's default graph gives the same bits every run: the job
+                    # again exports the same model
+                    _, _, again, _ = run(job_for(f"cuda_hs64_{prec}_cudnn_again", "cuda",
+                                                 prec=prec, cfg=CFG_HS64, init="init64.bin"),
+                                         {"ZT_CUDA_ATTN": "cudnn", "ZT_CUDA_MATMUL": ""})
+                    same = filecmp.cmp(again, dnn_path, shallow=False)
+                    print(f"{prec} cuda attention by cuDNN, the job run twice: "
+                          f"{'bitwise equal' if same else 'DIFFERS'}")
+                    if not same:
+                        failures.append(f"{prec} attention by cuDNN: two runs of a job export "
+                                        "different models")
                 if EMU and "ignoring ZT_CUDA_ATTN=cudnn" not in out:
                     failures.append("ZT_CUDA_ATTN=cudnn on the emulation: no warning that the "
                                     "build has no cuDNN")

@@ -2189,8 +2189,10 @@ unsigned long long zt_cuda_dnn_runs(const zt_kctx *ctx);
  * backward writing the 16-bit gradient from a 16-bit dO (the engine's bf16 and fp16 path)
  * against the CPU's fp32 op, within the tensor-core kernels' bounds (attention_case); cuDNN
  * must have run both (two executions or more: runs of sequences where the scratch is short).
- * false, nothing checked, where cuDNN did not run and the log says it cannot be loaded. */
-static bool attention_cudnn_case(zt_kctx *c, zt_dtype dt, int B, int T, int C, int NH)
+ * same_bits (dQ by its product, the default): a second backward gives the same bits. false,
+ * nothing checked, where cuDNN did not run and the log says it cannot be loaded. */
+static bool attention_cudnn_case(zt_kctx *c, zt_dtype dt, int B, int T, int C, int NH,
+                                 bool same_bits)
 {
     char what[160];
     size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
@@ -2236,8 +2238,23 @@ static bool attention_cudnn_case(zt_kctx *c, zt_dtype dt, int B, int T, int C, i
         GPU->cast(c, d_w, ZT_F32, d_g16, dt, n3);
         check_f(what, d_w, dq, n3, rtol, 1e-6);
         check_rms(what, d_w, dq, NULL, n3, rms);
-        printf("attention by cuDNN %s B=%d T=%d C=%d NH=%d (%llu executions): ok\n",
-               zt_dtype_name(dt), B, T, C, NH, runs);
+        if (same_bits) { /* the backward again, its gradient's bits against the first's */
+            uint16_t *g1 = zt_malloc(n3 * 2), *g2 = zt_malloc(n3 * 2);
+            ASSERT_TRUE(g1 && g2);
+            GPU->copy_d2h(c, g1, d_g16, n3 * 2);
+            GPU->attention_backward16(c, d_g16, dt, d_room, d_scr, d_nano, d_do16, d_nanq, d_nano,
+                                      d_lse, &home, B, T, C, NH);
+            GPU->copy_d2h(c, g2, d_g16, n3 * 2);
+            gsync("attention by cuDNN, the backward again");
+            if (memcmp(g1, g2, n3 * 2) != 0)
+                ZT_FAIL("attention_backward16 cuDNN %s B=%d T=%d C=%d NH=%d: a second run gave "
+                        "other bits (dQ by its product should be deterministic)",
+                        zt_dtype_name(dt), B, T, C, NH);
+            zt_free(g1), zt_free(g2);
+        }
+        printf("attention by cuDNN %s B=%d T=%d C=%d NH=%d, dQ %s (%llu executions): ok\n",
+               zt_dtype_name(dt), B, T, C, NH,
+               same_bits ? "by its product, the same bits twice" : "summed in fp32", runs);
     }
     dfree(d_qkv), dfree(d_dout), dfree(d_scr), dfree(d_room), dfree(d_nanq), dfree(d_nano);
     dfree(d_lse), dfree(d_w), dfree(d_hq), dfree(d_ho), dfree(d_g16), dfree(d_do16);
@@ -2251,8 +2268,10 @@ static bool attention_cudnn_case(zt_kctx *c, zt_dtype dt, int B, int T, int C, i
 /* ZT_CUDA_ATTN=cudnn (kernels/cuda/attn_cudnn.c). Without the homes the kernels run: the bits
  * of unset. A build without cuDNN's headers (the emulation's) warns that it ignores the value.
  * With them, on a GPU: cuDNN's forward and backward against the CPU in bf16 and fp16, at a
- * short shape, a length no tile divides, and GPT-2's heads; a GPU machine whose cuDNN cannot be
- * loaded says so and skips those (the log's reason printed). */
+ * short shape, a length no tile divides, and GPT-2's heads, the backward's bits the same twice;
+ * and with ZT_CUDA_ATTN_DQ=atomic (dQ summed in fp32 by cuDNN's atomics) in bf16 at two of
+ * them. A GPU machine whose cuDNN cannot be loaded says so and skips those (the log's reason
+ * printed). */
 static void test_attention_cudnn(void)
 {
     size_t nC = (size_t)AE_B * AE_T * AE_C;
@@ -2280,7 +2299,7 @@ static void test_attention_cudnn(void)
     zt_err err;
     zt_status st = GPU->ctx_create(&c, 0, &err);
     unsetenv("ZT_CUDA_ATTN");
-    bool ran = st == ZT_OK && attention_cudnn_case(c, ZT_BF16, 2, 128, 128, 2);
+    bool ran = st == ZT_OK && attention_cudnn_case(c, ZT_BF16, 2, 128, 128, 2, true);
     zt_log_set_file(stderr);
     rewind(f);
     size_t got = fread(log, 1, sizeof(log) - 1, f);
@@ -2296,10 +2315,23 @@ static void test_attention_cudnn(void)
         GPU->ctx_destroy(c);
         return;
     }
-    ASSERT_TRUE(attention_cudnn_case(c, ZT_F16, 2, 128, 128, 2));
-    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 3, 37, 128, 2));
-    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 2, 1024, 768, 12));
-    ASSERT_TRUE(attention_cudnn_case(c, ZT_F16, 2, 1024, 768, 12));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_F16, 2, 128, 128, 2, true));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 3, 37, 128, 2, true));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 2, 1024, 768, 12, true));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_F16, 2, 1024, 768, 12, true));
+    /* GPT-2's 25 MB a sequence of the scores' gradients: 8 sequences go in runs (the scratch
+     * holds 3) */
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 8, 1024, 768, 12, true));
+    GPU->ctx_destroy(c);
+    setenv("ZT_CUDA_ATTN", "cudnn", 1);
+    setenv("ZT_CUDA_ATTN_DQ", "atomic", 1);
+    st = GPU->ctx_create(&c, 0, &err);
+    unsetenv("ZT_CUDA_ATTN");
+    unsetenv("ZT_CUDA_ATTN_DQ");
+    if (st != ZT_OK)
+        ZT_FAIL("ctx_create with ZT_CUDA_ATTN=cudnn ZT_CUDA_ATTN_DQ=atomic: %s", zt_err_msg(&err));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 3, 37, 128, 2, false));
+    ASSERT_TRUE(attention_cudnn_case(c, ZT_BF16, 2, 1024, 768, 12, false));
     GPU->ctx_destroy(c);
 }
 

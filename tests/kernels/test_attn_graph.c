@@ -63,7 +63,7 @@ static void evaluate(const zt_attn_graph *g, float *const mem[ZT_AG_DQACC + 1])
         if (t->virt) {
             buf[k] = kc_falloc(span(t));
         } else {
-            ASSERT_TRUE(t->uid > 0 && t->uid <= ZT_AG_DQACC && mem[t->uid]);
+            ASSERT_TRUE(t->uid > 0 && t->uid <= ZT_AG_DQACC && mem[t->uid] != NULL);
             buf[k] = mem[t->uid];
         }
     }
@@ -216,24 +216,38 @@ static void graph_case(const zt_ops *cpu, zt_kctx *cc, zt_dtype io, int n, int T
     /* backward from the graph's own out and lse, as a run has them (the op adds into dq) */
     memset(dq, 0, n3 * sizeof(float));
     cpu->attention_backward(cc, dq, scr, dout, qkv, gout, glse, NULL, n, T, C, NH);
-    zt_attn_graph_backward(g, n, T, NH);
-    mem[ZT_AG_V] = qkv + 2 * C; /* V^T's view starts there too */
-    mem[ZT_AG_DO] = dout, mem[ZT_AG_DQ] = gdq, mem[ZT_AG_DK] = gdq + C, mem[ZT_AG_DV] = gdq + 2 * C;
-    mem[ZT_AG_ONE] = &one, mem[ZT_AG_SUM] = sum, mem[ZT_AG_DQACC] = acc;
-    evaluate(g, mem);
-    check("backward: the gradient of qkv", gdq, dq, n3, exact ? 1e-5 : io == ZT_BF16 ? 2e-2 : 4e-3);
-    /* each of dQ, dK and dV apart (a graph that swapped two would pass the whole) */
-    for (int part = 0; part < 3; part++) {
-        float *gp = kc_falloc(nC), *wp = kc_falloc(nC);
-        for (size_t r = 0; r < (size_t)n * T; r++)
-            for (int c = 0; c < C; c++) {
-                gp[r * C + c] = gdq[r * 3 * C + part * C + c];
-                wp[r * C + c] = dq[r * 3 * C + part * C + c];
-            }
-        char what[64];
-        snprintf(what, sizeof(what), "backward: d%c", "QKV"[part]);
-        check(what, gp, wp, nC, exact ? 1e-5 : io == ZT_BF16 ? 2e-2 : 4e-3);
-        zt_free(gp), zt_free(wp);
+    double tol = exact ? 1e-5 : io == ZT_BF16 ? 2e-2 : 4e-3;
+    /* dQ summed in fp32 (acc), then rounded; and dQ written by its product (acc not bound) */
+    for (int dq_sum = 1; dq_sum >= 0; dq_sum--) {
+        printf(" dQ %s:\n", dq_sum ? "summed in fp32" : "written by its product");
+        zt_attn_graph_backward(g, n, T, NH, dq_sum);
+        bool uses_acc = false;
+        for (int k = 0; k < g->nt; k++)
+            uses_acc |= g->t[k].uid == ZT_AG_DQACC;
+        if (uses_acc != (dq_sum != 0))
+            ZT_FAIL("backward with dq_sum %d: the fp32 sum of dQ is %sin the graph", dq_sum,
+                    uses_acc ? "" : "not ");
+        mem[ZT_AG_V] = qkv + 2 * C; /* V^T's view starts there too */
+        mem[ZT_AG_DO] = dout, mem[ZT_AG_DQ] = gdq, mem[ZT_AG_DK] = gdq + C;
+        mem[ZT_AG_DV] = gdq + 2 * C;
+        mem[ZT_AG_ONE] = &one, mem[ZT_AG_SUM] = sum, mem[ZT_AG_DQACC] = dq_sum ? acc : NULL;
+        for (size_t j = 0; j < n3; j++) /* every element written by the graph */
+            gdq[j] = NAN;
+        evaluate(g, mem);
+        check("backward: the gradient of qkv", gdq, dq, n3, tol);
+        /* each of dQ, dK and dV apart (a graph that swapped two would pass the whole) */
+        for (int part = 0; part < 3; part++) {
+            float *gp = kc_falloc(nC), *wp = kc_falloc(nC);
+            for (size_t r = 0; r < (size_t)n * T; r++)
+                for (int c = 0; c < C; c++) {
+                    gp[r * C + c] = gdq[r * 3 * C + part * C + c];
+                    wp[r * C + c] = dq[r * 3 * C + part * C + c];
+                }
+            char what[64];
+            snprintf(what, sizeof(what), "backward: d%c", "QKV"[part]);
+            check(what, gp, wp, nC, tol);
+            zt_free(gp), zt_free(wp);
+        }
     }
     zt_free(g), zt_free(qkv), zt_free(dout), zt_free(out), zt_free(lse), zt_free(dq);
     zt_free(gout), zt_free(glse), zt_free(gdq), zt_free(scr), zt_free(sum), zt_free(acc);

@@ -4,10 +4,13 @@
  * up to loading its kernels, which needs a driver (the toolkit's stub driver stands in, so that
  * cuDNN's kernel loader finds one; without it cuDNN offers no engine). That proves cuDNN
  * recognises the graphs as its fused attention on both architectures, in bf16 and fp16, at
- * GPT-2's shapes and at an odd one; a V100 (sm_70, which cuDNN's fused attention does not run
- * on) must be refused. What the graph means is test_attn_graph's (on the CPU); that cuDNN
- * computes it, tests/gpu/test_gpu_ops.c's cudnn cases on a GPU. Skips where cuDNN or the stub
- * driver is missing. */
+ * GPT-2's shapes and at an odd one, the backward both with dQ written by its product (the
+ * default) and summed in fp32 (ZT_CUDA_ATTN_DQ=atomic); a V100 (sm_70, which cuDNN's fused
+ * attention does not run on) must be refused. On the H100 the default's engine must be the one
+ * that keeps the scores' gradients in its workspace (2 bytes a score: its deterministic
+ * algorithm), the other's the one that needs none (its atomics add into the fp32 sum). What the
+ * graph means is test_attn_graph's (on the CPU); that cuDNN computes it, tests/gpu/test_gpu_ops.c's
+ * cudnn cases on a GPU. Skips where cuDNN or the stub driver is missing. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <stdio.h>
@@ -46,20 +49,39 @@ static void props(char *buf, size_t cap, const device *d)
              d->name, d->ver, d->sms, d->optin, d->l2, d->mem, d->pci);
 }
 
-static void check(const device *d, bool fp16, bool bwd, int n, int T, int NH)
+enum { FWD, BWD, BWD_SUM }; /* the forward; the backward, dQ by its product or summed in fp32 */
+
+/* A plan made for d; on the H100 the backward's workspace: with dQ by its product at least the
+ * scores' gradients (2 bytes each, T in tiles of 64), with dQ summed in fp32 less than one
+ * sequence's of them */
+static void check(const device *d, bool fp16, int which, int n, int T, int NH)
 {
     char js[2048], why[1024] = "";
     props(js, sizeof(js), d);
     int64_t ws = -1;
     uint64_t t0 = zt_now_ns();
-    bool ok = zt_cuda_dnn_plan_check(js, fp16, bwd, n, T, NH, &ws, why, sizeof(why));
-    printf("sm_%d %s %-8s %3d x %4d tokens, %2d heads: %s (%.2f s)%s%s\n", d->ver / 10,
-           fp16 ? "fp16" : "bf16", bwd ? "backward" : "forward", n, T, NH,
-           ok ? "plan made" : "REFUSED", (double)(zt_now_ns() - t0) * 1e-9, ok ? "" : ": ",
-           ok ? "" : why);
+    bool ok = zt_cuda_dnn_plan_check(js, fp16, which != FWD, which == BWD_SUM, n, T, NH, &ws, why,
+                                     sizeof(why));
+    printf("sm_%d %s %-12s %3d x %4d tokens, %2d heads: %s (%.2f s)%s%s\n", d->ver / 10,
+           fp16 ? "fp16" : "bf16",
+           which == FWD   ? "forward"
+           : which == BWD ? "backward"
+                          : "backward+sum",
+           n, T, NH, ok ? "plan made" : "REFUSED", (double)(zt_now_ns() - t0) * 1e-9,
+           ok ? "" : ": ", ok ? "" : why);
     if (ok) printf("  %s, workspace %lld bytes\n", why, (long long)ws);
     ASSERT_TRUE(ok);
     ASSERT_TRUE(ws >= 0);
+    if (d != &H100) return;
+    int64_t T64 = (T + 63) / 64 * 64, scores = (int64_t)NH * T64 * T64 * 2;
+    if (which == BWD && ws < n * scores)
+        ZT_FAIL("backward of %d x %d tokens, %d heads, dQ by its product: workspace %lld bytes, "
+                "not the %lld of the scores' gradients (not the deterministic engine?)",
+                n, T, NH, (long long)ws, (long long)(n * scores));
+    if (which == BWD_SUM && ws >= scores)
+        ZT_FAIL("backward of %d x %d tokens, %d heads, dQ summed in fp32: workspace %lld bytes "
+                "(the scores' gradients kept?)",
+                n, T, NH, (long long)ws);
 }
 
 int main(void)
@@ -78,7 +100,7 @@ int main(void)
     char js[2048], why[1024] = "";
     int64_t ws;
     props(js, sizeof(js), &V100);
-    bool ok = zt_cuda_dnn_plan_check(js, false, false, 2, 128, 2, &ws, why, sizeof(why));
+    bool ok = zt_cuda_dnn_plan_check(js, false, false, false, 2, 128, 2, &ws, why, sizeof(why));
     if (!ok && strncmp(why, "cannot load", 11) == 0) {
         printf("SKIP: %s\n", why);
         return ZT_TEST_SKIP;
@@ -88,21 +110,25 @@ int main(void)
     ASSERT_TRUE(!ok);
     ASSERT_TRUE(strstr(why, "no cuDNN engine runs this graph") != NULL);
 
-    ZT_TEST_RUN(check(&H100, false, false, 8, 1024, 12)); /* GPT-2 124M at micro batch 8 */
-    ZT_TEST_RUN(check(&H100, false, true, 8, 1024, 12));
-    ZT_TEST_RUN(check(&H100, true, false, 8, 1024, 12));
-    ZT_TEST_RUN(check(&H100, true, true, 8, 1024, 12));
-    /* micro batch 128, as gpu_train runs it: whole both ways (the backward's workspaces in the
-     * fp32 gradient's room), and the runs of 26 and a last of 24 where only the op's scratch
-     * is at hand (it holds 31 sequences' workspaces) */
-    ZT_TEST_RUN(check(&H100, false, false, 128, 1024, 12));
-    ZT_TEST_RUN(check(&H100, false, true, 128, 1024, 12));
-    ZT_TEST_RUN(check(&H100, false, true, 26, 1024, 12));
-    ZT_TEST_RUN(check(&H100, false, true, 24, 1024, 12));
-    ZT_TEST_RUN(check(&H100, false, false, 3, 37, 2)); /* a length no tile divides */
-    ZT_TEST_RUN(check(&H100, false, true, 3, 37, 2));
-    ZT_TEST_RUN(check(&A100, false, false, 8, 1024, 12));
-    ZT_TEST_RUN(check(&A100, false, true, 8, 1024, 12));
+    /* GPT-2 124M at micro batch 8 whole, bf16 and fp16 */
+    /* (volatile: the loops go on past a failed case's longjmp) */
+    for (volatile int fp16 = 0; fp16 < 2; fp16++)
+        for (volatile int which = FWD; which <= BWD_SUM; which++)
+            ZT_TEST_RUN(check(&H100, fp16, which, 8, 1024, 12));
+    /* the runs the engine makes of them: the default's workspaces (25 MB a sequence) in the
+     * op's scratch (100 MB: 3, 3 and 2 sequences), or at micro batch 128, as gpu_train runs it,
+     * in the fp32 gradient's room (1.2 GB: 43, 43, 42); with dQ summed in fp32 (3 MB a
+     * sequence) 128 whole in that room, or where only the scratch is at hand 26 and a last 24 */
+    static const struct {
+        int which, n;
+    } runs[] = {{BWD, 3},       {BWD, 2},      {BWD, 43},     {BWD, 42},
+                {BWD_SUM, 128}, {BWD_SUM, 26}, {BWD_SUM, 24}, {FWD, 128}};
+    for (volatile size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
+        ZT_TEST_RUN(check(&H100, false, runs[i].which, runs[i].n, 1024, 12));
+    for (volatile int which = FWD; which <= BWD_SUM; which++) /* a length no tile divides */
+        ZT_TEST_RUN(check(&H100, false, which, 3, 37, 2));
+    for (volatile int which = FWD; which <= BWD_SUM; which++)
+        ZT_TEST_RUN(check(&A100, false, which, 8, 1024, 12));
     if (*zt_test_failed_parts()) return 1;
     printf("ok\n");
     return 0;
