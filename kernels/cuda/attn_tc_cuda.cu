@@ -1341,8 +1341,10 @@ static bool tc_dq_gemm(zt_kctx *ctx, const tc_run<E> &run, const E *q16, float *
     return true;
 }
 
-/* dq16 (NULL: none): the gradient written rounded there (only with dQ by its kernel); dout16
- * (NULL: none): dO in 16 bits, read in place (else rounded from dout into the run's copy) */
+/* dq16 (NULL: none): the gradient written rounded there, dQ by its kernel (it comes with dQ by
+ * GEMM or atomics only for cuDNN: where cuDNN does not take it, by its kernel all the same);
+ * dout16 (NULL: none): dO in 16 bits, read in place (else rounded from dout into the run's
+ * copy) */
 template <class E>
 static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E *dq16,
                         float *scratch, size_t scratch_floats, const float *dout, const E *dout16,
