@@ -432,6 +432,18 @@ int main(int argc, char **argv)
                                                    mlp + 4 * NC, qkv, y, lse, &hb, B, T, C, NH));
                 report_flops(what, md, s, 2 * afl);
             }
+            /* cuDNN's default backward on 3 of the sequences: at GPT-2's shapes the op's
+             * scratch holds 3 sequences' workspaces (25 MB each), so this is one execution where
+             * the row above made runs of 3, 3 and 2: its speed apart from the runs' cost (the
+             * FLOP/s of the 3 sequences) */
+            if (B > 3) {
+                K = KD;
+                G->set_matmul_dtype(K, ZT_BF16);
+                TIME_IT(s, G->attention_backward16(K, mlp + 2 * NC, ZT_BF16, dqkv, scr, z,
+                                                   mlp + 4 * NC, qkv, y, lse, &hb, 3, T, C, NH));
+                report_flops("attention_backward16 cuDNN, both homes, dO in 16 bits, 3 sequences",
+                             md, s, 2 * afl * 3 / B);
+            }
             K = KF;
         }
         for (size_t v = 0; v < N_KV_ATTN && MODES[md].dtype == ZT_BF16; v++) { /* beside them */
