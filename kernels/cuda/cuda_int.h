@@ -372,10 +372,9 @@ void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *
  * every run (its scores' gradients in the workspace, 2 bytes each), or with ctx->attn_dq
  * ZT_ATTN_DQ_ATOMIC by the one that sums dQ in fp32 by atomics (attn_graph.h). Both take the
  * op's scratch (bytes long) as cuDNN's workspace, in runs of sequences where it does not hold
- * all B. false (nothing queued;
- * the reason reported once per context) where cuDNN cannot run it: not loadable, no plan for
- * the shape, misaligned tensors, a head size other than 64. A failure of cuDNN's execution is
- * recorded on ctx. */
+ * all B. false (nothing queued; the reason reported once per context) where cuDNN cannot run
+ * it: not loadable, no plan for the shape, misaligned tensors, a head size other than 64. A
+ * failure of cuDNN's execution is recorded on ctx. */
 bool zt_cuda_dnn_forward(zt_kctx *ctx, uint16_t *out16, float *lse, const uint16_t *qkv16, int B,
                          int T, int C, int NH, void *scratch, size_t bytes);
 bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
