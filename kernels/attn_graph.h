@@ -1,7 +1,7 @@
 /* zerotrain: causal attention written as an operation graph of matmuls, pointwise ops and
- * reductions: the graph kernels/cuda/attn_cudnn.c hands cuDNN (ZT_CUDA_ATTN=cudnn), whose fused
- * flash-attention engines recognise it, kept as plain data so that a test can also evaluate it
- * on the CPU against the op table's attention (tests/kernels/test_attn_graph.c): what cuDNN is
+ * reductions: the graph kernels/cuda/attn_cudnn.c hands cuDNN (its attention, by default), whose
+ * fused flash-attention engines recognise it, kept as plain data so that a test can also evaluate
+ * it on the CPU against the op table's attention (tests/kernels/test_attn_graph.c): what cuDNN is
  * asked to compute is then checked without a GPU.
  *
  * Tensors are 4-d (dims and strides in elements). Q, K, V are views of the (n, T, 3C) qkv with

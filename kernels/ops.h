@@ -196,7 +196,9 @@ typedef struct zt_ops {
      * the 16-bit home of qkv, which attention then reads there (zt_attn_home.qkv_set); `out`
      * (N,OC) is room the op may fill with the fp32 values (contents undefined on exit). On cpu
      * bitwise layernorm_matmul_forward into out then the cast; the cuda backend with staged
-     * inputs of dt16 has its GEMM write the 16-bit output itself (from the same fp32 sums). */
+     * inputs of dt16 has its GEMM write the 16-bit output itself (from the same fp32 products,
+     * the bias rounded to dt16 first: cuBLASLt adds to a 16-bit output only a bias of its type,
+     * as PyTorch's autocast rounds it). */
     void (*layernorm_matmul_forward16)(zt_kctx *ctx, void *out16 /* (N,OC) */, zt_dtype dt16,
                                        float *out /* (N,OC) */, float *ln /* (N,C) */,
                                        float *mean /* (N) */, float *rstd /* (N) */,
@@ -242,7 +244,8 @@ typedef struct zt_ops {
      * PyTorch's autocast: never in fp32 on the cuda backend with staged inputs of that type.
      * matmul_forward16: out16 = matmul_forward's output rounded to dt16; `act` (N,OC) is room
      * the op may fill with the fp32 values (contents undefined on exit). The cuda backend's GEMM
-     * writes the 16-bit output itself (from the same fp32 sums). */
+     * writes the 16-bit output itself (the bias rounded to dt16 first, as
+     * layernorm_matmul_forward16's). */
     void (*matmul_forward16)(zt_kctx *ctx, void *out16 /* (N,OC) */, zt_dtype dt16,
                              float *act /* (N,OC) */, const float *inp /* (N,C) */,
                              const float *weight /* (OC,C) */, const float *bias /* (OC) */, int N,
@@ -445,7 +448,8 @@ bool zt_cuda_stage_wanted(zt_dtype pdt);
 #define ZT_CUDA_STAGE_MIN_ELEMS ((size_t)4096)
 size_t zt_cuda_stage_cap_elems(void);
 /* The staging buffer's first region (op(B) of a product, padded to 256 bytes) and the
- * elements it needs for a whole M x N x K product, at most cap. */
+ * elements it needs for a whole M x N x K product (a 16-bit copy of the bias included), at
+ * most cap. */
 size_t zt_cuda_stage_pad(size_t elems);
 size_t zt_cuda_stage_elems(size_t M, size_t N, size_t K, size_t cap);
 /* The elements a linear layer's backward (N rows, C inputs, OC outputs) wants for its two

@@ -142,7 +142,8 @@ size_t zt_cuda_stage_pad(size_t elems)
 
 size_t zt_cuda_stage_elems(size_t M, size_t N, size_t K, size_t cap)
 {
-    size_t need = zt_cuda_stage_pad(K * N) + M * K;
+    /* op(B), a 16-bit copy of the bias (a product with a 16-bit output), op(A) */
+    size_t need = zt_cuda_stage_pad(K * N) + zt_cuda_stage_pad(N) + M * K;
     return need < cap ? need : cap;
 }
 

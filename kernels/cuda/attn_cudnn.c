@@ -1,4 +1,5 @@
-/* zerotrain: causal attention by cuDNN's fused scaled-dot-product attention (ZT_CUDA_ATTN=cudnn).
+/* zerotrain: causal attention by cuDNN's fused scaled-dot-product attention (the default where
+ * zerotrain's tensor-core kernels would run on the 16-bit homes; ZT_CUDA_ATTN=fused keeps them).
  *
  * cuDNN has no single "attention" call on Hopper: its fused flash-attention engines are found by
  * matching an operation graph of matmuls, pointwise ops and reductions written in its backend
@@ -10,13 +11,13 @@
  * and keeps the execution plan per shape.
  *
  * The library is opened with dlopen, as cuBLASLt is (cublaslt_dl.c): nothing links it, and a
- * process that never asks for it never loads its ~400 MiB of engines. The plans can also be
- * built without a GPU, for device properties given as cuDNN's JSON (zt_cuda_dnn_plan_check):
- * that is how the tests on machines without a GPU see that cuDNN accepts the graphs on sm_90.
- * The backward's dQ comes by default from the graph whose engine keeps the scores' gradients in
- * its workspace (2 bytes a score: a GPT-2 sequence's 25 MiB, so runs of a few sequences in the
- * attention's scratch), which gives the same bits every run, as the rest of a step does;
- * ZT_CUDA_ATTN_DQ=atomic asks for the graph that sums dQ in fp32 by atomics instead (no such
+ * process whose attention never runs on the 16-bit homes never loads its ~400 MiB of engines.
+ * The plans can also be built without a GPU, for device properties given as cuDNN's JSON
+ * (zt_cuda_dnn_plan_check): that is how the tests on machines without a GPU see that cuDNN accepts
+ * the graphs on sm_90. The backward's dQ comes by default from the graph whose engine keeps the
+ * scores' gradients in its workspace (2 bytes a score: a GPT-2 sequence's 25 MiB, so runs of a few
+ * sequences in the attention's scratch), which gives the same bits every run, as the rest of a step
+ * does; ZT_CUDA_ATTN_DQ=atomic asks for the graph that sums dQ in fp32 by atomics instead (no such
  * workspace, but dQ's last bits vary from run to run), as it does of zerotrain's kernels. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -455,15 +456,23 @@ void zt_cuda_dnn_free(zt_kctx *ctx)
     ctx->dnn = NULL;
 }
 
-/* Once per context: why the kernels run instead */
+/* Once per context: why the kernels run instead (a warning where cuDNN was asked for, a note
+ * where it is the default) */
 static void dnn_fallback(zt_kctx *ctx, const char *why)
 {
     if (ctx->dnn && ctx->dnn->warned) return;
     if (ctx->dnn) ctx->dnn->warned = true;
-    ZT_WARN("kernels",
-            "ZT_CUDA_ATTN=cudnn: the attention runs on zerotrain's own kernels instead: %s "
-            "(CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr has cuDNN say more)",
-            why);
+    if (ctx->attn_cudnn == ZT_DNN_ASKED)
+        ZT_WARN("kernels",
+                "ZT_CUDA_ATTN=cudnn: the attention runs on zerotrain's own kernels instead: %s "
+                "(CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr has cuDNN say more)",
+                why);
+    else
+        ZT_INFO("kernels",
+                "the attention runs on zerotrain's own kernels, not cuDNN's (the default): %s "
+                "(CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr has cuDNN say more; "
+                "ZT_CUDA_ATTN=fused chooses the kernels without trying cuDNN)",
+                why);
 }
 
 /* The context's cuDNN state, made at first use; NULL (reported) where cuDNN cannot run */
@@ -491,7 +500,9 @@ static struct zt_dnn *dnn_of(zt_kctx *ctx)
         dnn_fallback(ctx, why);
         return NULL;
     }
-    ZT_INFO("kernels", "attention by cuDNN %zu (ZT_CUDA_ATTN=cudnn)", dnn.cudnnGetVersion());
+    ZT_INFO("kernels", "attention by cuDNN %zu (%s; ZT_CUDA_ATTN=fused runs zerotrain's kernels)",
+            dnn.cudnnGetVersion(),
+            ctx->attn_cudnn == ZT_DNN_ASKED ? "ZT_CUDA_ATTN=cudnn" : "the default");
     return d;
 }
 
@@ -670,8 +681,8 @@ static void dnn_execute(zt_kctx *ctx, struct zt_dnn *d, const dnn_plan *p, int n
         char last[384];
         dnn.cudnnGetLastErrorString(last, sizeof(last));
         zt_cuda_fail(ctx, ZT_ERR_CUDA,
-                     "attention_%s (cuDNN, %d sequences of %d tokens): %s%s%s; unset "
-                     "ZT_CUDA_ATTN=cudnn to run zerotrain's own kernels",
+                     "attention_%s (cuDNN, %d sequences of %d tokens): %s%s%s; "
+                     "ZT_CUDA_ATTN=fused runs zerotrain's own kernels instead",
                      p->bwd ? "backward" : "forward", p->n, p->T, dnn.cudnnGetErrorString(s),
                      last[0] ? ": " : "", last);
     }

@@ -1277,7 +1277,7 @@ static void tc_forward(zt_kctx *ctx, const char *const names[3], float *out, flo
                        int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    if (ctx->attn_cudnn && home && out16) { /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn) */
+    if (ctx->attn_cudnn && home && out16) { /* cuDNN's, on the homes (the default) */
         if (qkv)
             zt_cuda_stage_cast(ctx, (uint16_t *)home, ctx->mm, qkv, B * T, 3 * C, 3 * (size_t)C);
         if (zt_cuda_dnn_forward(ctx, (uint16_t *)out16, lse, (const uint16_t *)home, B, T, C, NH,
@@ -1357,7 +1357,7 @@ static void tc_backward(zt_kctx *ctx, const char *const names[7], float *dqkv, E
      * less) */
     bool gemm = ctx->attn_dq == ZT_ATTN_DQ_GEMM, atomic = ctx->attn_dq == ZT_ATTN_DQ_ATOMIC;
     if (ctx->attn_cudnn && home && out16 && dout16 && dq16) {
-        /* cuDNN's, on the homes (ZT_CUDA_ATTN=cudnn). Its workspaces (the scores' gradients,
+        /* cuDNN's, on the homes (the default). Its workspaces (the scores' gradients,
          * 25 MB a sequence at GPT-2's shapes, or with ZT_CUDA_ATTN_DQ=atomic dQ's fp32 sum, 3 MB)
          * go in the fp32 gradient where it is larger than the scratch, room where the 16-bit
          * one is written (B T 3C floats, 9.4 MB a sequence) */

@@ -250,7 +250,12 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
         int ac = ptr_align(g->Cin, 0, 1, 4);
         if (ac < key.alignC) key.alignC = ac;
     }
-    key.alignBias = use_bias ? ptr_align(g->bias, 0, 1, 4) : 0;
+    /* a 16-bit D takes only a bias of its own type (zt_cuda_gemm's bias16) */
+    bool b16 = use_bias && g->out16;
+    if (b16 && !g->bias16) return LT_NO_ALGO;
+    key.alignBias = !use_bias ? 0
+                    : b16     ? ptr_align(g->bias16, 0, 1, 2)
+                              : ptr_align(g->bias, 0, 1, 4);
     key.gelu = !aux ? 0 : g->dgelu ? 2 : 1;
     key.alignAux = aux ? ptr_align(aux, 0, 1, osize) : 0;
     if (g->batch > 1) {
@@ -280,15 +285,11 @@ static lt_result lt_prepare(zt_kctx *ctx, const zt_cuda_gemm *g, bool use_bias, 
                                  : use_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                             : CUBLASLT_EPILOGUE_GELU_AUX;
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        /* the bias of D's type (cuBLASLt's default) */
+        const void *bias = b16 ? (const void *)g->bias16 : (const void *)g->bias;
         if (s == CUBLAS_STATUS_SUCCESS && use_bias)
-            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
-                                               sizeof(g->bias));
-        if (s == CUBLAS_STATUS_SUCCESS && use_bias && g->out16) {
-            /* the bias stays fp32 (by default it would have D's type) */
-            int32_t bt = CUDA_R_32F;
-            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                               sizeof(bt));
-        }
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof(bias));
         if (s == CUBLAS_STATUS_SUCCESS && aux) {
             /* aux has D's column-major layout and type: ld = ldc */
             int64_t ld = g->ldc;
@@ -489,11 +490,19 @@ static int stage_fit(size_t room, size_t per, int whole)
     return n >= ZT_CUDA_STAGE_MIN_BLOCK ? (int)n : 0;
 }
 
+/* Whether g's bias goes in as a 16-bit copy (staged after op(B)'s block: a 16-bit D takes only
+ * a bias of its own type) */
+static bool stage_bias16(const zt_cuda_gemm *g)
+{
+    return g->out16 && g->bias;
+}
+
 /* The blocks of g within cap 16-bit elements; false when staging is not worth it. */
 static bool stage_plan(const zt_cuda_gemm *g, size_t cap, stage_blocks *b)
 {
     size_t M = (size_t)g->M, N = (size_t)g->N, K = (size_t)g->K;
-    size_t pb = zt_cuda_stage_pad(K * N), pa = zt_cuda_stage_pad(M * K);
+    size_t pb = zt_cuda_stage_pad(K * N) + (stage_bias16(g) ? zt_cuda_stage_pad(N) : 0);
+    size_t pa = zt_cuda_stage_pad(M * K);
     b->mb = g->M, b->nb = g->N, b->kb = g->K;
     if (pb + M * K <= cap) return true;
     if (pb < cap && (b->mb = stage_fit(cap - pb, K, g->M)) > 0) return true; /* rows */
@@ -637,8 +646,11 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
         !stage_plan(g, ctx->stage_cap, &bl) ||
         (g->afn && g->afn->kind == ZT_AFN_LAYERNORM && bl.kb != g->K))
         return false;
+    /* op(B)'s block, the bias's 16-bit copy where D is 16-bit (out16 takes whole columns: one
+     * copy), op(A)'s block */
     uint16_t *sb = ctx->stage;
-    uint16_t *sa = sb + zt_cuda_stage_pad((size_t)bl.kb * (size_t)bl.nb);
+    uint16_t *sbias = sb + zt_cuda_stage_pad((size_t)bl.kb * (size_t)bl.nb);
+    uint16_t *sa = sbias + (stage_bias16(g) ? zt_cuda_stage_pad((size_t)bl.nb) : 0);
     int a_at[2] = {-1, -1}, b_at[2] = {-1, -1}; /* (m0, k0) and (k0, n0) now in the stage */
     bool act = false;                           /* with afn: A holds its values */
     for (int n0 = 0; n0 < g->N; n0 += bl.nb) {
@@ -657,6 +669,7 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                 bool home = g->afn && g->afn->kind == ZT_AFN_HOME16 && g->ta == 'N' && kn == g->K &&
                             g->lda == g->K;
                 if (home) s.A = (const uint16_t *)g->afn->src16 + (size_t)m0 * g->K;
+                if (s.out16 && s.bias) s.bias16 = sbias;
                 lt_call c;
                 lt_result r = lt_prepare(ctx, &s, s.bias != NULL, &c);
                 if (r == LT_READY) {
@@ -669,6 +682,8 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                     }
                     if (b_at[0] != k0 || b_at[1] != n0) {
                         stage_block(ctx, sb, g->B, g->ldb, g->tb, k0, kn, n0, nn);
+                        if (s.bias16)
+                            zt_cuda_stage_cast(ctx, sbias, g->out16, s.bias, 1, nn, (size_t)nn);
                         b_at[0] = k0, b_at[1] = n0;
                     }
                     r = lt_launch(ctx, &s, s.bias != NULL, &c);
@@ -1385,8 +1400,8 @@ void zt_cuda_attention_backward(zt_kctx *ctx, float *dqkv, float *scratch, const
  * its own kernel (the others sum dQ in fp32 first) and dqkv16 is 4-byte aligned (their paired
  * stores); elsewhere the fp32 gradient from zeros in the room, then the cast. They read dout16
  * in place where they run in its type and it is 16-byte aligned (their vector copies); else it
- * is widened into dout first. With ZT_CUDA_ATTN=cudnn, where cuDNN can take the homes, the
- * 16-bit gradient is offered to it whatever ZT_CUDA_ATTN_DQ says (atomic: its graph that sums
+ * is widened into dout first. Where cuDNN runs the attention (by default) and can take the homes,
+ * the 16-bit gradient is offered to it whatever ZT_CUDA_ATTN_DQ says (atomic: its graph that sums
  * dQ by atomics; where it declines, the kernels with dQ by its own kernel). */
 void zt_cuda_attention_backward16(zt_kctx *ctx, void *dqkv16, zt_dtype dt16, float *dqkv,
                                   float *scratch, float *dout, const void *dout16, float *qkv,

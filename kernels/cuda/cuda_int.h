@@ -32,6 +32,9 @@ extern "C" {
 #define ZT_CUDA_MARKS 1024
 /* zt_kctx.attn_fused when ZT_CUDA_ATTN is unset: fused for 16-bit matmul inputs only */
 #define ZT_CUDA_ATTN_AUTO (-1)
+/* ctx->attn_cudnn: cuDNN's attention asked for (ZT_CUDA_ATTN=cudnn), or by default */
+#define ZT_DNN_ASKED 1
+#define ZT_DNN_DEFAULT 2
 
 /* How the matmuls multiply: their inputs and outputs stay fp32 in memory and they accumulate
  * in fp32; the inputs are rounded to the format named here, which picks the tensor cores that
@@ -84,12 +87,16 @@ typedef struct zt_cuda_gemm {
     float *aux;        /* non-NULL: C = GELU(product + bias), aux = product + bias (ldc) */
     int dgelu;         /* with aux: C = GELU'(aux) * product instead, aux only read (no bias) */
     /* ZT_MM_BF16 or ZT_MM_FP16 (batch 1, beta 0): D is C16, in that type (ldc), rounded from
-     * the fp32 sums (the bias, fp32, added first); with dgelu its GELU input is aux16, of that
-     * type too (aux NULL). C is then fp32 room of D's shape where a product falls back (the
-     * product there, then rounded into C16). 0: D is C. */
+     * the fp32 sums; with dgelu its GELU input is aux16, of that type too (aux NULL). A bias
+     * goes in as bias16, a copy of it in D's type: cuBLASLt adds to a 16-bit D only a bias of
+     * D's type (an fp32 one is refused, INVALID_VALUE, on an H200 with cuBLAS 13), as PyTorch's
+     * autocast rounds the bias of a bf16 linear layer; without bias16 such a product falls
+     * back. C is then fp32 room of D's shape where a product falls back (the product there,
+     * with the fp32 bias, then rounded into C16). 0: D is C. */
     int out16;
     void *C16;
     const void *aux16;
+    const uint16_t *bias16;
     /* non-NULL (batch 1, fp32 A with ta 'N' and lda K): A's values are afn's; staging rounds
      * them straight into A's copy, and A receives them in fp32 only where a product falls back
      * to the fp32 operands. Not for zt_cuda_gemm_run. */
@@ -138,7 +145,7 @@ struct zt_kctx {
                        * ZT_ATTN_FWD_MMA4: at 4 blocks an SM), or 0 */
     int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default;
                        * ZT_ATTN_BWD_MMA2: its dK dV kernel at 2 blocks an SM), or 0 */
-    int attn_cudnn;   /* ZT_CUDA_ATTN=cudnn: cuDNN's fused attention where it can run */
+    int attn_cudnn;   /* cuDNN's fused attention where it can run: ZT_DNN_ASKED or _DEFAULT */
     struct zt_dnn *dnn; /* its handle and plans (attn_cudnn.c), made at first use */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
@@ -345,7 +352,7 @@ bool zt_cuda_attn_fused(const zt_kctx *ctx, int B, int T, int C, int NH);
  * backward reads them there and leaves qkv and out alone. dq16 (backward; NULL: none; only for
  * the tensor-core kernels with dQ by its own kernel, 4-byte aligned): where the gradient is
  * WRITTEN rounded to ctx->mm's type (B,T,3C) instead of added into dqkv, which is then room
- * (cuDNN's workspaces go there, ZT_CUDA_ATTN=cudnn). */
+ * (cuDNN's workspaces go there, where it runs the attention). */
 void zt_cuda_attn_fused_forward(zt_kctx *ctx, float *out, float *lse, float *scratch,
                                 size_t scratch_floats, const float *qkv, uint16_t *home,
                                 uint16_t *out16, int B, int T, int C, int NH);
@@ -384,7 +391,8 @@ bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
 unsigned long long zt_cuda_dnn_runs(const zt_kctx *ctx);
 /* Frees ctx->dnn (ctx_destroy) */
 void zt_cuda_dnn_free(zt_kctx *ctx);
-/* Whether this build has cuDNN's headers (else ZT_CUDA_ATTN=cudnn warns and is ignored) */
+/* Whether this build has cuDNN's headers (else its attention never runs; ZT_CUDA_ATTN=cudnn warns)
+ */
 bool zt_cuda_dnn_built(void);
 /* Without a GPU: whether cuDNN accepts the forward (bwd false) or backward graph (dQ summed in
  * fp32 with dq_sum, attn_graph.h) of n sequences of T tokens, NH heads of 64 (bf16, or fp16) on
@@ -429,12 +437,15 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
 
 #define ZT_CUDA_THREADS 256
 
-/* A loop over a per-thread array unrolled, so that the array lives in registers (the
+/* A loop over a per-thread array unrolled, so that the array lives in registers (ZT_UNROLL8:
+ * a loop unrolled by 8, several iterations' loads in flight; the
  * emulation's compiler has no such pragma and keeps arrays in memory anyway). */
 #ifdef __CUDACC__
 #define ZT_UNROLL _Pragma("unroll")
+#define ZT_UNROLL8 _Pragma("unroll 8")
 #else
 #define ZT_UNROLL
+#define ZT_UNROLL8
 #endif
 
 /* kernel<<<grid, block, 0, stream>>>(args...), or its emulation on the CPU. */

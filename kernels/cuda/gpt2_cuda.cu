@@ -149,10 +149,15 @@ static __global__ void residual_layernorm_forward_kernel(float *res, float *out,
     layernorm_row_finish<0>(out + off, mean, rstd, x, s, w, bias, row, C, lane);
 }
 
-static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
-                                                      const float *inp, const float *w,
-                                                      const float *mean, const float *rstd, int N,
-                                                      int C)
+/* The backward kernels' pointers are __restrict__ (ops.h: dinp aliases none of the inputs):
+ * without it each `dinp[c] +=` had to wait for the store before, so a row's read-modify-writes
+ * went one DRAM round trip at a time. */
+static __global__ void layernorm_backward_dinp_kernel(float *__restrict__ dinp,
+                                                      const float *__restrict__ dout,
+                                                      const float *__restrict__ inp,
+                                                      const float *__restrict__ w,
+                                                      const float *__restrict__ mean,
+                                                      const float *__restrict__ rstd, int N, int C)
 {
     int row = blockIdx.x * ZT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -233,9 +238,11 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
 #define ZT_LNB_MAX_SPLITS 512
 template <int IT>
 static __global__ void __launch_bounds__(ZT_CUDA_THREADS)
-    layernorm_backward_fused_kernel(float *dinp, float *pw, float *pb, const void *dout,
-                                    const float *inp, const float *w, const float *mean,
-                                    const float *rstd, int N, int C, int rows_per_split)
+    layernorm_backward_fused_kernel(float *__restrict__ dinp, float *__restrict__ pw,
+                                    float *__restrict__ pb, const void *__restrict__ dout,
+                                    const float *__restrict__ inp, const float *__restrict__ w,
+                                    const float *__restrict__ mean, const float *__restrict__ rstd,
+                                    int N, int C, int rows_per_split)
 {
     __shared__ float shw[32 * ZT_LNB_CPL], shb[32 * ZT_LNB_CPL];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -291,23 +298,33 @@ static __global__ void __launch_bounds__(ZT_CUDA_THREADS)
     }
 }
 
-static __global__ void colsum_finish_kernel(float *dw, float *db, const float *pw, const float *pb,
-                                            int splits, int C)
+/* dw[c] += the splits' pw in split order, db likewise from pb. A column's sums are one chain
+ * (the order fixes the bits), so the loads are what can overlap: both columns' in one loop,
+ * unrolled, several splits' loads in flight per thread (C threads in all: latency-bound). */
+static __global__ void colsum_finish_kernel(float *__restrict__ dw, float *__restrict__ db,
+                                            const float *__restrict__ pw,
+                                            const float *__restrict__ pb, int splits, int C)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    if (dw) {
-        float s = 0.0f;
+    float sw = 0.0f, sb = 0.0f;
+    if (dw && db) {
+        ZT_UNROLL8
+        for (int k = 0; k < splits; k++) {
+            sw += pw[(size_t)k * C + c];
+            sb += pb[(size_t)k * C + c];
+        }
+    } else if (dw) {
+        ZT_UNROLL8
         for (int k = 0; k < splits; k++)
-            s += pw[(size_t)k * C + c];
-        dw[c] += s;
-    }
-    if (db) {
-        float s = 0.0f;
+            sw += pw[(size_t)k * C + c];
+    } else if (db) {
+        ZT_UNROLL8
         for (int k = 0; k < splits; k++)
-            s += pb[(size_t)k * C + c];
-        db[c] += s;
+            sb += pb[(size_t)k * C + c];
     }
+    if (dw) dw[c] += sw;
+    if (db) db[c] += sb;
 }
 
 /* dw (may be NULL; needs inp, mean, rstd) and db (may be NULL) += column sums over N rows,

@@ -112,9 +112,11 @@ static int mm_from_env(void)
 }
 
 /* ZT_CUDA_ATTN: "fused" (attn_cuda.cu's kernels where the head size fits), "chunked" (cuBLASLt
- * GEMMs over the scratch), unset or empty: fused where the matmuls take 16-bit inputs (the
- * tensor-core kernels of attn_tc_cuda.cu: 1.30x the tokens/s of chunked for GPT-2 124M in bf16 on
- * an H200), chunked otherwise (fp32: 0.99x there). Anything else warns and counts as unset. */
+ * GEMMs over the scratch), "cudnn", unset or empty: fused where the matmuls take 16-bit inputs
+ * (the tensor-core kernels of attn_tc_cuda.cu: 1.30x the tokens/s of chunked for GPT-2 124M in
+ * bf16 on an H200), chunked otherwise (fp32: 0.99x there), and where those kernels would run
+ * on the tensors' 16-bit homes, cuDNN's fused attention in their place (attn_cudnn_from_env).
+ * Anything else warns and counts as unset. */
 static int attn_fused_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_ATTN");
@@ -125,18 +127,22 @@ static int attn_fused_from_env(void)
     return ZT_CUDA_ATTN_AUTO;
 }
 
-/* ZT_CUDA_ATTN=cudnn: as unset, but where the tensor-core kernels would run on the tensors'
- * 16-bit homes, cuDNN's fused attention runs instead (attn_cudnn.c; not yet measured against
- * them; dQ's last bits vary from run to run, as cuDNN sums it). A build without cuDNN's headers
- * warns and runs the kernels. */
+/* Whether cuDNN's fused attention (attn_cudnn.c) runs where the tensor-core kernels would run
+ * on the 16-bit homes: ZT_DNN_ASKED for ZT_CUDA_ATTN=cudnn, ZT_DNN_DEFAULT unset (or a value
+ * ignored), 0 for "fused" and "chunked" or in a build without cuDNN's headers (which warns
+ * where it was asked for). The default since a GPT-2 124M bf16 job at micro batch 128 ran
+ * 1.10x the tokens/s of the kernels with it, on an H200 (tests/bench/GPU_NOTES.md). Where the
+ * library cannot be loaded at run time, the kernels run (said once). */
 static int attn_cudnn_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_ATTN");
-    if (!s || strcmp(s, "cudnn") != 0) return 0;
-    if (zt_cuda_dnn_built()) return 1;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN=cudnn: this build has no cuDNN (its headers were "
-                       "not found next to the CUDA toolkit's); the attention runs on zerotrain's "
-                       "own kernels");
+    if (s && (strcmp(s, "fused") == 0 || strcmp(s, "chunked") == 0)) return 0;
+    bool asked = s && strcmp(s, "cudnn") == 0;
+    if (zt_cuda_dnn_built()) return asked ? ZT_DNN_ASKED : ZT_DNN_DEFAULT;
+    if (asked)
+        ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN=cudnn: this build has no cuDNN (its headers "
+                           "were not found next to the CUDA toolkit's); the attention runs on "
+                           "zerotrain's own kernels");
     return 0;
 }
 

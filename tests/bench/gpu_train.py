@@ -19,24 +19,27 @@ memory and the device's peak (nvidia-smi, polled).
              rows of both are the issue's comparison.
   PyTorch:   fp32, tf32 and bf16 autocast, torch.compile, fused AdamW, scaled-dot-product
              attention (flash/memory-efficient kernels); the model follows tests/torch_gpt2.py.
-The attention of the zerotrain rows is the default one: for 16-bit matmul inputs the fused
-tensor-core kernels (kernels/cuda/attn_tc_cuda.cu), else the chunked one (cuBLASLt GEMMs over a
-T x T scratch). A "zt-chunked" (or "zt-fused") row reruns zerotrain's best bf16 (else first)
-precision at the same micro batch with the other attention (ZT_CUDA_ATTN), and the ratio of
-fused to chunked is printed: the measurement behind that default. A "zt-unstaged" row reruns
+The attention of the zerotrain rows is the default one: for 16-bit matmul inputs cuDNN's fused
+flash attention on the tensors' 16-bit homes (kernels/cuda/attn_cudnn.c) where cuDNN loads, else
+the fused tensor-core kernels (kernels/cuda/attn_tc_cuda.cu); for fp32 the chunked one (cuBLASLt
+GEMMs over a T x T scratch). A "zt-chunked" (or "zt-fused") row reruns zerotrain's best bf16
+(else first) precision at the same micro batch with the other attention (ZT_CUDA_ATTN), and the
+ratio of fused (cuDNN's or the kernels) to chunked is printed: the measurement behind that
+default. A "zt-unstaged" row reruns
 bf16 at its micro batch with ZT_CUDA_GEMM_STAGE=0 (cuBLASLt converting the fp32 operands as it
 loads them, instead of multiplying 16-bit copies; kernels/ops.h), with the ratio of the two; a
-"zt-wmma" row with ZT_CUDA_ATTN_FWD=wmma and ZT_CUDA_ATTN_BWD=wmma (the attention's earlier
-kernels, on the warp matrix functions), "zt-dq-atomic" and "zt-dq-gemm" rows with
-ZT_CUDA_ATTN_DQ=atomic (dQ added up by the dK dV kernel) and =gemm (dQ by cuBLASLt from dS),
-a "zt-mma4" row with ZT_CUDA_ATTN_FWD=mma4 (the forward kernel held to 4 blocks an SM),
+"zt-kernels" row with ZT_CUDA_ATTN=fused (zerotrain's tensor-core attention kernels instead of
+cuDNN's), and beside it, each with its ratio to that row, a "zt-wmma" row with
+ZT_CUDA_ATTN_FWD=wmma and ZT_CUDA_ATTN_BWD=wmma (the kernels' earlier versions, on the warp
+matrix functions), "zt-dq-atomic" and "zt-dq-gemm" rows with ZT_CUDA_ATTN_DQ=atomic (dQ added up
+by the dK dV kernel) and =gemm (dQ by cuBLASLt from dS), a "zt-mma4" row with
+ZT_CUDA_ATTN_FWD=mma4 (the forward kernel held to 4 blocks an SM),
 a "zt-head-small" row with the classifier in chunks of a quarter of the rows (ZT_HEAD_ROWS,
 with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-11-26), and a
 "zt-unfused" row with ZT_CUDA_STAGE_FUSED=0 (every 16-bit copy of a matmul operand made by a
 pass of its own: GELU's output written in fp32, the classifier as its ops one by one), a
-"zt-cudnn" row with ZT_CUDA_ATTN=cudnn (the attention by cuDNN's fused flash attention, its
-backward's dQ by the deterministic graph), a "zt-cudnn-atomic" row with ZT_CUDA_ATTN_DQ=atomic
-added (cuDNN summing dQ by atomics: other bits each run), and a
+"zt-cudnn-atomic" row with ZT_CUDA_ATTN_DQ=atomic (cuDNN's backward summing dQ by atomics: other
+bits each run, where the default's deterministic graph writes it from its product), and a
 "zt-optimes" row with ZT_OP_TIMES=1 (the default with each op timed by the engine's marks:
 the step split by op is printed under the summary, and the ratio to the default is the
 marks' cost). --variants picks which of these rows run (VARIANTS).
@@ -553,14 +556,19 @@ def main():
             head_small = {"ZT_HEAD_ROWS": str(min(B * T, (64 << 20) // VP)),
                           "ZT_CUDA_GEMM_STAGE_MIB": "128"}
             for who, suffix, what, kw in [
-                    # the attention's earlier kernels, on wmma
-                    ("zt-wmma", "_wmma", "bf16, wmma attention", {"fwd": "wmma", "bwd": "wmma"}),
+                    # zerotrain's tensor-core attention kernels in place of cuDNN's
+                    ("zt-kernels", "_kernels", "bf16, zerotrain's attention kernels",
+                     {"attn": "fused"}),
+                    # their earlier versions, on wmma
+                    ("zt-wmma", "_wmma", "bf16, wmma attention",
+                     {"attn": "fused", "fwd": "wmma", "bwd": "wmma"}),
                     # the forward kernel at 4 blocks an SM (128 registers)
                     ("zt-mma4", "_mma4", "bf16, attention forward at 4 blocks an SM",
-                     {"fwd": "mma4"}),
+                     {"attn": "fused", "fwd": "mma4"}),
                     # its dQ by atomics from the dK dV kernel, or by cuBLASLt from dS
-                    ("zt-dq-atomic", "_dqatomic", "bf16, dQ by atomics", {"dq": "atomic"}),
-                    ("zt-dq-gemm", "_dqgemm", "bf16, dQ by GEMM", {"dq": "gemm"}),
+                    ("zt-dq-atomic", "_dqatomic", "bf16, dQ by atomics",
+                     {"attn": "fused", "dq": "atomic"}),
+                    ("zt-dq-gemm", "_dqgemm", "bf16, dQ by GEMM", {"attn": "fused", "dq": "gemm"}),
                     ("zt-head-small", "_headsmall", "bf16, classifier chunks of 64M floats",
                      {"more": head_small}),
                     # the 16-bit copies by passes of their own
@@ -568,10 +576,9 @@ def main():
                      {"more": {"ZT_CUDA_STAGE_FUSED": "0"}}),
                     # the matmuls reading the fp32 operands
                     ("zt-unstaged", "_unstaged", "bf16 unstaged", {"stage": "0"}),
-                    # the attention by cuDNN's fused flash attention
-                    ("zt-cudnn", "_cudnn", "bf16, cuDNN attention", {"attn": "cudnn"}),
+                    # cuDNN's backward summing dQ by atomics
                     ("zt-cudnn-atomic", "_cudnnatomic", "bf16, cuDNN attention, dQ by atomics",
-                     {"attn": "cudnn", "dq": "atomic"}),
+                     {"dq": "atomic"}),
                     # the default with each op's time (ZT_OP_TIMES=1): where a step goes
                     ("zt-optimes", "_optimes", "bf16 with op times",
                      {"more": {"ZT_OP_TIMES": "1"}})]:
@@ -626,10 +633,14 @@ def main():
               f"{a['tok_s'] / b['tok_s']:.2f}x tokens/s (fwd {a['line'].get('fwd_ms', '?')} vs "
               f"{b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
               f"{b['line'].get('bwd_ms', '?')} ms)")
+    kern = {p: r for w, p, r in rows if w == "zt-kernels"}
     for w, p, r in rows:
-        if w in VARIANT_RATIOS and p in zt_tf:
-            label, default_first = VARIANT_RATIOS[w]
-            a, b = (zt_tf[p], r) if default_first else (r, zt_tf[p])
+        if w in VARIANT_RATIOS:
+            label, default_first, base = VARIANT_RATIOS[w]
+            ref = (kern if base == "zt-kernels" else zt_tf).get(p)
+            if ref is None:
+                continue
+            a, b = (ref, r) if default_first else (r, ref)
             print(f"{p}, {label} at micro batch {r['batch']}: "
                   f"{a['tok_s'] / b['tok_s']:.2f}x tokens/s (fwd {a['line'].get('fwd_ms', '?')} "
                   f"vs {b['line'].get('fwd_ms', '?')} ms, bwd {a['line'].get('bwd_ms', '?')} vs "
@@ -637,7 +648,8 @@ def main():
                   f"{b['mem_peak'] / 2**30:.2f} GiB)")
         if w in ("zt-fused", "zt-chunked") and p in zt_tf:
             fu, ch = (r, zt_tf[p]) if w == "zt-fused" else (zt_tf[p], r)
-            print(f"fused/chunked attention at {p}, micro batch {r['batch']}: "
+            print(f"fused (cuDNN's or the kernels)/chunked attention at {p}, "
+                  f"micro batch {r['batch']}: "
                   f"{fu['tok_s'] / ch['tok_s']:.2f}x tokens/s "
                   f"(fwd {fu['line'].get('fwd_ms', '?')} vs {ch['line'].get('fwd_ms', '?')} ms, "
                   f"bwd {fu['line'].get('bwd_ms', '?')} vs {ch['line'].get('bwd_ms', '?')} ms)")
@@ -679,21 +691,22 @@ def print_optimes(r):
 
 
 # the rows --variants chooses from
-VARIANTS = ("zt-wmma", "zt-mma4", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small", "zt-unfused", "zt-unstaged",
-            "zt-cudnn", "zt-cudnn-atomic", "zt-optimes", "bf16-tf32", "zt-alt")
-# a variant row's ratio to the default's: what the two sides are (the first over the second),
-# and whether the default is the first
+VARIANTS = ("zt-kernels", "zt-wmma", "zt-mma4", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small",
+            "zt-unfused", "zt-unstaged", "zt-cudnn-atomic", "zt-optimes", "bf16-tf32", "zt-alt")
+# a variant row's ratio to its base row's (the default "zerotrain", or "zt-kernels" for the
+# kernels' own variants): what the two sides are (the first over the second), and whether the
+# base is the first
 VARIANT_RATIOS = {
-    "zt-unstaged": ("matmuls on 16-bit copies/on fp32 operands", True),
-    "zt-dq-gemm": ("attention dQ by GEMM/by kernel", False),
-    "zt-wmma": ("attention on mma.sync/on wmma", True),
-    "zt-mma4": ("attention forward at 3/4 blocks an SM", True),
-    "zt-dq-atomic": ("attention dQ by atomics/by kernel", False),
-    "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True),
-    "zt-unfused": ("16-bit copies by passes that run anyway/by their own", True),
-    "zt-cudnn": ("attention by cuDNN/by zerotrain's kernels", False),
-    "zt-cudnn-atomic": ("attention by cuDNN, dQ by atomics/by zerotrain's kernels", False),
-    "zt-optimes": ("op times off/on (the marks' cost)", True),
+    "zt-unstaged": ("matmuls on 16-bit copies/on fp32 operands", True, "zerotrain"),
+    "zt-kernels": ("attention by cuDNN/by zerotrain's kernels", True, "zerotrain"),
+    "zt-dq-gemm": ("attention kernels' dQ by GEMM/by kernel", False, "zt-kernels"),
+    "zt-wmma": ("attention kernels on mma.sync/on wmma", True, "zt-kernels"),
+    "zt-mma4": ("attention kernels' forward at 3/4 blocks an SM", True, "zt-kernels"),
+    "zt-dq-atomic": ("attention kernels' dQ by atomics/by kernel", False, "zt-kernels"),
+    "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True, "zerotrain"),
+    "zt-unfused": ("16-bit copies by passes that run anyway/by their own", True, "zerotrain"),
+    "zt-cudnn-atomic": ("cuDNN's attention, dQ by atomics/by its product", False, "zerotrain"),
+    "zt-optimes": ("op times off/on (the marks' cost)", True, "zerotrain"),
 }
 
 
@@ -706,7 +719,7 @@ def check_emu(rows, twin, too_big, skipped, args):
         want += [("zerotrain", "bf16-tf32"), ("zt-chunked", "bf16"), ("zt-unstaged", "bf16"),
                  ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-mma4", "bf16"),
                  ("zt-dq-atomic", "bf16"),
-                 ("zt-head-small", "bf16"), ("zt-unfused", "bf16"), ("zt-cudnn", "bf16"),
+                 ("zt-head-small", "bf16"), ("zt-unfused", "bf16"), ("zt-kernels", "bf16"),
                  ("zt-cudnn-atomic", "bf16"), ("zt-optimes", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]

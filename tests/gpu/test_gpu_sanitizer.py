@@ -5,9 +5,10 @@ embeddings, LayerNorm, matmuls, attention, GELU, residual, cross-entropy, norms,
 fp32 and once in bf16 (casts, 16-bit accumulation); then the fused attention kernels
 (ZT_CUDA_ATTN=fused, a model of head size 64 and a block of 80 tokens, so their tiles have
 tails): fp32 (attn_cuda.cu) and bf16 (the tensor-core kernels of attn_tc_cuda.cu: on wmma,
-on mma.sync, with dQ by the kernel, by GEMM and by atomics); and fp16 (the loss scaler's
-overflow check and unscaling, the fp16 casts and the tensor-core kernels on __half) on the
-small model and on the mma.sync attention.
+on mma.sync, with dQ by the kernel, by GEMM and by atomics), bf16 on cuDNN's attention
+(bf16_cudnn: its kernels are the library's, the engine's calls and buffers around them ours);
+and fp16 (the loss scaler's overflow check and unscaling, the fp16 casts and the tensor-core
+kernels on __half) on the small model and on the mma.sync attention.
 ZT_SANITIZER_CASES=racecheck_bf16_fused_mma,... runs only the runs named (the names are
 checked before the GPU is looked for).
 Passes when every run exits 0 and the sanitizer reports 0 errors (CUDA API errors not counted:
@@ -47,6 +48,8 @@ VARIANTS = [("fp32", "fp32", CFG, "init.bin", {}),
              fused_tc("mma", "mma", "gemm")),
             ("bf16_fused_mma_atomic", "bf16", CFG_HS64, "init64.bin",
              fused_tc("mma", "mma", "atomic")),
+            # cuDNN's fused attention (the default where it loads: ZT_CUDA_ATTN=cudnn says so)
+            ("bf16_cudnn", "bf16", CFG_HS64, "init64.bin", {"ZT_CUDA_ATTN": "cudnn"}),
             ("fp16", "fp16", CFG, "init.bin", {}),
             ("fp16_fused_mma", "fp16", CFG_HS64, "init64.bin", fused_tc("mma", "mma", "kernel"))]
 

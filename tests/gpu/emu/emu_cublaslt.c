@@ -110,7 +110,7 @@ typedef struct {
     int rnd; /* the inputs' rounding: lt_rnd */
     int in;  /* A's and B's cudaDataType: CUDA_R_32F, or 16-bit (read as they are) */
     int out; /* C's, D's and aux's cudaDataType: CUDA_R_32F, or A's 16-bit type (rounded) */
-    int bias_type; /* the bias's cudaDataType: D's, or CUDA_R_32F */
+    int bias_type; /* the bias's cudaDataType: D's */
     bool bias, gelu;
     bool dgelu; /* D = GELU'(aux) * product: aux is read */
 } lt_problem;
@@ -389,7 +389,8 @@ static cublasStatus_t problem_check(const lt_desc *d, const lt_layout *a, const 
     if (d->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     /* fp32 everywhere, or 16-bit A and B of one type with C and D both fp32 or both of A's
      * type under CUBLAS_COMPUTE_32F (the combinations of the documented table zerotrain uses);
-     * the bias of D's type unless CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE says fp32, the GELU
+     * the bias of D's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE may name it; an fp32 bias
+     * with a 16-bit D is refused with INVALID_VALUE, as cuBLAS 13 did on an H200), the GELU
      * input (aux) always of D's type */
     if (a->type != b->type || c->type != dd->type) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (dd->type != CUDA_R_32F && dd->type != a->type) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -398,7 +399,7 @@ static cublasStatus_t problem_check(const lt_desc *d, const lt_layout *a, const 
     p->in = a->type;
     p->out = dd->type;
     p->bias_type = d->bias_type == -1 ? dd->type : d->bias_type;
-    if (p->bias_type != dd->type && p->bias_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (p->bias_type != dd->type) return CUBLAS_STATUS_INVALID_VALUE;
     p->ta = d->transa == CUBLAS_OP_T;
     p->tb = d->transb == CUBLAS_OP_T;
     uint64_t m = p->ta ? a->cols : a->rows, ka = p->ta ? a->rows : a->cols;
