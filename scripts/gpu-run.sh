@@ -123,12 +123,14 @@ want bench_kernels_gpu_tuned &&
   item bench_kernels_gpu_tuned 90 env ZT_CUDA_GEMM_TUNE=1 .gpu/tests/bench_kernels_gpu --quick
 want gpu_train_bf16 &&
   item gpu_train_bf16 330 "${PY[@]}" "${TRAIN[@]}" --zt-precisions bf16 --torch-modes bf16
-# the 14 fp32 and bf16 sanitizer runs took ~300 s on an H100 (there are 18 with fp16's): by
-# default those of the kernels a bf16 or fp32 job gets by default (ZT_SANITIZER_CASES=all for
+# the 14 fp32 and bf16 sanitizer runs took ~300 s on an H100 (there are 20 with fp16's and
+# cuDNN's): by default those of the kernels a bf16 or fp32 job gets by default, cuDNN's
+# attention and zerotrain's (ZT_SANITIZER_CASES=all for
 # every one, or a list such as memcheck_fp16,racecheck_fp16_fused_mma:
 # tests/gpu/test_gpu_sanitizer.py)
 SAN_DEFAULT=memcheck_fp32,memcheck_bf16,memcheck_fp32_fused,memcheck_bf16_fused_mma
-SAN_DEFAULT+=,racecheck_fp32,racecheck_bf16,racecheck_fp32_fused,racecheck_bf16_fused_mma
+SAN_DEFAULT+=,memcheck_bf16_cudnn,racecheck_fp32,racecheck_bf16,racecheck_fp32_fused
+SAN_DEFAULT+=,racecheck_bf16_fused_mma,racecheck_bf16_cudnn
 SAN_CASES=${ZT_SANITIZER_CASES-$SAN_DEFAULT}
 [ "$SAN_CASES" = all ] && SAN_CASES=
 want gpu_sanitizer && item gpu_sanitizer 240 env "ZT_SANITIZER_CASES=$SAN_CASES" "${PY[@]}" \

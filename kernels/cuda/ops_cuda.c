@@ -151,8 +151,9 @@ static int attn_cudnn_from_env(void)
  * and cuBLASLt multiplies it by K) or "atomic" (the mma.sync dK dV kernel, whatever
  * ZT_CUDA_ATTN_BWD says, adds each key block's share of dQ with atomics, as FlashAttention-2
  * does: no second pass, but the sums' order, so dQ's last bits, vary from run to run).
- * Anything else warns and counts as unset. With ZT_CUDA_ATTN=cudnn, "atomic" also has cuDNN's
- * backward sum dQ by atomics (else its deterministic graph runs; attn_cudnn.c). */
+ * Anything else warns and counts as unset. Where cuDNN runs the attention (by default),
+ * "atomic" also has its backward sum dQ by atomics (else its deterministic graph runs;
+ * attn_cudnn.c). */
 static int attn_dq_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_ATTN_DQ");

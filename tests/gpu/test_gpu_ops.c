@@ -538,6 +538,16 @@ static zt_kctx *ctx_with_mm(const char *mode)
     return c;
 }
 
+/* ctx_with_mm with ZT_CUDA_ATTN=fused: zerotrain's attention kernels even on the 16-bit homes
+ * (where cuDNN's would run by default) */
+static zt_kctx *ctx_kernels_mm(const char *mode)
+{
+    setenv("ZT_CUDA_ATTN", "fused", 1);
+    zt_kctx *c = ctx_with_mm(mode);
+    unsetenv("ZT_CUDA_ATTN");
+    return c;
+}
+
 /* The largest error, relative to the rms of the exact result, of one matmul_forward in
  * context c on x (N, C) and w (OC, C) that the host holds. */
 static double matmul_err(zt_kctx *c, int N, int C, int OC, const float *x, const float *w)
@@ -1721,10 +1731,13 @@ static void test_matmul16(void)
             snprintf(whatr, sizeof(whatr), "%s, a residual input", what);
             /* staged by columns, the product without it; with it (no columns) on the fp32
              * operands, which on a GPU cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF does not round
-             * as the copies are (an H200: 4.8e-4 of a value): bf16's precision */
+             * as the copies are: the two differ by bf16's precision over 96 products, which
+             * the terms do not bound (an H200: 0.008 where the terms come to 1.8, against
+             * 2^-8 of them; 2^-5 leaves 7 times that, while a residual missed or from another
+             * row is off by its own size, ~2) */
             double rel = 0x1p-16;
 #ifndef ZT_TEST_EMU
-            if (cases[t].cols) rel = 0x1p-8;
+            if (cases[t].cols) rel = 0x1p-5;
 #endif
             check_res(whatr, d_o2, h_o, res, b, N, OC, rel);
             if (EMU_NAMED("residual_forward") != r0) /* added by the GEMM */
@@ -2213,7 +2226,12 @@ static bool attention_cudnn_case(zt_kctx *c, zt_dtype dt, int B, int T, int C, i
     char what[160];
     size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
     size_t nS = zt_attention_scratch_floats(B, T, NH);
-    double rtol = dt == ZT_BF16 ? 0.1 : 0.05, rms = dt == ZT_BF16 ? 2e-2 : 1e-2;
+    /* element by element within rtol of (|want| + the rms): at T 1024 bf16's rounding of the
+     * inputs, P and dS alone puts dK's worst element at 0.088 of that (fp16: 0.012;
+     * tests/gpu/attn_bf16_error.py, at B 2 NH 12 with the same draws' scale), and cuDNN's
+     * came to 0.128 on an H200; the rms check is the tight one */
+    double rtol = dt == ZT_BF16 ? (T >= 512 ? 0.25 : 0.1) : (T >= 512 ? 0.1 : 0.05);
+    double rms = dt == ZT_BF16 ? 2e-2 : 1e-2;
     zt_kctx *keep = GC;
     GC = c;
     GPU->set_matmul_dtype(c, dt);
@@ -2383,7 +2401,7 @@ static void test_attention_tc_runs(void)
     size_t nS = zt_attention_scratch_floats(B, T, NH), small = zt_cuda_attn_tc_floats(2, T, C, NH);
     ASSERT_TRUE(nS >= zt_cuda_attn_tc_floats(1, T, C, NH) && small < nS);
     zt_kctx *keep = GC;
-    GC = ctx_with_mm("bf16");
+    GC = ctx_kernels_mm("bf16");
     float *qkv = kc_frandn(n3, 1.0), *dout = kc_frandn(nC, 1.0), *want = kc_falloc(n3);
     float *want_out = kc_falloc(nC), *want_lse = kc_falloc(nL);
     float *d_qkv = upf(qkv, n3), *d_dout = upf(dout, nC), *d_out = dalloc(nC * 4);
@@ -2464,7 +2482,7 @@ static void test_attention_tc_runs(void)
                    2);
     }
     /* room for less than one sequence: an error, and nothing written */
-    zt_kctx *ec = ctx_with_mm("bf16");
+    zt_kctx *ec = ctx_kernels_mm("bf16");
     GPU->memset0(GC, d_dq, n3 * 4);
     gsync("attention, zeros");
     zt_cuda_attn_tc_backward(ec, d_dq, NULL, d_scr, zt_cuda_attn_tc_floats(1, T, C, NH) - 4, d_dout,
