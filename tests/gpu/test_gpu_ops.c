@@ -538,16 +538,6 @@ static zt_kctx *ctx_with_mm(const char *mode)
     return c;
 }
 
-/* ctx_with_mm with ZT_CUDA_ATTN=fused: zerotrain's attention kernels even on the 16-bit homes
- * (where cuDNN's would run by default) */
-static zt_kctx *ctx_kernels_mm(const char *mode)
-{
-    setenv("ZT_CUDA_ATTN", "fused", 1);
-    zt_kctx *c = ctx_with_mm(mode);
-    unsetenv("ZT_CUDA_ATTN");
-    return c;
-}
-
 /* The largest error, relative to the rms of the exact result, of one matmul_forward in
  * context c on x (N, C) and w (OC, C) that the host holds. */
 static double matmul_err(zt_kctx *c, int N, int C, int OC, const float *x, const float *w)
@@ -2209,6 +2199,16 @@ void zt_cuda_attn_tc_backward(zt_kctx *ctx, float *dqkv, uint16_t *dq16, float *
                               const float *qkv, const uint16_t *home, const float *out,
                               const uint16_t *out16, const float *lse, int B, int T, int C, int NH);
 size_t zt_cuda_attn_tc_floats(int nseq, int T, int C, int NH);
+
+/* ctx_with_mm with ZT_CUDA_ATTN=fused: zerotrain's attention kernels even on the 16-bit homes
+ * (where cuDNN's would run by default) */
+static zt_kctx *ctx_kernels_mm(const char *mode)
+{
+    setenv("ZT_CUDA_ATTN", "fused", 1);
+    zt_kctx *c = ctx_with_mm(mode);
+    unsetenv("ZT_CUDA_ATTN");
+    return c;
+}
 
 /* kernels/cuda/attn_cudnn.c (cuda_int.h) */
 bool zt_cuda_dnn_built(void);
