@@ -391,8 +391,7 @@ bool zt_cuda_dnn_backward(zt_kctx *ctx, uint16_t *dq16, const uint16_t *dout16,
 unsigned long long zt_cuda_dnn_runs(const zt_kctx *ctx);
 /* Frees ctx->dnn (ctx_destroy) */
 void zt_cuda_dnn_free(zt_kctx *ctx);
-/* Whether this build has cuDNN's headers (else its attention never runs; ZT_CUDA_ATTN=cudnn warns)
- */
+/* Whether this build has cuDNN's headers (else cuDNN's attention never runs) */
 bool zt_cuda_dnn_built(void);
 /* Without a GPU: whether cuDNN accepts the forward (bwd false) or backward graph (dQ summed in
  * fp32 with dq_sum, attn_graph.h) of n sequences of T tokens, NH heads of 64 (bf16, or fp16) on
@@ -437,15 +436,12 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
 
 #define ZT_CUDA_THREADS 256
 
-/* A loop over a per-thread array unrolled, so that the array lives in registers (ZT_UNROLL8:
- * a loop unrolled by 8, several iterations' loads in flight; the
+/* A loop over a per-thread array unrolled, so that the array lives in registers (the
  * emulation's compiler has no such pragma and keeps arrays in memory anyway). */
 #ifdef __CUDACC__
 #define ZT_UNROLL _Pragma("unroll")
-#define ZT_UNROLL8 _Pragma("unroll 8")
 #else
 #define ZT_UNROLL
-#define ZT_UNROLL8
 #endif
 
 /* kernel<<<grid, block, 0, stream>>>(args...), or its emulation on the CPU. */
