@@ -146,6 +146,8 @@ struct zt_kctx {
     int attn_bwd_mma; /* ZT_CUDA_ATTN_BWD: the tensor-core backward on mma.sync (1, default;
                        * ZT_ATTN_BWD_MMA2: its dK dV kernel at 2 blocks an SM), or 0 */
     int attn_cudnn;   /* cuDNN's fused attention where it can run: ZT_DNN_ASKED or _DEFAULT */
+    int ln_bwd_row;   /* ZT_CUDA_LN_BWD: LayerNorm's backward by its row kernel where it fits
+                       * (1, default) or by the column-sum kernel (0; gpt2_cuda.cu) */
     struct zt_dnn *dnn; /* its handle and plans (attn_cudnn.c), made at first use */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */

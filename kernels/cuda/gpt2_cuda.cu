@@ -308,6 +308,95 @@ static __global__ void __launch_bounds__(ZT_CUDA_THREADS)
     }
 }
 
+/* The same sums as layernorm_backward_fused_kernel (and the same finish), for C a multiple of 4
+ * up to 128 V, with a row's inp, dout and dinp loaded whole before any of it is used: lane l
+ * holds the columns 128 v + 4 l .. +3 (v < V) of each, read by 16-byte loads (8 for a 16-bit
+ * dout), so a row costs one DRAM round trip where the grouped read-modify-write cost three and
+ * its first version one per column (tests/bench/GPU_NOTES.md). The column sums live in shared
+ * memory, a row of each per warp (the lane's own slots: no barrier), which leaves the registers
+ * to the row and lets 4 blocks share an SM. pw, pb, dinp, inp and w 16-byte aligned, dout 8
+ * (16 in fp32): the caller checks. */
+#define ZT_LNR_WARPS 4
+#define ZT_LNR_MAXV 8 /* C <= 1024 */
+template <int IT, int V>
+static __global__ void __launch_bounds__(32 * ZT_LNR_WARPS, 4)
+    layernorm_backward_row_kernel(float *__restrict__ dinp, float *__restrict__ pw,
+                                  float *__restrict__ pb, const void *__restrict__ dout,
+                                  const float *__restrict__ inp, const float *__restrict__ w,
+                                  const float *__restrict__ mean, const float *__restrict__ rstd,
+                                  int N, int C, int rows_per_split)
+{
+    __shared__ float4 shw[ZT_LNR_WARPS][32 * V], shb[ZT_LNR_WARPS][32 * V];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r0 = blockIdx.x * rows_per_split, r1 = min(N, r0 + rows_per_split);
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ZT_UNROLL
+    for (int v = 0; v < V; v++)
+        shw[warp][32 * v + lane] = shb[warp][32 * v + lane] = zero;
+    float invC = 1.0f / (float)C;
+    int C4 = C / 4;
+    for (int row = r0 + warp; row < r1; row += ZT_LNR_WARPS) {
+        size_t o4 = (size_t)row * C4;
+        float m = mean[row], rs = rstd[row];
+        float4 xv[V], dv[V], iv[V];
+        ZT_UNROLL
+        for (int v = 0; v < V; v++) {
+            int q = 32 * v + lane;
+            bool in = q < C4;
+            xv[v] = in ? ((const float4 *)inp)[o4 + q] : zero;
+            dv[v] = in ? zt_load4_as<IT>(dout, o4 + q) : zero;
+            iv[v] = in && dinp ? ((const float4 *)dinp)[o4 + q] : zero;
+        }
+        float a = 0.0f, b = 0.0f;
+        ZT_UNROLL
+        for (int v = 0; v < V; v++) {
+            int q = 32 * v + lane;
+            if (q < C4) {
+                float4 wv = ((const float4 *)w)[q];
+                float dn;
+                dn = wv.x * dv[v].x, a += dn, b += dn * ((xv[v].x - m) * rs);
+                dn = wv.y * dv[v].y, a += dn, b += dn * ((xv[v].y - m) * rs);
+                dn = wv.z * dv[v].z, a += dn, b += dn * ((xv[v].z - m) * rs);
+                dn = wv.w * dv[v].w, a += dn, b += dn * ((xv[v].w - m) * rs);
+            }
+        }
+        a = zt_warp_sum(a) * invC;
+        b = zt_warp_sum(b) * invC;
+        ZT_UNROLL
+        for (int v = 0; v < V; v++) {
+            int q = 32 * v + lane;
+            if (q < C4) {
+                float4 wv = ((const float4 *)w)[q], d = dv[v], di = iv[v];
+                float4 n = make_float4((xv[v].x - m) * rs, (xv[v].y - m) * rs, (xv[v].z - m) * rs,
+                                       (xv[v].w - m) * rs);
+                if (dinp) {
+                    di.x += (wv.x * d.x - a - n.x * b) * rs;
+                    di.y += (wv.y * d.y - a - n.y * b) * rs;
+                    di.z += (wv.z * d.z - a - n.z * b) * rs;
+                    di.w += (wv.w * d.w - a - n.w * b) * rs;
+                    ((float4 *)dinp)[o4 + q] = di;
+                }
+                float4 sw = shw[warp][q], sb = shb[warp][q];
+                sw.x = fmaf(n.x, d.x, sw.x), sw.y = fmaf(n.y, d.y, sw.y);
+                sw.z = fmaf(n.z, d.z, sw.z), sw.w = fmaf(n.w, d.w, sw.w);
+                sb.x += d.x, sb.y += d.y, sb.z += d.z, sb.w += d.w;
+                shw[warp][q] = sw, shb[warp][q] = sb;
+            }
+        }
+    }
+    __syncthreads();
+    for (int q = threadIdx.x; q < C4; q += blockDim.x) {
+        float4 sw = shw[0][q], sb = shb[0][q];
+        for (int k = 1; k < ZT_LNR_WARPS; k++) {
+            float4 tw = shw[k][q], tb = shb[k][q];
+            sw.x += tw.x, sw.y += tw.y, sw.z += tw.z, sw.w += tw.w;
+            sb.x += tb.x, sb.y += tb.y, sb.z += tb.z, sb.w += tb.w;
+        }
+        if (pw) ((float4 *)pw)[(size_t)blockIdx.x * C4 + q] = sw;
+        if (pb) ((float4 *)pb)[(size_t)blockIdx.x * C4 + q] = sb;
+    }
+}
+
 static __global__ void colsum_finish_kernel(float *dw, float *db, const float *pw, const float *pb,
                                             int splits, int C)
 {
@@ -393,8 +482,19 @@ extern "C" void zt_cuda_residual_layernorm_forward(zt_kctx *ctx, float *res, flo
                    ZT_CUDA_THREADS, res, out, mean, rstd, a, b, weight, bias, N, C);
 }
 
-/* LayerNorm's backward by layernorm_backward_fused_kernel<IT>, where a lane can hold its columns'
- * sums and a parameter gradient is wanted; false (nothing queued) otherwise */
+template <int IT, int V>
+static void layernorm_backward_row(zt_kctx *ctx, size_t splits, float *dinp, float *pw, float *pb,
+                                   const void *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int N, int C, int rows)
+{
+    ZT_CUDA_LAUNCH(ctx, "layernorm_backward (row kernel)", (layernorm_backward_row_kernel<IT, V>),
+                   (unsigned)splits, 32 * ZT_LNR_WARPS, dinp, pw, pb, dout, inp, weight, mean, rstd,
+                   N, C, rows);
+}
+
+/* LayerNorm's backward by layernorm_backward_row_kernel<IT> where C and the pointers allow it
+ * (and ctx->ln_bwd_row), else by layernorm_backward_fused_kernel<IT>, where a lane can hold its
+ * columns' sums and a parameter gradient is wanted; false (nothing queued) otherwise */
 template <int IT>
 static bool layernorm_backward_one_pass(zt_kctx *ctx, float *dinp, float *dweight, float *dbias,
                                         const void *dout, const float *inp, const float *weight,
@@ -408,9 +508,24 @@ static bool layernorm_backward_one_pass(zt_kctx *ctx, float *dinp, float *dweigh
     int rows = (int)(((size_t)N + splits - 1) / splits);
     splits = ((size_t)N + (size_t)rows - 1) / (size_t)rows;
     float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
-    ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_fused_kernel<IT>, (unsigned)splits,
-                   ZT_CUDA_THREADS, dinp, dweight ? pw : NULL, dbias ? pb : NULL, dout, inp, weight,
-                   mean, rstd, N, C, rows);
+    typedef void (*row_fn)(zt_kctx *, size_t, float *, float *, float *, const void *,
+                           const float *, const float *, const float *, const float *, int, int,
+                           int);
+    static const row_fn by_v[ZT_LNR_MAXV] = {
+        layernorm_backward_row<IT, 1>, layernorm_backward_row<IT, 2>, layernorm_backward_row<IT, 3>,
+        layernorm_backward_row<IT, 4>, layernorm_backward_row<IT, 5>, layernorm_backward_row<IT, 6>,
+        layernorm_backward_row<IT, 7>, layernorm_backward_row<IT, 8>};
+    int v = (C + 127) / 128;
+    bool row = ctx->ln_bwd_row && C % 4 == 0 && v <= ZT_LNR_MAXV &&
+               ((uintptr_t)dinp | (uintptr_t)inp | (uintptr_t)weight | (uintptr_t)pw) % 16 == 0 &&
+               (uintptr_t)dout % (IT ? 8 : 16) == 0;
+    if (row)
+        by_v[v - 1](ctx, splits, dinp, dweight ? pw : NULL, dbias ? pb : NULL, dout, inp, weight,
+                    mean, rstd, N, C, rows);
+    else
+        ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_fused_kernel<IT>,
+                       (unsigned)splits, ZT_CUDA_THREADS, dinp, dweight ? pw : NULL,
+                       dbias ? pb : NULL, dout, inp, weight, mean, rstd, N, C, rows);
     ZT_CUDA_LAUNCH(ctx, "layernorm_backward (parameters)", colsum_finish_kernel,
                    (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS, ZT_CUDA_THREADS, dweight, dbias, pw,
                    pb, (int)splits, C);

@@ -185,6 +185,20 @@ static int attn_mma_from_env(const char *name, bool bwd)
     return 1;
 }
 
+/* ZT_CUDA_LN_BWD: LayerNorm's backward by the kernel that loads a row whole before using it
+ * ("row", unset or empty; where C is a multiple of 4 up to 1024 and the tensors are aligned) or
+ * by the one that holds the column sums in registers and updates dinp 8 columns at a time
+ * ("grouped", which runs anyway where the row kernel does not fit); gpt2_cuda.cu. Anything else
+ * warns and counts as unset. */
+static int ln_bwd_row_from_env(void)
+{
+    const char *s = getenv("ZT_CUDA_LN_BWD");
+    if (!s || !*s || strcmp(s, "row") == 0) return 1;
+    if (strcmp(s, "grouped") == 0) return 0;
+    ZT_WARN("kernels", "ignoring ZT_CUDA_LN_BWD=%s: expected 'row' or 'grouped'", s);
+    return 1;
+}
+
 /* An on/off variable: "1" true, "0" false, unset or empty def; anything else warns and gives
  * def. */
 static int flag_from_env(const char *name, int def)
@@ -227,6 +241,7 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->attn_fused = attn_fused_from_env();
     ctx->attn_cudnn = attn_cudnn_from_env();
     ctx->attn_dq = attn_dq_from_env();
+    ctx->ln_bwd_row = ln_bwd_row_from_env();
     ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD", false);
     ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD", true);
     ctx->gemm_tune = flag_from_env("ZT_CUDA_GEMM_TUNE", 0);

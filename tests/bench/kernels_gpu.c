@@ -41,6 +41,7 @@ static zt_kctx *KNS; /* ZT_CUDA_GEMM_STAGE=0: 16-bit matmuls read the fp32 opera
 static zt_kctx *KF;  /* ZT_CUDA_ATTN=fused: the fused attention (tensor cores for bf16) */
 static zt_kctx *KD;  /* ZT_CUDA_ATTN=cudnn: cuDNN's fused attention where the homes allow */
 static zt_kctx *KDA; /* and ZT_CUDA_ATTN_DQ=atomic: its backward summing dQ by atomics */
+static zt_kctx *KLG; /* ZT_CUDA_LN_BWD=grouped: LayerNorm's backward by the column-sum kernel */
 /* and with the tensor-core attention's other kernels (ZT_CUDA_ATTN_FWD, _BWD, _DQ) */
 static const struct {
     const char *fwd, *bwd, *dq, *label;
@@ -229,6 +230,11 @@ int main(int argc, char **argv)
         unsetenv("ZT_CUDA_ATTN_DQ");
         unsetenv("ZT_CUDA_ATTN");
     }
+    if (st == ZT_OK) {
+        setenv("ZT_CUDA_LN_BWD", "grouped", 1);
+        st = G->ctx_create(&KLG, 0, &err);
+        unsetenv("ZT_CUDA_LN_BWD");
+    }
     if (st != ZT_OK) {
         fprintf(stderr, "bench_kernels_gpu: %s\n", err.msg);
         return 1;
@@ -268,6 +274,14 @@ int main(int argc, char **argv)
     TIME_IT(s,
             G->layernorm_backward16(K, dx, dw, db, z16, ZT_BF16, y, x, w, mean, rstd, (int)N, C));
     report_bytes("layernorm_backward16", s, 3.5 * NC * 4);
+    /* the same two by the kernel ZT_CUDA_LN_BWD=grouped picks (the row kernel's predecessor) */
+    K = KLG;
+    TIME_IT(s, G->layernorm_backward(K, dx, dw, db, z, x, w, mean, rstd, (int)N, C));
+    report_bytes("layernorm_backward (grouped)", s, 4.0 * NC * 4);
+    TIME_IT(s,
+            G->layernorm_backward16(K, dx, dw, db, z16, ZT_BF16, y, x, w, mean, rstd, (int)N, C));
+    report_bytes("layernorm_backward16 (grouped)", s, 3.5 * NC * 4);
+    K = K0;
     G->free(K, z16);
 
     const zt_bench_matmul mm[] = ZT_BENCH_GPT2_MATMULS(C, VP);
@@ -542,6 +556,7 @@ int main(int argc, char **argv)
     G->ctx_destroy(KF);
     G->ctx_destroy(KD);
     G->ctx_destroy(KDA);
+    G->ctx_destroy(KLG);
     for (size_t v = 0; v < N_KV_ATTN; v++)
         G->ctx_destroy(KV[v]);
     G->ctx_destroy(K);

@@ -682,6 +682,80 @@ unsigned long long zt_emu_launches_named(const char *part);
 #define EMU_COUNTS 0
 #endif
 
+/* LayerNorm's backward by each of its kernels on one shape, against the CPU: the row kernel
+ * (the default where C is a multiple of 4 up to 1024 and the tensors are 16-byte aligned), the
+ * grouped one (ZT_CUDA_LN_BWD=grouped), and the grouped one again where dinp and inp sit one
+ * float off alignment; the row kernel run twice gives the same bits. */
+static void test_layernorm_backward_kernels(int N, int C)
+{
+    char what[160];
+    size_t NC = (size_t)N * C;
+    float *x = kc_frandn(NC, 2.0), *w = kc_frandn((size_t)C, 1.0), *b = kc_frandn((size_t)C, 1.0);
+    float *dy = kc_frandn(NC, 1.0), *dx0 = kc_frandn(NC, 1.0);
+    float *dw0 = kc_frandn((size_t)C, 1.0), *db0 = kc_frandn((size_t)C, 1.0);
+    float *out = kc_falloc(NC), *mean = kc_falloc((size_t)N), *rstd = kc_falloc((size_t)N);
+    CPU->layernorm_forward(CC, out, mean, rstd, x, w, b, N, C);
+    float *dx = kc_fcopy(dx0, NC), *dw = kc_fcopy(dw0, (size_t)C), *db = kc_fcopy(db0, (size_t)C);
+    CPU->layernorm_backward(CC, dx, dw, db, dy, x, w, mean, rstd, N, C);
+    double terms = 0; /* test_layernorm's scale of dinp's error */
+    for (size_t i = 0; i < NC; i++)
+        terms = fmax(terms, (double)rstd[i / (size_t)C] * fabs((double)w[i % (size_t)C] * dy[i]));
+
+    setenv("ZT_CUDA_LN_BWD", "grouped", 1);
+    zt_kctx *cg = NULL;
+    zt_err err;
+    zt_status st = GPU->ctx_create(&cg, 0, &err);
+    unsetenv("ZT_CUDA_LN_BWD");
+    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_LN_BWD=grouped: %s", zt_err_msg(&err));
+    static const struct {
+        int grouped_ctx, off, row, again;
+        const char *how;
+    } ways[] = {{0, 0, 1, 0, "row kernel"},
+                {0, 0, 1, 1, "row kernel, again"},
+                {1, 0, 0, 0, "grouped (ZT_CUDA_LN_BWD)"},
+                {0, 1, 0, 0, "grouped (dinp and inp misaligned)"}};
+    float *d_w = upf(w, (size_t)C), *d_dy = upf(dy, NC);
+    float *d_mean = upf(mean, (size_t)N), *d_rstd = upf(rstd, (size_t)N);
+    float *d_first = dalloc(NC * 4);
+    for (size_t k = 0; k < sizeof(ways) / sizeof(ways[0]); k++) {
+        zt_kctx *c = ways[k].grouped_ctx ? cg : GC;
+        int off = ways[k].off;
+        float *d_xb = dalloc((NC + 1) * 4), *d_dxb = dalloc((NC + 1) * 4);
+        float *d_x = d_xb + off, *d_dx = d_dxb + off;
+        float *d_dw = upf(dw0, (size_t)C), *d_db = upf(db0, (size_t)C);
+        GPU->copy_h2d(GC, d_x, x, NC * 4), GPU->copy_h2d(GC, d_dx, dx0, NC * 4);
+        gsync("layernorm_backward kernels: uploads");
+        unsigned long long rows0 = EMU_NAMED("row kernel");
+        GPU->layernorm_backward(c, d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
+        if (GPU->sync(c, &err) != ZT_OK)
+            ZT_FAIL("layernorm_backward %s: %s", ways[k].how, zt_err_msg(&err));
+        if (EMU_COUNTS && (EMU_NAMED("row kernel") > rows0) != (ways[k].row != 0))
+            ZT_FAIL("layernorm_backward N=%d C=%d: the row kernel %s where %s was wanted", N, C,
+                    ways[k].row ? "did not run" : "ran", ways[k].how);
+        snprintf(what, sizeof(what), "layernorm_backward dinp N=%d C=%d, %s", N, C, ways[k].how);
+        check_f(what, d_dx, dx, NC, RT_RED, 1e-6 + 4 * FLT_EPSILON * terms);
+        snprintf(what, sizeof(what), "layernorm_backward dweight N=%d C=%d, %s", N, C, ways[k].how);
+        check_f(what, d_dw, dw, (size_t)C, RT_RED, 1e-6);
+        snprintf(what, sizeof(what), "layernorm_backward dbias N=%d C=%d, %s", N, C, ways[k].how);
+        check_f(what, d_db, db, (size_t)C, RT_RED, 1e-6);
+        if (ways[k].again) {
+            float *h = kc_falloc(NC);
+            GPU->copy_d2h(GC, h, d_first, NC * 4);
+            snprintf(what, sizeof(what), "layernorm_backward dinp N=%d C=%d, run twice", N, C);
+            check_bits(what, d_dx, h, NC, 4);
+            zt_free(h);
+        } else if (k == 0) {
+            GPU->copy_d2d(GC, d_first, d_dx, NC * 4);
+        }
+        dfree(d_xb), dfree(d_dxb), dfree(d_dw), dfree(d_db);
+    }
+    GPU->ctx_destroy(cg);
+    dfree(d_w), dfree(d_dy), dfree(d_mean), dfree(d_rstd), dfree(d_first);
+    zt_free(x), zt_free(w), zt_free(b), zt_free(dy), zt_free(dx0), zt_free(dw0), zt_free(db0);
+    zt_free(out), zt_free(mean), zt_free(rstd), zt_free(dx), zt_free(dw), zt_free(db);
+    printf("layernorm_backward kernels N=%d C=%d: ok\n", N, C);
+}
+
 /* A context whose matmuls take mm inputs (ZT_CUDA_MATMUL), with ZT_CUDA_GEMM_STAGE=stage (NULL:
  * unset) and a staging cap of `cap` 16-bit elements (0: the default) */
 static zt_kctx *ctx_stage(const char *mm, const char *stage, size_t cap)
@@ -2878,6 +2952,9 @@ int main(void)
     ZT_TEST_RUN(test_layernorm(37, 1000));
     ZT_TEST_RUN(test_layernorm(300, 2049));
     ZT_TEST_RUN(test_layernorm(9000, 64)); /* many rows a warp in one pass (18 a split) */
+    ZT_TEST_RUN(test_layernorm_backward_kernels(70, 768));
+    ZT_TEST_RUN(test_layernorm_backward_kernels(33, 1000)); /* the last lanes' columns idle */
+    ZT_TEST_RUN(test_layernorm_backward_kernels(9000, 68));
     ZT_TEST_RUN(test_residual_layernorm(5, 7));
     ZT_TEST_RUN(test_residual_layernorm(64, 768));
     ZT_TEST_RUN(test_residual_layernorm(300, 2049));
