@@ -39,8 +39,11 @@ with the staging cap ZT_CUDA_GEMM_STAGE_MIB to match: the defaults before 2026-1
 "zt-unfused" row with ZT_CUDA_STAGE_FUSED=0 (every 16-bit copy of a matmul operand made by a
 pass of its own: GELU's output written in fp32, the classifier as its ops one by one), a
 "zt-cudnn-atomic" row with ZT_CUDA_ATTN_DQ=atomic (cuDNN's backward summing dQ by atomics: other
-bits each run, where the default's deterministic graph writes it from its product), and a
-"zt-optimes" row with ZT_OP_TIMES=1 (the default with each op timed by the engine's marks:
+bits each run, where the default's deterministic graph writes it from its product), a
+"zt-ln-grouped" row with ZT_CUDA_LN_BWD=grouped (LayerNorm's backward by the kernel before the
+row kernel), a "zt-gemm-tune" row with ZT_CUDA_GEMM_TUNE=1 (cuBLASLt's candidates timed at each
+shape's first call, the fastest kept: faster products, but the pick, so the bits, may differ
+between runs), and a "zt-optimes" row with ZT_OP_TIMES=1 (the default with each op timed by the engine's marks:
 the step split by op is printed under the summary, and the ratio to the default is the
 marks' cost). --variants picks which of these rows run (VARIANTS).
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
@@ -579,6 +582,12 @@ def main():
                     # cuDNN's backward summing dQ by atomics
                     ("zt-cudnn-atomic", "_cudnnatomic", "bf16, cuDNN attention, dQ by atomics",
                      {"dq": "atomic"}),
+                    # LayerNorm's backward by the kernel before the row kernel
+                    ("zt-ln-grouped", "_lngrouped", "bf16, LayerNorm's backward grouped",
+                     {"more": {"ZT_CUDA_LN_BWD": "grouped"}}),
+                    # cuBLASLt's candidates timed at each shape's first call
+                    ("zt-gemm-tune", "_gemmtune", "bf16, cuBLASLt's candidates timed",
+                     {"more": {"ZT_CUDA_GEMM_TUNE": "1"}}),
                     # the default with each op's time (ZT_OP_TIMES=1): where a step goes
                     ("zt-optimes", "_optimes", "bf16 with op times",
                      {"more": {"ZT_OP_TIMES": "1"}})]:
@@ -692,7 +701,8 @@ def print_optimes(r):
 
 # the rows --variants chooses from
 VARIANTS = ("zt-kernels", "zt-wmma", "zt-mma4", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small",
-            "zt-unfused", "zt-unstaged", "zt-cudnn-atomic", "zt-optimes", "bf16-tf32", "zt-alt")
+            "zt-unfused", "zt-unstaged", "zt-cudnn-atomic", "zt-ln-grouped", "zt-gemm-tune",
+            "zt-optimes", "bf16-tf32", "zt-alt")
 # a variant row's ratio to its base row's (the default "zerotrain", or "zt-kernels" for the
 # kernels' own variants): what the two sides are (the first over the second), and whether the
 # base is the first
@@ -706,6 +716,9 @@ VARIANT_RATIOS = {
     "zt-head-small": ("classifier in chunks of 256M/64M floats of logits", True, "zerotrain"),
     "zt-unfused": ("16-bit copies by passes that run anyway/by their own", True, "zerotrain"),
     "zt-cudnn-atomic": ("cuDNN's attention, dQ by atomics/by its product", False, "zerotrain"),
+    "zt-ln-grouped": ("LayerNorm's backward by the row kernel/by the grouped one", True,
+                      "zerotrain"),
+    "zt-gemm-tune": ("cuBLASLt's first candidate/the fastest of those timed", True, "zerotrain"),
     "zt-optimes": ("op times off/on (the marks' cost)", True, "zerotrain"),
 }
 
@@ -720,7 +733,8 @@ def check_emu(rows, twin, too_big, skipped, args):
                  ("zt-dq-gemm", "bf16"), ("zt-wmma", "bf16"), ("zt-mma4", "bf16"),
                  ("zt-dq-atomic", "bf16"),
                  ("zt-head-small", "bf16"), ("zt-unfused", "bf16"), ("zt-kernels", "bf16"),
-                 ("zt-cudnn-atomic", "bf16"), ("zt-optimes", "bf16")]
+                 ("zt-cudnn-atomic", "bf16"), ("zt-ln-grouped", "bf16"),
+                 ("zt-gemm-tune", "bf16"), ("zt-optimes", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}
