@@ -150,6 +150,7 @@ static __global__ void residual_layernorm_forward_kernel(float *res, float *out,
 }
 
 /* The backward kernels' pointers are __restrict__ (ops.h: dinp aliases none of the inputs). */
+#define ZT_LNB_GROUP 8 /* columns of dinp loaded before any of them is stored */
 static __global__ void layernorm_backward_dinp_kernel(float *__restrict__ dinp,
                                                       const float *__restrict__ dout,
                                                       const float *__restrict__ inp,
@@ -173,9 +174,19 @@ static __global__ void layernorm_backward_dinp_kernel(float *__restrict__ dinp,
     }
     a = zt_warp_sum(a) * invC;
     b = zt_warp_sum(b) * invC;
-    for (int c = lane; c < C; c += 32) {
-        float n = (x[c] - m) * rs;
-        dx[c] += (w[c] * dy[c] - a - n * b) * rs;
+    /* ZT_LNB_GROUP columns of dx loaded before any of them is stored, as the fused kernel does */
+    for (int c0 = lane; c0 < C; c0 += 32 * ZT_LNB_GROUP) {
+        float di[ZT_LNB_GROUP];
+        ZT_UNROLL
+        for (int j = 0; j < ZT_LNB_GROUP; j++) {
+            int c = c0 + 32 * j;
+            di[j] = c < C ? dx[c] : 0.0f;
+        }
+        ZT_UNROLL
+        for (int j = 0; j < ZT_LNB_GROUP; j++) {
+            int c = c0 + 32 * j;
+            if (c < C) dx[c] = di[j] + (w[c] * dy[c] - a - ((x[c] - m) * rs) * b) * rs;
+        }
     }
 }
 
@@ -232,7 +243,6 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
  * kernels (this one's dinp part, then colsum) read them twice. IT (colsum_kernel's): dout fp32, or
  * bf16 or fp16 read widened. */
 #define ZT_LNB_CPL 32      /* columns a lane holds: C <= 1024 */
-#define ZT_LNB_GROUP 8     /* columns of dinp loaded before any of them is stored */
 #define ZT_LNB_MIN_ROWS 16 /* rows a split has at least (two a warp) */
 #define ZT_LNB_MAX_SPLITS 512
 template <int IT>

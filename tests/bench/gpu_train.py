@@ -168,6 +168,54 @@ def probe(build_dir):
 # ---------------------------------------------------------------------------------------------
 # PyTorch side (runs in a subprocess with the torch that has CUDA)
 
+# torch.profiler's names grouped as gpu_train's op split reads them: the first pattern that a
+# lower-cased kernel (GPU) or operator (CPU) name contains gives its group
+PROFILE_GROUPS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
+    ("matmul", ("gemm", "xmma", "cutlass", "nvjet", "aten::mm", "aten::addmm", "aten::bmm",
+                "aten::linear", "aten::matmul")),
+    ("layernorm", ("layer_norm",)),
+    ("cross-entropy", ("softmax", "nll", "cross_entropy")),
+    ("gelu", ("gelu", "tanh")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "optimizer")),
+    ("embedding", ("embedding",)),
+    ("copies", ("memcpy", "memset", "copy_", "aten::to", "aten::cat", "clone", "contiguous")),
+)
+
+
+def profile_group(name):
+    low = name.lower()
+    for group, pats in PROFILE_GROUPS:
+        if any(p in low for p in pats):
+            return group
+    return "other triton" if low.startswith("triton") else "other"
+
+
+def torch_profile(step, x, y, sync, cuda, nsteps):
+    """nsteps more steps under torch.profiler: each GPU kernel's time (on the CPU, each
+    operator's self time) in ms per step, [[name, ms], ...] largest first"""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(nsteps):
+            step(x, y)
+        sync()
+    times = {}
+    for e in prof.key_averages():
+        on_gpu = str(getattr(e, "device_type", "")).endswith("CUDA")
+        if cuda != on_gpu:
+            continue
+        if cuda:  # the attribute's name changed across versions
+            us = next((getattr(e, a) for a in ("self_device_time_total", "self_cuda_time_total")
+                       if hasattr(e, a)), 0)
+        else:
+            us = e.self_cpu_time_total
+        if us > 0:
+            times[e.key] = times.get(e.key, 0.0) + us / 1e3 / nsteps
+    return sorted(([k, v] for k, v in times.items()), key=lambda kv: -kv[1])
+
+
 def torch_worker(args):
     import math
 
@@ -284,6 +332,13 @@ def torch_worker(args):
                       "compiled": compiled, "torch": torch.__version__, "fused_adamw": cuda,
                       "sdpa": hasattr(F, "scaled_dot_product_attention"),
                       "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
+            if args.torch_profile > 0 and mode == "bf16":
+                try:
+                    result["profile"] = torch_profile(step, x, y, sync, cuda, args.torch_profile)
+                    result["profile_steps"] = args.torch_profile
+                except Exception as e:  # noqa: BLE001 - the measurement stands without it
+                    print(f"torch.profiler failed ({e!r}); no split of PyTorch's step",
+                          file=sys.stderr)
             break
         except oom_error:
             print(f"pytorch {mode}: micro batch {B} does not fit", file=sys.stderr)
@@ -320,7 +375,8 @@ def torch_run(py, mode, args, poller_cls):
     with poller_cls() as mem:
         r = subprocess.run([py, os.path.abspath(__file__), "--torch-worker", "--mode", mode,
                             "--batches", args.batches, "--steps", str(args.steps),
-                            "--warmup", str(args.warmup), "--torch-device", args.torch_device]
+                            "--warmup", str(args.warmup), "--torch-device", args.torch_device,
+                            "--torch-profile", str(args.torch_profile)]
                            + (["--emu"] if EMU else []), capture_output=True, text=True)
     if r.returncode != 0:
         print(f"WARNING: pytorch {mode} failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -392,6 +448,9 @@ def main():
     ap.add_argument("--mode")
     ap.add_argument("--emu", action="store_true")
     ap.add_argument("--torch-device", default="cuda")
+    ap.add_argument("--torch-profile", type=int, default=3,
+                    help="steps of PyTorch's bf16 run profiled after its timing, for the split "
+                         "of its step by kernel (0: none)")
     args = ap.parse_args()
     if args.torch_worker:
         return torch_worker(args)
@@ -665,6 +724,9 @@ def main():
     optimes = next((r for w, p, r in rows if w == "zt-optimes"), None)
     if optimes:
         print_optimes(optimes)
+    prof = next((r for w, p, r in rows if w == "pytorch" and r.get("profile")), None)
+    if prof:
+        print_torch_profile(prof)
     if twin:
         base = next((r for ratio, r in twin if ratio is None and r), None)
         print(f"\nTwin-Flow (zerotrain {tp}, ZeRO stage 2, micro batch {zt_best[tp]['batch']}): "
@@ -697,6 +759,26 @@ def print_optimes(r):
           f"the layers, \"engine\" the engine's own work between them):")
     for name, ms in sorted(ops.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<16} {ms:9.2f} ms {100 * ms / step:6.1f}%")
+
+
+def print_torch_profile(r, top=20):
+    """PyTorch's bf16 step split by group of kernels (PROFILE_GROUPS), then its largest
+    kernels, as ms per step and as a share of the timed step"""
+    prof, step = r["profile"], r["step_s"] * 1e3
+    groups = {}
+    for name, ms in prof:
+        g = profile_group(name)
+        groups[g] = groups.get(g, 0.0) + ms
+    total = sum(ms for _, ms in prof)
+    print(f"\nwhere PyTorch's step goes (bf16, micro batch {r['batch']}, torch.profiler over "
+          f"{r['profile_steps']} steps after the timed ones; {'kernels' if r['device'] != 'cpu' else 'operators'} "
+          f"{total:.1f} ms of its {step:.1f} ms step):")
+    for g, ms in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"  {g:<16} {ms:9.2f} ms {100 * ms / step:6.1f}%")
+    print(f"  its {min(top, len(prof))} largest:")
+    for name, ms in prof[:top]:
+        short = name if len(name) <= 90 else name[:87] + "..."
+        print(f"    {ms:9.2f} ms {100 * ms / step:6.1f}%  {short}")
 
 
 # the rows --variants chooses from
@@ -753,6 +835,12 @@ def check_emu(rows, twin, too_big, skipped, args):
     if not args.skip_twinflow and (len(twin) != 5 or not all(r for _, r in twin)):
         problems.append(f"Twin-Flow curve incomplete: {[(ratio, bool(r)) for ratio, r in twin]}")
     for w, p, r in rows:
+        if w == "pytorch" and args.torch_profile > 0:
+            prof = r.get("profile") or []
+            step_ms = r["step_s"] * 1e3
+            if not prof or not 0.2 * step_ms <= sum(ms for _, ms in prof) <= 3 * step_ms:
+                problems.append(f"pytorch {p}: profile {prof[:5]}... against a {step_ms:.1f} "
+                                f"ms step")
         ops = op_times(r["line"]) if w != "pytorch" else {}
         if w == "zt-optimes":
             # every layer op and the classifier timed, together most of the step and no more
