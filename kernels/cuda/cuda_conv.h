@@ -75,16 +75,42 @@ template <int IT> static __device__ __forceinline__ float zt_load_as(const void 
     return zt_widen16<IT>(((const uint16_t *)s)[i]);
 }
 
-/* Elements 4q .. 4q+3 of s (of type IT) in fp32, one 16-byte load (8-byte for 16-bit types):
- * s aligned to it. Little-endian pairs: element 2k in the low half of each 32-bit word. */
-template <int IT> static __device__ __forceinline__ float4 zt_load4_as(const void *s, size_t q)
+/* Four elements of type IT as loaded, before widening: a float4, or a uint2 of 16-bit pairs */
+template <int IT> struct zt_raw4 {
+    typedef uint2 type;
+};
+template <> struct zt_raw4<0> {
+    typedef float4 type;
+};
+
+/* Elements 4q .. 4q+3 of s (of type IT) as they are, one 16-byte load (8-byte for 16-bit
+ * types): s aligned to it. Holding a batch of these takes half the registers of the widened
+ * values in 16 bits. */
+template <int IT>
+static __device__ __forceinline__ typename zt_raw4<IT>::type zt_load4_raw(const void *s, size_t q)
 {
-    if (IT == 0) return ((const float4 *)s)[q];
-    uint2 h = ((const uint2 *)s)[q];
+    return ((const typename zt_raw4<IT>::type *)s)[q];
+}
+
+/* zt_load4_raw's four elements in fp32. Little-endian pairs: element 2k in the low half of each
+ * 32-bit word. */
+template <int IT> static __device__ __forceinline__ float4 zt_widen4(float4 v)
+{
+    return v;
+}
+template <int IT> static __device__ __forceinline__ float4 zt_widen4(uint2 h)
+{
     float4 v;
     v.x = zt_widen16<IT>(h.x & 0xffffu), v.y = zt_widen16<IT>(h.x >> 16);
     v.z = zt_widen16<IT>(h.y & 0xffffu), v.w = zt_widen16<IT>(h.y >> 16);
     return v;
+}
+
+/* Elements 4q .. 4q+3 of s (of type IT) in fp32, one 16-byte load (8-byte for 16-bit types):
+ * s aligned to it. */
+template <int IT> static __device__ __forceinline__ float4 zt_load4_as(const void *s, size_t q)
+{
+    return zt_widen4<IT>(zt_load4_raw<IT>(s, q));
 }
 
 /* Elements 4q .. 4q+3 of d (of type OT) from v, one 16-byte store (8-byte for 16-bit types):

@@ -17,6 +17,7 @@
 #define ZT_COL_MIN_ROWS 64
 #define ZT_COL_MAX_SPLITS 256
 #define ZT_XENT_THREADS 512
+#define ZT_XENT_BATCH 8 /* quads of logits a cross-entropy thread loads before using them */
 
 /* ---------------------------------------------------------------------------------------- */
 /* encoder */
@@ -808,8 +809,9 @@ static __device__ __forceinline__ void xent_add(float &m, float &s, float x)
 
 /* OT: dlogits' type as zt_store_as's; IT: logits' as zt_load_as's (0 fp32, 1 bf16, 2 fp16) */
 template <int OT, int IT = 0>
-static __global__ void crossentropy_kernel(float *losses, void *dlogits, const void *logits,
-                                           const int32_t *targets, int V, int Vp, float dloss)
+static __global__ void __launch_bounds__(ZT_XENT_THREADS, 2)
+    crossentropy_kernel(float *losses, void *dlogits, const void *logits, const int32_t *targets,
+                        int V, int Vp, float dloss)
 {
     __shared__ float sh[32];
     size_t row = blockIdx.x;
@@ -825,7 +827,21 @@ static __global__ void crossentropy_kernel(float *losses, void *dlogits, const v
      * multiple of 4 and logits are), the rest one by one */
     int V4 = Vp % 4 == 0 && (uintptr_t)logits % (IT == 0 ? 16 : 8) == 0 ? V / 4 : 0;
     float m = -INFINITY, s = 0.0f;
-    for (int q = threadIdx.x; q < V4; q += blockDim.x) {
+    /* ZT_XENT_BATCH quads loaded before any is used (a loop of one load and its use waited a
+     * DRAM round trip a quad), then added in the order of the quads, as one by one */
+    int q = threadIdx.x, stride = blockDim.x;
+    for (; q + (ZT_XENT_BATCH - 1) * stride < V4; q += ZT_XENT_BATCH * stride) {
+        typename zt_raw4<IT>::type h[ZT_XENT_BATCH];
+        ZT_UNROLL
+        for (int u = 0; u < ZT_XENT_BATCH; u++)
+            h[u] = zt_load4_raw<IT>(l, q + u * stride);
+        ZT_UNROLL
+        for (int u = 0; u < ZT_XENT_BATCH; u++) {
+            float4 x = zt_widen4<IT>(h[u]);
+            xent_add(m, s, x.x), xent_add(m, s, x.y), xent_add(m, s, x.z), xent_add(m, s, x.w);
+        }
+    }
+    for (; q < V4; q += stride) {
         float4 x = zt_load4_as<IT>(l, q);
         xent_add(m, s, x.x), xent_add(m, s, x.y), xent_add(m, s, x.z), xent_add(m, s, x.w);
     }
@@ -840,16 +856,26 @@ static __global__ void crossentropy_kernel(float *losses, void *dlogits, const v
     /* the gradient four elements a load and a store where dlogits' rows are aligned as the
      * logits' (each thread writes the quads it reads itself), the rest one by one */
     int D4 = (uintptr_t)dlogits % (OT == 0 ? 16 : 8) == 0 ? V4 : 0;
-    for (int q = threadIdx.x; q < D4; q += blockDim.x) {
-        float4 x = zt_load4_as<IT>(l, q), g;
-        g.x = expf(x.x - mx) * k, g.y = expf(x.y - mx) * k;
-        g.z = expf(x.z - mx) * k, g.w = expf(x.w - mx) * k;
-        int u = t - 4 * q; /* the target's place in this quad, if it is in it */
-        if (u == 0) g.x -= dloss;
-        if (u == 1) g.y -= dloss;
-        if (u == 2) g.z -= dloss;
-        if (u == 3) g.w -= dloss;
-        zt_store4_as<OT>(d, q, g);
+    /* as above: a batch of quads loaded, then each one's gradient stored */
+    for (q = threadIdx.x; q < D4; q += ZT_XENT_BATCH * stride) {
+        typename zt_raw4<IT>::type h[ZT_XENT_BATCH];
+        ZT_UNROLL
+        for (int u = 0; u < ZT_XENT_BATCH; u++)
+            if (q + u * stride < D4) h[u] = zt_load4_raw<IT>(l, q + u * stride);
+        ZT_UNROLL
+        for (int u = 0; u < ZT_XENT_BATCH; u++) {
+            int qu = q + u * stride;
+            if (qu >= D4) break;
+            float4 x = zt_widen4<IT>(h[u]), g;
+            g.x = expf(x.x - mx) * k, g.y = expf(x.y - mx) * k;
+            g.z = expf(x.z - mx) * k, g.w = expf(x.w - mx) * k;
+            int p = t - 4 * qu; /* the target's place in this quad, if it is in it */
+            if (p == 0) g.x -= dloss;
+            if (p == 1) g.y -= dloss;
+            if (p == 2) g.z -= dloss;
+            if (p == 3) g.w -= dloss;
+            zt_store4_as<OT>(d, qu, g);
+        }
     }
     for (int j = 4 * D4 + threadIdx.x; j < V; j += blockDim.x) {
         float g = expf(zt_load_as<IT>(l, j) - mx) * k;

@@ -1194,6 +1194,8 @@ static void test_classifier(void)
         {"bf16", 300, 128, 64, 1000, 1024, 65536 + 128 + 64 * 1088, 5},
         {"bf16", 5, 128, 96, 50, 64, 0, 1},
         {"fp32", 300, 128, 64, 1000, 1024, 0, 0},
+        /* GPT-2's vocabulary: the cross-entropy's batches of quads (ZT_XENT_BATCH) and tails */
+        {"bf16", 12, 128, 64, 50257, 50304, 0, 1},
     };
     for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
         int N = cases[t].N, rows = cases[t].rows, C = cases[t].C, V = cases[t].V;
