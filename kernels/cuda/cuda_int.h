@@ -465,12 +465,41 @@ void zt_cuda_probe(zt_kctx *ctx, float *dst);
         zt_cuda_check_launch((ctx), (name));                                                       \
     } while (0)
 
+/* The most blocks zt_cuda_blocks gives. The emulation's few make its grid-stride loops take
+ * several items a thread at the tests' sizes, as a GPU's do over a large model's tensors. */
+#ifdef ZT_CUDA_EMU
+#define ZT_CUDA_MAX_BLOCKS 64
+#else
+#define ZT_CUDA_MAX_BLOCKS 65536
+#endif
+
 /* Blocks for a grid-stride loop over n items with ZT_CUDA_THREADS threads per block. */
 static inline unsigned zt_cuda_blocks(size_t n)
 {
     size_t b = (n + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS;
     if (b < 1) b = 1;
-    return (unsigned)(b < 65536 ? b : 65536);
+    return (unsigned)(b < ZT_CUDA_MAX_BLOCKS ? b : ZT_CUDA_MAX_BLOCKS);
+}
+
+/* Where item i of a grid-stride loop over rows of w items lies (row r, column c), stepped by the
+ * loop's stride with two divisions per thread (zt_grid_rc_at) instead of two 64-bit ones per
+ * item: those cost more than the rest of a staging kernel's work (~70 instructions each). */
+typedef struct {
+    size_t r, c;   /* item i's row and column */
+    size_t dr, dc; /* the stride's rows and columns */
+} zt_grid_rc;
+
+static __device__ __forceinline__ zt_grid_rc zt_grid_rc_at(size_t i, size_t w, size_t stride)
+{
+    zt_grid_rc p;
+    p.r = i / w, p.c = i % w, p.dr = stride / w, p.dc = stride % w;
+    return p;
+}
+
+static __device__ __forceinline__ void zt_grid_rc_next(zt_grid_rc *p, size_t w)
+{
+    p->r += p->dr, p->c += p->dc;
+    if (p->c >= w) p->c -= w, p->r++;
 }
 
 static __device__ __forceinline__ float zt_warp_sum(float v)

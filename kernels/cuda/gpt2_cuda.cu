@@ -645,18 +645,31 @@ template <bool HALF, int IT>
 static __global__ void stage_gelu_kernel(uint16_t *dst, const void *pre, size_t rows, size_t cols,
                                          size_t ld, bool quads)
 {
-    size_t w = quads ? cols / 4 : cols, n = rows * w;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / w, c = i % w;
-        if (quads) {
-            /* row r's quad c: ld and cols are multiples of 4 */
-            float4 v = zt_load4_as<IT>(pre, (r * ld) / 4 + c);
-            v.x = gelu_out(v.x), v.y = gelu_out(v.y), v.z = gelu_out(v.z), v.w = gelu_out(v.w);
-            zt_store4_as<HALF ? 2 : 1>(dst, (r * cols) / 4 + c, v);
-        } else {
-            zt_store_as<HALF ? 2 : 1>(dst, r * cols + c, gelu_out(zt_load_as<IT>(pre, r * ld + c)));
+    size_t w = quads ? cols / 4 : cols, n = rows * w, stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    zt_grid_rc p = zt_grid_rc_at(i, w, stride);
+    if (!quads) {
+        for (; i < n; i += stride, zt_grid_rc_next(&p, w))
+            zt_store_as<HALF ? 2 : 1>(dst, p.r * cols + p.c,
+                                      gelu_out(zt_load_as<IT>(pre, p.r * ld + p.c)));
+        return;
+    }
+    /* row r's quad c (ld and cols multiples of 4), two items a thread loaded before either is
+     * used: twice the bytes in flight of one (8 a thread where pre is 16-bit) */
+    for (; i < n; i += 2 * stride) {
+        zt_grid_rc q = p;
+        zt_grid_rc_next(&q, w);
+        bool two = i + stride < n;
+        float4 a = zt_load4_as<IT>(pre, (p.r * ld) / 4 + p.c), b = a;
+        if (two) b = zt_load4_as<IT>(pre, (q.r * ld) / 4 + q.c);
+        a.x = gelu_out(a.x), a.y = gelu_out(a.y), a.z = gelu_out(a.z), a.w = gelu_out(a.w);
+        zt_store4_as<HALF ? 2 : 1>(dst, (p.r * cols) / 4 + p.c, a);
+        if (two) {
+            b.x = gelu_out(b.x), b.y = gelu_out(b.y), b.z = gelu_out(b.z), b.w = gelu_out(b.w);
+            zt_store4_as<HALF ? 2 : 1>(dst, (q.r * cols) / 4 + q.c, b);
         }
+        p = q;
+        zt_grid_rc_next(&p, w);
     }
 }
 
@@ -670,7 +683,7 @@ static void stage_gelu(zt_kctx *ctx, uint16_t *dst, int mm16, const void *pre, i
     bool quads = cols % 4 == 0 && ld % 4 == 0 && (uintptr_t)pre % (it ? 8 : 16) == 0 &&
                  (uintptr_t)dst % 8 == 0;
     size_t n = (size_t)rows * (size_t)(quads ? cols / 4 : cols);
-    unsigned g = zt_cuda_blocks(n);
+    unsigned g = zt_cuda_blocks(quads ? (n + 1) / 2 : n); /* quads: two a thread */
     size_t R = (size_t)rows, Cn = (size_t)cols;
     bool half = mm16 == ZT_MM_FP16;
     const char *what =

@@ -154,10 +154,10 @@ template <bool HALF>
 static __global__ void stage_cast_kernel(uint16_t *dst, const float *src, size_t rows, size_t cols,
                                          size_t ld, bool quads)
 {
-    size_t w = quads ? cols / 4 : cols, n = rows * w;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / w, c = i % w;
+    size_t w = quads ? cols / 4 : cols, n = rows * w, stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (zt_grid_rc p = zt_grid_rc_at(i, w, stride); i < n; i += stride, zt_grid_rc_next(&p, w)) {
+        size_t r = p.r, c = p.c;
         if (quads) { /* row r's quad c: ld and cols are multiples of 4 */
             zt_store4_as<HALF ? 2 : 1>(dst, (r * cols) / 4 + c,
                                        zt_load4_as<0>(src, (r * ld) / 4 + c));
