@@ -16,6 +16,7 @@
 #define ZT_COL_TY 8
 #define ZT_COL_MIN_ROWS 64
 #define ZT_COL_MAX_SPLITS 256
+#define ZT_COL_BATCH 8 /* rows a colsum_kernel thread loads before using them */
 #define ZT_XENT_THREADS 512
 #define ZT_XENT_BATCH 8 /* quads of logits a cross-entropy thread loads before using them */
 
@@ -208,12 +209,26 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
     int r1 = min(N, r0 + rows_per_split);
     float sw = 0.0f, sb = 0.0f;
     if (c < C) {
-        for (int r = r0 + ty; r < r1; r += ZT_COL_TY) {
-            size_t i = (size_t)r * C + c;
-            float dy = zt_load_as<IT>(dout, i);
-            if (ST) zt_store_as<ST>(stage, i, dy);
-            sb += dy;
-            if (inp) sw = fmaf((inp[i] - mean[r]) * rstd[r], dy, sw);
+        /* ZT_COL_BATCH rows' loads before any use: a row's store to stage (which may alias
+         * dout, for all the compiler knows) kept the next row's load behind it, one DRAM round
+         * trip a row; the sums still go row by row, in order */
+        for (int r = r0 + ty; r < r1; r += ZT_COL_BATCH * ZT_COL_TY) {
+            float dy[ZT_COL_BATCH], xn[ZT_COL_BATCH];
+            ZT_UNROLL
+            for (int u = 0; u < ZT_COL_BATCH; u++) {
+                int ru = r + u * ZT_COL_TY;
+                size_t i = (size_t)ru * C + c;
+                dy[u] = ru < r1 ? zt_load_as<IT>(dout, i) : 0.0f;
+                xn[u] = ru < r1 && inp ? (inp[i] - mean[ru]) * rstd[ru] : 0.0f;
+            }
+            ZT_UNROLL
+            for (int u = 0; u < ZT_COL_BATCH; u++) {
+                int ru = r + u * ZT_COL_TY;
+                if (ru >= r1) break;
+                if (ST) zt_store_as<ST>(stage, (size_t)ru * C + c, dy[u]);
+                sb += dy[u];
+                if (inp) sw = fmaf(xn[u], dy[u], sw);
+            }
         }
     }
     shw[ty][tx] = sw;
