@@ -499,6 +499,19 @@ int main(int argc, char **argv)
                                         VP, 1.0f));
     report_bytes("crossentropy, bf16 logits and dlogits", s, 2.0 * N * VP * 2);
     G->free(K, l16);
+    /* the passes beside a bf16 job's linear layers: GELU of fch's home into fcproj's copy
+     * (forward, and again in backward), an fp32 dout's copy with its bias gradient (attproj's
+     * and fcproj's backward), a 16-bit dout's bias gradient (fc's and qkv's); the logits'
+     * buffer as room (4C <= VP) */
+    uint16_t *s16 = (uint16_t *)big, *p16 = (uint16_t *)big + n4;
+    G->cast(K, p16, ZT_BF16, x, ZT_F32, n4);
+    TIME_IT(s, zt_cuda_stage_gelu16(K, s16, ZT_MM_BF16, p16, ZT_MM_BF16, (int)N, 4 * C,
+                                    (size_t)(4 * C)));
+    report_bytes("staging of GELU's output (N x 4C, bf16)", s, 4.0 * n4);
+    TIME_IT(s, zt_cuda_stage_cast_bias(K, s16, ZT_MM_BF16, x, (int)N, C, db));
+    report_bytes("staging with the bias gradient (N x C)", s, 6.0 * NC);
+    TIME_IT(s, zt_cuda_bias_backward16(K, db, p16, ZT_MM_BF16, (int)N, 4 * C));
+    report_bytes("bias gradient from bf16 (N x 4C)", s, 2.0 * n4);
 #endif
     /* the classifier with its loss and backward over the micro-batch, in the engine's chunks
      * (ZT_GPT2_LOGITS_BUDGET), bf16: the op (wte rounded once, the cross-entropy writing 16-bit
