@@ -423,23 +423,29 @@ static __global__ void __launch_bounds__(32 * ZT_LNR_WARPS, 4)
     }
 }
 
+/* dw[c] += the sum of pw[k][c] over the splits k (and db from pb): each of a block's ZT_COL_TY
+ * rows of 32 threads adds every ZT_COL_TY-th split from its own in order, then the rows' sums
+ * are added in row order: a fixed order (deterministic), with ZT_COL_TY times the threads of a
+ * thread a column (512 splits were a chain of 512 L2 round trips, as long as the one-pass
+ * kernel's work at micro batch 8) */
 static __global__ void colsum_finish_kernel(float *dw, float *db, const float *pw, const float *pb,
                                             int splits, int C)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    if (dw) {
-        float s = 0.0f;
-        for (int k = 0; k < splits; k++)
-            s += pw[(size_t)k * C + c];
-        dw[c] += s;
-    }
-    if (db) {
-        float s = 0.0f;
-        for (int k = 0; k < splits; k++)
-            s += pb[(size_t)k * C + c];
-        db[c] += s;
-    }
+    __shared__ float shw[ZT_COL_TY][33], shb[ZT_COL_TY][33];
+    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    float sw = 0.0f, sb = 0.0f;
+    if (c < C)
+        for (int k = ty; k < splits; k += ZT_COL_TY) {
+            if (dw) sw += pw[(size_t)k * C + c];
+            if (db) sb += pb[(size_t)k * C + c];
+        }
+    shw[ty][tx] = sw, shb[ty][tx] = sb;
+    __syncthreads();
+    if (ty != 0 || c >= C) return;
+    for (int y = 1; y < ZT_COL_TY; y++)
+        sw += shw[y][tx], sb += shb[y][tx];
+    if (dw) dw[c] += sw;
+    if (db) db[c] += sb;
 }
 
 /* dw (may be NULL; needs inp, mean, rstd) and db (may be NULL) += column sums over N rows,
@@ -467,8 +473,8 @@ static void colsum(zt_kctx *ctx, float *dw, float *db, const void *dout, const f
     float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
     ZT_CUDA_LAUNCH(ctx, what, (colsum_kernel<ST, IT>), grid, block, dw ? pw : NULL, db ? pb : NULL,
                    (size_t)C, 0, dout, inp, mean, rstd, N, C, rows, stage);
-    ZT_CUDA_LAUNCH(ctx, what, colsum_finish_kernel, (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS,
-                   ZT_CUDA_THREADS, dw, db, pw, pb, (int)splits, C);
+    ZT_CUDA_LAUNCH(ctx, what, colsum_finish_kernel, (C + 31) / 32, block, dw, db, pw, pb,
+                   (int)splits, C);
 }
 
 extern "C" void zt_cuda_layernorm_forward(zt_kctx *ctx, float *out, float *mean, float *rstd,
@@ -552,9 +558,8 @@ static bool layernorm_backward_one_pass(zt_kctx *ctx, float *dinp, float *dweigh
         ZT_CUDA_LAUNCH(ctx, "layernorm_backward", layernorm_backward_fused_kernel<IT>,
                        (unsigned)splits, ZT_CUDA_THREADS, dinp, dweight ? pw : NULL,
                        dbias ? pb : NULL, dout, inp, weight, mean, rstd, N, C, rows);
-    ZT_CUDA_LAUNCH(ctx, "layernorm_backward (parameters)", colsum_finish_kernel,
-                   (C + ZT_CUDA_THREADS - 1) / ZT_CUDA_THREADS, ZT_CUDA_THREADS, dweight, dbias, pw,
-                   pb, (int)splits, C);
+    ZT_CUDA_LAUNCH(ctx, "layernorm_backward (parameters)", colsum_finish_kernel, (C + 31) / 32,
+                   dim3(32, ZT_COL_TY), dweight, dbias, pw, pb, (int)splits, C);
     return true;
 }
 
