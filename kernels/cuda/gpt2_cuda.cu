@@ -255,9 +255,9 @@ static __global__ void colsum_kernel(float *dw, float *db, size_t ld, int accumu
  * (dinp, where not NULL, += ...), each lane keeping its columns' sums of norm(inp) dout and of dout
  * in registers; then the block's warps add theirs in warp order through shared memory and write the
  * split's sums into pw and pb (row blockIdx.x of C floats; NULL: not wanted), which
- * colsum_finish_kernel adds in split order: deterministic, and dout and inp read once where the two
- * kernels (this one's dinp part, then colsum) read them twice. IT (colsum_kernel's): dout fp32, or
- * bf16 or fp16 read widened. */
+ * colsum_finish_kernel adds in a fixed order: deterministic, and dout and inp read once where the
+ * two kernels (this one's dinp part, then colsum) read them twice. IT (colsum_kernel's): dout fp32,
+ * or bf16 or fp16 read widened. */
 #define ZT_LNB_CPL 32      /* columns a lane holds: C <= 1024 */
 #define ZT_LNB_MIN_ROWS 16 /* rows a split has at least (two a warp) */
 #define ZT_LNB_MAX_SPLITS 512
