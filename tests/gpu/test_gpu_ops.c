@@ -701,24 +701,30 @@ static void test_layernorm_backward_kernels(int N, int C)
     for (size_t i = 0; i < NC; i++)
         terms = fmax(terms, (double)rstd[i / (size_t)C] * fabs((double)w[i % (size_t)C] * dy[i]));
 
-    setenv("ZT_CUDA_LN_BWD", "grouped", 1);
-    zt_kctx *cg = NULL;
+    /* contexts with ZT_CUDA_LN_BWD=grouped, and with a value it does not know (a warning; the
+     * default) */
+    zt_kctx *cx[3] = {GC, NULL, NULL};
+    const char *env[3] = {NULL, "grouped", "rows"};
     zt_err err;
-    zt_status st = GPU->ctx_create(&cg, 0, &err);
-    unsetenv("ZT_CUDA_LN_BWD");
-    if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_LN_BWD=grouped: %s", zt_err_msg(&err));
+    for (int e = 1; e < 3; e++) {
+        setenv("ZT_CUDA_LN_BWD", env[e], 1);
+        zt_status st = GPU->ctx_create(&cx[e], 0, &err);
+        unsetenv("ZT_CUDA_LN_BWD");
+        if (st != ZT_OK) ZT_FAIL("ctx_create with ZT_CUDA_LN_BWD=%s: %s", env[e], zt_err_msg(&err));
+    }
     static const struct {
-        int grouped_ctx, off, row, again;
+        int ctx, off, row, again;
         const char *how;
     } ways[] = {{0, 0, 1, 0, "row kernel"},
                 {0, 0, 1, 1, "row kernel, again"},
                 {1, 0, 0, 0, "grouped (ZT_CUDA_LN_BWD)"},
+                {2, 0, 1, 0, "row kernel (ZT_CUDA_LN_BWD=rows, ignored)"},
                 {0, 1, 0, 0, "grouped (dinp and inp misaligned)"}};
     float *d_w = upf(w, (size_t)C), *d_dy = upf(dy, NC);
     float *d_mean = upf(mean, (size_t)N), *d_rstd = upf(rstd, (size_t)N);
     float *d_first = dalloc(NC * 4);
     for (size_t k = 0; k < sizeof(ways) / sizeof(ways[0]); k++) {
-        zt_kctx *c = ways[k].grouped_ctx ? cg : GC;
+        zt_kctx *c = cx[ways[k].ctx];
         int off = ways[k].off;
         float *d_xb = dalloc((NC + 1) * 4), *d_dxb = dalloc((NC + 1) * 4);
         float *d_x = d_xb + off, *d_dx = d_dxb + off;
@@ -749,7 +755,7 @@ static void test_layernorm_backward_kernels(int N, int C)
         }
         dfree(d_xb), dfree(d_dxb), dfree(d_dw), dfree(d_db);
     }
-    GPU->ctx_destroy(cg);
+    GPU->ctx_destroy(cx[1]), GPU->ctx_destroy(cx[2]);
     dfree(d_w), dfree(d_dy), dfree(d_mean), dfree(d_rstd), dfree(d_first);
     zt_free(x), zt_free(w), zt_free(b), zt_free(dy), zt_free(dx0), zt_free(dw0), zt_free(db0);
     zt_free(out), zt_free(mean), zt_free(rstd), zt_free(dx), zt_free(dw), zt_free(db);
