@@ -669,7 +669,7 @@ static bool gemm_staged(zt_kctx *ctx, const zt_cuda_gemm *g)
                 bool home = g->afn && g->afn->kind == ZT_AFN_HOME16 && g->ta == 'N' && kn == g->K &&
                             g->lda == g->K;
                 if (home) s.A = (const uint16_t *)g->afn->src16 + (size_t)m0 * g->K;
-                if (s.out16 && s.bias) s.bias16 = sbias;
+                if (stage_bias16(&s)) s.bias16 = sbias;
                 lt_call c;
                 lt_result r = lt_prepare(ctx, &s, s.bias != NULL, &c);
                 if (r == LT_READY) {
