@@ -12,8 +12,9 @@
 #   probe, test_gpu_ops, test_gpu_fault, test_comm_nccl, gpu_engine (GPU vs CPU engine),
 #   bench_kernels_gpu --quick (and again with ZT_CUDA_GEMM_TUNE=1: bench_kernels_gpu_tuned),
 #   gpu_train_bf16 (zerotrain vs PyTorch, both attentions, Twin-Flow), gpu_sanitizer,
-#   gpu_train_fp32 (fp32 and tf32 rows); and on request only ncu_attn (Nsight Compute on the
-#   three default attention kernels).
+#   gpu_train_fp32 (fp32 and tf32 rows); and on request only ncu (Nsight Compute on the first
+#   launch in bench_kernels_gpu of each kernel named in ZT_NCU_KERNELS, by default zerotrain's
+#   three attention kernels).
 # Usage: scripts/gpu-run.sh [tests|bench|all|ITEM,ITEM,...] [TOTAL_SECONDS]
 # (ZT_PYTHON: the python with PyTorch and numpy, python3 by default)
 set -uo pipefail
@@ -135,21 +136,23 @@ SAN_CASES=${ZT_SANITIZER_CASES-$SAN_DEFAULT}
 [ "$SAN_CASES" = all ] && SAN_CASES=
 want gpu_sanitizer && item gpu_sanitizer 240 env "ZT_SANITIZER_CASES=$SAN_CASES" "${PY[@]}" \
   tests/gpu/test_gpu_sanitizer.py
-# Nsight Compute on the three attention kernels a bf16 job runs by default, one launch each
+# Nsight Compute on the first launch of each kernel of ZT_NCU_KERNELS in the op benchmark
 # (latency, occupancy, warp stalls, instruction mix; ~15 s a kernel), where ncu is installed
-ncu_attn() {
+ncu_kernels() {
   local ncu
   ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  [ -n "$ncu" ] || { echo "ncu_attn: no ncu on this machine"; return 77; }
+  [ -n "$ncu" ] || { echo "ncu: no ncu on this machine"; return 77; }
   local k
-  for k in tc_fwd_mma_kernel tc_bwd_mma_kv_kernel tc_bwd_mma_q_kernel; do
+  for k in ${ZT_NCU_KERNELS:-tc_fwd_mma_kernel tc_bwd_mma_kv_kernel tc_bwd_mma_q_kernel}; do
+    echo "==== ncu: $k"
     "$ncu" -k "regex:$k" -c 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section SchedulerStats --section InstructionStats \
+      --section MemoryWorkloadAnalysis \
       .gpu/tests/bench_kernels_gpu --quick || return $?
   done
 }
-export -f ncu_attn
-want ncu_attn && item ncu_attn 120 bash -c ncu_attn
+export -f ncu_kernels
+want ncu && item ncu 150 bash -c ncu_kernels
 want gpu_train_fp32 &&
   item gpu_train_fp32 300 "${PY[@]}" "${TRAIN[@]}" --zt-precisions fp32,tf32 --torch-modes tf32 \
     --skip-twinflow
