@@ -31,6 +31,7 @@
  * 0.153 and 0.498 ms per layer of GPT-2 124M at micro batch 8 against the wmma kernels' 0.251
  * and 0.870 (=wmma selects those). */
 #include "cuda_int.h"
+#include "cuda_math.h"
 
 #include <float.h>
 #include <limits.h>
@@ -55,23 +56,6 @@ template <> __device__ __forceinline__ __nv_bfloat16 tc_round<__nv_bfloat16>(flo
 template <> __device__ __forceinline__ __half tc_round<__half>(float x)
 {
     return __float2half_rn(x);
-}
-
-/* 2^x as the multi-function unit gives it with subnormals flushed (ex2.approx.ftz: one
- * instruction, where exp2f's ex2.approx keeps subnormal results at the cost of a compare and two
- * multiplies around it): P and the rescaling factors never need values below 2^-126, which
- * round to zero in fp16 and add nothing to a sum of bf16 products of such rows. 2^-inf = +0.
- * The emulation flushes the same results of the C library's exp2f. */
-static __device__ __forceinline__ float tc_exp2(float x)
-{
-#ifdef ZT_CUDA_EMU
-    float r = exp2f(x);
-    return r < FLT_MIN ? 0.0f : r;
-#else
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-#endif
 }
 
 /* An output element stored as its tensor holds it: fp32, or rounded to a 16-bit type (the
@@ -336,10 +320,10 @@ static __global__ void __launch_bounds__(TC_THREADS)
         float mnew = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
         /* a row with no key yet (or past T) keeps m = -inf and adds nothing */
         float mref = mnew == -INFINITY ? 0.0f : mnew;
-        float alpha = tc_exp2(m - mref), ps = 0.0f;
+        float alpha = zt_exp2_ftz(m - mref), ps = 0.0f;
         __syncwarp(); /* the scores are read before P overwrites them */
         for (int u = 0; u < 16; u++) {
-            float e = tc_exp2(s[u] - mref);
+            float e = zt_exp2_ftz(s[u] - mref);
             ps += e;
             P[r * TC_LDP + tc_col(u, half)] = tc_round<E>(e);
         }
@@ -667,7 +651,7 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
             /* key k0 <= every row's query once seen: the tile of key 0 comes first, so m is
              * finite from it on (alpha of the first tile is exp2(-inf) = 0) */
             float mnew = fmaxf(m[h], mh);
-            alpha[h] = tc_exp2((m[h] - mnew) * sl2);
+            alpha[h] = zt_exp2_ftz((m[h] - mnew) * sl2);
             m[h] = mnew;
             ms[h] = mnew * sl2;
             l[h][0] *= alpha[h];
@@ -677,7 +661,7 @@ static __device__ __forceinline__ void tc_fwd_mma(OT *out, float *lse, const E *
         for (int n = 0; n < TC_MN; n++) {
             ZT_UNROLL
             for (int e = 0; e < 4; e++) {
-                s[n][e] = tc_exp2(fmaf(s[n][e], sl2, -ms[e / 2]));
+                s[n][e] = zt_exp2_ftz(fmaf(s[n][e], sl2, -ms[e / 2]));
                 l[e / 2][e % 2] += s[n][e];
                 o[n][e] *= alpha[e / 2];
             }
@@ -836,7 +820,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 3)
             int ii = tc_col(u, half), i = q0 + ii; /* the lane's query at step u */
             float e = 0.0f, ds = 0.0f;
             if (j < T && i < T && j <= i) {
-                e = tc_exp2(sl2 * St[r * TC_LDS + ii] - ls[ii]);
+                e = zt_exp2_ftz(sl2 * St[r * TC_LDS + ii] - ls[ii]);
                 ds = e * (dPt[r * TC_LDS + ii] - dl[ii]) * scale;
             }
             pv[u] = e;
@@ -906,7 +890,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
             int c = tc_col(u, half), j = k0 + c;
             float ds = 0.0f;
             if (i < T && j <= i) {
-                float e = tc_exp2(sl2 * S[r * TC_LDS + c] - li);
+                float e = zt_exp2_ftz(sl2 * S[r * TC_LDS + c] - li);
                 ds = e * (dP[r * TC_LDS + c] - di) * scale;
             }
             dsv[u] = ds;
@@ -1018,7 +1002,7 @@ static __device__ __forceinline__ void tc_mma_pds(float (&st)[NB][4], float (&dp
         float2 l2 = *(const float2 *)(ls + 8 * n), d2 = *(const float2 *)(dl + 8 * n);
         ZT_UNROLL
         for (int e = 0; e < 4; e++) {
-            float pe = tc_exp2(sl2 * st[n][e] - (e % 2 ? l2.y : l2.x));
+            float pe = zt_exp2_ftz(sl2 * st[n][e] - (e % 2 ? l2.y : l2.x));
             float ds = pe * (dpt[n][e] - (e % 2 ? d2.y : d2.x)) * scale;
             int i = i0 + 8 * n + e % 2, j = j0 + 8 * (e / 2);
             if (T != INT_MIN && (j > i || i >= T)) pe = ds = 0.0f;
@@ -1131,7 +1115,7 @@ static __device__ __forceinline__ void tc_mma_ds(float (&s)[TC_MN][4], const flo
         ZT_UNROLL
         for (int e = 0; e < 4; e++) {
             int h = e / 2, i = i0 + 8 * h, j = j0 + 8 * n + e % 2;
-            float ds = tc_exp2(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
+            float ds = zt_exp2_ftz(sl2 * s[n][e] - li[h]) * (dp[n][e] - di[h]) * scale;
             s[n][e] = MASK && (j > i || i >= T) ? 0.0f : ds;
         }
     }
