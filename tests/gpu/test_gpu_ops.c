@@ -2589,6 +2589,54 @@ static void test_attention_tc_runs(void)
 }
 #endif
 
+/* ---- bias gradients from 16-bit dout ---- */
+
+/* kernels/cuda/cuda_int.h (zt_cuda_mm: 2 bf16, 3 fp16) */
+void zt_cuda_bias_backward(zt_kctx *ctx, float *dbias, const float *dout, int N, int OC);
+void zt_cuda_bias_backward16(zt_kctx *ctx, float *dbias, const uint16_t *dout, int mm16, int N,
+                             int OC);
+
+/* The bias gradient from a bf16 or fp16 dout (four columns a thread where OC is a multiple of 4
+ * and dout 8-byte aligned, else one) onto a prefilled one, bit for bit that of the fp32 op on
+ * the widened values: the same sums in the same order; dout aligned and 2 bytes past it. */
+static void test_bias_backward16(int N, int OC)
+{
+    size_t n = (size_t)N * OC;
+    float *x = kc_frandn(n, 1.0), *db0 = kc_frandn((size_t)OC, 1.0);
+    float *got = kc_falloc((size_t)OC), *want = kc_falloc((size_t)OC);
+    uint16_t *h = zt_malloc((n + 1) * sizeof(uint16_t));
+    if (!h) ZT_FAIL("out of memory");
+    for (int t = 0; t < 2; t++) {
+        zt_dtype dt = t ? ZT_F16 : ZT_BF16;
+        for (size_t i = 0; i < n; i++) { /* the values the 16-bit copy holds */
+            zt_store_f32(h, dt, i, x[i]);
+            x[i] = zt_load_f32(h, dt, i);
+        }
+        float *d_x = upf(x, n), *d_want = upf(db0, (size_t)OC), *d_got = upf(db0, (size_t)OC);
+        zt_cuda_bias_backward(GC, d_want, d_x, N, OC);
+        GPU->copy_d2h(GC, want, d_want, (size_t)OC * 4);
+        for (int off = 0; off < 2; off++) {
+            uint16_t *d_h = (uint16_t *)dalloc((n + 1) * sizeof(uint16_t)) + off;
+            GPU->copy_h2d(GC, d_h, h, n * sizeof(uint16_t));
+            GPU->copy_h2d(GC, d_got, db0, (size_t)OC * 4);
+            zt_cuda_bias_backward16(GC, d_got, d_h, t ? 3 : 2, N, OC);
+            GPU->copy_d2h(GC, got, d_got, (size_t)OC * 4);
+            gsync("bias_backward16");
+            for (int c = 0; c < OC; c++)
+                if (memcmp(&got[c], &want[c], 4) != 0)
+                    ZT_FAIL("bias_backward16 %s N=%d OC=%d dout %s: column %d %.9g, the fp32 op's "
+                            "%.9g",
+                            zt_dtype_name(dt), N, OC,
+                            off ? "2 bytes past 8-byte alignment" : "aligned", c, (double)got[c],
+                            (double)want[c]);
+            dfree(d_h - off);
+        }
+        dfree(d_x), dfree(d_want), dfree(d_got);
+    }
+    zt_free(x), zt_free(db0), zt_free(got), zt_free(want), zt_free(h);
+    printf("bias_backward16 N=%d OC=%d: ok\n", N, OC);
+}
+
 /* ---- gelu, residual ---- */
 
 static void test_gelu_residual(size_t n)
@@ -3024,6 +3072,11 @@ int main(void)
     ZT_TEST_RUN(test_attention_tc_runs());
     ZT_TEST_RUN(test_attention_cudnn());
 #endif
+    ZT_TEST_RUN(test_bias_backward16(1, 4));
+    ZT_TEST_RUN(test_bias_backward16(64, 3072));
+    ZT_TEST_RUN(test_bias_backward16(300, 3072));
+    ZT_TEST_RUN(test_bias_backward16(333, 50));
+    ZT_TEST_RUN(test_bias_backward16(9000, 772));
     ZT_TEST_RUN(test_gelu_residual(1));
     ZT_TEST_RUN(test_gelu_residual(1000));
     ZT_TEST_RUN(test_gelu_residual(100003));
