@@ -26,8 +26,8 @@ static __device__ __forceinline__ float zt_exp2_ftz(float x)
 }
 
 /* e^x as 2^(x log2 e) by zt_exp2_ftz: the product's rounding adds a relative error of about
- * |x| 2^-24, so it suits arguments of moderate size (x - max of a softmax row, GELU's clamped
- * argument), whose results shrink as that error grows */
+ * |x| 2^-24, so it suits arguments whose results shrink as that error grows (x - max of a
+ * softmax row) */
 static __device__ __forceinline__ float zt_exp_ftz(float x)
 {
     return zt_exp2_ftz(x * 1.4426950408889634f);

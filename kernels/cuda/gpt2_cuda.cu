@@ -515,12 +515,12 @@ static void colsum(zt_kctx *ctx, float *dw, float *db, const void *dout, const f
     dim3 block(32, ZT_COL_TY);
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)(splits > 1 ? splits : 1));
     /* a 16-bit dout's sums alone: four columns a thread where its rows allow */
+    constexpr int IT16 = IT ? IT : 1; /* (instantiated for fp32 too, never launched there) */
     bool quads = IT != 0 && ST == 0 && !dw && C % 4 == 0 && (uintptr_t)dout % 8 == 0;
     if (quads) grid.x = (unsigned)((C / 4 + 31) / 32);
     if (splits <= 1) {
         if (quads)
-            ZT_CUDA_LAUNCH(ctx, what, colsum16_kernel < IT ? IT : 1 >, grid, block, db, 0, 1, dout,
-                           N, C, N);
+            ZT_CUDA_LAUNCH(ctx, what, colsum16_kernel<IT16>, grid, block, db, 0, 1, dout, N, C, N);
         else
             ZT_CUDA_LAUNCH(ctx, what, (colsum_kernel<ST, IT>), grid, block, dw, db, 0, 1, dout, inp,
                            mean, rstd, N, C, N, stage);
@@ -528,8 +528,8 @@ static void colsum(zt_kctx *ctx, float *dw, float *db, const void *dout, const f
     }
     float *pw = ctx->scratch, *pb = ctx->scratch + splits * (size_t)C;
     if (quads)
-        ZT_CUDA_LAUNCH(ctx, what, colsum16_kernel < IT ? IT : 1 >, grid, block, pb, (size_t)C, 0,
-                       dout, N, C, rows);
+        ZT_CUDA_LAUNCH(ctx, what, colsum16_kernel<IT16>, grid, block, pb, (size_t)C, 0, dout, N, C,
+                       rows);
     else
         ZT_CUDA_LAUNCH(ctx, what, (colsum_kernel<ST, IT>), grid, block, dw ? pw : NULL,
                        db ? pb : NULL, (size_t)C, 0, dout, inp, mean, rstd, N, C, rows, stage);
