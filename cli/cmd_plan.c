@@ -11,7 +11,10 @@
 
 #include "cli/cliopt.h"
 #include "cli/commands.h"
+#include "common/alloc.h"
+#include "common/dsconfig.h"
 #include "common/jobfile.h"
+#include "engine/autobatch.h"
 #include "engine/engine.h"
 
 ZT_COMMAND(plan, zt_cmd_plan, "predict per-rank memory for each ZeRO stage and offload choice")
@@ -19,6 +22,7 @@ ZT_COMMAND(plan, zt_cmd_plan, "predict per-rank memory for each ZeRO stage and o
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zctl plan JOB.json [--nproc N] [--device-memory SIZE]\n"
+               "       zctl plan --deepspeed-keys   (every DeepSpeed key and what zerotrain does with it)\n"
                "\n"
                "Prints the memory one rank will allocate for every ZeRO stage (0-3) with and\n"
                "without optimizer offload, for the job's model, precision, micro batch and rank\n"
@@ -26,7 +30,11 @@ static void usage(FILE *f)
                "'total' is the rank's peak: device and host memory, the start-up transient and,\n"
                "on the CPU path, the process itself (code, libraries, heap).\n"
                "--device-memory SIZE (e.g. 80GiB, 24GB, 512MiB) flags what does not fit: the\n"
-               "device part on cuda, the total on the CPU.\n");
+               "device part on cuda, the total on the CPU.\n"
+               "A micro batch that is \"auto\" is picked as the ranks would pick it: the largest\n"
+               "that fits the rank's memory (or --device-memory) with a 10%% margin.\n"
+               "The DeepSpeed config's summary (ignored keys, keys with no effect here, the\n"
+               "values filled for \"auto\") comes first.\n");
 }
 
 /* "80GiB", "80GB", "80G", "512MiB", "1e9" -> bytes; -1 on error. */
@@ -73,6 +81,15 @@ int zt_cmd_plan(int argc, char **argv)
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
+        } else if (strcmp(argv[i], "--deepspeed-keys") == 0) {
+            char *md = zt_ds_doc_markdown();
+            if (!md) {
+                zt_cli_error("out of memory");
+                return 1;
+            }
+            fputs(md, stdout);
+            zt_free(md);
+            return 0;
         } else if ((m = zt_cli_take_opt(argc, argv, &i, "--nproc", &v)) != 0) {
             if (m < 0 || zt_cli_parse_int("--nproc", v, 1, 4096, &nproc) != 0)
                 return 2;
@@ -111,6 +128,24 @@ int zt_cmd_plan(int argc, char **argv)
         free(job);
         return 2;
     }
+    if (job->ds.micro_auto) {
+        int world0 = nproc ? nproc : job->resources.ranks;
+        int local = job->resources.ranks_per_node < world0 ? job->resources.ranks_per_node : world0;
+        if (zt_auto_batch_pick(job, world0, local, (int64_t)devmem, &err) != ZT_OK) {
+            zt_cli_error("%s", zt_err_msg(&err));
+            free(job);
+            return 1;
+        }
+    }
+    if (!zt_cli.json && job->ds.notes[0]) {
+        printf("deepspeed config:\n");
+        for (const char *p = job->ds.notes; *p;) {
+            const char *e = strchr(p, '\n');
+            int k = e ? (int)(e - p) : (int)strlen(p);
+            printf("  %.*s\n", k, p);
+            p += k + (e ? 1 : 0);
+        }
+    }
     int world = job->ds.world_size;
     const zt_zero_cfg own = job->ds.zero;
     const char *prec = job->ds.fp16.enabled ? "fp16" : job->ds.bf16 ? "bf16" : "fp32";
@@ -125,9 +160,9 @@ int zt_cmd_plan(int argc, char **argv)
             free(job);
             return 1;
         }
-        printf("plan for %s: %.2fM parameters (Psi), %d rank%s, %s, micro batch %lld x block %d%s\n",
+        printf("plan for %s: %.2fM parameters (Psi), %d rank%s, %s, micro batch %lld%s x block %d%s\n",
                job->name, (double)p.num_params / 1e6, world, world == 1 ? "" : "s", prec,
-               (long long)job->ds.micro_batch,
+               (long long)job->ds.micro_batch, job->ds.micro_auto ? " (auto)" : "",
                job->model.block_size,
                job->ds.activation_checkpointing.enabled ? ", activation checkpointing" : "");
         printf("MiB per rank    params  master   grads   optim  activ. buffers    comm |  device    host   total\n");

@@ -319,6 +319,7 @@ static pid_t spawn(const char *worker, const char *job, const char *resume, int 
     setenv("ZT_RANK", rs, 1);
     setenv("ZT_LOCAL_RANK", rs, 1);
     setenv("ZT_WORLD_SIZE", ws, 1);
+    setenv("ZT_LOCAL_WORLD_SIZE", ws, 1);
     setenv("ZT_RENDEZVOUS", rdzv, 1);
     setenv("ZT_SESSION", session, 1);
     if (timeout)

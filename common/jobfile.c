@@ -1,7 +1,8 @@
-/* zerotrain: parses and validates the job file and the DeepSpeed config inside it
- * (DESIGN.md "The job file", deepspeed-semantics.md §1) into struct zt_job. Every error
- * names the file, the JSON line and column (found with json_locate.c), the key path, what is
- * wrong and what to do. Serialisation back to JSON lives in jobfile_write.c. */
+/* zerotrain: parses and validates the job file into struct zt_job:
+ * the job's own sections here, the DeepSpeed config in dsconfig.c. Every problem is collected
+ * with the file, the JSON line and column (found with json_locate.c), the key path, what is
+ * wrong and what to do, and reported together. Serialisation back to JSON lives in
+ * jobfile_write.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "jobfile.h"
 
@@ -12,41 +13,31 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
-#include "json_locate.h"
+#include "jobfile_int.h"
 
 #define JOB_MAX_BYTES (16u << 20) /* a job file larger than this is surely a mistake */
-#define CTX_DEPTH 8               /* deepest key path: deepspeed.optimizer.params.betas[1] */
-#define PATH_TEXT_MAX 256
 
 /* ------------------------------------------------------------------------------------------ */
-/* Parse context: the text being read (for positions) and the key path of the current object. */
+/* Key paths and problems. */
 
-typedef struct pctx {
-    const char *origin; /* the name shown in messages: a file path or "job 17" */
-    const char *text;
-    size_t len;
-    zt_json_seg seg[CTX_DEPTH];
-    size_t depth;
-    zt_err *err;
-} pctx;
-
-static void push(pctx *c, const char *key)
+void jf_push(pctx *c, const char *key)
 {
-    if (c->depth < CTX_DEPTH) c->seg[c->depth] = (zt_json_seg){key, 0};
+    if (c->depth < JF_CTX_DEPTH) c->seg[c->depth] = (zt_json_seg){key, 0};
     c->depth++;
 }
 
-static void pop(pctx *c)
+void jf_pop(pctx *c)
 {
     c->depth--;
 }
 
-static void append(char *out, size_t cap, size_t *used, const char *s)
+void jf_append(char *out, size_t cap, size_t *used, const char *s)
 {
     size_t k = strlen(s);
     if (*used + 1 >= cap) return;
@@ -62,58 +53,119 @@ static void path_text(const zt_json_seg *segs, size_t n, char *out, size_t cap)
     out[0] = '\0';
     for (size_t d = 0; d < n; d++) {
         if (segs[d].key) {
-            if (d > 0) append(out, cap, &used, ".");
-            append(out, cap, &used, segs[d].key);
+            if (d > 0) jf_append(out, cap, &used, ".");
+            jf_append(out, cap, &used, segs[d].key);
         } else {
             char idx[32];
             snprintf(idx, sizeof(idx), "[%ld]", segs[d].index);
-            append(out, cap, &used, idx);
+            jf_append(out, cap, &used, idx);
         }
     }
 }
 
-/* Keeps a message on one line: control characters from keys and values become '?'. */
-static zt_status one_line(zt_err *err, zt_status st)
+void jf_path(const pctx *c, const char *key, char *out, size_t cap)
 {
-    if (err)
-        for (char *p = err->msg; *p; p++)
-            if ((unsigned char)*p < 0x20) *p = '?';
+    zt_json_seg segs[JF_CTX_DEPTH + 1];
+    size_t n = c->depth < JF_CTX_DEPTH ? c->depth : JF_CTX_DEPTH;
+    memcpy(segs, c->seg, n * sizeof(segs[0]));
+    if (key) segs[n++] = (zt_json_seg){key, 0};
+    path_text(segs, n, out, cap);
+}
+
+/* Keeps a message on one line: control characters from keys and values become '?'. */
+static void one_line(char *msg)
+{
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
+}
+
+/* Adds a finished message to the report, at its position in the text. */
+static zt_status record(pctx *c, zt_status st, int line, int col, const char *msg)
+{
+    jf_report *r = c->rep;
+    if (r->nproblems == JF_MAX_PROBLEMS) {
+        r->dropped++;
+        return st;
+    }
+    jf_problem *p = &r->problems[r->nproblems++];
+    p->origin = c->origin_index;
+    p->line = line;
+    p->col = col;
+    p->seq = r->seq++;
+    p->code = st;
+    int k = snprintf(p->msg, sizeof(p->msg), "%s", msg);
+    (void)k;
+    one_line(p->msg);
     return st;
 }
 
-/* Sets the error for member `key` (or element `index` when key is NULL and index >= 0) of the
- * current object, or for the current object itself, as "origin:line:col: path: message". The
- * position is that of the member's key; when the path is not in the text (a missing key) it is
- * that of the nearest enclosing member. */
+/* The position of segs[0..n) in the text, or of the nearest enclosing member present. */
+static bool locate(const pctx *c, const zt_json_seg *segs, size_t n, zt_json_loc *loc)
+{
+    for (size_t d = n + 1; d-- > 0;)
+        if (zt_json_locate(c->text, c->len, segs, d, loc, NULL)) return true;
+    return false;
+}
+
+/* Records a problem for member `key` (or element `index` when key is NULL and index >= 0) of
+ * the current object, or for the current object itself, as "origin:line:col: path: message".
+ * The position is that of the member's key; when the path is not in the text (a missing key)
+ * it is that of the nearest enclosing member. */
 static zt_status failv(pctx *c, zt_status st, const char *key, long index, const char *fmt,
                        va_list ap)
 {
-    zt_json_seg segs[CTX_DEPTH + 1];
-    size_t n = c->depth < CTX_DEPTH ? c->depth : CTX_DEPTH;
+    zt_json_seg segs[JF_CTX_DEPTH + 1];
+    size_t n = c->depth < JF_CTX_DEPTH ? c->depth : JF_CTX_DEPTH;
     memcpy(segs, c->seg, n * sizeof(segs[0]));
     if (key)
         segs[n++] = (zt_json_seg){key, 0};
     else if (index >= 0)
         segs[n++] = (zt_json_seg){NULL, index};
-    char path[PATH_TEXT_MAX];
+    char path[JF_PATH_TEXT];
     path_text(segs, n, path, sizeof(path));
-    char what[ZT_ERRMSG_MAX];
+    char what[ZT_ERRMSG_MAX / 2];
     vsnprintf(what, sizeof(what), fmt, ap);
+    if (strncmp(what, "missing", 7) == 0) {
+        char line[JF_PATH_TEXT + 2];
+        snprintf(line, sizeof(line), "%s\n", path);
+        if (strstr(c->rep->suggested, line)) return st; /* the typo's problem says it */
+    }
     zt_json_loc loc = {0, 0, 0};
-    bool have = false;
-    for (size_t d = n + 1; d-- > 0 && !have;)
-        have = zt_json_locate(c->text, c->len, segs, d, &loc, NULL);
+    bool have = locate(c, segs, n, &loc);
     const char *sep = path[0] ? ": " : "";
+    char msg[ZT_ERRMSG_MAX];
+    int k; /* a message longer than the record is cut */
     if (have)
-        zt_err_set(c->err, st, "%s:%d:%d: %s%s%s", c->origin, loc.line, loc.col, path, sep, what);
+        k = snprintf(msg, sizeof(msg), "%s:%d:%d: %s%s%s", c->origin, loc.line, loc.col, path, sep,
+                     what);
     else
-        zt_err_set(c->err, st, "%s: %s%s%s", c->origin, path, sep, what);
-    return one_line(c->err, st);
+        k = snprintf(msg, sizeof(msg), "%s: %s%s%s", c->origin, path, sep, what);
+    (void)k;
+    return record(c, st, have ? loc.line : 0, have ? loc.col : 0, msg);
 }
 
-static zt_status fail_key(pctx *c, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static zt_status fail_key(pctx *c, const char *key, const char *fmt, ...)
+zt_status jf_fail_at(pctx *c, zt_status code, const char *key, const char *msg)
+{
+    zt_json_seg segs[JF_CTX_DEPTH + 1];
+    size_t n = c->depth < JF_CTX_DEPTH ? c->depth : JF_CTX_DEPTH;
+    memcpy(segs, c->seg, n * sizeof(segs[0]));
+    if (key) segs[n++] = (zt_json_seg){key, 0};
+    zt_json_loc loc = {0, 0, 0};
+    char full[ZT_ERRMSG_MAX];
+    /* a message from a file reader already starts with the file's name */
+    bool named = strncmp(msg, c->origin, strlen(c->origin)) == 0;
+    if (!named && (key || n) && locate(c, segs, n, &loc)) {
+        int k = snprintf(full, sizeof(full), "%s:%d:%d: %s", c->origin, loc.line, loc.col, msg);
+        (void)k;
+        return record(c, code, loc.line, loc.col, full);
+    }
+    if (named) return record(c, code, 0, 0, msg);
+    int k = snprintf(full, sizeof(full), "%s: %s", c->origin, msg);
+    (void)k;
+    return record(c, code, 0, 0, full);
+}
+
+zt_status jf_fail_key(pctx *c, const char *key, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -122,9 +174,7 @@ static zt_status fail_key(pctx *c, const char *key, const char *fmt, ...)
     return st;
 }
 
-static zt_status fail_index(pctx *c, long index, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static zt_status fail_index(pctx *c, long index, const char *fmt, ...)
+zt_status jf_fail_index(pctx *c, long index, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -133,9 +183,7 @@ static zt_status fail_index(pctx *c, long index, const char *fmt, ...)
     return st;
 }
 
-static zt_status fail_key_code(pctx *c, zt_status code, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static zt_status fail_key_code(pctx *c, zt_status code, const char *key, const char *fmt, ...)
+zt_status jf_fail_key_code(pctx *c, zt_status code, const char *key, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -144,9 +192,7 @@ static zt_status fail_key_code(pctx *c, zt_status code, const char *key, const c
     return st;
 }
 
-static zt_status fail_here(pctx *c, zt_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static zt_status fail_here(pctx *c, zt_status code, const char *fmt, ...)
+zt_status jf_fail_here(pctx *c, zt_status code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -154,9 +200,8 @@ static zt_status fail_here(pctx *c, zt_status code, const char *fmt, ...)
     va_end(ap);
     return st;
 }
-
 /* Shortest decimal text that reads back as exactly d. */
-static void format_double(double d, char *out, size_t cap)
+void jf_format_double(double d, char *out, size_t cap)
 {
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(out, cap, "%.*g", prec, d);
@@ -165,7 +210,7 @@ static void format_double(double d, char *out, size_t cap)
 }
 
 /* A short description of a JSON value for "(got ...)" in messages. */
-static void describe(const json_t *v, char *out, size_t cap)
+void jf_describe(const json_t *v, char *out, size_t cap)
 {
     switch (json_typeof(v)) {
     case JSON_STRING: {
@@ -195,7 +240,7 @@ static void describe(const json_t *v, char *out, size_t cap)
         snprintf(out, cap, "%lld", (long long)json_integer_value(v));
         break;
     case JSON_REAL:
-        format_double(json_real_value(v), out, cap);
+        jf_format_double(json_real_value(v), out, cap);
         break;
     case JSON_TRUE:
         snprintf(out, cap, "true");
@@ -219,15 +264,15 @@ static void describe(const json_t *v, char *out, size_t cap)
 /* Typed getters. Each leaves *out alone when the key is absent or "auto" (DeepSpeed drops
  * "auto" values), and otherwise checks type and bounds. */
 
-static bool is_auto(const json_t *v)
+bool jf_is_auto(const json_t *v)
 {
     return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
 }
 
-static json_t *member(json_t *obj, const char *key)
+json_t *jf_member(json_t *obj, const char *key)
 {
     json_t *v = obj ? json_object_get(obj, key) : NULL;
-    return v && !is_auto(v) ? v : NULL;
+    return v && !jf_is_auto(v) ? v : NULL;
 }
 
 static void int_rule(int64_t lo, int64_t hi, int64_t type_max, char *out, size_t cap)
@@ -242,14 +287,14 @@ static void int_rule(int64_t lo, int64_t hi, int64_t type_max, char *out, size_t
         snprintf(out, cap, "an integer from %lld to %lld", (long long)lo, (long long)hi);
 }
 
-static zt_status get_int_max(pctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi,
-                             int64_t type_max, int64_t *out)
+zt_status jf_get_int_max(pctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi,
+                         int64_t type_max, int64_t *out)
 {
-    json_t *v = member(obj, key);
+    json_t *v = jf_member(obj, key);
     if (!v) return ZT_OK;
     char rule[96], got[64];
     int_rule(lo, hi, type_max, rule, sizeof(rule));
-    describe(v, got, sizeof(got));
+    jf_describe(v, got, sizeof(got));
     int64_t x;
     if (json_is_integer(v)) {
         x = json_integer_value(v);
@@ -257,44 +302,36 @@ static zt_status get_int_max(pctx *c, json_t *obj, const char *key, int64_t lo, 
         double d = json_real_value(v);
         /* 2^63 is exactly representable; anything >= it does not fit int64_t. */
         if (d != floor(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
-            return fail_key(c, key, "must be %s (got %s)", rule, got);
+            return jf_fail_key(c, key, "must be %s (got %s)", rule, got);
         x = (int64_t)d;
     } else {
-        return fail_key(c, key, "must be %s (got %s)", rule, got);
+        return jf_fail_key(c, key, "must be %s (got %s)", rule, got);
     }
-    if (x < lo || x > hi) return fail_key(c, key, "must be %s (got %s)", rule, got);
+    if (x < lo || x > hi) return jf_fail_key(c, key, "must be %s (got %s)", rule, got);
     *out = x;
     return ZT_OK;
 }
 
-static zt_status get_i64(pctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi,
-                         int64_t *out)
+zt_status jf_get_i64(pctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out)
 {
-    return get_int_max(c, obj, key, lo, hi, INT64_MAX, out);
+    return jf_get_int_max(c, obj, key, lo, hi, INT64_MAX, out);
 }
 
-static zt_status get_int(pctx *c, json_t *obj, const char *key, int lo, int hi, int *out)
+zt_status jf_get_int(pctx *c, json_t *obj, const char *key, int lo, int hi, int *out)
 {
     int64_t x = *out;
-    zt_status st = get_int_max(c, obj, key, lo, hi, INT_MAX, &x);
+    zt_status st = jf_get_int_max(c, obj, key, lo, hi, INT_MAX, &x);
     if (st == ZT_OK) *out = (int)x;
     return st;
 }
 
-enum {
-    NUM_GE = 0,      /* x >= lo */
-    NUM_GT = 1,      /* x > lo */
-    NUM_RANGE = 2,   /* lo <= x <= hi */
-    NUM_RANGE_HO = 3 /* lo <= x < hi */
-};
-
-static zt_status check_num(pctx *c, const char *key, long index, double x, double lo, double hi,
-                           int rule, const char *got)
+zt_status jf_check_num(pctx *c, const char *key, long index, double x, double lo, double hi,
+                       int rule, const char *got)
 {
     bool ok;
     char lo_s[32], hi_s[32], want[96];
-    format_double(lo, lo_s, sizeof(lo_s));
-    format_double(hi, hi_s, sizeof(hi_s));
+    jf_format_double(lo, lo_s, sizeof(lo_s));
+    jf_format_double(hi, hi_s, sizeof(hi_s));
     switch (rule) {
     case NUM_GT:
         ok = x > lo;
@@ -314,102 +351,73 @@ static zt_status check_num(pctx *c, const char *key, long index, double x, doubl
         break;
     }
     if (ok) return ZT_OK;
-    if (key) return fail_key(c, key, "must be %s (got %s)", want, got);
-    return fail_index(c, index, "must be %s (got %s)", want, got);
+    if (key) return jf_fail_key(c, key, "must be %s (got %s)", want, got);
+    return jf_fail_index(c, index, "must be %s (got %s)", want, got);
 }
 
-static zt_status get_num(pctx *c, json_t *obj, const char *key, double lo, double hi, int rule,
-                         double *out)
+zt_status jf_get_num(pctx *c, json_t *obj, const char *key, double lo, double hi, int rule,
+                     double *out)
 {
-    json_t *v = member(obj, key);
+    json_t *v = jf_member(obj, key);
     if (!v) return ZT_OK;
     char got[64];
-    describe(v, got, sizeof(got));
-    if (!json_is_number(v)) return fail_key(c, key, "must be a number (got %s)", got);
+    jf_describe(v, got, sizeof(got));
+    if (!json_is_number(v)) return jf_fail_key(c, key, "must be a number (got %s)", got);
     double x = json_number_value(v);
-    zt_status st = check_num(c, key, -1, x, lo, hi, rule, got);
+    zt_status st = jf_check_num(c, key, -1, x, lo, hi, rule, got);
     if (st == ZT_OK) *out = x;
     return st;
 }
 
-static zt_status get_bool(pctx *c, json_t *obj, const char *key, bool *out)
+zt_status jf_get_bool(pctx *c, json_t *obj, const char *key, bool *out)
 {
-    json_t *v = member(obj, key);
+    json_t *v = jf_member(obj, key);
     if (!v) return ZT_OK;
     if (!json_is_boolean(v)) {
         char got[64];
-        describe(v, got, sizeof(got));
-        return fail_key(c, key, "must be true or false (got %s)", got);
+        jf_describe(v, got, sizeof(got));
+        return jf_fail_key(c, key, "must be true or false (got %s)", got);
     }
     *out = json_is_true(v);
     return ZT_OK;
 }
 
 /* A non-empty string that fits in cap bytes. *present tells whether it was given. */
-static zt_status get_str(pctx *c, json_t *obj, const char *key, char *out, size_t cap,
-                         bool *present)
+zt_status jf_get_str(pctx *c, json_t *obj, const char *key, char *out, size_t cap, bool *present)
 {
-    json_t *v = member(obj, key);
+    json_t *v = jf_member(obj, key);
     if (present) *present = v != NULL;
     if (!v) return ZT_OK;
     char got[64];
-    describe(v, got, sizeof(got));
-    if (!json_is_string(v)) return fail_key(c, key, "must be a string (got %s)", got);
+    jf_describe(v, got, sizeof(got));
+    if (!json_is_string(v)) return jf_fail_key(c, key, "must be a string (got %s)", got);
     size_t k = json_string_length(v);
-    if (k == 0) return fail_key(c, key, "must be a non-empty string");
-    if (k >= cap) return fail_key(c, key, "is too long (%zu bytes, at most %zu)", k, cap - 1);
+    if (k == 0) return jf_fail_key(c, key, "must be a non-empty string");
+    if (k >= cap) return jf_fail_key(c, key, "is too long (%zu bytes, at most %zu)", k, cap - 1);
     if (strlen(json_string_value(v)) != k)
-        return fail_key(c, key, "must not contain NUL characters");
+        return jf_fail_key(c, key, "must not contain NUL characters");
     memcpy(out, json_string_value(v), k + 1);
     return ZT_OK;
 }
 
 /* Member `key` as an object: *sub is NULL when it is absent or "auto". */
-static zt_status get_obj(pctx *c, json_t *obj, const char *key, json_t **sub)
+zt_status jf_get_obj(pctx *c, json_t *obj, const char *key, json_t **sub)
 {
-    json_t *v = member(obj, key);
+    json_t *v = jf_member(obj, key);
     *sub = NULL;
     if (!v) return ZT_OK;
     if (!json_is_object(v)) {
         char got[64];
-        describe(v, got, sizeof(got));
-        return fail_key(c, key, "must be an object {...} (got %s)", got);
+        jf_describe(v, got, sizeof(got));
+        return jf_fail_key(c, key, "must be an object {...} (got %s)", got);
     }
     *sub = v;
     return ZT_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Key tables: which keys an object may hold. Unknown keys get the closest known key
- * suggested; known DeepSpeed keys that zerotrain does not implement are errors unless they
- * hold the value that means "off" (allow). */
-
-enum { KEY_OK = 0, KEY_UNSUPPORTED = 1 };
-enum {
-    ALLOW_FALSE = 1 << 0,
-    ALLOW_TRUE = 1 << 1,
-    ALLOW_NULL = 1 << 2,
-    ALLOW_NUM = 1 << 3,      /* the number in keyspec.num */
-    ALLOW_DISABLED = 1 << 4, /* an object whose "enabled" is false */
-};
-
-typedef struct keyspec {
-    const char *name;
-    int kind;
-    int allow;
-    double num;
-    const char *hint; /* what to do instead, for unsupported keys */
-} keyspec;
-
-#define SUP(name)                                                                                  \
-    {                                                                                              \
-        name, KEY_OK, 0, 0, NULL                                                                   \
-    }
-#define UNSUP(name, allow, num, hint)                                                              \
-    {                                                                                              \
-        name, KEY_UNSUPPORTED, allow, num, hint                                                    \
-    }
-#define NKEYS(t) (sizeof(t) / sizeof((t)[0]))
+/* ------------------------------------------------------------------------------------------ */
+/* Key tables: which keys an object may hold (jobfile_int.h). */
 
 /* Optimal string alignment distance, case-insensitive, for short keys. */
 static size_t edit_distance(const char *a, const char *b)
@@ -454,7 +462,7 @@ static bool contains_ci(const char *hay, const char *needle)
  * preference: one edit away (a typo), a name that contains the key (a truncation, e.g.
  * "train_micro_batch_size"), a few edits away (about a third of the length), a name that the
  * key contains. Ties go to the first (edits) or the shortest (containment) candidate. */
-static const char *closest(const char *key, const char *const *names, size_t n)
+const char *jf_closest(const char *key, const char *const *names, size_t n)
 {
     size_t len = strlen(key);
     size_t limit = len <= 3 ? 1 : len <= 8 ? 2 : len / 3;
@@ -478,6 +486,17 @@ static const char *closest(const char *key, const char *const *names, size_t n)
     return by_edit ? by_edit : inside;
 }
 
+bool jf_in_list_ci(const char *s, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (s[k] && tolower((unsigned char)s[k]) == tolower((unsigned char)list[i][k]))
+            k++;
+        if (s[k] == '\0' && list[i][k] == '\0') return true;
+    }
+    return false;
+}
+
 static bool allowed_value(const keyspec *ks, const json_t *v)
 {
     if ((ks->allow & ALLOW_FALSE) && json_is_false(v)) return true;
@@ -487,7 +506,7 @@ static bool allowed_value(const keyspec *ks, const json_t *v)
         return true;
     if ((ks->allow & ALLOW_DISABLED) && json_is_object(v)) {
         json_t *en = json_object_get(v, "enabled");
-        return en && json_is_false(en);
+        return !en || json_is_false(en);
     }
     return false;
 }
@@ -503,18 +522,88 @@ static void allowed_text(const keyspec *ks, char *out, size_t cap)
         snprintf(out, cap, " or set it to true");
     else if (ks->allow & ALLOW_NUM) {
         char num[32];
-        format_double(ks->num, num, sizeof(num));
+        jf_format_double(ks->num, num, sizeof(num));
         snprintf(out, cap, " or set it to %s", num);
     } else if (ks->allow & ALLOW_NULL)
         snprintf(out, cap, " or set it to null");
 }
 
-/* Optional extra advice for an unknown key (e.g. "it belongs inside deepspeed"). */
-typedef const char *(*unknown_hint_fn)(const char *key, const void *arg);
-
-static zt_status check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n,
-                            unknown_hint_fn hint_fn, const void *hint_arg)
+/* Whether v is DeepSpeed's default dflt (JSON text; numbers compare by value, "1e9" too). */
+static bool is_default(const json_t *v, const char *dflt)
 {
+    if (!dflt) return false;
+    json_error_t je;
+    json_t *d = json_loads(dflt, JSON_DECODE_ANY, &je);
+    if (!d) {
+        char *end;
+        double x = strtod(dflt, &end);
+        return end != dflt && *end == '\0' && json_is_number(v) && json_number_value(v) == x;
+    }
+    bool same = (json_is_number(v) && json_is_number(d))
+                    ? json_number_value(v) == json_number_value(d)
+                    : json_equal((json_t *)v, d);
+    json_decref(d);
+    return same;
+}
+
+/* Whether v has the table's type (keys with no effect are still checked, as DeepSpeed
+ * checks them). */
+static bool type_ok(int type, const json_t *v)
+{
+    switch (type) {
+    case VT_BOOL:
+        return json_is_boolean(v);
+    case VT_INT:
+        return json_is_integer(v) ||
+               (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
+    case VT_NUM:
+        return json_is_number(v);
+    case VT_STR:
+        return json_is_string(v);
+    case VT_OBJ:
+        return json_is_object(v);
+    case VT_LIST:
+        return json_is_array(v);
+    case VT_STR_OR_NULL:
+        return json_is_string(v) || json_is_null(v);
+    default:
+        return true;
+    }
+}
+
+static const char *type_word(int type)
+{
+    switch (type) {
+    case VT_BOOL:
+        return "true or false";
+    case VT_INT:
+        return "an integer";
+    case VT_NUM:
+        return "a number";
+    case VT_STR:
+        return "a string";
+    case VT_OBJ:
+        return "an object {...}";
+    case VT_LIST:
+        return "a list";
+    case VT_STR_OR_NULL:
+        return "a string or null";
+    default:
+        return "a value";
+    }
+}
+
+static void add_line(char *out, size_t cap, const char *sep, const char *text)
+{
+    size_t used = strlen(out);
+    if (used) jf_append(out, cap, &used, sep);
+    jf_append(out, cap, &used, text);
+}
+
+zt_status jf_check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n, int mode,
+                        unknown_hint_fn hint_fn, const void *hint_arg)
+{
+    zt_status st = ZT_OK, s1;
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v)
@@ -523,33 +612,127 @@ static zt_status check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n,
         for (size_t i = 0; i < n && !spec; i++)
             if (strcmp(ks[i].name, key) == 0) spec = &ks[i];
         if (!spec) {
-            const char *names[64];
+            const char *names[128];
             size_t nn = 0;
-            for (size_t i = 0; i < n && nn < 64; i++)
-                if (ks[i].kind == KEY_OK) names[nn++] = ks[i].name;
+            for (size_t i = 0; i < n && nn < 128; i++)
+                if (ks[i].kind != KEY_REFUSED && strcmp(ks[i].name, "deepspeed_notes") != 0)
+                    names[nn++] = ks[i].name; /* written by zerotrain, not by users */
             const char *hint = hint_fn ? hint_fn(key, hint_arg) : NULL;
-            if (hint) return fail_key(c, key, "unknown key; %s", hint);
-            const char *near = closest(key, names, nn);
-            if (near) return fail_key(c, key, "unknown key; did you mean \"%s\"?", near);
-            char list[512];
-            size_t used = 0;
-            list[0] = '\0';
-            for (size_t i = 0; i < nn; i++) {
-                if (i) append(list, sizeof(list), &used, ", ");
-                append(list, sizeof(list), &used, names[i]);
+            const char *near = jf_closest(key, names, nn);
+            if (mode == JF_LENIENT) {
+                char path[JF_PATH_TEXT], text[JF_PATH_TEXT + 96];
+                jf_path(c, key, path, sizeof(path));
+                if (near)
+                    snprintf(text, sizeof(text), "%s (did you mean \"%s\"?)", path, near);
+                else
+                    snprintf(text, sizeof(text), "%s", path);
+                one_line(text);
+                add_line(c->rep->ignored, sizeof(c->rep->ignored), ", ", text);
+                continue;
             }
-            return fail_key(c, key, "unknown key; remove it (keys allowed here: %s)", list);
+            if (hint)
+                s1 = jf_fail_key(c, key, "unknown key; %s", hint);
+            else if (near) {
+                s1 = jf_fail_key(c, key, "unknown key; did you mean \"%s\"?", near);
+                char path[JF_PATH_TEXT];
+                jf_path(c, near, path, sizeof(path));
+                size_t used = strlen(c->rep->suggested);
+                jf_append(c->rep->suggested, sizeof(c->rep->suggested), &used, path);
+                jf_append(c->rep->suggested, sizeof(c->rep->suggested), &used, "\n");
+            } else {
+                char list[768];
+                size_t used = 0;
+                list[0] = '\0';
+                for (size_t i = 0; i < nn; i++) {
+                    if (i) jf_append(list, sizeof(list), &used, ", ");
+                    jf_append(list, sizeof(list), &used, names[i]);
+                }
+                s1 = jf_fail_key(c, key, "unknown key; remove it (keys allowed here: %s)", list);
+            }
+            if (st == ZT_OK) st = s1;
+            continue;
         }
-        if (spec->kind == KEY_UNSUPPORTED && !is_auto(v) && !allowed_value(spec, v)) {
+        if (jf_is_auto(v) || spec->kind == KEY_USED) continue;
+        if (spec->kind == KEY_ALIAS) {
+            const keyspec *of = NULL;
+            for (size_t i = 0; i < n && !of; i++)
+                if (strcmp(ks[i].name, spec->doc) == 0) of = &ks[i];
+            if (!of || of->kind == KEY_USED) continue;
+            spec = of; /* an alias of a key with no effect is checked like it */
+        }
+        if (spec->kind == KEY_REFUSED && !allowed_value(spec, v)) {
             char allow[64];
             allowed_text(spec, allow, sizeof(allow));
-            return fail_key(
-                c, key,
-                "\"%s\" is a DeepSpeed key that zerotrain does not support; remove it%s%s%s", key,
-                allow, spec->hint ? "; " : "", spec->hint ? spec->hint : "");
+            s1 = jf_fail_key(c, key, "zerotrain does not offer this; remove it%s%s%s%s", allow,
+                             spec->doc ? " (" : "", spec->doc ? spec->doc : "",
+                             spec->doc ? ")" : "");
+            if (st == ZT_OK) st = s1;
+            continue;
         }
+        if (!type_ok(spec->type, v)) {
+            char got[64];
+            jf_describe(v, got, sizeof(got));
+            s1 = jf_fail_key(c, key, "must be %s (got %s)", type_word(spec->type), got);
+            if (st == ZT_OK) st = s1;
+            continue;
+        }
+        if (spec->kind == KEY_REFUSED || mode == JF_QUIET || is_default(v, spec->dflt)) continue;
+        if (json_is_object(v) && json_is_false(json_object_get(v, "enabled"))) continue;
+        char path[JF_PATH_TEXT], got[64], text[JF_PATH_TEXT + 512];
+        jf_path(c, key, path, sizeof(path));
+        jf_describe(v, got, sizeof(got));
+        if (json_is_object(v))
+            snprintf(text, sizeof(text), "%s: %s", path, spec->doc ? spec->doc : "");
+        else
+            snprintf(text, sizeof(text), "%s = %s: %s", path, got, spec->doc ? spec->doc : "");
+        one_line(text);
+        if (!strstr(c->rep->noeffect, text))
+            add_line(c->rep->noeffect, sizeof(c->rep->noeffect), "\n", text);
     }
-    return ZT_OK;
+    return st;
+}
+
+const char *jf_pick_alias(pctx *c, json_t *obj, const keyspec *ks, size_t n, const char *key)
+{
+    const char *found = json_object_get(obj, key) ? key : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (ks[i].kind != KEY_ALIAS || strcmp(ks[i].doc, key) != 0) continue;
+        if (!json_object_get(obj, ks[i].name)) continue;
+        if (found) {
+            jf_fail_key(c, ks[i].name, "is another name for \"%s\", which is also given; keep one",
+                        found);
+            continue;
+        }
+        found = ks[i].name;
+    }
+    return found ? found : key;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* "auto" values. */
+
+bool jf_auto_given(const pctx *c, json_t *obj, const char *key)
+{
+    (void)c;
+    return obj && jf_is_auto(json_object_get(obj, key));
+}
+
+void jf_auto_note(pctx *c, const char *key, jf_vtype type, const void *value, const char *from)
+{
+    jf_report *r = c->rep;
+    char path[JF_PATH_TEXT];
+    jf_path(c, key, path, sizeof(path));
+    jf_auto *a = NULL;
+    for (size_t i = 0; i < r->nautos && !a; i++)
+        if (strcmp(r->autos[i].path, path) == 0) a = &r->autos[i];
+    if (!a) {
+        if (r->nautos == JF_MAX_AUTOS) return;
+        a = &r->autos[r->nautos++];
+        snprintf(a->path, sizeof(a->path), "%s", path);
+    }
+    a->type = type;
+    a->value = value;
+    a->from = from;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -591,7 +774,7 @@ static bool clean_path(const char *in, char *out, size_t cap)
 }
 
 /* Joins base (absolute) and p unless p is absolute. False when the result does not fit. */
-static bool absolute_path(const char *base, const char *p, char *out, size_t cap)
+bool jf_absolute_path(const char *base, const char *p, char *out, size_t cap)
 {
     if (p[0] == '/') return clean_path(p, out, cap);
     char tmp[2 * ZT_PATH_MAX + 2];
@@ -614,16 +797,16 @@ static zt_status cwd_path(char *out, size_t cap, zt_err *err)
 }
 
 /* Reads member `key` as a path and stores it resolved against base_dir. */
-static zt_status get_path(pctx *c, json_t *obj, const char *key, const char *base_dir, char *out,
-                          bool *present)
+zt_status jf_get_path(pctx *c, json_t *obj, const char *key, const char *base_dir, char *out,
+                      bool *present)
 {
     char raw[ZT_PATH_MAX];
     bool given;
-    zt_status st = get_str(c, obj, key, raw, sizeof(raw), &given);
+    zt_status st = jf_get_str(c, obj, key, raw, sizeof(raw), &given);
     if (present) *present = given;
     if (st != ZT_OK || !given) return st;
-    if (!absolute_path(base_dir, raw, out, ZT_PATH_MAX))
-        return fail_key(
+    if (!jf_absolute_path(base_dir, raw, out, ZT_PATH_MAX))
+        return jf_fail_key(
             c, key,
             "path is too long once resolved against %s (at most %d bytes); use a shorter path",
             base_dir, ZT_PATH_MAX - 1);
@@ -632,8 +815,8 @@ static zt_status get_path(pctx *c, json_t *obj, const char *key, const char *bas
 
 /* Reads a whole file into a NUL-terminated buffer (caller frees with zt_free). `what` names
  * the file in messages ("job file", "DeepSpeed config"). */
-static zt_status read_text(const char *path, const char *shown, const char *what, char **out,
-                           size_t *out_len, zt_err *err)
+zt_status jf_read_text(const char *path, const char *shown, const char *what, char **out,
+                       size_t *out_len, zt_err *err)
 {
     char why[128];
     *out = NULL;
@@ -699,8 +882,8 @@ close_file:
 /* jansson's parse of text, with messages "origin:line:col: text". Empty text, a duplicate
  * key (named with its path and both positions) and a root that is not an object get their
  * own messages. */
-static zt_status load_json(const char *text, size_t len, const char *origin, const char *what,
-                           json_t **out, zt_err *err)
+zt_status jf_load_json(const char *text, size_t len, const char *origin, const char *what,
+                       json_t **out, zt_err *err)
 {
     *out = NULL;
     size_t k = 0;
@@ -712,20 +895,20 @@ static zt_status load_json(const char *text, size_t len, const char *origin, con
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        char path[PATH_TEXT_MAX];
+        char path[JF_PATH_TEXT];
         zt_json_loc first, second;
         if (json_error_code(&je) == json_error_duplicate_key &&
             zt_json_find_duplicate(text, len, path, sizeof(path), &first, &second))
-            return one_line(
-                err, zt_err_set(
-                         err, ZT_ERR_CONFIG,
-                         "%s:%d:%d: %s: duplicate key (first at line %d, column %d); keep only one",
-                         origin, second.line, second.col, path, first.line, first.col));
+            return zt_err_set(
+                err, ZT_ERR_CONFIG,
+                "%s:%d:%d: %s: duplicate key (first at line %d, column %d); keep only one", origin,
+                second.line, second.col, path, first.line, first.col);
         /* jansson says column 0 at the start of a line (e.g. at end of file); columns are
          * 1-based everywhere else. */
         zt_err_set(err, ZT_ERR_CONFIG, "%s:%d:%d: %s", origin, je.line,
                    je.column > 0 ? je.column : 1, je.text);
-        return one_line(err, ZT_ERR_CONFIG);
+        if (err) one_line(err->msg);
+        return ZT_ERR_CONFIG;
     }
     if (!json_is_object(root)) {
         zt_json_loc loc = zt_json_offset_loc(text, len, k);
@@ -743,7 +926,7 @@ static zt_status load_json(const char *text, size_t len, const char *origin, con
 
 static const keyspec job_keys[] = {
     SUP("name"),      SUP("model"),        SUP("data"),      SUP("train"),
-    SUP("resources"), SUP("max_restarts"), SUP("deepspeed"),
+    SUP("resources"), SUP("max_restarts"), SUP("deepspeed"), SUP("deepspeed_notes"),
 };
 
 static const keyspec model_keys[] = {
@@ -754,302 +937,41 @@ static const keyspec model_keys[] = {
 static const keyspec data_keys[] = {SUP("train"), SUP("val")};
 
 static const keyspec train_keys[] = {
-    SUP("steps"),          SUP("eval_every"),       SUP("eval_steps"), SUP("checkpoint_every"),
-    SUP("checkpoint_dir"), SUP("keep_checkpoints"), SUP("comm_timeout_ms"),
+    SUP("steps"),
+    SUP("eval_every"),
+    SUP("eval_steps"),
+    SUP("checkpoint_every"),
+    SUP("checkpoint_dir"),
+    SUP("keep_checkpoints"),
+    SUP("comm_timeout_ms"),
+    SUP("batch_size"),
+    SUP("micro_batch_size"),
+    SUP("warmup_steps"),
+    SUP("precision"),
 };
 
 static const keyspec resources_keys[] = {SUP("ranks"), SUP("ranks_per_node"), SUP("device")};
-
-static const keyspec ds_keys[] = {
-    SUP("train_batch_size"),
-    SUP("train_micro_batch_size_per_gpu"),
-    SUP("gradient_accumulation_steps"),
-    SUP("optimizer"),
-    SUP("scheduler"),
-    SUP("gradient_clipping"),
-    SUP("fp16"),
-    SUP("bf16"),
-    SUP("bfloat16"),
-    SUP("zero_optimization"),
-    SUP("activation_checkpointing"),
-    SUP("data_types"),
-    SUP("steps_per_print"),
-    /* reporting switches: harmless when off */
-    UNSUP("wall_clock_breakdown", ALLOW_FALSE, 0, NULL),
-    UNSUP("memory_breakdown", ALLOW_FALSE, 0, NULL),
-    UNSUP("dump_state", ALLOW_FALSE, 0, NULL),
-    UNSUP("prescale_gradients", ALLOW_FALSE, 0, NULL),
-    UNSUP("sparse_gradients", ALLOW_FALSE, 0, NULL),
-    UNSUP("disable_allgather", ALLOW_FALSE, 0, NULL),
-    UNSUP("dataloader_drop_last", ALLOW_FALSE, 0, NULL),
-    UNSUP("zero_allow_untested_optimizer", ALLOW_FALSE, 0,
-          "zerotrain implements Adam and AdamW only"),
-    UNSUP("tensorboard", ALLOW_DISABLED, 0,
-          "zerotrain reports metrics to its coordinator and /metrics"),
-    UNSUP("wandb", ALLOW_DISABLED, 0, "zerotrain reports metrics to its coordinator and /metrics"),
-    UNSUP("csv_monitor", ALLOW_DISABLED, 0,
-          "zerotrain reports metrics to its coordinator and /metrics"),
-    UNSUP("comet", ALLOW_DISABLED, 0, "zerotrain reports metrics to its coordinator and /metrics"),
-    UNSUP("comms_logger", ALLOW_DISABLED, 0, NULL),
-    UNSUP("flops_profiler", ALLOW_DISABLED, 0, "zerotrain reports TFLOP/s and MFU every step"),
-    UNSUP("amp", ALLOW_DISABLED, 0, "use fp16 or bf16"),
-    /* everything else DeepSpeed knows */
-    UNSUP("pipeline", 0, 0, NULL),
-    UNSUP("sparse_attention", 0, 0, NULL),
-    UNSUP("elasticity", 0, 0, NULL),
-    UNSUP("compression_training", 0, 0, NULL),
-    UNSUP("data_efficiency", 0, 0, NULL),
-    UNSUP("curriculum_learning", 0, 0, NULL),
-    UNSUP("autotuning", 0, 0, NULL),
-    UNSUP("aio", 0, 0, NULL),
-    UNSUP("checkpoint", 0, 0, "checkpointing is set in the job's \"train\" section"),
-    UNSUP("communication_data_type", ALLOW_NULL, 0, "collectives use the training precision"),
-    UNSUP("seq_parallel_communication_data_type", ALLOW_NULL, 0, NULL),
-    UNSUP("gradient_predivide_factor", 0, 0, NULL),
-    UNSUP("zero_force_ds_cpu_optimizer", 0, 0, NULL),
-    UNSUP("eigenvalue", 0, 0, NULL),
-    UNSUP("progressive_layer_drop", 0, 0, NULL),
-    UNSUP("quantize_training", 0, 0, NULL),
-    UNSUP("weight_quantization", 0, 0, NULL),
-    UNSUP("nebula", 0, 0, NULL),
-    UNSUP("moe", 0, 0, NULL),
-    UNSUP("hybrid_engine", 0, 0, NULL),
-    UNSUP("graph_harvesting", 0, 0, NULL),
-    UNSUP("compile", 0, 0, NULL),
-    UNSUP("use_data_before_expert_parallelism", 0, 0, NULL),
-    UNSUP("timers", 0, 0, NULL),
-    UNSUP("tensor_parallel", 0, 0, NULL),
-    UNSUP("sequence_parallel_size", 0, 0, NULL),
-    UNSUP("torch_autocast", 0, 0, "use fp16 or bf16"),
-};
-
-static const keyspec fp16_keys[] = {
-    SUP("enabled"),
-    SUP("loss_scale"),
-    SUP("initial_scale_power"),
-    SUP("loss_scale_window"),
-    SUP("hysteresis"),
-    SUP("consecutive_hysteresis"),
-    SUP("min_loss_scale"),
-    UNSUP("auto_cast", ALLOW_FALSE, 0, NULL),
-    UNSUP("fp16_master_weights_and_grads", ALLOW_FALSE, 0, "zerotrain keeps fp32 master weights"),
-};
-
-static const keyspec bf16_keys[] = {
-    SUP("enabled"),
-    UNSUP("immediate_grad_update", ALLOW_FALSE, 0, NULL),
-    UNSUP("check_grad_overflow", ALLOW_TRUE, 0,
-          "zerotrain always checks gradients for non-finite values"),
-};
-
-static const keyspec optimizer_keys[] = {
-    SUP("type"),
-    SUP("params"),
-    UNSUP("legacy_fusion", ALLOW_FALSE, 0, NULL),
-};
-
-static const keyspec adam_keys[] = {
-    SUP("lr"),
-    SUP("betas"),
-    SUP("eps"),
-    SUP("weight_decay"),
-    SUP("adam_w_mode"),
-    UNSUP("max_grad_norm", 0, 0,
-          "DeepSpeed rejects it too (ValueError); use the top-level \"gradient_clipping\" instead"),
-    UNSUP("amsgrad", ALLOW_FALSE, 0, NULL),
-    UNSUP("torch_adam", ALLOW_FALSE, 0, NULL),
-    UNSUP("bias_correction", ALLOW_TRUE, 0, "zerotrain's Adam always corrects the moments' bias"),
-    UNSUP("set_grad_none", ALLOW_TRUE | ALLOW_FALSE, 0, NULL),
-    UNSUP("maximize", ALLOW_FALSE, 0, NULL),
-    UNSUP("foreach", ALLOW_NULL | ALLOW_FALSE, 0, NULL),
-    UNSUP("fused", ALLOW_NULL | ALLOW_FALSE, 0, NULL),
-    UNSUP("capturable", ALLOW_FALSE, 0, NULL),
-    UNSUP("differentiable", ALLOW_FALSE, 0, NULL),
-};
-
-static const keyspec scheduler_keys[] = {SUP("type"), SUP("params")};
-
-/* The parameters of each supported schedule, in one table so that a parameter given to the
- * wrong schedule can say where it belongs. */
-typedef struct sched_info {
-    const char *name;
-    zt_sched_type type;
-    const char *params[8];
-} sched_info;
-
-static const sched_info sched_table[] = {
-    {"WarmupLR",
-     ZT_SCHED_WARMUP_LR,
-     {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration"}},
-    {"WarmupDecayLR",
-     ZT_SCHED_WARMUP_DECAY_LR,
-     {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
-      "last_batch_iteration"}},
-    {"WarmupCosineLR",
-     ZT_SCHED_WARMUP_COSINE_LR,
-     {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type",
-      "last_batch_iteration"}},
-};
-
-static const char *const unsupported_schedulers[] = {
-    "OneCycle",
-    "LRRangeTest",
-    /* torch.optim.lr_scheduler, which DeepSpeed falls back to */
-    "LambdaLR",
-    "MultiplicativeLR",
-    "StepLR",
-    "MultiStepLR",
-    "ConstantLR",
-    "LinearLR",
-    "ExponentialLR",
-    "SequentialLR",
-    "CosineAnnealingLR",
-    "ChainedScheduler",
-    "ReduceLROnPlateau",
-    "CyclicLR",
-    "CosineAnnealingWarmRestarts",
-    "OneCycleLR",
-    "PolynomialLR",
-};
-
-static const char *const unsupported_optimizers[] = {
-    /* DeepSpeed's own (lowercased) */
-    "lamb",
-    "onebitadam",
-    "zerooneadam",
-    "onebitlamb",
-    "adagrad",
-    "lion",
-    "muadam",
-    "muadamw",
-    "musgd",
-    "muon",
-    /* torch.optim, which DeepSpeed falls back to */
-    "sgd",
-    "rmsprop",
-    "adadelta",
-    "adamax",
-    "asgd",
-    "lbfgs",
-    "nadam",
-    "radam",
-    "rprop",
-    "sparseadam",
-    "adafactor",
-};
-
-static const keyspec zero_keys[] = {
-    SUP("stage"),
-    SUP("reduce_bucket_size"),
-    SUP("allgather_bucket_size"),
-    SUP("overlap_comm"),
-    SUP("contiguous_gradients"),
-    SUP("offload_optimizer"),
-    SUP("offload_param"),
-    SUP("stage3_prefetch_bucket_size"),
-    SUP("stage3_param_persistence_threshold"),
-    SUP("stage3_max_reuse_distance"),
-    /* settings zerotrain's design already matches */
-    UNSUP("reduce_scatter", ALLOW_TRUE, 0, "zerotrain always reduce-scatters gradients"),
-    UNSUP("use_multi_rank_bucket_allreduce", ALLOW_TRUE | ALLOW_FALSE, 0, NULL),
-    UNSUP("allgather_partitions", ALLOW_TRUE, 0, NULL),
-    UNSUP("load_from_fp32_weights", ALLOW_TRUE, 0, NULL),
-    UNSUP("ignore_unused_parameters", ALLOW_TRUE, 0, NULL),
-    UNSUP("elastic_checkpoint", ALLOW_FALSE, 0, NULL),
-    UNSUP("legacy_stage1", ALLOW_FALSE, 0, NULL),
-    UNSUP("stage3_gather_16bit_weights_on_model_save", ALLOW_TRUE | ALLOW_FALSE, 0, NULL),
-    UNSUP("stage3_gather_fp16_weights_on_model_save", ALLOW_TRUE | ALLOW_FALSE, 0, NULL),
-    UNSUP("memory_efficient_linear", ALLOW_TRUE, 0, NULL),
-    UNSUP("override_module_apply", ALLOW_TRUE, 0, NULL),
-    /* features zerotrain does not have */
-    UNSUP("round_robin_gradients", ALLOW_FALSE, 0, NULL),
-    UNSUP("sub_group_size", 0, 0, "zerotrain steps each rank's optimizer shard as one piece"),
-    UNSUP("stage3_max_live_parameters", 0, 0, NULL),
-    UNSUP("stage3_model_persistence_threshold", 0, 0, NULL),
-    UNSUP("stage3_module_granularity_threshold", ALLOW_NUM, 0, NULL),
-    UNSUP("stage3_use_all_reduce_for_fetch_params", ALLOW_FALSE, 0, NULL),
-    UNSUP("zero_hpz_partition_size", ALLOW_NUM, 1, NULL),
-    UNSUP("zero_quantized_weights", ALLOW_FALSE, 0, NULL),
-    UNSUP("zero_quantized_nontrainable_weights", ALLOW_FALSE, 0, NULL),
-    UNSUP("zero_quantized_gradients", ALLOW_FALSE, 0, NULL),
-    UNSUP("zeropp_loco_param", ALLOW_NULL, 0, NULL),
-    UNSUP("mics_shard_size", ALLOW_NUM, -1, NULL),
-    UNSUP("mics_hierarchical_params_gather", ALLOW_FALSE, 0, NULL),
-    UNSUP("pipeline_loading_checkpoint", ALLOW_FALSE, 0, NULL),
-    UNSUP("log_trace_cache_warnings", ALLOW_FALSE, 0, NULL),
-    UNSUP("cpu_offload", ALLOW_FALSE, 0, "use \"offload_optimizer\": {\"device\": \"cpu\"}"),
-    UNSUP("cpu_offload_param", ALLOW_FALSE, 0, "use \"offload_param\": {\"device\": \"cpu\"}"),
-    UNSUP("cpu_offload_use_pin_memory", ALLOW_FALSE, 0,
-          "use \"pin_memory\" inside offload_optimizer"),
-};
-
-static const keyspec offload_optimizer_keys[] = {
-    SUP("device"),
-    SUP("pin_memory"),
-    SUP("ratio"),
-    UNSUP("nvme_path", ALLOW_NULL, 0, NULL),
-    UNSUP("buffer_count", 0, 0, NULL),
-    UNSUP("pipeline_read", ALLOW_FALSE, 0, NULL),
-    UNSUP("pipeline_write", ALLOW_FALSE, 0, NULL),
-    UNSUP("fast_init", ALLOW_FALSE, 0, NULL),
-};
-
-static const keyspec offload_param_keys[] = {
-    SUP("device"),
-    SUP("pin_memory"),
-    UNSUP("nvme_path", ALLOW_NULL, 0, NULL),
-    UNSUP("buffer_count", 0, 0, NULL),
-    UNSUP("buffer_size", 0, 0, NULL),
-    UNSUP("max_in_cpu", 0, 0, NULL),
-};
-
-static const keyspec actckpt_keys[] = {
-    SUP("partition_activations"),
-    SUP("cpu_checkpointing"),
-    UNSUP("contiguous_memory_optimization", ALLOW_FALSE, 0, NULL),
-    UNSUP("number_checkpoints", ALLOW_NULL | ALLOW_FALSE, 0, NULL),
-    UNSUP("synchronize_checkpoint_boundary", ALLOW_FALSE, 0, NULL),
-    UNSUP("profile", ALLOW_FALSE, 0, NULL),
-};
-
-static const keyspec data_types_keys[] = {SUP("grad_accum_dtype")};
 
 /* A DeepSpeed key written at the job's top level belongs inside "deepspeed". */
 static const char *job_key_hint(const char *key, const void *arg)
 {
     (void)arg;
-    for (size_t i = 0; i < NKEYS(ds_keys); i++)
-        if (strcmp(ds_keys[i].name, key) == 0)
-            return "it is a DeepSpeed key; move it inside \"deepspeed\"";
-    return NULL;
-}
-
-/* A schedule parameter given to the wrong schedule says which schedules take it. */
-static const char *sched_key_hint(const char *key, const void *arg)
-{
-    (void)arg;
-    if (strcmp(key, "warmup_min_lr") == 0 || strcmp(key, "warmup_max_lr") == 0)
-        return "it is a parameter of WarmupLR and WarmupDecayLR, not of this schedule";
-    if (strcmp(key, "total_num_steps") == 0)
-        return "it is a parameter of WarmupDecayLR and WarmupCosineLR, not of this schedule";
-    if (strcmp(key, "warmup_min_ratio") == 0 || strcmp(key, "cos_min_ratio") == 0)
-        return "it is a parameter of WarmupCosineLR, not of this schedule";
-    return NULL;
+    return zt_ds_top_key_hint(key);
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The job's own sections. */
+/* The job's own sections. Each goes on after a problem, so that one run reports them all. */
 
-#define TRY(expr, label)                                                                           \
+#define KEEP(expr)                                                                                 \
     do {                                                                                           \
-        st = (expr);                                                                               \
-        if (st != ZT_OK) goto label;                                                               \
+        zt_status s_ = (expr);                                                                     \
+        if (s_ != ZT_OK && st == ZT_OK) st = s_;                                                   \
     } while (0)
 
-static zt_status require(pctx *c, json_t *obj, const char *key, const char *what)
+zt_status jf_require(pctx *c, json_t *obj, const char *key, const char *what)
 {
-    if (member(obj, key)) return ZT_OK;
-    return fail_key(c, key, "missing; add it (%s)", what);
+    if (jf_member(obj, key)) return ZT_OK;
+    return jf_fail_key(c, key, "missing; add it (%s)", what);
 }
 
 static bool valid_name(const char *s)
@@ -1080,95 +1002,108 @@ static void default_name(const zt_job *job, char *out, size_t cap)
 static zt_status parse_name(pctx *c, json_t *root, zt_job *job)
 {
     bool present;
-    zt_status st = get_str(c, root, "name", job->name, sizeof(job->name), &present);
-    if (st != ZT_OK) return st;
-    if (!present) {
+    zt_status st = jf_get_str(c, root, "name", job->name, sizeof(job->name), &present);
+    if (st != ZT_OK || !present) {
         default_name(job, job->name, sizeof(job->name));
-        return ZT_OK;
+        return st;
     }
-    if (!valid_name(job->name))
-        return fail_key(
+    if (!valid_name(job->name)) {
+        st = jf_fail_key(
             c, "name",
             "must start with a letter or digit and hold only letters, digits, '-', '_' and '.' (got \"%s\")",
             job->name);
-    return ZT_OK;
+        default_name(job, job->name, sizeof(job->name));
+    }
+    return st;
 }
 
 static zt_status parse_model(pctx *c, json_t *root, zt_job *job)
 {
     zt_model_cfg *m = &job->model;
     json_t *o;
-    zt_status st = get_obj(c, root, "model", &o);
+    zt_status st = jf_get_obj(c, root, "model", &o);
     if (st != ZT_OK) return st;
     if (!o)
-        return fail_key(
+        return jf_fail_key(
             c, "model",
             "missing; add the model, e.g. \"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 128, \"block_size\": 128, \"vocab_size\": 256}");
-    push(c, "model");
-    TRY(check_keys(c, o, model_keys, NKEYS(model_keys), NULL, NULL), out);
+    jf_push(c, "model");
+    KEEP(jf_check_keys(c, o, model_keys, NKEYS(model_keys), JF_STRICT, NULL, NULL));
     snprintf(m->arch, sizeof(m->arch), "gpt2");
-    TRY(get_str(c, o, "arch", m->arch, sizeof(m->arch), NULL), out);
-    if (strcmp(m->arch, "gpt2") != 0) {
-        st = fail_key(c, "arch",
-                      "unsupported architecture \"%s\"; zerotrain implements \"gpt2\" only",
-                      m->arch);
-        goto out;
-    }
+    KEEP(jf_get_str(c, o, "arch", m->arch, sizeof(m->arch), NULL));
+    if (strcmp(m->arch, "gpt2") != 0)
+        KEEP(jf_fail_key(c, "arch",
+                         "unsupported architecture \"%s\"; zerotrain implements \"gpt2\" only",
+                         m->arch));
     static const char *const required[] = {"n_layer", "n_head", "n_embd", "block_size",
                                            "vocab_size"};
     for (size_t i = 0; i < NKEYS(required); i++)
-        TRY(require(c, o, required[i], "a positive integer"), out);
-    TRY(get_int(c, o, "n_layer", 1, INT_MAX, &m->n_layer), out);
-    TRY(get_int(c, o, "n_head", 1, INT_MAX, &m->n_head), out);
-    TRY(get_int(c, o, "n_embd", 1, INT_MAX, &m->n_embd), out);
-    if (m->n_embd % m->n_head != 0) {
-        st = fail_key(c, "n_head",
-                      "must be a positive integer that divides n_embd (got %d for n_embd %d)",
-                      m->n_head, m->n_embd);
-        goto out;
-    }
-    TRY(get_int(c, o, "block_size", 1, INT_MAX, &m->block_size), out);
-    TRY(get_int(c, o, "vocab_size", 1, 65536, &m->vocab_size), out);
+        KEEP(jf_require(c, o, required[i], "a positive integer"));
+    KEEP(jf_get_int(c, o, "n_layer", 1, INT_MAX, &m->n_layer));
+    KEEP(jf_get_int(c, o, "n_head", 1, INT_MAX, &m->n_head));
+    KEEP(jf_get_int(c, o, "n_embd", 1, INT_MAX, &m->n_embd));
+    if (m->n_head > 0 && m->n_embd > 0 && m->n_embd % m->n_head != 0)
+        KEEP(jf_fail_key(c, "n_head",
+                         "must be a positive integer that divides n_embd (got %d for n_embd %d)",
+                         m->n_head, m->n_embd));
+    KEEP(jf_get_int(c, o, "block_size", 1, INT_MAX, &m->block_size));
+    KEEP(jf_get_int(c, o, "vocab_size", 1, 65536, &m->vocab_size));
     /* V rounded up to a multiple of 128, computed in 64 bits: V <= 65536 so it fits. */
     m->padded_vocab_size = (int)(((int64_t)m->vocab_size + 127) / 128 * 128);
-    TRY(get_int(c, o, "padded_vocab_size", 1, INT_MAX, &m->padded_vocab_size), out);
-    if (m->padded_vocab_size < m->vocab_size) {
-        st = fail_key(
+    KEEP(jf_get_int(c, o, "padded_vocab_size", 1, INT_MAX, &m->padded_vocab_size));
+    if (m->padded_vocab_size < m->vocab_size)
+        KEEP(jf_fail_key(
             c, "padded_vocab_size",
             "must be >= vocab_size (got %d for vocab_size %d); leave it out to get a multiple of 128",
-            m->padded_vocab_size, m->vocab_size);
-        goto out;
-    }
+            m->padded_vocab_size, m->vocab_size));
     char init[ZT_PATH_MAX];
-    bool present;
-    TRY(get_str(c, o, "init", init, sizeof(init), &present), out);
+    bool present = false;
+    zt_status s_init = jf_get_str(c, o, "init", init, sizeof(init), &present);
+    KEEP(s_init);
     m->init_random = !present || strcmp(init, "random") == 0;
-    if (!m->init_random) TRY(get_path(c, o, "init", job->base_dir, m->init_path, NULL), out);
+    if (!m->init_random) KEEP(jf_get_path(c, o, "init", job->base_dir, m->init_path, NULL));
     int64_t seed = 1337;
-    TRY(get_i64(c, o, "seed", 0, INT64_MAX, &seed), out);
+    KEEP(jf_get_i64(c, o, "seed", 0, INT64_MAX, &seed));
     m->seed = (uint64_t)seed;
-out:
-    pop(c);
+    jf_pop(c);
     return st;
 }
 
 static zt_status parse_data(pctx *c, json_t *root, zt_job *job)
 {
     json_t *o;
-    zt_status st = get_obj(c, root, "data", &o);
+    zt_status st = jf_get_obj(c, root, "data", &o);
     if (st != ZT_OK) return st;
     if (!o)
-        return fail_key(
+        return jf_fail_key(
             c, "data",
             "missing; add the token shards, e.g. \"data\": {\"train\": \"data/train_*.bin\"}");
-    push(c, "data");
-    TRY(check_keys(c, o, data_keys, NKEYS(data_keys), NULL, NULL), out);
-    TRY(require(c, o, "train", "a glob of training shards, e.g. \"data/train_*.bin\""), out);
-    TRY(get_path(c, o, "train", job->base_dir, job->data.train, NULL), out);
-    TRY(get_path(c, o, "val", job->base_dir, job->data.val, NULL), out);
-out:
-    pop(c);
+    jf_push(c, "data");
+    KEEP(jf_check_keys(c, o, data_keys, NKEYS(data_keys), JF_STRICT, NULL, NULL));
+    KEEP(jf_require(c, o, "train", "a glob of training shards, e.g. \"data/train_*.bin\""));
+    KEEP(jf_get_path(c, o, "train", job->base_dir, job->data.train, NULL));
+    KEEP(jf_get_path(c, o, "val", job->base_dir, job->data.val, NULL));
+    jf_pop(c);
     return st;
+}
+
+static zt_status parse_precision(pctx *c, json_t *o, zt_train_cfg *t)
+{
+    char p[32];
+    bool present = false;
+    zt_status st = jf_get_str(c, o, "precision", p, sizeof(p), &present);
+    if (st != ZT_OK || !present) return st;
+    if (strcmp(p, "fp32") == 0)
+        t->precision = ZT_PREC_FP32;
+    else if (strcmp(p, "bf16") == 0)
+        t->precision = ZT_PREC_BF16;
+    else if (strcmp(p, "fp16") == 0)
+        t->precision = ZT_PREC_FP16;
+    else
+        return jf_fail_key(c, "precision", "must be \"fp32\", \"bf16\" or \"fp16\" (got \"%s\")",
+                           p);
+    t->precision_given = true;
+    return ZT_OK;
 }
 
 static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
@@ -1179,35 +1114,37 @@ static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
     t->checkpoint_every = 0;
     t->keep_checkpoints = 3;
     t->comm_timeout_ms = ZT_JOB_DEFAULT_COMM_TIMEOUT_MS;
+    t->warmup_steps = -1;
     json_t *o;
-    zt_status st = get_obj(c, root, "train", &o);
+    zt_status st = jf_get_obj(c, root, "train", &o);
     if (st != ZT_OK) return st;
-    if (!o) return fail_key(c, "train", "missing; add at least \"train\": {\"steps\": N}");
-    push(c, "train");
-    TRY(check_keys(c, o, train_keys, NKEYS(train_keys), NULL, NULL), out);
-    TRY(require(c, o, "steps", "the number of optimizer steps, a positive integer"), out);
-    TRY(get_i64(c, o, "steps", 1, INT64_MAX, &t->steps), out);
-    TRY(get_i64(c, o, "eval_every", 0, INT64_MAX, &t->eval_every), out);
-    TRY(get_i64(c, o, "eval_steps", 1, INT64_MAX, &t->eval_steps), out);
-    TRY(get_i64(c, o, "checkpoint_every", 0, INT64_MAX, &t->checkpoint_every), out);
-    TRY(get_int(c, o, "keep_checkpoints", 0, INT_MAX, &t->keep_checkpoints), out);
-    TRY(get_int(c, o, "comm_timeout_ms", ZT_JOB_MIN_COMM_TIMEOUT_MS, ZT_JOB_MAX_COMM_TIMEOUT_MS,
-                &t->comm_timeout_ms),
-        out);
-    bool present;
-    TRY(get_path(c, o, "checkpoint_dir", job->base_dir, t->checkpoint_dir, &present), out);
+    if (!o) return jf_fail_key(c, "train", "missing; add at least \"train\": {\"steps\": N}");
+    jf_push(c, "train");
+    KEEP(jf_check_keys(c, o, train_keys, NKEYS(train_keys), JF_STRICT, NULL, NULL));
+    KEEP(jf_require(c, o, "steps", "the number of optimizer steps, a positive integer"));
+    KEEP(jf_get_i64(c, o, "steps", 1, INT64_MAX, &t->steps));
+    KEEP(jf_get_i64(c, o, "eval_every", 0, INT64_MAX, &t->eval_every));
+    KEEP(jf_get_i64(c, o, "eval_steps", 1, INT64_MAX, &t->eval_steps));
+    KEEP(jf_get_i64(c, o, "checkpoint_every", 0, INT64_MAX, &t->checkpoint_every));
+    KEEP(jf_get_int(c, o, "keep_checkpoints", 0, INT_MAX, &t->keep_checkpoints));
+    KEEP(jf_get_int(c, o, "comm_timeout_ms", ZT_JOB_MIN_COMM_TIMEOUT_MS, ZT_JOB_MAX_COMM_TIMEOUT_MS,
+                    &t->comm_timeout_ms));
+    KEEP(jf_get_i64(c, o, "batch_size", 1, INT_MAX, &t->batch_size));
+    KEEP(jf_get_i64(c, o, "micro_batch_size", 1, INT_MAX, &t->micro_batch_size));
+    KEEP(jf_get_i64(c, o, "warmup_steps", 0, INT64_MAX, &t->warmup_steps));
+    KEEP(parse_precision(c, o, t));
+    bool present = false;
+    KEEP(jf_get_path(c, o, "checkpoint_dir", job->base_dir, t->checkpoint_dir, &present));
     if (!present) {
         char rel[ZT_NAME_MAX + 8];
         snprintf(rel, sizeof(rel), "ckpt/%s", job->name);
-        if (!absolute_path(job->base_dir, rel, t->checkpoint_dir, sizeof(t->checkpoint_dir))) {
-            st = fail_here(c, ZT_ERR_CONFIG,
-                           "the default checkpoint_dir %s/%s is too long; set \"checkpoint_dir\"",
-                           job->base_dir, rel);
-            goto out;
-        }
+        if (!jf_absolute_path(job->base_dir, rel, t->checkpoint_dir, sizeof(t->checkpoint_dir)))
+            KEEP(
+                jf_fail_here(c, ZT_ERR_CONFIG,
+                             "the default checkpoint_dir %s/%s is too long; set \"checkpoint_dir\"",
+                             job->base_dir, rel));
     }
-out:
-    pop(c);
+    jf_pop(c);
     return st;
 }
 
@@ -1217,605 +1154,118 @@ static zt_status parse_resources(pctx *c, json_t *root, zt_job *job)
     r->ranks = 1;
     r->device = ZT_DEVICE_CPU;
     json_t *o;
-    zt_status st = get_obj(c, root, "resources", &o);
+    zt_status st = jf_get_obj(c, root, "resources", &o);
     if (st != ZT_OK || !o) {
         r->ranks_per_node = r->ranks;
         return st;
     }
-    push(c, "resources");
-    TRY(check_keys(c, o, resources_keys, NKEYS(resources_keys), NULL, NULL), out);
-    TRY(get_int(c, o, "ranks", 1, INT_MAX, &r->ranks), out);
+    jf_push(c, "resources");
+    KEEP(jf_check_keys(c, o, resources_keys, NKEYS(resources_keys), JF_STRICT, NULL, NULL));
+    KEEP(jf_get_int(c, o, "ranks", 1, INT_MAX, &r->ranks));
     r->ranks_per_node = r->ranks;
-    TRY(get_int(c, o, "ranks_per_node", 1, INT_MAX, &r->ranks_per_node), out);
-    if (r->ranks_per_node > r->ranks) {
-        st = fail_key(c, "ranks_per_node", "must be at most ranks (got %d for ranks %d)",
-                      r->ranks_per_node, r->ranks);
-        goto out;
-    }
+    KEEP(jf_get_int(c, o, "ranks_per_node", 1, INT_MAX, &r->ranks_per_node));
+    if (r->ranks_per_node > r->ranks)
+        KEEP(jf_fail_key(c, "ranks_per_node", "must be at most ranks (got %d for ranks %d)",
+                         r->ranks_per_node, r->ranks));
     char dev[64];
-    bool present;
-    TRY(get_str(c, o, "device", dev, sizeof(dev), &present), out);
+    bool present = false;
+    KEEP(jf_get_str(c, o, "device", dev, sizeof(dev), &present));
     if (present) {
-        if (strcmp(dev, "cpu") == 0) {
+        if (strcmp(dev, "cpu") == 0)
             r->device = ZT_DEVICE_CPU;
-        } else if (strcmp(dev, "cuda") == 0) {
+        else if (strcmp(dev, "cuda") == 0)
             r->device = ZT_DEVICE_CUDA;
-        } else {
-            st = fail_key(c, "device", "must be \"cpu\" or \"cuda\" (got \"%s\")", dev);
-            goto out;
-        }
-    }
-out:
-    pop(c);
-    return st;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The DeepSpeed config (deepspeed-semantics.md §1). */
-
-static bool in_list_ci(const char *s, const char *const *list, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        size_t k = 0;
-        while (s[k] && tolower((unsigned char)s[k]) == tolower((unsigned char)list[i][k]))
-            k++;
-        if (s[k] == '\0' && list[i][k] == '\0') return true;
-    }
-    return false;
-}
-
-static zt_status parse_fp16(pctx *c, json_t *ds, zt_fp16_cfg *f)
-{
-    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
-    static const zt_fp16_cfg defaults = {.enabled = false,
-                                         .loss_scale = 0,
-                                         .initial_scale_power = 16,
-                                         .loss_scale_window = 1000,
-                                         .hysteresis = 2,
-                                         .consecutive_hysteresis = false,
-                                         .min_loss_scale = 1};
-    memcpy(f, &defaults, sizeof(*f));
-    json_t *o;
-    zt_status st = get_obj(c, ds, "fp16", &o);
-    if (st != ZT_OK || !o) return st;
-    push(c, "fp16");
-    TRY(check_keys(c, o, fp16_keys, NKEYS(fp16_keys), NULL, NULL), out);
-    TRY(get_bool(c, o, "enabled", &f->enabled), out);
-    TRY(get_num(c, o, "loss_scale", 0, 0, NUM_GE, &f->loss_scale), out);
-    TRY(get_int(c, o, "initial_scale_power", 0, 64, &f->initial_scale_power), out);
-    TRY(get_int(c, o, "loss_scale_window", 1, INT_MAX, &f->loss_scale_window), out);
-    TRY(get_int(c, o, "hysteresis", 1, INT_MAX, &f->hysteresis), out);
-    TRY(get_bool(c, o, "consecutive_hysteresis", &f->consecutive_hysteresis), out);
-    TRY(get_num(c, o, "min_loss_scale", 0, 0, NUM_GT, &f->min_loss_scale), out);
-out:
-    pop(c);
-    return st;
-}
-
-/* bf16 (or its alias bfloat16); *key_out names the one given, for later messages. */
-static zt_status parse_bf16(pctx *c, json_t *ds, bool *enabled, const char **key_out)
-{
-    *enabled = false;
-    *key_out = "bf16";
-    bool have_bf16 = member(ds, "bf16") != NULL, have_alias = member(ds, "bfloat16") != NULL;
-    if (have_bf16 && have_alias)
-        return fail_key(c, "bfloat16",
-                        "is an alias of \"bf16\", which is also given; keep only one of them");
-    if (have_alias) *key_out = "bfloat16";
-    json_t *o;
-    zt_status st = get_obj(c, ds, *key_out, &o);
-    if (st != ZT_OK || !o) return st;
-    push(c, *key_out);
-    TRY(check_keys(c, o, bf16_keys, NKEYS(bf16_keys), NULL, NULL), out);
-    TRY(get_bool(c, o, "enabled", enabled), out);
-out:
-    pop(c);
-    return st;
-}
-
-static zt_status parse_betas(pctx *c, json_t *params, zt_optim_cfg *opt)
-{
-    json_t *v = member(params, "betas");
-    if (!v) return ZT_OK;
-    if (!json_is_array(v) || json_array_size(v) != 2) {
-        char got[64];
-        if (json_is_array(v))
-            snprintf(got, sizeof(got), "a list of %zu", json_array_size(v));
         else
-            describe(v, got, sizeof(got));
-        return fail_key(c, "betas",
-                        "must be a list of two numbers [beta1, beta2], each in [0, 1) (got %s)",
-                        got);
+            KEEP(jf_fail_key(c, "device", "must be \"cpu\" or \"cuda\" (got \"%s\")", dev));
     }
-    double b[2];
-    zt_status st = ZT_OK;
-    push(c, "betas");
-    for (size_t i = 0; i < 2 && st == ZT_OK; i++) {
-        json_t *e = json_array_get(v, i);
-        char got[64];
-        describe(e, got, sizeof(got));
-        if (!json_is_number(e))
-            st = fail_index(c, (long)i, "must be a number (got %s)", got);
-        else
-            st = check_num(c, NULL, (long)i, json_number_value(e), 0, 1, NUM_RANGE_HO, got);
-        if (st == ZT_OK) b[i] = json_number_value(e);
-    }
-    pop(c);
-    if (st == ZT_OK) {
-        opt->beta1 = b[0];
-        opt->beta2 = b[1];
-    }
-    return st;
-}
-
-static zt_status parse_optimizer(pctx *c, json_t *ds, zt_optim_cfg *opt)
-{
-    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
-    static const zt_optim_cfg defaults = {.type = ZT_OPTIM_ADAMW,
-                                          .lr = 1e-3,
-                                          .beta1 = 0.9,
-                                          .beta2 = 0.999,
-                                          .eps = 1e-8,
-                                          .weight_decay = 0,
-                                          .adam_w_mode = true};
-    memcpy(opt, &defaults, sizeof(*opt));
-    json_t *o, *p;
-    zt_status st = get_obj(c, ds, "optimizer", &o);
-    if (st != ZT_OK || !o) return st;
-    push(c, "optimizer");
-    TRY(check_keys(c, o, optimizer_keys, NKEYS(optimizer_keys), NULL, NULL), out);
-    TRY(require(c, o, "type", "\"AdamW\" or \"Adam\""), out);
-    char type[64];
-    TRY(get_str(c, o, "type", type, sizeof(type), NULL), out);
-    bool named_adamw;
-    if (in_list_ci(type, (const char *const[]){"adam"}, 1)) {
-        named_adamw = false;
-    } else if (in_list_ci(type, (const char *const[]){"adamw"}, 1)) {
-        named_adamw = true;
-    } else if (in_list_ci(type, unsupported_optimizers, NKEYS(unsupported_optimizers))) {
-        st = fail_key(
-            c, "type",
-            "\"%s\" is a DeepSpeed optimizer that zerotrain does not support; use \"AdamW\" or \"Adam\"",
-            type);
-        goto out;
-    } else {
-        const char *near = closest(type, (const char *const[]){"Adam", "AdamW"}, 2);
-        if (near)
-            st = fail_key(c, "type", "unknown optimizer \"%s\"; did you mean \"%s\"?", type, near);
-        else
-            st = fail_key(c, "type", "unknown optimizer \"%s\"; use \"AdamW\" or \"Adam\"", type);
-        goto out;
-    }
-    TRY(get_obj(c, o, "params", &p), out);
-    if (p) {
-        push(c, "params");
-        st = check_keys(c, p, adam_keys, NKEYS(adam_keys), NULL, NULL);
-        if (st == ZT_OK) st = get_num(c, p, "lr", 0, 0, NUM_GE, &opt->lr);
-        if (st == ZT_OK) st = parse_betas(c, p, opt);
-        if (st == ZT_OK) st = get_num(c, p, "eps", 0, 0, NUM_GT, &opt->eps);
-        if (st == ZT_OK) st = get_num(c, p, "weight_decay", 0, 0, NUM_GE, &opt->weight_decay);
-        if (st == ZT_OK) st = get_bool(c, p, "adam_w_mode", &opt->adam_w_mode);
-        pop(c);
-        if (st != ZT_OK) goto out;
-    }
-    /* DeepSpeed: decoupled decay when the type is adamw or adam_w_mode is set (default). */
-    opt->type = named_adamw || opt->adam_w_mode ? ZT_OPTIM_ADAMW : ZT_OPTIM_ADAM;
-    opt->adam_w_mode = opt->type == ZT_OPTIM_ADAMW;
-out:
-    pop(c);
-    return st;
-}
-
-static bool sched_has(const sched_info *info, const char *param)
-{
-    for (size_t i = 0; i < NKEYS(info->params) && info->params[i]; i++)
-        if (strcmp(info->params[i], param) == 0) return true;
-    return false;
-}
-
-static zt_status parse_sched_params(pctx *c, json_t *p, const sched_info *info, zt_sched_cfg *s,
-                                    const zt_job *job)
-{
-    keyspec ks[NKEYS(info->params)];
-    size_t n = 0;
-    for (size_t i = 0; i < NKEYS(info->params) && info->params[i]; i++) {
-        if (strcmp(info->params[i], "last_batch_iteration") == 0)
-            ks[n++] = (keyspec)UNSUP("last_batch_iteration", ALLOW_NUM, -1,
-                                     "zerotrain restores the schedule from its checkpoints");
-        else
-            ks[n++] = (keyspec)SUP(info->params[i]);
-    }
-    zt_status st = ZT_OK;
-    if (p) TRY(check_keys(c, p, ks, n, sched_key_hint, NULL), out);
-    if (sched_has(info, "warmup_min_lr")) {
-        TRY(get_num(c, p, "warmup_min_lr", 0, 0, NUM_GE, &s->warmup_min_lr), out);
-        TRY(get_num(c, p, "warmup_max_lr", 0, 0, NUM_GE, &s->warmup_max_lr), out);
-    }
-    TRY(get_i64(c, p, "warmup_num_steps", 0, INT64_MAX, &s->warmup_num_steps), out);
-    char wt[64];
-    bool present;
-    TRY(get_str(c, p, "warmup_type", wt, sizeof(wt), &present), out);
-    if (present) {
-        if (strcmp(wt, "log") == 0) {
-            s->warmup_type = ZT_WARMUP_LOG;
-        } else if (strcmp(wt, "linear") == 0) {
-            s->warmup_type = ZT_WARMUP_LINEAR;
-        } else {
-            st = fail_key(
-                c, "warmup_type",
-                "must be \"log\" or \"linear\" (got \"%s\"); DeepSpeed would fall back to \"log\" with a warning",
-                wt);
-            goto out;
-        }
-    }
-    if (sched_has(info, "total_num_steps")) {
-        if (!member(p, "total_num_steps")) {
-            st = fail_key(
-                c, "total_num_steps",
-                "missing; %s needs the step where the schedule ends, e.g. the job's train.steps (%lld)",
-                info->name, (long long)job->train.steps);
-            goto out;
-        }
-        TRY(get_i64(c, p, "total_num_steps", 1, INT64_MAX, &s->total_num_steps), out);
-    }
-    if (info->type == ZT_SCHED_WARMUP_COSINE_LR) {
-        TRY(get_num(c, p, "warmup_min_ratio", 0, 1, NUM_RANGE, &s->warmup_min_ratio), out);
-        TRY(get_num(c, p, "cos_min_ratio", 0, 1, NUM_RANGE, &s->cos_min_ratio), out);
-        if (s->total_num_steps <= s->warmup_num_steps) {
-            st = fail_key(
-                c, "total_num_steps",
-                "must be greater than warmup_num_steps (got %lld <= %lld%s); lower warmup_num_steps or raise total_num_steps",
-                (long long)s->total_num_steps, (long long)s->warmup_num_steps,
-                member(p, "warmup_num_steps") ? "" : ", the default");
-            goto out;
-        }
-    }
-out:
-    return st;
-}
-
-static zt_status parse_scheduler(pctx *c, json_t *ds, zt_sched_cfg *s, const zt_job *job)
-{
-    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
-    static const zt_sched_cfg defaults = {.type = ZT_SCHED_NONE,
-                                          .warmup_min_lr = 0,
-                                          .warmup_max_lr = 0.001,
-                                          .warmup_num_steps = 1000,
-                                          .warmup_type = ZT_WARMUP_LOG,
-                                          .total_num_steps = 0,
-                                          .warmup_min_ratio = 0,
-                                          .cos_min_ratio = 1e-4};
-    memcpy(s, &defaults, sizeof(*s));
-    json_t *o, *p;
-    zt_status st = get_obj(c, ds, "scheduler", &o);
-    if (st != ZT_OK || !o) return st;
-    push(c, "scheduler");
-    TRY(check_keys(c, o, scheduler_keys, NKEYS(scheduler_keys), NULL, NULL), out);
-    TRY(require(c, o, "type", "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\""), out);
-    char type[64];
-    TRY(get_str(c, o, "type", type, sizeof(type), NULL), out);
-    const sched_info *info = NULL;
-    for (size_t i = 0; i < NKEYS(sched_table) && !info; i++)
-        if (strcmp(sched_table[i].name, type) == 0) info = &sched_table[i];
-    if (!info) {
-        const char *names[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
-        const char *near = closest(type, names, NKEYS(names));
-        if (near)
-            st = fail_key(c, "type", "unknown scheduler \"%s\"; did you mean \"%s\"?", type, near);
-        else if (in_list_ci(type, unsupported_schedulers, NKEYS(unsupported_schedulers)))
-            st = fail_key(
-                c, "type",
-                "\"%s\" is a DeepSpeed scheduler that zerotrain does not support; use \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"",
-                type);
-        else
-            st = fail_key(
-                c, "type",
-                "unknown scheduler \"%s\"; use \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"",
-                type);
-        goto out;
-    }
-    s->type = info->type;
-    TRY(get_obj(c, o, "params", &p), out);
-    push(c, "params");
-    st = parse_sched_params(c, p, info, s, job);
-    pop(c);
-out:
-    pop(c);
-    return st;
-}
-
-/* offload_optimizer / offload_param "device": "none" or "cpu". */
-static zt_status parse_offload_device(pctx *c, json_t *o, bool *enabled)
-{
-    char dev[64];
-    bool present;
-    zt_status st = get_str(c, o, "device", dev, sizeof(dev), &present);
-    if (st != ZT_OK || !present) return st;
-    if (strcmp(dev, "none") == 0)
-        *enabled = false;
-    else if (strcmp(dev, "cpu") == 0)
-        *enabled = true;
-    else if (strcmp(dev, "nvme") == 0)
-        return fail_key(
-            c, "device",
-            "\"nvme\" is a DeepSpeed offload device that zerotrain does not support; use \"cpu\" or \"none\"");
-    else
-        return fail_key(c, "device", "must be \"none\" or \"cpu\" (got \"%s\")", dev);
-    return ZT_OK;
-}
-
-static zt_status parse_offload(pctx *c, json_t *zo, const char *key, zt_offload_cfg *off)
-{
-    bool is_opt = strcmp(key, "offload_optimizer") == 0;
-    json_t *o;
-    zt_status st = get_obj(c, zo, key, &o);
-    if (st != ZT_OK || !o) return st;
-    push(c, key);
-    if (is_opt)
-        TRY(check_keys(c, o, offload_optimizer_keys, NKEYS(offload_optimizer_keys), NULL, NULL),
-            out);
-    else
-        TRY(check_keys(c, o, offload_param_keys, NKEYS(offload_param_keys), NULL, NULL), out);
-    TRY(parse_offload_device(c, o, &off->enabled), out);
-    TRY(get_bool(c, o, "pin_memory", &off->pin_memory), out);
-    if (is_opt) TRY(get_num(c, o, "ratio", 0, 1, NUM_RANGE, &off->ratio), out);
-out:
-    pop(c);
-    return st;
-}
-
-static zt_status parse_zero(pctx *c, json_t *ds, zt_zero_cfg *z)
-{
-    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
-    static const zt_zero_cfg defaults = {.stage = 0,
-                                         .reduce_bucket_size = 500000000,
-                                         .allgather_bucket_size = 500000000,
-                                         .overlap_comm = false,
-                                         .contiguous_gradients = true,
-                                         .offload_optimizer = {false, false, 1.0},
-                                         .offload_param = {false, false, 1.0},
-                                         .stage3_prefetch_bucket_size = 50000000,
-                                         .stage3_param_persistence_threshold = 100000,
-                                         .stage3_max_reuse_distance = 1000000000};
-    memcpy(z, &defaults, sizeof(*z));
-    json_t *v = member(ds, "zero_optimization");
-    if (v && json_is_boolean(v)) { /* legacy form: true means stage 1 */
-        z->stage = json_is_true(v) ? 1 : 0;
-        return ZT_OK;
-    }
-    json_t *o;
-    zt_status st = get_obj(c, ds, "zero_optimization", &o);
-    if (st != ZT_OK || !o) return st;
-    push(c, "zero_optimization");
-    TRY(check_keys(c, o, zero_keys, NKEYS(zero_keys), NULL, NULL), out);
-    TRY(get_int(c, o, "stage", 0, 3, &z->stage), out);
-    TRY(get_i64(c, o, "reduce_bucket_size", 1, INT64_MAX, &z->reduce_bucket_size), out);
-    TRY(get_i64(c, o, "allgather_bucket_size", 1, INT64_MAX, &z->allgather_bucket_size), out);
-    if (z->allgather_bucket_size % 2 != 0) {
-        st = fail_key(
-            c, "allgather_bucket_size",
-            "must be even (got %lld); DeepSpeed requires a multiple of nccl_start_alignment_factor, 2",
-            (long long)z->allgather_bucket_size);
-        goto out;
-    }
-    z->overlap_comm = z->stage == 3;
-    TRY(get_bool(c, o, "overlap_comm", &z->overlap_comm), out);
-    TRY(get_bool(c, o, "contiguous_gradients", &z->contiguous_gradients), out);
-    TRY(parse_offload(c, o, "offload_optimizer", &z->offload_optimizer), out);
-    TRY(parse_offload(c, o, "offload_param", &z->offload_param), out);
-    if (z->offload_param.enabled && z->stage != 3) {
-        push(c, "offload_param");
-        st = fail_key(
-            c, "device",
-            "offloading parameters needs zero_optimization.stage 3 (stage is %d); remove offload_param or set \"stage\": 3",
-            z->stage);
-        pop(c);
-        goto out;
-    }
-    TRY(get_i64(c, o, "stage3_prefetch_bucket_size", 0, INT64_MAX, &z->stage3_prefetch_bucket_size),
-        out);
-    TRY(get_i64(c, o, "stage3_param_persistence_threshold", 0, INT64_MAX,
-                &z->stage3_param_persistence_threshold),
-        out);
-    TRY(get_i64(c, o, "stage3_max_reuse_distance", 0, INT64_MAX, &z->stage3_max_reuse_distance),
-        out);
-out:
-    pop(c);
-    return st;
-}
-
-static zt_status parse_actckpt(pctx *c, json_t *ds, zt_actckpt_cfg *a)
-{
-    /* A static object has zeroed padding, so parsed jobs compare equal with memcmp. */
-    static const zt_actckpt_cfg defaults = {false, false, false};
-    memcpy(a, &defaults, sizeof(*a));
-    json_t *o;
-    zt_status st = get_obj(c, ds, "activation_checkpointing", &o);
-    if (st != ZT_OK || !o) return st;
-    a->enabled = true;
-    push(c, "activation_checkpointing");
-    TRY(check_keys(c, o, actckpt_keys, NKEYS(actckpt_keys), NULL, NULL), out);
-    TRY(get_bool(c, o, "partition_activations", &a->partition_activations), out);
-    TRY(get_bool(c, o, "cpu_checkpointing", &a->cpu_checkpointing), out);
-out:
-    pop(c);
-    return st;
-}
-
-static const char *precision_name(zt_precision p)
-{
-    return p == ZT_PREC_FP16 ? "fp16" : p == ZT_PREC_BF16 ? "bf16" : "fp32";
-}
-
-/* data_types.grad_accum_dtype: fp32, or the 16-bit type in use. */
-static zt_status parse_data_types(pctx *c, json_t *ds, zt_ds_cfg *d)
-{
-    d->grad_accum_fp32 = d->precision != ZT_PREC_FP16;
-    json_t *o;
-    zt_status st = get_obj(c, ds, "data_types", &o);
-    if (st != ZT_OK || !o) return st;
-    push(c, "data_types");
-    TRY(check_keys(c, o, data_types_keys, NKEYS(data_types_keys), NULL, NULL), out);
-    char dt[64];
-    bool present;
-    TRY(get_str(c, o, "grad_accum_dtype", dt, sizeof(dt), &present), out);
-    if (!present) goto out;
-    static const char *const fp32_names[] = {"fp32", "float32", "float", "torch.float32"};
-    static const char *const fp16_names[] = {"fp16", "float16", "half", "torch.float16"};
-    static const char *const bf16_names[] = {"bf16", "bfloat16", "torch.bfloat16"};
-    zt_precision want;
-    if (in_list_ci(dt, fp32_names, NKEYS(fp32_names))) {
-        d->grad_accum_fp32 = true;
-        goto out;
-    } else if (in_list_ci(dt, fp16_names, NKEYS(fp16_names))) {
-        want = ZT_PREC_FP16;
-    } else if (in_list_ci(dt, bf16_names, NKEYS(bf16_names))) {
-        want = ZT_PREC_BF16;
-    } else {
-        st = fail_key(c, "grad_accum_dtype", "must be \"fp32\", \"fp16\" or \"bf16\" (got \"%s\")",
-                      dt);
-        goto out;
-    }
-    if (want != d->precision) {
-        if (d->precision == ZT_PREC_FP32)
-            st = fail_key(
-                c, "grad_accum_dtype",
-                "\"%s\" needs %s training, but neither fp16 nor bf16 is enabled; use \"fp32\" or enable %s",
-                dt, precision_name(want), precision_name(want));
-        else
-            st = fail_key(c, "grad_accum_dtype",
-                          "\"%s\" does not match the training precision %s; use \"fp32\" or \"%s\"",
-                          dt, precision_name(d->precision), precision_name(d->precision));
-        goto out;
-    }
-    d->grad_accum_fp32 = false;
-out:
-    pop(c);
-    return st;
-}
-
-/* The DeepSpeed object `ds`, whose path is c's current one. */
-static zt_status parse_ds(pctx *c, json_t *ds, zt_job *job)
-{
-    zt_ds_cfg *d = &job->ds;
-    zt_status st;
-    TRY(check_keys(c, ds, ds_keys, NKEYS(ds_keys), NULL, NULL), out);
-    TRY(get_int_max(c, ds, "train_batch_size", 1, INT_MAX, INT_MAX, &d->given_train_batch_size),
-        out);
-    TRY(get_int_max(c, ds, "train_micro_batch_size_per_gpu", 1, INT_MAX, INT_MAX,
-                    &d->given_micro_batch),
-        out);
-    TRY(get_int_max(c, ds, "gradient_accumulation_steps", 1, INT_MAX, INT_MAX,
-                    &d->given_grad_accum),
-        out);
-    d->steps_per_print = 10;
-    TRY(get_i64(c, ds, "steps_per_print", 1, INT64_MAX, &d->steps_per_print), out);
-    d->gradient_clipping = 0;
-    TRY(get_num(c, ds, "gradient_clipping", 0, 0, NUM_GE, &d->gradient_clipping), out);
-    TRY(parse_fp16(c, ds, &d->fp16), out);
-    const char *bf16_key;
-    TRY(parse_bf16(c, ds, &d->bf16, &bf16_key), out);
-    if (d->fp16.enabled && d->bf16) {
-        push(c, bf16_key);
-        st = fail_key(
-            c, "enabled",
-            "fp16 and bf16 cannot both be enabled (DeepSpeed: \"bfloat16 and fp16 modes cannot be simultaneously enabled\"); enable at most one");
-        pop(c);
-        goto out;
-    }
-    d->precision = d->fp16.enabled ? ZT_PREC_FP16 : d->bf16 ? ZT_PREC_BF16 : ZT_PREC_FP32;
-    TRY(parse_optimizer(c, ds, &d->optimizer), out);
-    TRY(parse_scheduler(c, ds, &d->scheduler, job), out);
-    TRY(parse_zero(c, ds, &d->zero), out);
-    TRY(parse_actckpt(c, ds, &d->activation_checkpointing), out);
-    TRY(parse_data_types(c, ds, d), out);
-
-    zt_err berr;
-    zt_err_clear(&berr);
-    st = zt_job_resolve_batch(job, job->resources.ranks, &berr);
-    if (st != ZT_OK) {
-        const char *key = d->given_train_batch_size ? "train_batch_size"
-                          : d->given_micro_batch    ? "train_micro_batch_size_per_gpu"
-                          : d->given_grad_accum     ? "gradient_accumulation_steps"
-                                                    : NULL;
-        /* The message already names the section; only the position is added. */
-        zt_json_seg segs[CTX_DEPTH + 1];
-        size_t n = c->depth < CTX_DEPTH ? c->depth : CTX_DEPTH;
-        memcpy(segs, c->seg, n * sizeof(segs[0]));
-        if (key) segs[n++] = (zt_json_seg){key, 0};
-        zt_json_loc loc;
-        if (zt_json_locate(c->text, c->len, segs, n, &loc, NULL))
-            st = zt_err_set(c->err, st, "%s:%d:%d: %s", c->origin, loc.line, loc.col, berr.msg);
-        else
-            st = zt_err_set(c->err, st, "%s: %s", c->origin, berr.msg);
-    }
-out:
-    return st;
-}
-
-static zt_status parse_deepspeed(pctx *c, json_t *root, zt_job *job)
-{
-    json_t *v = member(root, "deepspeed");
-    if (!v)
-        return fail_key(
-            c, "deepspeed",
-            "missing; add the DeepSpeed config (an object, or the path of a DeepSpeed JSON file) with at least \"train_micro_batch_size_per_gpu\"");
-    if (json_is_object(v)) {
-        push(c, "deepspeed");
-        zt_status st = parse_ds(c, v, job);
-        pop(c);
-        return st;
-    }
-    if (!json_is_string(v)) {
-        char got[64];
-        describe(v, got, sizeof(got));
-        return fail_key(c, "deepspeed",
-                        "must be an object {...} or the path of a DeepSpeed JSON file (got %s)",
-                        got);
-    }
-    char path[ZT_PATH_MAX];
-    zt_status st = get_path(c, root, "deepspeed", job->base_dir, path, NULL);
-    if (st != ZT_OK) return st;
-    char *text = NULL;
-    size_t len = 0;
-    zt_err ferr;
-    zt_err_clear(&ferr);
-    st = read_text(path, path, "DeepSpeed config", &text, &len, &ferr);
-    if (st != ZT_OK)
-        return fail_key_code(c, st, "deepspeed", "%s (relative paths resolve against %s)", ferr.msg,
-                             job->base_dir);
-    json_t *ds = NULL;
-    st = load_json(text, len, path, "DeepSpeed config", &ds, c->err);
-    if (st == ZT_OK) {
-        pctx dc = {.origin = path, .text = text, .len = len, .depth = 0, .err = c->err};
-        st = parse_ds(&dc, ds, job);
-        json_decref(ds);
-    }
-    zt_free(text);
+    jf_pop(c);
     return st;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points. */
 
+static int problem_order(const void *a, const void *b)
+{
+    const jf_problem *p = a, *q = b;
+    if (p->origin != q->origin) return p->origin - q->origin;
+    /* problems without a position go after those of their file with one */
+    if ((p->line == 0) != (q->line == 0)) return p->line == 0 ? 1 : -1;
+    if (p->line != q->line) return p->line - q->line;
+    if (p->col != q->col) return p->col - q->col;
+    return p->seq - q->seq;
+}
+
+/* err = every problem of rep, in file order, one per line. */
+static zt_status report_problems(jf_report *rep, zt_err *err)
+{
+    qsort(rep->problems, rep->nproblems, sizeof(rep->problems[0]), problem_order);
+    zt_status code = rep->problems[0].code;
+    if (!err) return code;
+    char *out = err->msg;
+    size_t cap = sizeof(err->msg), used = 0;
+    out[0] = '\0';
+    size_t shown = 0;
+    for (size_t i = 0; i < rep->nproblems; i++) {
+        const char *m = rep->problems[i].msg;
+        /* keep room for the count of what does not fit */
+        if (used + strlen(m) + 2 > cap - 64) break;
+        if (i) jf_append(out, cap, &used, "\n");
+        jf_append(out, cap, &used, m);
+        shown++;
+    }
+    size_t rest = rep->nproblems - shown + rep->dropped;
+    if (rest) {
+        char more[64];
+        snprintf(more, sizeof(more), "\n... and %zu more problem%s", rest, rest == 1 ? "" : "s");
+        jf_append(out, cap, &used, more);
+    }
+    err->status = code;
+    return code;
+}
+
 /* Parses text into job, whose job_path and base_dir the caller has set. */
 static zt_status parse_job(zt_job *job, const char *text, size_t len, const char *origin,
                            zt_err *err)
 {
     json_t *root;
-    zt_status st = load_json(text, len, origin, "job file", &root, err);
+    zt_status st = jf_load_json(text, len, origin, "job file", &root, err);
     if (st != ZT_OK) return st;
-    pctx c = {.origin = origin, .text = text, .len = len, .depth = 0, .err = err};
-    TRY(check_keys(&c, root, job_keys, NKEYS(job_keys), job_key_hint, NULL), out);
-    TRY(parse_name(&c, root, job), out);
-    TRY(parse_model(&c, root, job), out);
-    TRY(parse_data(&c, root, job), out);
-    TRY(parse_train(&c, root, job), out);
-    TRY(parse_resources(&c, root, job), out);
+    jf_report *rep = zt_calloc(1, sizeof(*rep));
+    if (!rep) {
+        json_decref(root);
+        return zt_err_set(err, ZT_ERR_NOMEM, "%s: out of memory while reading the job file",
+                          origin);
+    }
+    pctx c = {.origin = origin, .origin_index = 0, .text = text, .len = len, .rep = rep};
+    KEEP(jf_check_keys(&c, root, job_keys, NKEYS(job_keys), JF_STRICT, job_key_hint, NULL));
+    KEEP(parse_name(&c, root, job));
+    KEEP(parse_model(&c, root, job));
+    KEEP(parse_data(&c, root, job));
+    KEEP(parse_train(&c, root, job));
+    KEEP(parse_resources(&c, root, job));
     job->max_restarts = 0;
-    TRY(get_int(&c, root, "max_restarts", 0, INT_MAX, &job->max_restarts), out);
-    TRY(parse_deepspeed(&c, root, job), out);
-out:
+    KEEP(jf_get_int(&c, root, "max_restarts", 0, INT_MAX, &job->max_restarts));
+    KEEP(zt_ds_parse(&c, root, job));
+    if (rep->nproblems || rep->dropped) {
+        st = report_problems(rep, err);
+    } else {
+        /* a resolved job (zt_job_to_json) carries the summary of the config it came from */
+        zt_ds_notes_build(rep, job);
+        json_t *n = json_object_get(root, "deepspeed_notes");
+        if (n && !json_is_string(n)) {
+            char got[64];
+            jf_describe(n, got, sizeof(got));
+            jf_fail_key(&c, "deepspeed_notes", "must be a string (got %s)", got);
+            st = report_problems(rep, err);
+        } else if (n) {
+            memset(job->ds.notes, 0, sizeof(job->ds.notes));
+            size_t k = json_string_length(n);
+            if (k >= sizeof(job->ds.notes)) k = sizeof(job->ds.notes) - 1;
+            memcpy(job->ds.notes, json_string_value(n), k);
+        }
+    }
+    zt_free(rep);
     json_decref(root);
     return st;
 }
@@ -1827,7 +1277,7 @@ static zt_status set_base_dir(zt_job *job, const char *base_dir, zt_err *err)
         zt_status st = cwd_path(cwd, sizeof(cwd), err);
         if (st != ZT_OK) return st;
     }
-    bool ok = base_dir ? absolute_path(cwd, base_dir, job->base_dir, sizeof(job->base_dir))
+    bool ok = base_dir ? jf_absolute_path(cwd, base_dir, job->base_dir, sizeof(job->base_dir))
                        : clean_path(cwd, job->base_dir, sizeof(job->base_dir));
     if (!ok)
         return zt_err_set(err, ZT_ERR_INVALID,
@@ -1855,11 +1305,11 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
     memset(job, 0, sizeof(*job));
     char *text = NULL;
     size_t len = 0;
-    zt_status st = read_text(path, path, "job file", &text, &len, err);
+    zt_status st = jf_read_text(path, path, "job file", &text, &len, err);
     if (st != ZT_OK) return st;
     char cwd[ZT_PATH_MAX] = "/";
     if (path[0] != '/') st = cwd_path(cwd, sizeof(cwd), err);
-    if (st == ZT_OK && !absolute_path(cwd, path, job->job_path, sizeof(job->job_path)))
+    if (st == ZT_OK && !jf_absolute_path(cwd, path, job->job_path, sizeof(job->job_path)))
         st = zt_err_set(
             err, ZT_ERR_INVALID,
             "%s: the absolute path of the job file is longer than %d bytes; move it to a shorter path",
@@ -1896,6 +1346,8 @@ zt_status zt_job_resolve_batch(zt_job *job, int world_size, zt_err *err)
     zt_ds_cfg *d = &job->ds;
     int64_t ws = world_size;
     int64_t tb = d->given_train_batch_size, mb = d->given_micro_batch, gas = d->given_grad_accum;
+    /* an "auto" micro batch counts as given: the planner's pick, or 1 until it has picked */
+    if (!mb && d->micro_auto) mb = d->micro_picked > 0 ? d->micro_picked : 1;
     if (tb < 0 || mb < 0 || gas < 0)
         return zt_err_set(
             err, ZT_ERR_INVALID,

@@ -59,6 +59,13 @@ typedef struct zt_train_cfg {
      * ZT_COMM_TIMEOUT_MS (which `zctl run --timeout-ms` sets) overrides it for one launch, so
      * an operator can change it without editing the job. */
     int comm_timeout_ms;
+    /* Fill the DeepSpeed keys that are "auto" or absent (the role Hugging Face's Trainer plays):
+     * 0 / -1 / false when not given. */
+    int64_t batch_size;       /* train_batch_size */
+    int64_t micro_batch_size; /* train_micro_batch_size_per_gpu */
+    int64_t warmup_steps;     /* scheduler warmup_num_steps; -1 = not given */
+    bool precision_given;
+    zt_precision precision;   /* fp16.enabled / bf16.enabled */
 } zt_train_cfg;
 
 typedef struct zt_resources_cfg {
@@ -114,6 +121,8 @@ typedef struct zt_zero_cfg {
     int64_t stage3_prefetch_bucket_size;        /* default 5e7 */
     int64_t stage3_param_persistence_threshold; /* default 1e5 (accepted; units are gathered whole) */
     int64_t stage3_max_reuse_distance;          /* default 1e9; 0 = free every unit after use */
+    int64_t stage3_max_live_parameters; /* default 1e9; bounds the gathered blocks held at once */
+    int64_t sub_group_size;   /* default 1e9; the offloaded optimizer's segment (at most 2^20) */
 } zt_zero_cfg;
 
 typedef struct zt_actckpt_cfg {
@@ -122,11 +131,26 @@ typedef struct zt_actckpt_cfg {
     bool cpu_checkpointing;     /* default false */
 } zt_actckpt_cfg;
 
+typedef struct zt_csv_monitor_cfg {
+    bool enabled;
+    char output_path[ZT_PATH_MAX]; /* resolved; DeepSpeed's "" is the job file's directory */
+    char job_name[ZT_NAME_MAX];    /* default "DeepSpeedJobName" */
+} zt_csv_monitor_cfg;
+
+/* The start-up summary: one line each for ignored keys, keys with no effect here (and why),
+ * logging blocks, and every "auto" value filled. */
+#define ZT_DS_NOTES_MAX 4096
+
 typedef struct zt_ds_cfg {
     /* The batch triad as given (0 = absent) and as resolved for world_size. */
     int64_t given_train_batch_size, given_micro_batch, given_grad_accum;
     int64_t train_batch_size, micro_batch, grad_accum;
     int world_size; /* the world size the triad was resolved for */
+    /* The micro batch is "auto": the planner picks it for the rank's device
+     * (zt_engine_auto_micro_batch), which stores its pick in micro_picked (0 = not yet picked;
+     * the triad is then resolved with 1, to validate the rest). */
+    bool micro_auto;
+    int64_t micro_picked;
     zt_optim_cfg optimizer;
     zt_sched_cfg scheduler;
     double gradient_clipping; /* 0 = off (DeepSpeed's code default) */
@@ -137,6 +161,9 @@ typedef struct zt_ds_cfg {
     zt_actckpt_cfg activation_checkpointing;
     bool grad_accum_fp32;    /* data_types.grad_accum_dtype; default fp32, except fp16 (16-bit) */
     int64_t steps_per_print; /* default 10 */
+    bool wall_clock_breakdown; /* rank 0 logs each step's time split */
+    zt_csv_monitor_cfg csv_monitor;
+    char notes[ZT_DS_NOTES_MAX]; /* the summary, lines separated by '\n'; "" when none */
 } zt_ds_cfg;
 
 typedef struct zt_job {
@@ -152,8 +179,9 @@ typedef struct zt_job {
 } zt_job;
 
 /* Parses and validates a job file. The batch triad is resolved for job->resources.ranks.
- * On failure returns ZT_ERR_CONFIG (or ZT_ERR_IO / ZT_ERR_NOT_FOUND for an unreadable file)
- * and err->msg reads like
+ * Every problem is collected (up to a cap) before it returns: on failure it returns
+ * ZT_ERR_CONFIG (or ZT_ERR_IO / ZT_ERR_NOT_FOUND for an unreadable file) and err->msg holds
+ * one line per problem, in file order, each like
  *   "job.json:7:15: deepspeed.zero_optimization.stag: unknown key; did you mean \"stage\"?"
  * Thread-safe. */
 zt_status zt_job_load(zt_job *job, const char *path, zt_err *err);

@@ -200,10 +200,21 @@ static void write_deepspeed(emitter *e, const zt_ds_cfg *d)
     open_obj(e, "deepspeed");
     /* The triad as given, so that it can be re-resolved for another world size. */
     if (d->given_train_batch_size) kv_int(e, "train_batch_size", d->given_train_batch_size);
-    if (d->given_micro_batch) kv_int(e, "train_micro_batch_size_per_gpu", d->given_micro_batch);
+    if (d->given_micro_batch)
+        kv_int(e, "train_micro_batch_size_per_gpu", d->given_micro_batch);
+    else if (d->micro_auto)
+        kv_str(e, "train_micro_batch_size_per_gpu", "auto");
     if (d->given_grad_accum) kv_int(e, "gradient_accumulation_steps", d->given_grad_accum);
     kv_int(e, "steps_per_print", d->steps_per_print);
     kv_num(e, "gradient_clipping", d->gradient_clipping);
+    kv_bool(e, "wall_clock_breakdown", d->wall_clock_breakdown);
+    if (d->csv_monitor.enabled) {
+        open_obj(e, "csv_monitor");
+        kv_bool(e, "enabled", true);
+        kv_str(e, "output_path", d->csv_monitor.output_path);
+        kv_str(e, "job_name", d->csv_monitor.job_name);
+        close_obj(e);
+    }
 
     open_obj(e, "optimizer");
     kv_str(e, "type", d->optimizer.type == ZT_OPTIM_ADAMW ? "AdamW" : "Adam");
@@ -248,6 +259,8 @@ static void write_deepspeed(emitter *e, const zt_ds_cfg *d)
     kv_int(e, "stage3_prefetch_bucket_size", z->stage3_prefetch_bucket_size);
     kv_int(e, "stage3_param_persistence_threshold", z->stage3_param_persistence_threshold);
     kv_int(e, "stage3_max_reuse_distance", z->stage3_max_reuse_distance);
+    kv_int(e, "stage3_max_live_parameters", z->stage3_max_live_parameters);
+    kv_int(e, "sub_group_size", z->sub_group_size);
     close_obj(e);
 
     if (d->activation_checkpointing.enabled) {
@@ -298,6 +311,14 @@ char *zt_job_to_json(const zt_job *job)
     kv_str(&e, "checkpoint_dir", t->checkpoint_dir);
     kv_int(&e, "keep_checkpoints", t->keep_checkpoints);
     kv_int(&e, "comm_timeout_ms", t->comm_timeout_ms);
+    if (t->batch_size) kv_int(&e, "batch_size", t->batch_size);
+    if (t->micro_batch_size) kv_int(&e, "micro_batch_size", t->micro_batch_size);
+    if (t->warmup_steps >= 0) kv_int(&e, "warmup_steps", t->warmup_steps);
+    if (t->precision_given)
+        kv_str(&e, "precision",
+               t->precision == ZT_PREC_FP16   ? "fp16"
+               : t->precision == ZT_PREC_BF16 ? "bf16"
+                                              : "fp32");
     close_obj(&e);
 
     open_obj(&e, "resources");
@@ -308,6 +329,7 @@ char *zt_job_to_json(const zt_job *job)
 
     kv_int(&e, "max_restarts", job->max_restarts);
     write_deepspeed(&e, &job->ds);
+    kv_str(&e, "deepspeed_notes", job->ds.notes);
     close_obj(&e);
     puts_(&e, "\n");
     if (e.oom) {

@@ -47,7 +47,7 @@ const char *zt_status_name(zt_status st);
 /* An error record: a status and the human message. Callers own it (usually on the stack)
  * and pass it down; the function that fails fills it. A NULL zt_err* is allowed everywhere
  * and means "the caller does not want the message". */
-#define ZT_ERRMSG_MAX 1024
+#define ZT_ERRMSG_MAX 4096
 typedef struct zt_err {
     zt_status status;
     char msg[ZT_ERRMSG_MAX];

@@ -1533,6 +1533,22 @@ zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err
     /* elastic batch: the global batch and the sample order stay; accumulation re-derived */
     int64_t tb = m->train_batch_size;
     int64_t micro = job->ds.given_micro_batch ? job->ds.given_micro_batch : job->ds.micro_batch;
+    if (job->ds.micro_auto && !job->ds.given_micro_batch) {
+        /* "auto": the planner picks it again for this rank count, within the same global
+         * batch (zt_auto_batch_pick); here only the split of the batch over the ranks */
+        if (tb % world != 0) {
+            st = zt_err_set(err, ZT_ERR_CONFIG,
+                            "cannot resume %s on %d ranks: its train_batch_size %lld is not a multiple of the rank count; pick a rank count that divides %lld",
+                            step_dir, world, (long long)tb, (long long)tb);
+            goto out;
+        }
+        job->ds.given_train_batch_size = tb;
+        job->ds.given_grad_accum = 0;
+        job->ds.micro_picked = 1;
+        job->resources.ranks = world;
+        st = zt_job_resolve_batch(job, world, err);
+        goto out;
+    }
     if (micro <= 0 || tb % (micro * world) != 0) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
                         "cannot resume %s on %d ranks: its train_batch_size %lld is not a multiple of train_micro_batch_size_per_gpu %lld * %d ranks; pick a rank count and micro batch whose product divides %lld",

@@ -16,6 +16,7 @@
 #include "../common/log.h"
 #include "../common/timeutil.h"
 #include "ckpt.h"
+#include "monitor.h"
 #include "modelfile.h"
 
 #define CHECK(expr, label)                                                                         \
@@ -667,8 +668,12 @@ static zt_status setup_partition(zt_engine *e, zt_err *err)
     if (off->enabled)
         e->dev_n = (size_t)llround((double)e->Otot * (1.0 - off->ratio));
     e->host_n = e->Otot - e->dev_n;
-    /* test hook: ZT_OFFLOAD_PIECE=N cuts the host part finer than any tensor of a small model */
+    /* DeepSpeed's sub_group_size bounds a segment (default 1e9: the pipeline's piece);
+     * test hook: ZT_OFFLOAD_PIECE=N cuts the host part finer than any tensor of a small model */
     size_t piece = ZT_OFFLOAD_PIECE;
+    int64_t sgs = e->job.ds.zero.sub_group_size;
+    if (sgs > 0 && (uint64_t)sgs < piece)
+        piece = (size_t)sgs;
     const char *pe = getenv("ZT_OFFLOAD_PIECE");
     if (pe && atol(pe) > 0)
         piece = (size_t)atol(pe);
@@ -748,6 +753,14 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     }
     /* parameter slots: compute copies of units (16-bit widening, stage-3 gathers) */
     e->npslots = params_direct(e) ? 0 : 4;
+    /* stage3_max_live_parameters: the gathered blocks held at once (slots 1..3; slot 0 holds
+     * the embeddings), at least one */
+    if (e->stage == 3 && e->npslots) {
+        int64_t live = e->job.ds.zero.stage3_max_live_parameters;
+        int64_t blocks = e->max_unit_p ? live / (int64_t)e->max_unit_p : 3;
+        if (blocks < 1) blocks = 1;
+        if (blocks < 3) e->npslots = 1 + (int)blocks;
+    }
     for (int i = 0; i < e->npslots; i++) {
         zt_pslot *s = &e->pslots[i];
         s->cap = i == 0 ? e->P[0] : e->max_unit_p;
@@ -1792,6 +1805,9 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
     zt_status st = ZT_OK;
     const zt_train_cfg *tc = &e->job.train;
     int64_t spp = e->job.ds.steps_per_print > 0 ? e->job.ds.steps_per_print : 10;
+    zt_monitor *mon = NULL;
+    if (e->rank == 0)
+        CHECK(zt_monitor_open(&mon, &e->job, err), out);
     report_line(e, "phase=training");
     while (e->steps_done < tc->steps) {
         zt_step_stats s;
@@ -1815,6 +1831,13 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
         if (e->rank == 0 && (s.step % spp == 0 || s.step == 1))
             ZT_INFO("engine", "step %lld/%lld loss %.4f lr %.3e %.0f tok/s", (long long)s.step,
                     (long long)tc->steps, s.loss, s.lr, s.tokens_per_s);
+        /* DeepSpeed's wall_clock_breakdown: the step's time split, every step */
+        if (e->rank == 0 && e->job.ds.wall_clock_breakdown)
+            ZT_INFO("engine",
+                    "step %lld time (ms) | forward: %.2f | backward: %.2f | optimizer: %.2f | communication: %.2f | step: %.2f",
+                    (long long)s.step, s.fwd_s * 1e3, s.bwd_s * 1e3, s.opt_s * 1e3,
+                    s.comm_s * 1e3, s.step_s * 1e3);
+        zt_monitor_step(mon, s.step * e->job.ds.train_batch_size, s.loss, s.lr, s.loss_scale);
         /* the other ranks print no step line: with nobody reading reports (zctl run), their
          * log says what they hold */
         if (e->rank > 0 && e->opts.report_fd < 0 && (s.step % spp == 0 || s.step == 1))
@@ -1838,6 +1861,7 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
         CHECK(zt_engine_save(e, err), out);
     }
 out:
+    zt_monitor_close(mon);
     return st;
 }
 

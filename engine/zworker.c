@@ -11,6 +11,7 @@
 
 #include "common/jobfile.h"
 #include "common/log.h"
+#include "engine/autobatch.h"
 #include "engine/ckpt.h"
 #include "engine/engine.h"
 
@@ -114,6 +115,23 @@ int main(int argc, char **argv)
             st = zt_ckpt_adapt_job(&job, step_dir, world, &err);
     } else if (st == ZT_OK && job.ds.world_size != world) {
         st = zt_job_resolve_batch(&job, world, &err);
+    }
+    if (st == ZT_OK && job.ds.micro_auto) {
+        /* every rank of a node sees the same memory and picks the same micro batch */
+        int local_world = env_int("ZT_LOCAL_WORLD_SIZE", 0, &ok);
+        if (local_world <= 0)
+            local_world = job.resources.ranks_per_node < world ? job.resources.ranks_per_node : world;
+        st = zt_auto_batch_pick(&job, world, local_world, 0, &err);
+    }
+    if (st == ZT_OK && rank == 0 && job.ds.notes[0]) {
+        /* the start-up summary of the DeepSpeed config: one log line per note */
+        const char *p = job.ds.notes;
+        while (*p) {
+            const char *e = strchr(p, '\n');
+            int k = e ? (int)(e - p) : (int)strlen(p);
+            ZT_INFO("deepspeed", "%.*s", k, p);
+            p += k + (e ? 1 : 0);
+        }
     }
     zt_engine *e = NULL;
     if (st == ZT_OK) {

@@ -309,7 +309,7 @@ void zt_rpc_reply_bytes(zt_rpc_call *c, const void *bytes, size_t len)
 
 void zt_rpc_fail(zt_rpc_call *c, zt_rpc_code code, const char *fmt, ...)
 {
-    char msg[2048];
+    char msg[ZT_ERRMSG_MAX + 256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);

@@ -55,7 +55,7 @@ def main():
         case("unknown", j, ["unknown.json:", "zero_optimization.stag", 'did you mean "stage"'])
         j = good_job()
         j["deepspeed"]["pipeline"] = {"stages": 2}
-        case("unsupported", j, ["unsupported.json:", "pipeline", "does not support"])
+        case("unsupported", j, ["unsupported.json:", "pipeline", "does not offer"])
         j = good_job()
         j["deepspeed"].update({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3,
                                "gradient_accumulation_steps": 2})

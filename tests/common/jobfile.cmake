@@ -5,3 +5,13 @@ zt_add_test(NAME test_jobfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_jobfile.c
             LIBS zt_common LABELS unit TIMEOUT 60)
 target_compile_definitions(test_jobfile PRIVATE
                            ZT_JOBFILES_DIR="${CMAKE_CURRENT_LIST_DIR}/jobfiles")
+# DeepSpeed configs as projects publish them: each plans and trains two steps on two CPU ranks.
+if(TARGET zctl AND TARGET zworker)
+  zt_add_script_test(NAME test_ds_published
+                     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ds_published.py
+                     LABELS integration TIMEOUT 600)
+endif()
+if(TARGET zctl)
+  zt_add_script_test(NAME test_ds_doc COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_ds_doc.sh
+                     LABELS unit TIMEOUT 60)
+endif()

@@ -2031,7 +2031,7 @@ typedef struct holder {
     pthread_t th;
     atomic_int got_first, release, ended;
     zt_rpc_code code;
-    char msg[1024];
+    char msg[ZT_ERRMSG_MAX];
 } holder;
 
 static void *holder_main(void *arg)

@@ -81,6 +81,43 @@ def body(c):
         header = json.loads(f.read(n))
     e.check("transformer.wte.weight" in header, "safetensors export lacks transformer.wte.weight")
 
+    # the DeepSpeed summary reaches the worker through the coordinator: an ignored key, a key
+    # with no effect here and the planner's "auto" micro batch show in the job's logs
+    with open(job) as f:
+        spec = json.load(f)
+    spec["name"] = "auto"
+    spec["train"]["steps"] = 2
+    spec["train"]["checkpoint_dir"] = "ckpt_auto"
+    spec["train"]["batch_size"] = 16
+    spec["deepspeed"] = {"train_micro_batch_size_per_gpu": "auto", "comms_config": {},
+                         "zero_optimization": {"stage": 2, "round_robin_gradients": True}}
+    auto_job = os.path.join(c.tmp, "auto.json")
+    with open(auto_job, "w") as f:
+        json.dump(spec, f)
+    ajid = c.submit(auto_job)
+    c.wait_job(ajid, ("COMPLETED",), 120)
+    logs = c.zctl("logs", ajid).stdout
+    for want in ("ignored (DeepSpeed does not know them either): deepspeed.comms_config",
+                 "no effect here: deepspeed.zero_optimization.round_robin_gradients = true",
+                 "auto: deepspeed.train_micro_batch_size_per_gpu = "):
+        e.check(want in logs, f"the job's logs lack \"{want}\":\n{logs[-3000:]}")
+
+    # every problem of a job file comes back from SubmitJob at once, each at its line
+    spec["name"] = "bad"
+    spec["train"]["precision"] = "fp8"
+    spec["deepspeed"] = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "Lamb"},
+                         "zero_optimization": {"stage": 5, "stag": 1}}
+    bad_job = os.path.join(c.tmp, "bad.json")
+    with open(bad_job, "w") as f:
+        json.dump(spec, f, indent=1)
+    r = c.zctl("submit", bad_job, check_rc=False)
+    e.check(r.returncode != 0, "a bad job was accepted:\n" + r.stdout)
+    for want in ("train.precision: must be", "optimizer.type: \"Lamb\" is an optimizer",
+                 "zero_optimization.stage: must be an integer from 0 to 3",
+                 "zero_optimization.stag: unknown key; did you mean \"stage\"?"):
+        e.check(re.search(r"bad\.json:\d+:\d+: [a-z_.]*" + re.escape(want), r.stderr),
+                f"zctl submit does not show \"{want}\" at its line:\n{r.stderr}")
+
     # measured figures
     entries = [json.loads(l) for l in c.zctl("-o", "json", "logs", jid).stdout.splitlines()
                if l.strip()]

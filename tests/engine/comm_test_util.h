@@ -24,7 +24,7 @@
 typedef struct ct_shared {
     int status[CT_MAX_RANKS];        /* zt_status of the call under test */
     double elapsed_ms[CT_MAX_RANKS]; /* how long it took */
-    char msg[CT_MAX_RANKS][1024];    /* its error message */
+    char msg[CT_MAX_RANKS][ZT_ERRMSG_MAX];    /* its error message */
     uint64_t digest[2][CT_MAX_RANKS][64];
     double figures[64][8]; /* benchmark numbers */
 } ct_shared;

@@ -19,8 +19,10 @@ zt_add_script_test(NAME engine_rank_failure COMMAND /usr/bin/python3 ${CMAKE_CUR
                    LABELS integration TIMEOUT 300)
 zt_add_script_test(NAME engine_demo_floor COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_demo_floor.py
                    LABELS "integration;slow" TIMEOUT 1800)
-# Resident memory means nothing under ASan/TSan (shadow memory): test_plan then checks the plan
-# without comparing it with the kernel's figures.
+zt_add_script_test(NAME engine_auto_batch COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_auto_batch.py
+                   LABELS integration TIMEOUT 300)
+# Resident memory means nothing under ASan/TSan (shadow memory): test_plan and test_auto_batch
+# then check the plan without comparing it with the kernel's figures.
 if(ZT_ASAN OR ZT_TSAN)
-  set_property(TEST engine_plan APPEND PROPERTY ENVIRONMENT "ZT_TEST_SANITIZED=1")
+  set_property(TEST engine_plan engine_auto_batch APPEND PROPERTY ENVIRONMENT "ZT_TEST_SANITIZED=1")
 endif()

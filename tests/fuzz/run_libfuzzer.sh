@@ -30,7 +30,7 @@ flags=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover
        -I"$src" -I"$gen" -I"$gen/proto" $(pkg-config --cflags jansson libprotobuf-c))
 common=("$src"/common/alloc.c "$src"/common/status.c "$src"/common/log.c "$src"/common/timeutil.c
         "$src"/common/utf8.c)
-for f in "$src"/common/jobfile*.c "$src"/common/json_locate.c; do
+for f in "$src"/common/jobfile*.c "$src"/common/dsconfig.c "$src"/common/json_locate.c; do
   [ -f "$f" ] && common+=("$f")
 done
 "$CLANG" "${flags[@]}" -w -o "$out/fuzz_requests_libfuzzer" \

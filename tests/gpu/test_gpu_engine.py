@@ -262,6 +262,7 @@ def main():
                         failures.append(f"{prec}: ZT_CUDA_ATTN=cudnn did not run cuDNN: {why}")
 
         check_gpu_oom(tmp, failures)
+        check_gpu_auto_batch(tmp, failures)
         if EMU:
             check_step_costs(tmp, failures)
 
@@ -313,9 +314,33 @@ def check_gpu_oom(tmp, failures):
         failures.append(f"gpu_oom: missing {missing} in:\n{text}")
 
 
+def check_gpu_auto_batch(tmp, failures):
+    """A micro batch of "auto" on a GPU: the worker reads the GPU's memory (48 MiB on the
+    emulation), picks the largest micro batch whose device plan fits it with a 10% margin, says
+    so in its log, and trains without running out of device memory."""
+    job = job_for("gpu_auto", "cuda")
+    job["deepspeed"].pop("train_batch_size")
+    job["deepspeed"]["train_micro_batch_size_per_gpu"] = "auto"
+    job["train"]["steps"] = 1
+    zu.write_job(f"{tmp}/gpu_auto.json", job)
+    env = dict(GPU_ENV, ZT_CUDA_EMU_MEMORY_MIB="48") if EMU else {}
+    r = zu.run_zctl(["run", f"{tmp}/gpu_auto.json"], cwd=tmp, env=env, timeout=300)
+    text = r.stdout + r.stderr
+    log = f"{tmp}/ckpt/gpu_auto/logs/rank_00000.log"
+    text += open(log).read() if os.path.exists(log) else ""
+    m = re.search(r"auto: deepspeed\.train_micro_batch_size_per_gpu = (\d+) \((?:the largest that "
+                  r"fits|at most \d+ tokens a micro batch; it fits) the GPU's ([0-9.]+ \w+)", text)
+    print(f"GPU auto micro batch: rc {r.returncode}: {m.group(0) if m else text.strip()[-300:]}")
+    if r.returncode != 0 or not m:
+        failures.append(f"gpu_auto: rc {r.returncode}, no pick in:\n{text[-3000:]}")
+    elif EMU and m.group(2) != "48.0 MiB":
+        failures.append(f"gpu_auto: the GPU's memory reads {m.group(2)}, not 48.0 MiB")
+
+
 # What a rank may allocate on the device beyond zctl plan's device total: the small exchange
-# buffers of a checkpoint's outcome (one error message, ZT_ERRMSG_MAX) and NCCL's barrier float.
-DEVICE_SLACK = 4096
+# buffers of a checkpoint's outcome (one error message, ZT_ERRMSG_MAX = 4096 bytes) and NCCL's
+# barrier float.
+DEVICE_SLACK = 8192
 
 
 def check_step_costs(tmp, failures):
