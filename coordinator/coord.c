@@ -374,7 +374,8 @@ void coord_job_event(zt_coord *c, c_job *j, int64_t attempt_id, const char *agen
                     .rank = -1,
                     .source = ZT_LOG_EVENT,
                     .text = line};
-    DB(c, zt_store_log_add(c->store, &l, NULL, err_));
+    DB(c, zt_store_log_add(c->store, &l, &l.id, err_));
+    coord_api_log(c, &l);
     j->log_count++;
     ZT_INFO("coord", "job %lld: %s", (long long)j->id, line);
     c_event *ev = zt_calloc(1, sizeof(*ev));
@@ -1308,6 +1309,7 @@ static void parse_kv_metrics(const char *kv, Zt__V1__Metric *m, Zt__V1__Metric *
 static void publish_job(zt_coord *c, c_job *j)
 {
     if (!j->events && !j->progress_dirty && !j->metrics_dirty && !(j->done && j->watchers)) return;
+    coord_api_publish_job(c, j);
     Zt__V1__Job jb;
     coord_job_to_pb(j, &jb);
     Zt__V1__JobUpdate u = ZT__V1__JOB_UPDATE__INIT;
@@ -1823,10 +1825,12 @@ static void *state_main(void *arg)
             zt_sleep_ms(c->cfg.test_commit_delay_ms);
         if (!c->batch_failed) {
             zt_err cerr = {0};
+                uint64_t t0 = zt_now_ns();
             if (zt_store_commit(c->store, &cerr) == ZT_OK)
                 committed = true;
             else
                 coord_db_failed(c, &cerr);
+            coord_hist_observe(&c->commit_hist, zt_now_ns() - t0);
         }
         pthread_mutex_lock(&c->mu);
         if (committed) {
@@ -1837,6 +1841,7 @@ static void *state_main(void *arg)
             zt_store_rollback(c->store);
             model_reload(c);
         }
+        coord_api_batch_end(c, committed);
         pthread_mutex_unlock(&c->mu);
         coord_logs_wake(c);
         for (c_op *o = ops; o;) {
@@ -1882,6 +1887,7 @@ zt_status zt_coord_open(zt_coord **out, const zt_coord_config *cfg, zt_err *err)
     pthread_cond_init(&c->rcv, NULL);
     pthread_mutex_init(&c->lmu, NULL);
     pthread_cond_init(&c->lcv, NULL);
+    pthread_mutex_init(&c->hsmu, NULL);
     c->agent_buckets = 4096;
     c->agent_hash = zt_calloc(c->agent_buckets, sizeof(*c->agent_hash));
     c->att_buckets = 4096;
@@ -1997,6 +2003,7 @@ void zt_coord_close(zt_coord *c)
         agent_remove(c, c->agents[c->n_agents - 1]);
     pthread_mutex_unlock(&c->mu);
     zt_free(c->grave);
+    coord_api_close(c);
     zt_store_close(c->rstore);
     zt_store_close(c->store);
     zt_free(c->agent_hash);
@@ -2011,5 +2018,6 @@ void zt_coord_close(zt_coord *c)
     pthread_cond_destroy(&c->rcv);
     pthread_mutex_destroy(&c->lmu);
     pthread_cond_destroy(&c->lcv);
+    pthread_mutex_destroy(&c->hsmu);
     zt_free(c);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/http.h"
 #include "coordinator/model.h"
 #include "coordinator/store.h"
 #include "proto/health.pb-c.h"
@@ -149,6 +150,7 @@ struct c_job {
     c_watcher *watchers;
     int n_watchers;
     zt_job_state pub_state; /* the last state watchers were told (committed) */
+    uint64_t sse_all_ns;    /* when the job-list event stream last heard of its progress */
     bool done;              /* terminal: removed from memory after the commit */
 };
 
@@ -170,6 +172,35 @@ struct c_task {
     void (*run)(zt_coord *c, c_task *t, zt_store *rs);
     zt_rpc_call *call;
 };
+
+/* Calls of one RPC method (counted by a wrapper around its handler, for /metrics). */
+typedef struct c_rpc_stat {
+    const char *path;
+    zt_rpc_handler_fn handler;
+    void *user;
+    atomic_uint_fast64_t calls;
+} c_rpc_stat;
+
+#define COORD_MAX_METHODS 32
+#define COORD_HIST_BUCKETS 11
+
+/* A latency histogram written by one thread and read by /metrics (relaxed atomics). */
+typedef struct c_hist {
+    atomic_uint_fast64_t buckets[COORD_HIST_BUCKETS]; /* cumulative counts are summed on read */
+    atomic_uint_fast64_t count, sum_ns;
+} c_hist;
+
+/* Upper bounds of c_hist's buckets in seconds (the last is +Inf). */
+extern const double coord_hist_bounds[COORD_HIST_BUCKETS - 1];
+void coord_hist_observe(c_hist *h, uint64_t ns);
+
+/* A log line waiting for the commit before it goes to the job's event streams. */
+typedef struct c_sse_line {
+    int64_t job_id;
+    char *json;
+} c_sse_line;
+
+#define COORD_HTTP_STORES 8
 
 struct zt_coord {
     zt_coord_config cfg;
@@ -223,6 +254,17 @@ struct zt_coord {
 
     atomic_bool serving;
     uint64_t started_ns;
+
+    /* ---- HTTP (api.c) ---- */
+    zt_http *http;         /* mu: event streams fed after each commit; NULL = none */
+    c_sse_line *sse_lines; /* mu: log lines of this batch for the streams */
+    size_t n_sse_lines, cap_sse_lines;
+    pthread_mutex_t hsmu; /* guards hstores: read-only handles of HTTP readers */
+    zt_store *hstores[COORD_HTTP_STORES];
+    int n_hstores;
+    c_rpc_stat rpc_stats[COORD_MAX_METHODS];
+    size_t n_rpc_stats;
+    c_hist commit_hist; /* SQLite commit latency (state thread) */
 };
 
 /* ---- coord.c: model and state thread ---- */
@@ -262,6 +304,20 @@ void coord_watchers_send(zt_coord *c, c_job *j, const Zt__V1__JobUpdate *u, bool
 size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap);
 void coord_rdzv_reply(c_attempt *a, zt_rpc_call *call, bool complete);
 bool coord_rdzv_complete(const c_attempt *a, int wait);
+
+/* Cancels job id (state thread, mu held, inside the batch). ZT_RPC_OK: canceled (or the batch
+ * failed: c->batch_failed); otherwise NOT_FOUND or FAILED_PRECONDITION with msg. */
+zt_rpc_code coord_job_cancel(zt_coord *c, int64_t id, const char *why, char *msg, size_t cap);
+
+/* ---- api.c: what the HTTP event streams hear (mu held; nothing when c->http is NULL) ---- */
+/* A log line written in this batch. */
+void coord_api_log(zt_coord *c, const zt_log_rec *r);
+/* After the commit, before j's changes are cleared: j's update to the streams. */
+void coord_api_publish_job(zt_coord *c, c_job *j);
+/* After the commit (or the rollback): sends (or drops) the batch's log lines. */
+void coord_api_batch_end(zt_coord *c, bool committed);
+/* Closes the HTTP readers' store handles (zt_coord_close). */
+void coord_api_close(zt_coord *c);
 
 /* ---- coord_read.c ---- */
 void *coord_reader_main(void *arg);

@@ -195,32 +195,38 @@ static void on_peek_job(void *arg, const zt_job_rec *r)
     snprintf(p->reason, sizeof(p->reason), "%s", r->reason);
 }
 
-static void cancel_run(zt_coord *c, c_op *op)
+zt_rpc_code coord_job_cancel(zt_coord *c, int64_t id, const char *why, char *msg, size_t cap)
 {
-    cancel_op *x = (cancel_op *)op;
-    c_job *j = coord_job_find(c, x->id);
+    c_job *j = coord_job_find(c, id);
     if (!j || j->done) {
         state_peek p = {0};
         zt_err e = {0};
-        zt_status st = zt_store_job_get(c->store, x->id, on_peek_job, &p, &e);
+        zt_status st = zt_store_job_get(c->store, id, on_peek_job, &p, &e);
         if (st == ZT_ERR_NOT_FOUND) {
-            x->code = ZT_RPC_NOT_FOUND;
-            snprintf(x->msg, sizeof(x->msg), "job %lld not found; 'zctl jobs' lists the jobs",
-                     (long long)x->id);
-        } else if (st != ZT_OK) {
-            coord_db_failed(c, &e);
-        } else {
-            x->code = ZT_RPC_FAILED_PRECONDITION;
-            snprintf(x->msg, sizeof(x->msg), "job %lld has already ended: %s (%s)",
-                     (long long)x->id, zt_job_state_name(j ? j->state : p.state),
-                     j ? j->reason : p.reason);
+            snprintf(msg, cap, "job %lld not found; 'zctl jobs' lists the jobs", (long long)id);
+            return ZT_RPC_NOT_FOUND;
         }
-        return;
+        if (st != ZT_OK) {
+            coord_db_failed(c, &e);
+            return ZT_RPC_OK;
+        }
+        snprintf(msg, cap, "job %lld has already ended: %s (%s)", (long long)id,
+                 zt_job_state_name(j ? j->state : p.state), j ? j->reason : p.reason);
+        return ZT_RPC_FAILED_PRECONDITION;
     }
     char reason[600];
-    snprintf(reason, sizeof(reason), "canceled%s%s", x->why[0] ? ": " : " by the user", x->why);
+    snprintf(reason, sizeof(reason), "canceled%s%s", why[0] ? ": " : " by the user", why);
     if (j->att) coord_attempt_end(c, j->att, ZT_ATTEMPT_CANCELED, false, reason);
     coord_job_set_state(c, j, ZT_JOB_CANCELED, "%s", reason);
+    return ZT_RPC_OK;
+}
+
+static void cancel_run(zt_coord *c, c_op *op)
+{
+    cancel_op *x = (cancel_op *)op;
+    x->code = coord_job_cancel(c, x->id, x->why, x->msg, sizeof(x->msg));
+    c_job *j = coord_job_find(c, x->id);
+    if (x->code != ZT_RPC_OK || c->batch_failed || !j) return;
     Zt__V1__Job jb;
     coord_job_to_pb(j, &jb);
     Zt__V1__CancelJobReply r = ZT__V1__CANCEL_JOB_REPLY__INIT;
@@ -1309,10 +1315,11 @@ static void logs_run(zt_coord *c, c_op *op)
                         .source = le->source,
                         .text = line};
         zt_err e = {0};
-        if (zt_store_log_add(c->store, &r, NULL, &e) != ZT_OK) {
+        if (zt_store_log_add(c->store, &r, &r.id, &e) != ZT_OK) {
             coord_db_failed(c, &e);
             return;
         }
+        coord_api_log(c, &r);
         x->accepted++;
         /* at most logs_max_lines per job (pruned in steps of a tenth): live jobs keep their
          * count in memory; lines that come after a job ended (an agent flushing) are counted
@@ -1587,6 +1594,14 @@ static void h_get_logs(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
 
 /* ---- the method table -------------------------------------------------------------------- */
 
+/* Counts the call for /metrics, then runs the method's own handler. */
+static void counted_call(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
+{
+    c_rpc_stat *st = user;
+    atomic_fetch_add_explicit(&st->calls, 1, memory_order_relaxed);
+    st->handler(call, m, st->user);
+}
+
 size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap)
 {
     const zt_rpc_method table[] = {
@@ -1631,7 +1646,18 @@ size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap)
          h_health_watch, c, 0},
     };
     size_t n = sizeof(table) / sizeof(table[0]);
-    for (size_t i = 0; i < n && i < cap; i++)
+    if (n > cap) n = cap;
+    if (n > COORD_MAX_METHODS) n = COORD_MAX_METHODS;
+    for (size_t i = 0; i < n; i++) {
+        c_rpc_stat *st = &c->rpc_stats[i];
+        st->path = table[i].path;
+        st->handler = table[i].handler;
+        st->user = table[i].user;
+        atomic_store(&st->calls, 0);
         m[i] = table[i];
-    return n < cap ? n : cap;
+        m[i].handler = counted_call;
+        m[i].user = st;
+    }
+    c->n_rpc_stats = n;
+    return n;
 }

@@ -1,26 +1,88 @@
-/* zerotrain: zcoord's HTTP listener. For now it serves a health page (GET /healthz: 200 when
- * serving, 503 otherwise) and a short index; the dashboard, JSON API and Prometheus metrics
- * come with a later piece and will replace this file's handler. One thread, one connection
- * at a time. */
+/* zerotrain: zcoord's HTTP server on libmicrohttpd — a pool of polling threads (epoll), TLS
+ * when given a certificate, the user credential check (bearer token or the dashboard's session
+ * cookie, with a CSRF guard on POST), and Server-Sent Events streams fed by zt_http_publish.
+ * It knows no route but /healthz, /readyz and /login: everything else goes to the handler
+ * (coordinator/api.c). */
 #ifndef ZT_COORDINATOR_HTTP_H
 #define ZT_COORDINATOR_HTTP_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "common/status.h"
 
 typedef struct zt_http zt_http;
+/* One request, valid during the handler call only. */
+typedef struct zt_http_req zt_http_req;
 
-/* Returns whether the coordinator serves (for /healthz). */
+/* Returns whether the coordinator serves (for /healthz and /readyz). */
 typedef bool (*zt_http_health_fn)(void *arg);
+/* Answers one authenticated request (any path but the three above) with exactly one
+ * zt_http_respond* or zt_http_stream call; runs on a server thread: keep it short. */
+typedef void (*zt_http_handler_fn)(void *arg, zt_http_req *req);
 
-/* Listens on addr ("host:port", port 0 picks one) and serves in a thread. Errors: ZT_ERR_IO
- * (cannot bind; the message names the address), ZT_ERR_INVALID (malformed address). */
-zt_status zt_http_start(zt_http **out, const char *addr, zt_http_health_fn health, void *arg,
-                        zt_err *err);
+/* The topic of the job list and cluster stream; a job's own stream uses its id (> 0). */
+#define ZT_HTTP_TOPIC_ALL ((int64_t)-1)
+
+typedef struct zt_http_config {
+    const char *addr;         /* "host:port" or "[v6]:port"; port 0 picks one */
+    const char *token;        /* user token; NULL or "" = no credential asked (loopback) */
+    const char *tls_cert_pem; /* PEM text: serve HTTPS; NULL = plain HTTP */
+    const char *tls_key_pem;
+    int threads;         /* polling threads; 0 = 4 */
+    int max_connections; /* open at once, streams included; 0 = 512 */
+    int timeout_s;       /* an idle connection is closed after this; 0 = 30 */
+    int max_streams;     /* event streams open at once (more: 503); 0 = 256 */
+    zt_http_health_fn health;
+    void *health_arg;
+    zt_http_handler_fn handler;
+    void *handler_arg;
+} zt_http_config;
+
+/* Counters for /metrics, read without locks (they may be a request apart). */
+typedef struct zt_http_stats {
+    uint64_t requests[6]; /* by status class: [1] 1xx ... [5] 5xx; [0] unused */
+    uint64_t unauthorized;
+    int streams;
+} zt_http_stats;
+
+/* Binds cfg->addr and serves. Errors: ZT_ERR_INVALID (malformed address, or TLS asked from a
+ * libmicrohttpd without it), ZT_ERR_IO (cannot bind; the message names the address),
+ * ZT_ERR_NOMEM. The strings of cfg are copied. */
+zt_status zt_http_start(zt_http **out, const zt_http_config *cfg, zt_err *err);
 /* The bound port. */
 int zt_http_port(const zt_http *h);
-/* Stops the thread and closes the socket. NULL is a no-op. */
+/* Ends every stream, stops the threads and closes the socket. NULL is a no-op. */
 void zt_http_stop(zt_http *h);
+void zt_http_get_stats(const zt_http *h, zt_http_stats *out);
+
+/* ---- requests (handler thread) ---- */
+const char *zt_http_method(const zt_http_req *r);
+/* The path without the query string, percent-decoded by libmicrohttpd. */
+const char *zt_http_path(const zt_http_req *r);
+/* A query parameter (decoded), NULL when absent. */
+const char *zt_http_query(const zt_http_req *r, const char *name);
+/* The request body (POST), NUL-terminated; len may be NULL. */
+const char *zt_http_body(const zt_http_req *r, size_t *len);
+zt_http *zt_http_server(const zt_http_req *r);
+
+/* Answers with body (copied). Adds the security headers (a Content-Security-Policy allowing
+ * only the server's own files, nosniff, no referrer, no caching unless cache is true). */
+void zt_http_respond(zt_http_req *r, int status, const char *type, const void *body, size_t len,
+                     bool cache);
+/* Answers {"error": message} with status. */
+void zt_http_respond_error(zt_http_req *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Turns the request into an event stream of topic (text/event-stream); first (may be NULL)
+ * is sent at once. Past max_streams answers 503 and returns ZT_ERR_NOSPACE. */
+zt_status zt_http_stream(zt_http_req *r, int64_t topic, const char *first);
+
+/* ---- publishing (any thread; cheap when nobody listens) ---- */
+/* Whether a stream of topic is open (ZT_HTTP_TOPIC_ALL: of the job list). */
+bool zt_http_has_streams(zt_http *h, int64_t topic);
+/* Sends "event: EVENT\ndata: DATA\n\n" to every stream of topic. data is one line of JSON.
+ * A stream that has more than 1 MiB unsent is closed (the browser reconnects and reloads). */
+void zt_http_publish(zt_http *h, int64_t topic, const char *event, const char *data);
 
 #endif

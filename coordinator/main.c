@@ -1,10 +1,11 @@
 /* zerotrain: zcoord, the coordinator process. Reads its settings (one table feeds flags,
- * ZT_* environment variables and --help), opens the store, serves gRPC (and a small HTTP
- * health page), and shuts down cleanly on SIGTERM or SIGINT. */
+ * ZT_* environment variables and --help), opens the store, serves gRPC and HTTP (dashboard,
+ * JSON API, Prometheus metrics), and shuts down cleanly on SIGTERM or SIGINT. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "coordinator/api.h"
 #include "coordinator/coord.h"
 #include "coordinator/http.h"
 #include "proto/rpc.h"
@@ -61,7 +63,7 @@ static setting settings[S_COUNT] = {
     [S_GRPC] = {"grpc", "ZT_GRPC_ADDR", T_STR, "127.0.0.1:50051", 0, 0,
                 "gRPC listen address (port 0 picks one)", NULL, 0},
     [S_HTTP] = {"http", "ZT_HTTP_ADDR", T_STR, "127.0.0.1:8080", 0, 0,
-                "HTTP listen address for /healthz ('off' = none)", NULL, 0},
+                "HTTP listen address: dashboard, /api/v1, /metrics, /healthz ('off' = none)", NULL, 0},
     [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", T_STR, "", 0, 0,
                       "file holding the API token (or set ZT_TOKEN); none = loopback only", NULL,
                       0},
@@ -218,10 +220,12 @@ static bool is_loopback(const char *addr)
            strncmp(addr, "[::1]:", 6) == 0;
 }
 
+static atomic_bool stopping; /* after SIGTERM: /healthz and /readyz answer 503 */
+
 static bool health(void *arg)
 {
     (void)arg;
-    return true;
+    return !atomic_load(&stopping);
 }
 
 static int write_ready(const char *path, const char *grpc, const char *http)
@@ -389,10 +393,18 @@ int main(int argc, char **argv)
         snprintf(colon + 1, sizeof(grpc_bound) - (size_t)(colon + 1 - grpc_bound), "%d",
                  zt_rpc_server_port(srv));
     if (http_on) {
-        if (zt_http_start(&http, http_addr, health, NULL, &err) != ZT_OK) {
+        zt_http_config hc = {.addr = http_addr,
+                             .token = token,
+                             .tls_cert_pem = cert,
+                             .tls_key_pem = key,
+                             .health = health,
+                             .handler = zt_api_handle,
+                             .handler_arg = coord};
+        if (zt_http_start(&http, &hc, &err) != ZT_OK) {
             fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
             goto cleanup;
         }
+        zt_api_attach(coord, http);
         snprintf(http_bound, sizeof(http_bound), "%s", http_addr);
         colon = strrchr(http_bound, ':');
         if (colon)
@@ -405,8 +417,8 @@ int main(int argc, char **argv)
                 strerror(errno));
         goto cleanup;
     }
-    printf("zcoord %s: serving gRPC on %s%s, HTTP on %s, database %s\n", ZT_VERSION, grpc_bound,
-           cert ? " (TLS)" : "", http_bound, cc.db_path);
+    printf("zcoord %s: serving gRPC on %s%s, HTTP%s on %s, database %s\n", ZT_VERSION,
+           grpc_bound, cert ? " (TLS)" : "", cert && http ? "S" : "", http_bound, cc.db_path);
     fflush(stdout);
     ZT_INFO("zcoord", "serving gRPC on %s%s (%s), HTTP on %s", grpc_bound, cert ? " with TLS" : "",
             token ? "token required" : "no token: loopback only", http_bound);
@@ -415,9 +427,11 @@ int main(int argc, char **argv)
     while (sigwait(&sigs, &sig) != 0) {
     }
     ZT_INFO("zcoord", "signal %d: shutting down", sig);
+    atomic_store(&stopping, true);
     rc = 0;
 
 cleanup:
+    if (http) zt_api_attach(coord, NULL);
     zt_http_stop(http);
     zt_coord_stop_serving(coord);
     if (srv) zt_rpc_server_shutdown(srv, 2000);

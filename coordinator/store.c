@@ -240,6 +240,7 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "job_id = ?1 AND id > ?2 AND (?4 = 0 OR source != 3) AND (?3 IS NULL OR source = 3 OR rank " \
       "IN (SELECT value FROM json_each(?3))) ORDER BY id DESC LIMIT ?5) ORDER BY id LIMIT ?6")     \
     X(LOGS_COUNT, "SELECT COUNT(*) FROM logs WHERE job_id = ?1")                                   \
+    X(JOB_STATE_COUNTS, "SELECT state, COUNT(*) FROM jobs GROUP BY state")                         \
     X(METRIC_ADD,                                                                                  \
       "INSERT OR IGNORE INTO metrics(job_id, step, attempt_id, time_ms, kv) VALUES(?1, ?2, ?3, "   \
       "?4, ?5)")                                                                                   \
@@ -1002,6 +1003,21 @@ static zt_status count_of(zt_store *s, stmt_id id, int64_t key, int64_t *count, 
         return ZT_ERR_DB;
     sqlite3_bind_int64(st, 1, key);
     return query_int(s, st, count, err, "counting rows");
+}
+
+zt_status zt_store_job_state_counts(zt_store *s, int64_t counts[8], zt_err *err)
+{
+    for (int i = 0; i < 8; i++)
+        counts[i] = 0;
+    sqlite3_stmt *st = stmt(s, S_JOB_STATE_COUNTS, err);
+    if (!st)
+        return ZT_ERR_DB;
+    FOR_ROWS(s, st, err, "counting jobs by state", {
+        int state = zt_job_state_parse(col_text_or_empty(st, 0));
+        if (state > 0 && state < 8)
+            counts[state] = sqlite3_column_int64(st, 1);
+    });
+    return ZT_OK;
 }
 
 zt_status zt_store_logs_count(zt_store *s, int64_t job_id, int64_t *count, zt_err *err)

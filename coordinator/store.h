@@ -127,6 +127,8 @@ zt_status zt_store_events_list(zt_store *s, int64_t job_id, int limit, zt_store_
 zt_status zt_store_logs_list(zt_store *s, int64_t job_id, int64_t after_id, int limit, int tail,
                              const char *ranks_json, bool no_events, zt_store_log_fn fn, void *arg,
                              zt_err *err);
+/* counts[state] = the number of jobs in that state (zt_job_state; [0] unused). */
+zt_status zt_store_job_state_counts(zt_store *s, int64_t counts[8], zt_err *err);
 zt_status zt_store_logs_count(zt_store *s, int64_t job_id, int64_t *count, zt_err *err);
 /* A job's metric rows with step >= from_step, by step. */
 zt_status zt_store_metrics_list(zt_store *s, int64_t job_id, int64_t from_step,

@@ -5,7 +5,12 @@
 zt_add_test(NAME coordinator_load SOURCES ${CMAKE_CURRENT_LIST_DIR}/coordinator_load.c
             LIBS zt_test_zcoord_harness zt_rpc LABELS bench TIMEOUT 300 ARGS --seconds 10)
 add_dependencies(coordinator_load zcoord)
+# the same with 20 browsers' worth of HTTP readers (event stream + /metrics every second each)
+add_test(NAME coordinator_load_http COMMAND coordinator_load --seconds 10 --http-readers 20
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+set_tests_properties(coordinator_load_http PROPERTIES LABELS bench TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "ZT_BIN=${CMAKE_BINARY_DIR}/bin")
 add_test(NAME coordinator_load_smoke COMMAND coordinator_load --agents 50 --seconds 2
-         --submit-rate 20 WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+         --submit-rate 20 --http-readers 2 WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 set_tests_properties(coordinator_load_smoke PROPERTIES LABELS integration TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "ZT_BIN=${CMAKE_BINARY_DIR}/bin")

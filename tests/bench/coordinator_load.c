@@ -4,11 +4,14 @@
  * reports and state changes). Prints heartbeats handled per second with p50/p99 latency,
  * acknowledged submissions per second (verified stored afterwards), and next to them the
  * rate of an empty unary call (Ping) measured in the same run: the gRPC C core's own
- * ceiling on this machine. --check exits 1 when the targets are missed (10,000 heartbeats/s
- * with p99 under 20 ms; 100 submissions/s). */
+ * ceiling on this machine. --http-readers N adds N browsers' worth of HTTP readers beside the
+ * agents: each holds the job-list event stream (/api/v1/stream) open and scrapes /metrics once
+ * a second, so the heartbeat figures can be compared with and without them. --check exits 1
+ * when the targets are missed (10,000 heartbeats/s with p99 under 20 ms; 100 submissions/s). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -16,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -26,7 +31,7 @@
 #include "tests/coordinator/zcoord_harness.h"
 
 typedef struct opts {
-    int agents, rate_hz, seconds, submitters, threads, pollers, job_steps;
+    int agents, rate_hz, seconds, submitters, threads, pollers, job_steps, http_readers;
     double submit_rate;
     bool check;
 } opts;
@@ -393,12 +398,129 @@ static void *submit_main(void *arg)
 
 /* ---- main --------------------------------------------------------------------------------- */
 
+/* ---- HTTP readers: a browser's event stream and a Prometheus scrape each ------------------- */
+
+typedef struct http_reader {
+    pthread_t stream_th, scrape_th;
+    int port;
+    atomic_uint_fast64_t events, scrapes, errors, scrape_ns;
+} http_reader;
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(0x7f000001);
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *s)
+{
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        s += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Holds /api/v1/stream open, counting the events, reconnecting when it ends. */
+static void *stream_main(void *arg)
+{
+    http_reader *r = arg;
+    char buf[16384];
+    while (!atomic_load(&stop_load)) {
+        int fd = tcp_connect(r->port);
+        if (fd < 0 || !send_all(fd, "GET /api/v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                    "Accept: text/event-stream\r\n\r\n")) {
+            atomic_fetch_add(&r->errors, 1);
+            if (fd >= 0) close(fd);
+            zt_sleep_ms(100);
+            continue;
+        }
+        while (!atomic_load(&stop_load)) {
+            ssize_t n = read(fd, buf, sizeof(buf) - 1);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                break;
+            if (n <= 0) continue;
+            buf[n] = '\0';
+            for (char *p = buf; (p = strstr(p, "event: ")) != NULL; p += 7)
+                atomic_fetch_add(&r->events, 1);
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+/* GET /metrics once a second on a new connection, read to the end. */
+static void *scrape_main(void *arg)
+{
+    http_reader *r = arg;
+    char buf[65536];
+    uint64_t next = zt_now_ns();
+    while (!atomic_load(&stop_load)) {
+        uint64_t t0 = zt_now_ns();
+        int fd = tcp_connect(r->port);
+        bool ok = fd >= 0 && send_all(fd, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                          "Connection: close\r\n\r\n");
+        size_t total = 0;
+        while (ok) {
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n == 0) break;
+            if (n < 0) {
+                ok = errno == EINTR;
+                continue;
+            }
+            total += (size_t)n;
+        }
+        if (fd >= 0) close(fd);
+        if (ok && total > 0) {
+            if (t0 >= measure_from) { /* counted like the heartbeats: after the warm-up */
+                atomic_fetch_add(&r->scrapes, 1);
+                atomic_fetch_add(&r->scrape_ns, zt_now_ns() - t0);
+            }
+        } else {
+            atomic_fetch_add(&r->errors, 1);
+        }
+        next += 1000000000ull;
+        uint64_t now = zt_now_ns();
+        if (next > now) zt_sleep_ms((int64_t)((next - now) / 1000000ull));
+    }
+    return NULL;
+}
+
+/* The HTTP port from zcoord's ready file ({"grpc": ..., "http": "127.0.0.1:PORT", ...}). */
+static int http_port_of(const zt_zcoord_proc *zc)
+{
+    char path[300], text[512];
+    snprintf(path, sizeof(path), "%s/ready.json", zc->dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *h = strstr(text, "\"http\"");
+    const char *colon = h ? strchr(h + 6, ':') : NULL;
+    colon = colon ? strchr(colon + 1, ':') : NULL;
+    return colon ? atoi(colon + 1) : 0;
+}
+
 static void usage(void)
 {
     fprintf(
         stderr,
         "usage: coordinator_load [--agents N] [--rate HZ] [--seconds S] [--submitters N]\n"
-        "                        [--submit-rate PER_S] [--threads N] [--pollers N] [--check]\n");
+        "                        [--submit-rate PER_S] [--threads N] [--pollers N]\n"
+        "                        [--http-readers N] [--check]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -411,6 +533,7 @@ static int parse(int argc, char **argv, opts *o)
                 .pollers = 2,
                 .job_steps = 20,
                 .submit_rate = 100,
+                .http_readers = 0,
                 .check = false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -437,13 +560,16 @@ static int parse(int argc, char **argv, opts *o)
             o->threads = atoi(v);
         else if (strcmp(a, "--pollers") == 0)
             o->pollers = atoi(v);
+        else if (strcmp(a, "--http-readers") == 0)
+            o->http_readers = atoi(v);
         else {
             usage();
             return -1;
         }
         i++;
     }
-    if (o->agents < 1 || o->rate_hz < 1 || o->seconds < 1 || o->threads < 1 || o->submitters < 0) {
+    if (o->agents < 1 || o->rate_hz < 1 || o->seconds < 1 || o->threads < 1 || o->submitters < 0 ||
+        o->http_readers < 0 || o->http_readers > 200) {
         usage();
         return -1;
     }
@@ -473,15 +599,15 @@ int main(int argc, char **argv)
     snprintf(pollers, sizeof(pollers), "%d", o.pollers);
     const char *args[] = {"--pollers",   pollers, "--heartbeat-timeout",  hb_timeout,
                           "--log-level", "warn",  "--metrics-max-points", "100",
-                          NULL};
+                          "--http",      o.http_readers ? "127.0.0.1:0" : "off", NULL};
     zt_zcoord_proc zc;
     zt_zcoord_start(&zc, args);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     printf("coordinator_load: %d agents x %d Hz (target %d heartbeats/s), %d submitter(s) at %.0f "
            "jobs/s, %d s measured after 2 s of warm-up; zcoord --pollers %d; %ld CPU core(s) "
-           "shared by zcoord and this generator\n",
+           "shared by zcoord and this generator; %d HTTP reader(s)\n",
            o.agents, o.rate_hz, o.agents * o.rate_hz, o.submitters, o.submit_rate, o.seconds,
-           o.pollers, ncpu);
+           o.pollers, ncpu, o.http_readers);
 
     /* 1. the ceiling: empty unary calls */
     hist ph;
@@ -548,6 +674,17 @@ int main(int argc, char **argv)
     if (getenv("ZT_BENCH_SLOW")) slow_origin = measure_from;
     for (int t = 0; t < o.threads; t++)
         pthread_create(&lgs[t].th, NULL, loadgen_main, &lgs[t]);
+    http_reader *readers = zt_calloc((size_t)(o.http_readers ? o.http_readers : 1), sizeof(*readers));
+    int http_port = o.http_readers ? http_port_of(&zc) : 0;
+    if (o.http_readers && !http_port) {
+        fprintf(stderr, "coordinator_load: no HTTP port in zcoord's ready file\n");
+        return 1;
+    }
+    for (int i = 0; i < o.http_readers; i++) {
+        readers[i].port = http_port;
+        pthread_create(&readers[i].stream_th, NULL, stream_main, &readers[i]);
+        pthread_create(&readers[i].scrape_th, NULL, scrape_main, &readers[i]);
+    }
     for (int s = 0; s < o.submitters; s++) {
         subs[s].addr = zc.addr;
         subs[s].rate = o.submit_rate / o.submitters;
@@ -562,6 +699,16 @@ int main(int argc, char **argv)
         pthread_join(subs[s].th, NULL);
     for (int t = 0; t < o.threads; t++)
         pthread_join(lgs[t].th, NULL);
+    uint64_t h_events = 0, h_scrapes = 0, h_errors = 0, h_scrape_ns = 0;
+    for (int i = 0; i < o.http_readers; i++) {
+        pthread_join(readers[i].stream_th, NULL);
+        pthread_join(readers[i].scrape_th, NULL);
+        h_events += atomic_load(&readers[i].events);
+        h_scrapes += atomic_load(&readers[i].scrapes);
+        h_errors += atomic_load(&readers[i].errors);
+        h_scrape_ns += atomic_load(&readers[i].scrape_ns);
+    }
+    zt_free(readers);
 
     hist all;
     hist_init(&all);
@@ -581,6 +728,12 @@ int main(int argc, char **argv)
            hb_rate, o.agents * o.rate_hz, hb_p50, hb_p99, all.max_ms, (unsigned long long)errors,
            (unsigned long long)skipped);
     if (errors) printf("    last heartbeat error: %s\n", last_error);
+    if (o.http_readers)
+        printf("  http readers: %d event streams (%llu events received), /metrics %.1f scrapes/s "
+               "(mean %.1f ms each), errors %llu\n",
+               o.http_readers, (unsigned long long)h_events, (double)h_scrapes / dt,
+               h_scrapes ? (double)h_scrape_ns / (double)h_scrapes * 1e-6 : 0.0,
+               (unsigned long long)h_errors);
     for (int k = 0; k < atomic_load(&n_slow) && k < 4096; k++)
         printf("    slow beat sent at %8.1f ms: %6.1f ms\n", slow_at[k], slow_ms[k]);
     hist sh;

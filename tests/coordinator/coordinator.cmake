@@ -14,3 +14,5 @@ zt_add_script_test(NAME test_zctl COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_
                    LABELS integration TIMEOUT 240)
 zt_add_script_test(NAME test_durability COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_durability.py
                    LABELS integration slow TIMEOUT 600)
+zt_add_script_test(NAME test_http_api COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_http_api.py
+                   LABELS integration TIMEOUT 120)
