@@ -68,6 +68,32 @@ static void header(sbuf *b, const char *name, const char *type, const char *help
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* The series of one histogram: cumulative buckets, sum and count, with labels (or none). */
+static void put_hist(sbuf *b, const char *name, const char *labels, const c_hist *h)
+{
+    const char *sep = labels ? "," : "";
+    labels = labels ? labels : "";
+    uint64_t cum = 0;
+    for (int i = 0; i < COORD_HIST_BUCKETS; i++) {
+        cum += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+        if (i < COORD_HIST_BUCKETS - 1)
+            sb_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep,
+                      coord_hist_bounds[i], (unsigned long long)cum);
+        else
+            sb_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                      (unsigned long long)cum);
+    }
+    if (labels[0]) {
+        sb_printf(b, "%s_sum{%s} %.9f\n%s_count{%s} %llu\n", name, labels,
+                  (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9, name,
+                  labels, (unsigned long long)cum);
+    } else {
+        sb_printf(b, "%s_sum %.9f\n%s_count %llu\n", name,
+                  (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9, name,
+                  (unsigned long long)cum);
+    }
+}
+
 /* A label value with \, " and newlines escaped (names are [A-Za-z0-9._-] already). */
 static void esc(const char *in, char *out, size_t cap)
 {
@@ -316,20 +342,16 @@ char *zt_api_metrics_text(zt_coord *c, zt_http *h)
     }
     header(&b, "zt_heartbeats_received_total", "counter", "Agent heartbeats received.");
     sb_printf(&b, "zt_heartbeats_received_total %llu\n", (unsigned long long)heartbeats);
+    header(&b, "zt_rpc_duration_seconds", "histogram",
+           "gRPC calls from arrival to answer (streams: to their end), by method.");
+    for (size_t i = 0; i < c->n_rpc_stats; i++) {
+        char labels[160];
+        snprintf(labels, sizeof(labels), "method=\"%s\"", c->rpc_stats[i].path);
+        put_hist(&b, "zt_rpc_duration_seconds", labels, &c->rpc_stats[i].latency);
+    }
     header(&b, "zt_store_commit_seconds", "histogram",
            "Duration of SQLite commits of the state thread (the fsync point).");
-    uint64_t cum = 0;
-    for (int i = 0; i < COORD_HIST_BUCKETS; i++) {
-        cum += atomic_load_explicit(&c->commit_hist.buckets[i], memory_order_relaxed);
-        if (i < COORD_HIST_BUCKETS - 1)
-            sb_printf(&b, "zt_store_commit_seconds_bucket{le=\"%g\"} %llu\n", coord_hist_bounds[i],
-                      (unsigned long long)cum);
-        else
-            sb_printf(&b, "zt_store_commit_seconds_bucket{le=\"+Inf\"} %llu\n",
-                      (unsigned long long)cum);
-    }
-    sb_printf(&b, "zt_store_commit_seconds_sum %.9f\nzt_store_commit_seconds_count %llu\n",
-              (double)atomic_load(&c->commit_hist.sum_ns) / 1e9, (unsigned long long)cum);
+    put_hist(&b, "zt_store_commit_seconds", NULL, &c->commit_hist);
     zt_http_stats hs;
     zt_http_get_stats(h, &hs);
     header(&b, "zt_http_requests_total", "counter", "HTTP requests answered, by status class.");

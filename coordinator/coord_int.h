@@ -174,21 +174,23 @@ struct c_task {
 };
 
 /* Calls of one RPC method (counted by a wrapper around its handler, for /metrics). */
+#define COORD_HIST_BUCKETS 11
+
+/* A latency histogram written by any thread and read by /metrics (relaxed atomics). */
+typedef struct c_hist {
+    atomic_uint_fast64_t buckets[COORD_HIST_BUCKETS]; /* cumulative counts are summed on read */
+    atomic_uint_fast64_t count, sum_ns;
+} c_hist;
+
 typedef struct c_rpc_stat {
     const char *path;
     zt_rpc_handler_fn handler;
     void *user;
     atomic_uint_fast64_t calls;
+    c_hist latency; /* arrival to answer */
 } c_rpc_stat;
 
 #define COORD_MAX_METHODS 32
-#define COORD_HIST_BUCKETS 11
-
-/* A latency histogram written by one thread and read by /metrics (relaxed atomics). */
-typedef struct c_hist {
-    atomic_uint_fast64_t buckets[COORD_HIST_BUCKETS]; /* cumulative counts are summed on read */
-    atomic_uint_fast64_t count, sum_ns;
-} c_hist;
 
 /* Upper bounds of c_hist's buckets in seconds (the last is +Inf). */
 extern const double coord_hist_bounds[COORD_HIST_BUCKETS - 1];

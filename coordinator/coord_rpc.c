@@ -1602,48 +1602,57 @@ static void counted_call(zt_rpc_call *call, const ProtobufCMessage *m, void *use
     st->handler(call, m, st->user);
 }
 
+/* The call's latency, arrival to answer, for /metrics. */
+static void observed_call(void *user, uint64_t ns, zt_rpc_code code)
+{
+    (void)code;
+    coord_hist_observe(&((c_rpc_stat *)user)->latency, ns);
+}
+
 size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap)
 {
     const zt_rpc_method table[] = {
         {"/zt.v1.Coordinator/SubmitJob", &zt__v1__submit_job_request__descriptor, false, h_submit,
-         c, 64},
-        {"/zt.v1.Coordinator/GetJob", &zt__v1__get_job_request__descriptor, false, h_get_job, c, 0},
+         c, 64, NULL, NULL},
+        {"/zt.v1.Coordinator/GetJob", &zt__v1__get_job_request__descriptor, false, h_get_job, c, 0,
+         NULL, NULL},
         {"/zt.v1.Coordinator/ListJobs", &zt__v1__list_jobs_request__descriptor, false, h_list_jobs,
-         c, 0},
+         c, 0, NULL, NULL},
         {"/zt.v1.Coordinator/CancelJob", &zt__v1__cancel_job_request__descriptor, false, h_cancel,
-         c, 0},
-        {"/zt.v1.Coordinator/WatchJob", &zt__v1__watch_job_request__descriptor, true, h_watch, c,
-         0},
+         c, 0, NULL, NULL},
+        {"/zt.v1.Coordinator/WatchJob", &zt__v1__watch_job_request__descriptor, true, h_watch, c, 0,
+         NULL, NULL},
         {"/zt.v1.Coordinator/GetMetrics", &zt__v1__get_metrics_request__descriptor, false,
-         h_get_metrics, c, 0},
+         h_get_metrics, c, 0, NULL, NULL},
         {"/zt.v1.Coordinator/ListCheckpoints", &zt__v1__list_checkpoints_request__descriptor, false,
-         h_list_ckpts, c, 0},
+         h_list_ckpts, c, 0, NULL, NULL},
         {"/zt.v1.Coordinator/ListAgents", &zt__v1__list_agents_request__descriptor, false,
-         h_list_agents, c, 0},
+         h_list_agents, c, 0, NULL, NULL},
         {"/zt.v1.Coordinator/GetLogs", &zt__v1__get_logs_request__descriptor, true, h_get_logs, c,
-         0},
-        {"/zt.v1.Coordinator/Ping", &zt__v1__ping_request__descriptor, false, h_ping, c, 128},
+         0, NULL, NULL},
+        {"/zt.v1.Coordinator/Ping", &zt__v1__ping_request__descriptor, false, h_ping, c, 128, NULL,
+         NULL},
         {"/zt.v1.AgentControl/RegisterAgent", &zt__v1__register_agent_request__descriptor, false,
-         h_register, c, 64},
+         h_register, c, 64, NULL, NULL},
         {"/zt.v1.AgentControl/Heartbeat", &zt__v1__heartbeat_request__descriptor, false,
-         h_heartbeat, c, 256},
+         h_heartbeat, c, 256, NULL, NULL},
         {"/zt.v1.AgentControl/GetAttemptSpec", &zt__v1__get_attempt_spec_request__descriptor, false,
-         h_attempt_spec, c, 0},
+         h_attempt_spec, c, 0, NULL, NULL},
         {"/zt.v1.AgentControl/ReportMetrics", &zt__v1__report_metrics_request__descriptor, false,
-         h_report_metrics, c, 0},
+         h_report_metrics, c, 0, NULL, NULL},
         {"/zt.v1.AgentControl/ReportCheckpoint", &zt__v1__report_checkpoint_request__descriptor,
-         false, h_report_ckpt, c, 0},
+         false, h_report_ckpt, c, 0, NULL, NULL},
         {"/zt.v1.AgentControl/ReportCheckpointRemoved",
-         &zt__v1__report_checkpoint_removed_request__descriptor, false, h_report_ckpt_removed, c,
-         0},
+         &zt__v1__report_checkpoint_removed_request__descriptor, false, h_report_ckpt_removed, c, 0,
+         NULL, NULL},
         {"/zt.v1.AgentControl/ReportLogs", &zt__v1__report_logs_request__descriptor, false,
-         h_report_logs, c, 0},
+         h_report_logs, c, 0, NULL, NULL},
         {"/zt.v1.AgentControl/Rendezvous", &zt__v1__rendezvous_request__descriptor, false,
-         h_rendezvous, c, 0},
+         h_rendezvous, c, 0, NULL, NULL},
         {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, false,
-         h_health_check, c, 0},
+         h_health_check, c, 0, NULL, NULL},
         {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, true,
-         h_health_watch, c, 0},
+         h_health_watch, c, 0, NULL, NULL},
     };
     size_t n = sizeof(table) / sizeof(table[0]);
     if (n > cap) n = cap;
@@ -1657,6 +1666,8 @@ size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap)
         m[i] = table[i];
         m[i].handler = counted_call;
         m[i].user = st;
+        m[i].observe = observed_call;
+        m[i].observe_user = st;
     }
     c->n_rpc_stats = n;
     return n;

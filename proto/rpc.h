@@ -74,6 +74,11 @@ typedef struct zt_rpc_method {
     zt_rpc_handler_fn handler;
     void *user;
     int preposted; /* calls kept posted for this method (concurrent accepts); 0 = 32 */
+    /* Optional: told when a call of this method is answered, with the time from its arrival
+     * to its answer (the handler's and whatever it waited for) and the status. Runs on the
+     * answering thread: keep it short. */
+    void (*observe)(void *observe_user, uint64_t ns, zt_rpc_code code);
+    void *observe_user;
 } zt_rpc_method;
 
 typedef struct zt_rpc_server_config {

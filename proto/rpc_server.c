@@ -23,6 +23,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "proto/rpc_int.h"
 
 #define DEFAULT_PREPOSTED 32
@@ -69,6 +70,7 @@ struct zt_rpc_call {
     int close_cancelled; /* written by RECV_CLOSE_ON_SERVER */
     atomic_bool cancelled;
     bool accepted;
+    uint64_t start_ns; /* when the request arrived (for zt_rpc_method.observe) */
 
     pthread_mutex_t mu; /* everything below, and grpc_call_start_batch of sends */
     bool closed;
@@ -283,6 +285,8 @@ static void answer(zt_rpc_call *c, grpc_byte_buffer *msg, zt_rpc_code code, cons
         return;
     }
     c->answered = true;
+    if (c->method && c->method->m.observe)
+        c->method->m.observe(c->method->m.observe_user, zt_now_ns() - c->start_ns, code);
     if (drop_queued) drop_queue_locked(c);
     if (c->sending || c->qlen > 0) {
         /* a stream with messages in flight: finish after them */
@@ -455,6 +459,7 @@ static const char *check_auth(zt_rpc_server *s, zt_rpc_call *c)
 
 static void handle_call(zt_rpc_server *s, zt_rpc_call *c)
 {
+    c->start_ns = zt_now_ns();
     /* RECV_CLOSE_ON_SERVER in a batch of its own: it reports cancellation and lost peers. */
     grpc_op op;
     memset(&op, 0, sizeof(op));

@@ -171,7 +171,8 @@ def check_metrics_text(api, job_id):
             "zt_job_memory_bytes": "gauge", "zt_job_mfu_ratio": "gauge",
             "zt_job_step_phase_seconds": "gauge", "zt_job_memory_category_bytes": "gauge",
             "zt_rpc_requests": "counter", "zt_heartbeats_received": "counter",
-            "zt_http_requests": "counter", "zt_store_commit_seconds": "histogram"}
+            "zt_http_requests": "counter", "zt_store_commit_seconds": "histogram",
+            "zt_rpc_duration_seconds": "histogram"}
     for name, typ in want.items():
         assert name in fams, f"{name} missing from /metrics: {sorted(fams)}"
         assert fams[name].type == typ, (name, fams[name].type)
@@ -196,6 +197,11 @@ def check_metrics_text(api, job_id):
     assert value("zt_rpc_requests_total", method="/zt.v1.AgentControl/ReportMetrics") >= 1
     assert value("zt_http_requests_total", code="2xx") >= 1
     assert value("zt_store_commit_seconds_count") >= 1
+    hb = "/zt.v1.AgentControl/Heartbeat"
+    assert value("zt_rpc_duration_seconds_count", method=hb) >= 2
+    assert value("zt_rpc_duration_seconds_bucket", method=hb, le="+Inf") == \
+        value("zt_rpc_duration_seconds_count", method=hb)
+    assert value("zt_rpc_duration_seconds_sum", method=hb) > 0
 
 
 def main():
