@@ -26,3 +26,5 @@ zt_add_script_test(NAME engine_auto_batch COMMAND /usr/bin/python3 ${CMAKE_CURRE
 if(ZT_ASAN OR ZT_TSAN)
   set_property(TEST engine_plan engine_auto_batch APPEND PROPERTY ENVIRONMENT "ZT_TEST_SANITIZED=1")
 endif()
+zt_add_script_test(NAME engine_ds_mechanisms COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ds_mechanisms.py
+                   LABELS integration TIMEOUT 300)
