@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/rpc_cli.h"
 #include "common/alloc.h"
+#include "common/jobfile.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
 #include "coordinator/validate.h" /* the coordinator's limits: ZT_MAX_USER, ZT_MAX_JOB_PATH */
@@ -70,6 +71,24 @@ static void make_key(char *out, size_t cap)
     for (size_t i = 0; i < sizeof(r) && n + 2 < cap; i++)
         n += (size_t)snprintf(out + n, cap - n, "%02x", r[i]);
     snprintf(out + n, cap - n, "-%016llx", (unsigned long long)t);
+}
+
+/* The DeepSpeed config's summary (ignored keys, no effect here, "auto" filled), read the way
+ * the coordinator read it; rank 0 logs it again when the job starts. */
+static void print_ds_summary(const char *text, const char *origin, const char *dir)
+{
+    zt_job *job = zt_calloc(1, sizeof(*job));
+    zt_err err = {0};
+    if (job && zt_job_parse(job, text, origin, dir, &err) == ZT_OK && job->ds.notes[0]) {
+        printf("  deepspeed config:\n");
+        for (const char *p = job->ds.notes; *p;) {
+            const char *e = strchr(p, '\n');
+            int k = e ? (int)(e - p) : (int)strlen(p);
+            printf("    %.*s\n", k, p);
+            p += k + (e ? 1 : 0);
+        }
+    }
+    zt_free(job);
 }
 
 int zt_cmd_submit(int argc, char **argv)
@@ -204,6 +223,7 @@ int zt_cmd_submit(int argc, char **argv)
                r->name);
     } else {
         printf("submitted job %lld (%s)\n", (long long)r->job_id, r->name);
+        print_ds_summary(text, shown, absolute);
         if (!follow)
             printf("  watch:   zctl wait %lld    (or zctl submit --follow next time)\n"
                    "  inspect: zctl job %lld     logs: zctl logs %lld -f\n"

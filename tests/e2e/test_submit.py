@@ -94,7 +94,10 @@ def body(c):
     auto_job = os.path.join(c.tmp, "auto.json")
     with open(auto_job, "w") as f:
         json.dump(spec, f)
-    ajid = c.submit(auto_job)
+    r = c.zctl("submit", auto_job)
+    ajid = int(r.stdout.split()[2])
+    e.check("deepspeed config:" in r.stdout and "deepspeed.comms_config" in r.stdout,
+            "zctl submit does not show the DeepSpeed summary:\n" + r.stdout)
     c.wait_job(ajid, ("COMPLETED",), 120)
     logs = c.zctl("logs", ajid).stdout
     for want in ("ignored (DeepSpeed does not know them either): deepspeed.comms_config",
