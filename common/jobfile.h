@@ -1,4 +1,4 @@
-/* zerotrain: the job file (DESIGN.md "The job file") and the DeepSpeed config inside it,
+/* zerotrain: the job file (README.md "The job file") and the DeepSpeed config inside it,
  * parsed and validated into one plain struct that the engine, zctl, the planner and the
  * coordinator share. Every error names the file, the JSON line and column, and what to do. */
 #ifndef ZT_COMMON_JOBFILE_H

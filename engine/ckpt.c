@@ -82,7 +82,7 @@ static uint32_t units_crc(int n_units, const size_t *numel, const size_t *shard)
 }
 
 /* Creates path and its missing parents; a directory it creates is made durable by an fsync of
- * its parent (DESIGN.md: fsync the directory after creating an entry in it). */
+ * its parent (fsync the directory after creating an entry in it). */
 static zt_status mkdir_p(const char *path, zt_err *err)
 {
     char tmp[ZT_PATH_MAX + 32];

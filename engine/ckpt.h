@@ -1,4 +1,4 @@
-/* zerotrain: sharded checkpoints (DESIGN.md "Checkpoint"). CKPT_DIR/step_NNNNNNNN/ holds one
+/* zerotrain: sharded checkpoints (docs/formats.md). CKPT_DIR/step_NNNNNNNN/ holds one
  * rank_NNNNN.zts per rank — that rank's chunk of every unit's fp32 master weights and Adam
  * moments, CRC32C-checksummed — and meta.json, written by rank 0 last, after every shard is
  * durable: a step directory without meta.json is not a checkpoint. Chunks follow the world
@@ -22,7 +22,7 @@ typedef struct zt_engine zt_engine;
 #define ZT_CKPT_VERSION 2
 
 /* There is no RNG state to checkpoint: training draws no random numbers (no dropout; the
- * sample order is a function of the step, DESIGN.md "Which tokens each rank sees"), and the
+ * sample order is a function of the step, docs/formats.md "Sample order"), and the
  * only randomness, the initialisation, is a function of model.seed, which each shard header
  * (init_seed) and meta.json's job record. Resuming therefore needs only the state below. */
 

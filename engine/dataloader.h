@@ -1,5 +1,5 @@
 /* zerotrain: token shards (llm.c's format) and the data loader that turns them into the
- * micro-batches of DESIGN.md "Which tokens each rank sees". Shards are memory-mapped once at
+ * micro-batches of docs/formats.md "Sample order". Shards are memory-mapped once at
  * open; drawing a micro-batch allocates nothing and only widens uint16 tokens to int32.
  * Also home of the durable file writer (temporary name, fsync, rename, fsync of the
  * directory) that the shard, model-file and corpus writers share. */
@@ -59,7 +59,7 @@ uint64_t zt_dataset_batch_sample(const zt_dataset *ds, int64_t step, int64_t tra
                                  int64_t i);
 
 /* The micro-batch of rank `rank` (of `ranks`) for micro-step `micro_step` of global step
- * `step` (0-based), DESIGN.md "Which tokens each rank sees": batch positions
+ * `step` (0-based), docs/formats.md "Sample order": batch positions
  * i = (micro_step*ranks + rank)*micro ... + micro - 1, each the sample
  * (step*train_batch_size + i) mod num_samples. Fills inputs/targets (micro, T) row-major.
  * Positions beyond train_batch_size, a negative step, or rank outside [0, ranks) are

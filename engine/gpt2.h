@@ -150,7 +150,7 @@ void zt_gpt2_scratch_carve(zt_gpt2_scratch *s, const zt_gpt2_dims *d, int B, int
  * LayerNorm's output and its gradient live in the blocks' scratch, free after their forward).
  * Each chunk passes over wte twice (and rounds it twice on CUDA) and adds into dwte: chunks of
  * 1 GiB rather than 256 MiB gave 1.12x tokens/s for GPT-2 124M in bf16 at micro batch 128 on an
- * H100 (tests/bench/GPU_NOTES.md), for 0.75 GiB more at peak. ZT_HEAD_ROWS overrides it. */
+ * H100 (docs/performance.md), for 0.75 GiB more at peak. ZT_HEAD_ROWS overrides it. */
 #define ZT_GPT2_LOGITS_BUDGET ((size_t)256 << 20) /* floats of one chunk of logits: 1 GiB */
 typedef struct zt_gpt2_head_acts {
     float *lnf_mean, *lnf_rstd; /* (B,T) (B,T) */

@@ -1,4 +1,4 @@
-/* zerotrain: per-rank memory accounting by category (DESIGN.md "Numbers the engine reports").
+/* zerotrain: per-rank memory accounting by category (docs/formats.md "The step line").
  * Every tensor the engine allocates is charged to one category; current and peak bytes are
  * kept per category and in total, so a step can report what ZeRO saves and where memory goes.
  * Thread-safe (atomics). */

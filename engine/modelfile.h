@@ -1,4 +1,4 @@
-/* zerotrain: llm.c's GPT-2 model file (DESIGN.md "File formats"): read as an initial model
+/* zerotrain: llm.c's GPT-2 model file (docs/formats.md): read as an initial model
  * (fp32 or bf16, widened to fp32) and written on export through a streaming writer that never
  * needs the whole model in memory. Writes are durable (temporary name, fsync, rename). */
 #ifndef ZT_ENGINE_MODELFILE_H

@@ -1,5 +1,5 @@
-"""zerotrain's PyTorch reference: GPT-2 exactly as DESIGN.md (llm.c) defines it, llm.c file
-formats, DESIGN.md's sample order, and DeepSpeed's optimizer/schedule semantics as zerotrain
+"""zerotrain's PyTorch reference: GPT-2 exactly as llm.c defines it, llm.c file
+formats, docs/formats.md's sample order, and DeepSpeed's optimizer/schedule semantics as zerotrain
 documents them. Used by the equivalence tests and the CPU benchmark. Run with /usr/bin/python3
 (Debian's python3-torch)."""
 import math
@@ -14,7 +14,7 @@ from ztutil import DECAY, KINDS, read_shard  # noqa: F401
 
 
 class Data:
-    """DESIGN.md 'Which tokens each rank sees', for the whole global batch."""
+    """docs/formats.md 'Sample order', for the whole global batch."""
 
     def __init__(self, files, T):
         self.T = T

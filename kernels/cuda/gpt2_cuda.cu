@@ -387,7 +387,7 @@ static __global__ void __launch_bounds__(ZT_CUDA_THREADS)
  * up to 128 V, with a row's inp, dout and dinp loaded whole before any of it is used: lane l
  * holds the columns 128 v + 4 l .. +3 (v < V) of each, read by 16-byte loads (8 for a 16-bit
  * dout), so a row costs one DRAM round trip where the grouped read-modify-write cost three and
- * its first version one per column (tests/bench/GPU_NOTES.md). The column sums live in shared
+ * its first version one per column (docs/performance.md). The column sums live in shared
  * memory, a row of each per warp (the lane's own slots: no barrier), which leaves the registers
  * to the row and lets 4 blocks share an SM. pw, pb, dinp, inp and w 16-byte aligned, dout 8
  * (16 in fp32): the caller checks. */

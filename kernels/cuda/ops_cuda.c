@@ -131,7 +131,7 @@ static int attn_fused_from_env(void)
  * on the 16-bit homes: ZT_DNN_ASKED for ZT_CUDA_ATTN=cudnn, ZT_DNN_DEFAULT unset (or a value
  * ignored), 0 for "fused" and "chunked" or in a build without cuDNN's headers (which warns
  * where it was asked for). The default since a GPT-2 124M bf16 job at micro batch 128 ran
- * 1.10x the tokens/s of the kernels with it, on an H200 (tests/bench/GPU_NOTES.md). Where the
+ * 1.10x the tokens/s of the kernels with it, on an H200 (docs/performance.md). Where the
  * library cannot be loaded at run time, the kernels run (said once). */
 static int attn_cudnn_from_env(void)
 {
@@ -172,7 +172,7 @@ static int attn_dq_from_env(void)
  * to 128 registers for 4 blocks an SM, where it takes 135 for 3: not yet measured). Anything else
  * warns and counts as unset. mma is the default as measured: on an H100, GPT-2 124M at micro
  * batch 8, forward 0.153 against 0.251 ms and backward 0.498 against 0.870 ms per layer; 1.13x
- * tokens/s end to end at micro batch 128 (tests/bench/GPU_NOTES.md). */
+ * tokens/s end to end at micro batch 128 (docs/performance.md). */
 static int attn_mma_from_env(const char *name, bool bwd)
 {
     const char *s = getenv(name);
@@ -246,8 +246,8 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD", true);
     ctx->gemm_tune = flag_from_env("ZT_CUDA_GEMM_TUNE", 0);
     ctx->stage_on = zt_cuda_stage_env();
-    /* ZT_CUDA_STAGE_FUSED=0: every 16-bit copy by a pass of its own, as before these were
-     * fused (tests/bench/gpu_train.py's zt-unfused row; bitwise the same results) */
+    /* ZT_CUDA_STAGE_FUSED=0: every 16-bit copy by a pass of its own instead of fused into its
+     * neighbour (tests/bench/gpu_train.py's zt-unfused row; bitwise the same results) */
     ctx->stage_fused = flag_from_env("ZT_CUDA_STAGE_FUSED", 1);
     ctx->stage_max = zt_cuda_stage_cap_elems();
     ctx->optimes = zt_optimes_env();

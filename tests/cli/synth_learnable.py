@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the promise of `zctl data synth`'s defaults: a small GPT-2 (4 layers, n_embd 128,
 block 128, vocab 256; llm.c's architecture, written here in PyTorch as an independent reference)
-trained for 200 AdamW steps (lr 1e-3, the job file's default) of 16x128 tokens, in DESIGN.md's
+trained for 200 AdamW steps (lr 1e-3, the job file's default) of 16x128 tokens, in docs/formats.md's
 sample order, reaches a validation loss within 10% of the printed entropy floor.
 Exits 77 (skip) when PyTorch is not installed."""
 import json

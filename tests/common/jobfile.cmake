@@ -15,3 +15,6 @@ if(TARGET zctl)
   zt_add_script_test(NAME test_ds_doc COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_ds_doc.sh
                      LABELS unit TIMEOUT 60)
 endif()
+# docs/env.md lists every ZT_* variable the code reads.
+zt_add_script_test(NAME test_env_doc COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_env_doc.sh
+                   LABELS unit TIMEOUT 60)

@@ -1,5 +1,5 @@
 /* Tests engine/dataloader.c: shard write/read, sample numbering over shards of different
- * lengths, DESIGN.md's micro-batch formula for several (ranks, micro, accumulation) splits,
+ * lengths, the micro-batch formula of docs/formats.md for several (ranks, micro, accumulation) splits,
  * wrap-around, every header/token error (message names the file), durable output errors,
  * and that drawing micro-batches allocates nothing. */
 #define _XOPEN_SOURCE 700
@@ -168,7 +168,7 @@ static void test_multi_shard_and_batches(void)
 
     /* Micro-batches: for each split (ranks, micro, accumulation) of train_batch_size 12, and
      * several steps (wrapping around the 81 samples), every micro-batch holds exactly
-     * DESIGN.md's samples, and the union over ranks and micro-steps, placed at
+     * the samples of docs/formats.md, and the union over ranks and micro-steps, placed at
      * i = (m*ranks + r)*micro + j, is the global batch in order. */
     const int64_t B = 12;
     const int splits[][3] = {{1, 12, 1}, {1, 1, 12}, {2, 3, 2}, {3, 2, 2}, {4, 1, 3},

@@ -1,4 +1,4 @@
-/* Tests engine/gpt2.c's random initialisation against DESIGN.md's GPT-2 init: weights
+/* Tests engine/gpt2.c's random initialisation against the README's GPT-2 init: weights
  * N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1,
  * padded vocabulary rows 0; the same seed gives the same bytes, another seed others, and a
  * unit's values depend only on (seed, unit). */

@@ -1,7 +1,7 @@
 """Mixed precision, overflow handling, optimizer offload and activation checkpointing across
 ranks:
 - bf16 and fp16 follow the fp32 loss curve within 2% over 50 steps (ZeRO stage 2, 2 ranks);
-- model-state bytes per rank at every stage within 5% (plus padding) of DESIGN.md's formula for
+- model-state bytes per rank at every stage within 5% (plus padding) of docs/zero.md's formula for
   the gradient dtype in use: bf16 (fp32 gradients by default: 18 Psi column), fp16 (16-bit by
   default: 16 Psi column), and the other way round through data_types.grad_accum_dtype (bf16
   with bf16 gradients: 16 Psi; fp16 with fp32 gradients: 18 Psi);
@@ -37,7 +37,7 @@ QUICK = os.environ.get("ZT_TEST_QUICK") == "1"
 SHAPE = dict(L=2, C=64, T=32, Vp=256)  # the model of base_job (vocab 256 is its own padding)
 PSI = zx.psi(**SHAPE)
 ESIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
-# DESIGN.md's model-state bytes per rank, in Psi, by gradient accumulation dtype
+# docs/zero.md's model-state bytes per rank, in Psi, by gradient accumulation dtype
 FORMULA = {16: {0: lambda n: 16, 1: lambda n: 4 + 12 / n, 2: lambda n: 2 + 14 / n,
                 3: lambda n: 16 / n},
            32: {0: lambda n: 18, 1: lambda n: 6 + 12 / n, 2: lambda n: 2 + 16 / n,
@@ -138,7 +138,7 @@ def main():
                 cb = int(last["comm_bytes"])
                 comm_exp = zx.step_bytes(stage, n, 1, SHAPE["L"], SHAPE["C"], SHAPE["T"],
                                          SHAPE["Vp"], gs, ps, reuse=reuse)
-                # DESIGN.md: 2 Psi (stages 0-2) or 3 Psi (stage 3) times the element size: the
+                # docs/zero.md: 2 Psi (stages 0-2) or 3 Psi (stage 3) times the element size: the
                 # gradients' for what is reduced, the parameters' for what is gathered. Stage 3
                 # at the default reuse gathers each unit once a step (it stays in its slot):
                 # 2 Psi; with reuse 0 it gathers for forward and backward: 3 Psi

@@ -2,7 +2,7 @@
 train_batch_size, fp32, against the single-rank stage-0 run: per-step losses within 1e-5
 relative, final parameters within 1e-4 relative L2 per tensor, every rank's gathered
 parameters bitwise equal (param_digest), model-state bytes per rank within 5% (plus padding)
-of the ZeRO formula, and bytes sent per step exactly what the ring schedule of DESIGN.md
+of the ZeRO formula, and bytes sent per step exactly what the ring schedule of docs/zero.md
 costs (zero_expect.step_bytes: 2 Psi for stages 0-1, a reduce-scatter per micro-step for
 stage 2, for stage 3 at the default stage3_max_reuse_distance one gather per unit and step
 since every unit stays in its slot, and with reuse 0 a gather for each use: about 3 Psi),

@@ -1,4 +1,4 @@
-"""What a ZeRO step must cost, computed from the model shape and DESIGN.md's rules, independently
+"""What a ZeRO step must cost, computed from the model shape and docs/zero.md's rules, independently
 of the engine: parameter units, their padding to the rank count, and the exact bytes one rank
 sends per optimizer step in the TCP rings. Shared by test_zero_matrix.py and test_precision.py.
 
