@@ -1,12 +1,13 @@
 # zerotrain: the two commands of the README, and a few more for developers.
-#   make demo   - installs what it needs, builds, trains the example job on a synthetic corpus
+#   make demo   - installs what it needs, builds, runs a coordinator and two agents on loopback
+#                 and trains the example job on them (DEMO_KEEP=1 keeps the cluster up)
 #   make test   - installs what it needs, builds, runs the whole test suite (ctest)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo test-asan bench clean format
+.PHONY: all deps build test demo demo-local test-asan bench clean format
 
 all: build
 
@@ -28,6 +29,10 @@ test-asan: deps
 
 demo: build
 	scripts/demo.sh $(BUILD)
+
+# the same job on this machine alone: `zctl run`, no coordinator
+demo-local: build
+	scripts/demo-local.sh $(BUILD)
 
 bench: build
 	cd $(BUILD) && ctest --output-on-failure -L bench -V
