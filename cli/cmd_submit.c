@@ -3,6 +3,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,43 @@ static void print_ds_summary(const char *text, const char *origin, const char *d
     zt_free(job);
 }
 
+/* When the job's "deepspeed" is the path of a DeepSpeed JSON file (relative to dir, the job
+ * file's directory), *out is the job text with that file's object in its place (zt_malloc'd);
+ * otherwise *out is NULL. The job was validated before, so errors here are I/O races. */
+static zt_status inline_deepspeed(const char *text, const char *dir, char **out, zt_err *err)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return zt_err_set(err, ZT_ERR_CONFIG, "%d:%d: %s", je.line, je.column, je.text);
+    zt_status st = ZT_OK;
+    json_t *ds = json_object_get(root, "deepspeed");
+    if (!json_is_string(ds)) goto free_root;
+    const char *rel = json_string_value(ds);
+    char file[PATH_MAX * 2];
+    snprintf(file, sizeof(file), "%s%s%s", rel[0] == '/' ? "" : dir,
+             rel[0] == '/' || !strcmp(dir, "/") ? "" : "/", rel);
+    json_t *obj = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    if (!obj || !json_is_object(obj)) {
+        st = zt_err_set(err, ZT_ERR_CONFIG, "cannot read the DeepSpeed config %s: %s", file,
+                        obj ? "not a JSON object" : je.text);
+        json_decref(obj);
+        goto free_root;
+    }
+    json_object_set_new(root, "deepspeed", obj);
+    char *dumped = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!dumped) {
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        goto free_root;
+    }
+    *out = zt_strdup(dumped);
+    free(dumped);
+    if (!*out) st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+free_root:
+    json_decref(root);
+    return st;
+}
+
 int zt_cmd_submit(int argc, char **argv)
 {
     if (zt_cli_wants_help(argc, argv)) {
@@ -165,6 +203,27 @@ int zt_cmd_submit(int argc, char **argv)
             path, absolute);
         zt_free(text);
         return 1;
+    }
+    /* every problem now, with the DeepSpeed file's own lines and columns */
+    zt_job *job = zt_calloc(1, sizeof(*job));
+    zt_err jerr = {0};
+    if (!job || zt_job_load(job, path, &jerr) != ZT_OK) {
+        zt_cli_error("%s", job ? zt_err_msg(&jerr) : "out of memory");
+        zt_free(job);
+        zt_free(text);
+        return 1;
+    }
+    zt_free(job);
+    /* the coordinator opens no file a job names: a DeepSpeed config given by path goes inline */
+    char *inlined = NULL;
+    if (inline_deepspeed(text, absolute, &inlined, &jerr) != ZT_OK) {
+        zt_cli_error("%s: %s", path, zt_err_msg(&jerr));
+        zt_free(text);
+        return 1;
+    }
+    if (inlined) {
+        zt_free(text);
+        text = inlined;
     }
     char key[64];
     make_key(key, sizeof(key));

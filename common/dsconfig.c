@@ -1161,6 +1161,10 @@ zt_status zt_ds_parse(pctx *c, json_t *root, zt_job *job)
                            "must be an object {...} or the path of a DeepSpeed JSON file (got %s)",
                            got);
     }
+    if (c->no_files)
+        return jf_fail_key(
+            c, "deepspeed",
+            "names a file, and the coordinator opens no file a job names; submit with 'zctl submit', which sends the DeepSpeed config inline, or put the config object here");
     char path[ZT_PATH_MAX];
     zt_status st = jf_get_path(c, root, "deepspeed", job->base_dir, path, NULL);
     if (st != ZT_OK) return st;

@@ -1226,7 +1226,7 @@ static zt_status report_problems(jf_report *rep, zt_err *err)
 
 /* Parses text into job, whose job_path and base_dir the caller has set. */
 static zt_status parse_job(zt_job *job, const char *text, size_t len, const char *origin,
-                           zt_err *err)
+                           bool no_files, zt_err *err)
 {
     json_t *root;
     zt_status st = jf_load_json(text, len, origin, "job file", &root, err);
@@ -1237,7 +1237,12 @@ static zt_status parse_job(zt_job *job, const char *text, size_t len, const char
         return zt_err_set(err, ZT_ERR_NOMEM, "%s: out of memory while reading the job file",
                           origin);
     }
-    pctx c = {.origin = origin, .origin_index = 0, .text = text, .len = len, .rep = rep};
+    pctx c = {.origin = origin,
+              .origin_index = 0,
+              .text = text,
+              .len = len,
+              .rep = rep,
+              .no_files = no_files};
     KEEP(jf_check_keys(&c, root, job_keys, NKEYS(job_keys), JF_STRICT, job_key_hint, NULL));
     KEEP(parse_name(&c, root, job));
     KEEP(parse_model(&c, root, job));
@@ -1286,16 +1291,29 @@ static zt_status set_base_dir(zt_job *job, const char *base_dir, zt_err *err)
     return ZT_OK;
 }
 
-zt_status zt_job_parse(zt_job *job, const char *text, const char *origin, const char *base_dir,
-                       zt_err *err)
+static zt_status parse_text(zt_job *job, const char *text, const char *origin,
+                            const char *base_dir, bool no_files, zt_err *err)
 {
     if (!job || !text)
         return zt_err_set(err, ZT_ERR_INVALID, "zt_job_parse: job and text must not be NULL");
     memset(job, 0, sizeof(*job));
     zt_status st = set_base_dir(job, base_dir, err);
-    if (st == ZT_OK) st = parse_job(job, text, strlen(text), origin ? origin : "job", err);
+    if (st == ZT_OK)
+        st = parse_job(job, text, strlen(text), origin ? origin : "job", no_files, err);
     if (st != ZT_OK) memset(job, 0, sizeof(*job));
     return st;
+}
+
+zt_status zt_job_parse(zt_job *job, const char *text, const char *origin, const char *base_dir,
+                       zt_err *err)
+{
+    return parse_text(job, text, origin, base_dir, false, err);
+}
+
+zt_status zt_job_parse_inline(zt_job *job, const char *text, const char *origin,
+                              const char *base_dir, zt_err *err)
+{
+    return parse_text(job, text, origin, base_dir, true, err);
 }
 
 zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
@@ -1320,7 +1338,7 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
         const char *slash = strrchr(job->job_path, '/');
         size_t k = slash == job->job_path ? 1 : (size_t)(slash - job->job_path);
         memcpy(job->base_dir, job->job_path, k);
-        st = parse_job(job, text, len, path, err);
+        st = parse_job(job, text, len, path, false, err);
     }
     zt_free(text);
     if (st != ZT_OK) memset(job, 0, sizeof(*job));

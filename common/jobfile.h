@@ -191,6 +191,12 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err);
 zt_status zt_job_parse(zt_job *job, const char *text, const char *origin, const char *base_dir,
                        zt_err *err);
 
+/* zt_job_parse for a job that arrived over the network (zcoord's SubmitJob): it opens no
+ * file. A "deepspeed" that names a file is a problem saying to submit with zctl, which sends
+ * the DeepSpeed config inline; the rest is read and reported as zt_job_parse does. */
+zt_status zt_job_parse_inline(zt_job *job, const char *text, const char *origin,
+                              const char *base_dir, zt_err *err);
+
 /* Resolves the batch triad for world_size (DeepSpeed's rules, deepspeed-semantics §1.1) from
  * the given values. On inconsistency the message names all three values and the world size. */
 zt_status zt_job_resolve_batch(zt_job *job, int world_size, zt_err *err);

@@ -58,6 +58,7 @@ typedef struct pctx {
     zt_json_seg seg[JF_CTX_DEPTH];
     size_t depth;
     jf_report *rep;
+    bool no_files; /* zt_job_parse_inline: a "deepspeed" file is not opened */
 } pctx;
 
 void jf_push(pctx *c, const char *key);

@@ -131,7 +131,7 @@ static void h_submit(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     const char *origin = q->job_path && q->job_path[0] ? q->job_path : "job";
     const char *dir = q->job_dir && q->job_dir[0] ? q->job_dir : "/";
     zt_err err = {0};
-    if (zt_job_parse(job, q->job_text, origin, dir, &err) != ZT_OK) {
+    if (zt_job_parse_inline(job, q->job_text, origin, dir, &err) != ZT_OK) {
         zt_rpc_fail(call, ZT_RPC_INVALID_ARGUMENT, "%s", zt_err_msg(&err));
         zt_free(job);
         zt_free(s);

@@ -1042,6 +1042,16 @@ static void test_load_errors(void)
     }
     ASSERT_TRUE(strstr(err.msg, "Lamb") != NULL && strchr(err.msg, '\n') != NULL);
 
+    /* the coordinator's parse opens no file a job names: a "deepspeed" path is a problem
+     * that says what to do, and the same config inline is read as usual */
+    ASSERT_EQ_INT(zt_job_parse_inline(&job,
+                                      "{\n" L_MODEL L_DATA L_TRAIN
+                                      "  \"deepspeed\": \"/etc/shadow\"\n}\n",
+                                      "t.json", "/", &err),
+                  ZT_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "t.json:5:3: deepspeed: names a file, and the coordinator opens no file a job names; submit with 'zctl submit'");
+    ASSERT_EQ_INT(zt_job_parse_inline(&job, MINIMAL, "t.json", "/", &err), ZT_OK);
+
     /* a file far larger than any job file is refused before it is parsed */
     char tmpd[] = "/tmp/zt_jobfile_XXXXXX";
     ASSERT_TRUE(mkdtemp(tmpd) != NULL);

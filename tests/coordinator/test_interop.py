@@ -90,6 +90,15 @@ def main():
             job_text='{"name": "x", "train": {"stepz": 3}}', job_dir="/tmp", job_path="bad.json"),
             metadata=md), grpc.StatusCode.INVALID_ARGUMENT, "bad.json:")
         print("invalid job refused:", details)
+        # the coordinator opens no file a job names: a DeepSpeed config by path is refused
+        # without being read (zctl submit sends it inline)
+        leak = json.loads(JOB)
+        leak["deepspeed"] = "/etc/shadow"
+        details = expect_code(lambda: user.SubmitJob(pb.SubmitJobRequest(
+            job_text=json.dumps(leak), job_dir="/tmp", job_path="leak.json"), metadata=md),
+            grpc.StatusCode.INVALID_ARGUMENT, "the coordinator opens no file a job names")
+        assert "root" not in details and "near" not in details, details
+        print("a DeepSpeed path refused unread:", details)
         sub = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB, job_dir="/tmp", job_path="job.json",
                                                  submit_key="py-1", user="python"), metadata=md)
         again = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB, job_dir="/tmp", submit_key="py-1"),

@@ -89,8 +89,12 @@ def body(c):
     spec["train"]["steps"] = 2
     spec["train"]["checkpoint_dir"] = "ckpt_auto"
     spec["train"]["batch_size"] = 16
-    spec["deepspeed"] = {"train_micro_batch_size_per_gpu": "auto", "comms_config": {},
-                         "zero_optimization": {"stage": 2, "round_robin_gradients": True}}
+    # the DeepSpeed config as a file next to the job: zctl sends it inline (the coordinator
+    # opens no file a job names)
+    with open(os.path.join(c.tmp, "ds_auto.json"), "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": "auto", "comms_config": {},
+                   "zero_optimization": {"stage": 2, "round_robin_gradients": True}}, f)
+    spec["deepspeed"] = "ds_auto.json"
     auto_job = os.path.join(c.tmp, "auto.json")
     with open(auto_job, "w") as f:
         json.dump(spec, f)

@@ -30,7 +30,7 @@ static bool check_submit(const void *m, char *why, size_t cap)
     zt_job *job = zt_calloc(1, sizeof(*job));
     if (!job) return false;
     zt_err err = {0};
-    if (zt_job_parse(job, q->job_text, q->job_path[0] ? q->job_path : "job",
+    if (zt_job_parse_inline(job, q->job_text, q->job_path[0] ? q->job_path : "job",
                      q->job_dir[0] ? q->job_dir : "/", &err) == ZT_OK) {
         char *json = zt_job_to_json(job);
         zt_free(json);
