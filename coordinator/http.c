@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "coordinator/http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <gnutls/crypto.h>
 #include <microhttpd.h>
@@ -259,19 +260,23 @@ static bool same_origin(struct MHD_Connection *conn)
 }
 
 /* Without a token zcoord listens on loopback only; a page of another site that a DNS name
- * rebound to 127.0.0.1 would still name its own host: only loopback names are served. */
+ * rebound to 127.0.0.1 would still name its own host: only loopback names are served —
+ * "localhost", "[::1]" or an IPv4 address in 127.0.0.0/8 (a whole address: a name such as
+ * "127.0.0.1.example" is not one), each with or without a port. */
 static bool loopback_host(struct MHD_Connection *conn)
 {
     const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
     if (!host) return true; /* HTTP/1.0 without Host: not a browser */
-    static const char *const ok[] = {"127.", "localhost", "[::1]"};
-    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-        size_t n = strlen(ok[i]);
-        if (strncasecmp(host, ok[i], n) == 0 &&
-            (ok[i][n - 1] == '.' || host[n] == '\0' || host[n] == ':'))
-            return true;
-    }
-    return false;
+    char name[64];
+    size_t n = strlen(host);
+    if (n >= sizeof(name)) return false;
+    memcpy(name, host, n + 1);
+    if (strncmp(name, "[::1]", 5) == 0) return name[5] == '\0' || name[5] == ':';
+    char *colon = strchr(name, ':');
+    if (colon) *colon = '\0';
+    if (strcasecmp(name, "localhost") == 0) return true;
+    struct in_addr a;
+    return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 static bool wants_html(struct MHD_Connection *conn)

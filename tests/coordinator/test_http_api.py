@@ -392,6 +392,13 @@ def main():
         assert st == 403 and b"loopback" in body, (st, body)
         st, _, _ = open_api.req("GET", "/api/v1/jobs", headers={"Host": f"localhost:{port}"})
         assert st == 200, st
+        # a name that starts like a loopback address is still a name
+        for host in (f"127.0.0.1.evil.example:{port}", "127.attacker.example", "127.0.0.1evil"):
+            st, _, _ = open_api.req("GET", "/api/v1/jobs", headers={"Host": host})
+            assert st == 403, (host, st)
+        for host in (f"127.0.0.1:{port}", "127.9.8.7", "[::1]", f"[::1]:{port}"):
+            st, _, _ = open_api.req("GET", "/api/v1/jobs", headers={"Host": host})
+            assert st == 200, (host, st)
         st, _, _ = open_api.req("POST", f"/api/v1/jobs/{job2}/cancel")
         assert st == 403, st
         st, _, body = open_api.req("POST", f"/api/v1/jobs/{job2}/cancel", headers={"X-Requested-With": "t"})
