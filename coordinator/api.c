@@ -988,6 +988,7 @@ void coord_api_batch_end(zt_coord *c, bool committed)
         zt_free(c->sse_lines[i].json);
     }
     c->n_sse_lines = 0;
+    zt_http_flush(c->http);
 }
 
 void coord_api_publish_job(zt_coord *c, c_job *j)

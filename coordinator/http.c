@@ -545,11 +545,20 @@ void zt_http_publish(zt_http *h, int64_t topic, const char *event, const char *d
                     (long long)topic, STREAM_MAX_PENDING);
             s->closed = true;
             s->off = s->len = 0;
+            stream_wake(s); /* to end it */
         }
-        stream_wake(s);
     }
     pthread_mutex_unlock(&h->smu);
     if (msg != stackbuf) zt_free(msg);
+}
+
+void zt_http_flush(zt_http *h)
+{
+    if (!h || atomic_load(&h->n_streams) == 0) return;
+    pthread_mutex_lock(&h->smu);
+    for (stream *s = h->streams; s; s = s->next)
+        if (s->len > s->off) stream_wake(s);
+    pthread_mutex_unlock(&h->smu);
 }
 
 /* Every KEEPALIVE_S a comment line on each stream: proxies keep it open, and a client that went

@@ -81,8 +81,12 @@ zt_status zt_http_stream(zt_http_req *r, int64_t topic, const char *first);
 /* ---- publishing (any thread; cheap when nobody listens) ---- */
 /* Whether a stream of topic is open (ZT_HTTP_TOPIC_ALL: of the job list). */
 bool zt_http_has_streams(zt_http *h, int64_t topic);
-/* Sends "event: EVENT\ndata: DATA\n\n" to every stream of topic. data is one line of JSON.
+/* Queues "event: EVENT\ndata: DATA\n\n" on every stream of topic (zt_http_flush sends it).
+ * data is one line of JSON.
  * A stream that has more than 1 MiB unsent is closed (the browser reconnects and reloads). */
 void zt_http_publish(zt_http *h, int64_t topic, const char *event, const char *data);
+/* Sends what zt_http_publish queued: the events of one commit go out together, one write a
+ * stream rather than one per event. Call after a batch of zt_http_publish calls. */
+void zt_http_flush(zt_http *h);
 
 #endif

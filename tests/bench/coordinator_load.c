@@ -5,8 +5,9 @@
  * acknowledged submissions per second (verified stored afterwards), and next to them the
  * rate of an empty unary call (Ping) measured in the same run: the gRPC C core's own
  * ceiling on this machine. --http-readers N adds N browsers' worth of HTTP readers beside the
- * agents: each holds the job-list event stream (/api/v1/stream) open and scrapes /metrics once
- * a second, so the heartbeat figures can be compared with and without them. --check exits 1
+ * agents, each holding the job-list event stream (/api/v1/stream) open, and --scrapers M (1 by
+ * default with readers: one Prometheus) scrape /metrics once a second each, so the heartbeat
+ * figures can be compared with and without them. --check exits 1
  * when the targets are missed (10,000 heartbeats/s with p99 under 20 ms; 100 submissions/s). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -31,7 +32,7 @@
 #include "tests/coordinator/zcoord_harness.h"
 
 typedef struct opts {
-    int agents, rate_hz, seconds, submitters, threads, pollers, job_steps, http_readers;
+    int agents, rate_hz, seconds, submitters, threads, pollers, job_steps, http_readers, scrapers;
     double submit_rate;
     bool check;
 } opts;
@@ -520,7 +521,7 @@ static void usage(void)
         stderr,
         "usage: coordinator_load [--agents N] [--rate HZ] [--seconds S] [--submitters N]\n"
         "                        [--submit-rate PER_S] [--threads N] [--pollers N]\n"
-        "                        [--http-readers N] [--check]\n");
+        "                        [--http-readers N] [--scrapers M] [--check]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -534,6 +535,7 @@ static int parse(int argc, char **argv, opts *o)
                 .job_steps = 20,
                 .submit_rate = 100,
                 .http_readers = 0,
+                .scrapers = -1,
                 .check = false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -562,6 +564,8 @@ static int parse(int argc, char **argv, opts *o)
             o->pollers = atoi(v);
         else if (strcmp(a, "--http-readers") == 0)
             o->http_readers = atoi(v);
+        else if (strcmp(a, "--scrapers") == 0)
+            o->scrapers = atoi(v);
         else {
             usage();
             return -1;
@@ -569,7 +573,7 @@ static int parse(int argc, char **argv, opts *o)
         i++;
     }
     if (o->agents < 1 || o->rate_hz < 1 || o->seconds < 1 || o->threads < 1 || o->submitters < 0 ||
-        o->http_readers < 0 || o->http_readers > 200) {
+        o->http_readers < 0 || o->http_readers > 200 || o->scrapers > 200) {
         usage();
         return -1;
     }
@@ -680,10 +684,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "coordinator_load: no HTTP port in zcoord's ready file\n");
         return 1;
     }
+    if (o.scrapers < 0) o.scrapers = o.http_readers ? 1 : 0;
+    if (o.scrapers > o.http_readers) o.scrapers = o.http_readers;
     for (int i = 0; i < o.http_readers; i++) {
         readers[i].port = http_port;
         pthread_create(&readers[i].stream_th, NULL, stream_main, &readers[i]);
-        pthread_create(&readers[i].scrape_th, NULL, scrape_main, &readers[i]);
+        if (i < o.scrapers) pthread_create(&readers[i].scrape_th, NULL, scrape_main, &readers[i]);
     }
     for (int s = 0; s < o.submitters; s++) {
         subs[s].addr = zc.addr;
@@ -702,7 +708,7 @@ int main(int argc, char **argv)
     uint64_t h_events = 0, h_scrapes = 0, h_errors = 0, h_scrape_ns = 0;
     for (int i = 0; i < o.http_readers; i++) {
         pthread_join(readers[i].stream_th, NULL);
-        pthread_join(readers[i].scrape_th, NULL);
+        if (i < o.scrapers) pthread_join(readers[i].scrape_th, NULL);
         h_events += atomic_load(&readers[i].events);
         h_scrapes += atomic_load(&readers[i].scrapes);
         h_errors += atomic_load(&readers[i].errors);
