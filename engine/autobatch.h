@@ -19,8 +19,9 @@
 
 /* The memory one rank may use, in bytes, and where that figure comes from (`why`, e.g. "host
  * memory 23.4 GiB / 2 ranks on the node"): on cuda the GPU's memory; on the CPU the smallest
- * of ZT_MEMORY_LIMIT (bytes, for one rank), the process's RLIMIT_AS and RLIMIT_DATA, the
- * cgroup's memory.max / local_ranks and MemTotal / local_ranks. Thread-safe. */
+ * of the process's RLIMIT_AS and RLIMIT_DATA, the cgroup's memory.max / local_ranks and
+ * MemTotal / local_ranks; on either, at most ZT_MEMORY_LIMIT (bytes, for one rank) when it is
+ * set. Thread-safe. */
 zt_status zt_auto_batch_budget(const zt_job *job, int local_ranks, int64_t *budget, char *why,
                                size_t why_cap, zt_err *err);
 
