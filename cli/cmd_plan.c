@@ -139,12 +139,7 @@ int zt_cmd_plan(int argc, char **argv)
     }
     if (!zt_cli.json && job->ds.notes[0]) {
         printf("deepspeed config:\n");
-        for (const char *p = job->ds.notes; *p;) {
-            const char *e = strchr(p, '\n');
-            int k = e ? (int)(e - p) : (int)strlen(p);
-            printf("  %.*s\n", k, p);
-            p += k + (e ? 1 : 0);
-        }
+        zt_ds_notes_print(stdout, job->ds.notes, "  ");
     }
     int world = job->ds.world_size;
     const zt_zero_cfg own = job->ds.zero;

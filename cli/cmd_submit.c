@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/rpc_cli.h"
 #include "common/alloc.h"
+#include "common/dsconfig.h"
 #include "common/jobfile.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
@@ -82,12 +83,7 @@ static void print_ds_summary(const char *text, const char *origin, const char *d
     zt_err err = {0};
     if (job && zt_job_parse(job, text, origin, dir, &err) == ZT_OK && job->ds.notes[0]) {
         printf("  deepspeed config:\n");
-        for (const char *p = job->ds.notes; *p;) {
-            const char *e = strchr(p, '\n');
-            int k = e ? (int)(e - p) : (int)strlen(p);
-            printf("    %.*s\n", k, p);
-            p += k + (e ? 1 : 0);
-        }
+        zt_ds_notes_print(stdout, job->ds.notes, "    ");
     }
     zt_free(job);
 }

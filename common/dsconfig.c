@@ -1249,6 +1249,16 @@ void zt_ds_notes_build(const jf_report *rep, zt_job *job)
     }
 }
 
+void zt_ds_notes_print(FILE *f, const char *notes, const char *indent)
+{
+    for (const char *p = notes; *p;) {
+        const char *e = strchr(p, '\n');
+        int k = e ? (int)(e - p) : (int)strlen(p);
+        fprintf(f, "%s%.*s\n", indent, k, p);
+        p += k + (e ? 1 : 0);
+    }
+}
+
 /* ---- docs/deepspeed.md ------------------------------------------------------------------- */
 
 static const char *type_text(int t)

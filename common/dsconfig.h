@@ -4,10 +4,16 @@
 #ifndef ZT_COMMON_DSCONFIG_H
 #define ZT_COMMON_DSCONFIG_H
 
+#include <stdio.h>
+
 #include "jobfile.h"
 
 /* docs/deepspeed.md as generated from the key table; caller frees with zt_free. NULL when out
  * of memory. Thread-safe. */
 char *zt_ds_doc_markdown(void);
+
+/* Prints the summary (zt_ds_cfg.notes) to f, one note a line, each after indent. Nothing when
+ * it is empty. */
+void zt_ds_notes_print(FILE *f, const char *notes, const char *indent);
 
 #endif
