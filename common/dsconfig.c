@@ -107,7 +107,7 @@ static const keyspec top_keys[] = {
     REF("amp", VT_OBJ, ALLOW_DISABLED, 0, NULL, "use fp16 or bf16"),
     REF("torch_autocast", VT_OBJ, ALLOW_DISABLED, 0, NULL, "use fp16 or bf16"),
     REF("pipeline", VT_OBJ, 0, 0, NULL, WHY_DP ", no pipeline parallelism"),
-    REF("tensor_parallel", VT_OBJ, ALLOW_DISABLED, 0, NULL, WHY_DP ", no tensor parallelism"),
+    REF("tensor_parallel", VT_OBJ, 0, 0, NULL, WHY_DP ", no tensor parallelism"),
     REF("sequence_parallel_size", VT_INT, ALLOW_NUM, 1, "1", WHY_DP ", no sequence parallelism"),
     REF("sparse_attention", VT_OBJ, 0, 0, NULL,
         "zerotrain's attention is dense causal attention (flash-style kernels)"),

@@ -124,7 +124,7 @@ enum {
     ALLOW_TRUE = 1 << 1,
     ALLOW_NULL = 1 << 2,
     ALLOW_NUM = 1 << 3,      /* the number in keyspec.num */
-    ALLOW_DISABLED = 1 << 4, /* an object whose "enabled" is false */
+    ALLOW_DISABLED = 1 << 4, /* an object whose "enabled" is false or absent (off by default) */
 };
 
 typedef struct keyspec {

@@ -178,6 +178,10 @@ static const bad_case bad_cases[] = {
      DS(",\n    \"optimizer\": {@\"type\": \"Adamm\"}"),
      ZT_ERR_CONFIG,
      {"unknown optimizer \"Adamm\"; did you mean \"Adam\"?"}},
+    {"tensor parallel",
+     DS(",\n    @\"tensor_parallel\": {\"autotp_size\": 2}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.tensor_parallel: zerotrain does not offer this; remove it (zerotrain trains with ZeRO data parallelism only, no tensor parallelism)"}},
     {"amsgrad",
      DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {@\"amsgrad\": true}}"),
      ZT_ERR_CONFIG,
@@ -518,6 +522,9 @@ typedef struct ok_case {
 } ok_case;
 
 static const ok_case ok_cases[] = {
+    {"hybrid engine off by default",
+     DS(",\n    \"hybrid_engine\": {}, \"amp\": {\"enabled\": false}"),
+     {""}},
     {"unknown ds",
      DS(",\n    \"gradient_accumulation\": 2"),
      {"ignored (DeepSpeed does not know them either): deepspeed.gradient_accumulation (did you mean \"gradient_accumulation_steps\"?)"}},
