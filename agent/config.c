@@ -14,6 +14,7 @@
 #include "agent/gpu.h"
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/netutil.h"
 #include "proto/rpc.h"
 
 #define MAX_SLOTS 4096
@@ -164,8 +165,7 @@ static bool parse_duration_ms(const char *v, long *ms)
 
 static bool loopback_target(const char *t)
 {
-    return strncmp(t, "unix:", 5) == 0 || strncmp(t, "127.", 4) == 0 ||
-           strncmp(t, "localhost:", 10) == 0 || strncmp(t, "[::1]:", 6) == 0;
+    return zt_net_is_loopback(t, false);
 }
 
 /* The directory of the running executable (for the default worker and the exec wrapper). */

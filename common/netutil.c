@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -87,4 +88,31 @@ int zt_net_pick_port(const char *host)
         }
     }
     return probe(host, 0);
+}
+
+/* ":PORT" with 1 to 5 digits, or nothing when allowed. */
+static bool port_part(const char *p, bool optional)
+{
+    if (*p == '\0') return optional;
+    if (*p++ != ':') return false;
+    size_t n = 0;
+    while (p[n] >= '0' && p[n] <= '9')
+        n++;
+    return n >= 1 && n <= 5 && p[n] == '\0';
+}
+
+bool zt_net_is_loopback(const char *addr, bool port_optional)
+{
+    if (!addr) return false;
+    if (strncmp(addr, "unix:", 5) == 0) return true;
+    if (strncmp(addr, "[::1]", 5) == 0) return port_part(addr + 5, port_optional);
+    if (strncasecmp(addr, "localhost", 9) == 0) return port_part(addr + 9, port_optional);
+    char host[INET_ADDRSTRLEN];
+    size_t n = strcspn(addr, ":");
+    if (n >= sizeof(host)) return false;
+    memcpy(host, addr, n);
+    host[n] = '\0';
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127 &&
+           port_part(addr + n, port_optional);
 }

@@ -21,6 +21,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/netutil.h"
 
 #define MAX_BODY (64 * 1024)
 #define STREAM_MAX_PENDING (1024 * 1024)
@@ -267,16 +268,7 @@ static bool loopback_host(struct MHD_Connection *conn)
 {
     const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
     if (!host) return true; /* HTTP/1.0 without Host: not a browser */
-    char name[64];
-    size_t n = strlen(host);
-    if (n >= sizeof(name)) return false;
-    memcpy(name, host, n + 1);
-    if (strncmp(name, "[::1]", 5) == 0) return name[5] == '\0' || name[5] == ':';
-    char *colon = strchr(name, ':');
-    if (colon) *colon = '\0';
-    if (strcasecmp(name, "localhost") == 0) return true;
-    struct in_addr a;
-    return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+    return strncmp(host, "unix:", 5) != 0 && zt_net_is_loopback(host, true);
 }
 
 static bool wants_html(struct MHD_Connection *conn)

@@ -14,6 +14,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/netutil.h"
 #include "coordinator/api.h"
 #include "coordinator/coord.h"
 #include "coordinator/http.h"
@@ -215,9 +216,7 @@ static char *read_file(const char *path, size_t max, zt_err *err, const char *wh
 /* Listen addresses are host:port or unix:PATH (gRPC cannot bind its ipv4:/ipv6: URI forms). */
 static bool is_loopback(const char *addr)
 {
-    if (strncmp(addr, "unix:", 5) == 0) return true;
-    return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "localhost:", 10) == 0 ||
-           strncmp(addr, "[::1]:", 6) == 0;
+    return zt_net_is_loopback(addr, false);
 }
 
 static atomic_bool stopping; /* after SIGTERM: /healthz and /readyz answer 503 */

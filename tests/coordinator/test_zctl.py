@@ -71,6 +71,11 @@ def main():
         r = subprocess.run([os.path.join(T.BIN, "zcoord"), "--heartbeat-timeout", "soon"],
                            capture_output=True, text=True)
         assert r.returncode == 2 and "--heartbeat-timeout" in r.stderr and "duration" in r.stderr, r.stderr
+        # without a token only loopback: a name that starts like a loopback address is not one
+        r = subprocess.run([os.path.join(T.BIN, "zcoord"), "--db", os.path.join(tmp, "lb.db"),
+                            "--grpc", "127.attacker.example:0", "--http", "off"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and "refusing to listen on 127.attacker.example:0" in r.stderr, r.stderr
         r = subprocess.run([os.path.join(T.BIN, "zcoord"), "--db", os.path.join(tmp, "x.db"),
                             "--grpc", "0.0.0.0:0", "--http", "off"],
                            capture_output=True, text=True, env=dict(os.environ, ZT_TOKEN=""))
