@@ -130,8 +130,7 @@ int zt_cmd_plan(int argc, char **argv)
     }
     if (job->ds.micro_auto) {
         int world0 = nproc ? nproc : job->resources.ranks;
-        int local = job->resources.ranks_per_node < world0 ? job->resources.ranks_per_node : world0;
-        if (zt_auto_batch_pick(job, world0, local, (int64_t)devmem, &err) != ZT_OK) {
+        if (zt_auto_batch_pick(job, world0, 0, (int64_t)devmem, &err) != ZT_OK) {
             zt_cli_error("%s", zt_err_msg(&err));
             free(job);
             return 1;

@@ -157,6 +157,8 @@ static void note_set(zt_job *job, const char *key, const char *line, bool add)
 zt_status zt_auto_batch_pick(zt_job *job, int world, int local_ranks, int64_t budget, zt_err *err)
 {
     if (!job->ds.micro_auto) return ZT_OK;
+    if (local_ranks <= 0) /* the job's own placement: ranks_per_node on each node */
+        local_ranks = job->resources.ranks_per_node < world ? job->resources.ranks_per_node : world;
     char why[160] = "the given budget";
     zt_status st;
     if (budget <= 0 &&

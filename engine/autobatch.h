@@ -25,7 +25,8 @@
 zt_status zt_auto_batch_budget(const zt_job *job, int local_ranks, int64_t *budget, char *why,
                                size_t why_cap, zt_err *err);
 
-/* When job->ds.micro_auto: picks the micro batch for world ranks within budget bytes (<= 0:
+/* When job->ds.micro_auto: picks the micro batch for world ranks, local_ranks of them on this
+ * node (<= 0: the job's ranks_per_node, at most world), within budget bytes (<= 0:
  * zt_auto_batch_budget's), stores it in job->ds.micro_picked, resolves the batch triad and
  * writes the choice into job->ds.notes. A job whose micro batch is not "auto" is left alone.
  * ZT_ERR_NOMEM when not even a micro batch of 1 fits (the message gives both figures and what

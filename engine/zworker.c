@@ -118,10 +118,7 @@ int main(int argc, char **argv)
     }
     if (st == ZT_OK && job.ds.micro_auto) {
         /* every rank of a node sees the same memory and picks the same micro batch */
-        int local_world = env_int("ZT_LOCAL_WORLD_SIZE", 0, &ok);
-        if (local_world <= 0)
-            local_world = job.resources.ranks_per_node < world ? job.resources.ranks_per_node : world;
-        st = zt_auto_batch_pick(&job, world, local_world, 0, &err);
+        st = zt_auto_batch_pick(&job, world, env_int("ZT_LOCAL_WORLD_SIZE", 0, &ok), 0, &err);
     }
     if (st == ZT_OK && rank == 0 && job.ds.notes[0]) {
         /* the start-up summary of the DeepSpeed config: one log line per note */
