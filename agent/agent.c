@@ -5,6 +5,7 @@
  * last heartbeat marked `leaving`). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -265,7 +266,8 @@ static void on_heartbeat(zt_agent *a, void *ctx, zt_rpc_code code, const char *m
         next = (uint64_t)a->hb_ms;
         apply_desired(a, r);
         write_status(a);
-    } else if (code == ZT_RPC_NOT_FOUND || code == ZT_RPC_FAILED_PRECONDITION) {
+    } else if (code == ZT_RPC_NOT_FOUND || code == ZT_RPC_FAILED_PRECONDITION ||
+               code == ZT_RPC_UNAUTHENTICATED) {
         ZT_WARN(
             "agent",
             "the coordinator no longer knows this agent's registration (%s: %s); registering again",
@@ -332,6 +334,46 @@ static void send_heartbeat(zt_agent *a, bool final)
 
 /* ---- registration ---------------------------------------------------------------------- */
 
+/* work_dir/session: the last session credential, readable by this user only */
+static void session_path(const zt_agent *a, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/session", a->cfg.work_dir);
+}
+
+static void session_load(zt_agent *a)
+{
+    char path[4200];
+    session_path(a, path, sizeof(path));
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    char buf[sizeof(a->session)] = "";
+    if (fgets(buf, sizeof(buf), f)) {
+        buf[strcspn(buf, "\r\n")] = '\0';
+        snprintf(a->session, sizeof(a->session), "%s", buf);
+    }
+    fclose(f);
+}
+
+static void session_store(const zt_agent *a)
+{
+    char path[4200], tmp[4210];
+    session_path(a, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        ZT_WARN("agent", "cannot keep the session credential in %s: %s; a restart of this agent waits until the coordinator marks it lost",
+                tmp, strerror(errno));
+        return;
+    }
+    size_t n = strlen(a->session);
+    bool ok = write(fd, a->session, n) == (ssize_t)n && fsync(fd) == 0;
+    close(fd);
+    if (!ok || rename(tmp, path) != 0) {
+        ZT_WARN("agent", "cannot keep the session credential in %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
 static void on_reg_timer(uv_timer_t *t)
 {
     reg_start(t->data);
@@ -348,6 +390,8 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
         const Zt__V1__RegisterAgentReply *r = reply;
         a->reg = AG_REGISTERED;
         a->incarnation = r->incarnation;
+        snprintf(a->session, sizeof(a->session), "%s", r->session_token);
+        session_store(a);
         a->hb_timeout_ms = r->heartbeat_timeout_ms;
         if (!a->cfg.heartbeat_ms && r->heartbeat_interval_ms >= 50)
             a->hb_ms = r->heartbeat_interval_ms;
@@ -365,15 +409,15 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
         a->ever_registered = true;
         a->reg_failures = 0;
         a->reg_last_warn_ns = 0;
-        a->hb_failures = 0;
-        ag_heartbeat_soon(a, 0);
+        ag_heartbeat_soon(a, 0); /* its success notes the end of a streak of failures */
         return;
     }
     a->reg_failures++;
-    if (code == ZT_RPC_UNAUTHENTICATED && !a->ever_registered) {
+    if ((code == ZT_RPC_UNAUTHENTICATED || code == ZT_RPC_PERMISSION_DENIED) &&
+        !a->ever_registered) {
         ZT_ERROR(
             "agent",
-            "the coordinator at %s refused our token (%s); give the token zcoord uses with --token-file or ZT_TOKEN; exiting",
+            "the coordinator at %s refused our token (%s); give the agent join token (the file zcoord reads with --agent-token-file) with --token-file or ZT_TOKEN; exiting",
             a->cfg.coordinator, msg);
         begin_stop(a, ZT_AGENT_EXIT_FAIL);
         return;
@@ -423,6 +467,8 @@ static void reg_start(zt_agent *a)
     q.n_gpus = (size_t)a->cfg.n_gpus;
     q.gpus = gp;
     q.version = (char *)ZT_VERSION;
+    if (!a->session[0]) session_load(a);
+    q.previous_session = a->session;
     ag_rpc_call(a, "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor, 5000,
                 on_register, NULL);
     zt_free(g);

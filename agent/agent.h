@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "common/status.h"
 
@@ -51,6 +52,19 @@ typedef struct zt_agent_config {
     int log_queue_lines;  /* output lines queued for the coordinator before dropping */
     char *status_file;    /* JSON status rewritten after each heartbeat; NULL = none */
     int omp_threads;      /* OMP_NUM_THREADS for CPU workers (0 = leave the environment) */
+    /* confinement (agent/confine.h) */
+    char **allow_paths; /* [n_allow_paths] canonical directories (realpath) a job's paths must
+                           resolve inside; the working directory when none is given */
+    int n_allow_paths;
+    bool allow_paths_default; /* allow_paths is the working directory, by default */
+    bool allow_root;          /* --allow-root: a root agent may start workers as root */
+    char *run_as;             /* the --run-as user's name; NULL = none */
+    bool drop_privileges;     /* workers start as run_as_uid/gid/groups (the agent is root) */
+    uid_t run_as_uid;
+    gid_t run_as_gid;
+    gid_t *run_as_groups; /* [n_run_as_groups] the user's supplementary groups */
+    int n_run_as_groups;
+    char *run_as_home; /* the user's home directory (HOME of its workers) */
 } zt_agent_config;
 
 /* Reads the settings from argv (flags win) and the environment (ZT_* variables), checks
@@ -82,9 +96,12 @@ int zt_agent_run(zt_agent *a);
 /* Frees the agent; NULL is a no-op. Only after zt_agent_run returned (or instead of it). */
 void zt_agent_destroy(zt_agent *a);
 
-/* The hidden `zagent --exec-worker PPID WORKER ARGS...` mode: sets the parent-death signal
- * (SIGKILL), checks that the agent PPID is still the parent, and execs WORKER. Returns only
- * on failure, with the exit code to use (127 not found, 126 not executable, 1 otherwise). */
+/* The hidden `zagent --exec-worker PPID [--as UID:GID:G1,G2,...] WORKER ARGS...` mode: with
+ * --as, sets the supplementary groups, the group and the user (and checks that root cannot be
+ * regained); then sets the parent-death signal (SIGKILL; after the user change, which clears
+ * it), checks that the agent PPID is still the parent, and execs WORKER. Returns only on
+ * failure, with the exit code to use (127 not found, 126 not executable or the user could not
+ * be set, 1 otherwise). */
 int zt_agent_exec_worker(int argc, char **argv);
 
 #endif

@@ -14,7 +14,8 @@
 #include <uv.h>
 
 #include "agent/agent.h"
-#include "agent/reportline.h"
+#include "common/reportline.h"
+#include "common/hangdiag.h"
 #include "proto/rpc.h"
 #include "proto/zerotrain.pb-c.h"
 
@@ -119,6 +120,10 @@ struct ag_worker {
     int64_t step, coll_seq, mem_bytes, mem_peak;
     double loss, tokens_per_s;
     int64_t logs_dropped; /* lines dropped since the last marker */
+    zt_hang_wait wait;            /* the collective the rank waits in (stall report) */
+    Zt__V1__CollectiveWait pb_wait; /* wait, as heartbeats carry it (points into wait) */
+    char bad_ckpt[ZT_REPORTLINE_PATH_MAX], bad_ckpt_why[1024]; /* found bad on load */
+    char exit_reason[1024]; /* why the agent did not start it */
     /* memory */
     int ckpt_pending; /* shard reports not yet settled */
     int handles;      /* open uv handles */
@@ -139,7 +144,7 @@ void ag_worker_unref(ag_worker *w);
 /* One of w's shard reports was recorded or given up: its exit may be reported now. */
 void ag_worker_ckpt_settled(ag_worker *w);
 /* Fills a WorkerStatus (strings none). */
-void ag_worker_status(const ag_worker *w, Zt__V1__WorkerStatus *s);
+void ag_worker_status(ag_worker *w, Zt__V1__WorkerStatus *s);
 /* Resident and peak memory of a live process from /proc (bytes); false when unreadable. */
 bool ag_proc_memory(int pid, int64_t *rss, int64_t *hwm);
 const char *ag_wstate_name(ag_wstate s);
@@ -233,6 +238,9 @@ struct zt_agent {
     ag_reg reg;
     bool ever_registered;
     int64_t incarnation;
+    /* the session credential RegisterAgent gave (every other agent call carries it), also
+     * kept in work_dir/session so that a restarted agent may take its name back at once */
+    char session[96];
     int hb_ms, hb_timeout_ms;
     int reg_failures;
     uint64_t reg_first_fail_ns, reg_last_warn_ns;

@@ -2,8 +2,11 @@
  * the flags, the ZT_* environment fallbacks and --help; each value is then checked with a
  * message that names where it came from. */
 #define _XOPEN_SOURCE 700 /* realpath */
+#define _DEFAULT_SOURCE   /* getgrouplist */
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,14 +14,17 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/confine.h"
 #include "agent/gpu.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/netutil.h"
+#include "common/secretfile.h"
 #include "proto/rpc.h"
 
 #define MAX_SLOTS 4096
 #define MAX_GPUS 256
+#define MAX_GROUPS 65536
 
 enum {
     S_COORDINATOR,
@@ -34,22 +40,32 @@ enum {
     S_LOG_QUEUE,
     S_STATUS_FILE,
     S_LOG_LEVEL,
+    S_ALLOW_PATH,
+    S_RUN_AS,
+    S_ALLOW_ROOT,
     S_COUNT
 };
+
+typedef enum {
+    K_VALUE = 0, /* --name VALUE */
+    K_LIST,      /* repeatable --name VALUE; the variable is a ':'-separated list */
+    K_SWITCH,    /* --name alone (or --name=true|false); the variable is 1/0, true/false, yes/no */
+} setting_kind;
 
 typedef struct setting {
     const char *name; /* the flag without "--" */
     const char *env;
     const char *def; /* "" = none */
-    const char *arg; /* metavariable in --help */
+    const char *arg; /* metavariable in --help ("" for a switch) */
     const char *help;
+    setting_kind kind;
 } setting;
 
 static const setting settings[S_COUNT] = {
     [S_COORDINATOR] = {"coordinator", "ZT_COORDINATOR", "127.0.0.1:50051", "ADDR",
                        "the coordinator's gRPC address (host:port or unix:/path)"},
     [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", "", "FILE",
-                      "file holding the API token (or put the token itself in ZT_TOKEN)"},
+                      "file holding the agent join token zcoord reads with --agent-token-file (or put it in ZT_TOKEN)"},
     [S_TLS_CA] = {"tls-ca", "ZT_TLS_CA", "", "FILE",
                   "PEM CA certificate: talk TLS to the coordinator and verify it"},
     [S_SLOTS] = {"slots", "ZT_SLOTS", "cpu:1", "SPEC",
@@ -72,6 +88,14 @@ static const setting settings[S_COUNT] = {
     [S_STATUS_FILE] = {"status-file", "ZT_STATUS_FILE", "", "FILE",
                        "rewrite this JSON file with the agent's state after each heartbeat"},
     [S_LOG_LEVEL] = {"log-level", "ZT_LOG_LEVEL", "info", "LEVEL", "error, warn, info or debug"},
+    [S_ALLOW_PATH] =
+        {"allow-path", "ZT_ALLOW_PATH", "", "DIR",
+         "a directory the paths of jobs must resolve inside (repeatable; the variable is ':'-separated; default: the working directory)",
+         K_LIST},
+    [S_RUN_AS] = {"run-as", "ZT_RUN_AS", "", "USER",
+                  "when zagent runs as root, start workers as this user (name or uid)"},
+    [S_ALLOW_ROOT] = {"allow-root", "ZT_ALLOW_ROOT", "", "",
+                      "let a root zagent without --run-as start workers as root", K_SWITCH},
 };
 
 void zt_agent_usage(FILE *f)
@@ -82,14 +106,14 @@ void zt_agent_usage(FILE *f)
     for (int i = 0; i < S_COUNT; i++) {
         const setting *s = &settings[i];
         char flag[64];
-        snprintf(flag, sizeof(flag), "--%s %s", s->name, s->arg);
+        snprintf(flag, sizeof(flag), "--%s%s%s", s->name, s->arg[0] ? " " : "", s->arg);
         fprintf(f, "  %-26s %s (%s", flag, s->help, s->env);
         if (s->def[0]) fprintf(f, ", default %s", s->def);
         fprintf(f, ")\n");
     }
     fprintf(
         f,
-        "\nEach worker runs WORKER [--resume CKPT] WORK_DIR/attempt_<id>/job.json in that directory, in a session\nof its own, with the agent's environment (less ZT_TOKEN) plus the coordinator's variables and\nZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_LOCAL_WORLD_SIZE, ZT_DEVICE_INDEX, ZT_SESSION (the attempt\nid), ZT_RENDEZVOUS (tcp://host:port of rank 0, met through the coordinator), ZT_REPORT_FD=3.\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs on this node in local-rank order.\nWorkers die with the agent (parent-death signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error (exit 2): use --slots cpu:N there.\nExit codes: 0 stopped by a signal, 1 the coordinator refused the token, 2 bad flags or environment.\n");
+        "\nEach worker runs WORKER [--resume CKPT] WORK_DIR/attempt_<id>/job.json in that directory, in a session\nof its own, with the agent's environment (less ZT_TOKEN) plus the coordinator's variables and\nZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_LOCAL_WORLD_SIZE, ZT_DEVICE_INDEX, ZT_SESSION (the attempt\nid), ZT_RENDEZVOUS (tcp://host:port of rank 0, met through the coordinator), ZT_REPORT_FD=3.\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs on this node in local-rank order.\nWorkers die with the agent (parent-death signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error (exit 2): use --slots cpu:N there.\nBefore starting the workers of an attempt zagent resolves the job's data globs and the files they\nmatch, model file, checkpoint directory, train.resume_from, CSV output and the checkpoint it\nresumes from (symbolic links followed); when one lies outside every --allow-path the attempt\nfails, not retried, with the reason in the job's logs. As root, zagent needs --run-as USER\n(workers then start with that user's uid, gid, groups and HOME) or --allow-root.\nExit codes: 0 stopped by a signal, 1 the coordinator refused the token, 2 bad flags or environment.\n");
 }
 
 zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err)
@@ -191,7 +215,119 @@ void zt_agent_config_free(zt_agent_config *cfg)
     zt_free(cfg->worker);
     zt_free(cfg->exec_wrapper);
     zt_free(cfg->status_file);
+    for (int i = 0; i < cfg->n_allow_paths; i++)
+        zt_free(cfg->allow_paths[i]);
+    zt_free(cfg->allow_paths);
+    zt_free(cfg->run_as);
+    zt_free(cfg->run_as_groups);
+    zt_free(cfg->run_as_home);
     memset(cfg, 0, sizeof(*cfg));
+}
+
+/* Adds the canonical form of dir to cfg's allowed roots (a root given twice is kept once). */
+static zt_status add_root(zt_agent_config *cfg, const char *dir, const char *origin, zt_err *err)
+{
+    char rp[PATH_MAX];
+    zt_status st = zt_confine_root(dir, origin, rp, sizeof(rp), err);
+    if (st != ZT_OK) return st;
+    for (int i = 0; i < cfg->n_allow_paths; i++)
+        if (strcmp(cfg->allow_paths[i], rp) == 0) return ZT_OK;
+    char **v = zt_realloc(cfg->allow_paths, (size_t)(cfg->n_allow_paths + 1) * sizeof(*v));
+    if (!v) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    cfg->allow_paths = v;
+    if (!(v[cfg->n_allow_paths] = zt_strdup(rp)))
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    cfg->n_allow_paths++;
+    return ZT_OK;
+}
+
+/* The allowed roots: every --allow-path flag, else ZT_ALLOW_PATH split on ':', else the
+ * working directory. Each must exist; the canonical path is kept. */
+static zt_status parse_allow_paths(zt_agent_config *cfg, const char **flags, int n_flags,
+                                   const char *env, const char *origin, zt_err *err)
+{
+    zt_status st = ZT_OK;
+    for (int i = 0; i < n_flags && st == ZT_OK; i++)
+        st = add_root(cfg, flags[i], "--allow-path", err);
+    if (n_flags == 0 && env[0]) {
+        char *copy = zt_strdup(env);
+        if (!copy) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        char *save = NULL;
+        for (char *d = strtok_r(copy, ":", &save); d && st == ZT_OK; d = strtok_r(NULL, ":", &save))
+            st = add_root(cfg, d, origin, err);
+        zt_free(copy);
+    }
+    if (st != ZT_OK || cfg->n_allow_paths > 0) return st;
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd)))
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "cannot read the working directory (the default of --allow-path): %s; give --allow-path DIR",
+            strerror(errno));
+    cfg->allow_paths_default = true;
+    return add_root(cfg, cwd, "the default of --allow-path (the working directory)", err);
+}
+
+/* A switch's value: 1/true/yes/on or 0/false/no/off (and "" = off). */
+static bool parse_switch(const char *v, bool *on)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no",
+                                                                                "off", ""};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (strcmp(v, yes[i]) == 0) return (*on = true);
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        if (strcmp(v, no[i]) == 0) return !(*on = false);
+    return false;
+}
+
+/* --run-as and --allow-root: who the workers run as (zt_confine_check_user), and for a user
+ * change the user's ids, groups and home, looked up once here (not in the forked child). */
+static zt_status parse_user(zt_agent_config *cfg, const char *run_as, const char *run_as_origin,
+                            const char *allow_root, const char *allow_root_origin, zt_err *err)
+{
+    if (!parse_switch(allow_root, &cfg->allow_root))
+        return zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is not 1 or 0 (true or false)",
+                          allow_root_origin, allow_root);
+    struct passwd *pw = NULL;
+    if (run_as[0]) {
+        char *end;
+        errno = 0;
+        unsigned long id = strtoul(run_as, &end, 10);
+        pw = getpwnam(run_as);
+        if (!pw && !*end && !errno) pw = getpwuid((uid_t)id);
+        if (!pw)
+            return zt_err_set(
+                err, ZT_ERR_CONFIG,
+                "%s: there is no user '%s' on this node; give an existing user name or uid",
+                run_as_origin, run_as);
+        if (!(cfg->run_as = zt_strdup(pw->pw_name)) || !(cfg->run_as_home = zt_strdup(pw->pw_dir)))
+            return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        cfg->run_as_uid = pw->pw_uid;
+        cfg->run_as_gid = pw->pw_gid;
+    }
+    zt_status st = zt_confine_check_user(geteuid(), run_as, cfg->run_as_uid, cfg->allow_root,
+                                         &cfg->drop_privileges, err);
+    if (st != ZT_OK || !cfg->drop_privileges) return st;
+    if (!cfg->exec_wrapper)
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "%s: workers change user in zagent's exec wrapper, and zagent cannot find its own path (/proc/self/exe)",
+            run_as_origin);
+    int n = 64;
+    for (;;) {
+        gid_t *g = zt_realloc(cfg->run_as_groups, (size_t)n * sizeof(*g));
+        if (!g) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+        cfg->run_as_groups = g;
+        int got = n;
+        if (getgrouplist(cfg->run_as, cfg->run_as_gid, g, &got) >= 0) {
+            cfg->n_run_as_groups = got;
+            return ZT_OK;
+        }
+        if (got <= n || got > MAX_GROUPS)
+            return zt_err_set(err, ZT_ERR_CONFIG, "%s: cannot read the groups of user '%s'",
+                              run_as_origin, run_as);
+        n = got;
+    }
 }
 
 #define FAIL(...)                                                                                  \
@@ -209,14 +345,18 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     const char *val[S_COUNT] = {0};
     char origin[S_COUNT][64];
     /* flags first: they win over the environment */
+    const char **list = zt_calloc((size_t)argc + 1, sizeof(*list)); /* --allow-path values */
+    int n_list = 0;
+    if (!list) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             *help = true;
+            zt_free(list);
             return ZT_OK;
         }
         if (strncmp(a, "--", 2) != 0)
-            return zt_err_set(err, ZT_ERR_CONFIG, "unexpected argument '%s'; see zagent --help", a);
+            FAIL(ZT_ERR_CONFIG, "unexpected argument '%s'; see zagent --help", a);
         const char *name = a + 2;
         const char *eq = strchr(name, '=');
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
@@ -224,14 +364,16 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         for (int j = 0; j < S_COUNT; j++)
             if (strlen(settings[j].name) == nlen && strncmp(settings[j].name, name, nlen) == 0)
                 k = j;
-        if (k < 0)
-            return zt_err_set(err, ZT_ERR_CONFIG, "unknown option '%s'; see zagent --help", a);
+        if (k < 0) FAIL(ZT_ERR_CONFIG, "unknown option '%s'; see zagent --help", a);
         if (eq)
             val[k] = eq + 1;
+        else if (settings[k].kind == K_SWITCH)
+            val[k] = "1";
         else if (i + 1 < argc)
             val[k] = argv[++i];
         else
-            return zt_err_set(err, ZT_ERR_CONFIG, "%s needs a value; see zagent --help", a);
+            FAIL(ZT_ERR_CONFIG, "%s needs a value; see zagent --help", a);
+        if (settings[k].kind == K_LIST) list[n_list++] = val[k];
         snprintf(origin[k], sizeof(origin[k]), "--%s", settings[k].name);
     }
     for (int k = 0; k < S_COUNT; k++) {
@@ -248,20 +390,22 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
 
     int lvl = zt_log_parse_level(val[S_LOG_LEVEL]);
     if (lvl < 0)
-        return zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is not error, warn, info or debug",
-                          origin[S_LOG_LEVEL], val[S_LOG_LEVEL]);
+        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not error, warn, info or debug", origin[S_LOG_LEVEL],
+             val[S_LOG_LEVEL]);
     zt_log_set_level((zt_log_level)lvl);
 
     if (!val[S_COORDINATOR][0])
-        return zt_err_set(err, ZT_ERR_CONFIG, "%s is empty: give the coordinator's host:port",
-                          origin[S_COORDINATOR]);
+        FAIL(ZT_ERR_CONFIG, "%s is empty: give the coordinator's host:port", origin[S_COORDINATOR]);
     cfg->coordinator = zt_strdup(val[S_COORDINATOR]);
 
     /* token: the file wins over ZT_TOKEN; both read as zctl reads them */
     if (val[S_TOKEN_FILE][0]) {
-        if ((st = zt_rpc_read_token_file(val[S_TOKEN_FILE], origin[S_TOKEN_FILE], &cfg->token,
-                                         err)) != ZT_OK)
+        char what[160];
+        snprintf(what, sizeof(what), "the token file (%s)", origin[S_TOKEN_FILE]);
+        if (!(cfg->token = zt_secret_file_read(val[S_TOKEN_FILE], what, err))) {
+            st = err ? err->status : ZT_ERR_CONFIG;
             goto fail;
+        }
     } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
         cfg->token = zt_strdup(getenv("ZT_TOKEN"));
     }
@@ -373,9 +517,18 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     if (!cfg->coordinator || !cfg->hostname || !cfg->name || !cfg->advertise_host || !cfg->worker ||
         !cfg->work_dir || (val[S_STATUS_FILE][0] && !cfg->status_file))
         FAIL(ZT_ERR_NOMEM, "out of memory");
+
+    if ((st = parse_allow_paths(cfg, list, n_list, val[S_ALLOW_PATH], origin[S_ALLOW_PATH], err)) !=
+        ZT_OK)
+        goto fail;
+    if ((st = parse_user(cfg, val[S_RUN_AS], origin[S_RUN_AS], val[S_ALLOW_ROOT],
+                         origin[S_ALLOW_ROOT], err)) != ZT_OK)
+        goto fail;
+    zt_free(list);
     return ZT_OK;
 
 fail:
+    zt_free(list);
     zt_agent_config_free(cfg);
     return st;
 }

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
 #include "common/log.h"
@@ -25,6 +26,19 @@ int main(int argc, char **argv)
         return ZT_AGENT_EXIT_OK;
     }
     zt_log_set_identity(cfg.name, -1);
+    char roots[2048] = "";
+    size_t used = 0;
+    for (int i = 0; i < cfg.n_allow_paths && used < sizeof(roots); i++)
+        used += (size_t)snprintf(roots + used, sizeof(roots) - used, "%s%s", i ? ", " : "",
+                                 cfg.allow_paths[i]);
+    ZT_INFO("agent", "jobs confined to: %s%s", roots,
+            cfg.allow_paths_default ? " (the working directory; --allow-path DIR sets others)"
+                                    : "");
+    if (cfg.drop_privileges)
+        ZT_INFO("agent", "workers run as user %s (uid %u, gid %u, %d groups)", cfg.run_as,
+                (unsigned)cfg.run_as_uid, (unsigned)cfg.run_as_gid, cfg.n_run_as_groups);
+    else if (geteuid() == 0)
+        ZT_WARN("agent", "zagent runs as root with --allow-root: its workers run as root too");
     zt_agent *a = NULL;
     if (zt_agent_create(&a, &cfg, &err) != ZT_OK) {
         fprintf(stderr, "zagent: %s\n", zt_err_msg(&err));

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,12 +21,18 @@
 #include <unistd.h>
 
 #include "agent/agent_int.h"
+#include "agent/confine.h"
+#include "common/jobfile.h"
 #include "common/netutil.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
 extern char **environ;
+
+/* The exit code of a worker the agent refused to start (a job path outside the allowed
+ * roots): the coordinator fails the attempt as "could not be started: not retryable". */
+#define AG_EXIT_REFUSED 126
 
 const char *ag_wstate_name(ag_wstate s)
 {
@@ -184,7 +191,7 @@ bool ag_proc_memory(int pid, int64_t *rss, int64_t *hwm)
 static void agent_line(ag_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void agent_line(ag_worker *w, const char *fmt, ...)
 {
-    char buf[1024];
+    char buf[AG_LINE_MAX];
     int n = snprintf(buf, sizeof(buf), "[zagent] ");
     va_list ap;
     va_start(ap, fmt);
@@ -198,9 +205,12 @@ static void agent_line(ag_worker *w, const char *fmt, ...)
 }
 
 /* The worker cannot be started: report it as exited with code (127 not found, 126 not
- * executable, 1 retryable) so that the coordinator fails the attempt instead of waiting. */
+ * executable or refused, 1 retryable) so that the coordinator fails the attempt instead of
+ * waiting. The reason goes to the agent's log and, as an output line of the rank, to the
+ * job's logs, and with the exit to the coordinator (WorkerStatus.exit_reason). */
 static void fail_start(ag_worker *w, int code, const char *why)
 {
+    snprintf(w->exit_reason, sizeof(w->exit_reason), "%s", why);
     ZT_ERROR("agent", "cannot start rank %d of attempt %lld: %s", w->rank, (long long)w->attempt_id,
              why);
     agent_line(w, "cannot start rank %d of attempt %lld: %s", w->rank, (long long)w->attempt_id,
@@ -243,10 +253,42 @@ static void prep_failed(ag_worker *w, const char *what, zt_rpc_code code, const 
     prep_retry(w, stale ? 2000 : backoff_ms(w->prep_failures));
 }
 
+/* Whether the attempt may run here: every path of the job, and the checkpoint it resumes
+ * from, must resolve inside the agent's allowed roots (agent/confine.h). When not, the worker
+ * is failed with AG_EXIT_REFUSED and the reason, and false returned. */
+static bool job_confined(ag_worker *w, const char *job_json)
+{
+    zt_agent *a = w->agent;
+    zt_job *job = zt_malloc(sizeof(*job));
+    if (!job) {
+        fail_start(w, 1, "out of memory checking the job's paths");
+        return false;
+    }
+    char origin[64];
+    snprintf(origin, sizeof(origin), "job %lld", (long long)w->job_id);
+    zt_err err = {0};
+    zt_status st = zt_job_parse_inline(job, job_json, origin, w->dir, &err);
+    if (st != ZT_OK)
+        zt_err_prefix(&err, "cannot check the paths of the job the coordinator sent");
+    else
+        st = zt_confine_check_job(job, w->resume_path, a->cfg.allow_paths, a->cfg.n_allow_paths,
+                                  origin, &err);
+    zt_free(job);
+    if (st == ZT_OK) return true;
+    fail_start(w, st == ZT_ERR_NOMEM ? 1 : AG_EXIT_REFUSED, zt_err_msg(&err));
+    return false;
+}
+
+/* Hands the attempt directory (or a file in it) to the user workers run as. */
+static int give_to_worker_user(const zt_agent *a, const char *path)
+{
+    if (!a->cfg.drop_privileges) return 0;
+    return chown(path, a->cfg.run_as_uid, a->cfg.run_as_gid);
+}
+
 static void on_spec(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, void *reply,
                     uint64_t elapsed_ns)
 {
-    (void)a;
     (void)elapsed_ns;
     ag_worker *w = ctx;
     w->prep_call = false;
@@ -260,14 +302,17 @@ static void on_spec(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
         return;
     }
     const Zt__V1__AttemptSpec *s = reply;
-    if (mkdirs(w->dir) != 0) {
+    if (mkdirs(w->dir) != 0 || give_to_worker_user(a, w->dir) != 0) {
         char why[AG_PATH_MAX + 128];
         snprintf(why, sizeof(why), "cannot create %s: %s (check --work-dir)", w->dir,
                  strerror(errno));
         fail_start(w, 1, why);
     } else if (!s->job_json || !s->job_json[0]) {
         fail_start(w, 1, "the coordinator sent an empty job spec");
-    } else if (write_file(w->job_path, s->job_json) != 0) {
+    } else if (!job_confined(w, s->job_json)) {
+        /* refused: failed with the reason */
+    } else if (write_file(w->job_path, s->job_json) != 0 ||
+               give_to_worker_user(a, w->job_path) != 0) {
         char why[AG_PATH_MAX + 128];
         snprintf(why, sizeof(why), "cannot write %s: %s", w->job_path, strerror(errno));
         fail_start(w, 1, why);
@@ -433,6 +478,32 @@ static void on_report_line(ag_worker *w, const char *line)
             ZT_INFO("agent", "attempt %lld: checkpoint of step %lld removed (keep_checkpoints): %s",
                     (long long)w->attempt_id, (long long)r->step, r->path);
             ag_reports_ckpt_removed(w->agent, w, r);
+            break;
+        case ZT_REPORTLINE_WAIT:
+            w->wait.waiting = true;
+            snprintf(w->wait.op, sizeof(w->wait.op), "%s", r->op);
+            snprintf(w->wait.part, sizeof(w->wait.part), "%s", r->part);
+            snprintf(w->wait.prev_op, sizeof(w->wait.prev_op), "%s", r->prev_op);
+            w->wait.seq = r->seq;
+            w->wait.step = r->step;
+            w->wait.prev_seq = r->prev_seq;
+            w->wait.waited_ms = r->waited_ms;
+            ZT_INFO("agent", "attempt %lld: rank %d waits in %s #%lld (step %lld, %s) for %.1f s",
+                    (long long)w->attempt_id, w->rank, r->op, (long long)r->seq,
+                    (long long)r->step, r->part, (double)r->waited_ms / 1000.0);
+            ag_heartbeat_soon(w->agent, 100);
+            break;
+        case ZT_REPORTLINE_WAIT_END:
+            if (w->wait.waiting && w->wait.seq == r->seq) {
+                w->wait.waiting = false;
+                ag_heartbeat_soon(w->agent, 100);
+            }
+            break;
+        case ZT_REPORTLINE_CKPT_BAD:
+            snprintf(w->bad_ckpt, sizeof(w->bad_ckpt), "%s", r->path);
+            snprintf(w->bad_ckpt_why, sizeof(w->bad_ckpt_why), "%s", r->why);
+            ZT_WARN("agent", "attempt %lld: rank %d found checkpoint %s bad: %s",
+                    (long long)w->attempt_id, w->rank, r->path, r->why);
             break;
         }
     }
@@ -603,8 +674,16 @@ static bool env_name_is(const char *entry, const char *name)
     return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
+/* HOME, USER and LOGNAME: set for the --run-as user instead of inherited. */
+static bool user_var(const char *entry)
+{
+    return env_name_is(entry, "HOME") || env_name_is(entry, "USER") ||
+           env_name_is(entry, "LOGNAME");
+}
+
 /* The worker's environment: the agent's, minus the token and what is set here, plus the
- * coordinator's extra variables and the rank's identity. */
+ * coordinator's extra variables and the rank's identity (and, with --run-as, the user's HOME,
+ * USER and LOGNAME). */
 static void build_env(ag_worker *w, strvec *env)
 {
     zt_agent *a = w->agent;
@@ -625,10 +704,16 @@ static void build_env(ag_worker *w, strvec *env)
             size_t n = eq ? (size_t)(eq - w->env[k]) : strlen(w->env[k]);
             skip = strncmp(*e, w->env[k], n) == 0 && (*e)[n] == '=';
         }
-        if (!skip) sv_push(env, zt_strdup(*e));
+        if (!skip && !(a->cfg.drop_privileges && user_var(*e))) sv_push(env, zt_strdup(*e));
     }
     for (int k = 0; k < w->n_env; k++)
-        sv_push(env, zt_strdup(w->env[k]));
+        if (!(a->cfg.drop_privileges && user_var(w->env[k]))) sv_push(env, zt_strdup(w->env[k]));
+    if (a->cfg.drop_privileges) {
+        /* what a login of the --run-as user would have */
+        sv_push(env, zt_asprintf("HOME=%s", a->cfg.run_as_home));
+        sv_push(env, zt_asprintf("USER=%s", a->cfg.run_as));
+        sv_push(env, zt_asprintf("LOGNAME=%s", a->cfg.run_as));
+    }
     sv_push(env, zt_asprintf("ZT_RANK=%d", w->rank));
     sv_push(env, zt_asprintf("ZT_WORLD_SIZE=%d", w->world_size));
     sv_push(env, zt_asprintf("ZT_LOCAL_RANK=%d", w->local_rank));
@@ -641,6 +726,18 @@ static void build_env(ag_worker *w, strvec *env)
         sv_push(env, zt_asprintf("CUDA_VISIBLE_DEVICES=%s", w->cuda_visible));
     else if (a->omp_threads > 0)
         sv_push(env, zt_asprintf("OMP_NUM_THREADS=%d", a->omp_threads));
+}
+
+/* The exec wrapper's --as value: "UID:GID:G1,G2,..." (the groups may be empty). */
+static char *user_spec(const zt_agent_config *c)
+{
+    size_t cap = 48 + (size_t)c->n_run_as_groups * 12;
+    char *s = zt_malloc(cap);
+    if (!s) return NULL;
+    size_t n = (size_t)snprintf(s, cap, "%u:%u:", (unsigned)c->run_as_uid, (unsigned)c->run_as_gid);
+    for (int i = 0; i < c->n_run_as_groups && n < cap; i++)
+        n += (size_t)snprintf(s + n, cap - n, "%s%u", i ? "," : "", (unsigned)c->run_as_groups[i]);
+    return s;
 }
 
 static int stream_init(ag_worker *w, ag_stream *s, int kind)
@@ -676,6 +773,10 @@ static void spawn(ag_worker *w)
         sv_push(&args, zt_strdup(a->cfg.exec_wrapper));
         sv_push(&args, zt_strdup("--exec-worker"));
         sv_push(&args, zt_strdup(ppid));
+        if (a->cfg.drop_privileges) {
+            sv_push(&args, zt_strdup("--as"));
+            sv_push(&args, user_spec(&a->cfg));
+        }
     }
     sv_push(&args, zt_strdup(a->cfg.worker));
     if (w->resume_path && w->resume_path[0]) {
@@ -873,7 +974,7 @@ void ag_worker_undesired(ag_worker *w)
     }
 }
 
-void ag_worker_status(const ag_worker *w, Zt__V1__WorkerStatus *s)
+void ag_worker_status(ag_worker *w, Zt__V1__WorkerStatus *s)
 {
     s->job_id = w->job_id;
     s->attempt_id = w->attempt_id;
@@ -900,17 +1001,88 @@ void ag_worker_status(const ag_worker *w, Zt__V1__WorkerStatus *s)
     }
     s->device_index = w->device_index;
     s->started_ms = w->started_ms;
+    if (w->wait.waiting && w->state != AGW_EXITED) {
+        zt__v1__collective_wait__init(&w->pb_wait);
+        w->pb_wait.op = w->wait.op;
+        w->pb_wait.seq = w->wait.seq;
+        w->pb_wait.step = w->wait.step;
+        w->pb_wait.part = w->wait.part;
+        w->pb_wait.prev_op = w->wait.prev_op;
+        w->pb_wait.prev_seq = w->wait.prev_seq;
+        w->pb_wait.waited_ms = w->wait.waited_ms;
+        s->wait = &w->pb_wait;
+    }
+    if (w->bad_ckpt[0]) {
+        s->bad_checkpoint = w->bad_ckpt;
+        s->bad_checkpoint_reason = w->bad_ckpt_why;
+    }
+    if (w->exit_reason[0] && w->state == AGW_EXITED) s->exit_reason = w->exit_reason;
 }
 
 /* ---- the exec wrapper --------------------------------------------------------------------- */
 
+/* --as UID:GID:G1,G2,...: takes on that user for good (groups, then group, then user) and
+ * checks that root cannot be regained. 0 on success; -1 after saying why on stderr. */
+static int become(const char *spec)
+{
+    char *end;
+    errno = 0;
+    unsigned long uid = strtoul(spec, &end, 10), gid = 0;
+    bool ok = !errno && end != spec && *end == ':';
+    const char *list = "";
+    if (ok) {
+        const char *g = end + 1;
+        gid = strtoul(g, &end, 10);
+        ok = !errno && end != g && *end == ':';
+        list = end + 1;
+    }
+    size_t n = 0, cap = 1;
+    for (const char *p = list; *p; p++)
+        cap += *p == ',';
+    gid_t *groups = zt_calloc(cap, sizeof(*groups));
+    for (const char *p = list; ok && groups && *p;) {
+        errno = 0;
+        unsigned long x = strtoul(p, &end, 10);
+        ok = !errno && end != p && (*end == ',' || !*end) && n < cap;
+        if (ok) groups[n++] = (gid_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (!ok || !groups) {
+        fprintf(stderr, "zagent --exec-worker: bad --as '%s' (expected UID:GID:G1,G2,...)\n", spec);
+        zt_free(groups);
+        return -1;
+    }
+    int rc = setgroups(n, groups);
+    zt_free(groups);
+    if (rc != 0 || setgid((gid_t)gid) != 0 || setuid((uid_t)uid) != 0) {
+        fprintf(stderr, "zagent: cannot start the worker as uid %lu gid %lu: %s (check --run-as)\n",
+                uid, gid, strerror(errno));
+        return -1;
+    }
+    if (getuid() != (uid_t)uid || geteuid() != (uid_t)uid || getgid() != (gid_t)gid ||
+        getegid() != (gid_t)gid || (uid != 0 && setuid(0) == 0)) {
+        fprintf(
+            stderr,
+            "zagent: after changing to uid %lu gid %lu the worker's ids differ or it can regain root; not starting it\n",
+            uid, gid);
+        return -1;
+    }
+    return 0;
+}
+
 int zt_agent_exec_worker(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "zagent --exec-worker: usage: zagent --exec-worker PPID WORKER ARGS...\n");
+    int first = 3; /* WORKER */
+    if (argc >= 4 && strcmp(argv[3], "--as") == 0) first = 5;
+    if (argc < first + 1) {
+        fprintf(
+            stderr,
+            "zagent --exec-worker: usage: zagent --exec-worker PPID [--as UID:GID:GROUPS] WORKER ARGS...\n");
         return 2;
     }
     long ppid = strtol(argv[2], NULL, 10);
+    /* the user first: changing it clears the parent-death signal */
+    if (first == 5 && become(argv[4]) != 0) return 126;
     /* SIGKILL when the agent (the thread that spawned us: its loop thread) dies */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
         fprintf(stderr, "zagent --exec-worker: prctl(PR_SET_PDEATHSIG): %s\n", strerror(errno));
@@ -918,12 +1090,12 @@ int zt_agent_exec_worker(int argc, char **argv)
     }
     if (getppid() != (pid_t)ppid) {
         fprintf(stderr, "zagent --exec-worker: the agent (pid %ld) is gone; not starting %s\n",
-                ppid, argv[3]);
+                ppid, argv[first]);
         return 1;
     }
-    execv(argv[3], argv + 3);
+    execv(argv[first], argv + first);
     int e = errno;
-    fprintf(stderr, "zagent: cannot start the worker %s: %s (check --worker)\n", argv[3],
+    fprintf(stderr, "zagent: cannot start the worker %s: %s (check --worker)\n", argv[first],
             strerror(e));
     return e == ENOENT ? 127 : e == EACCES ? 126 : 1;
 }

@@ -1,5 +1,4 @@
-/* zerotrain: `zctl agents` (nodes, slots, free memory, last heartbeat) and the list part of
- * `zctl ckpt` (zt_cli_ckpt_list, called by cmd_ckpt.c for `zctl ckpt list ID`). */
+/* zerotrain: `zctl agents` (nodes, slots, free memory, last heartbeat). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,64 +55,6 @@ int zt_cmd_agents(int argc, char **argv)
                zt_pb_enum_short_name(&zt__v1__agent_state__descriptor, a->state),
                zt_pb_enum_short_name(&zt__v1__device__descriptor, a->device), slots, a->n_workers,
                ago, gpus[0] ? gpus : "-");
-    }
-out:
-    zt_pb_free(r);
-    zt_rpc_client_destroy(c);
-    return rc;
-}
-
-int zt_cli_ckpt_list(int argc, char **argv)
-{
-    if (zt_cli_wants_help(argc, argv)) {
-        printf(
-            "usage: zctl ckpt list JOB_ID [--all]\n\nLists a job's committed checkpoints (every rank's shard recorded: usable for a\nrestart), newest first; --all adds partial ones and deleted ones (removed by\nkeep_checkpoints, never resumed from).\n");
-        return 0;
-    }
-    Zt__V1__ListCheckpointsRequest q = ZT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--all") == 0)
-            q.include_partial = q.include_deleted = true;
-        else if (!q.job_id && argv[i][0] != '-') {
-            if (!(q.job_id = zt_cli_parse_job_id(argv[i]))) return ZT_CLI_EXIT_USAGE;
-        } else {
-            zt_cli_error("ckpt list: unexpected argument '%s'; see 'zctl ckpt list --help'",
-                         argv[i]);
-            return ZT_CLI_EXIT_USAGE;
-        }
-    }
-    if (!q.job_id) {
-        zt_cli_error("usage: zctl ckpt list JOB_ID [--all]");
-        return ZT_CLI_EXIT_USAGE;
-    }
-    zt_rpc_client *c = zt_cli_connect();
-    if (!c) return 1;
-    Zt__V1__ListCheckpointsReply *r = NULL;
-    int rc = 1;
-    if (zt_cli_call(c, "ListCheckpoints", &q.base, &zt__v1__list_checkpoints_reply__descriptor,
-                    (void **)&r, NULL) != ZT_OK)
-        goto out;
-    rc = 0;
-    if (zt_cli.json) {
-        zt_cli_print_json(&r->base, false);
-        goto out;
-    }
-    if (!r->n_checkpoints) {
-        printf("job %lld has no %scheckpoints yet\n", (long long)q.job_id,
-               q.include_partial ? "" : "committed ");
-        goto out;
-    }
-    printf("%-10s %-10s %-8s %-10s %-20s %s\n", "STEP", "STATE", "SHARDS", "SIZE", "WRITTEN",
-           "PATH");
-    for (size_t i = 0; i < r->n_checkpoints; i++) {
-        const Zt__V1__Checkpoint *k = r->checkpoints[i];
-        char sh[24], sz[24], t[32];
-        snprintf(sh, sizeof(sh), "%d/%d", k->shards, k->world_size);
-        printf("%-10lld %-10s %-8s %-10s %-20s %s\n", (long long)k->step,
-               zt_pb_enum_short_name(&zt__v1__checkpoint_state__descriptor, k->state), sh,
-               zt_fmt_bytes(k->bytes, sz, sizeof(sz)),
-               zt_cli_fmt_time(k->committed_ms ? k->committed_ms : k->created_ms, t, sizeof(t)),
-               k->path);
     }
 out:
     zt_pb_free(r);

@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/probe.h"
 #include "cli/rpc_cli.h"
 #include "common/alloc.h"
+#include "common/secretfile.h"
 #include "common/timeutil.h"
 #include "proto/pbjson.h"
 
 #define CALL_TIMEOUT_MS 15000
+#define PROBE_TIMEOUT_MS 1000
 
 const char *zt_cli_token_file_origin = "--token-file";
 const char *zt_cli_tls_ca_origin = "--tls-ca";
@@ -30,8 +33,10 @@ zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready)
 {
     if (zt_cli.token_file && !token_read) {
         zt_err err = {0};
-        if (zt_rpc_read_token_file(zt_cli.token_file, zt_cli_token_file_origin, &token_read,
-                                   &err) != ZT_OK) {
+        char what[96];
+        snprintf(what, sizeof(what), "the token file (%s)", zt_cli_token_file_origin);
+        token_read = zt_secret_file_read(zt_cli.token_file, what, &err);
+        if (!token_read) {
             zt_cli_error("%s", zt_err_msg(&err));
             return NULL;
         }
@@ -59,17 +64,31 @@ zt_rpc_client *zt_cli_connect_opts(bool wait_for_ready)
 void zt_cli_rpc_error(const char *what, zt_status st, zt_rpc_code code, const zt_err *err)
 {
     const char *msg = zt_err_msg(err);
+    zt_probe_kind probe;
     (void)st;
     switch (code) {
     case ZT_RPC_UNAVAILABLE:
-        if (strstr(msg, "connect") || strstr(msg, "Connection") || strstr(msg, "DNS") ||
-            strstr(msg, "handshake") || strstr(msg, "Socket closed") || strstr(msg, "resolve"))
+        if (!(strstr(msg, "connect") || strstr(msg, "Connection") || strstr(msg, "DNS") ||
+              strstr(msg, "handshake") || strstr(msg, "Socket closed") || strstr(msg, "resolve"))) {
+            zt_cli_error("%s: the coordinator at %s is unavailable: %s", what, zt_cli.coordinator,
+                         msg);
+            break;
+        }
+        /* the gRPC core tells a TLS mismatch only as a closed socket or a failed handshake:
+         * ask the address itself which it speaks */
+        probe = zt_cli_probe(zt_cli.coordinator, PROBE_TIMEOUT_MS);
+        if (probe == ZT_PROBE_TLS && !zt_cli.tls_ca)
+            zt_cli_error(
+                "the coordinator at %s speaks TLS; pass --tls-ca FILE (or set ZT_TLS_CA) with the CA certificate that signed its certificate",
+                zt_cli.coordinator);
+        else if (probe == ZT_PROBE_PLAIN_H2 && zt_cli.tls_ca)
+            zt_cli_error(
+                "the coordinator at %s speaks plain text, not TLS; drop %s, or start zcoord with --tls-cert and --tls-key",
+                zt_cli.coordinator, zt_cli_tls_ca_origin);
+        else
             zt_cli_error(
                 "cannot reach the coordinator at %s (%s); is zcoord running there? Set --coordinator or ZT_COORDINATOR%s",
                 zt_cli.coordinator, msg, zt_cli.tls_ca ? " (and check --tls-ca)" : "");
-        else
-            zt_cli_error("%s: the coordinator at %s is unavailable: %s", what, zt_cli.coordinator,
-                         msg);
         break;
     case ZT_RPC_UNAUTHENTICATED:
         zt_cli_error("the coordinator at %s refused the request: %s", zt_cli.coordinator, msg);

@@ -1,12 +1,14 @@
 /* zerotrain: `zctl logs ID` — a job's worker output and the coordinator's events, oldest
  * first; -f follows until the job ends. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/rpc_cli.h"
+#include "cli/termtext.h"
 #include "common/alloc.h"
 #include "common/timeutil.h"
 
@@ -15,18 +17,22 @@ ZT_COMMAND(logs, zt_cmd_logs, "show a job's worker output and events (-f to foll
 int zt_cmd_logs(int argc, char **argv)
 {
     if (zt_cli_wants_help(argc, argv)) {
-        printf("usage: zctl logs JOB_ID [-f] [--rank R]... [--tail N] [--no-events]\n\n"
+        printf("usage: zctl logs JOB_ID [-f] [--rank R]... [--tail N] [--no-events] [--raw]\n\n"
                "Prints the job's worker output (stdout and stderr of every rank) and the\n"
                "coordinator's events, oldest first.\n"
                "  -f, --follow   keep printing new lines until the job ends\n"
                "  --rank R       only rank R's output (repeatable; events still show)\n"
                "  --tail N       start with the last N lines\n"
                "  --no-events    worker output only\n"
+               "  --raw          print the output's bytes as they are; by default terminal\n"
+               "                 controls in it (escape sequences, carriage returns) are\n"
+               "                 shown as \\x1b-style text\n"
                "  -o json        one JSON object per line\n");
         return 0;
     }
     Zt__V1__GetLogsRequest q = ZT__V1__GET_LOGS_REQUEST__INIT;
     int32_t ranks[256];
+    bool raw = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0) {
             q.follow = true;
@@ -46,6 +52,8 @@ int zt_cmd_logs(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--no-events") == 0) {
             q.no_events = true;
+        } else if (strcmp(argv[i], "--raw") == 0) {
+            raw = true;
         } else if (!q.job_id && argv[i][0] != '-') {
             if (!(q.job_id = zt_cli_parse_job_id(argv[i]))) return ZT_CLI_EXIT_USAGE;
         } else {
@@ -90,11 +98,16 @@ int zt_cmd_logs(int argc, char **argv)
                 char t[32];
                 zt_cli_fmt_time(e->time_ms, t, sizeof(t));
                 if (e->source == ZT__V1__LOG_SOURCE__LOG_SOURCE_EVENT)
-                    printf("%s [coordinator] %s\n", t, e->text);
+                    printf("%s [coordinator] ", t);
                 else
-                    printf("%s [rank %d%s] %s\n", t, e->rank,
-                           e->source == ZT__V1__LOG_SOURCE__LOG_SOURCE_STDERR ? " err" : "",
-                           e->text);
+                    printf("%s [rank %d%s] ", t, e->rank,
+                           e->source == ZT__V1__LOG_SOURCE__LOG_SOURCE_STDERR ? " err" : "");
+                /* workers write what they like: nothing of it may steer the terminal */
+                if (raw)
+                    fputs(e->text, stdout);
+                else
+                    zt_term_puts(stdout, e->text);
+                putchar('\n');
             }
             fflush(stdout);
             final = b->final;

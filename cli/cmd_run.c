@@ -19,8 +19,10 @@
 #include "cli/cliopt.h"
 #include "cli/commands.h"
 #include "common/alloc.h"
+#include "common/hangdiag.h"
 #include "common/jobfile.h"
 #include "common/netutil.h"
+#include "common/reportline.h"
 #include "common/timeutil.h"
 #include "engine/ckpt.h"
 #include "engine/engine.h"
@@ -32,10 +34,12 @@ ZT_COMMAND(run, zt_cmd_run, "train locally on N worker processes (no coordinator
 
 typedef struct rank_proc {
     pid_t pid;
-    int out_fd, err_fd; /* read ends; -1 when closed */
+    int fd[3];          /* read ends of stdout, stderr and ZT_REPORT_FD; -1 when closed */
     FILE *log;
-    char *partial[2];   /* unterminated line per stream */
-    size_t partial_len[2];
+    char *partial[3];   /* unterminated line per stream */
+    size_t partial_len[3];
+    zt_hang_wait wait;  /* the collective it waits in (its stall reports) */
+    int64_t step;       /* the last step it reported */
     char *tail[TAIL_LINES];
     bool tail_shown[TAIL_LINES]; /* already printed on the terminal */
     int tail_next;
@@ -206,8 +210,39 @@ static void keep_tail(rank_proc *r, const char *line, bool shown)
     r->tail_next = (r->tail_next + 1) % TAIL_LINES;
 }
 
+/* A report line (stream 2): what a hang diagnosis needs, the rest is the agent's business. */
+static void handle_report(rank_proc *r, const char *line)
+{
+    zt_reportline *rl = zt_malloc(sizeof(*rl));
+    zt_err err = {0};
+    if (!rl || zt_reportline_parse(line, rl, &err) != ZT_OK) {
+        zt_free(rl);
+        return;
+    }
+    if (rl->kind == ZT_REPORTLINE_STEP) {
+        r->step = rl->step;
+    } else if (rl->kind == ZT_REPORTLINE_WAIT) {
+        zt_hang_wait *w = &r->wait;
+        w->waiting = true;
+        snprintf(w->op, sizeof(w->op), "%s", rl->op);
+        snprintf(w->part, sizeof(w->part), "%s", rl->part);
+        snprintf(w->prev_op, sizeof(w->prev_op), "%s", rl->prev_op);
+        w->seq = rl->seq;
+        w->step = rl->step;
+        w->prev_seq = rl->prev_seq;
+        w->waited_ms = rl->waited_ms;
+    } else if (rl->kind == ZT_REPORTLINE_WAIT_END && rl->seq == r->wait.seq) {
+        r->wait.waiting = false;
+    }
+    zt_free(rl);
+}
+
 static void handle_line(rank_proc *r, int rank, int stream, const char *line, progress *p)
 {
+    if (stream == 2) {
+        handle_report(r, line);
+        return;
+    }
     if (r->log) {
         fprintf(r->log, "%s\n", line);
         fflush(r->log);
@@ -301,18 +336,23 @@ static void stop_all(rank_proc *rp, int started, int sig)
 
 static pid_t spawn(const char *worker, const char *job, const char *resume, int rank, int world,
                    const char *rdzv, const char *session, const char *timeout,
-                   const char *threads, int out[2], int errp[2])
+                   const char *threads, int out[2], int errp[2], int rep[2])
 {
     pid_t pid = fork();
     if (pid != 0)
         return pid;
-    /* child */
+    /* child: stdout, stderr, and the report pipe as fd 3 (moved above every pipe first) */
+    int rfd = fcntl(rep[1], F_DUPFD, 10);
     dup2(out[1], 1);
     dup2(errp[1], 2);
     close(out[0]);
     close(out[1]);
     close(errp[0]);
     close(errp[1]);
+    close(rep[0]);
+    close(rep[1]);
+    if (rfd < 0 || dup2(rfd, 3) != 3) _exit(127);
+    close(rfd);
     char rs[16], ws[16];
     snprintf(rs, sizeof(rs), "%d", rank);
     snprintf(ws, sizeof(ws), "%d", world);
@@ -326,7 +366,7 @@ static pid_t spawn(const char *worker, const char *job, const char *resume, int 
         setenv("ZT_COMM_TIMEOUT_MS", timeout, 1);
     if (threads)
         setenv("OMP_NUM_THREADS", threads, 1);
-    unsetenv("ZT_REPORT_FD");
+    setenv("ZT_REPORT_FD", "3", 1);
     if (resume)
         execlp(worker, worker, "--resume", resume, job, (char *)NULL);
     else
@@ -463,8 +503,8 @@ int zt_cmd_run(int argc, char **argv)
                      .t0 = zt_now_s()};
     int started = 0, rc = 0;
     for (int r = 0; r < nproc; r++) {
-        int out[2], errp[2];
-        if (pipe(out) != 0 || pipe(errp) != 0) {
+        int out[2], errp[2], rep[2];
+        if (pipe(out) != 0 || pipe(errp) != 0 || pipe(rep) != 0) {
             zt_cli_error("cannot create pipes: %s", strerror(errno));
             rc = 1;
             break;
@@ -473,22 +513,23 @@ int zt_cmd_run(int argc, char **argv)
         snprintf(lp, sizeof(lp), "%s/rank_%05d.log", logs, r);
         rp[r].log = fopen(lp, "w");
         rp[r].pid =
-            spawn(worker, job_path, resume, r, nproc, rdzv, session, timeout, threads, out, errp);
+            spawn(worker, job_path, resume, r, nproc, rdzv, session, timeout, threads, out, errp, rep);
         close(out[1]);
         close(errp[1]);
+        close(rep[1]);
+        int rd[3] = {out[0], errp[0], rep[0]};
         if (rp[r].pid < 0) {
             zt_cli_error("cannot start rank %d: %s", r, strerror(errno));
-            close(out[0]);
-            close(errp[0]);
+            for (int s = 0; s < 3; s++)
+                close(rd[s]);
             rc = 1;
             break;
         }
-        rp[r].out_fd = out[0];
-        rp[r].err_fd = errp[0];
-        fcntl(out[0], F_SETFD, FD_CLOEXEC);
-        fcntl(errp[0], F_SETFD, FD_CLOEXEC);
-        fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
-        fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
+        for (int s = 0; s < 3; s++) {
+            rp[r].fd[s] = rd[s];
+            fcntl(rd[s], F_SETFD, FD_CLOEXEC);
+            fcntl(rd[s], F_SETFL, fcntl(rd[s], F_GETFL) | O_NONBLOCK);
+        }
         started++;
     }
 
@@ -496,7 +537,7 @@ int zt_cmd_run(int argc, char **argv)
     bool interrupted = false;
     double kill_deadline = 0;
     int alive = started;
-    struct pollfd *pfd = zt_calloc((size_t)nproc * 2, sizeof(*pfd));
+    struct pollfd *pfd = zt_calloc((size_t)nproc * 3, sizeof(*pfd));
     while (alive > 0 && pfd) {
         if (got_signal && kill_deadline == 0) {
             progress_clear(&prog);
@@ -509,13 +550,12 @@ int zt_cmd_run(int argc, char **argv)
         if (kill_deadline > 0 && zt_now_s() > kill_deadline)
             stop_all(rp, started, SIGKILL);
         int np = 0;
-        int map[2 * 4096][2];
+        int map[3 * 4096][2];
         for (int r = 0; r < started; r++) {
-            int fds[2] = {rp[r].out_fd, rp[r].err_fd};
-            for (int s = 0; s < 2; s++) {
-                if (fds[s] < 0)
+            for (int s = 0; s < 3; s++) {
+                if (rp[r].fd[s] < 0)
                     continue;
-                pfd[np].fd = fds[s];
+                pfd[np].fd = rp[r].fd[s];
                 pfd[np].events = POLLIN;
                 map[np][0] = r;
                 map[np][1] = s;
@@ -531,10 +571,7 @@ int zt_cmd_run(int argc, char **argv)
                     int r = map[i][0], s = map[i][1];
                     if (!drain(&rp[r], r, s, pfd[i].fd, &prog)) {
                         close(pfd[i].fd);
-                        if (s == 0)
-                            rp[r].out_fd = -1;
-                        else
-                            rp[r].err_fd = -1;
+                        rp[r].fd[s] = -1;
                     }
                 }
             }
@@ -551,17 +588,14 @@ int zt_cmd_run(int argc, char **argv)
                 continue;
             /* collect what is left in its pipes; a process it left behind may hold them open,
              * so take what is there and stop */
-            while (rp[r].out_fd >= 0 && drain(&rp[r], r, 0, rp[r].out_fd, &prog) == 1) {
+            for (int s = 0; s < 3; s++) {
+                while (rp[r].fd[s] >= 0 && drain(&rp[r], r, s, rp[r].fd[s], &prog) == 1) {
+                }
+                flush_partial(&rp[r], r, s, &prog);
+                if (rp[r].fd[s] >= 0)
+                    close(rp[r].fd[s]);
+                rp[r].fd[s] = -1;
             }
-            while (rp[r].err_fd >= 0 && drain(&rp[r], r, 1, rp[r].err_fd, &prog) == 1) {
-            }
-            flush_partial(&rp[r], r, 0, &prog);
-            flush_partial(&rp[r], r, 1, &prog);
-            if (rp[r].out_fd >= 0)
-                close(rp[r].out_fd);
-            if (rp[r].err_fd >= 0)
-                close(rp[r].err_fd);
-            rp[r].out_fd = rp[r].err_fd = -1;
             rp[r].exited = 1;
             rp[r].status = status;
             alive--;
@@ -595,6 +629,22 @@ int zt_cmd_run(int argc, char **argv)
         bool lost_peer = WIFEXITED(failed_status) && WEXITSTATUS(failed_status) == 3;
         fprintf(stderr, "zctl run: rank %d %s%s; the other ranks were stopped.\n", first_fail,
                 how, lost_peer ? " (it lost a peer; its last lines say which)" : "");
+        /* a collective that timed out: who stopped and what the others waited in */
+        bool any_wait = false;
+        for (int r = 0; r < started; r++)
+            any_wait = any_wait || rp[r].wait.waiting;
+        zt_hang_rank *hr = any_wait ? zt_calloc((size_t)started, sizeof(*hr)) : NULL;
+        if (hr) {
+            for (int r = 0; r < started; r++) {
+                hr[r].rank = r;
+                hr[r].step = rp[r].step;
+                hr[r].wait = rp[r].wait;
+            }
+            char why[1024];
+            zt_hang_describe(hr, started, why, sizeof(why));
+            fprintf(stderr, "zctl run: %s\n", why);
+            zt_free(hr);
+        }
         /* the lines not already shown above the bar or in the pass-through */
         rank_proc *f = &rp[first_fail];
         int unshown = 0;
@@ -623,8 +673,8 @@ int zt_cmd_run(int argc, char **argv)
             fclose(rp[r].log);
         for (int i = 0; i < TAIL_LINES; i++)
             zt_free(rp[r].tail[i]);
-        zt_free(rp[r].partial[0]);
-        zt_free(rp[r].partial[1]);
+        for (int s = 0; s < 3; s++)
+            zt_free(rp[r].partial[s]);
     }
     zt_free(pfd);
     zt_free(rp);

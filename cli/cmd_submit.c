@@ -171,6 +171,9 @@ int zt_cmd_submit(int argc, char **argv)
                      e == EFBIG ? "larger than 1 MiB" : strerror(e));
         return 1;
     }
+    /* zt_job_load below skips a UTF-8 byte order mark with a note; the coordinator must not
+     * see it either */
+    if (strncmp(text, "\xef\xbb\xbf", 3) == 0) memmove(text, text + 3, strlen(text + 3) + 1);
     char absolute[PATH_MAX];
     if (!realpath(path, absolute)) {
         zt_cli_error("cannot resolve the path of %s: %s", path, strerror(errno));

@@ -61,8 +61,4 @@ const char *zt_cli_job_state(int state);
  * terminal, event lines otherwise; quiet: only the final line. timeout_s <= 0: none. */
 int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, double timeout_s);
 
-/* `zctl ckpt list ID [--all]` (argv[0] is "list"): a job's checkpoints, newest first.
- * Returns the exit code. */
-int zt_cli_ckpt_list(int argc, char **argv);
-
 #endif

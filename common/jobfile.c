@@ -20,6 +20,7 @@
 
 #include "alloc.h"
 #include "jobfile_int.h"
+#include "log.h"
 
 #define JOB_MAX_BYTES (16u << 20) /* a job file larger than this is surely a mistake */
 
@@ -944,6 +945,8 @@ static const keyspec train_keys[] = {
     SUP("checkpoint_dir"),
     SUP("keep_checkpoints"),
     SUP("comm_timeout_ms"),
+    SUP("max_skipped_steps"),
+    SUP("resume_from"),
     SUP("batch_size"),
     SUP("micro_batch_size"),
     SUP("warmup_steps"),
@@ -1114,6 +1117,7 @@ static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
     t->checkpoint_every = 0;
     t->keep_checkpoints = 3;
     t->comm_timeout_ms = ZT_JOB_DEFAULT_COMM_TIMEOUT_MS;
+    t->max_skipped_steps = ZT_JOB_DEFAULT_MAX_SKIPPED_STEPS;
     t->warmup_steps = -1;
     json_t *o;
     zt_status st = jf_get_obj(c, root, "train", &o);
@@ -1129,6 +1133,13 @@ static zt_status parse_train(pctx *c, json_t *root, zt_job *job)
     KEEP(jf_get_int(c, o, "keep_checkpoints", 0, INT_MAX, &t->keep_checkpoints));
     KEEP(jf_get_int(c, o, "comm_timeout_ms", ZT_JOB_MIN_COMM_TIMEOUT_MS, ZT_JOB_MAX_COMM_TIMEOUT_MS,
                     &t->comm_timeout_ms));
+    KEEP(jf_get_i64(c, o, "max_skipped_steps", 0, INT64_MAX, &t->max_skipped_steps));
+    json_t *rf = jf_member(o, "resume_from");
+    if (json_is_string(rf) && !json_string_value(rf)[0])
+        KEEP(jf_fail_key(c, "resume_from",
+                         "is empty; give a checkpoint (a step_* directory or a checkpoint directory) or remove the key"));
+    else
+        KEEP(jf_get_path(c, o, "resume_from", job->base_dir, t->resume_from, NULL));
     KEEP(jf_get_i64(c, o, "batch_size", 1, INT_MAX, &t->batch_size));
     KEEP(jf_get_i64(c, o, "micro_batch_size", 1, INT_MAX, &t->micro_batch_size));
     KEEP(jf_get_i64(c, o, "warmup_steps", 0, INT64_MAX, &t->warmup_steps));
@@ -1325,6 +1336,22 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
     size_t len = 0;
     zt_status st = jf_read_text(path, path, "job file", &text, &len, err);
     if (st != ZT_OK) return st;
+    /* a UTF-8 byte order mark (some Windows editors write one) is no part of the JSON */
+    size_t bom = len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+    if (bom)
+        ZT_WARN(
+            "jobfile",
+            "%s: skipped the UTF-8 byte order mark at the start of the job file; save it without one to drop this note",
+            path);
+    size_t k = bom;
+    while (k < len && isspace((unsigned char)text[k]))
+        k++;
+    if (k == len && len > bom) {
+        zt_free(text);
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "%s: the job file holds only whitespace; it must hold one JSON object {...}", path);
+    }
     char cwd[ZT_PATH_MAX] = "/";
     if (path[0] != '/') st = cwd_path(cwd, sizeof(cwd), err);
     if (st == ZT_OK && !jf_absolute_path(cwd, path, job->job_path, sizeof(job->job_path)))
@@ -1338,7 +1365,7 @@ zt_status zt_job_load(zt_job *job, const char *path, zt_err *err)
         const char *slash = strrchr(job->job_path, '/');
         size_t k = slash == job->job_path ? 1 : (size_t)(slash - job->job_path);
         memcpy(job->base_dir, job->job_path, k);
-        st = parse_job(job, text, len, path, false, err);
+        st = parse_job(job, text + bom, len - bom, path, false, err);
     }
     zt_free(text);
     if (st != ZT_OK) memset(job, 0, sizeof(*job));

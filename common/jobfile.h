@@ -15,6 +15,8 @@
 #define ZT_JOB_DEFAULT_COMM_TIMEOUT_MS 300000
 #define ZT_JOB_MIN_COMM_TIMEOUT_MS 100
 #define ZT_JOB_MAX_COMM_TIMEOUT_MS 86400000
+/* train.max_skipped_steps: default */
+#define ZT_JOB_DEFAULT_MAX_SKIPPED_STEPS 100
 
 typedef enum { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_ADAM = 1 } zt_optim_type;
 
@@ -54,6 +56,14 @@ typedef struct zt_train_cfg {
     int64_t checkpoint_every; /* 0 = only the final save (default) */
     char checkpoint_dir[ZT_PATH_MAX]; /* resolved; default "<jobdir>/ckpt/<name>" */
     int keep_checkpoints;     /* 0 = keep all; default 3 */
+    /* A checkpoint to start from (a step_* directory, or a checkpoint directory's newest
+     * complete one), resolved like checkpoint_dir; "" when absent. zworker uses it when it is
+     * not told to resume and checkpoint_dir holds no checkpoint of this job; one inside
+     * checkpoint_dir also takes that directory over (docs/formats.md "owner.json"). */
+    char resume_from[ZT_PATH_MAX];
+    /* Consecutive optimizer steps skipped for non-finite values after which the run stops
+     * with ZT_ERR_NONFINITE; 0 = never. Default ZT_JOB_DEFAULT_MAX_SKIPPED_STEPS. */
+    int64_t max_skipped_steps;
     /* Per-collective timeout in ms, 100 to 86400000 (24 h); default 300000 (5 minutes). A dead
      * or hung rank fails every collective that waits for it after this long. The environment's
      * ZT_COMM_TIMEOUT_MS (which `zctl run --timeout-ms` sets) overrides it for one launch, so

@@ -311,6 +311,8 @@ char *zt_job_to_json(const zt_job *job)
     kv_str(&e, "checkpoint_dir", t->checkpoint_dir);
     kv_int(&e, "keep_checkpoints", t->keep_checkpoints);
     kv_int(&e, "comm_timeout_ms", t->comm_timeout_ms);
+    kv_int(&e, "max_skipped_steps", t->max_skipped_steps);
+    if (t->resume_from[0]) kv_str(&e, "resume_from", t->resume_from);
     if (t->batch_size) kv_int(&e, "batch_size", t->batch_size);
     if (t->micro_batch_size) kv_int(&e, "micro_batch_size", t->micro_batch_size);
     if (t->warmup_steps >= 0) kv_int(&e, "warmup_steps", t->warmup_steps);

@@ -609,6 +609,7 @@ static void ck_row(void *arg, const zt_ckpt_rec *r)
     set(o, "created_ms", json_integer(r->created_ms));
     set(o, "committed_ms", json_integer(r->committed_ms));
     set(o, "deleted_ms", json_integer(r->deleted_ms));
+    set(o, "bad_reason", jstr(r->bad_reason));
     json_array_append_new(arg, o);
 }
 
@@ -877,6 +878,7 @@ static void get_cluster(zt_coord *c, zt_http_req *r)
 typedef struct http_cancel_op {
     c_op op;
     int64_t id;
+    char why[96]; /* "(by NAME)" from the dashboard's signed-in user */
     zt_rpc_code code;
     char msg[512];
     json_t *job;
@@ -888,7 +890,7 @@ typedef struct http_cancel_op {
 static void hc_run(zt_coord *c, c_op *op)
 {
     http_cancel_op *x = (http_cancel_op *)op;
-    x->code = coord_job_cancel(c, x->id, "", x->msg, sizeof(x->msg));
+    x->code = coord_job_cancel(c, x->id, x->why, x->msg, sizeof(x->msg));
     c_job *j = coord_job_find(c, x->id);
     if (x->code == ZT_RPC_OK && !c->batch_failed && j) x->job = job_live_json(j);
 }
@@ -914,6 +916,7 @@ static void post_cancel(zt_coord *c, zt_http_req *r, int64_t id)
     x->op.run = hc_run;
     x->op.done = hc_done;
     x->id = id;
+    if (zt_http_user_name(r)[0]) snprintf(x->why, sizeof(x->why), "(by %s)", zt_http_user_name(r));
     pthread_mutex_init(&x->m, NULL);
     pthread_cond_init(&x->cv, NULL);
     coord_enqueue(c, &x->op); /* done runs once, after the commit or at shutdown */

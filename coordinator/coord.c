@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
+#include "coordinator/auth.h"
 #include "coordinator/sched.h"
 
 #define MAX_BATCH 512
@@ -182,7 +183,8 @@ void coord_agent_save(zt_coord *c, c_agent *a)
                       .incarnation = a->incarnation,
                       .state = a->state,
                       .registered_ms = a->registered_ms,
-                      .last_seen_ms = a->last_seen_ms};
+                      .last_seen_ms = a->last_seen_ms,
+                      .session_sha256 = a->session_sha};
     DB(c, zt_store_agent_save(c->store, &r, err_));
     zt_free(g);
 }
@@ -546,8 +548,16 @@ static void attempt_set_state(zt_coord *c, c_attempt *a, zt_attempt_state to, co
                     zt_attempt_state_name(to), "attempt %d: %s", a->number, reason);
 }
 
-void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retryable,
-                       const char *reason)
+/* How the job of a failed attempt goes on (attempt_end). */
+typedef enum {
+    RETRY_NONE,     /* the job fails */
+    RETRY_COUNTED,  /* a restart counted against max_restarts, after the backoff */
+    RETRY_FALLBACK, /* at once, from an older checkpoint: the one resumed from became BAD
+                       (resume_failed says why max_restarts does not count it) */
+} retry_kind;
+
+static void attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, retry_kind retry,
+                        const char *reason)
 {
     c_job *j = a->job;
     attempt_set_state(c, a, to, reason);
@@ -560,8 +570,16 @@ void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retr
     j->att = NULL;
     c->sched_dirty = true;
     bury(c, a);
+    bool retryable = retry == RETRY_COUNTED;
     if (to == ZT_ATTEMPT_SUCCEEDED) {
         coord_job_set_state(c, j, ZT_JOB_COMPLETED, "all %d ranks exited 0", a->world_size);
+    } else if (to == ZT_ATTEMPT_FAILED && retry == RETRY_FALLBACK) {
+        j->eligible_ns = 0;
+        j->eligible_ms = 0;
+        coord_job_set_state(
+            c, j, ZT_JOB_QUEUED,
+            "restarting from the newest older checkpoint (not counted against max_restarts: %d of %d used): attempt %d failed: %s",
+            j->restarts, j->max_restarts, a->number, reason);
     } else if (to == ZT_ATTEMPT_FAILED) {
         if (retryable && j->restarts < j->max_restarts) {
             j->restarts++;
@@ -581,6 +599,12 @@ void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retr
             coord_job_set_state(c, j, ZT_JOB_FAILED, "attempt %d failed: %s", a->number, reason);
         }
     }
+}
+
+void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retryable,
+                       const char *reason)
+{
+    attempt_end(c, a, to, retryable ? RETRY_COUNTED : RETRY_NONE, reason);
 }
 
 /* Marks busy[s] for each slot s of agent a that is in use: placed ranks of active attempts,
@@ -649,6 +673,9 @@ static void attempt_check_running(zt_coord *c, c_attempt *a)
                             a->world_size, a->number);
 }
 
+static void resume_failed(zt_coord *c, c_attempt *t, const c_report *rp, const char *agent,
+                          const char *reason);
+
 /* A worker of active attempt t ended (once per rank). While its agent is leaving, a failed
  * exit is recorded but does not end the attempt: the agent's departure does, with its own
  * reason (the workers were stopped because the agent stopped). */
@@ -661,18 +688,22 @@ static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const
     rk->exit_code = rp->exit_code;
     rk->exit_signal = rp->exit_signal;
     if (rp->step > rk->step) rk->step = rp->step;
-    char why[160];
-    zt_exit_class cls = zt_sched_classify_exit(rp->exit_code, rp->exit_signal, why, sizeof(why));
+    char why[1200];
+    zt_exit_class cls = zt_sched_classify_worker_exit(rp->exit_code, rp->exit_signal, rp->bad_ckpt,
+                                                      why, sizeof(why));
     save_rank(c, t, rk);
     coord_job_event(c, t->job, t->id, a->name, "rank", "RUNNING", "EXITED",
                     "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid, why);
     if (cls != ZT_EXIT_OK && leaving) {
         return;
     } else if (cls != ZT_EXIT_OK) {
-        char reason[400];
+        char reason[1400];
         snprintf(reason, sizeof(reason), "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid,
                  why);
-        coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, cls == ZT_EXIT_RETRYABLE, reason);
+        if (cls == ZT_EXIT_BAD_CHECKPOINT)
+            resume_failed(c, t, rp, a->name, reason);
+        else
+            coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, cls == ZT_EXIT_RETRYABLE, reason);
     } else {
         attempt_check_done(c, t);
     }
@@ -798,14 +829,26 @@ static void tick(zt_coord *c)
             t->progress_sig = sig;
             t->progress_ns = now;
         } else if (now - t->progress_ns > (uint64_t)c->cfg.hang_timeout_ms * 1000000ull) {
-            char why[600];
-            int n = snprintf(
-                why, sizeof(why), "hang: no progress for %.1f s (hang timeout %.1f s);",
-                (double)(now - t->progress_ns) * 1e-9, (double)c->cfg.hang_timeout_ms / 1000.0);
-            for (int r = 0; r < t->world_size && r < 8 && n > 0 && (size_t)n < sizeof(why); r++)
-                n += snprintf(why + n, sizeof(why) - (size_t)n, " rank %d step %lld seq %lld%s", r,
-                              (long long)t->ranks[r].step, (long long)t->ranks[r].seq,
-                              r + 1 < t->world_size ? "," : "");
+            /* who stopped and what the others wait in, from their stall reports */
+            char why[1024];
+            zt_hang_rank *hr = zt_calloc((size_t)t->world_size, sizeof(*hr));
+            size_t n = 0;
+            if (hr) {
+                for (int r = 0; r < t->world_size; r++) {
+                    hr[r].rank = r;
+                    hr[r].step = t->ranks[r].step;
+                    hr[r].seq = t->ranks[r].seq;
+                    hr[r].wait = t->ranks[r].wait;
+                }
+                n = zt_hang_describe(hr, t->world_size, why, sizeof(why));
+                zt_free(hr);
+            } else {
+                n = (size_t)snprintf(why, sizeof(why), "hang");
+            }
+            if (n < sizeof(why))
+                snprintf(why + n, sizeof(why) - n, " (no progress for %.1f s; hang timeout %.1f s)",
+                         (double)(now - t->progress_ns) * 1e-9,
+                         (double)c->cfg.hang_timeout_ms / 1000.0);
             coord_attempt_end(c, t, ZT_ATTEMPT_FAILED, true, why);
             k--;
             continue;
@@ -834,8 +877,8 @@ static void tick(zt_coord *c)
 
 /* ---- scheduling (state thread) ------------------------------------------------------------- */
 
-/* The committed and partial checkpoints of a job, newest first (copied: the store's strings
- * live only during its callback). */
+/* The committed, bad and partial checkpoints of a job, newest first (copied: the store's
+ * strings live only during its callback). */
 typedef struct ckpt_cand {
     char *path;
     int64_t id, step, attempt_id;
@@ -936,9 +979,10 @@ static bool ckpt_partial_complete(zt_coord *c, c_job *j, const ckpt_cand *k, int
 }
 
 /* The newest checkpoint of j whose directory is still complete (*path NULL when none): a
- * committed one, or a partial one complete on disk (ckpt_partial_complete). Committed ones
- * found unusable are marked DELETED, each with an event saying why; partial ones that are
- * not complete are left as they are. */
+ * committed one, or a partial one complete on disk (ckpt_partial_complete). BAD ones (they
+ * failed verification on load) are skipped. Committed ones found unusable are marked
+ * DELETED, each with an event saying why; partial ones that are not complete are left as
+ * they are. */
 static void pick_resume(zt_coord *c, c_job *j, int number, char **path, int64_t *step)
 {
     *path = NULL;
@@ -955,6 +999,7 @@ static void pick_resume(zt_coord *c, c_job *j, int number, char **path, int64_t 
         for (size_t i = 0; i < l.n && !*path; i++) {
             ckpt_cand *k = &l.v[i];
             char why[128];
+            if (k->state == ZT_CKPT_BAD) continue;
             if (k->state == ZT_CKPT_PARTIAL && !ckpt_partial_complete(c, j, k, number)) continue;
             if (k->state == ZT_CKPT_PARTIAL || ckpt_dir_usable(k->path, why, sizeof(why))) {
                 *path = k->path;
@@ -979,6 +1024,130 @@ static void pick_resume(zt_coord *c, c_job *j, int number, char **path, int64_t 
     zt_free(l.v);
 }
 
+/* Whether j has a checkpoint that pick_resume could resume from: a COMMITTED one whose
+ * directory looks complete, or a PARTIAL one complete on disk. Marks nothing. A store error
+ * fails the batch (and answers true). */
+static bool ckpt_resume_left(zt_coord *c, c_job *j)
+{
+    ckpt_list l = {0};
+    zt_err e = {0};
+    bool left = false;
+    if (zt_store_ckpts_list(c->store, j->id, true, false, on_ckpt_cand, &l, &e) != ZT_OK) {
+        coord_db_failed(c, &e);
+        left = true;
+    } else if (l.failed) {
+        zt_err_set(&e, ZT_ERR_NOMEM, "out of memory listing the checkpoints of job %lld",
+                   (long long)j->id);
+        coord_db_failed(c, &e);
+        left = true;
+    }
+    for (size_t i = 0; i < l.n && !left; i++) {
+        char why[128];
+        if (l.v[i].state == ZT_CKPT_COMMITTED)
+            left = ckpt_dir_usable(l.v[i].path, why, sizeof(why));
+        else if (l.v[i].state == ZT_CKPT_PARTIAL)
+            left = ckpt_meta_seen(l.v[i].path);
+    }
+    for (size_t i = 0; i < l.n; i++)
+        zt_free(l.v[i].path);
+    zt_free(l.v);
+    return left;
+}
+
+/* A worker of attempt t exited 5: the checkpoint it was told to resume from failed
+ * verification (rp names it and says why; an older zagent forwards neither, and then it is
+ * the one the attempt resumed from). That checkpoint becomes BAD and the attempt fails.
+ * The job then restarts at once from the newest older checkpoint, and max_restarts does not
+ * count that restart: the budget is for crashes, and a corrupt file must not use it up. It
+ * cannot loop either: each such restart turns one of the job's checkpoints BAD (pick_resume
+ * never resumes from a BAD one), so there are at most as many in a row as the job has
+ * checkpoints; a new one takes an attempt that loaded its checkpoint and ran, and such an
+ * attempt ends done or with a counted restart. When no usable checkpoint
+ * is left the job fails rather than start over from step 0 unnoticed; one that is not this
+ * job's own (train.resume_from) has no older one to fall back on, so the job fails too.
+ * Anything else (it was BAD or DELETED already, or the worker names a checkpoint other than
+ * the one the attempt was given: a worker is believed only about that one) is an ordinary,
+ * counted restart. */
+static void resume_failed(zt_coord *c, c_attempt *t, const c_report *rp, const char *agent,
+                          const char *reason)
+{
+    c_job *j = t->job;
+    char dir[1024], given[1024], msg[4096]; /* the event and the reasons keep what fits */
+    snprintf(given, sizeof(given), "%s", t->resume_path);
+    snprintf(dir, sizeof(dir), "%s", rp->bad_ckpt[0] ? rp->bad_ckpt : given);
+    for (size_t n = strlen(given); n > 1 && given[n - 1] == '/'; n--)
+        given[n - 1] = '\0';
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+        dir[n - 1] = '\0';
+    const char *what =
+        rp->bad_ckpt_why[0]
+            ? rp->bad_ckpt_why
+            : "the worker exited with code 5; its agent does not forward what failed (an older zagent)";
+    if (!dir[0]) {
+        snprintf(
+            msg, sizeof(msg),
+            "%s; this attempt resumed from none of the job's checkpoints, so the damaged one is train.resume_from and no older checkpoint can replace it: repair or change train.resume_from",
+            reason);
+        attempt_end(c, t, ZT_ATTEMPT_FAILED, RETRY_NONE, msg);
+        return;
+    }
+    if (given[0] && strcmp(dir, given) != 0) {
+        snprintf(msg, sizeof(msg),
+                 "%s, but this attempt was given %s: nothing is marked BAD; the worker found: %s",
+                 reason, given, what);
+        attempt_end(c, t, ZT_ATTEMPT_FAILED, RETRY_COUNTED, msg);
+        return;
+    }
+    int64_t id = 0, step = 0;
+    zt_ckpt_state before = 0;
+    zt_err e = {0};
+    if (zt_store_ckpt_mark_bad(c->store, j->id, dir, what, &id, &step, &before, &e) != ZT_OK) {
+        coord_db_failed(c, &e);
+        return;
+    }
+    if (before == ZT_CKPT_PARTIAL || before == ZT_CKPT_COMMITTED) {
+        coord_job_event(c, j, t->id, agent, "checkpoint", zt_ckpt_state_name(before), "BAD",
+                        "step %lld at %s failed verification when attempt %d resumed from it: %s",
+                        (long long)step, dir, t->number, what);
+        if (ckpt_resume_left(c, j)) {
+            attempt_end(c, t, ZT_ATTEMPT_FAILED, RETRY_FALLBACK, reason);
+        } else {
+            snprintf(
+                msg, sizeof(msg),
+                "%s; the newest checkpoint (step %lld at %s) is corrupt and no older committed checkpoint is left, so the job does not start over from step 0 by itself (resubmit it for that); the worker found: %s",
+                reason, (long long)step, dir, what);
+            attempt_end(c, t, ZT_ATTEMPT_FAILED, RETRY_NONE, msg);
+        }
+    } else if (before == 0) {
+        snprintf(
+            msg, sizeof(msg),
+            "%s; it is not one of this job's checkpoints (train.resume_from?), so no older checkpoint can replace it: repair or change it; the worker found: %s",
+            reason, what);
+        attempt_end(c, t, ZT_ATTEMPT_FAILED, RETRY_NONE, msg);
+    } else {
+        attempt_end(c, t, ZT_ATTEMPT_FAILED, RETRY_COUNTED, reason);
+    }
+}
+
+static void on_attempt_number(void *arg, const zt_attempt_rec *r)
+{
+    *(int *)arg = r->number;
+}
+
+/* The number of j's next attempt: one more than its last one's. Attempts are numbered 1, 2,
+ * ... in order; restarts from an older checkpoint after a BAD one are not counted in
+ * j->restarts, so that is no guide. */
+static int next_attempt_number(zt_coord *c, const c_job *j)
+{
+    int last = 0;
+    zt_err e = {0};
+    if (!j->attempt_id) return 1;
+    if (zt_store_attempt_get(c->store, j->attempt_id, on_attempt_number, &last, &e) != ZT_OK ||
+        last <= 0)
+        return j->restarts + 1;
+    return last + 1;
+}
+
 static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent **agents)
 {
     c_attempt *a = zt_calloc(1, sizeof(*a));
@@ -991,7 +1160,7 @@ static void place_job(zt_coord *c, c_job *j, const zt_sched_slot *slots, c_agent
         return;
     }
     a->job = j;
-    a->number = j->restarts + 1;
+    a->number = next_attempt_number(c, j);
     a->state = ZT_ATTEMPT_STARTING;
     a->world_size = j->ranks;
     a->created_ms = coord_now_ms();
@@ -1106,8 +1275,8 @@ static void schedule(zt_coord *c)
                 place_job(c, j, d[i].ranks, amap);
             } else if (!sj[i].eligible) {
                 snprintf(j->pending, sizeof(j->pending),
-                         "restart backoff: attempt %d may start in %.1f s", j->restarts + 1,
-                         (double)(j->eligible_ns - now) * 1e-9);
+                         "restart backoff: attempt %d may start in %.1f s",
+                         next_attempt_number(c, j), (double)(j->eligible_ns - now) * 1e-9);
             } else {
                 snprintf(j->pending, sizeof(j->pending), "%s", d[i].reason);
             }
@@ -1476,6 +1645,12 @@ static void on_load_agent(void *arg, const zt_agent_rec *r)
     a->incarnation = r->incarnation;
     a->state = r->state;
     a->registered_ms = r->registered_ms;
+    snprintf(a->session_sha, sizeof(a->session_sha), "%s", r->session_sha256);
+    if (c->cfg.auth) {
+        zt_err se = {0};
+        if (zt_auth_session_restore(c->cfg.auth, r->name, r->session_sha256, &se) != ZT_OK)
+            ZT_WARN("coord", "%s: the agent registers again", zt_err_msg(&se));
+    }
     if (fresh) {
         a->last_seen_ms = r->last_seen_ms;
         a->last_seen_ns = zt_now_ns(); /* a grace period to heartbeat again */

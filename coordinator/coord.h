@@ -29,6 +29,8 @@ typedef struct zt_coord_config {
     int max_rdzv_waiters;           /* Rendezvous calls waiting at once; default 16384 */
     int max_rdzv_waiters_per_rank;  /* of one attempt: this times its world size; default 2 */
     const char *version;            /* reported by Ping */
+    struct zt_auth *auth;           /* credentials (coordinator/auth.h); owned by the caller,
+                                       outlives the coordinator; NULL = no tokens */
     int test_commit_delay_ms;       /* tests only: sleep before each commit (widens the window
                                        between a change and its publication); 0 = none */
 } zt_coord_config;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/hangdiag.h"
 #include "coordinator/coord.h"
 #include "coordinator/http.h"
 #include "coordinator/model.h"
@@ -27,6 +28,9 @@ typedef struct c_report {
     double tokens_per_s, loss;
     int exit_code, exit_signal, device_index;
     int64_t started_ms;
+    zt_hang_wait wait;
+    /* exits only: the checkpoint found bad on load, and why the agent did not start it */
+    char bad_ckpt[1024], bad_ckpt_why[1024], exit_reason[1024];
 } c_report;
 
 typedef struct c_gpu {
@@ -52,6 +56,7 @@ typedef struct c_agent {
     zt_agent_state state; /* as stored */
     int64_t registered_ms, last_seen_ms;
     uint64_t last_seen_ns; /* monotonic */
+    char session_sha[65];  /* hex SHA-256 of its session credential (auth.h); "" = none */
     c_report *reports;     /* last heartbeat's workers */
     int n_reports, cap_reports;
     c_report *exits; /* workers seen exiting, kept until the state thread saw them
@@ -80,6 +85,7 @@ typedef struct c_rank {
     int phase;
     double loss, tokens_per_s;
     int64_t memory_bytes, peak_memory_bytes, started_ms;
+    zt_hang_wait wait; /* live: the collective the rank waits in, if it reports one */
 } c_rank;
 
 typedef struct c_waiter {

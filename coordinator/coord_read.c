@@ -551,6 +551,7 @@ static void lc_ckpt(void *arg, const zt_ckpt_rec *r)
     o->created_ms = r->created_ms;
     o->committed_ms = r->committed_ms;
     o->deleted_ms = r->deleted_ms;
+    o->bad_reason = arena_str(&k->a, r->bad_reason);
     pvec_push(&k->a, &k->ckpts, o);
 }
 

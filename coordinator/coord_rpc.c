@@ -9,11 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/alloc.h"
 #include "common/jobfile.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
+#include "coordinator/auth.h"
 #include "coordinator/validate.h"
 
 #define CHECK_OR_FAIL(call, check)                                                                 \
@@ -44,15 +47,76 @@ static void fail_rollback(zt_coord *c, zt_rpc_call *call, const char *what)
 typedef struct submit_op {
     c_op op;
     char *name, *spec_text, *spec_dir, *spec_json, *user, *submit_key;
+    char *ckpt_dir, *resume_from; /* train.checkpoint_dir (no trailing '/'), train.resume_from */
     char hash[17];
     int priority, ranks, ranks_per_node, device, max_restarts;
     int64_t total_steps, id;
     bool existed;
+    zt_rpc_code code; /* refused (nothing stored): code and msg */
+    char msg[1200];
 } submit_op;
 
+/* The job a checkpoint directory belongs to, as the store has it. */
+typedef struct ckpt_owner {
+    int64_t id;
+    char name[256], user[256];
+    zt_job_state state;
+} ckpt_owner;
+
+static void on_ckpt_owner(void *arg, const zt_job_rec *r)
+{
+    ckpt_owner *o = arg;
+    o->id = r->id;
+    o->state = r->state;
+    snprintf(o->name, sizeof(o->name), "%s", r->name);
+    snprintf(o->user, sizeof(o->user), "%s", r->user[0] ? r->user : "an unknown user");
+    zt_utf8_trim_partial(o->name);
+    zt_utf8_trim_partial(o->user);
+}
+
+/* Whether path is dir or lies inside it (both absolute and lexically clean, as the job parser
+ * leaves them: the coordinator opens no path a job names). */
+static bool path_within(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (!path[0] || !n) return false;
+    if (strcmp(dir, "/") == 0) return path[0] == '/';
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* A checkpoint directory belongs to one job (docs/formats.md "owner.json"): a job whose
+ * train.checkpoint_dir is that of any other job in the database, whatever its state (a
+ * finished job's checkpoints are still there), is refused, unless its train.resume_from lies
+ * in that directory: then it takes the directory over, with an event saying so. A resubmit
+ * with a known submit_key returns its job first, unchecked (the directory is its own). */
 static void submit_run(zt_coord *c, c_op *op)
 {
     submit_op *s = (submit_op *)op;
+    zt_err e = {0};
+    if (zt_store_job_find_key(c->store, s->submit_key, &s->id, &e) != ZT_OK) {
+        coord_db_failed(c, &e);
+        return;
+    }
+    if (s->id) {
+        s->existed = true;
+        return;
+    }
+    ckpt_owner owner = {0};
+    zt_status st = zt_store_job_by_ckpt_dir(c->store, s->ckpt_dir, on_ckpt_owner, &owner, &e);
+    if (st != ZT_OK && st != ZT_ERR_NOT_FOUND) {
+        coord_db_failed(c, &e);
+        return;
+    }
+    if (owner.id && !path_within(s->resume_from, s->ckpt_dir)) {
+        s->code = ZT_RPC_FAILED_PRECONDITION;
+        snprintf(
+            s->msg, sizeof(s->msg),
+            "train.checkpoint_dir %s belongs to job %lld '%s' (%s, submitted by %s); give this job its own checkpoint_dir, or set train.resume_from to start from that job's checkpoints",
+            s->ckpt_dir, (long long)owner.id, owner.name, zt_job_state_name(owner.state),
+            owner.user);
+        zt_utf8_trim_partial(s->msg);
+        return;
+    }
     zt_job_rec r = {.submit_key = s->submit_key,
                     .name = s->name,
                     .state = ZT_JOB_QUEUED,
@@ -69,8 +133,8 @@ static void submit_run(zt_coord *c, c_op *op)
                     .spec_hash = s->hash,
                     .user = s->user,
                     .submitted_ms = coord_now_ms(),
-                    .metrics_stride = 1};
-    zt_err e = {0};
+                    .metrics_stride = 1,
+                    .checkpoint_dir = s->ckpt_dir};
     if (zt_store_job_insert(c->store, &r, &s->id, &s->existed, &e) != ZT_OK) {
         coord_db_failed(c, &e);
         return;
@@ -89,13 +153,21 @@ static void submit_run(zt_coord *c, c_op *op)
                     "submitted by %s: %d %s rank(s), %lld steps",
                     s->user[0] ? s->user : "(unknown user)", s->ranks,
                     s->device == 2 ? "cuda" : "cpu", (long long)s->total_steps);
+    if (owner.id)
+        coord_job_event(
+            c, j, 0, NULL, "job", "QUEUED", "QUEUED",
+            "took over job %lld '%s' (%s)'s checkpoint_dir %s: train.resume_from %s lies in it",
+            (long long)owner.id, owner.name, zt_job_state_name(owner.state), s->ckpt_dir,
+            s->resume_from);
     c->sched_dirty = true;
 }
 
 static void submit_done(zt_coord *c, c_op *op, bool committed)
 {
     submit_op *s = (submit_op *)op;
-    if (committed) {
+    if (committed && s->code != ZT_RPC_OK) {
+        zt_rpc_fail(op->call, s->code, "%s", s->msg);
+    } else if (committed) {
         Zt__V1__SubmitJobReply r = ZT__V1__SUBMIT_JOB_REPLY__INIT;
         r.job_id = s->id;
         r.name = s->name;
@@ -110,6 +182,8 @@ static void submit_done(zt_coord *c, c_op *op, bool committed)
     zt_free(s->spec_json);
     zt_free(s->user);
     zt_free(s->submit_key);
+    zt_free(s->ckpt_dir);
+    zt_free(s->resume_from);
     zt_free(s);
 }
 
@@ -145,7 +219,12 @@ static void h_submit(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     s->spec_text = zt_strdup(q->job_text);
     s->spec_dir = zt_strdup(dir);
     s->spec_json = json;
-    s->user = zt_strdup(q->user ? q->user : "");
+    /* who submitted: the user credential's name; without tokens, what the client says */
+    const char *who = zt_rpc_call_identity(call);
+    if (strncmp(who, "user:", 5) == 0)
+        s->user = zt_strdup(who + 5);
+    else
+        s->user = zt_strdup(q->user && q->user[0] ? q->user : "local");
     s->submit_key = zt_strdup(q->submit_key ? q->submit_key : "");
     s->priority = q->priority;
     s->ranks = job->resources.ranks > 0 ? job->resources.ranks : 1;
@@ -154,8 +233,16 @@ static void h_submit(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     s->device = job->resources.device == ZT_DEVICE_CUDA ? 2 : 1;
     s->max_restarts = job->max_restarts;
     s->total_steps = job->train.steps;
+    s->ckpt_dir = zt_strdup(job->train.checkpoint_dir);
+    s->resume_from = zt_strdup(job->train.resume_from);
+    if (s->ckpt_dir) { /* the parser leaves no trailing '/' but the root's; make sure */
+        size_t n = strlen(s->ckpt_dir);
+        while (n > 1 && s->ckpt_dir[n - 1] == '/')
+            s->ckpt_dir[--n] = '\0';
+    }
     zt_free(job);
-    if (!s->name || !s->spec_text || !s->spec_dir || !json || !s->user || !s->submit_key) {
+    if (!s->name || !s->spec_text || !s->spec_dir || !json || !s->user || !s->submit_key ||
+        !s->ckpt_dir || !s->resume_from) {
         s->op.call = NULL;
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         zt_free(s->name);
@@ -164,6 +251,8 @@ static void h_submit(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
         zt_free(json);
         zt_free(s->user);
         zt_free(s->submit_key);
+        zt_free(s->ckpt_dir);
+        zt_free(s->resume_from);
         zt_free(s);
         return;
     }
@@ -259,6 +348,12 @@ static void h_cancel(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     CHECK_OR_FAIL(call, zt_check_job_id(q->job_id, WHY));
     cancel_op *x = zt_calloc(1, sizeof(*x));
     const char *why = q->reason ? q->reason : "";
+    const char *who = zt_rpc_call_identity(call);
+    char by[512];
+    if (strncmp(who, "user:", 5) == 0) {
+        snprintf(by, sizeof(by), "%s%s(by %s)", why, why[0] ? " " : "", who + 5);
+        why = by;
+    }
     if (!x || !(x->why = zt_strndup(why, zt_utf8_cut(why, strlen(why), 400)))) {
         zt_free(x);
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -620,6 +715,106 @@ static void h_health_watch(zt_rpc_call *call, const ProtobufCMessage *m, void *u
     watcher_arm(c, call);
 }
 
+/* ---- who may report what ----------------------------------------------------------------- */
+
+/* The agent the call's session belongs to, "" when the coordinator runs without credentials
+ * (an embedding without zt_auth: nothing to check). */
+static const char *caller_agent(const zt_coord *c, const zt_rpc_call *call)
+{
+    if (!c->cfg.auth) return "";
+    const char *n = zt_auth_agent_name(zt_rpc_call_identity(call));
+    return n ? n : "?";
+}
+
+/* Answers PERMISSION_DENIED and returns false when a request's agent field names another
+ * agent than the caller's session (an empty field means the caller). */
+static bool agent_field_ok(const zt_coord *c, zt_rpc_call *call, const char *field)
+{
+    const char *me = caller_agent(c, call);
+    if (!me[0] || !field || !field[0] || strcmp(field, me) == 0) return true;
+    zt_rpc_fail(call, ZT_RPC_PERMISSION_DENIED,
+                "permission denied: the session of agent %s cannot report as agent %s", me, field);
+    return false;
+}
+
+typedef struct rank_agent_find {
+    int rank;
+    char agent[160];
+    bool found;
+} rank_agent_find;
+
+static void on_rank_agent(void *arg, const zt_rank_rec *r)
+{
+    rank_agent_find *f = arg;
+    if (r->rank == f->rank) {
+        snprintf(f->agent, sizeof(f->agent), "%s", r->agent);
+        f->found = true;
+    }
+}
+
+/* Whether dir (".../step_<n>", checked by validate.c) lies directly in the checkpoint_dir of
+ * job j's resolved spec. Jobs no longer in memory are not checked here. */
+static bool in_job_ckpt_dir(const c_job *j, const char *dir)
+{
+    if (!j || !j->spec_json) return true;
+    json_t *root = json_loads(j->spec_json, 0, NULL);
+    const char *cd = json_string_value(json_object_get(json_object_get(root, "train"),
+                                                       "checkpoint_dir"));
+    bool ok = false;
+    const char *slash = strrchr(dir, '/');
+    if (cd && slash) {
+        size_t n = strlen(cd);
+        while (n > 1 && cd[n - 1] == '/')
+            n--;
+        ok = (size_t)(slash - dir) == n && strncmp(dir, cd, n) == 0;
+    }
+    json_decref(root);
+    return ok;
+}
+
+/* Whether the coordinator placed rank `rank` of attempt `id` on agent `me` (state thread):
+ * live and just-ended attempts from memory, older ones from the store. ZT_RPC_OK; NOT_FOUND
+ * (no such attempt or rank); PERMISSION_DENIED (it runs elsewhere). msg says which. */
+static zt_rpc_code placed_on(zt_coord *c, const char *me, int64_t id, int rank, bool *live,
+                             char *msg, size_t cap)
+{
+    if (live) *live = false;
+    if (!me[0]) return ZT_RPC_OK;
+    c_attempt *t = coord_attempt_find(c, id);
+    if (t && live) *live = true;
+    if (!t)
+        for (size_t i = 0; i < c->n_grave && !t; i++)
+            if (c->grave[i]->id == id) t = c->grave[i];
+    const char *where = NULL;
+    rank_agent_find f = {.rank = rank};
+    if (t) {
+        if (rank < 0 || rank >= t->world_size) {
+            snprintf(msg, cap, "rank %d is outside attempt %lld's world of %d", rank,
+                     (long long)id, t->world_size);
+            return ZT_RPC_NOT_FOUND;
+        }
+        where = t->ranks[rank].agent ? t->ranks[rank].agent->name : "";
+    } else {
+        zt_err e = {0};
+        if (zt_store_ranks_list(c->store, id, on_rank_agent, &f, &e) != ZT_OK) {
+            snprintf(msg, cap, "%s", zt_err_msg(&e));
+            return ZT_RPC_UNAVAILABLE;
+        }
+        if (!f.found) {
+            snprintf(msg, cap, "rank %d of attempt %lld not found", rank, (long long)id);
+            return ZT_RPC_NOT_FOUND;
+        }
+        where = f.agent;
+    }
+    if (strcmp(where, me) != 0) {
+        snprintf(msg, cap,
+                 "permission denied: rank %d of attempt %lld was not placed on agent %s; an agent reports only its own ranks",
+                 rank, (long long)id, me);
+        return ZT_RPC_PERMISSION_DENIED;
+    }
+    return ZT_RPC_OK;
+}
+
 /* ---- RegisterAgent ----------------------------------------------------------------------- */
 
 typedef struct register_op {
@@ -627,7 +822,8 @@ typedef struct register_op {
     Zt__V1__RegisterAgentRequest *q; /* owned by the call */
     int64_t incarnation;
     zt_rpc_code code;
-    char msg[256];
+    char msg[400];
+    char session[ZT_AUTH_SESSION_LEN + 1];
 } register_op;
 
 static void register_run(zt_coord *c, c_op *op)
@@ -636,6 +832,30 @@ static void register_run(zt_coord *c, c_op *op)
     const Zt__V1__RegisterAgentRequest *q = x->q;
     c_agent *a = coord_agent_find(c, q->name);
     const char *from = a ? zt_agent_state_name(a->state) : "";
+    /* a live agent's name goes to the process holding its session, to nobody else until the
+     * agent is LOST (a restarted coordinator issued no session yet: anyone may take it) */
+    uint64_t silent = a ? zt_now_ns() - a->last_seen_ns : 0;
+    if (a && c->cfg.auth && a->state == ZT_AGENT_ALIVE && !a->leaving &&
+        silent < (uint64_t)c->cfg.heartbeat_timeout_ms * 1000000ull &&
+        zt_auth_session_exists(c->cfg.auth, q->name) &&
+        !(q->previous_session[0] && zt_auth_session_is(c->cfg.auth, q->name, q->previous_session))) {
+        x->code = ZT_RPC_FAILED_PRECONDITION;
+        snprintf(
+            x->msg, sizeof(x->msg),
+            "agent %s is alive (last heartbeat %.1f s ago, from %s) and this process does not hold its session: another zagent may not take its name; stop that one, or wait until it is LOST (heartbeat timeout %.1f s)",
+            q->name, (double)silent * 1e-9, a->hostname && a->hostname[0] ? a->hostname : "?",
+            (double)c->cfg.heartbeat_timeout_ms / 1000.0);
+        return;
+    }
+    char sha[65] = "";
+    if (c->cfg.auth) {
+        zt_err se = {0};
+        if (zt_auth_session_issue(c->cfg.auth, q->name, x->session, sha, &se) != ZT_OK) {
+            x->code = ZT_RPC_UNAVAILABLE;
+            snprintf(x->msg, sizeof(x->msg), "%s", zt_err_msg(&se));
+            return;
+        }
+    }
     if (!a && !(a = coord_agent_new(c, q->name))) {
         x->code = ZT_RPC_RESOURCE_EXHAUSTED;
         snprintf(x->msg, sizeof(x->msg), "out of memory registering agent %s", q->name);
@@ -679,6 +899,7 @@ static void register_run(zt_coord *c, c_op *op)
     a->device = q->device;
     a->slots = q->slots;
     a->incarnation++;
+    snprintf(a->session_sha, sizeof(a->session_sha), "%s", sha);
     a->state = ZT_AGENT_ALIVE;
     a->revived = false;
     a->leaving = false; /* an earlier incarnation's goodbye does not apply to this one */
@@ -719,6 +940,7 @@ static void register_done(zt_coord *c, c_op *op, bool committed)
         r.incarnation = x->incarnation;
         r.heartbeat_interval_ms = (int32_t)c->cfg.heartbeat_interval_ms;
         r.heartbeat_timeout_ms = (int32_t)c->cfg.heartbeat_timeout_ms;
+        r.session_token = x->session;
         zt_rpc_reply(op->call, &r.base);
     }
     zt_free(x);
@@ -751,6 +973,13 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
     const Zt__V1__HeartbeatRequest *q = (const void *)m;
     CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_heartbeat(q, WHY));
+    const char *me = caller_agent(c, call);
+    if (me[0] && strcmp(me, q->name) != 0) {
+        zt_rpc_fail(call, ZT_RPC_PERMISSION_DENIED,
+                    "permission denied: the session of agent %s cannot send agent %s's heartbeat",
+                    me, q->name);
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     c_agent *a = coord_agent_find(c, q->name);
     if (!a) {
@@ -825,6 +1054,9 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
         e->exit_code = w->exit_code;
         e->exit_signal = w->exit_signal;
         e->device_index = w->device_index;
+        snprintf(e->bad_ckpt, sizeof(e->bad_ckpt), "%s", w->bad_checkpoint);
+        snprintf(e->bad_ckpt_why, sizeof(e->bad_ckpt_why), "%s", w->bad_checkpoint_reason);
+        snprintf(e->exit_reason, sizeof(e->exit_reason), "%s", w->exit_reason);
         changed = true;
     }
     for (int i = 0; i < n; i++) {
@@ -848,6 +1080,19 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
         r->exit_signal = w->exit_signal;
         r->device_index = w->device_index;
         r->started_ms = w->started_ms;
+        r->wait.waiting = w->wait != NULL;
+        if (w->wait) {
+            snprintf(r->wait.op, sizeof(r->wait.op), "%s", w->wait->op);
+            snprintf(r->wait.part, sizeof(r->wait.part), "%s", w->wait->part);
+            snprintf(r->wait.prev_op, sizeof(r->wait.prev_op), "%s", w->wait->prev_op);
+            r->wait.seq = w->wait->seq;
+            r->wait.step = w->wait->step;
+            r->wait.prev_seq = w->wait->prev_seq;
+            r->wait.waited_ms = w->wait->waited_ms;
+        }
+        r->bad_ckpt[0] = '\0';
+        r->bad_ckpt_why[0] = '\0';
+        r->exit_reason[0] = '\0';
     }
     a->n_reports = n;
     /* live step progress is read by the state thread's timer from the ranks */
@@ -862,6 +1107,7 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
             x->tokens_per_s = a->reports[i].tokens_per_s;
             x->memory_bytes = a->reports[i].memory_bytes;
             x->peak_memory_bytes = a->reports[i].peak_memory_bytes;
+            x->wait = a->reports[i].wait;
         }
     }
     for (size_t g = 0; g < q->n_gpus; g++)
@@ -928,6 +1174,17 @@ static void h_attempt_spec(zt_rpc_call *call, const ProtobufCMessage *m, void *u
     }
     pthread_mutex_lock(&c->mu);
     c_attempt *a = coord_attempt_find(c, q->attempt_id);
+    const char *me = caller_agent(c, call);
+    bool mine = !me[0];
+    for (int r = 0; a && !mine && r < a->world_size; r++)
+        mine = a->ranks[r].agent && strcmp(a->ranks[r].agent->name, me) == 0;
+    if (a && !mine) {
+        pthread_mutex_unlock(&c->mu);
+        zt_rpc_fail(call, ZT_RPC_PERMISSION_DENIED,
+                    "permission denied: attempt %lld has no rank on agent %s; an agent reads only the specs of what it runs",
+                    (long long)q->attempt_id, me);
+        return;
+    }
     if (a) {
         Zt__V1__AttemptSpec r = ZT__V1__ATTEMPT_SPEC__INIT;
         r.job_id = a->job->id;
@@ -959,13 +1216,25 @@ static void h_attempt_spec(zt_rpc_call *call, const ProtobufCMessage *m, void *u
 typedef struct metrics_op {
     c_op op;
     const Zt__V1__ReportMetricsRequest *q;
+    const char *me; /* the calling agent */
     int accepted;
+    zt_rpc_code code;
+    char msg[300];
 } metrics_op;
 
 static void metrics_run(zt_coord *c, c_op *op)
 {
     metrics_op *x = (metrics_op *)op;
     const Zt__V1__ReportMetricsRequest *q = x->q;
+    /* every step first: one that is not the caller's refuses the whole report */
+    for (size_t i = 0; i < q->n_steps; i++) {
+        zt_rpc_code code = placed_on(c, x->me, q->steps[i]->attempt_id, q->steps[i]->rank, NULL,
+                                     x->msg, sizeof(x->msg));
+        if (code != ZT_RPC_OK && code != ZT_RPC_NOT_FOUND) {
+            x->code = code;
+            return;
+        }
+    }
     for (size_t i = 0; i < q->n_steps; i++) {
         const Zt__V1__StepMetrics *s = q->steps[i];
         c_attempt *t = coord_attempt_find(c, s->attempt_id);
@@ -1025,6 +1294,8 @@ static void metrics_done(zt_coord *c, c_op *op, bool committed)
     metrics_op *x = (metrics_op *)op;
     if (!committed) {
         fail_rollback(c, op->call, "the metrics");
+    } else if (x->code != ZT_RPC_OK) {
+        zt_rpc_fail(op->call, x->code, "%s", x->msg);
     } else {
         Zt__V1__ReportMetricsReply r = ZT__V1__REPORT_METRICS_REPLY__INIT;
         r.accepted = x->accepted;
@@ -1040,11 +1311,13 @@ static void h_report_metrics(zt_rpc_call *call, const ProtobufCMessage *m, void 
     if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_metrics(q, WHY));
+    if (!agent_field_ok(c, call, q->agent)) return;
     metrics_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    x->me = caller_agent(c, call);
     x->op.run = metrics_run;
     x->op.done = metrics_done;
     x->op.call = call;
@@ -1099,6 +1372,7 @@ static zt_status attempt_info_get(zt_coord *c, int64_t id, attempt_info *ai)
 typedef struct ckpt_op {
     c_op op;
     const Zt__V1__ReportCheckpointRequest *q;
+    const char *me;
     int64_t ckpt_id;
     int shards, world_size;
     bool committed;
@@ -1121,6 +1395,15 @@ static void ckpt_run(zt_coord *c, c_op *op)
         x->code = ZT_RPC_INVALID_ARGUMENT;
         snprintf(x->msg, sizeof(x->msg), "rank %d is outside attempt %lld's world of %d", q->rank,
                  (long long)q->attempt_id, ai.world_size);
+        return;
+    }
+    x->code = placed_on(c, x->me, q->attempt_id, q->rank, NULL, x->msg, sizeof(x->msg));
+    if (x->code != ZT_RPC_OK) return;
+    if (!in_job_ckpt_dir(coord_job_find(c, ai.job_id), q->dir)) {
+        x->code = ZT_RPC_PERMISSION_DENIED;
+        snprintf(x->msg, sizeof(x->msg),
+                 "permission denied: %.200s is not a checkpoint in job %lld's checkpoint_dir",
+                 q->dir, (long long)ai.job_id);
         return;
     }
     zt_shard_rec sh = {.rank = q->rank, .file = q->file, .bytes = q->bytes, .crc32c = q->crc32c};
@@ -1178,11 +1461,13 @@ static void h_report_ckpt(zt_rpc_call *call, const ProtobufCMessage *m, void *us
     if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_checkpoint(q, WHY));
+    if (!agent_field_ok(c, call, q->agent)) return;
     ckpt_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    x->me = caller_agent(c, call);
     x->op.run = ckpt_run;
     x->op.done = ckpt_done;
     x->op.call = call;
@@ -1195,6 +1480,7 @@ static void h_report_ckpt(zt_rpc_call *call, const ProtobufCMessage *m, void *us
 typedef struct ckpt_rm_op {
     c_op op;
     const Zt__V1__ReportCheckpointRemovedRequest *q;
+    const char *me;
     int64_t ckpt_id;
     bool changed;
     zt_rpc_code code;
@@ -1210,6 +1496,15 @@ static void ckpt_rm_run(zt_coord *c, c_op *op)
     if (!ai.found) {
         x->code = ZT_RPC_NOT_FOUND;
         snprintf(x->msg, sizeof(x->msg), "attempt %lld not found", (long long)q->attempt_id);
+        return;
+    }
+    x->code = placed_on(c, x->me, q->attempt_id, q->rank, NULL, x->msg, sizeof(x->msg));
+    if (x->code != ZT_RPC_OK) return;
+    if (!in_job_ckpt_dir(coord_job_find(c, ai.job_id), q->dir)) {
+        x->code = ZT_RPC_PERMISSION_DENIED;
+        snprintf(x->msg, sizeof(x->msg),
+                 "permission denied: %.200s is not a checkpoint in job %lld's checkpoint_dir",
+                 q->dir, (long long)ai.job_id);
         return;
     }
     zt_ckpt_state before;
@@ -1266,11 +1561,13 @@ static void h_report_ckpt_removed(zt_rpc_call *call, const ProtobufCMessage *m, 
     if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_checkpoint_removed(q, WHY));
+    if (!agent_field_ok(c, call, q->agent)) return;
     ckpt_rm_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    x->me = caller_agent(c, call);
     x->op.run = ckpt_rm_run;
     x->op.done = ckpt_rm_done;
     x->op.call = call;
@@ -1283,13 +1580,28 @@ static void h_report_ckpt_removed(zt_rpc_call *call, const ProtobufCMessage *m, 
 typedef struct logs_op {
     c_op op;
     const Zt__V1__ReportLogsRequest *q;
+    const char *me;
     int accepted;
+    zt_rpc_code code;
+    char msg[300];
 } logs_op;
 
 static void logs_run(zt_coord *c, c_op *op)
 {
     logs_op *x = (logs_op *)op;
     const Zt__V1__ReportLogsRequest *q = x->q;
+    /* every entry first: one that is not the caller's refuses the whole report */
+    for (size_t i = 0; i < q->n_entries; i++) {
+        if (i > 0 && q->entries[i]->attempt_id == q->entries[i - 1]->attempt_id &&
+            q->entries[i]->rank == q->entries[i - 1]->rank)
+            continue;
+        zt_rpc_code code = placed_on(c, x->me, q->entries[i]->attempt_id, q->entries[i]->rank,
+                                     NULL, x->msg, sizeof(x->msg));
+        if (code != ZT_RPC_OK && code != ZT_RPC_NOT_FOUND) {
+            x->code = code;
+            return;
+        }
+    }
     int64_t last_attempt = 0, ended_job = 0, ended_count = 0;
     attempt_info ai = {0};
     for (size_t i = 0; i < q->n_entries; i++) {
@@ -1350,6 +1662,8 @@ static void logs_done(zt_coord *c, c_op *op, bool committed)
     logs_op *x = (logs_op *)op;
     if (!committed) {
         fail_rollback(c, op->call, "the log lines");
+    } else if (x->code != ZT_RPC_OK) {
+        zt_rpc_fail(op->call, x->code, "%s", x->msg);
     } else {
         Zt__V1__ReportLogsReply r = ZT__V1__REPORT_LOGS_REPLY__INIT;
         r.accepted = x->accepted;
@@ -1365,11 +1679,13 @@ static void h_report_logs(zt_rpc_call *call, const ProtobufCMessage *m, void *us
     if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_report_logs(q, WHY));
+    if (!agent_field_ok(c, call, q->agent)) return;
     logs_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    x->me = caller_agent(c, call);
     x->op.run = logs_run;
     x->op.done = logs_done;
     x->op.call = call;
@@ -1382,6 +1698,7 @@ static void h_report_logs(zt_rpc_call *call, const ProtobufCMessage *m, void *us
 typedef struct rdzv_op {
     c_op op;
     const Zt__V1__RendezvousRequest *q;
+    const char *me;
     zt_rpc_code code;
     char msg[400];
     uint8_t *reply;
@@ -1444,6 +1761,8 @@ static void rdzv_run(zt_coord *c, c_op *op)
                  (long long)a->id, a->world_size);
         return;
     }
+    x->code = placed_on(c, x->me, q->attempt_id, q->rank, NULL, x->msg, sizeof(x->msg));
+    if (x->code != ZT_RPC_OK) return;
     if (q->value.len) {
         bool same = a->rdzv[q->rank] && a->rdzv_len[q->rank] == q->value.len &&
                     memcmp(a->rdzv[q->rank], q->value.data, q->value.len) == 0;
@@ -1544,6 +1863,7 @@ static void h_rendezvous(zt_rpc_call *call, const ProtobufCMessage *m, void *use
     x->op.done = rdzv_done;
     x->op.call = call;
     x->q = q;
+    x->me = caller_agent(c, call);
     coord_enqueue(c, &x->op);
 }
 
@@ -1613,46 +1933,46 @@ size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap)
 {
     const zt_rpc_method table[] = {
         {"/zt.v1.Coordinator/SubmitJob", &zt__v1__submit_job_request__descriptor, false, h_submit,
-         c, 64, NULL, NULL},
+         c, 64, NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/GetJob", &zt__v1__get_job_request__descriptor, false, h_get_job, c, 0,
-         NULL, NULL},
+         NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/ListJobs", &zt__v1__list_jobs_request__descriptor, false, h_list_jobs,
-         c, 0, NULL, NULL},
+         c, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/CancelJob", &zt__v1__cancel_job_request__descriptor, false, h_cancel,
-         c, 0, NULL, NULL},
+         c, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/WatchJob", &zt__v1__watch_job_request__descriptor, true, h_watch, c, 0,
-         NULL, NULL},
+         NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/GetMetrics", &zt__v1__get_metrics_request__descriptor, false,
-         h_get_metrics, c, 0, NULL, NULL},
+         h_get_metrics, c, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/ListCheckpoints", &zt__v1__list_checkpoints_request__descriptor, false,
-         h_list_ckpts, c, 0, NULL, NULL},
+         h_list_ckpts, c, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/ListAgents", &zt__v1__list_agents_request__descriptor, false,
-         h_list_agents, c, 0, NULL, NULL},
+         h_list_agents, c, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/GetLogs", &zt__v1__get_logs_request__descriptor, true, h_get_logs, c,
-         0, NULL, NULL},
+         0, NULL, NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.Coordinator/Ping", &zt__v1__ping_request__descriptor, false, h_ping, c, 128, NULL,
-         NULL},
+         NULL, ZT_RPC_ACCESS_USER},
         {"/zt.v1.AgentControl/RegisterAgent", &zt__v1__register_agent_request__descriptor, false,
-         h_register, c, 64, NULL, NULL},
+         h_register, c, 64, NULL, NULL, ZT_RPC_ACCESS_AGENT_JOIN},
         {"/zt.v1.AgentControl/Heartbeat", &zt__v1__heartbeat_request__descriptor, false,
-         h_heartbeat, c, 256, NULL, NULL},
+         h_heartbeat, c, 256, NULL, NULL, ZT_RPC_ACCESS_AGENT},
         {"/zt.v1.AgentControl/GetAttemptSpec", &zt__v1__get_attempt_spec_request__descriptor, false,
-         h_attempt_spec, c, 0, NULL, NULL},
+         h_attempt_spec, c, 0, NULL, NULL, ZT_RPC_ACCESS_AGENT},
         {"/zt.v1.AgentControl/ReportMetrics", &zt__v1__report_metrics_request__descriptor, false,
-         h_report_metrics, c, 0, NULL, NULL},
+         h_report_metrics, c, 0, NULL, NULL, ZT_RPC_ACCESS_AGENT},
         {"/zt.v1.AgentControl/ReportCheckpoint", &zt__v1__report_checkpoint_request__descriptor,
-         false, h_report_ckpt, c, 0, NULL, NULL},
+         false, h_report_ckpt, c, 0, NULL, NULL, ZT_RPC_ACCESS_AGENT},
         {"/zt.v1.AgentControl/ReportCheckpointRemoved",
          &zt__v1__report_checkpoint_removed_request__descriptor, false, h_report_ckpt_removed, c, 0,
-         NULL, NULL},
+         NULL, NULL, ZT_RPC_ACCESS_AGENT},
         {"/zt.v1.AgentControl/ReportLogs", &zt__v1__report_logs_request__descriptor, false,
-         h_report_logs, c, 0, NULL, NULL},
+         h_report_logs, c, 0, NULL, NULL, ZT_RPC_ACCESS_AGENT},
         {"/zt.v1.AgentControl/Rendezvous", &zt__v1__rendezvous_request__descriptor, false,
-         h_rendezvous, c, 0, NULL, NULL},
+         h_rendezvous, c, 0, NULL, NULL, ZT_RPC_ACCESS_AGENT},
         {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, false,
-         h_health_check, c, 0, NULL, NULL},
+         h_health_check, c, 0, NULL, NULL, ZT_RPC_ACCESS_OPEN},
         {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, true,
-         h_health_watch, c, 0, NULL, NULL},
+         h_health_watch, c, 0, NULL, NULL, ZT_RPC_ACCESS_OPEN},
     };
     size_t n = sizeof(table) / sizeof(table[0]);
     if (n > cap) n = cap;

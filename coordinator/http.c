@@ -28,6 +28,12 @@
 #define KEEPALIVE_S 15
 #define SESSION_TTL_S (7 * 24 * 3600)
 #define COOKIE_NAME "zt_session"
+/* Connections one client address may hold open at once, streams included. The polling threads
+ * never wait on a client, so a slow one costs others nothing but a connection slot; this limit
+ * keeps one address (stalled or half-sent requests, a runaway script) from taking them all:
+ * past it, its new connections are closed at once while other addresses are still served.
+ * Clients behind one proxy share it; a browser tab needs two or three. */
+#define MAX_CONNECTIONS_PER_IP 64
 
 static const char CSP[] =
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -47,7 +53,8 @@ struct zt_http {
     struct MHD_Daemon *d;
     int port;
     bool tls;
-    char *token;
+    zt_http_user *users; /* copied */
+    int n_users;
     zt_http_config cfg;
     /* streams (smu) */
     pthread_mutex_t smu;
@@ -68,6 +75,7 @@ struct zt_http_req {
     const char *method, *path;
     const char *body;
     size_t body_len;
+    const char *user; /* the signed-in user's name, "" when none */
     bool answered;
     enum MHD_Result result;
 };
@@ -183,6 +191,11 @@ const char *zt_http_body(const zt_http_req *r, size_t *len)
     return r->body ? r->body : "";
 }
 
+const char *zt_http_user_name(const zt_http_req *r)
+{
+    return r->user ? r->user : "";
+}
+
 zt_http *zt_http_server(const zt_http_req *r)
 {
     return r->h;
@@ -201,74 +214,95 @@ static bool ct_equal(const char *a, size_t alen, const char *b, size_t blen)
     return d == 0;
 }
 
-/* The session cookie's value for an expiry time: "EXP.HEX(HMAC-SHA256(token, 'zt-session:EXP'))".
- * Keyed by the token, so that it lasts across a zcoord restart and dies with a new token. */
-static bool session_value(const zt_http *h, long long exp, char *out, size_t cap)
+/* The session cookie's value: "EXP.NAME.HEX(HMAC-SHA256(token, 'zt-session:EXP:NAME'))". Keyed
+ * by the user's token, so that it lasts across a zcoord restart and dies with a new token. */
+static bool session_value(const zt_http_user *u, long long exp, char *out, size_t cap)
 {
-    char msg[64];
-    int mlen = snprintf(msg, sizeof(msg), "zt-session:%lld", exp);
+    char msg[128];
+    int mlen = snprintf(msg, sizeof(msg), "zt-session:%lld:%s", exp, u->name);
+    if (mlen < 0 || (size_t)mlen >= sizeof(msg)) return false;
     unsigned char mac[32];
-    if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, h->token, strlen(h->token), msg, (size_t)mlen, mac) !=
+    if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, u->token, strlen(u->token), msg, (size_t)mlen, mac) !=
         0)
         return false;
-    int n = snprintf(out, cap, "%lld.", exp);
+    int n = snprintf(out, cap, "%lld.%s.", exp, u->name);
     if (n < 0 || (size_t)n + 65 > cap) return false;
     for (int i = 0; i < 32; i++)
         snprintf(out + n + 2 * i, 3, "%02x", mac[i]);
     return true;
 }
 
-static bool session_valid(const zt_http *h, const char *v)
+bool zt_http_session_value(const zt_http_user *u, long long exp, char *out, size_t cap)
+{
+    return session_value(u, exp, out, cap);
+}
+
+/* The user a cookie value proves (its index), -1 when none or expired. */
+static int session_user(const zt_http_user *users, int n_users, const char *v, long long now)
 {
     char *end;
     errno = 0;
     long long exp = strtoll(v, &end, 10);
-    if (errno || end == v || *end != '.' || exp < (long long)time(NULL)) return false;
-    char want[128];
-    if (!session_value(h, exp, want, sizeof(want))) return false;
-    return ct_equal(v, strlen(v), want, strlen(want));
+    if (errno || end == v || *end != '.' || exp < now) return -1;
+    const char *name = end + 1, *dot = strchr(name, '.');
+    if (!dot) return -1;
+    for (int i = 0; i < n_users; i++) {
+        if (strlen(users[i].name) != (size_t)(dot - name) ||
+            strncmp(users[i].name, name, (size_t)(dot - name)) != 0)
+            continue;
+        char want[200];
+        if (!session_value(&users[i], exp, want, sizeof(want))) return -1;
+        return ct_equal(v, strlen(v), want, strlen(want)) ? i : -1;
+    }
+    return -1;
+}
+
+/* The user whose token t is; every token is compared, so the time says nothing of which. */
+static int token_user(const zt_http_user *users, int n_users, const char *t)
+{
+    int found = -1;
+    for (int i = 0; i < n_users; i++)
+        if (ct_equal(t, strlen(t), users[i].token, strlen(users[i].token))) found = i;
+    return found;
 }
 
 typedef enum { AUTH_NONE, AUTH_OPEN, AUTH_BEARER, AUTH_COOKIE } auth_kind;
 
-static auth_kind authenticate(const zt_http *h, struct MHD_Connection *conn)
+static auth_kind authenticate(const zt_http_user *users, int n_users, const zt_http_parts *p,
+                              long long now, int *user)
 {
-    if (!h->token) return AUTH_OPEN;
-    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (n_users <= 0) return AUTH_OPEN;
+    const char *a = p->authorization;
     if (a && strncasecmp(a, "Bearer ", 7) == 0) {
         const char *t = a + 7;
         while (*t == ' ')
             t++;
-        if (ct_equal(t, strlen(t), h->token, strlen(h->token))) return AUTH_BEARER;
-        return AUTH_NONE;
+        *user = token_user(users, n_users, t);
+        return *user >= 0 ? AUTH_BEARER : AUTH_NONE;
     }
-    const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, COOKIE_NAME);
-    if (c && session_valid(h, c)) return AUTH_COOKIE;
+    if (p->session && (*user = session_user(users, n_users, p->session, now)) >= 0)
+        return AUTH_COOKIE;
     return AUTH_NONE;
 }
 
 /* A POST that a browser sent from another site carries neither X-Requested-With (a header that
  * needs a CORS preflight, which zcoord never grants) nor an Origin naming this host. */
-static bool same_origin(struct MHD_Connection *conn)
+static bool same_origin(const zt_http_parts *p)
 {
-    const char *xrw = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Requested-With");
-    if (xrw && xrw[0]) return true;
-    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
-    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
-    if (!origin || !host) return false;
-    const char *o = strstr(origin, "://");
-    return o && strcmp(o + 3, host) == 0;
+    if (p->requested_with && p->requested_with[0]) return true;
+    if (!p->origin || !p->host) return false;
+    const char *o = strstr(p->origin, "://");
+    return o && strcmp(o + 3, p->host) == 0;
 }
 
 /* Without a token zcoord listens on loopback only; a page of another site that a DNS name
  * rebound to 127.0.0.1 would still name its own host: only loopback names are served —
  * "localhost", "[::1]" or an IPv4 address in 127.0.0.0/8 (a whole address: a name such as
  * "127.0.0.1.example" is not one), each with or without a port. */
-static bool loopback_host(struct MHD_Connection *conn)
+static bool loopback_host(const zt_http_parts *p)
 {
-    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
-    if (!host) return true; /* HTTP/1.0 without Host: not a browser */
-    return strncmp(host, "unix:", 5) != 0 && zt_net_is_loopback(host, true);
+    if (!p->host) return true; /* HTTP/1.0 without Host: not a browser */
+    return strncmp(p->host, "unix:", 5) != 0 && zt_net_is_loopback(p->host, true);
 }
 
 static bool wants_html(struct MHD_Connection *conn)
@@ -335,38 +369,49 @@ static bool form_value(const char *body, const char *name, char *out, size_t cap
     return false;
 }
 
-static enum MHD_Result do_login(zt_http *h, struct MHD_Connection *conn, const char *method,
-                                const char *body)
+static bool is_open_path(const char *url)
 {
-    bool xhr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Requested-With") != NULL;
-    if (!h->token)
-        return send_response(h, conn, 303, "text/plain", "", 0, false, "Location", "/", NULL);
-    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
-        return send_signin(h, conn, 200, NULL);
-    if (strcmp(method, "POST") != 0) {
-        char b[128];
-        size_t n = json_error(b, sizeof(b), "only GET and POST on /login");
-        return send_response(h, conn, 405, "application/json", b, n, false, "Allow", "GET, POST",
-                             NULL);
+    return strcmp(url, "/style.css") == 0;
+}
+
+zt_http_route zt_http_route_request(const zt_http_user *users, int n_users, const zt_http_parts *p,
+                                    long long now, int *user)
+{
+    int who = -1;
+    if (user) *user = -1;
+    bool token = n_users > 0;
+    const char *url = p->url ? p->url : "";
+    const char *method = p->method ? p->method : "";
+    if (strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0) return ZT_HTTP_TO_HEALTH;
+    if (!token && !loopback_host(p)) return ZT_HTTP_TO_NOT_LOOPBACK;
+    if (strcmp(url, "/login") == 0) {
+        if (!token) return ZT_HTTP_TO_HOME;
+        if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) return ZT_HTTP_TO_LOGIN_PAGE;
+        if (strcmp(method, "POST") != 0) return ZT_HTTP_TO_LOGIN_METHOD;
+        if (!same_origin(p)) return ZT_HTTP_TO_LOGIN_CROSS_SITE;
+        char tok[4200];
+        if (form_value(p->body ? p->body : "", "token", tok, sizeof(tok)))
+            who = token_user(users, n_users, tok);
+        memset(tok, 0, sizeof(tok));
+        if (user) *user = who;
+        return who >= 0 ? ZT_HTTP_TO_LOGIN_OK : ZT_HTTP_TO_LOGIN_WRONG;
     }
-    if (!same_origin(conn)) {
-        char b[160];
-        size_t n = json_error(b, sizeof(b), "cross-site sign-in refused");
-        return send_response(h, conn, 403, "application/json", b, n, false, NULL);
-    }
-    char tok[4200];
-    bool ok = form_value(body, "token", tok, sizeof(tok)) &&
-              ct_equal(tok, strlen(tok), h->token, strlen(h->token));
-    if (!ok) {
-        atomic_fetch_add(&h->unauthorized, 1);
-        if (!xhr) return send_signin(h, conn, 401, "Wrong token.");
-        char b[128];
-        size_t n = json_error(b, sizeof(b), "wrong token");
-        return send_response(h, conn, 401, "application/json", b, n, false, NULL);
-    }
+    auth_kind auth = is_open_path(url) ? AUTH_OPEN : authenticate(users, n_users, p, now, &who);
+    if (auth == AUTH_NONE) return ZT_HTTP_TO_UNAUTHORIZED;
+    if (user) *user = who;
+    if (strcmp(url, "/logout") == 0) return ZT_HTTP_TO_LOGOUT;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0 && auth != AUTH_BEARER &&
+        !same_origin(p))
+        return ZT_HTTP_TO_CROSS_SITE;
+    return ZT_HTTP_TO_HANDLER;
+}
+
+/* The answer to a sign-in with the right token: the session cookie, then the dashboard. */
+static enum MHD_Result login_ok(zt_http *h, struct MHD_Connection *conn, int user, bool xhr)
+{
     long long exp = (long long)time(NULL) + SESSION_TTL_S;
-    char val[128], cookie[300];
-    if (!session_value(h, exp, val, sizeof(val))) {
+    char val[200], cookie[400];
+    if (user < 0 || user >= h->n_users || !session_value(&h->users[user], exp, val, sizeof(val))) {
         char b[128];
         size_t n = json_error(b, sizeof(b), "cannot make a session");
         return send_response(h, conn, 500, "application/json", b, n, false, NULL);
@@ -579,11 +624,6 @@ static void *keepalive_main(void *arg)
 
 /* ---- the request handler ------------------------------------------------------------------ */
 
-static bool is_open_path(const char *url)
-{
-    return strcmp(url, "/style.css") == 0;
-}
-
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -623,33 +663,60 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         size_t n = json_error(b, sizeof(b), "request body over 64 KiB");
         return send_response(h, conn, 413, "application/json", b, n, false, NULL);
     }
-    if (strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0) {
+    zt_http_parts parts = {
+        .method = method,
+        .url = url,
+        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+        .session = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, COOKIE_NAME),
+        .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+        .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"),
+        .requested_with = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Requested-With"),
+        .body = cx->body ? cx->body : ""};
+    char b[256];
+    size_t n;
+    int user = -1;
+    switch (zt_http_route_request(h->users, h->n_users, &parts, (long long)time(NULL), &user)) {
+    case ZT_HTTP_TO_HEALTH: {
         bool ok = h->cfg.health ? h->cfg.health(h->cfg.health_arg) : true;
-        const char *b = ok ? "ok\n" : "shutting down\n";
-        return send_response(h, conn, ok ? 200 : 503, "text/plain", b, strlen(b), false, NULL);
+        const char *hb = ok ? "ok\n" : "shutting down\n";
+        return send_response(h, conn, ok ? 200 : 503, "text/plain", hb, strlen(hb), false, NULL);
     }
-    if (!h->token && !loopback_host(conn)) {
-        char b[200];
-        size_t n = json_error(
+    case ZT_HTTP_TO_NOT_LOOPBACK:
+        n = json_error(
             b, sizeof(b),
             "this zcoord has no token and answers only loopback host names; use 127.0.0.1, or start it with --token-file");
         return send_response(h, conn, 403, "application/json", b, n, false, NULL);
-    }
-    if (strcmp(url, "/login") == 0) return do_login(h, conn, method, cx->body ? cx->body : "");
-    auth_kind auth = is_open_path(url) ? AUTH_OPEN : authenticate(h, conn);
-    if (auth == AUTH_NONE) return send_unauthorized(h, conn);
-    if (strcmp(url, "/logout") == 0) {
+    case ZT_HTTP_TO_HOME:
+        return send_response(h, conn, 303, "text/plain", "", 0, false, "Location", "/", NULL);
+    case ZT_HTTP_TO_LOGIN_PAGE:
+        return send_signin(h, conn, 200, NULL);
+    case ZT_HTTP_TO_LOGIN_METHOD:
+        n = json_error(b, sizeof(b), "only GET and POST on /login");
+        return send_response(h, conn, 405, "application/json", b, n, false, "Allow", "GET, POST",
+                             NULL);
+    case ZT_HTTP_TO_LOGIN_CROSS_SITE:
+        n = json_error(b, sizeof(b), "cross-site sign-in refused");
+        return send_response(h, conn, 403, "application/json", b, n, false, NULL);
+    case ZT_HTTP_TO_LOGIN_WRONG:
+        atomic_fetch_add(&h->unauthorized, 1);
+        if (!parts.requested_with) return send_signin(h, conn, 401, "Wrong token.");
+        n = json_error(b, sizeof(b), "wrong token");
+        return send_response(h, conn, 401, "application/json", b, n, false, NULL);
+    case ZT_HTTP_TO_LOGIN_OK:
+        return login_ok(h, conn, user, parts.requested_with != NULL);
+    case ZT_HTTP_TO_UNAUTHORIZED:
+        return send_unauthorized(h, conn);
+    case ZT_HTTP_TO_LOGOUT:
         return send_response(h, conn, 303, "text/plain", "", 0, false, "Set-Cookie",
                              COOKIE_NAME "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict",
                              "Location", "/login", NULL);
-    }
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0 && auth != AUTH_BEARER &&
-        !same_origin(conn)) {
-        char b[200];
-        size_t n = json_error(
+    case ZT_HTTP_TO_CROSS_SITE:
+        n = json_error(
             b, sizeof(b),
             "cross-site request refused: send the header X-Requested-With, or Authorization: Bearer");
         return send_response(h, conn, 403, "application/json", b, n, false, NULL);
+    case ZT_HTTP_TO_HANDLER:
+        break;
     }
     zt_http_req r = {.h = h,
                      .conn = conn,
@@ -657,6 +724,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                      .path = url,
                      .body = cx->body,
                      .body_len = cx->len,
+                     .user = user >= 0 && user < h->n_users ? h->users[user].name : "",
                      .answered = false,
                      .result = MHD_YES};
     h->cfg.handler(h->cfg.handler_arg, &r);
@@ -710,7 +778,11 @@ static bool split_addr(const char *addr, char *host, size_t hcap, char *port, si
 
 static void free_server(zt_http *h)
 {
-    zt_free(h->token);
+    for (int i = 0; i < h->n_users; i++) {
+        zt_free((char *)h->users[i].name);
+        zt_free((char *)h->users[i].token);
+    }
+    zt_free(h->users);
     zt_free((char *)h->cfg.tls_cert_pem);
     zt_free((char *)h->cfg.tls_key_pem);
     pthread_mutex_destroy(&h->smu);
@@ -749,14 +821,25 @@ zt_status zt_http_start(zt_http **out, const zt_http_config *cfg, zt_err *err)
     h->cfg.addr = NULL;
     h->cfg.tls_cert_pem = tls ? zt_strdup(cfg->tls_cert_pem) : NULL;
     h->cfg.tls_key_pem = tls ? zt_strdup(cfg->tls_key_pem ? cfg->tls_key_pem : "") : NULL;
-    h->token = cfg->token && cfg->token[0] ? zt_strdup(cfg->token) : NULL;
-    h->cfg.token = NULL;
+    bool users_ok = true;
+    if (cfg->n_users > 0) {
+        h->users = zt_calloc((size_t)cfg->n_users, sizeof(*h->users));
+        users_ok = h->users != NULL;
+        for (int i = 0; users_ok && i < cfg->n_users; i++) {
+            h->users[i].name = zt_strdup(cfg->users[i].name);
+            h->users[i].token = zt_strdup(cfg->users[i].token);
+            h->n_users = i + 1;
+            users_ok = h->users[i].name && h->users[i].token;
+        }
+    }
+    h->cfg.users = NULL;
+    h->cfg.n_users = 0;
     h->tls = tls;
     if (h->cfg.threads <= 0) h->cfg.threads = 4;
     if (h->cfg.max_connections <= 0) h->cfg.max_connections = 512;
     if (h->cfg.timeout_s <= 0) h->cfg.timeout_s = 30;
     if (h->cfg.max_streams <= 0) h->cfg.max_streams = 256;
-    if ((cfg->token && cfg->token[0] && !h->token) ||
+    if (!users_ok ||
         (tls && (!h->cfg.tls_cert_pem || !h->cfg.tls_key_pem))) {
         freeaddrinfo(res);
         free_server(h);
@@ -765,6 +848,8 @@ zt_status zt_http_start(zt_http **out, const zt_http_config *cfg, zt_err *err)
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     if (tls) flags |= MHD_USE_TLS;
+    int per_ip = h->cfg.max_connections < MAX_CONNECTIONS_PER_IP ? h->cfg.max_connections
+                                                                 : MAX_CONNECTIONS_PER_IP;
     const char *why = "no address";
     for (struct addrinfo *ai = res; ai && !h->d; ai = ai->ai_next) {
         unsigned f = flags | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
@@ -772,6 +857,7 @@ zt_status zt_http_start(zt_http **out, const zt_http_config *cfg, zt_err *err)
             {MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
             {MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)h->cfg.threads, NULL},
             {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)h->cfg.max_connections, NULL},
+            {MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)per_ip, NULL},
             {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)h->cfg.timeout_s, NULL},
             {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)(64 * 1024), NULL},
             {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},

@@ -15,9 +15,12 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/netutil.h"
+#include "common/secretfile.h"
 #include "coordinator/api.h"
+#include "coordinator/auth.h"
 #include "coordinator/coord.h"
 #include "coordinator/http.h"
+#include "coordinator/store.h"
 #include "proto/rpc.h"
 
 typedef enum { T_STR, T_DURATION, T_INT, T_SIZE } setting_type;
@@ -38,6 +41,8 @@ enum {
     S_GRPC,
     S_HTTP,
     S_TOKEN_FILE,
+    S_USERS_FILE,
+    S_AGENT_TOKEN_FILE,
     S_TLS_CERT,
     S_TLS_KEY,
     S_HB_INTERVAL,
@@ -66,8 +71,14 @@ static setting settings[S_COUNT] = {
     [S_HTTP] = {"http", "ZT_HTTP_ADDR", T_STR, "127.0.0.1:8080", 0, 0,
                 "HTTP listen address: dashboard, /api/v1, /metrics, /healthz ('off' = none)", NULL, 0},
     [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", T_STR, "", 0, 0,
-                      "file holding the API token (or set ZT_TOKEN); none = loopback only", NULL,
-                      0},
+                      "file holding the user token of user 'admin' (or set ZT_TOKEN); no token at all = loopback only",
+                      NULL, 0},
+    [S_USERS_FILE] = {"users-file", "ZT_USERS_FILE", T_STR, "", 0, 0,
+                      "file of named user tokens, one 'NAME TOKEN' per line (events name the user)",
+                      NULL, 0},
+    [S_AGENT_TOKEN_FILE] = {"agent-token-file", "ZT_AGENT_TOKEN_FILE", T_STR, "", 0, 0,
+                            "file holding the agent join token (or set ZT_AGENT_TOKEN); agents register with it",
+                            NULL, 0},
     [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", T_STR, "", 0, 0, "PEM certificate chain: serve TLS",
                     NULL, 0},
     [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", T_STR, "", 0, 0, "PEM private key for --tls-cert", NULL,
@@ -126,7 +137,9 @@ static void usage(FILE *f)
     }
     fprintf(f,
             "\nDurations take ms, s, m or h (default s); sizes take KiB, MiB, GiB.\n"
-            "The token may also come from ZT_TOKEN. Without a token zcoord binds loopback only.\n");
+            "The tokens may also come from ZT_TOKEN and ZT_AGENT_TOKEN. Users and agents hold different\n"
+            "credentials: a user token cannot make agent calls and the agent join token cannot make user\n"
+            "calls. Without any token zcoord binds loopback only. See docs/security.md.\n");
 }
 
 static bool parse_number(const char *v, double *num, const char **unit)
@@ -278,6 +291,8 @@ int main(int argc, char **argv)
         }
     }
     zt_err err = {0};
+    char token_origin[128] = "the token file", agent_origin[128] = "the agent token file",
+         users_origin[128] = "the users file";
     for (int k = 0; k < S_COUNT; k++) {
         setting *s = &settings[k];
         char origin[96];
@@ -291,6 +306,12 @@ int main(int argc, char **argv)
             s->sval = s->def;
             snprintf(origin, sizeof(origin), "default of --%s", s->name);
         }
+        if (k == S_TOKEN_FILE)
+            snprintf(token_origin, sizeof(token_origin), "the token file (%s)", origin);
+        if (k == S_AGENT_TOKEN_FILE)
+            snprintf(agent_origin, sizeof(agent_origin), "the agent token file (%s)", origin);
+        if (k == S_USERS_FILE)
+            snprintf(users_origin, sizeof(users_origin), "the users file (%s)", origin);
         if (!parse_setting(s, origin, &err)) {
             fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
             return 2;
@@ -304,26 +325,44 @@ int main(int argc, char **argv)
     }
     zt_log_set_level((zt_log_level)lvl);
 
-    char *token = NULL, *cert = NULL, *key = NULL;
+    char *token = NULL, *agent_token = NULL, *cert = NULL, *key = NULL;
+    zt_auth_user *users = NULL;
+    int n_users = 0, n_file_users = 0;
+    zt_auth *auth = NULL;
     int rc = 1;
     if (settings[S_TOKEN_FILE].sval[0]) {
-        token = read_file(settings[S_TOKEN_FILE].sval, 4096, &err, "the token file");
+        token = zt_secret_file_read(settings[S_TOKEN_FILE].sval, token_origin, &err);
         if (!token) goto usage_error;
-        size_t n = strlen(token);
-        while (n > 0 && (token[n - 1] == '\n' || token[n - 1] == '\r' || token[n - 1] == ' '))
-            token[--n] = '\0';
-        if (!n) {
-            zt_err_set(&err, ZT_ERR_CONFIG, "the token file %s is empty",
-                       settings[S_TOKEN_FILE].sval);
-            goto usage_error;
-        }
     } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
         token = zt_strdup(getenv("ZT_TOKEN"));
     }
+    if (settings[S_AGENT_TOKEN_FILE].sval[0]) {
+        agent_token = zt_secret_file_read(settings[S_AGENT_TOKEN_FILE].sval, agent_origin, &err);
+        if (!agent_token) goto usage_error;
+    } else if (getenv("ZT_AGENT_TOKEN") && getenv("ZT_AGENT_TOKEN")[0]) {
+        agent_token = zt_strdup(getenv("ZT_AGENT_TOKEN"));
+    }
+    if (settings[S_USERS_FILE].sval[0] &&
+        zt_auth_users_file_read(settings[S_USERS_FILE].sval, users_origin, &users, &n_users,
+                                &err) != ZT_OK)
+        goto usage_error;
+    n_file_users = n_users;
+    if (token) {
+        zt_auth_user *u = zt_realloc(users, (size_t)(n_users + 1) * sizeof(*u));
+        if (!u) {
+            zt_err_set(&err, ZT_ERR_NOMEM, "out of memory");
+            goto usage_error;
+        }
+        users = u;
+        users[n_users].name = "admin";
+        users[n_users].token = token;
+        n_users++;
+    }
+    if (zt_auth_create(&auth, users, n_users, agent_token, &err) != ZT_OK) goto usage_error;
     const char *grpc_addr = settings[S_GRPC].sval;
     const char *http_addr = settings[S_HTTP].sval;
     bool http_on = http_addr[0] && strcmp(http_addr, "off") != 0;
-    if (!token && (!is_loopback(grpc_addr) || (http_on && !is_loopback(http_addr)))) {
+    if (n_users == 0 && (!is_loopback(grpc_addr) || (http_on && !is_loopback(http_addr)))) {
         zt_err_set(
             &err, ZT_ERR_CONFIG,
             "refusing to listen on %s without a token: anyone who can reach it could run jobs; set --token-file (or ZT_TOKEN), or bind 127.0.0.1",
@@ -350,6 +389,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     zt_coord_config cc = {.db_path = settings[S_DB].sval,
+                          .auth = auth,
                           .heartbeat_interval_ms = settings[S_HB_INTERVAL].ival,
                           .heartbeat_timeout_ms = settings[S_HB_TIMEOUT].ival,
                           .hang_timeout_ms = settings[S_HANG_TIMEOUT].ival,
@@ -369,6 +409,12 @@ int main(int argc, char **argv)
     zt_coord *coord = NULL;
     zt_rpc_server *srv = NULL;
     zt_http *http = NULL;
+    /* one coordinator per database, for this process's whole life */
+    zt_store_lock *db_lock = NULL;
+    if (zt_store_lock_acquire(&db_lock, cc.db_path, &err) != ZT_OK) {
+        fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+        goto cleanup;
+    }
     if (zt_coord_open(&coord, &cc, &err) != ZT_OK) {
         fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
         goto cleanup;
@@ -376,7 +422,8 @@ int main(int argc, char **argv)
     zt_rpc_method methods[32];
     size_t nm = zt_coord_methods(coord, methods, 32);
     zt_rpc_server_config sc = {.addr = grpc_addr,
-                               .token = token,
+                               .authorize = zt_auth_authorize,
+                               .authorize_user = auth,
                                .tls_cert_pem = cert,
                                .tls_key_pem = key,
                                .max_message_bytes = (size_t)settings[S_MAX_MESSAGE].ival,
@@ -392,14 +439,27 @@ int main(int argc, char **argv)
         snprintf(colon + 1, sizeof(grpc_bound) - (size_t)(colon + 1 - grpc_bound), "%d",
                  zt_rpc_server_port(srv));
     if (http_on) {
+        /* the same users sign in to the dashboard (zt_auth_user and zt_http_user agree) */
+        zt_http_user *hu = zt_calloc(n_users > 0 ? (size_t)n_users : 1, sizeof(*hu));
+        if (!hu) {
+            fprintf(stderr, "zcoord: out of memory\n");
+            goto cleanup;
+        }
+        for (int i = 0; i < n_users; i++) {
+            hu[i].name = users[i].name;
+            hu[i].token = users[i].token;
+        }
         zt_http_config hc = {.addr = http_addr,
-                             .token = token,
+                             .users = hu,
+                             .n_users = n_users,
                              .tls_cert_pem = cert,
                              .tls_key_pem = key,
                              .health = health,
                              .handler = zt_api_handle,
                              .handler_arg = coord};
-        if (zt_http_start(&http, &hc, &err) != ZT_OK) {
+        zt_status hst = zt_http_start(&http, &hc, &err); /* copies the users */
+        zt_free(hu);
+        if (hst != ZT_OK) {
             fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
             goto cleanup;
         }
@@ -410,6 +470,10 @@ int main(int argc, char **argv)
             snprintf(colon + 1, sizeof(http_bound) - (size_t)(colon + 1 - http_bound), "%d",
                      zt_http_port(http));
     }
+    if (zt_store_lock_describe(db_lock, grpc_bound, http_bound, &err) != ZT_OK) {
+        fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+        goto cleanup;
+    }
     if (settings[S_READY_FILE].sval[0] &&
         write_ready(settings[S_READY_FILE].sval, grpc_bound, http_bound) != 0) {
         fprintf(stderr, "zcoord: cannot write the ready file %s: %s\n", settings[S_READY_FILE].sval,
@@ -419,8 +483,13 @@ int main(int argc, char **argv)
     printf("zcoord %s: serving gRPC on %s%s, HTTP%s on %s, database %s\n", ZT_VERSION,
            grpc_bound, cert ? " (TLS)" : "", cert && http ? "S" : "", http_bound, cc.db_path);
     fflush(stdout);
-    ZT_INFO("zcoord", "serving gRPC on %s%s (%s), HTTP on %s", grpc_bound, cert ? " with TLS" : "",
-            token ? "token required" : "no token: loopback only", http_bound);
+    ZT_INFO("zcoord", "serving gRPC on %s%s (%s; %s), HTTP on %s", grpc_bound,
+            cert ? " with TLS" : "",
+            n_users ? "user tokens required" : "no user token: loopback only",
+            agent_token ? "agents join with the agent token"
+            : n_users   ? "no agent token: agents cannot join"
+                        : "agents join without a token",
+            http_bound);
 
     int sig = 0;
     while (sigwait(&sigs, &sig) != 0) {
@@ -437,7 +506,11 @@ cleanup:
     zt_coord_drain(coord);
     zt_rpc_server_destroy(srv);
     zt_coord_close(coord);
+    zt_store_lock_release(db_lock);
+    zt_auth_users_free(users, n_file_users);
+    zt_auth_destroy(auth);
     zt_free(token);
+    zt_free(agent_token);
     zt_free(cert);
     zt_free(key);
     if (rc == 0) ZT_INFO("zcoord", "stopped");
@@ -445,7 +518,10 @@ cleanup:
 
 usage_error:
     fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
+    zt_auth_users_free(users, n_file_users);
+    zt_auth_destroy(auth);
     zt_free(token);
+    zt_free(agent_token);
     zt_free(cert);
     zt_free(key);
     return 2;

@@ -9,7 +9,7 @@ static const char *const job_names[] = {"?",         "QUEUED", "SCHEDULED", "RUN
 static const char *const attempt_names[] = {"?",         "STARTING", "RUNNING",
                                             "SUCCEEDED", "FAILED",   "CANCELED"};
 static const char *const agent_names[] = {"?", "ALIVE", "LOST"};
-static const char *const ckpt_names[] = {"?", "PARTIAL", "COMMITTED", "DELETED"};
+static const char *const ckpt_names[] = {"?", "PARTIAL", "COMMITTED", "DELETED", "BAD"};
 
 #define NAME_OF(tbl, v) ((int)(v) > 0 && (size_t)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : "?")
 

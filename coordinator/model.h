@@ -27,8 +27,15 @@ typedef enum {
 
 typedef enum { ZT_AGENT_ALIVE = 1, ZT_AGENT_LOST = 2 } zt_agent_state;
 
-/* DELETED: the directory was removed (keep_checkpoints); kept as history, never resumed. */
-typedef enum { ZT_CKPT_PARTIAL = 1, ZT_CKPT_COMMITTED = 2, ZT_CKPT_DELETED = 3 } zt_ckpt_state;
+/* DELETED: the directory was removed (keep_checkpoints); kept as history, never resumed.
+ * BAD: a worker told to resume from it found it damaged (checksum, truncated shard, bad
+ * meta.json); kept with the worker's reason, never resumed from again. */
+typedef enum {
+    ZT_CKPT_PARTIAL = 1,
+    ZT_CKPT_COMMITTED = 2,
+    ZT_CKPT_DELETED = 3,
+    ZT_CKPT_BAD = 4,
+} zt_ckpt_state;
 
 /* Worker phases and log sources: numbers of zt.v1.WorkerPhase / zt.v1.LogSource. */
 #define ZT_PHASE_EXITED 7
@@ -70,6 +77,7 @@ typedef struct zt_job_rec {
     int64_t attempt_id; /* current or last attempt, 0 = none */
     int64_t metrics_stride;
     int64_t eligible_ms; /* restart backoff: not placed before this wall-clock time; 0 = none */
+    const char *checkpoint_dir; /* train.checkpoint_dir as resolved at submit; "" = unknown */
 } zt_job_rec;
 
 typedef struct zt_attempt_rec {
@@ -101,6 +109,7 @@ typedef struct zt_agent_rec {
     int64_t incarnation;
     zt_agent_state state;
     int64_t registered_ms, last_seen_ms;
+    const char *session_sha256; /* hex SHA-256 of its session credential; "" = none */
 } zt_agent_rec;
 
 typedef struct zt_event_rec {
@@ -130,7 +139,8 @@ typedef struct zt_ckpt_rec {
     zt_ckpt_state state;
     int world_size, shards;
     int64_t bytes, created_ms, committed_ms;
-    int64_t deleted_ms; /* DELETED: when the removal was recorded */
+    int64_t deleted_ms;     /* DELETED: when the removal was recorded */
+    const char *bad_reason; /* BAD: what the worker found wrong; "" otherwise */
 } zt_ckpt_rec;
 
 typedef struct zt_shard_rec {

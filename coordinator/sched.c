@@ -184,6 +184,12 @@ void zt_sched_plan(zt_sched_agent *agents, size_t n_agents, const zt_sched_job *
 
 zt_exit_class zt_sched_classify_exit(int code, int sig, char *why, size_t cap)
 {
+    return zt_sched_classify_worker_exit(code, sig, NULL, why, cap);
+}
+
+zt_exit_class zt_sched_classify_worker_exit(int code, int sig, const char *bad_ckpt, char *why,
+                                            size_t cap)
+{
     char tmp[8];
     if (!why) {
         why = tmp;
@@ -209,6 +215,13 @@ zt_exit_class zt_sched_classify_exit(int code, int sig, char *why, size_t cap)
     case 0:
         snprintf(why, cap, "exited 0");
         return ZT_EXIT_OK;
+    case ZT_EXIT_CODE_BAD_CHECKPOINT:
+        if (bad_ckpt && bad_ckpt[0])
+            snprintf(why, cap, "exited with code 5 (checkpoint %s failed verification)", bad_ckpt);
+        else
+            snprintf(why, cap,
+                     "exited with code 5 (the checkpoint it resumed from failed verification)");
+        return ZT_EXIT_BAD_CHECKPOINT;
     case 2:
     case 64:
         snprintf(why, cap, "exited with code %d (usage error: not retryable)", code);

@@ -51,16 +51,27 @@ void zt_sched_plan(zt_sched_agent *agents, size_t n_agents, const zt_sched_job *
                    zt_sched_decision *out);
 
 typedef enum {
-    ZT_EXIT_OK = 0,        /* exit code 0 */
-    ZT_EXIT_RETRYABLE = 1, /* a restart may help (crash, signal, lost peer, I/O) */
-    ZT_EXIT_FATAL = 2,     /* a restart repeats it (usage, bad config or data, not runnable) */
+    ZT_EXIT_OK = 0,             /* exit code 0 */
+    ZT_EXIT_RETRYABLE = 1,      /* a restart may help (crash, signal, lost peer, I/O) */
+    ZT_EXIT_FATAL = 2,          /* a restart repeats it (usage, bad config or data, not runnable) */
+    ZT_EXIT_BAD_CHECKPOINT = 3, /* the checkpoint it resumed from failed verification: a
+                                   restart from an older checkpoint may help, never one from
+                                   the same checkpoint */
 } zt_exit_class;
+
+/* zworker's exit code for "the checkpoint I was told to resume from failed verification". */
+#define ZT_EXIT_CODE_BAD_CHECKPOINT 5
 
 /* Classifies how a worker ended: exit status (when sig == 0) or the signal that killed it.
  * Fatal: exit 2 (usage), 64 EX_USAGE, 65 EX_DATAERR, 66 EX_NOINPUT, 77 EX_NOPERM,
- * 78 EX_CONFIG, 126 (not executable), 127 (not found). Every other non-zero exit and every
- * signal is retryable. why (optional) gets a human explanation. */
+ * 78 EX_CONFIG, 126 (not executable), 127 (not found). Exit 5 is ZT_EXIT_BAD_CHECKPOINT.
+ * Every other non-zero exit and every signal is retryable. why (optional) gets a human
+ * explanation. */
 zt_exit_class zt_sched_classify_exit(int code, int sig, char *why, size_t cap);
+/* The same, where bad_ckpt (NULL or "" when unknown) is the checkpoint directory the worker
+ * reported as failing verification: exit 5's explanation names it. */
+zt_exit_class zt_sched_classify_worker_exit(int code, int sig, const char *bad_ckpt, char *why,
+                                            size_t cap);
 
 /* Delay before restart number n (1-based): base * 2^(n-1), at most max_ms. */
 int64_t zt_sched_backoff_ms(int64_t base_ms, int64_t max_ms, int n);

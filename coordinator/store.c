@@ -4,9 +4,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "coordinator/store.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -155,6 +159,33 @@ static const char *const migrations[] = {
     "CREATE INDEX checkpoints_job ON checkpoints(job_id, step);",
     /* 4: a job's restart backoff survives a coordinator restart (wall-clock ms, 0 = none) */
     "ALTER TABLE jobs ADD COLUMN eligible_ms INTEGER NOT NULL DEFAULT 0;",
+    /* 5: who may say what. An agent's session credential survives a coordinator restart (its
+     * SHA-256, never the credential); a checkpoint directory belongs to the job that first
+     * used it (looked up by its resolved path); a checkpoint that failed verification on
+     * load is BAD, with the worker's reason */
+    "ALTER TABLE agents ADD COLUMN session_sha256 TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN checkpoint_dir TEXT NOT NULL DEFAULT '';"
+    "UPDATE jobs SET checkpoint_dir = COALESCE(json_extract(spec_json, '$.train.checkpoint_dir'), '');"
+    "CREATE INDEX jobs_checkpoint_dir ON jobs(checkpoint_dir);"
+    "CREATE TABLE checkpoints_v5("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " attempt_id INTEGER NOT NULL,"
+    " step INTEGER NOT NULL,"
+    " path TEXT NOT NULL,"
+    " world_size INTEGER NOT NULL CHECK(world_size > 0),"
+    " state TEXT NOT NULL CHECK(state IN ('PARTIAL','COMMITTED','DELETED','BAD')),"
+    " created_ms INTEGER NOT NULL,"
+    " committed_ms INTEGER NOT NULL DEFAULT 0,"
+    " deleted_ms INTEGER NOT NULL DEFAULT 0,"
+    " bad_reason TEXT NOT NULL DEFAULT '',"
+    " UNIQUE(job_id, path));"
+    "INSERT INTO checkpoints_v5(id, job_id, attempt_id, step, path, world_size, state, "
+    "created_ms, committed_ms, deleted_ms) SELECT id, job_id, attempt_id, step, path, world_size, "
+    "state, created_ms, committed_ms, deleted_ms FROM checkpoints;"
+    "DROP TABLE checkpoints;"
+    "ALTER TABLE checkpoints_v5 RENAME TO checkpoints;"
+    "CREATE INDEX checkpoints_job ON checkpoints(job_id, step);",
 };
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -164,11 +195,13 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
 #define JOB_COLS                                                                                   \
     "id, submit_key, name, state, reason, priority, ranks, ranks_per_node, device, "              \
     "max_restarts, restarts, total_steps, last_step, spec_text, spec_dir, spec_json, spec_hash, "  \
-    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms"
+    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms, "          \
+    "checkpoint_dir"
 #define JOB_COLS_LIGHT                                                                             \
     "id, submit_key, name, state, reason, priority, ranks, ranks_per_node, device, "              \
     "max_restarts, restarts, total_steps, last_step, NULL, spec_dir, NULL, spec_hash, "            \
-    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms"
+    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms, "          \
+    "checkpoint_dir"
 #define ATTEMPT_COLS                                                                               \
     "id, job_id, number, state, reason, world_size, resume_path, resume_step, created_ms, "        \
     "started_ms, ended_ms"
@@ -176,7 +209,7 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
     "c.id, c.job_id, c.attempt_id, c.step, c.path, c.state, c.world_size, "                        \
     "(SELECT COUNT(*) FROM checkpoint_shards s WHERE s.checkpoint_id = c.id), "                    \
     "(SELECT COALESCE(SUM(bytes), 0) FROM checkpoint_shards s WHERE s.checkpoint_id = c.id), "     \
-    "c.created_ms, c.committed_ms, c.deleted_ms"
+    "c.created_ms, c.committed_ms, c.deleted_ms, c.bad_reason"
 
 #define STMT_LIST(X)                                                                               \
     X(BEGIN, "BEGIN IMMEDIATE")                                                                    \
@@ -189,13 +222,15 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
     X(JOB_INSERT,                                                                                  \
       "INSERT INTO jobs(submit_key, name, state, reason, priority, ranks, ranks_per_node, "        \
       "device, max_restarts, restarts, total_steps, last_step, spec_text, spec_dir, spec_json, "   \
-      "spec_hash, user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride) "          \
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "   \
-      "?19, ?20, ?21, ?22)")                                                                       \
+      "spec_hash, user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, "          \
+      "checkpoint_dir) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "  \
+      "?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)")                                                   \
     X(JOB_SAVE,                                                                                    \
       "UPDATE jobs SET state = ?2, reason = ?3, restarts = ?4, last_step = ?5, started_ms = ?6, "   \
       "ended_ms = ?7, attempt_id = ?8, metrics_stride = ?9, eligible_ms = ?10 WHERE id = ?1")      \
     X(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                      \
+    X(JOB_BY_CKPT_DIR,                                                                             \
+      "SELECT " JOB_COLS_LIGHT " FROM jobs WHERE checkpoint_dir = ?1 ORDER BY id DESC LIMIT 1")     \
     X(JOBS_LIST,                                                                                   \
       "SELECT " JOB_COLS_LIGHT " FROM jobs WHERE (?1 = 0 OR id < ?1) AND (?2 = 0 OR "              \
       "((?2 >> (CASE state WHEN 'QUEUED' THEN 1 WHEN 'SCHEDULED' THEN 2 WHEN 'RUNNING' THEN 3 "    \
@@ -218,11 +253,11 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "exit_signal, last_step FROM ranks WHERE attempt_id = ?1 ORDER BY rank")                     \
     X(AGENT_SAVE,                                                                                  \
       "INSERT OR REPLACE INTO agents(name, hostname, address, version, device, slots, gpus, "      \
-      "incarnation, state, registered_ms, last_seen_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "   \
-      "?9, ?10, ?11)")                                                                             \
+      "incarnation, state, registered_ms, last_seen_ms, session_sha256) VALUES(?1, ?2, ?3, ?4, "   \
+      "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)")                                                        \
     X(AGENTS_LIST,                                                                                 \
       "SELECT name, hostname, address, version, device, slots, gpus, incarnation, state, "         \
-      "registered_ms, last_seen_ms FROM agents ORDER BY name")                                     \
+      "registered_ms, last_seen_ms, session_sha256 FROM agents ORDER BY name")                     \
     X(EVENT_ADD,                                                                                   \
       "INSERT INTO events(time_ms, job_id, attempt_id, agent, kind, from_state, to_state, reason) " \
       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                                                    \
@@ -251,17 +286,20 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "SELECT job_id, attempt_id, step, time_ms, kv FROM metrics WHERE job_id = ?1 AND step >= ?2 " \
       "ORDER BY step")                                                                             \
     X(METRICS_COUNT, "SELECT COUNT(*) FROM metrics WHERE job_id = ?1")                             \
-    X(CKPT_FIND, "SELECT id, attempt_id, world_size, state FROM checkpoints WHERE job_id = ?1 "    \
-                 "AND path = ?2")                                                                  \
+    X(CKPT_FIND, "SELECT id, attempt_id, world_size, state, step FROM checkpoints WHERE "          \
+                 "job_id = ?1 AND path = ?2")                                                      \
     X(CKPT_INSERT,                                                                                 \
       "INSERT INTO checkpoints(job_id, attempt_id, step, path, world_size, state, created_ms, "    \
       "deleted_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?7, ?6, ?8)")                                        \
     X(CKPT_RESET,                                                                                  \
       "UPDATE checkpoints SET attempt_id = ?2, step = ?3, world_size = ?4, state = 'PARTIAL', "    \
-      "created_ms = ?5, committed_ms = 0, deleted_ms = 0 WHERE id = ?1")                           \
+      "created_ms = ?5, committed_ms = 0, deleted_ms = 0, bad_reason = '' WHERE id = ?1")          \
     X(CKPT_DELETE,                                                                                 \
       "UPDATE checkpoints SET state = 'DELETED', deleted_ms = ?2 WHERE id = ?1 AND state != "      \
       "'DELETED'")                                                                                 \
+    X(CKPT_MARK_BAD,                                                                               \
+      "UPDATE checkpoints SET state = 'BAD', bad_reason = ?2 WHERE id = ?1 AND state IN "          \
+      "('PARTIAL','COMMITTED')")                                                                   \
     X(CKPT_CLEAR_SHARDS, "DELETE FROM checkpoint_shards WHERE checkpoint_id = ?1")                 \
     X(SHARD_SAVE,                                                                                  \
       "INSERT OR REPLACE INTO checkpoint_shards(checkpoint_id, rank, file, bytes, crc32c, "        \
@@ -271,9 +309,9 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "UPDATE checkpoints SET state = 'COMMITTED', committed_ms = ?2 WHERE id = ?1 AND state = "   \
       "'PARTIAL'")                                                                                 \
     X(CKPTS_LIST,                                                                                  \
-      "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND (c.state = 'COMMITTED' OR " \
-      "(?2 = 1 AND c.state = 'PARTIAL') OR (?3 = 1 AND c.state = 'DELETED')) ORDER BY c.step "     \
-      "DESC, c.id DESC")                                                                           \
+      "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND (c.state IN "              \
+      "('COMMITTED','BAD') OR (?2 = 1 AND c.state = 'PARTIAL') OR (?3 = 1 AND c.state = "          \
+      "'DELETED')) ORDER BY c.step DESC, c.id DESC")                                               \
     X(CKPT_LATEST,                                                                                 \
       "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND c.state = 'COMMITTED' "     \
       "ORDER BY c.step DESC, c.id DESC LIMIT 1")                                                   \
@@ -602,6 +640,7 @@ zt_status zt_store_job_insert(zt_store *s, const zt_job_rec *r, int64_t *id, boo
     sqlite3_bind_int64(st, 20, r->ended_ms);
     sqlite3_bind_int64(st, 21, r->attempt_id);
     sqlite3_bind_int64(st, 22, r->metrics_stride > 0 ? r->metrics_stride : 1);
+    bind_text(st, 23, r->checkpoint_dir ? r->checkpoint_dir : "");
     zt_status q = exec_done(s, st, err, "inserting a job");
     if (q == ZT_OK)
         *id = sqlite3_last_insert_rowid(s->db);
@@ -657,6 +696,7 @@ static void row_job(sqlite3_stmt *st, zt_job_rec *r)
     r->attempt_id = sqlite3_column_int64(st, 21);
     r->metrics_stride = sqlite3_column_int64(st, 22);
     r->eligible_ms = sqlite3_column_int64(st, 23);
+    r->checkpoint_dir = col_text_or_empty(st, 24);
 }
 
 /* Steps st to the end, calling each(row) per row. */
@@ -690,6 +730,37 @@ zt_status zt_store_job_get(zt_store *s, int64_t id, zt_store_job_fn fn, void *ar
     if (!n)
         return zt_err_set(err, ZT_ERR_NOT_FOUND, "job %lld not found; 'zctl jobs' lists the jobs",
                           (long long)id);
+    return ZT_OK;
+}
+
+zt_status zt_store_job_find_key(zt_store *s, const char *submit_key, int64_t *id, zt_err *err)
+{
+    *id = 0;
+    if (!submit_key || !submit_key[0])
+        return ZT_OK;
+    sqlite3_stmt *st = stmt(s, S_JOB_BY_KEY, err);
+    if (!st)
+        return ZT_ERR_DB;
+    bind_text(st, 1, submit_key);
+    return query_int(s, st, id, err, "looking up a submit key");
+}
+
+zt_status zt_store_job_by_ckpt_dir(zt_store *s, const char *dir, zt_store_job_fn fn, void *arg,
+                                   zt_err *err)
+{
+    sqlite3_stmt *st = stmt(s, S_JOB_BY_CKPT_DIR, err);
+    if (!st)
+        return ZT_ERR_DB;
+    bind_text(st, 1, dir);
+    int n = 0;
+    FOR_ROWS(s, st, err, "looking up the job of a checkpoint directory", {
+        zt_job_rec r;
+        row_job(st, &r);
+        fn(arg, &r);
+        n++;
+    });
+    if (!n)
+        return zt_err_set(err, ZT_ERR_NOT_FOUND, "no job has the checkpoint directory %s", dir);
     return ZT_OK;
 }
 
@@ -869,6 +940,7 @@ zt_status zt_store_agent_save(zt_store *s, const zt_agent_rec *r, zt_err *err)
     bind_text(st, 9, zt_agent_state_name(r->state));
     sqlite3_bind_int64(st, 10, r->registered_ms);
     sqlite3_bind_int64(st, 11, r->last_seen_ms);
+    bind_text(st, 12, r->session_sha256 ? r->session_sha256 : "");
     return exec_done(s, st, err, "saving an agent");
 }
 
@@ -890,6 +962,7 @@ zt_status zt_store_agents_list(zt_store *s, zt_store_agent_fn fn, void *arg, zt_
         r.state = (zt_agent_state)zt_agent_state_parse(col_text(st, 8));
         r.registered_ms = sqlite3_column_int64(st, 9);
         r.last_seen_ms = sqlite3_column_int64(st, 10);
+        r.session_sha256 = col_text_or_empty(st, 11);
         fn(arg, &r);
     });
     return ZT_OK;
@@ -1204,6 +1277,7 @@ static void row_ckpt(sqlite3_stmt *st, zt_ckpt_rec *r)
     r->created_ms = sqlite3_column_int64(st, 9);
     r->committed_ms = sqlite3_column_int64(st, 10);
     r->deleted_ms = sqlite3_column_int64(st, 11);
+    r->bad_reason = col_text_or_empty(st, 12);
 }
 
 zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
@@ -1253,6 +1327,37 @@ zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, 
     if (q == ZT_OK)
         *ckpt_id = sqlite3_last_insert_rowid(s->db);
     return q;
+}
+
+zt_status zt_store_ckpt_mark_bad(zt_store *s, int64_t job_id, const char *dir, const char *reason,
+                                 int64_t *ckpt_id, int64_t *step, zt_ckpt_state *before,
+                                 zt_err *err)
+{
+    *ckpt_id = 0;
+    *step = 0;
+    *before = 0;
+    sqlite3_stmt *st = stmt(s, S_CKPT_FIND, err);
+    if (!st)
+        return ZT_ERR_DB;
+    sqlite3_bind_int64(st, 1, job_id);
+    bind_text(st, 2, dir);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *ckpt_id = sqlite3_column_int64(st, 0);
+        *before = (zt_ckpt_state)zt_ckpt_state_parse(col_text(st, 3));
+        *step = sqlite3_column_int64(st, 4);
+    } else if (rc != SQLITE_DONE) {
+        sqlite3_reset(st);
+        return db_err(s, err, "looking up a checkpoint");
+    }
+    sqlite3_reset(st);
+    if (*before != ZT_CKPT_PARTIAL && *before != ZT_CKPT_COMMITTED)
+        return ZT_OK;
+    if (!(st = stmt(s, S_CKPT_MARK_BAD, err)))
+        return ZT_ERR_DB;
+    sqlite3_bind_int64(st, 1, *ckpt_id);
+    bind_text(st, 2, reason ? reason : "");
+    return exec_done(s, st, err, "marking a checkpoint bad");
 }
 
 zt_status zt_store_ckpts_list(zt_store *s, int64_t job_id, bool include_partial,
@@ -1346,4 +1451,127 @@ zt_status zt_store_rdzv_list(zt_store *s, int64_t attempt_id, zt_store_rdzv_fn f
            (size_t)sqlite3_column_bytes(st, 1));
     });
     return ZT_OK;
+}
+
+/* ---- one coordinator per database --------------------------------------------------------- */
+
+struct zt_store_lock {
+    int fd;
+    char *path; /* "<db>.lock" */
+};
+
+/* Replaces the lock file's content with text, then fsyncs it. */
+static zt_status lock_write(zt_store_lock *l, const char *text, zt_err *err)
+{
+    size_t n = strlen(text);
+    /* write, then cut: a reader never finds the file empty between the two */
+    if (pwrite(l->fd, text, n, 0) != (ssize_t)n || ftruncate(l->fd, (off_t)n) != 0 ||
+        fsync(l->fd) != 0)
+        return zt_err_set(err, ZT_ERR_IO, "cannot write the lock file %s: %s", l->path,
+                          strerror(errno));
+    return ZT_OK;
+}
+
+/* The value of "key=" in the holder's line into out ("" when absent). */
+static void lock_field(const char *line, const char *key, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t kn = strlen(key);
+    for (const char *p = line; (p = strstr(p, key)) != NULL; p += kn) {
+        if ((p != line && p[-1] != ' ') || p[kn] != '=') continue;
+        p += kn + 1;
+        size_t n = strcspn(p, " \n");
+        if (n >= cap) n = cap - 1;
+        memcpy(out, p, n);
+        out[n] = '\0';
+        return;
+    }
+}
+
+/* The error for a lock that another process holds, from what that process wrote. */
+static zt_status lock_busy(int fd, const char *db_path, zt_err *err)
+{
+    char line[1024];
+    ssize_t n = pread(fd, line, sizeof(line) - 1, 0);
+    line[n > 0 ? n : 0] = '\0';
+    char pid[32], grpc[300], http[300];
+    lock_field(line, "pid", pid, sizeof(pid));
+    lock_field(line, "grpc", grpc, sizeof(grpc));
+    lock_field(line, "http", http, sizeof(http));
+    if (!pid[0])
+        return zt_err_set(
+            err, ZT_ERR_EXISTS,
+            "database %s is in use by another zcoord that is starting up; stop it first or use another --db",
+            db_path);
+    if (!grpc[0])
+        return zt_err_set(
+            err, ZT_ERR_EXISTS,
+            "database %s is in use by zcoord pid %s (starting up); stop it first or use another --db",
+            db_path, pid);
+    return zt_err_set(
+        err, ZT_ERR_EXISTS,
+        "database %s is in use by zcoord pid %s (grpc %s, http %s); stop it first or use another --db",
+        db_path, pid, grpc, http[0] ? http : "off");
+}
+
+zt_status zt_store_lock_acquire(zt_store_lock **out, const char *db_path, zt_err *err)
+{
+    *out = NULL;
+    zt_store_lock *l = zt_calloc(1, sizeof(*l));
+    if (!l) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory locking the database");
+    l->fd = -1;
+    zt_status st = ZT_OK;
+    l->path = zt_asprintf("%s.lock", db_path);
+    if (!l->path) {
+        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory locking the database");
+        goto free_lock;
+    }
+    l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
+    if (l->fd < 0) {
+        st = zt_err_set(
+            err, ZT_ERR_IO,
+            "cannot open the lock file %s of database %s: %s; zcoord needs to create and write it beside the database",
+            l->path, db_path, strerror(errno));
+        goto free_lock;
+    }
+    while (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR) continue;
+        if (errno == EWOULDBLOCK)
+            st = lock_busy(l->fd, db_path, err);
+        else
+            st = zt_err_set(err, ZT_ERR_IO, "cannot lock %s (the lock of database %s): %s", l->path,
+                            db_path, strerror(errno));
+        goto close_fd;
+    }
+    char text[64];
+    snprintf(text, sizeof(text), "pid=%d\n", (int)getpid());
+    if ((st = lock_write(l, text, err)) != ZT_OK) goto close_fd;
+    *out = l;
+    return ZT_OK;
+
+close_fd:
+    close(l->fd);
+free_lock:
+    zt_free(l->path);
+    zt_free(l);
+    return st;
+}
+
+zt_status zt_store_lock_describe(zt_store_lock *l, const char *grpc, const char *http, zt_err *err)
+{
+    char *text = zt_asprintf("pid=%d grpc=%s http=%s\n", (int)getpid(), grpc, http);
+    if (!text) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory writing the lock file");
+    zt_status st = lock_write(l, text, err);
+    zt_free(text);
+    return st;
+}
+
+void zt_store_lock_release(zt_store_lock *l)
+{
+    if (!l) return;
+    /* a stale pid in the file would only mislead a reader; the lock itself dies with the fd */
+    if (ftruncate(l->fd, 0) != 0) ZT_WARN("store", "cannot empty %s: %s", l->path, strerror(errno));
+    close(l->fd);
+    zt_free(l->path);
+    zt_free(l);
 }

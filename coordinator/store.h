@@ -16,7 +16,7 @@
 typedef struct zt_store zt_store;
 
 /* The schema version this build migrates to. */
-#define ZT_STORE_SCHEMA_VERSION 4
+#define ZT_STORE_SCHEMA_VERSION 5
 
 /* Opens (creating if needed) the database at path. A writer handle applies the pending
  * migrations in order, each in its own transaction; a database with a newer schema than
@@ -41,8 +41,9 @@ void zt_store_rollback_savepoint(zt_store *s);
 
 /* ---- writes ---------------------------------------------------------------------------- */
 
-/* Inserts a job (rec->id ignored). When rec->submit_key names an existing job, inserts
- * nothing and sets *existed and *id to that job. */
+/* Inserts a job (rec->id ignored; rec->checkpoint_dir is stored as given). When
+ * rec->submit_key names an existing job, inserts nothing and sets *existed and *id to that
+ * job. */
 zt_status zt_store_job_insert(zt_store *s, const zt_job_rec *rec, int64_t *id, bool *existed,
                               zt_err *err);
 /* Updates the mutable columns of job rec->id (state, reason, restarts, last_step, times,
@@ -80,6 +81,14 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
 zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
                                const char *dir, int world_size, int64_t now_ms, int64_t *ckpt_id,
                                zt_ckpt_state *before, zt_err *err);
+/* Marks the PARTIAL or COMMITTED checkpoint (job, dir) BAD with the worker's reason (it
+ * failed verification on load): it is listed, never resumed from again, and a later attempt
+ * that rewrites the directory makes it PARTIAL again as usual. Outputs: the checkpoint id
+ * and step (0 when the store has no such checkpoint) and its state before the call (0:
+ * unknown; BAD or DELETED: nothing changed). In the caller's transaction. */
+zt_status zt_store_ckpt_mark_bad(zt_store *s, int64_t job_id, const char *dir, const char *reason,
+                                 int64_t *ckpt_id, int64_t *step, zt_ckpt_state *before,
+                                 zt_err *err);
 /* Marks the PARTIAL checkpoint ckpt_id COMMITTED with committed_ms = now_ms, whatever its
  * shard count (the caller has seen the checkpoint complete on disk); *changed (optional): it
  * was PARTIAL. */
@@ -104,6 +113,12 @@ typedef void (*zt_store_rdzv_fn)(void *arg, int rank, const void *value, size_t 
 
 /* One job; ZT_ERR_NOT_FOUND when there is none. */
 zt_status zt_store_job_get(zt_store *s, int64_t id, zt_store_job_fn fn, void *arg, zt_err *err);
+/* The job whose submit_key is submit_key: *id, or 0 when there is none (or the key is ""). */
+zt_status zt_store_job_find_key(zt_store *s, const char *submit_key, int64_t *id, zt_err *err);
+/* The newest job (any state) whose checkpoint_dir is exactly dir: the one the directory
+ * belongs to. spec_text/spec_json are not read (NULL). ZT_ERR_NOT_FOUND when there is none. */
+zt_status zt_store_job_by_ckpt_dir(zt_store *s, const char *dir, zt_store_job_fn fn, void *arg,
+                                   zt_err *err);
 /* Jobs newest first, with id < before_id (0 = no bound), whose state bit (1 << state) is in
  * state_mask (0 = all), at most limit. spec_text/spec_json are not read (NULL). */
 zt_status zt_store_jobs_list(zt_store *s, unsigned state_mask, int64_t before_id, int limit,
@@ -134,8 +149,8 @@ zt_status zt_store_logs_count(zt_store *s, int64_t job_id, int64_t *count, zt_er
 zt_status zt_store_metrics_list(zt_store *s, int64_t job_id, int64_t from_step,
                                 zt_store_metric_fn fn, void *arg, zt_err *err);
 zt_status zt_store_metrics_count(zt_store *s, int64_t job_id, int64_t *count, zt_err *err);
-/* A job's checkpoints, newest step first: the COMMITTED ones, plus the PARTIAL and DELETED
- * ones when asked for. */
+/* A job's checkpoints, newest step first: the COMMITTED and BAD ones, plus the PARTIAL and
+ * DELETED ones when asked for. */
 zt_status zt_store_ckpts_list(zt_store *s, int64_t job_id, bool include_partial,
                               bool include_deleted, zt_store_ckpt_fn fn, void *arg, zt_err *err);
 zt_status zt_store_shards_list(zt_store *s, int64_t ckpt_id, zt_store_shard_fn fn, void *arg,
@@ -147,5 +162,27 @@ zt_status zt_store_ckpt_latest(zt_store *s, int64_t job_id, zt_store_ckpt_fn fn,
 zt_status zt_store_ckpt_count(zt_store *s, int64_t job_id, int *committed, zt_err *err);
 zt_status zt_store_rdzv_list(zt_store *s, int64_t attempt_id, zt_store_rdzv_fn fn, void *arg,
                              zt_err *err);
+
+/* ---- one coordinator per database --------------------------------------------------------- */
+
+/* Two coordinators on one database would each schedule its jobs and fight over its rows; the
+ * lock makes the second one stop at start-up and name the first. */
+typedef struct zt_store_lock zt_store_lock;
+
+/* Takes the exclusive lock of the database at db_path for this process: flock(LOCK_EX |
+ * LOCK_NB) on the sidecar file "<db_path>.lock" (created 0644 when missing), which then holds
+ * "pid=<pid>" until zt_store_lock_describe adds the addresses. The kernel drops the lock when
+ * the process dies, so a lock file left behind by a dead coordinator never blocks. Take it
+ * before zt_store_open, so that migrations never run twice at once.
+ * Errors: ZT_ERR_EXISTS when another process holds it (the message names the database, the
+ * holder's pid and addresses as it recorded them, and what to do), ZT_ERR_IO (the lock file
+ * cannot be created or locked), ZT_ERR_NOMEM. Not for several threads on one handle. */
+zt_status zt_store_lock_acquire(zt_store_lock **out, const char *db_path, zt_err *err);
+/* Records who holds the lock: the file becomes "pid=<pid> grpc=<grpc> http=<http>\n",
+ * fsync'd, for the message a second coordinator prints. Errors: ZT_ERR_IO. */
+zt_status zt_store_lock_describe(zt_store_lock *l, const char *grpc, const char *http, zt_err *err);
+/* Empties the lock file and releases the lock (the file stays: removing it would let two
+ * processes lock two different files of one name). NULL is a no-op. */
+void zt_store_lock_release(zt_store_lock *l);
 
 #endif

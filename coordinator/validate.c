@@ -217,6 +217,16 @@ static bool worker_ok(const Zt__V1__WorkerStatus *w, size_t i, char *why, size_t
         return fail(why, cap, "workers[%zu]: phase %d is not a worker phase", i, (int)w->phase);
     if (w->step < 0 || w->collective_seq < 0)
         return fail(why, cap, "workers[%zu]: negative step or collective_seq", i);
+    const Zt__V1__CollectiveWait *c = w->wait;
+    if (c && (strlen(c->op) > 23 || strlen(c->part) > 23 || strlen(c->prev_op) > 23 ||
+              c->seq < 1 || c->prev_seq < 0 || c->step < 0 || c->waited_ms < 0))
+        return fail(why, cap,
+                    "workers[%zu].wait: op, part and prev_op must be at most 23 bytes, seq >= 1, prev_seq, step and waited_ms >= 0",
+                    i);
+    if (strlen(w->bad_checkpoint) > 4096 || strlen(w->bad_checkpoint_reason) > 4096 ||
+        strlen(w->exit_reason) > 4096)
+        return fail(why, cap, "workers[%zu]: bad_checkpoint or its reason is longer than 4096 bytes",
+                    i);
     return true;
 }
 
@@ -255,6 +265,28 @@ bool zt_check_report_metrics(const Zt__V1__ReportMetricsRequest *q, char *why, s
     return true;
 }
 
+/* An absolute path whose last component is step_<digits> and that has no empty, "." or ".."
+ * component: what zworker reports for a checkpoint directory. */
+static bool step_dir_ok(const char *d)
+{
+    if (d[0] != '/') return false;
+    const char *last = NULL;
+    for (const char *p = d; *p;) {
+        while (*p == '/')
+            p++;
+        if (!*p) break;
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return false;
+        last = p;
+        p += n;
+    }
+    if (!last || strncmp(last, "step_", 5) != 0 || !last[5]) return false;
+    for (const char *p = last + 5; *p && *p != '/'; p++)
+        if (*p < '0' || *p > '9') return false;
+    return true;
+}
+
 bool zt_check_report_checkpoint(const Zt__V1__ReportCheckpointRequest *q, char *why, size_t cap)
 {
     if (q->attempt_id <= 0)
@@ -267,7 +299,14 @@ bool zt_check_report_checkpoint(const Zt__V1__ReportCheckpointRequest *q, char *
         return fail(why, cap, "dir or file name too long");
     if (!q->file || !q->file[0] || strchr(q->file, '/'))
         return fail(why, cap, "file must be the shard's name inside dir (no '/')");
-    if (q->bytes < 0) return fail(why, cap, "bytes %lld is negative", (long long)q->bytes);
+    char want[32];
+    snprintf(want, sizeof(want), "rank_%05d.zts", q->rank);
+    if (strcmp(q->file, want) != 0)
+        return fail(why, cap, "file must be rank %d's shard name %s", q->rank, want);
+    if (!step_dir_ok(q->dir))
+        return fail(why, cap,
+                    "dir must be an absolute path ending in step_<n>, without '.' or '..' components");
+    if (q->bytes <= 0) return fail(why, cap, "bytes %lld is not positive", (long long)q->bytes);
     return true;
 }
 
@@ -281,6 +320,9 @@ bool zt_check_report_checkpoint_removed(const Zt__V1__ReportCheckpointRemovedReq
     if (!q->dir || q->dir[0] != '/')
         return fail(why, cap, "dir must be the removed checkpoint directory's absolute path");
     if (strlen(q->dir) >= 1024) return fail(why, cap, "dir is too long (at most 1023 bytes)");
+    if (!step_dir_ok(q->dir))
+        return fail(why, cap,
+                    "dir must be an absolute path ending in step_<n>, without '.' or '..' components");
     return true;
 }
 

@@ -1,7 +1,7 @@
 /* zerotrain: sharded checkpoints — save (snapshot, background write, commit by rank 0 that
  * every rank agrees on), load with re-sharding and per-chunk verification, and the
  * engine-free reader behind export and inspect (see ckpt.h). */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath, and POSIX 2008 */
 #include "ckpt.h"
 
 #include <ctype.h>
@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/alloc.h"
@@ -156,8 +157,13 @@ static int parse_shard_name(const char *name)
     return v > INT_MAX ? INT_MAX : (int)v;
 }
 
-zt_status zt_ckpt_resolve(const char *path, char *step_dir, size_t len, zt_err *err)
+zt_status zt_ckpt_resolve(const char *given, char *step_dir, size_t len, zt_err *err)
 {
+    /* "ckpt/step_00000010/" names the same directory as "ckpt/step_00000010" */
+    char path[ZT_PATH_MAX + 16];
+    pathf(path, sizeof(path), "%s", given);
+    for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--)
+        path[n - 1] = '\0';
     char meta[ZT_PATH_MAX + 16];
     pathf(meta, sizeof(meta), "%s/%s", path, META_NAME);
     if (file_exists(meta)) {
@@ -970,6 +976,213 @@ out:
     return cst;
 }
 
+/* ---- the job a checkpoint directory belongs to (owner.json) ---- */
+
+#define OWNER_NAME "owner.json"
+#define OWNER_FORMAT "zerotrain-checkpoint-owner"
+#define OWNER_VERSION 1
+
+bool zt_ckpt_status_is_bad(zt_status st)
+{
+    return st == ZT_ERR_CORRUPT || st == ZT_ERR_FORMAT;
+}
+
+zt_status zt_ckpt_owner_from_env(zt_ckpt_owner *me, const char *job_name, zt_err *err)
+{
+    memset(me, 0, sizeof(*me));
+    pathf(me->job_name, sizeof(me->job_name), "%s", job_name ? job_name : "");
+    const char *id = getenv("ZT_JOB_ID");
+    if (id && *id) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(id, &end, 10);
+        if (errno || *end || v < 0 || !isdigit((unsigned char)id[0]))
+            return zt_err_set(err, ZT_ERR_CONFIG,
+                              "ZT_JOB_ID=\"%s\" is not a job id (a non-negative integer); unset it for a run without a coordinator",
+                              id);
+        me->has_job_id = true;
+        me->job_id = v;
+    }
+    const char *key = getenv("ZT_SUBMIT_KEY");
+    if (key && pathf(me->submit_key, sizeof(me->submit_key), "%s", key) >= (int)sizeof(me->submit_key))
+        return zt_err_set(err, ZT_ERR_CONFIG, "ZT_SUBMIT_KEY is longer than %zu bytes",
+                          sizeof(me->submit_key) - 1);
+    return ZT_OK;
+}
+
+bool zt_ckpt_owner_same(const zt_ckpt_owner *a, const zt_ckpt_owner *b)
+{
+    return a->has_job_id == b->has_job_id && (!a->has_job_id || a->job_id == b->job_id);
+}
+
+zt_status zt_ckpt_owner_read(const char *dir, zt_ckpt_owner *out, bool *found, zt_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    *found = false;
+    char path[ZT_PATH_MAX + 16];
+    pathf(path, sizeof(path), "%s/%s", dir, OWNER_NAME);
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return ZT_OK;
+        return zt_err_set(err, ZT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    }
+    *found = true;
+    const char *why = NULL;
+    char buf[160];
+    json_error_t je;
+    json_t *root = S_ISREG(sb.st_mode) ? json_load_file(path, JSON_REJECT_DUPLICATES, &je) : NULL;
+    json_t *id = NULL, *name = NULL, *key = NULL, *created = NULL;
+    if (!S_ISREG(sb.st_mode)) {
+        why = "it is not a regular file";
+    } else if (!root) {
+        pathf(buf, sizeof(buf), "line %d: %s", je.line, je.text);
+        why = buf;
+    } else if (!json_is_object(root) ||
+               !json_is_string(json_object_get(root, "format")) ||
+               strcmp(json_string_value(json_object_get(root, "format")), OWNER_FORMAT) != 0) {
+        why = "its \"format\" is not \"" OWNER_FORMAT "\"";
+    } else if (json_integer_value(json_object_get(root, "version")) != OWNER_VERSION) {
+        why = "its \"version\" is not 1";
+    } else {
+        id = json_object_get(root, "job_id");
+        name = json_object_get(root, "job_name");
+        key = json_object_get(root, "submit_key");
+        created = json_object_get(root, "created");
+        if (!(json_is_null(id) || (json_is_integer(id) && json_integer_value(id) >= 0)) ||
+            !json_is_string(name) || !json_is_string(key) || !json_is_string(created))
+            why = "\"job_id\", \"job_name\", \"submit_key\" or \"created\" is missing or of the wrong type";
+    }
+    if (why) {
+        json_decref(root);
+        return zt_err_set(err, ZT_ERR_CONFIG,
+                          "%s is not a checkpoint owner record (%s); remove it, or set ZT_CKPT_TAKEOVER=1 to replace it",
+                          path, why);
+    }
+    out->has_job_id = json_is_integer(id);
+    out->job_id = out->has_job_id ? json_integer_value(id) : 0;
+    pathf(out->job_name, sizeof(out->job_name), "%s", json_string_value(name));
+    pathf(out->submit_key, sizeof(out->submit_key), "%s", json_string_value(key));
+    pathf(out->created, sizeof(out->created), "%s", json_string_value(created));
+    json_decref(root);
+    return ZT_OK;
+}
+
+/* "job 12 'tiny'" or "a local run (zctl run) of 'tiny'" */
+static void owner_describe(const zt_ckpt_owner *o, char *buf, size_t n)
+{
+    if (o->has_job_id)
+        pathf(buf, n, "job %lld '%s'", (long long)o->job_id, o->job_name);
+    else
+        pathf(buf, n, "a local run (zctl run) of '%s'", o->job_name);
+}
+
+/* The refusal of a directory that belongs to another job. */
+static zt_status owner_refuse(const char *dir, const zt_ckpt_owner *owner, zt_err *err)
+{
+    char who[ZT_NAME_MAX + 64];
+    owner_describe(owner, who, sizeof(who));
+    return zt_err_set(err, ZT_ERR_CONFIG,
+                      "checkpoint_dir %s belongs to %s (created %s); give this job its own train.checkpoint_dir, or set train.resume_from to take it over (ZT_CKPT_TAKEOVER=1 takes it over without resuming from it)",
+                      dir, who, owner->created);
+}
+
+zt_status zt_ckpt_owner_check(const char *dir, const zt_ckpt_owner *me, bool takeover,
+                              zt_err *err)
+{
+    zt_ckpt_owner cur;
+    bool found;
+    zt_err rerr;
+    zt_err_clear(&rerr);
+    zt_status st = zt_ckpt_owner_read(dir, &cur, &found, &rerr);
+    if (st != ZT_OK)
+        return takeover && st == ZT_ERR_CONFIG ? ZT_OK : zt_err_set(err, st, "%s", rerr.msg);
+    if (!found || takeover || zt_ckpt_owner_same(&cur, me))
+        return ZT_OK;
+    return owner_refuse(dir, &cur, err);
+}
+
+/* Writes me as dir's owner (a new record, created now), durably. */
+static zt_status owner_write(const char *dir, const zt_ckpt_owner *me, zt_err *err)
+{
+    char created[32];
+    time_t now = (time_t)(zt_wall_ms() / 1000);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string(OWNER_FORMAT));
+    json_object_set_new(root, "version", json_integer(OWNER_VERSION));
+    json_object_set_new(root, "job_id", me->has_job_id ? json_integer(me->job_id) : json_null());
+    json_object_set_new(root, "job_name", json_string(me->job_name));
+    json_object_set_new(root, "submit_key", json_string(me->submit_key));
+    json_object_set_new(root, "created", json_string(created));
+    char *js = json_dumps(root, JSON_PRESERVE_ORDER);
+    json_decref(root);
+    char path[ZT_PATH_MAX + 16];
+    pathf(path, sizeof(path), "%s/%s", dir, OWNER_NAME);
+    if (!js)
+        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory writing %s", path);
+    zt_outfile *f = NULL;
+    zt_status st = zt_outfile_open(&f, path, err);
+    if (st == ZT_OK && (st = zt_outfile_write(f, js, strlen(js), err)) == ZT_OK &&
+        (st = zt_outfile_write(f, "\n", 1, err)) == ZT_OK)
+        st = zt_outfile_commit(f, err);
+    else
+        zt_outfile_abort(f);
+    free(js);
+    return st;
+}
+
+/* Rank 0's part of zt_ckpt_claim. */
+static zt_status claim_local(const char *dir, const zt_ckpt_owner *me, bool takeover,
+                             zt_err *err)
+{
+    zt_status st = mkdir_p(dir, err);
+    if (st != ZT_OK)
+        return st;
+    zt_ckpt_owner cur;
+    bool found;
+    zt_err rerr;
+    zt_err_clear(&rerr);
+    st = zt_ckpt_owner_read(dir, &cur, &found, &rerr);
+    if (st != ZT_OK && !(takeover && st == ZT_ERR_CONFIG))
+        return zt_err_set(err, st, "%s", rerr.msg);
+    bool readable = st == ZT_OK;
+    if (found && readable && zt_ckpt_owner_same(&cur, me))
+        return ZT_OK;
+    if (found && readable && !takeover)
+        return owner_refuse(dir, &cur, err);
+    if ((st = owner_write(dir, me, err)) != ZT_OK)
+        return st;
+    char who[ZT_NAME_MAX + 64];
+    if (found && readable) {
+        owner_describe(&cur, who, sizeof(who));
+        ZT_WARN("ckpt", "took over checkpoint_dir %s from %s (created %s)", dir, who,
+                cur.created);
+    } else if (found) {
+        ZT_WARN("ckpt", "replaced %s/%s, which was not an owner record (ZT_CKPT_TAKEOVER=1)", dir,
+                OWNER_NAME);
+    }
+    return ZT_OK;
+}
+
+zt_status zt_ckpt_claim(zt_engine *e, const zt_ckpt_owner *me, bool takeover, zt_err *err)
+{
+    zt_status st = e->rank == 0 ? claim_local(e->job.train.checkpoint_dir, me, takeover, err)
+                                : ZT_OK;
+    return agree(e, st, err);
+}
+
+bool zt_ckpt_path_inside(const char *path, const char *dir)
+{
+    char p[PATH_MAX], d[PATH_MAX];
+    if (!realpath(path, p) || !realpath(dir, d))
+        return false;
+    size_t n = strlen(d);
+    return strncmp(p, d, n) == 0 && (p[n] == '\0' || p[n] == '/' || (n == 1 && d[0] == '/'));
+}
+
 /* ---- save ---- */
 
 struct ckpt_writer {
@@ -1032,48 +1245,105 @@ static size_t shard_bytes(const zt_engine *e, size_t *payload)
     return sizeof(zt_shard_header) + table_bytes(e->nu) + p;
 }
 
-/* Rank 0, before any shard of a step is written: the step directory exists and its entry is
- * durable; a re-saved step loses its meta.json first (it is not complete until that is back),
- * and the shards of ranks the new world does not have and temporaries of an interrupted save
- * are removed, so the directory holds only what the new meta.json will list. */
+/* True for a name zerotrain writes in a step directory: meta.json, rank_NNNNN.zts, and the
+ * temporaries zt_outfile writes them under ("<name>.tmp.<pid>"). Clean-up removes nothing
+ * else, so a file someone put there (or a link to one) is never lost to pruning. */
+static bool own_step_file(const char *name)
+{
+    char base[64];
+    const char *tmp = strstr(name, ".tmp.");
+    if (tmp) {
+        const char *pid = tmp + 5;
+        if (!*pid || (size_t)(tmp - name) >= sizeof(base))
+            return false;
+        for (const char *p = pid; *p; p++)
+            if (!isdigit((unsigned char)*p))
+                return false;
+        memcpy(base, name, (size_t)(tmp - name));
+        base[tmp - name] = '\0';
+        name = base;
+    }
+    return strcmp(name, META_NAME) == 0 || parse_shard_name(name) >= 0;
+}
+
+/* Removes name from the directory open as dfd when it is a regular file (never through a
+ * symbolic link: unlinkat removes the entry itself). 1: removed; 0: there is none; -1: not
+ * removed, errno says why (EPERM: it is not a regular file). */
+static int unlink_regular_at(int dfd, const char *name)
+{
+    struct stat sb;
+    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISREG(sb.st_mode)) {
+        errno = EPERM;
+        return -1;
+    }
+    if (unlinkat(dfd, name, 0) == 0)
+        return 1;
+    return errno == ENOENT ? 0 : -1;
+}
+
+/* Rank 0, before any shard of a step is written: the step directory exists, is a real
+ * directory (not a symbolic link: zerotrain writes only where it made the directory), and its
+ * entry is durable; a re-saved step loses its meta.json first (it is not complete until that
+ * is back), and the shards of ranks the new world does not have and temporaries of an
+ * interrupted save are removed, so the directory holds only what the new meta.json will list. */
 static zt_status prepare_step_dir(zt_engine *e, const char *dir, zt_err *err)
 {
     zt_status st = mkdir_p(dir, err);
     if (st != ZT_OK)
         return st;
-    char path[ZT_PATH_MAX + 320];
-    pathf(path, sizeof(path), "%s/%s", dir, META_NAME);
-    if (unlink(path) != 0 && errno != ENOENT)
-        return zt_err_set(err, errno_status(errno),
-                          "cannot remove %s before re-saving step %lld: %s; remove it by hand or set train.checkpoint_dir elsewhere",
-                          path, (long long)e->steps_done, strerror(errno));
-    DIR *d = opendir(dir);
-    if (!d)
-        return zt_err_set(err, ZT_ERR_IO, "cannot list the checkpoint directory %s: %s", dir,
-                          strerror(errno));
+    int sfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sfd < 0) {
+        int en = errno;
+        if (en == ELOOP || en == ENOTDIR)
+            return zt_err_set(err, ZT_ERR_CONFIG,
+                              "checkpoint %s is a symbolic link or not a directory, not a step directory zerotrain made; remove it or set train.checkpoint_dir elsewhere",
+                              dir);
+        return zt_err_set(err, errno_status(en), "cannot open the checkpoint directory %s: %s",
+                          dir, strerror(en));
+    }
+    int lfd = -1;
+    DIR *d = NULL;
+    if (unlink_regular_at(sfd, META_NAME) < 0) {
+        st = zt_err_set(err, errno == EPERM ? ZT_ERR_CONFIG : errno_status(errno),
+                        "cannot remove %s/%s before re-saving step %lld: %s; remove it by hand or set train.checkpoint_dir elsewhere",
+                        dir, META_NAME, (long long)e->steps_done,
+                        errno == EPERM ? "it is not a regular file" : strerror(errno));
+        goto close_dir;
+    }
+    lfd = dup(sfd);
+    d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        st = zt_err_set(err, ZT_ERR_IO, "cannot list the checkpoint directory %s: %s", dir,
+                        strerror(errno));
+        if (lfd >= 0)
+            close(lfd);
+        goto close_dir;
+    }
     int removed = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         int r = parse_shard_name(de->d_name);
-        bool tmp = strstr(de->d_name, ".tmp.") != NULL &&
-                   (strncmp(de->d_name, "rank_", 5) == 0 ||
-                    strncmp(de->d_name, META_NAME, strlen(META_NAME)) == 0);
-        if (!(r >= e->world || tmp))
+        bool tmp = strstr(de->d_name, ".tmp.") != NULL && own_step_file(de->d_name);
+        if (!((r >= 0 && r >= e->world) || tmp))
             continue;
-        pathf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        if (unlink(path) != 0 && errno != ENOENT) {
-            st = zt_err_set(err, errno_status(errno),
-                            "cannot remove the stale %s before re-saving step %lld with %d ranks: %s; remove it by hand",
-                            path, (long long)e->steps_done, e->world, strerror(errno));
+        if (unlink_regular_at(sfd, de->d_name) < 0) {
+            st = zt_err_set(err, errno == EPERM ? ZT_ERR_CONFIG : errno_status(errno),
+                            "cannot remove the stale %s/%s before re-saving step %lld with %d ranks: %s; remove it by hand",
+                            dir, de->d_name, (long long)e->steps_done, e->world,
+                            errno == EPERM ? "it is not a regular file" : strerror(errno));
             break;
         }
-        ZT_INFO("ckpt", "removed stale %s (step %lld is re-saved by %d ranks)", path,
-                (long long)e->steps_done, e->world);
+        ZT_INFO("ckpt", "removed stale %s/%s (step %lld is re-saved by %d ranks)", dir,
+                de->d_name, (long long)e->steps_done, e->world);
         removed++;
     }
     closedir(d);
     if (st == ZT_OK && removed)
         st = zt_dir_fsync(dir, err);
+close_dir:
+    close(sfd);
     return st;
 }
 
@@ -1186,26 +1456,112 @@ static void report(const zt_engine *e, const char *line, int n)
         ZT_WARN("ckpt", "cannot write to the report pipe: %s", strerror(errno));
 }
 
+/* Whether step directory `name` of the checkpoint directory open as rfd holds meta.json (a
+ * regular file), looking through no symbolic link. */
+static bool step_complete_at(int rfd, const char *name)
+{
+    int sfd = openat(rfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sfd < 0)
+        return false;
+    struct stat sb;
+    bool ok = fstatat(sfd, META_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode);
+    close(sfd);
+    return ok;
+}
+
+/* Removes step directory `name` of the checkpoint directory open as rfd: meta.json first (the
+ * checkpoint stops counting before its shards go), then the other files zerotrain writes there
+ * (own_step_file, regular files only), then the directory itself, unless anything else is left
+ * in it. Looks through no symbolic link. *removed counts the files removed. 0: the directory
+ * is gone; 1: it was kept for what else it holds (*foreign entries, the first named in first);
+ * -1: it could not be listed or removed; -2: it could not be opened (nothing was touched).
+ * errno says why for -1 and -2. */
+static int remove_step_at(int rfd, const char *name, int *removed, int *foreign, char *first,
+                          size_t first_n)
+{
+    *removed = *foreign = 0;
+    first[0] = '\0';
+    int sfd = openat(rfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sfd < 0)
+        return -2;
+    int u = unlink_regular_at(sfd, META_NAME);
+    if (u < 0) {
+        (*foreign)++;
+        snprintf(first, first_n, "%s", META_NAME);
+    }
+    *removed += u > 0;
+    int lfd = dup(sfd);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        int en = errno;
+        if (lfd >= 0)
+            close(lfd);
+        close(sfd);
+        errno = en;
+        return -1;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            strcmp(de->d_name, META_NAME) == 0)
+            continue;
+        if (own_step_file(de->d_name) && (u = unlink_regular_at(sfd, de->d_name)) >= 0) {
+            *removed += u;
+            continue;
+        }
+        if (!*foreign)
+            snprintf(first, first_n, "%s", de->d_name);
+        (*foreign)++;
+    }
+    closedir(d);
+    close(sfd);
+    if (*foreign)
+        return 1;
+    return unlinkat(rfd, name, AT_REMOVEDIR) == 0 ? 0 : -1;
+}
+
 /* Rank 0, after a commit: keeps the newest keep_checkpoints complete checkpoints and removes
- * incomplete step directories older than the newest complete one. Best effort: a directory
- * that cannot be listed or removed is left (and logged). */
-static void prune(const zt_engine *e)
+ * incomplete step directories older than the newest complete one. Only real step_NNNNNNNN
+ * directories count: an entry of that name that is a symbolic link or not a directory is left
+ * alone (with one warning a run), and only the files zerotrain writes are removed (remove_step_at).
+ * Best effort: a directory that cannot be listed or removed is left (and logged). */
+static void prune(zt_engine *e)
 {
     int keep = e->job.train.keep_checkpoints;
     const char *root = e->job.train.checkpoint_dir;
-    DIR *d = opendir(root);
-    if (!d)
+    int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
         return;
+    int lfd = dup(rfd);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        if (lfd >= 0)
+            close(lfd);
+        close(rfd);
+        return;
+    }
     step_entry *steps = NULL;
     size_t n = 0, cap = 0;
     int64_t newest = -1;
     bool listed = true;
+    int odd = 0;
+    char odd_first[300] = "";
     struct dirent *de;
-    char meta[ZT_PATH_MAX + 320];
     while ((de = readdir(d)) != NULL) {
         int64_t s = parse_step_name(de->d_name);
-        if (s < 0)
+        char canon[32];
+        if (s < 0 || pathf(canon, sizeof(canon), "step_%08lld", (long long)s) >= (int)sizeof(canon) ||
+            strcmp(canon, de->d_name) != 0)
             continue;
+        struct stat sb;
+        if (fstatat(rfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (!S_ISDIR(sb.st_mode)) {
+            if (!odd++)
+                pathf(odd_first, sizeof(odd_first), "%s (%s)", de->d_name,
+                      S_ISLNK(sb.st_mode) ? "a symbolic link" : "not a directory");
+            continue;
+        }
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 64;
             step_entry *grown = zt_realloc(steps, ncap * sizeof(*steps));
@@ -1216,17 +1572,23 @@ static void prune(const zt_engine *e)
             steps = grown;
             cap = ncap;
         }
-        pathf(meta, sizeof(meta), "%s/%s/%s", root, de->d_name, META_NAME);
         steps[n].step = s;
-        steps[n].complete = file_exists(meta);
+        steps[n].complete = step_complete_at(rfd, de->d_name);
         if (steps[n].complete && s > newest)
             newest = s;
         n++;
     }
     closedir(d);
+    if (odd && !e->ck_odd_warned) {
+        e->ck_odd_warned = true;
+        ZT_WARN("ckpt",
+                "%s: left %d step_* entr%s alone, e.g. %s: keep_checkpoints removes only step directories zerotrain made",
+                root, odd, odd == 1 ? "y" : "ies", odd_first);
+    }
     if (!listed) { /* a partial list could keep the wrong ones: remove nothing this time */
         ZT_WARN("ckpt", "out of memory listing %s; old checkpoints are kept this time", root);
         zt_free(steps);
+        close(rfd);
         return;
     }
     if (n > 1) /* qsort wants a valid pointer, even for no elements */
@@ -1237,27 +1599,24 @@ static void prune(const zt_engine *e)
         bool drop = steps[i].complete ? (keep > 0 && ++kept > keep) : step < newest;
         if (!drop)
             continue;
-        char dir[ZT_PATH_MAX + 32];
-        pathf(dir, sizeof(dir), "%s/step_%08lld", root, (long long)step);
-        /* meta.json first: the checkpoint stops counting before its shards go */
-        pathf(meta, sizeof(meta), "%s/%s", dir, META_NAME);
-        unlink(meta);
-        DIR *sd = opendir(dir);
-        if (sd) {
-            struct dirent *f;
-            while ((f = readdir(sd)) != NULL) {
-                if (f->d_name[0] == '.')
-                    continue;
-                char fp[ZT_PATH_MAX + 320];
-                pathf(fp, sizeof(fp), "%s/%s", dir, f->d_name);
-                unlink(fp);
-            }
-            closedir(sd);
-        }
-        if (rmdir(dir) != 0)
+        char name[32], dir[ZT_PATH_MAX + 32], first[300];
+        pathf(name, sizeof(name), "step_%08lld", (long long)step);
+        pathf(dir, sizeof(dir), "%s/%s", root, name);
+        int removed = 0, foreign = 0;
+        int rc = remove_step_at(rfd, name, &removed, &foreign, first, sizeof(first));
+        if (rc == 1 && removed == 0)
+            continue; /* nothing of zerotrain's in it (any more): not a checkpoint */
+        if (rc < 0) {
             ZT_WARN("ckpt", "cannot remove old checkpoint %s: %s", dir, strerror(errno));
-        else
+            if (rc == -2)
+                continue; /* nothing of it was touched */
+        } else if (rc > 0) {
+            ZT_WARN("ckpt",
+                    "removed checkpoint %s's files but kept the directory: it holds %d entr%s zerotrain did not write (%s)",
+                    dir, foreign, foreign == 1 ? "y" : "ies", first);
+        } else {
             ZT_INFO("ckpt", "removed checkpoint %s (keep_checkpoints %d)", dir, keep);
+        }
         /* incomplete ones too: the coordinator may know them */
         char line[ZT_PATH_MAX + 96];
         report(e, line,
@@ -1265,6 +1624,7 @@ static void prune(const zt_engine *e)
                      (long long)step, dir));
     }
     zt_free(steps);
+    close(rfd);
 }
 
 /* Rank 0: meta.json from every rank's (table crc, bytes), durable, and the step directory's

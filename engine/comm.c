@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../common/alloc.h"
 #include "../common/log.h"
@@ -140,6 +142,119 @@ bool zt_comm_get_broken(zt_comm *c, zt_err *out)
     return b;
 }
 
+/* ---- stall reports (the watch thread) ---- */
+
+static void watch_write(const zt_comm *c, const char *line, int n)
+{
+    if (n <= 0) return;
+    /* one write of less than PIPE_BUF bytes: never interleaved with the engine's lines */
+    ssize_t w = write(c->report_fd, line, (size_t)n);
+    (void)w;
+}
+
+/* Once a tick: the oldest unfinished collective, reported when it has waited stall_ms and
+ * again (wait_end) when it finishes. Takes c->lock around reading the ring only. */
+static void *watch_main(void *arg)
+{
+    zt_comm *c = arg;
+    uint64_t reported = 0; /* seq of the collective reported as waiting, 0: none */
+    double reported_t0 = 0;
+    pthread_mutex_lock(&c->lock);
+    while (!c->watch_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->watch_cond, &c->lock, &ts);
+        if (c->watch_stop) break;
+        /* collectives finish in issue order: the first unfinished one in the ring is the one
+         * this rank waits in */
+        uint64_t first = c->seq >= ZT_COMM_RECENT ? c->seq - ZT_COMM_RECENT + 1 : 1;
+        const zt_comm_recent *w = NULL;
+        for (uint64_t s = first; s <= c->seq; s++) {
+            const zt_comm_recent *e = &c->recent[s % ZT_COMM_RECENT];
+            if (e->seq == s && (e->state == ZT_REQ_QUEUED || e->state == ZT_REQ_RUNNING)) {
+                w = e;
+                break;
+            }
+        }
+        double now = zt_now_s();
+        char line[512];
+        int n = 0;
+        if (reported && (!w || w->seq != reported) && !c->broken) {
+            n = snprintf(line, sizeof(line), "rank=%d wait_end seq=%llu waited_ms=%.0f\n",
+                         c->rank, (unsigned long long)reported, (now - reported_t0) * 1e3);
+            reported = 0;
+        } else if (!reported && w && !c->broken && (now - w->t_issue) * 1e3 >= c->stall_ms) {
+            const zt_comm_recent *p = &c->recent[(w->seq - 1) % ZT_COMM_RECENT];
+            bool have_prev = w->seq > 1 && p->seq == w->seq - 1;
+            const char *part = atomic_load_explicit(&c->where_part, memory_order_relaxed);
+            n = snprintf(line, sizeof(line),
+                         "rank=%d wait op=%s seq=%llu step=%lld part=%s prev_op=%s prev_seq=%llu waited_ms=%.0f\n",
+                         c->rank, zt_coll_kind_name(w->kind), (unsigned long long)w->seq,
+                         (long long)atomic_load_explicit(&c->where_step, memory_order_relaxed),
+                         part ? part : "setup", have_prev ? zt_coll_kind_name(p->kind) : "none",
+                         have_prev ? (unsigned long long)p->seq : 0ull,
+                         (now - w->t_issue) * 1e3);
+            reported = w->seq;
+            reported_t0 = w->t_issue;
+        }
+        if (n > 0) {
+            pthread_mutex_unlock(&c->lock);
+            watch_write(c, line, n < (int)sizeof(line) ? n : (int)sizeof(line) - 1);
+            pthread_mutex_lock(&c->lock);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+static zt_status watch_start(zt_comm *c, const zt_comm_opts *opts, zt_err *err)
+{
+    if (opts->stall_ms <= 0 || opts->report_fd < 0 || c->world < 2) return ZT_OK;
+    c->report_fd = opts->report_fd;
+    c->stall_ms = opts->stall_ms;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return zt_err_set(err, ZT_ERR_INTERNAL, "zt_comm_create: pthread_condattr_init failed");
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0) rc = pthread_cond_init(&c->watch_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0)
+        return zt_err_set(err, ZT_ERR_INTERNAL, "zt_comm_create: the watch thread's condition failed (%s)",
+                          strerror(rc));
+    rc = pthread_create(&c->watch_thread, NULL, watch_main, c);
+    if (rc != 0) {
+        pthread_cond_destroy(&c->watch_cond);
+        return zt_err_set(err, ZT_ERR_INTERNAL, "zt_comm_create: cannot start the watch thread (%s)",
+                          strerror(rc));
+    }
+    c->watching = true;
+    return ZT_OK;
+}
+
+static void watch_stop(zt_comm *c)
+{
+    if (!c->watching) return;
+    pthread_mutex_lock(&c->lock);
+    c->watch_stop = true;
+    pthread_cond_signal(&c->watch_cond);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->watch_thread, NULL);
+    pthread_cond_destroy(&c->watch_cond);
+    c->watching = false;
+}
+
+void zt_comm_set_where(zt_comm *c, int64_t step, const char *part)
+{
+    if (!c) return;
+    atomic_store_explicit(&c->where_step, step, memory_order_relaxed);
+    atomic_store_explicit(&c->where_part, part, memory_order_relaxed);
+}
+
 /* ---- creation and teardown ---- */
 
 static zt_status resolve_timeout(const zt_comm_opts *opts, int *out, zt_err *err)
@@ -210,8 +325,15 @@ zt_status zt_comm_create(zt_comm **out, const zt_comm_backend *backend, const zt
         st = zt_err_set(err, ZT_ERR_INTERNAL, "zt_comm_create: pthread_cond_init failed");
         goto destroy_mutex;
     }
+    atomic_init(&c->where_step, 0);
+    atomic_init(&c->where_part, "setup");
     st = backend->init(c, opts, err);
     if (st != ZT_OK) goto destroy_cond;
+    st = watch_start(c, opts, err);
+    if (st != ZT_OK) {
+        backend->fini(c);
+        goto destroy_cond;
+    }
     ZT_DEBUG("comm", "rank %d of %d joined (%s backend, timeout %d ms)", c->rank, c->world,
              backend->name, c->timeout_ms);
     *out = c;
@@ -247,6 +369,7 @@ static void req_free(zt_comm *c, zt_comm_req *r)
 void zt_comm_destroy(zt_comm *c)
 {
     if (!c) return;
+    watch_stop(c);
     c->be->fini(c);
     c->impl = NULL;
     while (c->live_head) {

@@ -50,6 +50,14 @@ typedef struct zt_comm_opts {
                          * environment does not set one) */
     zt_kctx *kctx;      /* nccl: the compute context whose stream the comm stream syncs with */
     int device;         /* nccl: GPU ordinal */
+    /* Stall reports, the raw material of a hang diagnosis: when stall_ms > 0 and the world
+     * has more than one rank, a watch thread writes on report_fd (ZT_REPORT_FD's protocol)
+     *     rank=R wait op=KIND seq=N step=S part=PART prev_op=KIND prev_seq=N-1 waited_ms=MS
+     * once the oldest unfinished collective has waited stall_ms since it was issued, and
+     *     rank=R wait_end seq=N waited_ms=MS
+     * when it finishes after that. step and part are what zt_comm_set_where last said. */
+    int report_fd;
+    int stall_ms;
 } zt_comm_opts;
 
 typedef struct zt_comm_backend zt_comm_backend;
@@ -109,6 +117,11 @@ bool zt_comm_is_broken(const zt_comm *c);
 /* The last few collectives (kind, count, dtype, sequence, state) as text lines, newest last,
  * for diagnosis after a failure. Returns the number of bytes written (always NUL-terminated). */
 size_t zt_comm_describe_recent(const zt_comm *c, char *buf, size_t len);
+
+/* Where the caller is, for stall reports: the step it computes (1-based) and the part of it
+ * ("forward", "backward", "optimizer", "evaluation", "checkpoint"; a string literal or other
+ * storage that outlives the comm). Two relaxed atomic stores; any thread; NULL c is a no-op. */
+void zt_comm_set_where(zt_comm *c, int64_t step, const char *part);
 
 /* The sequence number of the last collective this rank issued (0 before any). */
 uint64_t zt_comm_last_seq(const zt_comm *c);

@@ -5,6 +5,7 @@
 #define ZT_ENGINE_COMM_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +75,14 @@ struct zt_comm {
     zt_comm_stats stats;
     zt_comm_recent recent[ZT_COMM_RECENT];
     zt_comm_req *live_head;
+
+    /* stall reports (opts.stall_ms > 0): the watch thread, woken by watch_cond */
+    _Atomic int64_t where_step;
+    _Atomic(const char *) where_part;
+    int report_fd, stall_ms;
+    bool watching, watch_stop; /* watch_stop under lock */
+    pthread_t watch_thread;
+    pthread_cond_t watch_cond; /* CLOCK_MONOTONIC */
 };
 
 /* The backend table: one per implementation, picked at creation, never an #ifdef inside. */

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "engine_int.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,8 +196,36 @@ void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const floa
 
 /* Writes the full fp32 values of unit u (P_u elements, host) into this rank's parameters
  * (cast to the parameter dtype) and optimizer truth. */
+/* Counts the non-finite values of each tensor of unit u in vals (the unit's values being
+ * loaded) and remembers the first tensor that has any: a model file or checkpoint that holds
+ * NaN or Inf makes every step non-finite, and the error then names where it came from. */
+static void note_nonfinite_params(zt_engine *e, int u, const float *vals)
+{
+    const zt_gpt2_layout *lay = &e->lay;
+    for (int ti = lay->unit_first_tensor[u]; ti < lay->unit_first_tensor[u + 1]; ti++) {
+        const zt_gpt2_tensor *t = &lay->tensors[ti];
+        size_t bad = 0;
+        for (size_t i = 0; i < t->numel; i++)
+            bad += !isfinite(vals[t->offset + i]);
+        if (!bad)
+            continue;
+        e->nonfinite_tensors++;
+        if (e->first_nonfinite[0])
+            continue;
+        char name[48];
+        if (t->layer >= 0)
+            snprintf(name, sizeof(name), "%s of layer %d", zt_gpt2_kind_name(t->kind), t->layer);
+        else
+            snprintf(name, sizeof(name), "%s", zt_gpt2_kind_name(t->kind));
+        snprintf(e->first_nonfinite, sizeof(e->first_nonfinite),
+                 "parameters at load: %s has %zu non-finite value%s", name, bad,
+                 bad == 1 ? "" : "s");
+    }
+}
+
 zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *err)
 {
+    note_nonfinite_params(e, u, vals);
     size_t n_own = e->stage < 3 ? e->P[u] : e->S[u];
     const float *src = e->stage < 3 ? vals : vals + (size_t)e->rank * e->S[u];
     char *dst = (char *)e->params + (e->stage < 3 ? e->foff[u] : e->soff[u]) * psize(e);
@@ -1312,6 +1341,21 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
         co.timeout_ms = job->train.comm_timeout_ms;
     co.kctx = e->k;
     co.device = opts->local_rank;
+    /* stall reports for the agent's hang diagnosis: a collective unfinished after
+     * ZT_COMM_STALL_MS (default 2 s) is reported on the report fd */
+    co.report_fd = opts->report_fd;
+    co.stall_ms = 0;
+    if (opts->report_fd >= 0) {
+        const char *sv = getenv("ZT_COMM_STALL_MS");
+        char *end = NULL;
+        long ms = sv && *sv ? strtol(sv, &end, 10) : 2000;
+        if (sv && *sv && (*end || ms < 0 || ms > INT_MAX))
+            CHECK(zt_err_set(err, ZT_ERR_CONFIG,
+                             "ZT_COMM_STALL_MS='%s' is not a number of milliseconds; unset it or give e.g. 2000 (0 turns stall reports off)",
+                             sv),
+                  fail);
+        co.stall_ms = (int)ms;
+    }
     const zt_comm_backend *cb =
         job->resources.device == ZT_DEVICE_CUDA ? zt_comm_backend_nccl() : zt_comm_backend_tcp();
     report_line(e, "phase=rendezvous");
@@ -1321,10 +1365,23 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     CHECK(setup_partition(e, err), fail);
     CHECK(setup_buffers(e, err), fail);
     if (opts->resume && opts->resume[0]) {
-        CHECK(zt_ckpt_load(e, opts->resume, err), fail);
+        st = zt_ckpt_load(e, opts->resume, err);
+        if (opts->resume_bad)
+            *opts->resume_bad = zt_ckpt_status_is_bad(st);
+        if (st != ZT_OK)
+            goto fail;
     } else {
         CHECK(init_params(e, err), fail);
     }
+    if (e->nonfinite_tensors && e->rank == 0)
+        ZT_WARN("engine",
+                "%s (%d tensor%s of %s hold NaN or Inf); every step will be skipped: check that file",
+                e->first_nonfinite, e->nonfinite_tensors, e->nonfinite_tensors == 1 ? "" : "s",
+                opts->resume && opts->resume[0] ? opts->resume
+                : job->model.init_random        ? "the random initialisation"
+                                                : job->model.init_path);
+    if (opts->owner)
+        CHECK(zt_ckpt_claim(e, opts->owner, opts->owner_takeover, err), fail);
     if (job->train.checkpoint_every > 0)
         CHECK(ckpt_snapshot_ready(e, err), fail);
     CHECK(e->ops->sync(e->k, err), fail);
@@ -1630,6 +1687,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     for (int micro = 0; micro < ds->grad_accum; micro++) {
         CHECK(load_micro(e, e->train_ds, e->steps_done, micro, err), out);
         uint64_t t0 = zt_now_ns();
+        zt_comm_set_where(e->comm, e->steps_done + 1, "forward");
         CHECK(forward(e, dloss, err), out);
         if (e->crash_step == e->steps_done + 1) {
             ZT_ERROR("engine", "test hook: rank %d dies in the middle of step %lld", e->rank,
@@ -1638,6 +1696,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
         }
         local_loss += sum_losses(e);
         uint64_t t1 = zt_now_ns();
+        zt_comm_set_where(e->comm, e->steps_done + 1, "backward");
         CHECK(backward(e, err), out);
         CHECK(e->ops->sync(e->k, err), out);
         uint64_t t2 = zt_now_ns();
@@ -1650,6 +1709,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     uint64_t t_opt0 = zt_now_ns();
     double comm_before_opt = e->t_comm;
     e->ops->mark(e->k, "optimizer");
+    zt_comm_set_where(e->comm, e->steps_done + 1, "optimizer");
     double gs[2];
     grad_stats(e, gs);
     CHECK(e->ops->sync(e->k, err), out);
@@ -1670,10 +1730,18 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     s.loss = red[2];
     s.loss_scale = loss_scale;
     s.lr = zt_sched_lr(&ds->scheduler, ds->optimizer.lr, e->applied_steps);
+    if (!isfinite(s.loss) && !e->first_nonfinite[0])
+        snprintf(e->first_nonfinite, sizeof(e->first_nonfinite), "the loss at step %lld (%g)",
+                 (long long)e->steps_done + 1, s.loss);
     if (nonfinite) {
         s.skipped = true;
         e->skipped_total++;
         s.grad_norm = NAN;
+        if (!e->first_nonfinite[0])
+            snprintf(e->first_nonfinite, sizeof(e->first_nonfinite),
+                     "the gradient norm at step %lld (%.0f non-finite gradient value%s%s)",
+                     (long long)e->steps_done + 1, (double)red[1], red[1] == 1.0f ? "" : "s",
+                     red[1] > 0.0f ? "" : ", its sum of squares overflowed");
         ZT_WARN("engine", "step %lld skipped on every rank: %.0f non-finite gradient values (loss scale %g); %lld skipped so far",
                 (long long)e->steps_done + 1, (double)red[1], loss_scale,
                 (long long)e->skipped_total);
@@ -1692,6 +1760,18 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
         st = zt_err_set(err, ZT_ERR_NONFINITE,
                         "step %lld: the fp16 loss scale is already at its minimum (%g) and the gradients still overflow; the run cannot make progress. Lower the learning rate, use bf16, or lower fp16.min_loss_scale",
                         (long long)e->steps_done + 1, e->scaler.min_scale);
+        goto out;
+    }
+    /* a run whose every step is skipped would otherwise "complete" with what it loaded */
+    e->skipped_run = nonfinite ? e->skipped_run + 1 : 0;
+    if (e->job.train.max_skipped_steps > 0 && e->skipped_run >= e->job.train.max_skipped_steps) {
+        bool at_load = e->nonfinite_tensors > 0; /* loading comes before any step */
+        st = zt_err_set(err, ZT_ERR_NONFINITE,
+                        "%lld consecutive steps skipped for non-finite values (train.max_skipped_steps=%lld); the first non-finite value was in %s; %s, or raise train.max_skipped_steps (0: never stop)",
+                        (long long)e->skipped_run, (long long)e->job.train.max_skipped_steps,
+                        e->first_nonfinite[0] ? e->first_nonfinite : "the gradients",
+                        at_load ? "check the model file (model.init) or the checkpoint the run started from"
+                                : "lower the learning rate, set gradient_clipping, use bf16 rather than fp16, or check the data");
         goto out;
     }
     e->steps_done++;
@@ -1735,6 +1815,7 @@ zt_status zt_engine_eval(zt_engine *e, double *loss, zt_err *err)
     const zt_ds_cfg *ds = &e->job.ds;
     double local = 0.0;
     int64_t nsteps = e->job.train.eval_steps > 0 ? e->job.train.eval_steps : 1;
+    zt_comm_set_where(e->comm, e->steps_done, "evaluation");
     for (int64_t s = 0; s < nsteps; s++) {
         for (int micro = 0; micro < ds->grad_accum; micro++) {
             CHECK(load_micro(e, e->val_ds, s, micro, err), out);
@@ -1796,6 +1877,7 @@ static void report_line(zt_engine *e, const char *line)
 /* Snapshots a checkpoint with its buffer accounted for. */
 static zt_status save_begin(zt_engine *e, zt_err *err)
 {
+    zt_comm_set_where(e->comm, e->steps_done, "checkpoint");
     zt_status st = ckpt_snapshot_ready(e, err);
     return st == ZT_OK ? zt_ckpt_save_begin(e, err) : st;
 }
@@ -1838,9 +1920,8 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
                     (long long)s.step, s.fwd_s * 1e3, s.bwd_s * 1e3, s.opt_s * 1e3,
                     s.comm_s * 1e3, s.step_s * 1e3);
         zt_monitor_step(mon, s.step * e->job.ds.train_batch_size, s.loss, s.lr, s.loss_scale);
-        /* the other ranks print no step line: with nobody reading reports (zctl run), their
-         * log says what they hold */
-        if (e->rank > 0 && e->opts.report_fd < 0 && (s.step % spp == 0 || s.step == 1))
+        /* the other ranks print no step line: their log says what they hold */
+        if (e->rank > 0 && (s.step % spp == 0 || s.step == 1))
             ZT_INFO("engine",
                     "step %lld memory: model states %.1f MiB, activations %.1f MiB, buffers %.1f MiB, comm %.1f MiB, ckpt snapshot %.1f MiB, peak %.1f MiB",
                     (long long)s.step, (double)s.model_state_bytes / 1048576.0,

@@ -27,9 +27,20 @@ typedef struct zt_engine_opts {
      *   rank=R step=N loss=X ... (the step line's fields) coll_seq=S      every rank, each step
      *   rank=R ckpt step=N file=/abs/rank_0000R.zts bytes=B crc32c=XXXXXXXX  shard durable
      *   rank=0 ckpt_commit step=N dir=/abs/step_0000000N                meta.json committed
-     *   rank=0 ckpt_removed step=N dir=/abs/step_0000000N     deleted by keep_checkpoints */
+     *   rank=0 ckpt_removed step=N dir=/abs/step_0000000N     deleted by keep_checkpoints
+     * and, written by zworker before it exits 5 (docs/formats.md "zworker"):
+     *   rank=R ckpt_bad step=N dir=/abs/step_0000000N why=TEXT  resume's checkpoint is damaged
+     * (why= is last and takes the rest of the line, the error message without newlines) */
     int report_fd;
     bool no_final_save;     /* skip the save at the end of training (tests) */
+    /* The job that checkpoint_dir belongs to (ckpt.h): rank 0 records it in owner.json once
+     * the model is loaded, replacing another job's record only with owner_takeover. NULL:
+     * no record is kept (tests). */
+    const struct zt_ckpt_owner *owner;
+    bool owner_takeover;
+    /* Set (when not NULL) to whether zt_engine_create failed because the checkpoint in
+     * `resume` failed verification (zt_ckpt_status_is_bad), not for another reason. */
+    bool *resume_bad;
 } zt_engine_opts;
 
 /* What one optimizer step did (rank-local values unless noted). */

@@ -125,6 +125,11 @@ struct zt_engine {
     int64_t steps_done;          /* optimizer steps taken (skipped ones included) */
     int64_t applied_steps;       /* steps whose update was applied */
     int64_t skipped_total;
+    int64_t skipped_run;         /* consecutive skipped steps, up to the last one */
+    /* where this rank first saw a non-finite value ("parameters at load: wte has 12
+     * non-finite values", "the loss at step 3", ...); "" while none was seen */
+    char first_nonfinite[192];
+    int nonfinite_tensors;       /* parameter tensors that held non-finite values at load */
     zt_loss_scaler scaler;
     double peak_flops;           /* device peak for MFU, 0 = unknown */
     /* per-step accumulators; forward includes the head's backward */
@@ -144,6 +149,7 @@ struct zt_engine {
     int64_t ck_step, ck_applied, ck_skipped;
     zt_loss_scaler ck_scaler;
     double ck_blocked_s;
+    bool ck_odd_warned;  /* prune warned of step_* entries it leaves alone (once a run) */
     int64_t ck_charged;        /* bytes of ck_buf charged to ZT_MEM_CKPT (engine.c) */
     uint64_t comm_buf_charged; /* the communicator's own buffers charged to ZT_MEM_COMM */
 };

@@ -164,6 +164,15 @@ void zt_gpt2_init_unit(const zt_gpt2_layout *lay, int u, uint64_t seed, float *o
     }
 }
 
+const char *zt_gpt2_kind_name(int kind)
+{
+    static const char *const names[ZT_T_KIND_COUNT] = {
+        "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+        "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb",
+    };
+    return kind >= 0 && kind < ZT_T_KIND_COUNT ? names[kind] : "?";
+}
+
 void zt_gpt2_locate(const zt_gpt2_layout *lay, int kind, int layer, int *unit, size_t *offset,
                     size_t *numel)
 {

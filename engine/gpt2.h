@@ -28,6 +28,9 @@ enum {
     ZT_T_LNFW, ZT_T_LNFB, ZT_T_KIND_COUNT
 };
 
+/* llm.c's name of a tensor kind ("wte", "qkvw", ...); "?" for a number that is not a kind. */
+const char *zt_gpt2_kind_name(int kind);
+
 /* One tensor of one unit. */
 typedef struct zt_gpt2_tensor {
     int kind;       /* ZT_T_* */

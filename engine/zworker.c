@@ -3,11 +3,13 @@
  * ZT_REPORT_FD), it loads the job file, builds the engine and trains. Rank 0 prints one
  * `step=<n> loss=<x> ...` line per optimizer step on stdout; logs go to stderr. */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/jobfile.h"
 #include "common/log.h"
@@ -21,18 +23,24 @@
 #define ZW_EXIT_CONFIG 2   /* bad job, data, init or checkpoint: retrying cannot help */
 #define ZW_EXIT_PEER 3     /* another rank died or hung: retryable */
 #define ZW_EXIT_NOMEM 4    /* out of memory: retrying with the same plan cannot help */
+#define ZW_EXIT_BAD_CKPT 5 /* the resume checkpoint failed verification: an older one may do */
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zworker [--resume CKPT] JOB.json\n"
                "\n"
                "One rank of a zerotrain run, normally started by zagent or 'zctl run'.\n"
+               "Without --resume it starts from the job's train.resume_from when given (under\n"
+               "'zctl run', from the newest checkpoint of its own checkpoint_dir once it has one).\n"
                "Environment: ZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_RENDEZVOUS "
                "(tcp://host:port),\n"
                "ZT_SESSION (run attempt id), ZT_REPORT_FD (fd for machine-readable reports),\n"
-               "ZT_COMM_TIMEOUT_MS (overrides the job's train.comm_timeout_ms), ZT_LOG_LEVEL.\n"
-               "Exit codes: 0 done, 1 runtime failure, 2 bad job/data/checkpoint, 3 a peer "
-               "failed, 4 out of memory.\n");
+               "ZT_COMM_TIMEOUT_MS (overrides the job's train.comm_timeout_ms), ZT_LOG_LEVEL,\n"
+               "ZT_JOB_ID and ZT_SUBMIT_KEY (the job that owns checkpoint_dir, set by zagent),\n"
+               "ZT_CKPT_TAKEOVER=1 (take over a checkpoint_dir that belongs to another job).\n"
+               "Exit codes: 0 done, 1 runtime failure, 2 bad job/data/checkpoint (or non-finite\n"
+               "values), 3 a peer failed, 4 out of memory, 5 the checkpoint to resume from failed\n"
+               "verification (reported as ckpt_bad on ZT_REPORT_FD).\n");
 }
 
 static int env_int(const char *name, int dflt, int *ok)
@@ -62,6 +70,76 @@ static int exit_code_for(zt_status st)
     case ZT_ERR_NOMEM: return ZW_EXIT_NOMEM;
     default: return ZW_EXIT_FAIL;
     }
+}
+
+/* ZT_CKPT_TAKEOVER: "1" takes over a checkpoint_dir that belongs to another job. */
+static zt_status takeover_from_env(bool *out, zt_err *err)
+{
+    const char *v = getenv("ZT_CKPT_TAKEOVER");
+    *out = v && strcmp(v, "1") == 0;
+    if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return zt_err_set(err, ZT_ERR_CONFIG, "ZT_CKPT_TAKEOVER=\"%s\" is not 0 or 1", v);
+    return ZT_OK;
+}
+
+/* Where a run starts that is given no --resume while its job names train.resume_from. Under
+ * zctl run (no job id) the job's own newest checkpoint wins once checkpoint_dir belongs to the
+ * job and holds one: only the first run starts from resume_from. Under the coordinator, which
+ * says with --resume which checkpoint a restart continues from, no --resume means the start:
+ * resume_from. Starting from a checkpoint inside checkpoint_dir takes that directory over.
+ * Every rank decides alike: rank 0 writes owner.json only after the rendezvous. */
+static void pick_start(const zt_job *job, const zt_ckpt_owner *me, char *out, size_t len,
+                       bool *takeover)
+{
+    const zt_train_cfg *t = &job->train;
+    zt_ckpt_owner cur;
+    bool found = false;
+    zt_err tmp;
+    zt_err_clear(&tmp);
+    if (!me->has_job_id && zt_ckpt_owner_read(t->checkpoint_dir, &cur, &found, &tmp) == ZT_OK &&
+        found && zt_ckpt_owner_same(&cur, me) &&
+        zt_ckpt_resolve(t->checkpoint_dir, out, len, &tmp) == ZT_OK) {
+        ZT_INFO("worker", "resuming from this job's newest checkpoint %s (train.resume_from %s is where its first run started)",
+                out, t->resume_from);
+        return;
+    }
+    snprintf(out, len, "%s", t->resume_from);
+    if (zt_ckpt_path_inside(t->resume_from, t->checkpoint_dir))
+        *takeover = true;
+    ZT_INFO("worker", "starting from train.resume_from %s", t->resume_from);
+}
+
+/* The report line of a checkpoint that failed verification (engine.h):
+ *   rank=R ckpt_bad step=N dir=/abs/step_0000000N why=MESSAGE
+ * N is the step in the directory's name (0 when the name has none); why= comes last and takes
+ * the rest of the line, the message with its line breaks made spaces. One write, so that the
+ * line arrives whole. */
+static void report_bad_ckpt(int fd, int rank, const char *dir, const char *why)
+{
+    if (fd < 0)
+        return;
+    char abs[2 * ZT_PATH_MAX + 2], cwd[ZT_PATH_MAX];
+    if (dir[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+        snprintf(abs, sizeof(abs), "%s", dir);
+    else
+        snprintf(abs, sizeof(abs), "%s/%s", cwd, dir);
+    size_t n = strlen(abs);
+    while (n > 1 && abs[n - 1] == '/')
+        abs[--n] = '\0';
+    const char *base = strrchr(abs, '/') ? strrchr(abs, '/') + 1 : abs;
+    long long step = 0;
+    if (strncmp(base, "step_", 5) == 0 && isdigit((unsigned char)base[5]))
+        step = strtoll(base + 5, NULL, 10);
+    char line[8192];
+    int w = snprintf(line, sizeof(line), "rank=%d ckpt_bad step=%lld dir=%s why=", rank, step, abs);
+    if (w < 0 || (size_t)w >= sizeof(line) - 2)
+        return;
+    size_t k = (size_t)w;
+    for (const char *p = why; *p && k < sizeof(line) - 2; p++)
+        line[k++] = *p == '\n' || *p == '\r' ? ' ' : *p;
+    line[k++] = '\n';
+    ssize_t wr = write(fd, line, k);
+    (void)wr;
 }
 
 int main(int argc, char **argv)
@@ -107,12 +185,31 @@ int main(int argc, char **argv)
     zt_err err;
     zt_err_clear(&err);
     zt_job job;
+    zt_ckpt_owner me;
+    bool takeover = false;
     zt_status st = zt_job_load(&job, job_path, &err);
+    if (st == ZT_OK)
+        st = zt_ckpt_owner_from_env(&me, job.name, &err);
+    if (st == ZT_OK)
+        st = takeover_from_env(&takeover, &err);
+    char start[ZT_PATH_MAX];
+    if (st == ZT_OK && !resume && job.train.resume_from[0]) {
+        pick_start(&job, &me, start, sizeof(start), &takeover);
+        resume = start;
+    }
+    /* a checkpoint directory belongs to one job: refused before anything is read or written */
+    if (st == ZT_OK)
+        st = zt_ckpt_owner_check(job.train.checkpoint_dir, &me, takeover, &err);
     char step_dir[ZT_PATH_MAX];
+    bool bad_ckpt = false; /* resume's checkpoint failed verification */
+    const char *bad_dir = resume;
     if (st == ZT_OK && resume) {
         st = zt_ckpt_resolve(resume, step_dir, sizeof(step_dir), &err);
-        if (st == ZT_OK)
+        if (st == ZT_OK) {
+            bad_dir = step_dir;
             st = zt_ckpt_adapt_job(&job, step_dir, world, &err);
+        }
+        bad_ckpt = zt_ckpt_status_is_bad(st);
     } else if (st == ZT_OK && job.ds.world_size != world) {
         st = zt_job_resolve_batch(&job, world, &err);
     }
@@ -142,6 +239,9 @@ int main(int argc, char **argv)
         o.resume = resume ? step_dir : NULL;
         o.step_out = rank == 0 ? stdout : NULL;
         o.report_fd = report_fd;
+        o.owner = &me;
+        o.owner_takeover = takeover;
+        o.resume_bad = &bad_ckpt;
         st = zt_engine_create(&e, &job, &o, &err);
     }
     if (st == ZT_OK && getenv("ZT_DUMP_STATE_AFTER_LOAD"))
@@ -159,9 +259,11 @@ int main(int argc, char **argv)
          * (zctl run and the agent show the last lines of a failed rank) */
         zt_engine_log_comm_failure(e);
         ZT_ERROR("worker", "%s", zt_err_msg(&err));
+        if (bad_ckpt)
+            report_bad_ckpt(report_fd, rank, bad_dir, zt_err_msg(&err));
     }
     zt_engine_destroy(e);
     if (st != ZT_OK)
-        return exit_code_for(st);
+        return bad_ckpt ? ZW_EXIT_BAD_CKPT : exit_code_for(st);
     return ZW_EXIT_OK;
 }

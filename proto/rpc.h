@@ -56,6 +56,10 @@ uint8_t *zt_pb_pack(const ProtobufCMessage *msg, size_t *len);
 
 /* ---- server ------------------------------------------------------------------------------ */
 
+/* a (alen bytes) equals b (blen bytes), in time that depends on the lengths only: for
+ * comparing secrets. Thread-safe. */
+bool zt_rpc_token_equal(const char *a, size_t alen, const char *b, size_t blen);
+
 typedef struct zt_rpc_server zt_rpc_server;
 /* One incoming call. The handler owns the duty to answer it exactly once, with
  * zt_rpc_reply / zt_rpc_reply_bytes / zt_rpc_fail (unary) or zt_rpc_stream_finish /
@@ -66,6 +70,14 @@ typedef struct zt_rpc_call zt_rpc_call;
  * the decoded message (of the method's request_type) and stays valid until the call is
  * answered. */
 typedef void (*zt_rpc_handler_fn)(zt_rpc_call *call, const ProtobufCMessage *request, void *user);
+
+/* Who may call a method: the class zt_rpc_server_config.authorize decides on. */
+typedef enum {
+    ZT_RPC_ACCESS_USER = 0,   /* a user credential (the default) */
+    ZT_RPC_ACCESS_OPEN,       /* anybody (health checks) */
+    ZT_RPC_ACCESS_AGENT_JOIN, /* the agent join credential (RegisterAgent) */
+    ZT_RPC_ACCESS_AGENT,      /* an agent's session credential (every later agent call) */
+} zt_rpc_access;
 
 typedef struct zt_rpc_method {
     const char *path; /* "/zt.v1.Coordinator/SubmitJob" */
@@ -79,11 +91,24 @@ typedef struct zt_rpc_method {
      * answering thread: keep it short. */
     void (*observe)(void *observe_user, uint64_t ns, zt_rpc_code code);
     void *observe_user;
+    zt_rpc_access access;
 } zt_rpc_method;
+
+/* Decides whether a call of a method of class `access` may proceed, given the bearer token
+ * it carries (bearer NULL when it carries none; not NUL-terminated, bearer_len bytes).
+ * Returns ZT_RPC_OK after writing who is calling into who ("user:alice", "agent:n1"), or
+ * UNAUTHENTICATED / PERMISSION_DENIED with the message for the caller in msg. Runs on a
+ * poller thread for every call, before the request is decoded: keep it short. */
+typedef zt_rpc_code (*zt_rpc_authorize_fn)(void *user, zt_rpc_access access, const char *bearer,
+                                           size_t bearer_len, char *who, size_t who_cap,
+                                           char *msg, size_t msg_cap);
 
 typedef struct zt_rpc_server_config {
     const char *addr;         /* "host:port" ("127.0.0.1:0" picks a free port) or "unix:/path" */
-    const char *token;        /* bearer token every call must carry; NULL or "" = none */
+    const char *token;        /* bearer token every call but ZT_RPC_ACCESS_OPEN ones must carry;
+                                 NULL or "" = none; ignored when authorize is set */
+    zt_rpc_authorize_fn authorize; /* NULL: `token` decides */
+    void *authorize_user;
     const char *tls_cert_pem; /* PEM text of the certificate chain; NULL = plaintext */
     const char *tls_key_pem;  /* PEM text of the private key (with tls_cert_pem) */
     size_t max_message_bytes; /* larger messages get RESOURCE_EXHAUSTED; 0 = 4 MiB */
@@ -137,6 +162,9 @@ bool zt_rpc_call_cancelled(const zt_rpc_call *call);
 int64_t zt_rpc_call_deadline_left_ms(const zt_rpc_call *call);
 /* The method's path. */
 const char *zt_rpc_call_method(const zt_rpc_call *call);
+/* Who the call was authorized as (zt_rpc_authorize_fn's `who`; "" without an authorize
+ * function). Valid until the call is answered. */
+const char *zt_rpc_call_identity(const zt_rpc_call *call);
 /* The value of request metadata key (lowercase), copied into buf; false when absent. */
 bool zt_rpc_call_metadata(const zt_rpc_call *call, const char *key, char *buf, size_t cap);
 /* "ipv4:127.0.0.1:53412" into buf. */
@@ -181,6 +209,13 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
                        const ProtobufCMessageDescriptor *reply_type, void **reply, int timeout_ms,
                        zt_rpc_code *code, zt_err *err);
 
+/* The same with a bearer token of its own instead of the client's (NULL: the client's):
+ * an agent's session credential. */
+zt_status zt_rpc_unary_as(zt_rpc_client *c, const char *path, const char *token,
+                          const ProtobufCMessage *request,
+                          const ProtobufCMessageDescriptor *reply_type, void **reply,
+                          int timeout_ms, zt_rpc_code *code, zt_err *err);
+
 typedef struct zt_rpc_stream zt_rpc_stream;
 /* Starts a server-streaming call. timeout_ms <= 0: no deadline. One stream is used by one
  * thread at a time. */
@@ -207,6 +242,10 @@ void zt_rpc_cq_destroy(zt_rpc_cq *q);
 zt_status zt_rpc_unary_async(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
                              const ProtobufCMessage *request, int timeout_ms, zt_rpc_done_fn done,
                              void *arg, zt_err *err);
+/* The same with a bearer token of its own (NULL: the client's). */
+zt_status zt_rpc_unary_async_as(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
+                                const char *token, const ProtobufCMessage *request,
+                                int timeout_ms, zt_rpc_done_fn done, void *arg, zt_err *err);
 /* Same with a request encoded already (copied). */
 zt_status zt_rpc_unary_async_bytes(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
                                    const void *request, size_t len, int timeout_ms,

@@ -253,11 +253,12 @@ static grpc_call *new_call(zt_rpc_client *c, grpc_completion_queue *cq, const ch
     return call;
 }
 
-static void set_auth(zt_rpc_client *c, grpc_metadata *md)
+/* value: "Bearer <token>", kept alive by the caller until the call completes */
+static void set_auth(grpc_metadata *md, const char *value)
 {
     memset(md, 0, sizeof(*md));
     md->key = grpc_slice_from_static_string("authorization");
-    md->value = grpc_slice_from_static_string(c->auth_value);
+    md->value = grpc_slice_from_static_string(value);
 }
 
 static grpc_byte_buffer *pack_bb(const ProtobufCMessage *msg)
@@ -312,6 +313,14 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
                        const ProtobufCMessageDescriptor *reply_type, void **reply, int timeout_ms,
                        zt_rpc_code *code, zt_err *err)
 {
+    return zt_rpc_unary_as(c, path, NULL, request, reply_type, reply, timeout_ms, code, err);
+}
+
+zt_status zt_rpc_unary_as(zt_rpc_client *c, const char *path, const char *token,
+                          const ProtobufCMessage *request,
+                          const ProtobufCMessageDescriptor *reply_type, void **reply,
+                          int timeout_ms, zt_rpc_code *code, zt_err *err)
+{
     *reply = NULL;
     if (code) *code = ZT_RPC_INTERNAL;
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -321,6 +330,8 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
         return ZT_ERR_INTERNAL;
     }
     grpc_metadata auth;
+    char *own_auth = token ? zt_asprintf("Bearer %s", token) : NULL;
+    const char *auth_value = token ? own_auth : c->auth_value;
     grpc_metadata_array md_in, trailing;
     grpc_metadata_array_init(&md_in);
     grpc_metadata_array_init(&trailing);
@@ -333,8 +344,8 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = c->md_flags;
-    if (c->auth_value) {
-        set_auth(c, &auth);
+    if (auth_value) {
+        set_auth(&auth, auth_value);
         ops[0].data.send_initial_metadata.count = 1;
         ops[0].data.send_initial_metadata.metadata = &auth;
     }
@@ -377,6 +388,7 @@ cleanup:
     grpc_metadata_array_destroy(&trailing);
     grpc_call_unref(call);
     drain_destroy_pluck(cq);
+    zt_free(own_auth);
     return st;
 }
 
@@ -402,7 +414,7 @@ zt_status zt_rpc_stream_open(zt_rpc_client *c, const char *path, const ProtobufC
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = c->md_flags;
     if (c->auth_value) {
-        set_auth(c, &s->auth);
+        set_auth(&s->auth, c->auth_value);
         ops[0].data.send_initial_metadata.count = 1;
         ops[0].data.send_initial_metadata.metadata = &s->auth;
     }
@@ -492,6 +504,7 @@ typedef struct async_call {
     grpc_slice details;
     const char *error_string;
     grpc_metadata auth;
+    char *own_auth; /* "Bearer <token>" of a zt_rpc_unary_async_as call */
     zt_rpc_done_fn done;
     void *arg;
 } async_call;
@@ -519,10 +532,14 @@ void zt_rpc_cq_destroy(zt_rpc_cq *q)
 }
 
 static zt_status start_async(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
-                             grpc_byte_buffer *send, int timeout_ms, zt_rpc_done_fn done, void *arg,
-                             zt_err *err)
+                             const char *token, grpc_byte_buffer *send, int timeout_ms,
+                             zt_rpc_done_fn done, void *arg, zt_err *err)
 {
     async_call *a = zt_calloc(1, sizeof(*a));
+    if (a && token && !(a->own_auth = zt_asprintf("Bearer %s", token))) {
+        zt_free(a);
+        a = NULL;
+    }
     if (!a) {
         grpc_byte_buffer_destroy(send);
         return zt_err_set(err, ZT_ERR_NOMEM, "rpc client: out of memory");
@@ -536,6 +553,7 @@ static zt_status start_async(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
     a->call = new_call(c, q->cq, path, timeout_ms > 0 ? timeout_ms : 30000, err);
     if (!a->call) {
         grpc_byte_buffer_destroy(send);
+        zt_free(a->own_auth);
         zt_free(a);
         return ZT_ERR_INTERNAL;
     }
@@ -543,8 +561,9 @@ static zt_status start_async(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = c->md_flags;
-    if (c->auth_value) {
-        set_auth(c, &a->auth);
+    const char *auth_value = a->own_auth ? a->own_auth : c->auth_value;
+    if (auth_value) {
+        set_auth(&a->auth, auth_value);
         ops[0].data.send_initial_metadata.count = 1;
         ops[0].data.send_initial_metadata.metadata = &a->auth;
     }
@@ -565,6 +584,7 @@ static zt_status start_async(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
         grpc_byte_buffer_destroy(send);
         grpc_metadata_array_destroy(&a->md_in);
         grpc_metadata_array_destroy(&a->trailing);
+        zt_free(a->own_auth);
         zt_free(a);
         return zt_err_set(err, ZT_ERR_INTERNAL, "cannot start the call to %s", path);
     }
@@ -575,7 +595,14 @@ zt_status zt_rpc_unary_async(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
                              const ProtobufCMessage *request, int timeout_ms, zt_rpc_done_fn done,
                              void *arg, zt_err *err)
 {
-    return start_async(c, q, path, pack_bb(request), timeout_ms, done, arg, err);
+    return start_async(c, q, path, NULL, pack_bb(request), timeout_ms, done, arg, err);
+}
+
+zt_status zt_rpc_unary_async_as(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
+                                const char *token, const ProtobufCMessage *request,
+                                int timeout_ms, zt_rpc_done_fn done, void *arg, zt_err *err)
+{
+    return start_async(c, q, path, token, pack_bb(request), timeout_ms, done, arg, err);
 }
 
 zt_status zt_rpc_unary_async_bytes(zt_rpc_client *c, zt_rpc_cq *q, const char *path,
@@ -586,7 +613,7 @@ zt_status zt_rpc_unary_async_bytes(zt_rpc_client *c, zt_rpc_cq *q, const char *p
     if (len) memcpy(GRPC_SLICE_START_PTR(sl), request, len);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
-    return start_async(c, q, path, bb, timeout_ms, done, arg, err);
+    return start_async(c, q, path, NULL, bb, timeout_ms, done, arg, err);
 }
 
 static void finish_async(async_call *a)
@@ -619,6 +646,7 @@ static void finish_async(async_call *a)
     grpc_metadata_array_destroy(&a->md_in);
     grpc_metadata_array_destroy(&a->trailing);
     grpc_call_unref(a->call);
+    zt_free(a->own_auth);
     zt_free(a);
 }
 

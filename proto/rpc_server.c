@@ -42,6 +42,8 @@ struct zt_rpc_server {
     size_t n_methods;
     char *auth_value; /* the token every call must carry as "Bearer <token>", NULL = no auth */
     size_t auth_len;
+    zt_rpc_authorize_fn authorize;
+    void *authorize_user;
     int port;
     int stream_queue_max;
     int n_pollers;
@@ -71,6 +73,7 @@ struct zt_rpc_call {
     atomic_bool cancelled;
     bool accepted;
     uint64_t start_ns; /* when the request arrived (for zt_rpc_method.observe) */
+    char who[96];      /* zt_rpc_call_identity */
 
     pthread_mutex_t mu; /* everything below, and grpc_call_start_batch of sends */
     bool closed;
@@ -144,6 +147,11 @@ bool zt_rpc_call_cancelled(const zt_rpc_call *c)
 const char *zt_rpc_call_method(const zt_rpc_call *c)
 {
     return c->method ? c->method->m.path : "(unknown)";
+}
+
+const char *zt_rpc_call_identity(const zt_rpc_call *c)
+{
+    return c->who;
 }
 
 int64_t zt_rpc_call_deadline_left_ms(const zt_rpc_call *c)
@@ -432,10 +440,12 @@ static bool const_time_equal(const char *a, size_t alen, const char *b, size_t b
     return diff == 0;
 }
 
-/* NULL when the call may proceed, else the message for UNAUTHENTICATED. */
-static const char *check_auth(zt_rpc_server *s, zt_rpc_call *c)
+/* The token of the call's authorization metadata: *tok and *len ("Bearer <token>"; the whole
+ * value for another scheme), true when there is an "authorization" entry. */
+static bool find_bearer(const zt_rpc_call *c, const char **tok, size_t *len)
 {
-    if (!s->auth_value) return NULL;
+    *tok = NULL;
+    *len = 0;
     for (size_t i = 0; i < c->md.count; i++) {
         if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") != 0) continue;
         /* credentials = auth-scheme 1*SP token; the scheme is case-insensitive (RFC 7235
@@ -450,11 +460,38 @@ static const char *check_auth(zt_rpc_server *s, zt_rpc_call *c)
         if (bearer && p[k] == ' ') {
             while (k < n && p[k] == ' ')
                 k++;
-            if (const_time_equal(p + k, n - k, s->auth_value, s->auth_len)) return NULL;
+            *tok = p + k;
+            *len = n - k;
+        } else {
+            /* another scheme (Basic ...): a credential that matches no token */
+            *tok = p;
+            *len = n;
         }
-        return "invalid token: the coordinator did not accept the bearer token sent; check --token-file or ZT_TOKEN";
+        return true;
     }
-    return "missing token: this coordinator requires 'authorization: Bearer <token>'; pass --token-file or set ZT_TOKEN";
+    return false;
+}
+
+bool zt_rpc_token_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    return const_time_equal(a, alen, b, blen);
+}
+
+/* ZT_RPC_OK when the call may proceed, else the code with its message in msg. */
+static zt_rpc_code check_auth(zt_rpc_server *s, zt_rpc_call *c, char *msg, size_t cap)
+{
+    zt_rpc_access access = c->method ? c->method->m.access : ZT_RPC_ACCESS_USER;
+    const char *tok;
+    size_t len;
+    bool has = find_bearer(c, &tok, &len);
+    if (s->authorize)
+        return s->authorize(s->authorize_user, access, tok, len, c->who, sizeof(c->who), msg, cap);
+    if (!s->auth_value || access == ZT_RPC_ACCESS_OPEN) return ZT_RPC_OK;
+    if (tok && const_time_equal(tok, len, s->auth_value, s->auth_len)) return ZT_RPC_OK;
+    snprintf(msg, cap, "%s",
+             has ? "invalid token: the coordinator did not accept the bearer token sent; check --token-file or ZT_TOKEN"
+                 : "missing token: this coordinator requires 'authorization: Bearer <token>'; pass --token-file or set ZT_TOKEN");
+    return ZT_RPC_UNAUTHENTICATED;
 }
 
 static void handle_call(zt_rpc_server *s, zt_rpc_call *c)
@@ -470,9 +507,10 @@ static void handle_call(zt_rpc_server *s, zt_rpc_call *c)
         ZT_WARN("rpc", "cannot start the close batch of %s", zt_rpc_call_method(c));
         atomic_fetch_sub(&c->refs, 1);
     }
-    const char *auth = check_auth(s, c);
-    if (auth) {
-        zt_rpc_fail(c, ZT_RPC_UNAUTHENTICATED, "%s", auth);
+    char why[400];
+    zt_rpc_code ac = check_auth(s, c, why, sizeof(why));
+    if (ac != ZT_RPC_OK) {
+        zt_rpc_fail(c, ac, "%s", why);
         return;
     }
     if (!c->method) {
@@ -618,7 +656,9 @@ zt_status zt_rpc_server_create(zt_rpc_server **out, const zt_rpc_server_config *
     s->shutdown_tag.fn = on_shutdown_notified;
     s->stream_queue_max = cfg->stream_queue_max > 0 ? cfg->stream_queue_max : DEFAULT_STREAM_QUEUE;
     s->n_pollers = cfg->pollers > 0 ? cfg->pollers : 1;
-    if (cfg->token && cfg->token[0]) {
+    s->authorize = cfg->authorize;
+    s->authorize_user = cfg->authorize_user;
+    if (cfg->token && cfg->token[0] && !cfg->authorize) {
         s->auth_value = zt_strdup(cfg->token);
         if (!s->auth_value) goto fail_alloc;
         s->auth_len = strlen(s->auth_value);

@@ -102,10 +102,14 @@ echo "== 1/4 cluster on loopback: zcoord and two agents with one CPU slot each (
 # each agent's worker gets half the cores: both share this machine
 threads=${OMP_NUM_THREADS:-$(($(nproc) / 2))}
 [ "$threads" -ge 1 ] || threads=1
+# the job's paths may lie in the repository, DEMO_DIR and DEMO_DATA; a root shell runs workers as root
+mkdir -p "$data"
+confine=(--allow-path "$PWD" --allow-path "$dir" --allow-path "$data")
+[ "$(id -u)" != 0 ] || confine+=(--allow-root)
 for n in 1 2; do
   OMP_NUM_THREADS=$threads "$bin/zagent" --coordinator "$grpc" --name "agent-$n" --slots cpu:1 \
     --work-dir "$dir/agent-$n" --status-file "$dir/agent-$n.status.json" --stop-grace 3s \
-    >"$dir/agent-$n.log" 2>&1 &
+    "${confine[@]}" >"$dir/agent-$n.log" 2>&1 &
   agent_pids+=($!)
   echo "agent-$n $!" >>"$dir/pids"
 done

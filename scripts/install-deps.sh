@@ -13,7 +13,7 @@ pkgs=(
   libdnnl-dev
   # common / coordinator / agent
   libjansson-dev libsqlite3-dev sqlite3 libuv1-dev libmicrohttpd-dev libgnutls28-dev
-  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libssl-dev
   # tests: PyTorch reference (with OpenBLAS, never the reference BLAS), gRPC interop
   python3 python3-torch python3-numpy libopenblas0
   python3-grpcio python3-grpc-tools python3-protobuf

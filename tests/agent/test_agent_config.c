@@ -1,9 +1,11 @@
 /* Tests agent/config.c: zagent's settings from flags and ZT_* variables (flags win), their
- * defaults, and one clear message per kind of bad value that names the flag or variable. */
+ * defaults, and one clear message per kind of bad value that names the flag or variable; the
+ * allowed paths and the user workers run as (the policy itself: tests/agent/test_confine.c). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -14,7 +16,8 @@ static char tmpdir[256];
 static const char *const env_names[] = {
     "ZT_COORDINATOR", "ZT_TOKEN_FILE", "ZT_TOKEN",       "ZT_TLS_CA",       "ZT_SLOTS",
     "ZT_AGENT_NAME",  "ZT_WORK_DIR",   "ZT_WORKER",      "ZT_HEARTBEAT_MS", "ZT_ADVERTISE_HOST",
-    "ZT_STOP_GRACE",  "ZT_LOG_QUEUE",  "ZT_STATUS_FILE", "ZT_LOG_LEVEL",    "OMP_NUM_THREADS"};
+    "ZT_STOP_GRACE",  "ZT_LOG_QUEUE",  "ZT_STATUS_FILE", "ZT_LOG_LEVEL",    "OMP_NUM_THREADS",
+    "ZT_ALLOW_PATH",  "ZT_RUN_AS",     "ZT_ALLOW_ROOT"};
 
 static void clear_env(void)
 {
@@ -24,6 +27,8 @@ static void clear_env(void)
     snprintf(wd, sizeof(wd), "%s/work", tmpdir);
     setenv("ZT_WORK_DIR", wd, 1);
     setenv("ZT_WORKER", "/bin/true", 1);
+    /* as root (a CI container) zagent refuses to start without --run-as or --allow-root */
+    if (geteuid() == 0) setenv("ZT_ALLOW_ROOT", "1", 1);
 }
 
 /* Parses argv (NULL-terminated list after "zagent"); returns the status. */
@@ -138,18 +143,22 @@ static void test_token_file(void)
     char path[300];
     snprintf(path, sizeof(path), "%s/token", tmpdir);
     FILE *f = fopen(path, "w");
-    fputs("s3cret \r\n", f);
+    fputs("s3cret-join-token-0123\r\n", f);
     fclose(f);
+    /* read as common/secretfile.h says: the owner's alone, one line, 16+ printable bytes */
     zt_agent_config cfg;
     zt_err err;
     const char *args[] = {"--token-file", path, NULL};
+    chmod(path, 0644);
+    expect_error(args, ZT_ERR_CONFIG, "chmod 600");
+    chmod(path, 0600);
     ASSERT_OK(parse(&cfg, &err, args));
-    ASSERT_STREQ(cfg.token, "s3cret");
+    ASSERT_STREQ(cfg.token, "s3cret-join-token-0123");
     zt_agent_config_free(&cfg);
     f = fopen(path, "w");
-    fputs("\n", f);
+    fputs("short\n", f);
     fclose(f);
-    expect_error(args, ZT_ERR_CONFIG, "is empty");
+    expect_error(args, ZT_ERR_CONFIG, "16");
     const char *missing[] = {"--token-file", "/nonexistent/token", NULL};
     expect_error(missing, ZT_ERR_IO, "/nonexistent/token");
     const char *badca[] = {"--tls-ca", path, NULL};
@@ -230,6 +239,115 @@ static void test_bad_values(void)
     expect_error(wd, ZT_ERR_IO, "cannot create the work directory");
 }
 
+static void test_allow_paths(void)
+{
+    char a[300], b[300], file[300], cwd[4096], rp[4096];
+    snprintf(a, sizeof(a), "%s/root_a", tmpdir);
+    snprintf(b, sizeof(b), "%s/root_b", tmpdir);
+    snprintf(file, sizeof(file), "%s/a_file", tmpdir);
+    ASSERT_TRUE(mkdir(a, 0755) == 0 && mkdir(b, 0755) == 0);
+    FILE *f = fopen(file, "w");
+    ASSERT_TRUE(f != NULL);
+    fclose(f);
+    ASSERT_TRUE(getcwd(cwd, sizeof(cwd)) != NULL && realpath(cwd, rp) != NULL);
+
+    /* default: the working directory, canonical */
+    clear_env();
+    zt_agent_config cfg;
+    zt_err err;
+    const char *none[] = {NULL};
+    ASSERT_OK(parse(&cfg, &err, none));
+    ASSERT_EQ_INT(cfg.n_allow_paths, 1);
+    ASSERT_STREQ(cfg.allow_paths[0], rp);
+    ASSERT_TRUE(cfg.allow_paths_default);
+    zt_agent_config_free(&cfg);
+
+    /* flags: repeatable, canonicalised ("//" and "/." gone), a root given twice kept once;
+     * they win over the variable */
+    char a_odd[320];
+    snprintf(a_odd, sizeof(a_odd), "%s/./root_a//", tmpdir);
+    setenv("ZT_ALLOW_PATH", "/nonexistent-root", 1);
+    char eqb[320];
+    snprintf(eqb, sizeof(eqb), "--allow-path=%s", b);
+    const char *flags[] = {"--allow-path", a_odd, eqb, "--allow-path", a, NULL};
+    ASSERT_OK(parse(&cfg, &err, flags));
+    ASSERT_EQ_INT(cfg.n_allow_paths, 2);
+    ASSERT_TRUE(realpath(a, rp) != NULL);
+    ASSERT_STREQ(cfg.allow_paths[0], rp);
+    ASSERT_TRUE(realpath(b, rp) != NULL);
+    ASSERT_STREQ(cfg.allow_paths[1], rp);
+    ASSERT_TRUE(!cfg.allow_paths_default);
+    zt_agent_config_free(&cfg);
+
+    /* the variable: a ':'-separated list (empty parts skipped) */
+    clear_env();
+    char list[700];
+    snprintf(list, sizeof(list), "%s::%s", a, b);
+    setenv("ZT_ALLOW_PATH", list, 1);
+    ASSERT_OK(parse(&cfg, &err, none));
+    ASSERT_EQ_INT(cfg.n_allow_paths, 2);
+    zt_agent_config_free(&cfg);
+
+    /* each root must exist and be a directory */
+    setenv("ZT_ALLOW_PATH", "/nonexistent-root", 1);
+    expect_error(none, ZT_ERR_CONFIG,
+                 "ZT_ALLOW_PATH: the allowed path /nonexistent-root cannot be resolved");
+    clear_env();
+    const char *missing[] = {"--allow-path", "/nonexistent-root", NULL};
+    expect_error(missing, ZT_ERR_CONFIG,
+                 "--allow-path: the allowed path /nonexistent-root cannot be resolved");
+    const char *notdir[] = {"--allow-path", file, NULL};
+    expect_error(notdir, ZT_ERR_CONFIG, "is not a directory");
+}
+
+static void test_user(void)
+{
+    zt_agent_config cfg;
+    zt_err err;
+    const char *none[] = {NULL};
+    clear_env();
+    setenv("ZT_ALLOW_ROOT", "perhaps", 1);
+    expect_error(none, ZT_ERR_CONFIG, "ZT_ALLOW_ROOT: 'perhaps' is not 1 or 0");
+    clear_env();
+    const char *nouser[] = {"--run-as", "no-such-user-zt", NULL};
+    expect_error(nouser, ZT_ERR_CONFIG, "there is no user 'no-such-user-zt'");
+    if (geteuid() == 0) {
+        /* root without --run-as: refused unless --allow-root (flag or variable) */
+        unsetenv("ZT_ALLOW_ROOT");
+        expect_error(none, ZT_ERR_CONFIG,
+                     "zagent runs as root: give --run-as USER so workers do not run as root");
+        const char *allow[] = {"--allow-root", NULL};
+        ASSERT_OK(parse(&cfg, &err, allow));
+        ASSERT_TRUE(cfg.allow_root && !cfg.drop_privileges);
+        zt_agent_config_free(&cfg);
+        /* --run-as nobody: workers drop to that user, its groups looked up now */
+        const char *nobody[] = {"--run-as", "nobody", NULL};
+        ASSERT_OK(parse(&cfg, &err, nobody));
+        ASSERT_TRUE(cfg.drop_privileges);
+        ASSERT_STREQ(cfg.run_as, "nobody");
+        ASSERT_TRUE(cfg.run_as_uid != 0);
+        ASSERT_TRUE(cfg.n_run_as_groups >= 1 && cfg.run_as_groups[0] == cfg.run_as_gid);
+        ASSERT_TRUE(cfg.run_as_home && cfg.run_as_home[0] == '/');
+        zt_agent_config_free(&cfg);
+        /* by uid too */
+        char uid[32];
+        snprintf(uid, sizeof(uid), "%u", 65534u);
+        setenv("ZT_RUN_AS", uid, 1);
+        zt_status st = parse(&cfg, &err, none);
+        if (st == ZT_OK) {
+            ASSERT_TRUE(cfg.drop_privileges && cfg.run_as_uid == 65534);
+            zt_agent_config_free(&cfg);
+        }
+        unsetenv("ZT_RUN_AS");
+        const char *asroot[] = {"--run-as", "root", NULL};
+        expect_error(asroot, ZT_ERR_CONFIG, "--run-as root is root");
+    } else {
+        /* not root: --run-as may only name ourselves */
+        const char *asroot[] = {"--run-as", "root", NULL};
+        expect_error(asroot, ZT_ERR_CONFIG, "only root can start workers as another user");
+    }
+}
+
 static void test_help(void)
 {
     clear_env();
@@ -247,6 +365,7 @@ static void test_help(void)
     const char *must[] = {"--coordinator",  "ZT_COORDINATOR",   "--token-file", "ZT_TOKEN",
                           "--slots",        "cuda:auto",        "--work-dir",   "--worker",
                           "--heartbeat-ms", "--advertise-host", "--name",       "--tls-ca",
+                          "--allow-path",   "ZT_ALLOW_PATH",    "--run-as",     "--allow-root",
                           "Exit codes"};
     for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
         ASSERT_CONTAINS(buf, must[i]);
@@ -262,6 +381,8 @@ int main(void)
     test_token_file();
     test_slots();
     test_bad_values();
+    test_allow_paths();
+    test_user();
     test_help();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);

@@ -648,7 +648,15 @@ int main(int argc, char **argv)
             return 1;
         }
         a->inc = r->incarnation;
+        /* every later agent call carries the session credential RegisterAgent gave */
+        zt_rpc_client_destroy(a->c);
+        cfg.token = r->session_token;
+        zt_status cst = zt_rpc_client_create(&a->c, &cfg, &err);
         zt_pb_free(r);
+        if (cst != ZT_OK) {
+            fprintf(stderr, "client %d: %s\n", i, zt_err_msg(&err));
+            return 1;
+        }
     }
     printf("  registered %d agents (one connection each) in %.1f s\n", o.agents,
            (double)(zt_now_ns() - t_reg) * 1e-9);

@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,8 +33,11 @@ WORKER = r"""#!/bin/bash
 echo "rank=$ZT_RANK omp=${OMP_NUM_THREADS:-unset}"
 case "$ZT_SCENARIO" in
 ok) exit 0;;
-hang)  # rank 1 hangs; rank 0 times out waiting for it, names it and exits 3 (a lost peer)
+hang)  # rank 1 hangs; rank 0 reports the collective it waits in (report fd 3), times out
+  # waiting for rank 1, names it and exits 3 (a lost peer)
   if [ "$ZT_RANK" = 1 ]; then exec sleep 60; fi
+  echo "rank=0 step=3 loss=4.1" >&3
+  echo "rank=0 wait op=allreduce seq=7 step=4 part=backward prev_op=reduce_scatter prev_seq=6 waited_ms=2000" >&3
   sleep 0.3
   echo "2026-01-01T00:00:00Z ERROR w pid=$$ [comm] allreduce #7: nothing received from rank 1 for 300 ms"
   exit 3;;
@@ -104,6 +108,9 @@ def main():
         check(r.stderr.count("nothing received from rank 1") == 1,
               "hang: the line naming rank 1 is shown once, not again in the tail")
         check(took < 20, f"hang: the hung rank is stopped promptly ({took:.1f} s)")
+        check("zctl run: hang: rank 1 stopped in backward at step 4 (last collective "
+              "reduce_scatter #6); rank 0 waits in allreduce #7 for rank 1" in r.stderr,
+              "hang: the diagnosis names rank 1 and the collective rank 0 waits in")
 
         # ---- a peer report first, the real cause later: the cause is reported ----
         t0 = time.time()
@@ -129,6 +136,54 @@ def main():
                 rr = zu.run_zctl(["run"] + args + [path], cwd=tmp)
             check(rr.returncode == 2 and needle in rr.stderr,
                   f"{' '.join(args)}: rc {rr.returncode}, {rr.stderr.strip()!r}")
+
+        # ---- a rank frozen with SIGSTOP, with the real worker: the collective times out and
+        # the diagnosis names it; the frozen rank is killed, not left behind ----
+        e = dict(os.environ, ZT_COMM_STALL_MS="300", OMP_NUM_THREADS="1")
+        e.pop("ZT_WORKER", None)
+        long_job = dict(job, train={"steps": 100000, "checkpoint_dir": "ckpt/p"})
+        zu.write_job(path, long_job)
+        p = subprocess.Popen([zu.zt_bin("zctl"), "run", "--nproc", "2", "--timeout-ms", "3000",
+                              path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=tmp, env=e)
+
+        def worker_of_rank(rank):
+            for kid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                      text=True).stdout.split():
+                try:
+                    with open(f"/proc/{kid}/environ", "rb") as f:
+                        if f"ZT_RANK={rank}".encode() in f.read().split(b"\0"):
+                            return int(kid)
+                except OSError:
+                    pass
+            return None
+
+        deadline = time.time() + 60
+        stopped = None
+        while time.time() < deadline and stopped is None:
+            time.sleep(0.2)
+            if os.path.exists(f"{logs}/rank_00000.log"):
+                with open(f"{logs}/rank_00000.log") as f:
+                    if f.read().count("step=") >= 3:
+                        stopped = worker_of_rank(1)
+        check(stopped is not None, "the real run reached step 3 and rank 1 was found")
+        if stopped:
+            os.kill(stopped, signal.SIGSTOP)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        print(err[-1500:])
+        check(p.returncode == 3, f"SIGSTOP: zctl exits 3 (got {p.returncode})")
+        check(re.search(r"zctl run: hang: rank 1 stopped in \w+ at step \d+ \(last collective "
+                        r"\w+ #\d+\); rank 0 waits in \w+ #\d+ for rank 1", err) is not None,
+              "SIGSTOP: the diagnosis names rank 1 and what rank 0 waits in")
+        if stopped:
+            check(not os.path.exists(f"/proc/{stopped}") or
+                  open(f"/proc/{stopped}/stat").read().split()[2] == "Z",
+                  "SIGSTOP: the frozen rank was killed")
+        zu.write_job(path, job)
 
         # ---- the progress bar on a terminal, with the real worker ----
         for f in os.listdir(logs):

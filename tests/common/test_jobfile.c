@@ -1002,7 +1002,7 @@ static void test_load_errors(void)
     ASSERT_STREQ(err.msg, ZT_JOBFILES_DIR
                  "/empty.json: the job file is empty; it must hold one JSON object {...}");
     ASSERT_EQ_INT(zt_job_load(&job, ZT_JOBFILES_DIR "/blank.json", &err), ZT_ERR_CONFIG);
-    ASSERT_CONTAINS(err.msg, "blank.json: the job file is empty");
+    ASSERT_CONTAINS(err.msg, "blank.json: the job file holds only whitespace");
 
     ASSERT_EQ_INT(zt_job_load(&job, ZT_JOBFILES_DIR, &err), ZT_ERR_IO);
     ASSERT_CONTAINS(err.msg, "is a directory, not a job file");
@@ -1078,6 +1078,29 @@ static void test_load_errors(void)
     rmdir(tmpd);
     ASSERT_EQ_INT(bst, ZT_ERR_CONFIG);
     ASSERT_CONTAINS(err.msg, "big.json: the job file is larger than 16 MiB");
+
+    /* a UTF-8 byte order mark at the start is skipped (with a note on the log); positions in
+     * messages count from after it, as an editor that hides it shows them */
+    char bomd[] = "/tmp/zt_jobfile_XXXXXX";
+    ASSERT_TRUE(mkdtemp(bomd) != NULL);
+    char bomp[ZT_PATH_MAX];
+    snprintf(bomp, sizeof(bomp), "%s/bom.json", bomd);
+    FILE *bomf = fopen(bomp, "w");
+    ASSERT_TRUE(bomf != NULL);
+    fputs("\xef\xbb\xbf" MINIMAL, bomf);
+    fclose(bomf);
+    zt_status bomst = zt_job_load(&job, bomp, &err);
+    if (bomst != ZT_OK) ZT_FAIL("a job file with a BOM: %s", err.msg);
+    ASSERT_EQ_INT(job.train.steps, 10);
+    bomf = fopen(bomp, "w");
+    ASSERT_TRUE(bomf != NULL);
+    fputs("\xef\xbb\xbf{\"modle\": {}}", bomf);
+    fclose(bomf);
+    bomst = zt_job_load(&job, bomp, &err);
+    unlink(bomp);
+    rmdir(bomd);
+    ASSERT_EQ_INT(bomst, ZT_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "bom.json:1:2: modle: unknown key");
 
     /* an unreadable file (skipped when running as root, who can read anything) */
     if (geteuid() != 0) {

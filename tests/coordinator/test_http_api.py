@@ -28,13 +28,14 @@ except ImportError as e:
     print(f"python3-prometheus-client missing: {e} (scripts/install-deps.sh installs it)")
     sys.exit(1 if os.environ.get("CI") else 77)
 
-TOKEN = "http-token-5678"
+TOKEN = "http-token-5678-abcd"
+AGENT_TOKEN = "http-agent-join-token-9012"
 JOB = json.dumps({
     "name": "web-job",
     "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16,
               "vocab_size": 64},
     "data": {"train": "data/*.bin"},
-    "train": {"steps": 100},
+    "train": {"steps": 100, "checkpoint_dir": "/ckpt/web"},
     "resources": {"ranks": 2, "device": "cpu"},
     "max_restarts": 0,
     "deepspeed": {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1},
@@ -122,8 +123,10 @@ def check_auth(api, addr):
     for p in ("/healthz", "/readyz"):
         st, _, body = anon.req("GET", p)
         assert st == 200 and body == b"ok\n", (p, st, body)
-    # no credential, a wrong one: 401 with a JSON error; a browser gets the sign-in form
-    for hdrs in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
+    # no credential, a wrong one, the agent join token (no user credential): 401 with a JSON
+    # error; a browser gets the sign-in form
+    for hdrs in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"},
+                 {"Authorization": f"Bearer {AGENT_TOKEN}"}):
         st, hd, body = anon.req("GET", "/api/v1/jobs", headers=hdrs)
         assert st == 401 and "error" in json.loads(body), (st, body)
         assert hd.get("www-authenticate", "").startswith("Bearer"), hd
@@ -138,6 +141,9 @@ def check_auth(api, addr):
     form = {"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://{addr}",
             "Host": addr}
     st, _, body = anon.req("POST", "/login", body="token=nope", headers=form)
+    assert st == 401 and b"Wrong token" in body, (st, body[:200])
+    st, _, body = anon.req("POST", "/login", body="token=" + urllib.parse.quote(AGENT_TOKEN),
+                           headers=form)
     assert st == 401 and b"Wrong token" in body, (st, body[:200])
     evil = dict(form, Origin="http://evil.example")
     st, _, _ = anon.req("POST", "/login", body=f"token={TOKEN}", headers=evil)
@@ -214,9 +220,11 @@ def main():
         import zerotrain_pb2_grpc as rpc
 
         tok = os.path.join(tmp, "token")
-        with open(tok, "w") as f:
-            f.write(TOKEN + "\n")
-        zc = T.Zcoord(tmp, ["--token-file", tok, "--http", "127.0.0.1:0"]).start()
+        T.write_token(tok, TOKEN)
+        agent_tok = os.path.join(tmp, "agent-token")
+        T.write_token(agent_tok, AGENT_TOKEN)
+        zc = T.Zcoord(tmp, ["--token-file", tok, "--agent-token-file", agent_tok,
+                            "--http", "127.0.0.1:0"]).start()
         api = Http(zc.http, TOKEN)
         check_auth(api, zc.http)
 
@@ -224,7 +232,7 @@ def main():
         channel = grpc.insecure_channel(zc.addr)
         user = rpc.CoordinatorStub(channel)
         agent_stub = rpc.AgentControlStub(channel)
-        ag = T.Agent(pb, agent_stub, "web-agent", slots=2, metadata=md)
+        ag = T.FakeAgent(pb, agent_stub, "web-agent", slots=2, join_token=AGENT_TOKEN)
         job_id = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB, job_dir="/tmp"), metadata=md).job_id
         desired = ag.wait_desired(2)
         att = desired[0].attempt_id
@@ -248,16 +256,16 @@ def main():
             pb.Metric(key=k, value=float(v.format(loss=4.0 - s * 0.1)))
             for k, v in (kv.split("=") for kv in line.split())]) for s in range(1, 31)]
         assert agent_stub.ReportMetrics(pb.ReportMetricsRequest(agent="web-agent", steps=steps),
-                                        metadata=md).accepted == 30
+                                        metadata=ag.md).accepted == 30
         ag.heartbeat(workers(30))
         agent_stub.ReportLogs(pb.ReportLogsRequest(agent="web-agent", entries=[
             pb.LogEntry(attempt_id=att, rank=0, source=pb.LOG_SOURCE_STDOUT, text="rank zero says hi"),
             pb.LogEntry(attempt_id=att, rank=1, source=pb.LOG_SOURCE_STDERR, text="<b>rank one</b>"),
-        ]), metadata=md)
+        ]), metadata=ag.md)
         for rank in (0, 1):
             agent_stub.ReportCheckpoint(pb.ReportCheckpointRequest(
                 agent="web-agent", attempt_id=att, rank=rank, step=30, dir="/ckpt/web/step_00000030",
-                file=f"rank_{rank:05d}.zts", bytes=4096, crc32c=1), metadata=md)
+                file=f"rank_{rank:05d}.zts", bytes=4096, crc32c=1), metadata=ag.md)
 
         # jobs: filter, paging, errors
         jobs = api.json("/api/v1/jobs?state=running,SCHEDULED")["jobs"]
@@ -268,7 +276,8 @@ def main():
         err = api.json("/api/v1/jobs?state=BOGUS", 400)["error"]
         assert "state" in err, err
         assert "limit" in api.json("/api/v1/jobs?limit=x", 400)["error"]
-        job2 = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB.replace("web-job", "second"),
+        job2 = user.SubmitJob(pb.SubmitJobRequest(job_text=JOB.replace("web-job", "second")
+                                                  .replace("/ckpt/web", "/ckpt/second"),
                                                   job_dir="/tmp"), metadata=md).job_id
         page = api.json("/api/v1/jobs?limit=1")
         assert [j["id"] for j in page["jobs"]] == [job2] and page["next_before"] == job2, page
@@ -332,7 +341,7 @@ def main():
         agent_stub.ReportMetrics(pb.ReportMetricsRequest(agent="web-agent", steps=[
             pb.StepMetrics(attempt_id=att, rank=0, step=31, values=[
                 pb.Metric(key=k, value=float(v.format(loss=0.9)))
-                for k, v in (kv.split("=") for kv in line.split())])]), metadata=md)
+                for k, v in (kv.split("=") for kv in line.split())])]), metadata=ag.md)
         job_stream.wait(lambda e: e[0] == "metrics" and e[1]["step"] == 31, timeout=2.0)
         print(f"a metric point reached the job stream {1000 * (time.time() - t0):.1f} ms after its report")
         # a stream of a missing job is refused
@@ -343,6 +352,7 @@ def main():
         # cancel: by bearer (no CSRF header needed), then again (409)
         c = api.json(f"/api/v1/jobs/{job_id}/cancel", method="POST")
         assert c["job"]["state"] == "CANCELED" and "canceled" in c["job"]["reason"], c
+        assert "(by admin)" in c["job"]["reason"], c["job"]["reason"]
         assert "already ended" in api.json(f"/api/v1/jobs/{job_id}/cancel", 409, method="POST")["error"]
         job_stream.wait(lambda e: e[0] == "event" and e[1]["to"] == "CANCELED")
         all_stream.wait(lambda e: e[0] == "job" and e[1]["id"] == job_id and e[1]["state"] == "CANCELED")

@@ -2,7 +2,9 @@
 """Interop: a Python grpcio client built from the same zerotrain.proto (and the standard
 health.proto) talks to the real zcoord binary: every user RPC including both streams, the
 agent RPCs that move a job to COMPLETED (then delete its checkpoint and leave), the health
-service (Check and Watch), bearer-token metadata (the scheme in any case), status codes for bad
+service (Check and Watch, open to anyone), bearer-token metadata (the scheme in any case), the
+two kinds of credential (a user token for zt.v1.Coordinator; the agent join token for
+RegisterAgent, then the session it returns for every other agent call), status codes for bad
 input, and string fields that are not UTF-8 (refused, or cleaned for log lines, so that every
 read stays decodable by this client). Run with Debian's /usr/bin/python3."""
 import json
@@ -20,6 +22,7 @@ T.need_grpc()
 import grpc  # noqa: E402
 
 TOKEN = "interop-token-1234"
+AGENT_TOKEN = "interop-agent-join-5678"
 
 
 def expect_code(fn, code, needle=None):
@@ -37,7 +40,7 @@ JOB = json.dumps({
     "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16,
               "vocab_size": 64},
     "data": {"train": "data/*.bin"},
-    "train": {"steps": 20},
+    "train": {"steps": 20, "checkpoint_dir": "/ckpt/interop"},
     "resources": {"ranks": 2, "device": "cpu"},
     "max_restarts": 0,
     "deepspeed": {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1},
@@ -55,12 +58,14 @@ def main():
         import health_pb2_grpc
 
         tok = os.path.join(tmp, "token")
-        with open(tok, "w") as f:
-            f.write(TOKEN + "\n")
-        zc = T.Zcoord(tmp, ["--token-file", tok]).start()
+        T.write_token(tok, TOKEN)
+        agent_tok = os.path.join(tmp, "agent-token")
+        T.write_token(agent_tok, AGENT_TOKEN)
+        zc = T.Zcoord(tmp, ["--token-file", tok, "--agent-token-file", agent_tok]).start()
         addr = zc.addr
         channel = grpc.insecure_channel(addr)
-        md = [("authorization", f"Bearer {TOKEN}")]
+        md = T.bearer(TOKEN)
+        join_md = T.bearer(AGENT_TOKEN)
         user = rpc.CoordinatorStub(channel)
         agent = rpc.AgentControlStub(channel)
         health = health_pb2_grpc.HealthStub(channel)
@@ -69,9 +74,13 @@ def main():
         expect_code(lambda: user.Ping(pb.PingRequest()), grpc.StatusCode.UNAUTHENTICATED, "missing token")
         expect_code(lambda: user.ListJobs(pb.ListJobsRequest(), metadata=[("authorization", "Bearer x")]),
                     grpc.StatusCode.UNAUTHENTICATED, "invalid token")
-        expect_code(lambda: health.Check(health_pb2.HealthCheckRequest()), grpc.StatusCode.UNAUTHENTICATED)
+        # the agent join token is no user credential
+        expect_code(lambda: user.Ping(pb.PingRequest(), metadata=join_md),
+                    grpc.StatusCode.PERMISSION_DENIED, "an agent credential cannot make user calls")
 
-        # health
+        # health: open to anyone (load balancers, kubelet probes), with or without a token
+        r = health.Check(health_pb2.HealthCheckRequest())
+        assert r.status == health_pb2.HealthCheckResponse.SERVING, r
         r = health.Check(health_pb2.HealthCheckRequest(service=""), metadata=md)
         assert r.status == health_pb2.HealthCheckResponse.SERVING, r
         r = health.Check(health_pb2.HealthCheckRequest(service="zt.v1.Coordinator"), metadata=md)
@@ -105,6 +114,9 @@ def main():
                                metadata=md)
         assert again.existed and again.job_id == sub.job_id
         job_id = sub.job_id
+        # the job is the token's user's ("admin" for --token-file), whatever the client claims
+        j = user.GetJob(pb.GetJobRequest(job_id=job_id), metadata=md)
+        assert j.job.user == "admin", j.job
 
         # string fields must be UTF-8: a request with other bytes (this client library would
         # not send them: the bytes are patched into the encoded message) is refused, names the
@@ -126,8 +138,11 @@ def main():
         expect_code(lambda: user.Ping(pb.PingRequest(),
                                       metadata=[("authorization", f"Bearer {TOKEN.upper()}")]),
                     grpc.StatusCode.UNAUTHENTICATED, "invalid token")
-        expect_code(lambda: user.Ping(pb.PingRequest(), metadata=[("authorization", f"Basic {TOKEN}")]),
-                    grpc.StatusCode.UNAUTHENTICATED, "invalid token")
+        # another scheme is a credential that matches no token (the message asks for a Bearer one)
+        details = expect_code(lambda: user.Ping(pb.PingRequest(),
+                                                metadata=[("authorization", f"Basic {TOKEN}")]),
+                              grpc.StatusCode.UNAUTHENTICATED, "invalid token")
+        assert "bearer" in details.lower(), details
 
         # WatchJob in the background
         updates = []
@@ -139,24 +154,44 @@ def main():
         wt = threading.Thread(target=watcher)
         wt.start()
 
-        # an agent runs it
+        # an agent runs it: the user token cannot register it, nor can no token; the join
+        # token can, and the session it returns carries every later agent call
+        expect_code(lambda: agent.RegisterAgent(pb.RegisterAgentRequest(
+            name="py-agent", hostname="h", device=pb.DEVICE_CPU, slots=2), metadata=md),
+            grpc.StatusCode.PERMISSION_DENIED, "a user token cannot register an agent")
+        expect_code(lambda: agent.RegisterAgent(pb.RegisterAgentRequest(
+            name="py-agent", hostname="h", device=pb.DEVICE_CPU, slots=2)),
+            grpc.StatusCode.UNAUTHENTICATED, "missing agent join token")
         reg = agent.RegisterAgent(pb.RegisterAgentRequest(name="py-agent", hostname="h",
-                                                          device=pb.DEVICE_CPU, slots=2), metadata=md)
+                                                          device=pb.DEVICE_CPU, slots=2),
+                                  metadata=join_md)
+        assert len(reg.session_token) == 64, reg
+        smd = T.bearer(reg.session_token)
+        # the join token and the user token are no session
+        expect_code(lambda: agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation),
+                                            metadata=join_md),
+                    grpc.StatusCode.UNAUTHENTICATED, "the agent join token is for RegisterAgent only")
+        expect_code(lambda: agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation),
+                                            metadata=md),
+                    grpc.StatusCode.PERMISSION_DENIED, "a user credential cannot make agent calls")
+        # and the session is no user credential
+        expect_code(lambda: user.ListJobs(pb.ListJobsRequest(), metadata=smd),
+                    grpc.StatusCode.PERMISSION_DENIED, "an agent credential cannot make user calls")
         desired = []
         for _ in range(200):
             hb = agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation),
-                                 metadata=md)
+                                 metadata=smd)
             desired = list(hb.workers)
             if len(desired) == 2:
                 break
             time.sleep(0.01)
         assert len(desired) == 2, desired
         att = desired[0].attempt_id
-        spec = agent.GetAttemptSpec(pb.GetAttemptSpecRequest(attempt_id=att), metadata=md)
+        spec = agent.GetAttemptSpec(pb.GetAttemptSpecRequest(attempt_id=att), metadata=smd)
         assert '"interop"' in spec.job_json
         rz = agent.Rendezvous(pb.RendezvousRequest(attempt_id=att, rank=0, value=b"tcp://127.0.0.1:9",
                                                    wait=pb.RendezvousRequest.WAIT_RANK0, wait_ms=1000),
-                              metadata=md)
+                              metadata=smd)
         assert rz.complete and rz.entries[0].value == b"tcp://127.0.0.1:9"
 
         def workers(phase, step, code=0):
@@ -164,27 +199,27 @@ def main():
                                     phase=phase, step=step, exit_code=code) for d in desired]
 
         agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation,
-                                            workers=workers(pb.WORKER_PHASE_TRAINING, 1)), metadata=md)
+                                            workers=workers(pb.WORKER_PHASE_TRAINING, 1)), metadata=smd)
         steps = [pb.StepMetrics(attempt_id=att, rank=0, step=s,
                                 values=[pb.Metric(key="loss", value=4.0 - s * 0.1),
                                         pb.Metric(key="tok_s", value=1234.0)]) for s in range(1, 11)]
         assert agent.ReportMetrics(pb.ReportMetricsRequest(agent="py-agent", steps=steps),
-                                   metadata=md).accepted == 10
+                                   metadata=smd).accepted == 10
         for rank in (0, 1):
             ck = agent.ReportCheckpoint(pb.ReportCheckpointRequest(
                 agent="py-agent", attempt_id=att, rank=rank, step=10, dir="/ckpt/interop/step_00000010",
-                file=f"rank_{rank:05d}.zts", bytes=2048, crc32c=7), metadata=md)
+                file=f"rank_{rank:05d}.zts", bytes=2048, crc32c=7), metadata=smd)
             assert ck.committed == (rank == 1), ck
         agent.ReportLogs(pb.ReportLogsRequest(agent="py-agent", entries=[
             pb.LogEntry(attempt_id=att, rank=0, source=pb.LOG_SOURCE_STDOUT, text="step=10 loss=3.000000"),
             pb.LogEntry(attempt_id=att, rank=1, source=pb.LOG_SOURCE_STDERR, text="warning from rank 1"),
-        ]), metadata=md)
+        ]), metadata=smd)
         # a log line that is not UTF-8 is kept, its bad bytes replaced
         raw_logs = channel.unary_unary("/zt.v1.AgentControl/ReportLogs",
                                        response_deserializer=pb.ReportLogsReply.FromString)
         enc = pb.ReportLogsRequest(agent="py-agent", entries=[pb.LogEntry(
             attempt_id=att, rank=0, source=pb.LOG_SOURCE_STDOUT, text="ZZZZ then \u20ac")]).SerializeToString()
-        assert raw_logs(enc.replace(b"ZZZZ", b"\xff\xfe\xe2\x82"), metadata=md).accepted == 1
+        assert raw_logs(enc.replace(b"ZZZZ", b"\xff\xfe\xe2\x82"), metadata=smd).accepted == 1
 
         # GetLogs stream with follow, read in the background until the job ends
         followed = []
@@ -221,7 +256,7 @@ def main():
 
         # finish: both ranks exit 0
         agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation,
-                                            workers=workers(pb.WORKER_PHASE_EXITED, 20)), metadata=md)
+                                            workers=workers(pb.WORKER_PHASE_EXITED, 20)), metadata=smd)
         wt.join(30)
         ft.join(30)
         assert not wt.is_alive() and not ft.is_alive()
@@ -236,6 +271,7 @@ def main():
                                                   job_dir="/tmp"), metadata=md)
         c = user.CancelJob(pb.CancelJobRequest(job_id=sub2.job_id, reason="from python"), metadata=md)
         assert c.job.state == pb.JOB_STATE_CANCELED and "from python" in c.job.reason
+        assert "(by admin)" in c.job.reason, c.job.reason
         expect_code(lambda: user.CancelJob(pb.CancelJobRequest(job_id=sub2.job_id), metadata=md),
                     grpc.StatusCode.FAILED_PRECONDITION, "already ended")
         expect_code(lambda: user.GetJob(pb.GetJobRequest(job_id=9999), metadata=md),
@@ -251,7 +287,7 @@ def main():
         # keep_checkpoints removed the checkpoint: DELETED, listed only on request
         rm = agent.ReportCheckpointRemoved(pb.ReportCheckpointRemovedRequest(
             agent="py-agent", attempt_id=att, rank=0, step=10, dir="/ckpt/interop/step_00000010"),
-            metadata=md)
+            metadata=smd)
         assert rm.changed and rm.checkpoint_id > 0, rm
         ck = user.ListCheckpoints(pb.ListCheckpointsRequest(job_id=job_id), metadata=md)
         assert len(ck.checkpoints) == 0, ck
@@ -260,12 +296,12 @@ def main():
         assert [c.state for c in ck.checkpoints] == [pb.CHECKPOINT_STATE_DELETED], ck
         assert ck.checkpoints[0].deleted_ms > 0
         expect_code(lambda: agent.ReportCheckpointRemoved(pb.ReportCheckpointRemovedRequest(
-            attempt_id=att, step=10, dir="relative"), metadata=md),
+            attempt_id=att, step=10, dir="relative"), metadata=smd),
             grpc.StatusCode.INVALID_ARGUMENT, "absolute")
 
         # the agent stops: its last heartbeat says so, and it is LOST at once
         agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation,
-                                            leaving=True), metadata=md)
+                                            leaving=True), metadata=smd)
         for _ in range(100):
             ag = user.ListAgents(pb.ListAgentsRequest(), metadata=md)
             if ag.agents[0].state == pb.AGENT_STATE_LOST:

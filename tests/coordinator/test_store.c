@@ -649,7 +649,7 @@ static void test_migration_v4(void)
     sqlite3_close(db);
 
     ASSERT_OK(zt_store_open(&s, p3, false, &err));
-    ASSERT_EQ_INT(zt_store_schema_version(s), 4);
+    ASSERT_EQ_INT(zt_store_schema_version(s), ZT_STORE_SCHEMA_VERSION);
     ASSERT_OK(zt_store_job_get(s, 5, keep_job4, NULL, &err));
     ASSERT_STREQ(g_job4.name, "old");
     ASSERT_EQ_INT(g_job4.state, ZT_JOB_QUEUED);

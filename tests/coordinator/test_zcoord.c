@@ -38,13 +38,135 @@ static zt_zcoord_proc *current;
         }                                                                                          \
     } while (0)
 
+static void agents_forget(void);
+static char used[64][64]; /* job names submitted to this coordinator, and how often */
+static int n_used, uses[64];
+
+/* A client of a coordinator just started: the agents of earlier ones are forgotten. */
 static zt_rpc_client *client(const zt_zcoord_proc *p, const char *token)
 {
+    agents_forget();
     zt_rpc_client_config cfg = {.target = p->addr, .token = token};
     zt_rpc_client *c;
     zt_err err = {0};
     ASSERT_OK(zt_rpc_client_create(&c, &cfg, &err));
     return c;
+}
+
+/* The session credentials RegisterAgent gave, by agent name: agent calls carry the one of
+ * the agent they speak for (the heartbeat's name, a report's agent field, else the agent
+ * registered last). */
+static struct {
+    char name[64], session[96];
+} sessions[64];
+static int n_sessions, last_session = -1;
+
+static void session_put(const char *name, const char *session)
+{
+    int i = 0;
+    while (i < n_sessions && strcmp(sessions[i].name, name) != 0)
+        i++;
+    if (i == n_sessions && n_sessions < 64) n_sessions++;
+    if (i >= 64) ZT_FAIL("too many agents for the session table");
+    snprintf(sessions[i].name, sizeof(sessions[i].name), "%s", name);
+    snprintf(sessions[i].session, sizeof(sessions[i].session), "%s", session);
+    last_session = i;
+}
+
+static const char *session_of(const char *name)
+{
+    for (int i = 0; name && name[0] && i < n_sessions; i++)
+        if (strcmp(sessions[i].name, name) == 0) return sessions[i].session;
+    if (name && name[0]) return "an-agent-that-never-registered"; /* holds no session */
+    return last_session >= 0 ? sessions[last_session].session : "no-session";
+}
+
+/* Where the coordinator placed each rank (from the heartbeat replies' desired sets), so that
+ * a report about a rank speaks as the agent that runs it, as a real agent does. */
+static struct {
+    int64_t attempt;
+    int rank;
+    char agent[64];
+} placed[256];
+static int n_placed;
+static pthread_mutex_t placed_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void placed_note(const char *agent, const Zt__V1__HeartbeatReply *r)
+{
+    pthread_mutex_lock(&placed_mu);
+    for (size_t w = 0; r && w < r->n_workers; w++) {
+        int i = 0;
+        while (i < n_placed && !(placed[i].attempt == r->workers[w]->attempt_id &&
+                                 placed[i].rank == r->workers[w]->rank))
+            i++;
+        if (i == n_placed) {
+            if (n_placed == 256) memmove(placed, placed + 128, 128 * sizeof(placed[0]));
+            if (n_placed == 256) n_placed = 128;
+            i = n_placed++;
+        }
+        placed[i].attempt = r->workers[w]->attempt_id;
+        placed[i].rank = r->workers[w]->rank;
+        snprintf(placed[i].agent, sizeof(placed[i].agent), "%s", agent);
+    }
+    pthread_mutex_unlock(&placed_mu);
+}
+
+static const char *placed_agent(int64_t attempt, int rank, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    pthread_mutex_lock(&placed_mu);
+    for (int i = 0; i < n_placed; i++)
+        if (placed[i].attempt == attempt && placed[i].rank == rank)
+            snprintf(buf, cap, "%s", placed[i].agent);
+    pthread_mutex_unlock(&placed_mu);
+    return buf;
+}
+
+/* The agent an AgentControl request speaks for: the one it names, else the one running the
+ * rank it is about ("" when neither is known). */
+static const char *agent_of(const char *path, const ProtobufCMessage *req, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (strstr(path, "/Heartbeat")) return ((const Zt__V1__HeartbeatRequest *)req)->name;
+    if (strstr(path, "/ReportMetrics")) {
+        const Zt__V1__ReportMetricsRequest *q = (const void *)req;
+        if (q->agent[0]) return q->agent;
+        return q->n_steps ? placed_agent(q->steps[0]->attempt_id, q->steps[0]->rank, buf, cap) : "";
+    }
+    if (strstr(path, "/ReportCheckpointRemoved")) {
+        const Zt__V1__ReportCheckpointRemovedRequest *q = (const void *)req;
+        return q->agent[0] ? q->agent : placed_agent(q->attempt_id, q->rank, buf, cap);
+    }
+    if (strstr(path, "/ReportCheckpoint")) {
+        const Zt__V1__ReportCheckpointRequest *q = (const void *)req;
+        return q->agent[0] ? q->agent : placed_agent(q->attempt_id, q->rank, buf, cap);
+    }
+    if (strstr(path, "/ReportLogs")) {
+        const Zt__V1__ReportLogsRequest *q = (const void *)req;
+        if (q->agent[0]) return q->agent;
+        return q->n_entries ? placed_agent(q->entries[0]->attempt_id, q->entries[0]->rank, buf, cap)
+                            : "";
+    }
+    if (strstr(path, "/Rendezvous")) {
+        const Zt__V1__RendezvousRequest *q = (const void *)req;
+        return placed_agent(q->attempt_id, q->rank, buf, cap);
+    }
+    if (strstr(path, "/GetAttemptSpec")) {
+        const Zt__V1__GetAttemptSpecRequest *q = (const void *)req;
+        return placed_agent(q->attempt_id, 0, buf, cap);
+    }
+    return "";
+}
+
+static void agents_forget(void)
+{
+    n_used = 0;
+    memset(uses, 0, sizeof(uses));
+    n_sessions = 0;
+    last_session = -1;
+    pthread_mutex_lock(&placed_mu);
+    n_placed = 0;
+    pthread_mutex_unlock(&placed_mu);
 }
 
 /* A unary call; returns the gRPC code, message in msg (optional). */
@@ -54,7 +176,16 @@ static zt_rpc_code call(zt_rpc_client *c, const char *path, const ProtobufCMessa
     zt_rpc_code code;
     zt_err err = {0};
     void *r = NULL;
-    zt_rpc_unary(c, path, req, rt, &r, 10000, &code, &err);
+    const char *as = NULL;
+    char who[64];
+    if (strncmp(path, A_, strlen(A_)) == 0 && !strstr(path, "/RegisterAgent"))
+        as = session_of(agent_of(path, req, who, sizeof(who)));
+    zt_rpc_unary_as(c, path, as, req, rt, &r, 10000, &code, &err);
+    if (code == ZT_RPC_OK && r && strstr(path, "/Heartbeat"))
+        placed_note(((const Zt__V1__HeartbeatRequest *)req)->name, r);
+    if (code == ZT_RPC_OK && r && strstr(path, "/RegisterAgent"))
+        session_put(((const Zt__V1__RegisterAgentRequest *)req)->name,
+                    ((const Zt__V1__RegisterAgentReply *)r)->session_token);
     if (msg) snprintf(msg, cap, "%.900s", err.msg);
     if (reply)
         *reply = r;
@@ -63,16 +194,32 @@ static zt_rpc_code call(zt_rpc_client *c, const char *path, const ProtobufCMessa
     return code;
 }
 
+/* Jobs keep their checkpoints in ckpt_base/NAME (a checkpoint directory belongs to one job,
+ * and the coordinator takes a shard report only from inside its job's directory). */
+static char ckpt_base[300] = "/ckpt";
+
 static char *job_text(const char *name, int ranks, int rpn, int max_restarts, int steps)
 {
+    /* one directory per job: a name submitted again to the same coordinator gets NAME-2, ... */
+    int k = 0;
+    while (k < n_used && strcmp(used[k], name) != 0)
+        k++;
+    if (k == n_used && n_used < 64) snprintf(used[n_used++], sizeof(used[0]), "%s", name);
+    char dir[128];
+    int n = k < 64 ? ++uses[k] : 0;
+    if (n > 1)
+        snprintf(dir, sizeof(dir), "%.60s-%d", name, n);
+    else
+        snprintf(dir, sizeof(dir), "%.60s", name);
     return zt_asprintf(
         "{\"name\": \"%s\", \"model\": {\"arch\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, "
         "\"n_embd\": 32, \"block_size\": 16, \"vocab_size\": 64}, \"data\": {\"train\": "
-        "\"data/*.bin\"}, \"train\": {\"steps\": %d, \"checkpoint_every\": 5}, "
+        "\"data/*.bin\"}, \"train\": {\"steps\": %d, \"checkpoint_every\": 5, "
+        "\"checkpoint_dir\": \"%s/%s\"}, "
         "\"resources\": {\"ranks\": %d, \"ranks_per_node\": %d, \"device\": \"cpu\"}, "
         "\"max_restarts\": %d, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
         "\"gradient_accumulation_steps\": 1}}",
-        name, steps, ranks, rpn, max_restarts);
+        name, steps, ckpt_base, dir, ranks, rpn, max_restarts);
 }
 
 static int64_t submit(zt_rpc_client *c, const char *name, int ranks, int rpn, int max_restarts)
@@ -139,6 +286,9 @@ static int64_t register_agent(zt_rpc_client *c, const char *name, int slots)
     q.device = ZT__V1__DEVICE__DEVICE_CPU;
     q.slots = slots;
     q.version = "test";
+    /* a process that registers again presents the session it holds, as zagent does */
+    for (int i = 0; i < n_sessions; i++)
+        if (strcmp(sessions[i].name, name) == 0) q.previous_session = sessions[i].session;
     Zt__V1__RegisterAgentReply *r = NULL;
     char msg[1024];
     zt_rpc_code code =
@@ -306,8 +456,7 @@ static void report_shard_in(zt_rpc_client *c, const char *root, int64_t attempt,
     char dir[300], file[32];
     snprintf(dir, sizeof(dir), "%s/step_%08lld", root, (long long)step);
     snprintf(file, sizeof(file), "rank_%05d.zts", rank);
-    q.agent = "n1";
-    q.attempt_id = attempt;
+    q.attempt_id = attempt; /* no agent field: the call speaks as the agent running the rank */
     q.rank = rank;
     q.step = step;
     q.dir = dir;
@@ -326,7 +475,7 @@ static void report_shard_in(zt_rpc_client *c, const char *root, int64_t attempt,
 
 static void report_shard(zt_rpc_client *c, int64_t attempt, int rank, int64_t step, bool *committed)
 {
-    report_shard_in(c, "/ckpt/job", attempt, rank, step, committed);
+    report_shard_in(c, "/ckpt/life", attempt, rank, step, committed);
 }
 
 static void report_metrics(zt_rpc_client *c, int64_t attempt, int64_t from, int64_t to)
@@ -537,11 +686,14 @@ static void test_lifecycle(void)
         le[i].source = ZT__V1__LOG_SOURCE__LOG_SOURCE_STDOUT;
         le[i].text = i ? "world from rank 2\n" : "hello from rank 0";
     }
-    rl.n_entries = 2;
-    rl.entries = lp;
-    ASSERT_EQ_INT(
-        call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor, NULL, NULL, 0),
-        ZT_RPC_OK);
+    /* ranks 0 and 2 run on different agents: each agent reports its own */
+    for (int i = 0; i < 2; i++) {
+        rl.n_entries = 1;
+        rl.entries = &lp[i];
+        ASSERT_EQ_INT(call(c, A_ "ReportLogs", &rl.base, &zt__v1__report_logs_reply__descriptor,
+                           NULL, NULL, 0),
+                      ZT_RPC_OK);
+    }
     char *logs = get_logs(c, id, -1, false);
     ASSERT_CONTAINS(logs, "0|hello from rank 0\n");
     ASSERT_CONTAINS(logs, "2|world from rank 2\n");
@@ -580,14 +732,14 @@ static void test_lifecycle(void)
     ASSERT_EQ_INT(gj->attempts[0]->state, ZT__V1__ATTEMPT_STATE__ATTEMPT_STATE_FAILED);
     ASSERT_CONTAINS(gj->attempts[0]->reason, "rank 3 on n2");
     ASSERT_CONTAINS(gj->attempts[0]->reason, "exited with code 1");
-    ASSERT_STREQ(gj->attempts[1]->resume_path, "/ckpt/job/step_00000005");
+    ASSERT_STREQ(gj->attempts[1]->resume_path, "/ckpt/life/step_00000005");
     ASSERT_EQ_INT(gj->attempts[1]->resume_step, 5);
     zt_pb_free(gj);
     sq.attempt_id = att2;
     ASSERT_EQ_INT(call(c, A_ "GetAttemptSpec", &sq.base, &zt__v1__attempt_spec__descriptor,
                        (void **)&spec, NULL, 0),
                   ZT_RPC_OK);
-    ASSERT_STREQ(spec->resume_path, "/ckpt/job/step_00000005");
+    ASSERT_STREQ(spec->resume_path, "/ckpt/life/step_00000005");
     zt_pb_free(spec);
     /* the old attempt is stale now */
     rdzv_call stale = {.c = c, .attempt = att, .rank = 0, .value = "x", .wait = 0};
@@ -877,8 +1029,9 @@ static void test_lost_hang_vanish(void)
         zt_sleep_ms(100);
     }
     ASSERT_EQ_INT(st, ZT__V1__JOB_STATE__JOB_STATE_FAILED);
-    ASSERT_CONTAINS(reason, "hang: no progress for");
-    ASSERT_CONTAINS(reason, "rank 0 step 7 seq 70");
+    ASSERT_CONTAINS(reason, "hang: no rank waits in a collective");
+    ASSERT_CONTAINS(reason, "rank 0 step 7 (collective #70)");
+    ASSERT_CONTAINS(reason, "no progress for");
     ASSERT_CONTAINS(reason, "no restarts left");
     zt_pb_free(hb(c, "flaky", inc, NULL, 0));
 
@@ -900,8 +1053,8 @@ static void test_lost_hang_vanish(void)
     heartbeat(c, "flaky", inc, NULL, 0, &code, msg, sizeof(msg));
     ASSERT_EQ_INT(code, ZT_RPC_FAILED_PRECONDITION);
     ASSERT_CONTAINS(msg, "stale");
-    heartbeat(c, "ghost", 1, NULL, 0, &code, msg, sizeof(msg));
-    ASSERT_EQ_INT(code, ZT_RPC_NOT_FOUND);
+    heartbeat(c, "ghost", 1, NULL, 0, &code, msg, sizeof(msg)); /* it holds no session */
+    ASSERT_EQ_INT(code, ZT_RPC_UNAUTHENTICATED);
     ASSERT_CONTAINS(msg, "RegisterAgent");
 
     /* pending reasons */
@@ -987,13 +1140,14 @@ static void test_auth(void)
     zt_zcoord_stop(&p);
     snprintf(tokfile, sizeof(tokfile), "%s/token", p.dir);
     FILE *f = fopen(tokfile, "w");
-    fputs("s3cret-token\n", f);
+    fputs("s3cret-token-0123456789\n", f);
     fclose(f);
+    chmod(tokfile, 0600);
     const char *args[] = {"--token-file", tokfile, NULL};
     zt_zcoord_restart(&p, args);
     current = &p;
     zt_rpc_client *none = client(&p, NULL), *wrong = client(&p, "nope"),
-                  *good = client(&p, "s3cret-token");
+                  *good = client(&p, "s3cret-token-0123456789");
     Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
     char msg[1024];
     ASSERT_EQ_INT(
@@ -1009,10 +1163,20 @@ static void test_auth(void)
     ASSERT_EQ_INT(
         call(wrong, A_ "Heartbeat", &hq.base, &zt__v1__heartbeat_reply__descriptor, NULL, NULL, 0),
         ZT_RPC_UNAUTHENTICATED);
+    /* health checks need no credential (load balancers and kubelets probe it) */
     Grpc__Health__V1__HealthCheckRequest h = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     ASSERT_EQ_INT(call(none, "/grpc.health.v1.Health/Check", &h.base,
                        &grpc__health__v1__health_check_response__descriptor, NULL, NULL, 0),
-                  ZT_RPC_UNAUTHENTICATED);
+                  ZT_RPC_OK);
+    /* a user token cannot register an agent (this coordinator has no join token at all) */
+    Zt__V1__RegisterAgentRequest rq = ZT__V1__REGISTER_AGENT_REQUEST__INIT;
+    rq.name = "n";
+    rq.device = ZT__V1__DEVICE__DEVICE_CPU;
+    rq.slots = 1;
+    ASSERT_EQ_INT(call(good, A_ "RegisterAgent", &rq.base,
+                       &zt__v1__register_agent_reply__descriptor, NULL, msg, sizeof(msg)),
+                  ZT_RPC_PERMISSION_DENIED);
+    ASSERT_CONTAINS(msg, "a user token cannot register an agent");
     ASSERT_EQ_INT(call(good, C_ "Ping", &pq.base, &zt__v1__ping_reply__descriptor, NULL, NULL, 0),
                   ZT_RPC_OK);
     Grpc__Health__V1__HealthCheckResponse *hr = NULL;
@@ -1114,6 +1278,7 @@ static void test_bad_input(void)
     rq.name = "ok";
     rq.device = ZT__V1__DEVICE__DEVICE_UNSPECIFIED;
     expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "device");
+    register_agent(c, "checker", 1); /* the later agent calls carry its session */
     Zt__V1__RendezvousRequest zq = ZT__V1__RENDEZVOUS_REQUEST__INIT;
     zq.attempt_id = 1;
     zq.wait_ms = 1000000;
@@ -1145,10 +1310,14 @@ static void test_bad_input(void)
         zt_rpc_cq_poll(q, 1000);
     zt_rpc_cq_destroy(q);
     for (int i = 0; i <= n; i++) {
-        if (raw_codes[i] != ZT_RPC_INVALID_ARGUMENT)
+        /* an agent call without a session is refused before its bytes are decoded */
+        bool agent_call = i < n && strncmp(paths[i], A_, strlen(A_)) == 0 &&
+                          !strstr(paths[i], "/RegisterAgent");
+        zt_rpc_code want = agent_call ? ZT_RPC_UNAUTHENTICATED : ZT_RPC_INVALID_ARGUMENT;
+        if (raw_codes[i] != want)
             ZT_FAIL("%s with garbage: %s (%s)", i < n ? paths[i] : "GetJob wrong type",
                     zt_rpc_code_name(raw_codes[i]), raw_msgs[i]);
-        ASSERT_CONTAINS(raw_msgs[i], "cannot decode");
+        ASSERT_CONTAINS(raw_msgs[i], agent_call ? "missing agent session" : "cannot decode");
     }
     /* an unknown method */
     Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
@@ -1604,13 +1773,17 @@ static void make_ckpt_dir(const char *root, int64_t step, bool meta)
  * gone, records why and resumes from the newest complete one. */
 /* A zcoord for the checkpoint tests (restart backoff 50 ms), a client of it and root = its
  * directory's ckpt/, made. */
-static zt_rpc_client *ckpt_zcoord_start(zt_zcoord_proc *p, char *root, size_t cap)
+/* root: the checkpoint directory of the job `name` the test submits */
+static zt_rpc_client *ckpt_zcoord_start(zt_zcoord_proc *p, const char *name, char *root,
+                                        size_t cap)
 {
     last_att = 0;
     const char *args[] = {"--restart-backoff", "50ms", NULL};
     zt_zcoord_start(p, args);
     current = p;
-    snprintf(root, cap, "%s/ckpt", p->dir);
+    snprintf(ckpt_base, sizeof(ckpt_base), "%.250s/ckpt", p->dir);
+    ASSERT_EQ_INT(mkdir(ckpt_base, 0755), 0);
+    snprintf(root, cap, "%.200s/%.60s", ckpt_base, name);
     ASSERT_EQ_INT(mkdir(root, 0755), 0);
     return client(p, NULL);
 }
@@ -1621,13 +1794,14 @@ static void ckpt_zcoord_stop(zt_zcoord_proc *p, zt_rpc_client *c)
     ASSERT_EQ_INT(zt_zcoord_stop(p), 0);
     zt_zcoord_cleanup(p);
     current = NULL;
+    snprintf(ckpt_base, sizeof(ckpt_base), "/ckpt");
 }
 
 static void test_ckpt_removed(void)
 {
     zt_zcoord_proc p;
     char root[300], msg[1024], got[512], dir[400];
-    zt_rpc_client *c = ckpt_zcoord_start(&p, root, sizeof(root));
+    zt_rpc_client *c = ckpt_zcoord_start(&p, "prune", root, sizeof(root));
     int64_t inc = register_agent(c, "ck", 1);
     int64_t id = submit(c, "prune", 1, 1, 2);
     int64_t att = run_to_running(c, "ck", inc, id);
@@ -1714,7 +1888,7 @@ static void test_ckpt_partial_complete(void)
 {
     zt_zcoord_proc p;
     char root[300], msg[1024], got[512], dir[400];
-    zt_rpc_client *c = ckpt_zcoord_start(&p, root, sizeof(root));
+    zt_rpc_client *c = ckpt_zcoord_start(&p, "lost", root, sizeof(root));
     int64_t inc = register_agent(c, "ck", 2);
     int64_t id = submit(c, "lost", 2, 2, 2);
     int64_t att = next_attempt(c, "ck", inc);
@@ -1856,6 +2030,7 @@ static void test_utf8_input(void)
     rq.hostname = longhost;
     expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "longer than 255 bytes");
     rq.hostname = "host";
+    register_agent(c, "u1", 1); /* agent calls are checked once their session is known */
     Zt__V1__HeartbeatRequest hq = ZT__V1__HEARTBEAT_REQUEST__INIT;
     hq.name = "u1";
     hq.n_gpus = 2;

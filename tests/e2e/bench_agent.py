@@ -32,10 +32,13 @@ def mem_kb(pid):
     return out
 
 
-def first_step_latency(c, job, n, hb_s):
+def first_step_latency(c, name, n, hb_s):
     lat = []
     rnd = random.Random(1)
-    for _ in range(n):
+    for i in range(n):
+        # each job its own file and checkpoint_dir (a checkpoint directory belongs to the job
+        # that first wrote it: the same file twice is refused)
+        job = c.write_job(f"{name}{i}", steps=5)
         # submissions at random phases of the heartbeat (right after a job ends the agent has
         # just sent a heartbeat: the next one is a whole interval away)
         time.sleep(rnd.uniform(0, hb_s))
@@ -60,16 +63,15 @@ def stop_and_forget(c, name):
 def body(c):
     c.start_coord()
     c.make_data()
-    job = c.write_job("lat", steps=5)
 
     # 1 s heartbeats (the default), then 200 ms
     c.start_agent("slow", "cpu:2", extra=["--heartbeat-ms", "1000"])
-    lat = first_step_latency(c, job, 15, 1.0)
+    lat = first_step_latency(c, "lat-slow", 15, 1.0)
     print(f"measure: submit_to_first_step_ms median={statistics.median(lat):.0f} "
           f"min={min(lat)} max={max(lat)} (heartbeat 1000 ms, 15 jobs)")
     stop_and_forget(c, "slow")
     c.start_agent("fast", "cpu:2", extra=["--heartbeat-ms", "200"])
-    lat = first_step_latency(c, job, 15, 0.2)
+    lat = first_step_latency(c, "lat-fast", 15, 0.2)
     print(f"measure: submit_to_first_step_ms median={statistics.median(lat):.0f} "
           f"min={min(lat)} max={max(lat)} (heartbeat 200 ms, 15 jobs)")
     stop_and_forget(c, "fast")

@@ -5,6 +5,7 @@ soon as zcoord comes up, and stops with exit 0 on SIGTERM; a wrong or missing to
 at registration: the agent says which token to give and exits 1; with a TLS coordinator an
 agent given --tls-ca registers, one without it keeps saying it cannot connect; two agents with
 one name say so."""
+import json
 import os
 import shutil
 import subprocess
@@ -68,9 +69,11 @@ def unreachable(c):
 def bad_token(c):
     c.coord.send_signal(15)
     c.coord.wait()
-    c.coord_env = {"ZT_TOKEN": "right-token"}
+    # users and agents hold different credentials: the user token cannot register an agent
+    c.coord_env = {"ZT_TOKEN": "user-token-0123456789", "ZT_AGENT_TOKEN": "join-token-0123456789"}
     c.start_coord()
-    for name, env in (("wrongtok", dict(c.env, ZT_TOKEN="wrong-token")), ("notok", c.env)):
+    for name, env in (("wrongtok", dict(c.env, ZT_TOKEN="wrong-token-0123456789")),
+                      ("notok", c.env), ("usertok", dict(c.env, ZT_TOKEN="user-token-0123456789"))):
         p = c.start_agent(name, "cpu:1", env=env, wait=False)
         rc = p.wait(20)
         e.check_eq(rc, 1, f"exit code of the agent with {name}")
@@ -78,8 +81,8 @@ def bad_token(c):
         e.check("refused our token" in log and "--token-file or ZT_TOKEN" in log,
                 f"{name}: no clear message in:\n{log}")
     path = os.path.join(c.tmp, "token")
-    with open(path, "w") as f:
-        f.write("right-token\n")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write("join-token-0123456789\n")
     c.start_agent("goodtok", "cpu:1", extra=["--token-file", path])
     e.check_eq(c.stop_agent("goodtok"), 0, "exit code of the agent with the right token")
 
@@ -114,16 +117,21 @@ def tls(c):
 
 
 def dup_name(c):
-    """Two agents under one name keep taking the registration from each other: one says so."""
+    """A second agent under a live agent's name is refused (it does not hold that agent's
+    session) and says so; the first keeps its registration."""
     c.start_agent("dup", "cpu:1")
     p2 = c._popen(c.agent_args("dup", "cpu:1", ["--work-dir", os.path.join(c.tmp, "work_dup2"),
                                                  "--status-file", os.path.join(c.tmp, "dup2.json")]),
                   os.path.join(c.tmp, "zagent_dup2.log"))
-    want = "another zagent probably runs with the name dup"
+    want = "another zagent may not take its name"
     def said():
         with open(os.path.join(c.tmp, "zagent_dup2.log")) as f:
-            return want in c.agent_log("dup") or want in f.read()
-    e.wait_for(said, 20, "an agent to notice that another one uses its name")
+            return want in f.read()
+    e.wait_for(said, 20, "the second agent to be refused the name")
+    e.check((c.agent_status("dup") or {}).get("registered"), "the first agent lost its registration")
+    e.check(not e.pid_alive(p2.pid) or not os.path.exists(os.path.join(c.tmp, "dup2.json")) or
+            not json.load(open(os.path.join(c.tmp, "dup2.json"))).get("registered"),
+            "the second agent registered under the live agent's name")
     p2.send_signal(15)
     e.check_eq(p2.wait(20), 0, "exit code of the second agent")
     e.check_eq(c.stop_agent("dup"), 0, "exit code of the first agent")

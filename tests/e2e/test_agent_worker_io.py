@@ -28,11 +28,14 @@ io)
     sleep 0.1
     for i in $(seq 1 400); do echo "flood $i"; done
   fi
-  d="$PWD/ck/step_00000001"; mkdir -p "$d"; echo x > "$d/rank_0000$ZT_RANK.zts"
+  # the job's checkpoint_dir, from the resolved job file (the last argument)
+  job="${@: -1}"
+  ck=$(sed -n 's/.*"checkpoint_dir": *"\([^"]*\)".*/\1/p' "$job")
+  d="$ck/step_00000001"; mkdir -p "$d"; echo x > "$d/rank_0000$ZT_RANK.zts"
   echo "rank=$ZT_RANK ckpt step=1 file=$d/rank_0000$ZT_RANK.zts bytes=2 crc32c=deadbeef" >&3
   sleep 0.5
   exit 0;;
-retry) exit 5;;
+retry) exit 1;;
 fatal) exit 2;;
 stubborn) trap '' TERM; echo "ignoring SIGTERM"; exec sleep 1000;;
 esac
@@ -120,15 +123,15 @@ def body(c):
     cps = c.committed(jid)
     e.check_eq([cp["step"] for cp in cps], [1], "committed checkpoints")
     e.check_eq(sorted(s["crc32c"] for s in cps[0]["shard"]), [0xdeadbeef] * 2, "shard crc32c")
-    e.check_eq(cps[0]["path"], os.path.join(c.work_dir("a1"), f"attempt_{att}", "ck",
-                                            "step_00000001"), "checkpoint path")
+    e.check_eq(cps[0]["path"], os.path.join(c.tmp, "ckpt_io", "step_00000001"),
+               "checkpoint path")
     e.check_eq(c.job(jid)["job"]["step"], 1, "step reported through the report fd")
 
     # ---- exit codes ----
     jid = c.submit(c.write_job("retry", steps=1, max_restarts=1))
     j = c.wait_job(jid, ("FAILED", "COMPLETED"), 60)
-    e.check_eq(len(j["attempts"]), 2, "attempts of a job whose workers exit 5 (retryable)")
-    e.check("exited with code 5" in j["attempts"][0]["reason"], j["attempts"][0]["reason"])
+    e.check_eq(len(j["attempts"]), 2, "attempts of a job whose workers exit 1 (retryable)")
+    e.check("exited with code 1" in j["attempts"][0]["reason"], j["attempts"][0]["reason"])
     jid = c.submit(c.write_job("fatal", steps=1, max_restarts=3))
     j = c.wait_job(jid, ("FAILED", "COMPLETED"), 60)
     e.check_eq(len(j["attempts"]), 1, "attempts of a job whose workers exit 2 (not retryable)")

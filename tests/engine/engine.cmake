@@ -8,6 +8,10 @@ zt_add_script_test(NAME engine_precision COMMAND /usr/bin/python3 ${CMAKE_CURREN
                    LABELS integration TIMEOUT 900)
 zt_add_script_test(NAME engine_ckpt COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ckpt.py
                    LABELS integration TIMEOUT 900)
+zt_add_script_test(NAME engine_ckpt_safety COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_safety.py
+                   LABELS integration TIMEOUT 300)
+zt_add_script_test(NAME engine_nonfinite COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_nonfinite.py
+                   LABELS integration TIMEOUT 300)
 # LD_PRELOAD shim with which engine_ckpt makes fsync, mkdir and rename fail on request.
 add_library(zt_fault_fs SHARED ${CMAKE_CURRENT_LIST_DIR}/fault_fs.c)
 set_target_properties(zt_fault_fs PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)

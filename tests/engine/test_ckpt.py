@@ -459,6 +459,12 @@ def main():
         def fault_run(name, expect, **faults):
             ck = f"{tmp}/ckpt/{name}"
             faults = {k: v.format(ck=ck) for k, v in faults.items()}
+            # the directory already belongs to this (local) job, so that the faults meet the
+            # save and not the owner.json written at start-up
+            os.makedirs(ck)
+            json.dump({"format": "zerotrain-checkpoint-owner", "version": 1, "job_id": None,
+                       "job_name": name, "submit_key": "", "created": "2024-01-01T00:00:00Z"},
+                      open(f"{ck}/owner.json", "w"))
             rcs, errs, reports = workers(job_for(name, 2, 1, 20), 2, env=fault_env(**faults))
             lines = error_lines(errs, "not saved")
             expect = [e.format(ck=ck) for e in expect]

@@ -449,6 +449,65 @@ static void run_async(void)
     printf("ok: asynchronous requests, waited out of order\n");
 }
 
+/* ---- stall reports: the watch thread's wait / wait_end lines ---- */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int rank_stall(int rank, int world, const char *rdv, void *arg)
+{
+    (void)arg;
+    int fds[2] = {-1, -1};
+    if (rank == 0 && pipe(fds) != 0) ZT_FAIL("pipe: %s", strerror(errno));
+    zt_comm_opts o;
+    memset(&o, 0, sizeof(o));
+    o.rank = rank;
+    o.world_size = world;
+    o.rendezvous = rdv;
+    o.session = "stall";
+    o.timeout_ms = 20000;
+    o.report_fd = rank == 0 ? fds[1] : -1;
+    o.stall_ms = rank == 0 ? 150 : 0;
+    zt_comm *c = NULL;
+    zt_err err;
+    zt_err_clear(&err);
+    if (zt_comm_create(&c, zt_comm_backend_tcp(), &o, &err) != ZT_OK)
+        ZT_FAIL("rank %d: zt_comm_create: %s", rank, zt_err_msg(&err));
+    float v[3] = {1, 2, 3}, g[6];
+    CHECK_OK(zt_comm_allreduce(c, v, 3, ZT_F32, NULL, E)); /* #1: nobody late */
+    if (rank == 1) sleep_ms(700);                           /* rank 0 waits in #2 */
+    zt_comm_set_where(c, 5, "backward");
+    CHECK_OK(zt_comm_allgather(c, v, g, 3, ZT_F32, NULL, E));
+    if (rank == 0) {
+        sleep_ms(500); /* the next tick says it ended */
+        char buf[2048];
+        ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+        if (n <= 0) ZT_FAIL("no stall report on the report fd");
+        buf[n] = '\0';
+        if (!strstr(buf, "rank=0 wait op=allgather seq=2 step=5 part=backward prev_op=allreduce prev_seq=1 waited_ms="))
+            ZT_FAIL("no wait line for allgather #2 in:\n%s", buf);
+        if (!strstr(buf, "rank=0 wait_end seq=2 waited_ms="))
+            ZT_FAIL("no wait_end line for allgather #2 in:\n%s", buf);
+        if (strstr(buf, "op=allreduce seq=1"))
+            ZT_FAIL("allreduce #1 did not wait, yet it was reported:\n%s", buf);
+        close(fds[0]);
+        close(fds[1]);
+    }
+    zt_comm_destroy(c);
+    return 0;
+}
+
+static void run_stall(void)
+{
+    int codes[CT_MAX_RANKS];
+    ct_run_world(2, rank_stall, NULL, 30000, codes);
+    ct_expect_all_ok("stall reports", 2, codes);
+    printf("ok: a collective that waits is reported on the report fd, and its end\n");
+}
+
 /* ---- host names and IPv6 for the rendezvous ---- */
 
 static int rank_small(int rank, int world, const char *rdv, void *arg)
@@ -647,5 +706,6 @@ int main(int argc, char **argv)
     if (!only || !strcmp(only, "determinism")) run_determinism();
     if (!only || !strcmp(only, "async")) run_async();
     if (!only || !strcmp(only, "addresses")) run_addresses();
+    if (!only || !strcmp(only, "stall")) run_stall();
     return 0;
 }

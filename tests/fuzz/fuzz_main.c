@@ -23,7 +23,7 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
-#define MAX_SEEDS 64
+#define MAX_SEEDS 96
 static uint8_t *seeds[MAX_SEEDS];
 static size_t seed_len[MAX_SEEDS];
 static int n_seeds;
@@ -116,6 +116,17 @@ static void make_seeds(void)
     gl.n_ranks = 2;
     gl.ranks = ranks;
     add_seed(type_index("GetLogs"), &gl.base);
+    /* who may call (0xff): each access class with each real credential, and none */
+    for (int access = 0; access < 4; access++)
+        for (int pick = 0; pick < 4; pick++) {
+            uint8_t *r = zt_malloc(3);
+            if (!r || n_seeds >= MAX_SEEDS) exit(1);
+            r[0] = 0xff;
+            r[1] = (uint8_t)(access | (pick == 3 ? 0x80 : 0));
+            r[2] = (uint8_t)pick;
+            seeds[n_seeds] = r;
+            seed_len[n_seeds++] = 3;
+        }
 }
 
 static int run_file(const char *path)

@@ -2,7 +2,8 @@
  * picks the type), then what the server does with a decoded request before any state:
  * the UTF-8 check of every string field and the stateless checks of coordinator/validate.c,
  * zt_job_parse of a submitted job file, the cleaning of log lines (always valid UTF-8 after),
- * the JSON view (never refused), and a re-encode/decode round trip. Built as a libFuzzer target with clang
+ * the JSON view (never refused), and a re-encode/decode round trip; a first byte of 0xff
+ * fuzzes who may call instead (coordinator/auth.c, any token against every access class). Built as a libFuzzer target with clang
  * (tests/fuzz/run_libfuzzer.sh) and with fuzz_main.c as a plain test otherwise. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include "common/alloc.h"
 #include "common/jobfile.h"
 #include "common/utf8.h"
+#include "coordinator/auth.h"
 #include "coordinator/validate.h"
 #include "proto/health.pb-c.h"
 #include "proto/pbjson.h"
@@ -145,9 +147,67 @@ static bool has_unknown(const ProtobufCMessage *m)
     return false;
 }
 
+/* ---- who may call: coordinator/auth.c's decision for any bearer token ---- */
+
+#define FZ_USER "fuzz-user-token-0123456789"
+#define FZ_JOIN "fuzz-join-token-0123456789"
+
+static zt_auth *fz_auth;
+static char fz_session[ZT_AUTH_SESSION_LEN + 1];
+
+/* data[1]: the access class (and whether to send a token at all), the rest: the token. The
+ * decision must follow the rules exactly: each class takes its own credential only. */
+static void fuzz_auth(const uint8_t *data, size_t size)
+{
+    if (!fz_auth) {
+        zt_auth_user u = {"admin", FZ_USER};
+        zt_err err = {0};
+        char sha[65];
+        if (zt_auth_create(&fz_auth, &u, 1, FZ_JOIN, &err) != ZT_OK ||
+            zt_auth_session_issue(fz_auth, "n1", fz_session, sha, &err) != ZT_OK) {
+            fprintf(stderr, "fuzz_auth: %s\n", zt_err_msg(&err));
+            abort();
+        }
+    }
+    if (size < 2) return;
+    zt_rpc_access access = (zt_rpc_access)(data[1] % 4);
+    bool none = data[1] & 0x80;
+    /* tokens that are worth reaching: the real ones, selected by a byte, mutated by the rest */
+    char tok[256];
+    size_t n = size - 2 < sizeof(tok) ? size - 2 : sizeof(tok);
+    memcpy(tok, data + 2, n);
+    if (n == 1 && tok[0] < 3) {
+        const char *real = tok[0] == 0 ? FZ_USER : tok[0] == 1 ? FZ_JOIN : fz_session;
+        n = strlen(real);
+        memcpy(tok, real, n);
+    }
+    char who[96] = "", msg[400] = "";
+    zt_rpc_code code = zt_auth_authorize(fz_auth, access, none ? NULL : tok, none ? 0 : n, who,
+                                         sizeof(who), msg, sizeof(msg));
+    bool is_user = !none && n == strlen(FZ_USER) && memcmp(tok, FZ_USER, n) == 0;
+    bool is_join = !none && n == strlen(FZ_JOIN) && memcmp(tok, FZ_JOIN, n) == 0;
+    bool is_session = !none && n == strlen(fz_session) && memcmp(tok, fz_session, n) == 0;
+    bool want = access == ZT_RPC_ACCESS_OPEN || (access == ZT_RPC_ACCESS_USER && is_user) ||
+                (access == ZT_RPC_ACCESS_AGENT_JOIN && is_join) ||
+                (access == ZT_RPC_ACCESS_AGENT && is_session);
+    if ((code == ZT_RPC_OK) != want) {
+        fprintf(stderr, "fuzz_auth: access %d with a %zu-byte token: %s (%s), want %s\n",
+                (int)access, n, zt_rpc_code_name(code), msg, want ? "OK" : "refused");
+        abort();
+    }
+    if (code == ZT_RPC_OK && access == ZT_RPC_ACCESS_AGENT && strcmp(who, "agent:n1") != 0) abort();
+    if (code == ZT_RPC_OK && access == ZT_RPC_ACCESS_USER && strcmp(who, "user:admin") != 0) abort();
+    if (code != ZT_RPC_OK && (code != ZT_RPC_UNAUTHENTICATED && code != ZT_RPC_PERMISSION_DENIED))
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
+    if (data[0] == 0xff) {
+        fuzz_auth(data, size);
+        return 0;
+    }
     const zt_fuzz_type *t = &zt_fuzz_types[data[0] % zt_fuzz_n_types];
     ProtobufCMessage *m = zt_pb_unpack(t->type, data + 1, size - 1);
     if (!m) return 0; /* the server answers INVALID_ARGUMENT */

@@ -110,10 +110,10 @@ static void h_watch(zt_rpc_call *call, const ProtobufCMessage *req, void *user)
 }
 
 static const zt_rpc_method methods[] = {
-    {P_PING, &zt__v1__ping_request__descriptor, false, h_ping, NULL, 0, NULL, NULL},
-    {P_SUBMIT, &zt__v1__submit_job_request__descriptor, false, h_submit, NULL, 0, NULL, NULL},
-    {P_GET, &zt__v1__get_job_request__descriptor, false, h_get, NULL, 0, NULL, NULL},
-    {P_WATCH, &zt__v1__watch_job_request__descriptor, true, h_watch, NULL, 0, NULL, NULL},
+    {P_PING, &zt__v1__ping_request__descriptor, false, h_ping, NULL, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
+    {P_SUBMIT, &zt__v1__submit_job_request__descriptor, false, h_submit, NULL, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
+    {P_GET, &zt__v1__get_job_request__descriptor, false, h_get, NULL, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
+    {P_WATCH, &zt__v1__watch_job_request__descriptor, true, h_watch, NULL, 0, NULL, NULL, ZT_RPC_ACCESS_USER},
 };
 
 static zt_rpc_server *start_server(const char *token, const char *cert, const char *key, int *port)

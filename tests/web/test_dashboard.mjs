@@ -1,15 +1,17 @@
 // The dashboard in a real browser: Debian's chromium driven by playwright-core (npm, pinned in
-// package-lock.json; nothing is downloaded here) against a real zcoord with a token and a real
-// zagent training a small CPU job. Checks: the page asks for the token; the API refuses a wrong
-// one (401); the jobs page lists the job; its loss chart gains points without a reload; the
-// ranks table shows memory; the logs filter by rank; text a user controls (a cancel reason full
-// of markup) shows as text and opens no dialog; cancel ends the job; the agents page shows the
-// slots; no CSP violation or script error. Screenshots (desktop light and dark, a 390-px phone)
-// go to $ZT_BUILD_DIR/tests/web_artifacts. Run by ctest as `node --test` (tests/web/web.cmake).
+// package-lock.json; nothing is downloaded here) against a real zcoord with a user token and an
+// agent join token, and a real zagent (registered with the join token) training a small CPU job.
+// Checks: the page asks for the token; the API and the sign-in form refuse a wrong one and the
+// agent join token (401); the jobs page lists the job; its loss chart gains points without a
+// reload; the ranks table shows memory; the logs filter by rank; text a user controls (a cancel
+// reason full of markup) shows as text and opens no dialog; cancels name who did them
+// ("(by admin)"); cancel ends the job; the agents page shows the slots; no CSP violation or
+// script error. Screenshots (desktop light and dark, a 390-px phone) go to
+// $ZT_BUILD_DIR/tests/web_artifacts. Run by ctest as `node --test` (tests/web/web.cmake).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -17,6 +19,7 @@ const CHROMIUM = process.env.ZT_CHROMIUM || "/usr/bin/chromium";
 const BIN = process.env.ZT_BIN || "./bin";
 const OUT = join(process.env.ZT_BUILD_DIR || ".", "tests", "web_artifacts");
 const TOKEN = "dashboard-token-31415";
+const AGENT_TOKEN = "dashboard-agent-join-27182";
 const XSS = "<img src=x onerror=alert(1)>";
 
 // What is missing to run at all: in CI that is a failure, elsewhere a skip (ctest: # SKIP).
@@ -30,6 +33,12 @@ async function missing() {
     return `playwright-core is not installed (run 'npm ci' in the repository root): ${e.message}`;
   }
   return null;
+}
+
+// A token file as zcoord, zagent and zctl require it: one line, readable by its owner only.
+function writeToken(path, token) {
+  writeFileSync(path, `${token}\n`, { mode: 0o600 });
+  chmodSync(path, 0o600);
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -54,13 +63,20 @@ class Cluster {
     this.tmp = mkdtempSync(join(tmpdir(), "zt_web_"));
     this.procs = [];
     this.tokenFile = join(this.tmp, "token");
-    writeFileSync(this.tokenFile, `${TOKEN}\n`);
+    writeToken(this.tokenFile, TOKEN);
+    this.agentTokenFile = join(this.tmp, "agent-token");
+    writeToken(this.agentTokenFile, AGENT_TOKEN);
+    // zctl holds the user token; zagent the agent join token (and, as root, leave to run its
+    // workers as root: zagent refuses that without --run-as or ZT_ALLOW_ROOT)
     this.env = { ...process.env, ZT_TOKEN_FILE: this.tokenFile, OMP_NUM_THREADS: "1" };
     delete this.env.ZT_TOKEN;
+    delete this.env.ZT_AGENT_TOKEN;
+    this.agentEnv = { ...this.env, ZT_TOKEN_FILE: this.agentTokenFile };
+    if (process.getuid && process.getuid() === 0) this.agentEnv.ZT_ALLOW_ROOT = "1";
   }
-  start(name, args) {
+  start(name, args, env = this.env) {
     const log = join(this.tmp, `${name}.log`);
-    const p = spawn(join(BIN, name), args, { cwd: this.tmp, env: this.env, stdio: ["ignore", "pipe", "pipe"] });
+    const p = spawn(join(BIN, name), args, { cwd: this.tmp, env, stdio: ["ignore", "pipe", "pipe"] });
     const chunks = [];
     p.stdout.on("data", (d) => chunks.push(d));
     p.stderr.on("data", (d) => chunks.push(d));
@@ -81,6 +97,7 @@ class Cluster {
     rmSync(ready, { force: true });
     this.coord = this.start("zcoord", ["--db", join(this.tmp, "zt.db"), "--grpc", this.grpc || "127.0.0.1:0",
       "--http", this.http || "127.0.0.1:0", "--ready-file", ready, "--token-file", this.tokenFile,
+      "--agent-token-file", this.agentTokenFile,
       "--heartbeat-interval", "200ms", "--heartbeat-timeout", "5s"]);
     const info = await waitFor(() => existsSync(ready) && JSON.parse(readFileSync(ready, "utf8")), 20000, "zcoord's ready file");
     this.grpc = info.grpc;
@@ -99,7 +116,7 @@ class Cluster {
   async startAgent() {
     const status = join(this.tmp, "a1.status.json");
     this.agent = this.start("zagent", ["--coordinator", this.grpc, "--slots", "cpu:2", "--name", "a1",
-      "--work-dir", join(this.tmp, "work"), "--status-file", status, "--stop-grace", "5s"]);
+      "--work-dir", join(this.tmp, "work"), "--status-file", status, "--stop-grace", "5s"], this.agentEnv);
     await waitFor(() => existsSync(status) && JSON.parse(readFileSync(status, "utf8")).registered, 20000, "the agent to register");
   }
   writeJob(name, steps) {
@@ -182,6 +199,12 @@ test("dashboard in a real browser", { timeout: 240000 }, async (t) => {
       assert.equal((await fetch(`${c.base}/healthz`)).status, 200);
     });
 
+    await step("the agent join token is no user credential for the API either", async () => {
+      const r = await fetch(`${c.base}/api/v1/jobs`, { headers: { Authorization: `Bearer ${AGENT_TOKEN}` } });
+      assert.equal(r.status, 401);
+      assert.match((await r.json()).error, /credential/);
+    });
+
     const userDataDir = mkdtempSync(join(c.tmp, "chromium-"));
     ctx = await chromium.launchPersistentContext(userDataDir, {
       executablePath: CHROMIUM,
@@ -209,6 +232,11 @@ test("dashboard in a real browser", { timeout: 240000 }, async (t) => {
       await page.fill("input#token", "not-the-token");
       await page.click("button[type=submit]");
       await page.getByText("Wrong token.").waitFor();
+      // the agent join token does not sign a user in
+      await page.fill("input#token", AGENT_TOKEN);
+      await page.click("button[type=submit]");
+      await page.getByText("Wrong token.").waitFor();
+      assert.equal(await page.locator("#jobs-body").count(), 0);
       await page.screenshot({ path: join(OUT, "signin-desktop-light.png") });
       await page.fill("input#token", TOKEN);
       await page.click("button[type=submit]");
@@ -290,6 +318,9 @@ test("dashboard in a real browser", { timeout: 240000 }, async (t) => {
       await page.goto(`${c.base}/#/job/${probe}`);
       await page.locator("#job-reason").waitFor();
       await waitFor(async () => (await page.locator("#job-reason").innerText()).includes(XSS), 5000, "the reason");
+      // zctl canceled it with the user token of "admin": the reason says so
+      assert.ok((await page.locator("#job-reason").innerText()).includes("(by admin)"),
+        await page.locator("#job-reason").innerText());
       await page.locator("#logs .line").first().waitFor();
       assert.ok((await page.locator("#logs").innerText()).includes(XSS));
       assert.equal(await page.locator("img").count(), 0);
@@ -303,6 +334,8 @@ test("dashboard in a real browser", { timeout: 240000 }, async (t) => {
       await page.locator("#job-state .state.CANCELED").waitFor({ timeout: 15000 });
       const r = await c.api(`/api/v1/jobs/${jid}`);
       assert.equal(r.body.job.state, "CANCELED");
+      // the signed-in user canceled it
+      assert.ok(r.body.job.reason.includes("(by admin)"), r.body.job.reason);
     });
 
     await step("the agents page shows the slots", async () => {
@@ -312,6 +345,61 @@ test("dashboard in a real browser", { timeout: 240000 }, async (t) => {
       assert.match(await row.locator(".slots-cell").innerText(), /\/ 2 cpu/);
       assert.match(await row.innerText(), /ALIVE/);
       await page.screenshot({ path: join(OUT, "agents-desktop-light.png"), fullPage: true });
+    });
+
+    await step("the keyboard alone reaches a job, with a visible focus ring", async () => {
+      await page.goto(`${c.base}/#/`);
+      const link = `#jobs-body a[href="#/job/${jid}"]`;
+      await page.locator(link).waitFor();
+      await page.evaluate(() => document.activeElement && document.activeElement.blur());
+      let reached = false;
+      for (let i = 0; i < 60 && !reached; i++) {
+        await page.keyboard.press("Tab");
+        reached = await page.evaluate((sel) => document.activeElement === document.querySelector(sel), link);
+      }
+      assert.ok(reached, "Tab never reached the job's link");
+      const ring = await page.evaluate(() => {
+        const st = getComputedStyle(document.activeElement);
+        return `${st.outlineStyle} ${st.outlineWidth}`;
+      });
+      assert.match(ring, /^solid [1-9]/, `the focused link shows no outline (${ring})`);
+      await page.keyboard.press("Enter");
+      await page.waitForFunction((id) => location.hash === `#/job/${id}`, jid);
+      await page.locator("#logs").waitFor();
+      // the log filter is reachable and usable from the keyboard too
+      let onFilter = false;
+      for (let i = 0; i < 80 && !onFilter; i++) {
+        await page.keyboard.press("Tab");
+        onFilter = await page.evaluate(() => document.activeElement && document.activeElement.id === "log-rank");
+      }
+      assert.ok(onFilter, "Tab never reached the log's rank filter");
+    });
+
+    await step("text contrast is readable in light and dark (WCAG AA, 4.5:1)", async () => {
+      for (const scheme of ["light", "dark"]) {
+        await page.emulateMedia({ colorScheme: scheme });
+        const low = await page.evaluate(() => {
+          const v = (n) => getComputedStyle(document.documentElement).getPropertyValue(n).trim();
+          const lum = (hex) => {
+            const c = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16) / 255)
+              .map((x) => (x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4));
+            return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+          };
+          const ratio = (a, b) => {
+            const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x);
+            return (hi + 0.05) / (lo + 0.05);
+          };
+          const out = [];
+          for (const fg of ["--text", "--muted", "--accent", "--ok", "--warn", "--bad", "--info"])
+            for (const bg of ["--bg", "--panel"]) {
+              const r = ratio(v(fg), v(bg));
+              if (!(r >= 4.5)) out.push(`${fg} on ${bg}: ${r.toFixed(2)}`);
+            }
+          return out;
+        });
+        assert.deepEqual(low, [], `${scheme}: text colours below 4.5:1`);
+      }
+      await page.emulateMedia({ colorScheme: "light" });
     });
 
     await step("the page reconnects by itself after zcoord restarts", async () => {

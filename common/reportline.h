@@ -1,9 +1,10 @@
 /* zerotrain: the parser of zworker's report protocol (the lines a worker writes on
  * ZT_REPORT_FD, see engine/engine.h): phase changes, per-step metrics, durable checkpoint
- * shards, checkpoint commits and checkpoints removed by keep_checkpoints. Pure functions, no
- * allocation; zagent feeds it one line at a time and tests feed it text. */
-#ifndef ZT_AGENT_REPORTLINE_H
-#define ZT_AGENT_REPORTLINE_H
+ * shards, checkpoint commits, checkpoints removed by keep_checkpoints, collectives that stall
+ * and checkpoints that failed verification. Pure functions, no
+ * allocation; zagent and zctl run feed it one line at a time and tests feed it text. */
+#ifndef ZT_COMMON_REPORTLINE_H
+#define ZT_COMMON_REPORTLINE_H
 
 #include <stdint.h>
 
@@ -19,6 +20,13 @@ typedef enum {
     ZT_REPORTLINE_CKPT,      /* rank=R ckpt step=N file=/abs/rank_0000R.zts bytes=B crc32c=HEX */
     ZT_REPORTLINE_COMMIT,    /* rank=0 ckpt_commit step=N dir=/abs/step_0000000N */
     ZT_REPORTLINE_REMOVED,   /* rank=0 ckpt_removed step=N dir=/abs/step_0000000N */
+    /* rank=R wait op=KIND seq=N step=S part=PART prev_op=KIND prev_seq=M waited_ms=MS:
+     * the rank's oldest unfinished collective has waited that long (engine/comm.h) */
+    ZT_REPORTLINE_WAIT,
+    ZT_REPORTLINE_WAIT_END, /* rank=R wait_end seq=N waited_ms=MS: that collective finished */
+    /* rank=R ckpt_bad step=N dir=/abs/step_0000000N why=TEXT (the rest of the line): the
+     * checkpoint failed verification on load */
+    ZT_REPORTLINE_CKPT_BAD,
 } zt_reportline_kind;
 
 typedef struct zt_reportline_value {
@@ -42,6 +50,11 @@ typedef struct zt_reportline {
     char path[ZT_REPORTLINE_PATH_MAX]; /* CKPT: the shard file; COMMIT, REMOVED: the step dir */
     int64_t bytes;                     /* CKPT */
     uint32_t crc32c;                   /* CKPT */
+    /* WAIT: the collective waited in (op, seq), where the rank is (step, part), the one
+     * before (prev_op, prev_seq; "none" and 0 for the first); WAIT_END: seq; both waited_ms */
+    char op[24], part[24], prev_op[24];
+    int64_t seq, prev_seq, waited_ms;
+    char why[1024]; /* CKPT_BAD */
 } zt_reportline;
 
 /* Parses one line (without its newline). ZT_OK fills *out; ZT_ERR_FORMAT (with a message

@@ -1,7 +1,7 @@
 /* zerotrain: parser of zworker's report lines (see reportline.h). A line is space-separated
  * key=value pairs after "rank=R"; the second token says what it is. */
 #define _POSIX_C_SOURCE 200809L
-#include "agent/reportline.h"
+#include "common/reportline.h"
 
 #include <errno.h>
 #include <math.h>
@@ -182,6 +182,25 @@ static bool int_value(const char *p, const char *key, int64_t *out)
     return parse_i64(s, n, out);
 }
 
+/* A word value ([A-Za-z0-9_], at most cap-1 bytes). */
+static bool word_value(const char *p, const char *key, char *out, size_t cap)
+{
+    char pat[32];
+    snprintf(pat, sizeof(pat), " %s=", key);
+    const char *s = strstr(p, pat);
+    if (!s) return false;
+    s += strlen(pat);
+    size_t n = strcspn(s, " ");
+    if (n == 0 || n >= cap) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return false;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return true;
+}
+
 zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err)
 {
     memset(out, 0, sizeof(*out));
@@ -237,6 +256,43 @@ zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err)
         if (!commit && (out->step < 0 || out->path[0] != '/'))
             return bad(err, line, "negative step, or a relative dir");
         out->kind = commit ? ZT_REPORTLINE_COMMIT : ZT_REPORTLINE_REMOVED;
+        return ZT_OK;
+    }
+    if (len == 4 && memcmp(tok, "wait", 4) == 0) {
+        if (!word_value(p, "op", out->op, sizeof(out->op)) ||
+            !int_value(p, "seq", &out->seq) || !int_value(p, "step", &out->step) ||
+            !word_value(p, "part", out->part, sizeof(out->part)) ||
+            !word_value(p, "prev_op", out->prev_op, sizeof(out->prev_op)) ||
+            !int_value(p, "prev_seq", &out->prev_seq) ||
+            !int_value(p, "waited_ms", &out->waited_ms))
+            return bad(err, line,
+                       "a wait line needs op=, seq=, step=, part=, prev_op=, prev_seq= and waited_ms=");
+        if (out->seq < 1 || out->prev_seq < 0 || out->step < 0 || out->waited_ms < 0)
+            return bad(err, line, "seq, prev_seq, step or waited_ms out of range");
+        out->kind = ZT_REPORTLINE_WAIT;
+        return ZT_OK;
+    }
+    if (len == 8 && memcmp(tok, "wait_end", 8) == 0) {
+        if (!int_value(p, "seq", &out->seq) || !int_value(p, "waited_ms", &out->waited_ms) ||
+            out->seq < 1)
+            return bad(err, line, "a wait_end line needs seq= (>= 1) and waited_ms=");
+        out->kind = ZT_REPORTLINE_WAIT_END;
+        return ZT_OK;
+    }
+    if (len == 8 && memcmp(tok, "ckpt_bad", 8) == 0) {
+        const char *why = strstr(p, " why=");
+        if (!why || !int_value(p, "step", &out->step) || out->step < 0)
+            return bad(err, line, "a ckpt_bad line needs step=, dir= and why=");
+        /* dir= ends where why= begins: the reason is the rest of the line */
+        char head[ZT_REPORTLINE_PATH_MAX + 64];
+        size_t hn = (size_t)(why - p);
+        if (hn >= sizeof(head)) return bad(err, line, "dir= is too long");
+        memcpy(head, p, hn);
+        head[hn] = '\0';
+        if (!path_value(head, "dir", out->path, sizeof(out->path)) || out->path[0] != '/')
+            return bad(err, line, "a ckpt_bad line needs an absolute dir=");
+        snprintf(out->why, sizeof(out->why), "%s", why + 5);
+        out->kind = ZT_REPORTLINE_CKPT_BAD;
         return ZT_OK;
     }
     return bad(err, line, "unknown kind of report");

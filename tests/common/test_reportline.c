@@ -1,6 +1,6 @@
-/* Tests agent/reportline.c: every kind of line zworker writes on ZT_REPORT_FD (taken from the
+/* Tests common/reportline.c: every kind of line zworker writes on ZT_REPORT_FD (taken from the
  * formats in engine.c and ckpt.c), the values zagent forwards, and lines it must refuse. */
-#include "agent/reportline.h"
+#include "common/reportline.h"
 
 #include "tests/test.h"
 
@@ -156,6 +156,61 @@ static void test_bad_lines(void)
     ASSERT_EQ_INT(zt_reportline_phase("nope"), 0);
 }
 
+/* engine/comm.c's stall reports (the watch thread's formats) */
+static void test_wait(void)
+{
+    zt_err err = {0};
+    ASSERT_OK(zt_reportline_parse(
+        "rank=2 wait op=allgather seq=612 step=14 part=backward prev_op=reduce_scatter prev_seq=611 waited_ms=2003",
+        &r, &err));
+    ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_WAIT);
+    ASSERT_EQ_INT(r.rank, 2);
+    ASSERT_STREQ(r.op, "allgather");
+    ASSERT_EQ_INT(r.seq, 612);
+    ASSERT_EQ_INT(r.step, 14);
+    ASSERT_STREQ(r.part, "backward");
+    ASSERT_STREQ(r.prev_op, "reduce_scatter");
+    ASSERT_EQ_INT(r.prev_seq, 611);
+    ASSERT_EQ_INT(r.waited_ms, 2003);
+    ASSERT_OK(zt_reportline_parse(
+        "rank=0 wait op=barrier seq=1 step=0 part=setup prev_op=none prev_seq=0 waited_ms=0", &r,
+        &err));
+    ASSERT_STREQ(r.prev_op, "none");
+    ASSERT_OK(zt_reportline_parse("rank=1 wait_end seq=612 waited_ms=9000", &r, &err));
+    ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_WAIT_END);
+    ASSERT_EQ_INT(r.seq, 612);
+    ASSERT_EQ_INT(r.waited_ms, 9000);
+    /* missing fields, a word with odd characters, seq 0 */
+    ASSERT_EQ_INT(zt_reportline_parse("rank=1 wait op=allgather seq=3", &r, &err), ZT_ERR_FORMAT);
+    ASSERT_CONTAINS(err.msg, "a wait line needs");
+    ASSERT_EQ_INT(zt_reportline_parse(
+                      "rank=1 wait op=all;gather seq=3 step=1 part=forward prev_op=none prev_seq=0 waited_ms=1",
+                      &r, &err),
+                  ZT_ERR_FORMAT);
+    ASSERT_EQ_INT(zt_reportline_parse(
+                      "rank=1 wait op=allgather seq=0 step=1 part=forward prev_op=none prev_seq=0 waited_ms=1",
+                      &r, &err),
+                  ZT_ERR_FORMAT);
+    ASSERT_EQ_INT(zt_reportline_parse("rank=1 wait_end seq=0 waited_ms=1", &r, &err), ZT_ERR_FORMAT);
+}
+
+static void test_ckpt_bad(void)
+{
+    zt_err err = {0};
+    ASSERT_OK(zt_reportline_parse(
+        "rank=0 ckpt_bad step=40 dir=/ck/my run/step_00000040 why=rank_00001.zts: crc32c mismatch (file says 1a2b, data gives 3c4d); the shard is corrupt",
+        &r, &err));
+    ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_CKPT_BAD);
+    ASSERT_EQ_INT(r.step, 40);
+    ASSERT_STREQ(r.path, "/ck/my run/step_00000040");
+    ASSERT_STREQ(r.why,
+                 "rank_00001.zts: crc32c mismatch (file says 1a2b, data gives 3c4d); the shard is corrupt");
+    ASSERT_EQ_INT(zt_reportline_parse("rank=0 ckpt_bad step=4 dir=/x/step_4", &r, &err),
+                  ZT_ERR_FORMAT);
+    ASSERT_EQ_INT(zt_reportline_parse("rank=0 ckpt_bad step=4 dir=rel/step_4 why=x", &r, &err),
+                  ZT_ERR_FORMAT);
+}
+
 int main(void)
 {
     test_phase();
@@ -165,6 +220,8 @@ int main(void)
     test_commit();
     test_removed();
     test_bad_lines();
+    test_wait();
+    test_ckpt_bad();
     printf("test_reportline: ok\n");
     return 0;
 }
