@@ -13,6 +13,7 @@
 #include <openssl/sha.h>
 
 #include "common/alloc.h"
+#include "coordinator/validate.h"
 
 /* A session is kept as the SHA-256 of its credential, never the credential itself (the
  * database holds the same digest). */
@@ -102,17 +103,10 @@ static bool eq(const char *a, size_t alen, const char *b)
     return diff == 0;
 }
 
+/* an agent's kind of name (validate.h), at most 64 bytes: it goes into session cookies */
 static bool valid_user_name(const char *s)
 {
-    size_t n = strlen(s);
-    if (n == 0 || n > 64) return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
+    return zt_valid_name(s) && strlen(s) <= 64;
 }
 
 zt_status zt_auth_create(zt_auth **out, const zt_auth_user *users, int n_users,

@@ -772,6 +772,17 @@ static bool in_job_ckpt_dir(const c_job *j, const char *dir)
     return ok;
 }
 
+/* ZT_RPC_OK when dir lies directly in job_id's checkpoint_dir, else PERMISSION_DENIED with
+ * the message in msg. */
+static zt_rpc_code ckpt_dir_of_job(zt_coord *c, int64_t job_id, const char *dir, char *msg,
+                                   size_t cap)
+{
+    if (in_job_ckpt_dir(coord_job_find(c, job_id), dir)) return ZT_RPC_OK;
+    snprintf(msg, cap, "permission denied: %.200s is not a checkpoint in job %lld's checkpoint_dir",
+             dir, (long long)job_id);
+    return ZT_RPC_PERMISSION_DENIED;
+}
+
 /* Whether the coordinator placed rank `rank` of attempt `id` on agent `me` (state thread):
  * live and just-ended attempts from memory, older ones from the store. ZT_RPC_OK; NOT_FOUND
  * (no such attempt or rank); PERMISSION_DENIED (it runs elsewhere). msg says which. */
@@ -1399,13 +1410,8 @@ static void ckpt_run(zt_coord *c, c_op *op)
     }
     x->code = placed_on(c, x->me, q->attempt_id, q->rank, NULL, x->msg, sizeof(x->msg));
     if (x->code != ZT_RPC_OK) return;
-    if (!in_job_ckpt_dir(coord_job_find(c, ai.job_id), q->dir)) {
-        x->code = ZT_RPC_PERMISSION_DENIED;
-        snprintf(x->msg, sizeof(x->msg),
-                 "permission denied: %.200s is not a checkpoint in job %lld's checkpoint_dir",
-                 q->dir, (long long)ai.job_id);
-        return;
-    }
+    x->code = ckpt_dir_of_job(c, ai.job_id, q->dir, x->msg, sizeof(x->msg));
+    if (x->code != ZT_RPC_OK) return;
     zt_shard_rec sh = {.rank = q->rank, .file = q->file, .bytes = q->bytes, .crc32c = q->crc32c};
     zt_err e = {0};
     int64_t now = coord_now_ms();
@@ -1500,13 +1506,8 @@ static void ckpt_rm_run(zt_coord *c, c_op *op)
     }
     x->code = placed_on(c, x->me, q->attempt_id, q->rank, NULL, x->msg, sizeof(x->msg));
     if (x->code != ZT_RPC_OK) return;
-    if (!in_job_ckpt_dir(coord_job_find(c, ai.job_id), q->dir)) {
-        x->code = ZT_RPC_PERMISSION_DENIED;
-        snprintf(x->msg, sizeof(x->msg),
-                 "permission denied: %.200s is not a checkpoint in job %lld's checkpoint_dir",
-                 q->dir, (long long)ai.job_id);
-        return;
-    }
+    x->code = ckpt_dir_of_job(c, ai.job_id, q->dir, x->msg, sizeof(x->msg));
+    if (x->code != ZT_RPC_OK) return;
     zt_ckpt_state before;
     zt_err e = {0};
     int64_t now = coord_now_ms();

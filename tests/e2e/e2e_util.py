@@ -88,6 +88,15 @@ def step_lines(text):
     return out
 
 
+def check_resumed_losses(got, want, first, last):
+    """A resumed run's step losses (step -> loss text) start at `first`, end at `last` and
+    equal the uninterrupted run's (`want`) bit for bit."""
+    check_eq(min(got), first, "first step after the resume")
+    check_eq(max(got), last, "last step")
+    diff = [(s, got[s], want[s]) for s in sorted(got) if got[s] != want[s]]
+    check(not diff, f"{len(diff)} losses differ from the uninterrupted run, first: {diff[:3]}")
+
+
 class Cluster:
     def __init__(self, name, hb_interval="200ms", hb_timeout="3s", backoff="300ms",
                  hang_timeout="60s", coord_env=None):

@@ -95,10 +95,7 @@ def fallback(c, want):
         text = f.read()
     e.check("resuming from " + a3["resume_path"] in text, "attempt 3 was not given --resume")
     got = e.step_lines(text)
-    e.check_eq(min(got), older["step"] + 1, "first step after the resume")
-    e.check_eq(max(got), STEPS, "last step")
-    diff = [(s, got[s], want[s]) for s in sorted(got) if got[s] != want[s]]
-    e.check(not diff, f"{len(diff)} losses differ from the uninterrupted run, first: {diff[:3]}")
+    e.check_resumed_losses(got, want, older["step"] + 1, STEPS)
     print(f"job {jid}: step {newest['step']} BAD, resumed from step {older['step']}; final loss "
           f"{got[STEPS]} equals the uninterrupted run's ({want[STEPS]})")
 

@@ -98,10 +98,7 @@ def body(c):
         if os.path.exists(path):
             with open(path) as f:
                 got = e.step_lines(f.read())
-    e.check_eq(min(got), a2["resume_step"] + 1, "first step after the resume")
-    e.check_eq(max(got), STEPS, "last step")
-    diff = [(s, got[s], want[s]) for s in sorted(got) if got[s] != want[s]]
-    e.check(not diff, f"{len(diff)} losses differ from the uninterrupted run, first: {diff[:3]}")
+    e.check_resumed_losses(got, want, a2["resume_step"] + 1, STEPS)
     print(f"resumed at step {a2['resume_step']}; final loss {got[STEPS]} equals the "
           f"uninterrupted run's ({want[STEPS]})")
 
