@@ -37,6 +37,12 @@ demo-local: build
 bench: build
 	cd $(BUILD) && ctest --output-on-failure -L bench -V
 
+# the container images of deploy/docker, with docker or buildah (whichever works here):
+# IMAGES="zcoord zagent-cpu" picks some, IMAGE_REPO and IMAGE_TAG name them (deploy/README.md)
+.PHONY: images
+images:
+	deploy/docker/build-images.sh $(IMAGES)
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 

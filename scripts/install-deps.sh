@@ -23,6 +23,8 @@ pkgs=(
   clang libclang-rt-14-dev
   # misc tools the tests call
   procps psmisc coreutils openssl
+  # tests/deploy: the shell in the Dockerfiles and their scripts
+  shellcheck
 )
 
 missing=()
