@@ -16,6 +16,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ztutil import free_port  # noqa: E402  (tests/ztutil.py)
+
 BIN = os.environ.get("ZT_BIN", "./bin")
 N_JOBS = int(os.environ.get("ZT_DURABILITY_JOBS", "200"))
 SUBMITTERS = 4
@@ -35,25 +38,6 @@ JOB = """{
 """
 
 
-def free_port():
-    """A port free now, drawn below the kernel's ephemeral range so that other processes'
-    outgoing connections cannot take it before the server binds it."""
-    import random
-    for _ in range(64):
-        port = random.randint(20000, 32000)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Coord:

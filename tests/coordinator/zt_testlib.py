@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ztutil import free_port  # noqa: E402  (tests/ztutil.py)
+
 SRC = os.environ.get("ZT_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BIN = os.environ.get("ZT_BIN", "./bin")
 
@@ -34,25 +37,6 @@ def build_stubs(out):
     sys.path.insert(0, out)
 
 
-def free_port():
-    """A port free now, drawn below the kernel's ephemeral range so that other processes'
-    outgoing connections cannot take it before the server binds it."""
-    import random
-    for _ in range(64):
-        port = random.randint(20000, 32000)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def write_token(path, token):

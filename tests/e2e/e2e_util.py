@@ -15,6 +15,9 @@ import tempfile
 import time
 import traceback
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ztutil import free_port  # noqa: E402  (tests/ztutil.py)
+
 BIN = os.environ.get("ZT_BIN", "./bin")
 # sanitizer builds (make test-asan) run workers ~15x slower: fewer steps keep tests short
 QUICK = bool(os.environ.get("ZT_TEST_QUICK"))
@@ -26,25 +29,6 @@ def _die_with_parent():
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def free_port():
-    """A port free now, drawn below the kernel's ephemeral range so that other processes'
-    outgoing connections cannot take it before the server binds it."""
-    import random
-    for _ in range(64):
-        port = random.randint(20000, 32000)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def check(cond, msg):
