@@ -17,6 +17,7 @@
 #include "agent/confine.h"
 #include "agent/gpu.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "common/log.h"
 #include "common/netutil.h"
 #include "common/secretfile.h"
@@ -155,20 +156,6 @@ static bool valid_name(const char *s)
             return false;
     }
     return true;
-}
-
-static int mkdirs(const char *path)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* Parses a duration: plain ms, or a number with ms, s or m. */
@@ -506,7 +493,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
              val[S_WORKER][0] ? origin[S_WORKER] : "zworker next to zagent", wpath,
              strerror(errno));
     cfg->worker = zt_strdup(rp);
-    if (mkdirs(val[S_WORK_DIR]) != 0 || !realpath(val[S_WORK_DIR], rp))
+    if (zt_mkdirs(val[S_WORK_DIR], false, NULL, 0) != 0 || !realpath(val[S_WORK_DIR], rp))
         FAIL(ZT_ERR_IO, "%s: cannot create the work directory %s: %s", origin[S_WORK_DIR],
              val[S_WORK_DIR], strerror(errno));
     if (access(rp, W_OK) != 0)

@@ -25,6 +25,7 @@
 #include "common/jobfile.h"
 #include "common/netutil.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -134,20 +135,6 @@ static uint64_t backoff_ms(int failures)
     for (int i = 1; i < failures && ms < 5000; i++)
         ms *= 2;
     return ms < 5000 ? ms : 5000;
-}
-
-static int mkdirs(const char *path)
-{
-    char tmp[AG_PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* Writes text to path through a temporary name and a rename. */
@@ -302,7 +289,7 @@ static void on_spec(zt_agent *a, void *ctx, zt_rpc_code code, const char *msg, v
         return;
     }
     const Zt__V1__AttemptSpec *s = reply;
-    if (mkdirs(w->dir) != 0 || give_to_worker_user(a, w->dir) != 0) {
+    if (zt_mkdirs(w->dir, false, NULL, 0) != 0 || give_to_worker_user(a, w->dir) != 0) {
         char why[AG_PATH_MAX + 128];
         snprintf(why, sizeof(why), "cannot create %s: %s (check --work-dir)", w->dir,
                  strerror(errno));

@@ -19,6 +19,7 @@
 #include "cli/cliopt.h"
 #include "cli/commands.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "common/hangdiag.h"
 #include "common/jobfile.h"
 #include "common/netutil.h"
@@ -91,21 +92,6 @@ static const char *find_worker(char *buf, size_t n)
         }
     }
     return "zworker"; /* from PATH */
-}
-
-static int mkdirs(const char *path)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* ---- progress ---- */
@@ -458,7 +444,7 @@ int zt_cmd_run(int argc, char **argv)
         snprintf(logs, sizeof(logs), "%s", log_dir);
     else
         snprintf(logs, sizeof(logs), "%.*s/logs", ZT_PATH_MAX - 8, job->train.checkpoint_dir);
-    if (mkdirs(logs) != 0) {
+    if (zt_mkdirs(logs, false, NULL, 0) != 0) {
         zt_cli_error("cannot create the log directory %s: %s; pass --log-dir", logs,
                      strerror(errno));
         zt_free(job);

@@ -23,6 +23,7 @@
 
 #include "../common/alloc.h"
 #include "../common/crc32c.h"
+#include "../common/fsutil.h"
 #include "../common/log.h"
 #include "../common/timeutil.h"
 #include "dataloader.h"
@@ -86,44 +87,25 @@ static uint32_t units_crc(int n_units, const size_t *numel, const size_t *shard)
  * its parent (fsync the directory after creating an entry in it). */
 static zt_status mkdir_p(const char *path, zt_err *err)
 {
-    char tmp[ZT_PATH_MAX + 32];
-    if (pathf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+    char bad[ZT_PATH_MAX + 32];
+    int rc = zt_mkdirs(path, true, bad, sizeof(bad));
+    if (rc == 0) return ZT_OK;
+    int e = errno;
+    if (rc == -2)
+        return zt_err_set(err, errno_status(e),
+                          "cannot fsync the directory %s: %s; check the disk and the path", bad,
+                          strerror(e));
+    if (e == ENAMETOOLONG)
         return zt_err_set(err, ZT_ERR_INVALID,
                           "checkpoint directory %s: the path is too long; set a shorter train.checkpoint_dir",
                           path);
-    size_t len = strlen(tmp);
-    for (size_t i = 1; i <= len; i++) {
-        if (tmp[i] != '/' && tmp[i] != '\0')
-            continue;
-        char saved = tmp[i];
-        tmp[i] = '\0';
-        zt_status st = ZT_OK;
-        if (mkdir(tmp, 0755) == 0) {
-            char *slash = strrchr(tmp, '/');
-            if (!slash) {
-                st = zt_dir_fsync(".", err);
-            } else if (slash == tmp) {
-                st = zt_dir_fsync("/", err);
-            } else {
-                *slash = '\0';
-                st = zt_dir_fsync(tmp, err);
-                *slash = '/';
-            }
-        } else if (errno != EEXIST) {
-            int e = errno;
-            st = errno_status(e) == ZT_ERR_NOSPACE
-                     ? zt_err_set(err, ZT_ERR_NOSPACE,
-                                  "cannot create the checkpoint directory %s: %s; free space on that file system or set train.checkpoint_dir elsewhere",
-                                  tmp, strerror(e))
-                     : zt_err_set(err, ZT_ERR_IO,
-                                  "cannot create the checkpoint directory %s: %s; check the path and its permissions, or set train.checkpoint_dir elsewhere",
-                                  tmp, strerror(e));
-        }
-        tmp[i] = saved;
-        if (st != ZT_OK)
-            return st;
-    }
-    return ZT_OK;
+    if (errno_status(e) == ZT_ERR_NOSPACE)
+        return zt_err_set(err, ZT_ERR_NOSPACE,
+                          "cannot create the checkpoint directory %s: %s; free space on that file system or set train.checkpoint_dir elsewhere",
+                          bad, strerror(e));
+    return zt_err_set(err, ZT_ERR_IO,
+                      "cannot create the checkpoint directory %s: %s; check the path and its permissions, or set train.checkpoint_dir elsewhere",
+                      bad, strerror(e));
 }
 
 static bool file_exists(const char *path)

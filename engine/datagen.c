@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "engine/dataloader.h"
 
 #define ZT_DATAGEN_CHUNK ((size_t)1 << 20) /* tokens per streamed write */
@@ -321,36 +322,19 @@ static zt_status check_prefix(const char *prefix, zt_err *err)
     return ZT_OK;
 }
 
-/* mkdir -p */
+/* mkdir -p, with the messages for --out */
 static zt_status make_dirs(const char *dir, zt_err *err)
 {
-    char *p = zt_strdup(dir);
-    if (!p) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    zt_status st = ZT_OK;
-    for (char *s = p + 1;; s++) {
-        char c = *s;
-        if (c != '/' && c != '\0') continue;
-        *s = '\0';
-        struct stat sb;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            st = zt_err_set(
-                err, errno == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO,
-                "cannot create output directory %s: %s; choose a writable --out directory", p,
-                strerror(errno));
-            break;
-        }
-        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = zt_err_set(
-                err, ZT_ERR_IO,
-                "cannot use %s as an output directory: it is not a directory; choose another --out",
-                p);
-            break;
-        }
-        *s = c;
-        if (c == '\0') break;
-    }
-    zt_free(p);
-    return st;
+    char bad[4096];
+    if (zt_mkdirs(dir, false, bad, sizeof(bad)) == 0) return ZT_OK;
+    if (errno == ENOTDIR)
+        return zt_err_set(
+            err, ZT_ERR_IO,
+            "cannot use %s as an output directory: it is not a directory; choose another --out",
+            bad);
+    return zt_err_set(err, errno == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO,
+                      "cannot create output directory %s: %s; choose a writable --out directory",
+                      bad, strerror(errno));
 }
 
 static zt_status add_file(zt_datagen_result *r, char *path, const char *split, uint64_t tokens,

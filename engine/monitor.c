@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "common/log.h"
 
 enum { MON_LOSS, MON_LR, MON_SCALE, MON_COUNT };
@@ -19,30 +20,18 @@ struct zt_monitor {
     bool failed[MON_COUNT];
 };
 
-/* mkdir -p */
+/* mkdir -p, with the message for csv_monitor's folder */
 static zt_status make_dirs(const char *path, zt_err *err)
 {
-    char tmp[ZT_PATH_MAX + ZT_NAME_MAX + 2];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return zt_err_set(
-                    err, ZT_ERR_IO,
-                    "csv_monitor: cannot create the folder %s: %s; fix deepspeed.csv_monitor.output_path",
-                    tmp, strerror(errno));
-            if (end) break;
-            *p = '/';
-        }
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    char bad[ZT_PATH_MAX];
+    if (zt_mkdirs(path, false, bad, sizeof(bad)) == 0) return ZT_OK;
+    if (errno == ENOTDIR)
         return zt_err_set(err, ZT_ERR_IO,
                           "csv_monitor: %s is not a folder; fix deepspeed.csv_monitor.output_path",
-                          path);
-    return ZT_OK;
+                          bad);
+    return zt_err_set(err, ZT_ERR_IO,
+                      "csv_monitor: cannot create the folder %s: %s; fix deepspeed.csv_monitor.output_path",
+                      bad, strerror(errno));
 }
 
 zt_status zt_monitor_open(zt_monitor **out, const zt_job *job, zt_err *err)

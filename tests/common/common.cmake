@@ -4,3 +4,4 @@ zt_add_test(NAME test_crc32c SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_crc32c.c LIB
 zt_add_test(NAME test_netutil SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_netutil.c LIBS zt_common LABELS unit)
 zt_add_test(NAME test_hangdiag SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hangdiag.c LIBS zt_common LABELS unit)
 zt_add_test(NAME test_reportline SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_reportline.c LIBS zt_common LABELS unit)
+zt_add_test(NAME test_fsutil SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fsutil.c LIBS zt_common LABELS unit)
