@@ -17,7 +17,7 @@
 #include "common/jobfile.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
-#include "coordinator/validate.h" /* the coordinator's limits: ZT_MAX_USER, ZT_MAX_JOB_PATH */
+#include "proto/limits.h" /* ZT_MAX_USER, ZT_MAX_JOB_PATH */
 
 ZT_COMMAND(submit, zt_cmd_submit, "submit a job file to the coordinator (--follow to watch it)")
 ZT_COMMAND(wait, zt_cmd_wait, "wait until a job ends (the exit code says how it ended)")

@@ -9,19 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "proto/limits.h"
 #include "proto/zerotrain.pb-c.h"
-
-#define ZT_MAX_PRIORITY 1000
-#define ZT_MAX_AGENT_SLOTS 4096
-#define ZT_MAX_WORKERS_PER_HEARTBEAT 4096
-#define ZT_MAX_BATCH_ENTRIES 10000
-#define ZT_MAX_LOG_LINE 8192
-#define ZT_MAX_RDZV_VALUE 65536
-#define ZT_MAX_RDZV_WAIT_MS 60000
-#define ZT_MAX_USER 256      /* SubmitJob user, bytes */
-#define ZT_MAX_JOB_PATH 4096 /* SubmitJob job_path, bytes */
-#define ZT_MAX_HOST 255      /* RegisterAgent hostname and address, bytes */
-#define ZT_MAX_SERVICE 256   /* HealthCheckRequest service, bytes */
 
 /* Every string field of m, nested messages and repeated fields included, is valid UTF-8
  * (protobuf `string` fields must be; standard clients cannot decode anything else) — except
