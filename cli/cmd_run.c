@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -104,24 +105,6 @@ typedef struct progress {
     int drawn;
 } progress;
 
-static const char *kv(const char *line, const char *key, char *buf, size_t n)
-{
-    size_t kl = strlen(key);
-    for (const char *p = line; (p = strstr(p, key)) != NULL; p++) {
-        if ((p == line || p[-1] == ' ') && p[kl] == '=') {
-            const char *v = p + kl + 1;
-            size_t i = 0;
-            while (v[i] && v[i] != ' ' && i + 1 < n) {
-                buf[i] = v[i];
-                i++;
-            }
-            buf[i] = '\0';
-            return buf;
-        }
-    }
-    return NULL;
-}
-
 static void fmt_duration(double s, char *buf, size_t n)
 {
     if (s < 0 || s > 1e7) {
@@ -173,17 +156,20 @@ static void progress_clear(progress *p)
 
 static void progress_step_line(progress *p, const char *line)
 {
-    char b[64];
-    if (kv(line, "step", b, sizeof(b)))
-        p->step = atoll(b);
-    if (kv(line, "loss", b, sizeof(b)))
-        p->loss = atof(b);
-    if (kv(line, "tok_s", b, sizeof(b)))
-        p->tok_s = atof(b);
-    if (kv(line, "val_loss", b, sizeof(b)))
-        p->val_loss = atof(b);
-    if (p->start_step < 0)
-        p->start_step = p->step - 1;
+    zt_reportline *r = zt_malloc(sizeof(*r));
+    zt_err err = {0};
+    if (r && zt_reportline_parse_step(line, r, &err) == ZT_OK) {
+        p->step = r->step;
+        p->loss = NAN; /* a loss that is not a finite number (nan, inf) shows as nan */
+        p->tok_s = r->tokens_per_s;
+        for (int i = 0; i < r->n_values; i++) {
+            if (strcmp(r->values[i].key, "loss") == 0) p->loss = r->values[i].value;
+            if (strcmp(r->values[i].key, "val_loss") == 0) p->val_loss = r->values[i].value;
+        }
+        if (p->start_step < 0)
+            p->start_step = p->step - 1;
+    }
+    zt_free(r);
 }
 
 /* ---- output handling ---- */

@@ -140,6 +140,12 @@ static zt_status parse_step(const char *line, const char *p, zt_reportline *out,
     return ZT_OK;
 }
 
+zt_status zt_reportline_parse_step(const char *line, zt_reportline *out, zt_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    return parse_step(line, line, out, err);
+}
+
 /* The value of key in p, up to the next " <word>=" (paths may hold spaces) or the end. */
 static bool path_value(const char *p, const char *key, char *out, size_t cap)
 {

@@ -62,6 +62,11 @@ typedef struct zt_reportline {
  * Thread-safe. */
 zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err);
 
+/* Parses a step line as rank 0 prints it ("step=N loss=X ...", no rank prefix) into the
+ * fields of a STEP report (kind ZT_REPORTLINE_STEP, rank 0). ZT_ERR_FORMAT when it has no
+ * step=N. Thread-safe. */
+zt_status zt_reportline_parse_step(const char *line, zt_reportline *out, zt_err *err);
+
 /* "training" -> the zt.v1.WorkerPhase number; 0 when unknown. */
 int zt_reportline_phase(const char *name);
 

@@ -211,6 +211,21 @@ static void test_ckpt_bad(void)
                   ZT_ERR_FORMAT);
 }
 
+/* rank 0's step line as zctl run reads it from its output: no rank prefix */
+static void test_parse_step(void)
+{
+    zt_err err = {0};
+    ASSERT_OK(zt_reportline_parse_step("step=7 loss=3.25 tok_s=900 val_loss=3.5 lr=nan", &r, &err));
+    ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_STEP);
+    ASSERT_EQ_INT(r.step, 7);
+    ASSERT_NEAR(r.loss, 3.25, 0, 0);
+    ASSERT_NEAR(r.tokens_per_s, 900, 0, 0);
+    ASSERT_EQ_INT(r.n_values, 3); /* lr=nan is not a number */
+    ASSERT_STREQ(r.values[2].key, "val_loss");
+    ASSERT_EQ_INT(zt_reportline_parse_step("loss=3.25", &r, &err), ZT_ERR_FORMAT);
+    ASSERT_CONTAINS(err.msg, "no step=N");
+}
+
 int main(void)
 {
     test_phase();
@@ -222,6 +237,7 @@ int main(void)
     test_bad_lines();
     test_wait();
     test_ckpt_bad();
+    test_parse_step();
     printf("test_reportline: ok\n");
     return 0;
 }
