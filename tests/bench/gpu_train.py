@@ -56,7 +56,7 @@ Usage: gpu_train.py [--steps N] [--warmup N] [--batches 128,96,...] [--torch-bat
                     [--skip-torch] [--skip-twinflow] [--zt-precisions fp32,tf32,bf16]
                     [--torch-modes fp32,tf32,bf16]
 --emu: the whole zerotrain side on the CUDA emulation (tests/gpu/emu: zworker_emu, a 60 MiB
-GPU) with a small model (L2 NH2 C128 T64 V500), PyTorch's side on the CPU (bf16, eager), 1 + 2
+GPU) with a small model (L2 NH2 C128 T64 V500), PyTorch's side on the CPU (bf16, eager), 1 + 1
 steps: the test that this script works (every row measured, the micro batch search skipping
 what zctl plan says cannot fit and falling back past one that does not, the Twin-Flow curve
 complete; exits 1 otherwise) before a GPU's time is spent on it."""
@@ -455,7 +455,7 @@ def main():
     if args.torch_worker:
         return torch_worker(args)
     if EMU:  # PyTorch on the CPU (bf16 only): this script's PyTorch code run, not measured
-        args.steps, args.warmup, args.batches = 2, 1, "32,16,4"
+        args.steps, args.warmup, args.batches = 1, 1, "32,16,4"
         args.torch_device, args.torch_modes = "cpu", "bf16"
 
     import numpy as np

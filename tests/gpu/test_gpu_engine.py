@@ -27,8 +27,8 @@ Exits 77 when the build has no CUDA backend or no GPU is usable (tests/zt_gpu_pr
 --emu: the same on the CUDA emulation (tests/gpu/emu): zworker_emu runs the engine on
 emulated GPUs (their kernels are the .cu files compiled for the CPU) with NCCL emulated
 across processes; two GPUs per process, so the two-rank cases run too. The CPU side of each
-comparison is the real zworker. --quick (the sanitizer build): 10 steps, stages 0 and 3,
-offload 0.5, two ranks at stage 2 only."""
+comparison is the real zworker. --quick (the sanitizer build): 6 steps, stages 0 and 3,
+offload 0.5, two ranks at stage 2 only, the step costs of stage 3 from runs of 2 and 4 steps."""
 import filecmp
 import json
 import os
@@ -50,7 +50,7 @@ EMU = "--emu" in sys.argv[1:]
 QUICK = "--quick" in sys.argv[1:]
 CFG = dict(L=2, NH=4, C=64, T=32, V=200, Vp=256)
 CFG_HS64 = dict(CFG, NH=1)  # the head size of the fused attention kernels
-STEPS = 10 if QUICK else 20
+STEPS = 6 if QUICK else 20
 TB, MICRO = 8, 4
 LOSS_RTOL = 1e-4
 PARAM_RTOL = 1e-4  # all parameters as one vector
@@ -345,15 +345,16 @@ DEVICE_SLACK = 8192
 
 def check_step_costs(tmp, failures):
     """What a training step asks of the (emulated) GPU, from the difference between a run of 4
-    steps and one of 8: no device or pinned host allocation once training runs (every buffer
-    lives in the arenas set up before the first step); launches, matmuls, copies,
-    synchronisations and collectives per step are printed."""
+    steps and one of 8 (--quick: 2 and 4): no device or pinned host allocation once training
+    runs (every buffer lives in the arenas set up before the first step); launches, matmuls,
+    copies, synchronisations and collectives per step are printed."""
     cases = [dict(stage=3)] if QUICK else [dict(stage=0), dict(stage=3),
                                            dict(stage=2, offload=0.5), dict(stage=2, prec="bf16")]
+    few, more = (2, 4) if QUICK else (4, 8)
     for cfg in cases:
         label = " ".join(f"{k} {v}" for k, v in cfg.items())
         counts = {}
-        for steps in (4, 8):
+        for steps in (few, more):
             name = f"costs_{steps}_{'_'.join(str(v) for v in cfg.values())}"
             job = job_for(name, "cuda", **cfg)
             job["train"]["steps"] = steps
@@ -370,7 +371,8 @@ def check_step_costs(tmp, failures):
             counts[steps] = reports[0]
         if len(counts) != 2:
             continue
-        per = {k: (counts[8][k] - counts[4][k]) / 4 for k in counts[8] if k != "peak_device_bytes"}
+        per = {k: (counts[more][k] - counts[few][k]) / (more - few) for k in counts[more]
+               if k != "peak_device_bytes"}
         print(f"per step ({label}, {TB // MICRO} micro-steps, {CFG['L']} layers): "
               + ", ".join(f"{k} {v:g}" for k, v in per.items()))
         if per["device_allocs"] or per["host_allocs"]:

@@ -5,7 +5,7 @@
  * (ZT_CUDA_MATMUL), which attention ZT_CUDA_ATTN picks, and error reporting. Exits 77 when
  * the build has no CUDA or no GPU is usable (after checking the message). The same file,
  * linked with tests/gpu/emu instead of the CUDA runtime, is test_gpu_ops_emu: the CUDA
- * backend's code on the CPU, in every CI run. */
+ * backend's code on the CPU, in every CI run (with ZT_TEST_QUICK, a shorter list: QUICK). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <float.h>
@@ -24,6 +24,11 @@
 
 static const zt_ops *CPU, *GPU;
 static zt_kctx *CC, *GC;
+
+/* ZT_TEST_QUICK on the emulation (the sanitizer build's run and the second schedule's, see
+ * tests/gpu/emu/emu.cmake): fewer or smaller shapes where the full list repeats a path at a
+ * cost, so that every kernel, variant, dtype and edge still runs at least once. */
+static bool QUICK;
 
 /* Tolerances relative to |want| + rms(want) (kc_check_close). Element-wise ops differ from the
  * CPU only by expf's last bits; reductions and GEMMs sum in another order. */
@@ -1193,17 +1198,26 @@ static void test_classifier(void)
         int N, rows, C, V, Vp;
         size_t cap; /* 16-bit elements; 0: the default */
         int chunks; /* of the staged path; 0: not staged */
+        int runs;   /* 0 every run, 1 the full list only, 2 the quick one only */
     } cases[] = {
-        {"bf16", 300, 128, 64, 1000, 1024, 0, 3},
-        {"fp16", 300, 128, 64, 1000, 1024, 0, 3},
+        {"bf16", 300, 128, 64, 1000, 1024, 0, 3, 1},
+        {"fp16", 300, 128, 64, 1000, 1024, 0, 3, 1},
         /* wte (65536, padded) and 64 rows of dlogits and x (1088 a row) under the cap */
-        {"bf16", 300, 128, 64, 1000, 1024, 65536 + 128 + 64 * 1088, 5},
-        {"bf16", 5, 128, 96, 50, 64, 0, 1},
-        {"fp32", 300, 128, 64, 1000, 1024, 0, 0},
+        {"bf16", 300, 128, 64, 1000, 1024, 65536 + 128 + 64 * 1088, 5, 1},
+        {"bf16", 5, 128, 96, 50, 64, 0, 1, 0},
+        {"fp32", 300, 128, 64, 1000, 1024, 0, 0, 1},
         /* GPT-2's vocabulary: the cross-entropy's batches of quads (ZT_XENT_BATCH) and tails */
-        {"bf16", 12, 128, 64, 50257, 50304, 0, 1},
+        {"bf16", 12, 128, 64, 50257, 50304, 0, 1, 1},
+        /* quick: the same paths on fewer rows (the emulation runs a block of 512 threads a
+         * row): chunks of 16 and a last one of 8; under the cap, one of 64 and the rest */
+        {"bf16", 40, 16, 64, 1000, 1024, 0, 3, 2},
+        {"fp16", 40, 16, 64, 1000, 1024, 0, 3, 2},
+        {"bf16", 100, 128, 64, 1000, 1024, 65536 + 128 + 64 * 1088, 2, 2},
+        {"fp32", 40, 16, 64, 1000, 1024, 0, 0, 2},
+        {"bf16", 4, 128, 64, 50257, 50304, 0, 1, 2},
     };
     for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        if (cases[t].runs == (QUICK ? 1 : 2)) continue;
         int N = cases[t].N, rows = cases[t].rows, C = cases[t].C, V = cases[t].V;
         int Vp = cases[t].Vp, chunks = cases[t].chunks;
         size_t NC = (size_t)N * C, WC = (size_t)Vp * C;
@@ -1419,15 +1433,9 @@ static void test_attention(int B, int T, int C, int NH)
     zt_kctx *chunked = GC;
     GC = GF;
     attention_case(B, T, C, NH, "fused", RT_GEMM, 0, NULL);
-#ifdef ZT_TEST_EMU
-    /* the emulated tensor cores multiply whole tiles in every lane: under the sanitizers
-     * (ZT_TEST_QUICK) only the shapes of up to 64 K query-key pairs per head */
-    const char *q = getenv("ZT_TEST_QUICK");
-    bool quick = q && *q && strcmp(q, "0") != 0;
-    bool skip_tc = quick && (long long)B * T * T > 65536;
-#else
-    bool quick = false, skip_tc = false;
-#endif
+    /* the emulated tensor cores multiply whole tiles in every lane: quick, only the shapes of
+     * up to 64 K query-key pairs per head */
+    bool quick = QUICK, skip_tc = quick && (long long)B * T * T > 65536;
     if (!skip_tc) {
         double eb[2], eh[2];
         GPU->set_matmul_dtype(GF, ZT_BF16);
@@ -1533,6 +1541,14 @@ static unsigned long long attn_fwd_launches(zt_kctx *c, float *out, float *lse, 
     return EMU_LAUNCHES() - l0;
 }
 
+/* The shape of the attention cases below (the homes, the kernel variables, cuDNN): two
+ * sequences of 128 (quick: 96, a tile of 64 and a tail; from 88 the dQ product runs), two heads
+ * of 64 */
+#define AE_B 2
+#define AE_T (QUICK ? 96 : 128)
+#define AE_C 128
+#define AE_NH 2
+
 /* The 16-bit homes of qkv and out (attention's home: qkv's alone, out's alone, both) on
  * context c with matmul inputs mm: forward leaves them rounded there (the bits of cast)
  * beside the lse (and, where out has no home, the out) of a forward without them; backward
@@ -1547,7 +1563,7 @@ static unsigned long long attn_fwd_launches(zt_kctx *c, float *out, float *lse, 
 static void attention_home_case(zt_kctx *c, zt_dtype mm, zt_dtype dt16, bool direct, bool d16,
                                 size_t skew, const char *label)
 {
-    int B = 2, T = 128, C = 128, NH = 2;
+    int B = AE_B, T = AE_T, C = AE_C, NH = AE_NH;
     char what[200];
     size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
     size_t nS = zt_attention_scratch_floats(B, T, NH);
@@ -2117,11 +2133,6 @@ static void test_mlp16(void)
     GC = keep;
 }
 
-#define AE_B 2
-#define AE_T 128
-#define AE_C 128
-#define AE_NH 2
-
 /* The out, lse and dqkv of a bf16 fused attention (AE_ shapes) of qkv and dout in a context
  * created with `name`=`value` (value NULL: unset) beside ZT_CUDA_ATTN=fused, on the host in
  * res (out, then lse, then dqkv); what the context creation logged into `log` (size n). */
@@ -2469,16 +2480,16 @@ static void test_attention_cudnn(void)
 }
 
 /* The tensor-core kernels work through as many sequences at a time as the scratch holds the
- * 16-bit copies (and deltas) of: with room for two, five sequences go in runs of 2, 2, 1 and
- * give the bits of one run of all five (the op's full scratch), forward and backward, also
- * with 16-bit homes of qkv and out (each run's part of them written in forward, the bits of
- * cast, and read in backward, qkv and out there NaN; backward's bits those of out rounded),
- * where no copy of qkv is made and so the same room holds all five: one run (counted on the
- * emulation by the forward's and the deltas' launches); a scratch that holds no sequence is
- * refused with an error, not overrun. */
+ * 16-bit copies (and deltas) of: with room for two, five sequences (quick: three) go in runs of
+ * 2, 2, 1 (2, 1) and give the bits of one run of all (the op's full scratch), forward and
+ * backward, also with 16-bit homes of qkv and out (each run's part of them written in forward,
+ * the bits of cast, and read in backward, qkv and out there NaN; backward's bits those of out
+ * rounded), where no copy of qkv is made and so the same room holds all: one run (counted on
+ * the emulation by the forward's and the deltas' launches); a scratch that holds no sequence
+ * is refused with an error, not overrun. */
 static void test_attention_tc_runs(void)
 {
-    int B = 5, T = 70, C = 128, NH = 2;
+    int B = QUICK ? 3 : 5, T = 70, C = 128, NH = 2;
     size_t n3 = (size_t)B * T * 3 * C, nC = (size_t)B * T * C, nL = (size_t)B * NH * T;
     size_t nS = zt_attention_scratch_floats(B, T, NH), small = zt_cuda_attn_tc_floats(2, T, C, NH);
     ASSERT_TRUE(nS >= zt_cuda_attn_tc_floats(1, T, C, NH) && small < nS);
@@ -2527,7 +2538,7 @@ static void test_attention_tc_runs(void)
         unsigned long long f0 = EMU_NAMED("attention_forward (fused");
         zt_cuda_attn_tc_forward(GC, d_out, d_lse, d_scr + off % 2, small, d_qkv, home, o16, B, T, C,
                                 NH);
-        int want_runs = home ? 1 : 3; /* the runs' forward kernels, and their deltas */
+        int want_runs = home ? 1 : (B + 1) / 2; /* the runs' forward kernels, and deltas */
         if (EMU_COUNTS && EMU_NAMED("attention_forward (fused") - f0 != (unsigned)want_runs)
             ZT_FAIL("attention forward in runs (home %d): %llu runs, want %d", home != NULL,
                     EMU_NAMED("attention_forward (fused") - f0, want_runs);
@@ -2997,6 +3008,11 @@ int main(void)
     if (s && *s) seed = strtoull(s, NULL, 10);
     printf("seed=%llu (ZT_TEST_SEED=%llu repeats this run)\n", (unsigned long long)seed,
            (unsigned long long)seed);
+#ifdef ZT_TEST_EMU
+    const char *q = getenv("ZT_TEST_QUICK");
+    QUICK = q && *q && strcmp(q, "0") != 0;
+    if (QUICK) printf("ZT_TEST_QUICK: the quick list of shapes\n");
+#endif
     kc_rng_state = seed;
 
     ZT_TEST_RUN(test_memory());
@@ -3018,24 +3034,32 @@ int main(void)
     ZT_TEST_RUN(test_residual_layernorm(300, 2049));
     /* the linear layer on the context that times cuBLASLt's candidates for each new shape:
      * its results must be the untuned ones (accumulating products are timed into a
-     * temporary, not into the gradients) */
+     * temporary, not into the gradients). Quick: GPT-2's shapes on the untuned context (on the
+     * emulation the timing runs a shape's product a dozen times at its first call), and small
+     * widths that take cuBLASLt's GELU and DGELU epilogues on the tuning one, so that the
+     * timing still meets every kind of product */
     zt_kctx *untuned = GC;
     GC = GT;
     ZT_TEST_RUN(test_matmul(1, 1, 1));
     ZT_TEST_RUN(test_matmul(7, 13, 5));
     ZT_TEST_RUN(test_matmul(33, 65, 129));
-    ZT_TEST_RUN(test_matmul(64, 768, 2304));
-    ZT_TEST_RUN(test_matmul(96, 64, 50304));
     ZT_TEST_RUN(test_matmul(1000, 3, 7));
-    ZT_TEST_RUN(test_matmul_gelu(64, 768, 3072));
     ZT_TEST_RUN(test_matmul_gelu(33, 65, 12));
-    ZT_TEST_RUN(test_matmul_gelu_backward(64, 3072, 768));
     ZT_TEST_RUN(test_matmul_gelu_backward(33, 65, 12));
-    ZT_TEST_RUN(test_gelu_matmul(64, 3072, 768));
     ZT_TEST_RUN(test_gelu_matmul(33, 65, 12));
-    ZT_TEST_RUN(test_layernorm_matmul(64, 768, 2304));
     ZT_TEST_RUN(test_layernorm_matmul(33, 65, 12));
     ZT_TEST_RUN(test_matmul_at(33, 64, 128, 1));
+    if (QUICK) {
+        ZT_TEST_RUN(test_matmul_gelu(40, 64, 96));
+        ZT_TEST_RUN(test_matmul_gelu_backward(40, 96, 64));
+    }
+    GC = QUICK ? untuned : GT;
+    ZT_TEST_RUN(test_matmul(64, 768, 2304));
+    ZT_TEST_RUN(test_matmul(96, 64, 50304));
+    ZT_TEST_RUN(test_matmul_gelu(64, 768, 3072));
+    ZT_TEST_RUN(test_matmul_gelu_backward(64, 3072, 768));
+    ZT_TEST_RUN(test_gelu_matmul(64, 3072, 768));
+    ZT_TEST_RUN(test_layernorm_matmul(64, 768, 2304));
     ZT_TEST_RUN(test_matmul_at(128, 768, 768, 2));
     GC = untuned;
     ZT_TEST_RUN(test_matmul_modes());
@@ -3051,9 +3075,14 @@ int main(void)
     ZT_TEST_RUN(test_attention(2, 64, 128, 4));
     ZT_TEST_RUN(test_attention(2, 256, 768, 12));
     /* more sequences than one scratch chunk holds: chunks of 5 and a last one of 2, then
-     * chunks of one sequence each */
-    ZT_TEST_RUN(test_attention(7, 512, 384, 12));
-    ZT_TEST_RUN(test_attention(3, 1024, 256, 16));
+     * chunks of one sequence each (quick: chunks of 2 and a last one of 1, on a quarter of
+     * the scores) */
+    if (QUICK) {
+        ZT_TEST_RUN(test_attention(3, 1024, 96, 6));
+    } else {
+        ZT_TEST_RUN(test_attention(7, 512, 384, 12));
+        ZT_TEST_RUN(test_attention(3, 1024, 256, 16));
+    }
     /* the fused kernels' edges: one token, tails of their 64-row blocks and 32-row tiles, a
      * long sequence */
     ZT_TEST_RUN(test_attention(1, 1, 64, 1));
@@ -3091,7 +3120,8 @@ int main(void)
     ZT_TEST_RUN(test_cast_accumulate_scale(7));
     ZT_TEST_RUN(test_cast_accumulate_scale(100003));
     ZT_TEST_RUN(test_sumsq(1));
-    ZT_TEST_RUN(test_sumsq(1000003));
+    /* more partial sums than the final block has threads (quick: 293 of them, else 977) */
+    ZT_TEST_RUN(test_sumsq(QUICK ? 300007 : 1000003));
     ZT_TEST_RUN(test_errors());
 
     if (*zt_test_failed_parts()) {

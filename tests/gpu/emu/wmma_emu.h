@@ -83,7 +83,7 @@ template <class E> static inline float zt_emu_mma_value(uint32_t bits)
  *   d[0..1] = D(g, 2t..2t+1)  d[2..3] = D(g+8, 2t..2t+1)
  * Collective over the warp: every lane leaves its registers in the warp's place, then (a
  * barrier of the warp) computes its own four results (products exact in fp32, summed in order
- * of k). Reads only registers:
+ * of k) from its two rows of A and two columns of B, each widened once. Reads only registers:
  * optimised and left out of the sanitizers, as mma_sync below. */
 template <class E>
 __attribute__((optimize("O2"), no_sanitize("address", "undefined"))) static inline void
@@ -102,16 +102,19 @@ zt_emu_mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
     rb[c][warp][lane][1] = b1;
     (void)zt_emu_shfl(0xffffffffu, 0, 0); /* every lane's registers are in */
     int g = (int)lane / 4, t = (int)lane % 4;
-    float out[4];
-    for (int e = 0; e < 4; e++) {
-        int r = g + 8 * (e / 2), n = 2 * t + e % 2;
-        float s = d[e];
+    float av[2][16], bv[2][16]; /* A's rows g and g + 8, B's columns 2t and 2t + 1 */
+    for (int h = 0; h < 2; h++)
         for (int k = 0; k < 16; k++) {
-            uint32_t wa = ra[c][warp][4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
-            uint32_t wb = rb[c][warp][4 * n + (k % 8) / 2][k >= 8];
-            s += zt_emu_mma_value<E>(k % 2 ? wa >> 16 : wa) *
-                 zt_emu_mma_value<E>(k % 2 ? wb >> 16 : wb);
+            uint32_t wa = ra[c][warp][4 * g + (k % 8) / 2][h + 2 * (k >= 8)];
+            uint32_t wb = rb[c][warp][4 * (2 * t + h) + (k % 8) / 2][k >= 8];
+            av[h][k] = zt_emu_mma_value<E>(k % 2 ? wa >> 16 : wa);
+            bv[h][k] = zt_emu_mma_value<E>(k % 2 ? wb >> 16 : wb);
         }
+    float out[4];
+    for (int e = 0; e < 4; e++) { /* D(g + 8 (e / 2), 2t + e % 2) */
+        float s = d[e];
+        for (int k = 0; k < 16; k++)
+            s += av[e / 2][k] * bv[e % 2][k];
         out[e] = s;
     }
     memcpy(d, out, sizeof(out));
