@@ -450,9 +450,11 @@ static bool find_bearer(const zt_rpc_call *c, const char **tok, size_t *len)
         if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") != 0) continue;
         /* credentials = auth-scheme 1*SP token; the scheme is case-insensitive (RFC 7235
          * section 2.1, RFC 6750 section 2.1) */
-        grpc_slice v = c->md.metadata[i].value;
-        const char *p = (const char *)GRPC_SLICE_START_PTR(v);
-        size_t n = GRPC_SLICE_LENGTH(v), k = 0;
+        /* the call's own slice, not a copy: a short slice holds its bytes inline, and *tok
+         * must point into memory that outlives this function */
+        const grpc_slice *v = &c->md.metadata[i].value;
+        const char *p = (const char *)GRPC_SLICE_START_PTR(*v);
+        size_t n = GRPC_SLICE_LENGTH(*v), k = 0;
         static const char scheme[] = "bearer";
         bool bearer = n > sizeof(scheme) - 1;
         for (; bearer && k < sizeof(scheme) - 1; k++)
