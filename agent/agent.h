@@ -36,6 +36,7 @@ typedef struct zt_agent_config {
     char *coordinator;  /* "host:port" or "unix:/path" */
     char *token;        /* bearer token; NULL = none */
     char *tls_ca_pem;   /* PEM roots: TLS to the coordinator; NULL = plaintext */
+    char *tls_cert_pem, *tls_key_pem; /* client certificate and key (mutual TLS); NULL = none */
     int device;         /* ZT_AGENT_DEVICE_CPU or ZT_AGENT_DEVICE_CUDA */
     int slots;          /* CPU slots or GPUs */
     zt_agent_gpu *gpus; /* [n_gpus] (cuda) */

@@ -31,6 +31,8 @@ enum {
     S_COORDINATOR,
     S_TOKEN_FILE,
     S_TLS_CA,
+    S_TLS_CERT,
+    S_TLS_KEY,
     S_SLOTS,
     S_NAME,
     S_WORK_DIR,
@@ -69,6 +71,9 @@ static const setting settings[S_COUNT] = {
                       "file holding the agent join token zcoord reads with --agent-token-file (or put it in ZT_TOKEN)"},
     [S_TLS_CA] = {"tls-ca", "ZT_TLS_CA", "", "FILE",
                   "PEM CA certificate: talk TLS to the coordinator and verify it"},
+    [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", "", "FILE",
+                    "PEM client certificate for mutual TLS (with --tls-ca and --tls-key): its common name is this agent's name, and it stands for the join token"},
+    [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", "", "FILE", "PEM private key of --tls-cert"},
     [S_SLOTS] = {"slots", "ZT_SLOTS", "cpu:1", "SPEC",
                  "cpu:N (N CPU workers), cuda:auto (one per GPU found) or cuda:N"},
     [S_NAME] = {"name", "ZT_AGENT_NAME", "", "NAME",
@@ -194,6 +199,8 @@ void zt_agent_config_free(zt_agent_config *cfg)
     zt_free(cfg->coordinator);
     zt_free(cfg->token);
     zt_free(cfg->tls_ca_pem);
+    zt_free(cfg->tls_cert_pem);
+    zt_free(cfg->tls_key_pem);
     zt_free(cfg->gpus);
     zt_free(cfg->name);
     zt_free(cfg->hostname);
@@ -400,6 +407,18 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         (st = zt_rpc_read_ca_file(val[S_TLS_CA], origin[S_TLS_CA], &cfg->tls_ca_pem, err)) !=
             ZT_OK)
         goto fail;
+    if (!!val[S_TLS_CERT][0] != !!val[S_TLS_KEY][0] || (val[S_TLS_CERT][0] && !val[S_TLS_CA][0]))
+        FAIL(ZT_ERR_CONFIG,
+             "%s and %s go together, and with --tls-ca (mutual TLS): give all three or neither",
+             origin[S_TLS_CERT], origin[S_TLS_KEY]);
+    if (val[S_TLS_CERT][0]) {
+        if ((st = zt_rpc_read_ca_file(val[S_TLS_CERT], origin[S_TLS_CERT], &cfg->tls_cert_pem,
+                                      err)) != ZT_OK)
+            goto fail;
+        if ((st = zt_rpc_read_key_file(val[S_TLS_KEY], origin[S_TLS_KEY], &cfg->tls_key_pem,
+                                       err)) != ZT_OK)
+            goto fail;
+    }
 
     /* slots */
     st = zt_agent_parse_slots(val[S_SLOTS], &cfg->device, &cfg->slots, err);

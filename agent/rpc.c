@@ -131,6 +131,8 @@ zt_status ag_rpc_init(zt_agent *a, zt_err *err)
     zt_rpc_client_config cc = {.target = a->cfg.coordinator,
                                .token = a->cfg.token,
                                .tls_ca_pem = a->cfg.tls_ca_pem,
+                               .tls_cert_pem = a->cfg.tls_cert_pem,
+                               .tls_key_pem = a->cfg.tls_key_pem,
                                .keepalive_ms = 10000};
     zt_status st = zt_rpc_client_create(&a->client, &cc, err);
     if (st != ZT_OK) return st;

@@ -219,11 +219,14 @@ static bool session_of(zt_auth *a, const char *bearer, size_t len, char *who, si
 }
 
 zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bearer,
-                              size_t bearer_len, char *who, size_t who_cap, char *msg,
-                              size_t msg_cap)
+                              size_t bearer_len, const char *cert_name, char *who, size_t who_cap,
+                              char *msg, size_t msg_cap)
 {
     zt_auth *a = user;
     char tmp[96];
+    /* a client certificate the coordinator's client roots signed names an agent (mutual TLS):
+     * it stands for the join token and the session, for that agent's name only */
+    bool cert_agent = cert_name && zt_valid_name(cert_name);
     switch (access) {
     case ZT_RPC_ACCESS_OPEN:
         snprintf(who, who_cap, "anyone");
@@ -241,6 +244,10 @@ zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bear
                         : "missing token: this coordinator requires 'authorization: Bearer <token>'; pass --token-file or set ZT_TOKEN");
         return ZT_RPC_UNAUTHENTICATED;
     case ZT_RPC_ACCESS_AGENT_JOIN:
+        if (cert_agent) {
+            snprintf(who, who_cap, "agent-cert:%s", cert_name);
+            return ZT_RPC_OK;
+        }
         if (a->agent_token ? bearer && eq(bearer, bearer_len, a->agent_token)
                            : a->n_users == 0) {
             snprintf(who, who_cap, "agent-join");
@@ -262,6 +269,10 @@ zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bear
         return ZT_RPC_UNAUTHENTICATED;
     case ZT_RPC_ACCESS_AGENT:
         if (session_of(a, bearer, bearer_len, who, who_cap)) return ZT_RPC_OK;
+        if (cert_agent) {
+            snprintf(who, who_cap, "agent:%s", cert_name);
+            return ZT_RPC_OK;
+        }
         if (bearer && a->n_users > 0 && zt_auth_user_of(a, bearer, bearer_len, tmp, sizeof(tmp))) {
             snprintf(msg, msg_cap,
                      "permission denied: a user credential cannot make agent calls");

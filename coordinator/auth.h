@@ -45,10 +45,12 @@ void zt_auth_users_free(zt_auth_user *users, int n);
 bool zt_auth_required(const zt_auth *a);
 
 /* zt_rpc_authorize_fn for the RPC server (user = the zt_auth). Identities: "user:NAME",
- * "local" (no user tokens), "agent-join" (RegisterAgent), "agent:NAME". Thread-safe. */
+ * "local" (no user tokens), "agent-join" (RegisterAgent with the join token), "agent-cert:NAME"
+ * (RegisterAgent with a client certificate for NAME, mutual TLS), "agent:NAME" (a session, or
+ * a client certificate for NAME). Thread-safe. */
 zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bearer,
-                              size_t bearer_len, char *who, size_t who_cap, char *msg,
-                              size_t msg_cap);
+                              size_t bearer_len, const char *cert_name, char *who, size_t who_cap,
+                              char *msg, size_t msg_cap);
 
 /* The user a bearer token belongs to ("user:NAME", or "local" when no user token is
  * configured and bearer is NULL); false when it is not a user credential. Thread-safe. */

@@ -835,6 +835,7 @@ typedef struct register_op {
     zt_rpc_code code;
     char msg[400];
     char session[ZT_AUTH_SESSION_LEN + 1];
+    bool by_cert; /* its client certificate names it: the name is its own */
 } register_op;
 
 static void register_run(zt_coord *c, c_op *op)
@@ -846,7 +847,7 @@ static void register_run(zt_coord *c, c_op *op)
     /* a live agent's name goes to the process holding its session, to nobody else until the
      * agent is LOST (a restarted coordinator issued no session yet: anyone may take it) */
     uint64_t silent = a ? zt_now_ns() - a->last_seen_ns : 0;
-    if (a && c->cfg.auth && a->state == ZT_AGENT_ALIVE && !a->leaving &&
+    if (a && c->cfg.auth && !x->by_cert && a->state == ZT_AGENT_ALIVE && !a->leaving &&
         silent < (uint64_t)c->cfg.heartbeat_timeout_ms * 1000000ull &&
         zt_auth_session_exists(c->cfg.auth, q->name) &&
         !(q->previous_session[0] && zt_auth_session_is(c->cfg.auth, q->name, q->previous_session))) {
@@ -964,6 +965,14 @@ static void h_register(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     if (refuse_when_stopping(c, call)) return;
     CHECK_OR_FAIL(call, zt_check_strings(m, WHY));
     CHECK_OR_FAIL(call, zt_check_register(q, WHY));
+    const char *who = zt_rpc_call_identity(call);
+    bool by_cert = strncmp(who, "agent-cert:", 11) == 0;
+    if (by_cert && strcmp(who + 11, q->name) != 0) {
+        zt_rpc_fail(call, ZT_RPC_PERMISSION_DENIED,
+                    "permission denied: the client certificate is for agent %s, not %s; start zagent with --name %s or give it its own certificate",
+                    who + 11, q->name, who + 11);
+        return;
+    }
     register_op *x = zt_calloc(1, sizeof(*x));
     if (!x) {
         zt_rpc_fail(call, ZT_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -973,6 +982,7 @@ static void h_register(zt_rpc_call *call, const ProtobufCMessage *m, void *user)
     x->op.done = register_done;
     x->op.call = call;
     x->q = (Zt__V1__RegisterAgentRequest *)q;
+    x->by_cert = by_cert;
     coord_enqueue(c, &x->op);
 }
 

@@ -45,6 +45,7 @@ enum {
     S_AGENT_TOKEN_FILE,
     S_TLS_CERT,
     S_TLS_KEY,
+    S_TLS_CLIENT_CA,
     S_HB_INTERVAL,
     S_HB_TIMEOUT,
     S_HANG_TIMEOUT,
@@ -81,6 +82,9 @@ static setting settings[S_COUNT] = {
                             NULL, 0},
     [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", T_STR, "", 0, 0, "PEM certificate chain: serve TLS",
                     NULL, 0},
+    [S_TLS_CLIENT_CA] = {"tls-client-ca", "ZT_TLS_CLIENT_CA", T_STR, "", 0, 0,
+                         "PEM roots of agents' client certificates (mutual TLS: a certificate for NAME stands for agent NAME's join token and session)",
+                         NULL, 0},
     [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", T_STR, "", 0, 0, "PEM private key for --tls-cert", NULL,
                    0},
     [S_HB_INTERVAL] = {"heartbeat-interval", "ZT_HEARTBEAT_INTERVAL", T_DURATION, "1s", 50, 60000,
@@ -325,7 +329,7 @@ int main(int argc, char **argv)
     }
     zt_log_set_level((zt_log_level)lvl);
 
-    char *token = NULL, *agent_token = NULL, *cert = NULL, *key = NULL;
+    char *token = NULL, *agent_token = NULL, *cert = NULL, *key = NULL, *client_ca = NULL;
     zt_auth_user *users = NULL;
     int n_users = 0, n_file_users = 0;
     zt_auth *auth = NULL;
@@ -379,6 +383,16 @@ int main(int argc, char **argv)
         key = cert ? read_file(settings[S_TLS_KEY].sval, 1 << 20, &err, "the TLS key") : NULL;
         if (!cert || !key) goto usage_error;
     }
+    if (settings[S_TLS_CLIENT_CA].sval[0]) {
+        if (!cert) {
+            zt_err_set(&err, ZT_ERR_CONFIG,
+                       "--tls-client-ca needs TLS: give --tls-cert and --tls-key too");
+            goto usage_error;
+        }
+        if (zt_rpc_read_ca_file(settings[S_TLS_CLIENT_CA].sval, "--tls-client-ca", &client_ca,
+                                &err) != ZT_OK)
+            goto usage_error;
+    }
 
     /* signals: handled by sigwait in this thread; every thread started later blocks them */
     sigset_t sigs;
@@ -426,6 +440,7 @@ int main(int argc, char **argv)
                                .authorize_user = auth,
                                .tls_cert_pem = cert,
                                .tls_key_pem = key,
+                               .tls_client_ca_pem = client_ca,
                                .max_message_bytes = (size_t)settings[S_MAX_MESSAGE].ival,
                                .pollers = (int)settings[S_POLLERS].ival};
     if (zt_rpc_server_create(&srv, &sc, methods, nm, &err) != ZT_OK) {
@@ -513,6 +528,7 @@ cleanup:
     zt_free(agent_token);
     zt_free(cert);
     zt_free(key);
+    zt_free(client_ca);
     if (rc == 0) ZT_INFO("zcoord", "stopped");
     return rc;
 
@@ -524,5 +540,6 @@ usage_error:
     zt_free(agent_token);
     zt_free(cert);
     zt_free(key);
+    zt_free(client_ca);
     return 2;
 }

@@ -95,13 +95,15 @@ typedef struct zt_rpc_method {
 } zt_rpc_method;
 
 /* Decides whether a call of a method of class `access` may proceed, given the bearer token
- * it carries (bearer NULL when it carries none; not NUL-terminated, bearer_len bytes).
+ * it carries (bearer NULL when it carries none; not NUL-terminated, bearer_len bytes) and the
+ * common name of the client certificate it presented under mutual TLS (cert_name; NULL when
+ * none, or when the server asks for none).
  * Returns ZT_RPC_OK after writing who is calling into who ("user:alice", "agent:n1"), or
  * UNAUTHENTICATED / PERMISSION_DENIED with the message for the caller in msg. Runs on a
  * poller thread for every call, before the request is decoded: keep it short. */
 typedef zt_rpc_code (*zt_rpc_authorize_fn)(void *user, zt_rpc_access access, const char *bearer,
-                                           size_t bearer_len, char *who, size_t who_cap,
-                                           char *msg, size_t msg_cap);
+                                           size_t bearer_len, const char *cert_name, char *who,
+                                           size_t who_cap, char *msg, size_t msg_cap);
 
 typedef struct zt_rpc_server_config {
     const char *addr;         /* "host:port" ("127.0.0.1:0" picks a free port) or "unix:/path" */
@@ -111,6 +113,9 @@ typedef struct zt_rpc_server_config {
     void *authorize_user;
     const char *tls_cert_pem; /* PEM text of the certificate chain; NULL = plaintext */
     const char *tls_key_pem;  /* PEM text of the private key (with tls_cert_pem) */
+    const char *tls_client_ca_pem; /* PEM roots: clients may present a certificate they sign
+                                      (mutual TLS; its common name reaches authorize); NULL =
+                                      no client certificates */
     size_t max_message_bytes; /* larger messages get RESOURCE_EXHAUSTED; 0 = 4 MiB */
     int pollers;              /* threads on the completion queue; 0 = 1 */
     int stream_queue_max;     /* messages queued per stream before a send is refused; 0 = 64 */
@@ -179,18 +184,21 @@ typedef struct zt_rpc_client_config {
     const char *token;           /* sent as "authorization: Bearer <token>"; NULL = none */
     const char *tls_ca_pem;      /* PEM roots: use TLS and verify the server; NULL = plaintext */
     const char *tls_server_name; /* expected name in the server certificate; NULL = target host */
+    const char *tls_cert_pem;    /* PEM client certificate (mutual TLS, with tls_ca_pem); NULL =
+                                    none */
+    const char *tls_key_pem;     /* its PEM private key */
     size_t max_message_bytes;    /* 0 = 4 MiB */
     int keepalive_ms;            /* ping an idle connection this often; 0 = 20000 */
     bool wait_for_ready;         /* calls wait (until their deadline) for the coordinator to be
                                     reachable instead of failing at once with UNAVAILABLE */
 } zt_rpc_client_config;
 
-/* Client credentials from files, read the same way by zctl and zagent (--token-file or
- * ZT_TOKEN_FILE, --tls-ca or ZT_TLS_CA); origin says where the path came from ("--tls-ca",
- * "ZT_TLS_CA") for the message. The token file holds the token (at most 4 KiB; trailing
- * newlines and spaces are dropped); *out is a fresh string (zt_free). Errors: ZT_ERR_IO (the
- * file cannot be read), ZT_ERR_CONFIG (empty, too large). Thread-safe. */
-zt_status zt_rpc_read_token_file(const char *path, const char *origin, char **out, zt_err *err);
+/* Client credentials from files, read the same way by zctl and zagent; origin says where the
+ * path came from ("--tls-key", "ZT_TLS_KEY") for the message. The PEM private key of a client
+ * certificate (mutual TLS; at most 1 MiB, readable by its owner only) into *out (zt_free).
+ * Errors: ZT_ERR_IO (the file cannot be read), ZT_ERR_CONFIG (others may read it, too large, no
+ * PEM key in it). Thread-safe. */
+zt_status zt_rpc_read_key_file(const char *path, const char *origin, char **out, zt_err *err);
 /* PEM roots to verify the coordinator's TLS certificate (at most 1 MiB) into *out (zt_free).
  * Errors: ZT_ERR_IO, ZT_ERR_CONFIG (too large, or no PEM certificate in it). */
 zt_status zt_rpc_read_ca_file(const char *path, const char *origin, char **out, zt_err *err);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -79,23 +80,23 @@ static zt_status read_small(const char *path, const char *origin, const char *wh
     return ZT_OK;
 }
 
-zt_status zt_rpc_read_token_file(const char *path, const char *origin, char **out, zt_err *err)
+zt_status zt_rpc_read_key_file(const char *path, const char *origin, char **out, zt_err *err)
 {
-    char *t;
-    zt_status st = read_small(path, origin, "the token file", 4096, &t, err);
-    if (st != ZT_OK) {
-        *out = NULL;
-        return st;
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && (sb.st_mode & 077))
+        return zt_err_set(err, ZT_ERR_CONFIG,
+                          "the TLS key %s (%s) may be read by other users (mode %03o); run chmod 600 %s",
+                          path, origin, (unsigned)(sb.st_mode & 0777), path);
+    char *pem;
+    zt_status st = read_small(path, origin, "the TLS key", 1 << 20, &pem, err);
+    if (st != ZT_OK) return st;
+    if (!strstr(pem, "PRIVATE KEY-----")) {
+        zt_free(pem);
+        return zt_err_set(err, ZT_ERR_CONFIG, "%s (%s) holds no PEM private key; give the key of the certificate",
+                          path, origin);
     }
-    size_t n = strlen(t);
-    while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' '))
-        t[--n] = '\0';
-    if (!n) {
-        zt_free(t);
-        *out = NULL;
-        return zt_err_set(err, ZT_ERR_CONFIG, "the token file %s (%s) is empty", path, origin);
-    }
-    *out = t;
+    *out = pem;
     return ZT_OK;
 }
 
@@ -177,8 +178,11 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *
     }
     grpc_channel_args cargs = {.num_args = n, .args = args};
     grpc_channel_credentials *creds;
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = cfg->tls_key_pem,
+                                       .cert_chain = cfg->tls_cert_pem};
+    bool own_cert = cfg->tls_cert_pem && cfg->tls_cert_pem[0] && cfg->tls_key_pem;
     if (cfg->tls_ca_pem)
-        creds = grpc_ssl_credentials_create(cfg->tls_ca_pem, NULL, NULL, NULL);
+        creds = grpc_ssl_credentials_create(cfg->tls_ca_pem, own_cert ? &pair : NULL, NULL, NULL);
     else
         creds = grpc_insecure_credentials_create();
     c->ch = grpc_channel_create(c->target, creds, &cargs);

@@ -44,6 +44,7 @@ struct zt_rpc_server {
     size_t auth_len;
     zt_rpc_authorize_fn authorize;
     void *authorize_user;
+    bool client_certs; /* mutual TLS: calls may carry a verified client certificate */
     int port;
     int stream_queue_max;
     int n_pollers;
@@ -479,6 +480,27 @@ bool zt_rpc_token_equal(const char *a, size_t alen, const char *b, size_t blen)
     return const_time_equal(a, alen, b, blen);
 }
 
+/* The common name of the client certificate the call's connection presented and the server
+ * verified against its client roots; false when there is none. */
+static bool cert_common_name(const zt_rpc_call *c, char *out, size_t cap)
+{
+    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    if (!ctx) return false;
+    bool ok = false;
+    if (grpc_auth_context_peer_is_authenticated(ctx)) {
+        grpc_auth_property_iterator it =
+            grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_CN_PROPERTY_NAME);
+        const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+        if (p && p->value && p->value_length > 0 && p->value_length < cap) {
+            memcpy(out, p->value, p->value_length);
+            out[p->value_length] = '\0';
+            ok = true;
+        }
+    }
+    grpc_auth_context_release(ctx);
+    return ok;
+}
+
 /* ZT_RPC_OK when the call may proceed, else the code with its message in msg. */
 static zt_rpc_code check_auth(zt_rpc_server *s, zt_rpc_call *c, char *msg, size_t cap)
 {
@@ -486,8 +508,11 @@ static zt_rpc_code check_auth(zt_rpc_server *s, zt_rpc_call *c, char *msg, size_
     const char *tok;
     size_t len;
     bool has = find_bearer(c, &tok, &len);
+    char cn[160];
+    const char *cert_name = s->client_certs && cert_common_name(c, cn, sizeof(cn)) ? cn : NULL;
     if (s->authorize)
-        return s->authorize(s->authorize_user, access, tok, len, c->who, sizeof(c->who), msg, cap);
+        return s->authorize(s->authorize_user, access, tok, len, cert_name, c->who,
+                            sizeof(c->who), msg, cap);
     if (!s->auth_value || access == ZT_RPC_ACCESS_OPEN) return ZT_RPC_OK;
     if (tok && const_time_equal(tok, len, s->auth_value, s->auth_len)) return ZT_RPC_OK;
     snprintf(msg, cap, "%s",
@@ -709,7 +734,14 @@ zt_status zt_rpc_server_create(zt_rpc_server **out, const zt_rpc_server_config *
     if (tls) {
         grpc_ssl_pem_key_cert_pair pair = {.private_key = cfg->tls_key_pem,
                                            .cert_chain = cfg->tls_cert_pem};
-        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+        /* with client roots a client may present a certificate, which is then verified; one
+         * without a certificate still connects (users hold tokens) */
+        s->client_certs = cfg->tls_client_ca_pem && cfg->tls_client_ca_pem[0];
+        creds = grpc_ssl_server_credentials_create_ex(
+            s->client_certs ? cfg->tls_client_ca_pem : NULL, &pair, 1,
+            s->client_certs ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
+                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            NULL);
     } else {
         creds = grpc_insecure_server_credentials_create();
     }

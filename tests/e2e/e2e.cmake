@@ -4,7 +4,7 @@
 # scripts/demo.sh, what `make demo` runs, with a short job.
 if(TARGET zagent AND TARGET zcoord AND TARGET zworker AND TARGET zctl)
   foreach(t submit two_agents restart agent_lost cancel coord_restart agent_errors agent_worker_io
-            ckpt_keep demo hang ckpt_bad)
+            ckpt_keep demo hang ckpt_bad mtls)
     zt_add_script_test(NAME e2e_${t}
                        COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_${t}.py
                        LABELS integration TIMEOUT 300)

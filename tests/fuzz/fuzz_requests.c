@@ -182,8 +182,8 @@ static void fuzz_auth(const uint8_t *data, size_t size)
         memcpy(tok, real, n);
     }
     char who[96] = "", msg[400] = "";
-    zt_rpc_code code = zt_auth_authorize(fz_auth, access, none ? NULL : tok, none ? 0 : n, who,
-                                         sizeof(who), msg, sizeof(msg));
+    zt_rpc_code code = zt_auth_authorize(fz_auth, access, none ? NULL : tok, none ? 0 : n, NULL,
+                                         who, sizeof(who), msg, sizeof(msg));
     bool is_user = !none && n == strlen(FZ_USER) && memcmp(tok, FZ_USER, n) == 0;
     bool is_join = !none && n == strlen(FZ_JOIN) && memcmp(tok, FZ_JOIN, n) == 0;
     bool is_session = !none && n == strlen(fz_session) && memcmp(tok, fz_session, n) == 0;
