@@ -169,6 +169,17 @@ def body(c):
     if os.geteuid() != 0:
         print("--run-as: not root here; the user change is not tested")
         return
+    # nobody must be able to reach the worker: every directory above it searchable by others
+    # (a chroot made with mktemp -d has a root directory of mode 0700, which nobody cannot pass)
+    d = os.path.dirname(worker)
+    while True:
+        if not os.stat(d).st_mode & 0o001 and d != c.tmp:
+            print(f"--run-as: {d} is not searchable by other users here; the user change is not "
+                  f"tested")
+            return
+        if d == "/":
+            break
+        d = os.path.dirname(d)
     # as root with --run-as nobody: the worker runs as nobody, at home in its attempt directory
     nobody = pwd.getpwnam("nobody")
     os.chmod(c.tmp, 0o755)
