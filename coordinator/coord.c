@@ -691,6 +691,10 @@ static void rank_exited(zt_coord *c, c_agent *a, c_attempt *t, c_rank *rk, const
     char why[1200];
     zt_exit_class cls = zt_sched_classify_worker_exit(rp->exit_code, rp->exit_signal, rp->bad_ckpt,
                                                       why, sizeof(why));
+    /* what the agent knows beyond the code (it refused to start the worker: which path) */
+    size_t wl = strlen(why);
+    if (rp->exit_reason[0] && wl + 3 < sizeof(why))
+        snprintf(why + wl, sizeof(why) - wl, ": %s", rp->exit_reason);
     save_rank(c, t, rk);
     coord_job_event(c, t->job, t->id, a->name, "rank", "RUNNING", "EXITED",
                     "rank %d on %s (pid %d) %s", rk->rank, a->name, rk->pid, why);

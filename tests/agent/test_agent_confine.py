@@ -109,6 +109,9 @@ def refused(c, path, name, train, ckpt, needles, resume_from=None):
     e.check_eq(len(j["attempts"]), 1, f"{name}: attempts (a refusal is not retried)")
     att = j["attempts"][0]
     e.check("could not be started" in att["reason"], f"{name}: attempt reason {att['reason']!r}")
+    # the agent's reason reaches the coordinator (WorkerStatus.exit_reason): the record says why
+    e.check(f"job {jid}: " in att["reason"] and "outside the agent's allowed paths" in att["reason"],
+            f"{name}: the attempt's reason does not say why: {att['reason']!r}")
     e.check(not os.path.exists(path("marks", f"job_{jid}_rank_0")), f"{name}: a worker started")
     e.check(not os.path.exists(os.path.join(c.work_dir("a1"), f"attempt_{att['id']}",
                                             "rank_00000.log")), f"{name}: a rank log exists")
