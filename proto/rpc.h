@@ -56,9 +56,6 @@ uint8_t *zt_pb_pack(const ProtobufCMessage *msg, size_t *len);
 
 /* ---- server ------------------------------------------------------------------------------ */
 
-/* a (alen bytes) equals b (blen bytes), in time that depends on the lengths only: for
- * comparing secrets. Thread-safe. */
-bool zt_rpc_token_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 typedef struct zt_rpc_server zt_rpc_server;
 /* One incoming call. The handler owns the duty to answer it exactly once, with

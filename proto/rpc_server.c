@@ -475,11 +475,6 @@ static bool find_bearer(const zt_rpc_call *c, const char **tok, size_t *len)
     return false;
 }
 
-bool zt_rpc_token_equal(const char *a, size_t alen, const char *b, size_t blen)
-{
-    return const_time_equal(a, alen, b, blen);
-}
-
 /* The common name of the client certificate the call's connection presented and the server
  * verified against its client roots; false when there is none. */
 static bool cert_common_name(const zt_rpc_call *c, char *out, size_t cap)
