@@ -334,42 +334,42 @@ static void send_heartbeat(zt_agent *a, bool final)
 
 /* ---- registration ---------------------------------------------------------------------- */
 
-/* work_dir/session: the last session credential, readable by this user only */
-static void session_path(const zt_agent *a, char *buf, size_t cap)
+/* work_dir/agent.key: the last agent key, readable by this user only */
+static void key_path(const zt_agent *a, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s/session", a->cfg.work_dir);
+    snprintf(buf, cap, "%s/agent.key", a->cfg.work_dir);
 }
 
-static void session_load(zt_agent *a)
+static void key_load(zt_agent *a)
 {
     char path[4200];
-    session_path(a, path, sizeof(path));
+    key_path(a, path, sizeof(path));
     FILE *f = fopen(path, "re");
     if (!f) return;
-    char buf[sizeof(a->session)] = "";
+    char buf[sizeof(a->agent_key)] = "";
     if (fgets(buf, sizeof(buf), f)) {
         buf[strcspn(buf, "\r\n")] = '\0';
-        snprintf(a->session, sizeof(a->session), "%s", buf);
+        snprintf(a->agent_key, sizeof(a->agent_key), "%s", buf);
     }
     fclose(f);
 }
 
-static void session_store(const zt_agent *a)
+static void key_store(const zt_agent *a)
 {
     char path[4200], tmp[4210];
-    session_path(a, path, sizeof(path));
+    key_path(a, path, sizeof(path));
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
-        ZT_WARN("agent", "cannot keep the session credential in %s: %s; a restart of this agent waits until the coordinator marks it lost",
+        ZT_WARN("agent", "cannot keep the agent key in %s: %s; a restart of this agent waits until the coordinator marks it lost",
                 tmp, strerror(errno));
         return;
     }
-    size_t n = strlen(a->session);
-    bool ok = write(fd, a->session, n) == (ssize_t)n && fsync(fd) == 0;
+    size_t n = strlen(a->agent_key);
+    bool ok = write(fd, a->agent_key, n) == (ssize_t)n && fsync(fd) == 0;
     close(fd);
     if (!ok || rename(tmp, path) != 0) {
-        ZT_WARN("agent", "cannot keep the session credential in %s: %s", path, strerror(errno));
+        ZT_WARN("agent", "cannot keep the agent key in %s: %s", path, strerror(errno));
         unlink(tmp);
     }
 }
@@ -390,8 +390,8 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
         const Zt__V1__RegisterAgentReply *r = reply;
         a->reg = AG_REGISTERED;
         a->incarnation = r->incarnation;
-        snprintf(a->session, sizeof(a->session), "%s", r->session_token);
-        session_store(a);
+        snprintf(a->agent_key, sizeof(a->agent_key), "%s", r->agent_key);
+        key_store(a);
         a->hb_timeout_ms = r->heartbeat_timeout_ms;
         if (!a->cfg.heartbeat_ms && r->heartbeat_interval_ms >= 50)
             a->hb_ms = r->heartbeat_interval_ms;
@@ -467,8 +467,8 @@ static void reg_start(zt_agent *a)
     q.n_gpus = (size_t)a->cfg.n_gpus;
     q.gpus = gp;
     q.version = (char *)ZT_VERSION;
-    if (!a->session[0]) session_load(a);
-    q.previous_session = a->session;
+    if (!a->agent_key[0]) key_load(a);
+    q.previous_agent_key = a->agent_key;
     ag_rpc_call(a, "RegisterAgent", &q.base, &zt__v1__register_agent_reply__descriptor, 5000,
                 on_register, NULL);
     zt_free(g);

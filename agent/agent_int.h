@@ -238,9 +238,9 @@ struct zt_agent {
     ag_reg reg;
     bool ever_registered;
     int64_t incarnation;
-    /* the session credential RegisterAgent gave (every other agent call carries it), also
-     * kept in work_dir/session so that a restarted agent may take its name back at once */
-    char session[96];
+    /* the agent key RegisterAgent gave (every other agent call carries it), also
+     * kept in work_dir/agent.key so that a restarted agent may take its name back at once */
+    char agent_key[96];
     int hb_ms, hb_timeout_ms;
     int reg_failures;
     uint64_t reg_first_fail_ns, reg_last_warn_ns;

@@ -14,8 +14,8 @@
 
 bool ag_rpc_transient(zt_rpc_code code)
 {
-    /* UNAUTHENTICATED: the session is unknown (a restarted coordinator); the heartbeat
-     * registers again and the call goes through with the new session */
+    /* UNAUTHENTICATED: the key is unknown (a restarted coordinator); the heartbeat
+     * registers again and the call goes through with the new key */
     return code == ZT_RPC_UNAVAILABLE || code == ZT_RPC_DEADLINE_EXCEEDED ||
            code == ZT_RPC_UNAUTHENTICATED ||
            code == ZT_RPC_RESOURCE_EXHAUSTED || code == ZT_RPC_ABORTED ||
@@ -116,8 +116,8 @@ void ag_rpc_call(zt_agent *a, const char *method, const ProtobufCMessage *req,
     char path[96];
     snprintf(path, sizeof(path), "/zt.v1.AgentControl/%s", method);
     zt_err err = {0};
-    /* RegisterAgent carries the join token (the client's); every other call the session */
-    const char *token = strcmp(method, "RegisterAgent") == 0 ? NULL : a->session;
+    /* RegisterAgent carries the join token (the client's); every other call the key */
+    const char *token = strcmp(method, "RegisterAgent") == 0 ? NULL : a->agent_key;
     if (zt_rpc_unary_async_as(a->client, a->cq, path, token, req, timeout_ms, on_call_done, c,
                               &err) != ZT_OK) {
         c->code = ZT_RPC_UNAVAILABLE;

@@ -25,7 +25,7 @@ static const unsigned char CLIENT_HELLO[] = {
     0x03, 0x03,                                     /* TLS 1.2 */
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* random */
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* random */
-    0x00,                                           /* no session id */
+    0x00,                                           /* no resumption id */
     0x00, 0x04, 0xc0, 0x2f, 0xc0, 0x2b,             /* cipher suites */
     0x01, 0x00,                                     /* compression: none */
     0x00, 0x25,                                     /* extensions, 37 bytes */

@@ -1,4 +1,4 @@
-/* zerotrain: user tokens, the agent join token and agent sessions (see auth.h). */
+/* zerotrain: user tokens, the agent join token and agent keys (see auth.h). */
 #define _GNU_SOURCE
 #include "coordinator/auth.h"
 
@@ -15,22 +15,22 @@
 #include "common/alloc.h"
 #include "coordinator/validate.h"
 
-/* A session is kept as the SHA-256 of its credential, never the credential itself (the
+/* An agent key is kept as the SHA-256 of its credential, never the credential itself (the
  * database holds the same digest). */
-typedef struct session {
+typedef struct agent_key {
     char *name;
     unsigned char sha[SHA256_DIGEST_LENGTH];
-} session;
+} agent_key;
 
 struct zt_auth {
     zt_auth_user *users; /* copied */
     int n_users;
     char *agent_token;
-    pthread_rwlock_t mu; /* sessions and their index */
-    session *sessions;
-    size_t n_sessions, cap_sessions;
-    /* open addressing on the digest's first 8 bytes: session index + 1, 0 = empty; capacity a
-     * power of two, at least twice the sessions (a heartbeat finds its agent in O(1)) */
+    pthread_rwlock_t mu; /* keys and their index */
+    agent_key *keys;
+    size_t n_keys, cap_keys;
+    /* open addressing on the digest's first 8 bytes: key index + 1, 0 = empty; capacity a
+     * power of two, at least twice the keys (a heartbeat finds its agent in O(1)) */
     uint32_t *index;
     size_t index_cap;
 };
@@ -46,12 +46,12 @@ static uint64_t digest_key(const unsigned char *sha)
 static bool index_rebuild(zt_auth *a)
 {
     size_t cap = 16;
-    while (cap < 2 * a->n_sessions)
+    while (cap < 2 * a->n_keys)
         cap *= 2;
     uint32_t *ix = zt_calloc(cap, sizeof(*ix));
     if (!ix) return false;
-    for (size_t i = 0; i < a->n_sessions; i++) {
-        size_t h = (size_t)digest_key(a->sessions[i].sha) & (cap - 1);
+    for (size_t i = 0; i < a->n_keys; i++) {
+        size_t h = (size_t)digest_key(a->keys[i].sha) & (cap - 1);
         while (ix[h])
             h = (h + 1) & (cap - 1);
         ix[h] = (uint32_t)(i + 1);
@@ -103,7 +103,7 @@ static bool eq(const char *a, size_t alen, const char *b)
     return diff == 0;
 }
 
-/* an agent's kind of name (validate.h), at most 64 bytes: it goes into session cookies */
+/* an agent's kind of name (validate.h), at most 64 bytes: it goes into sign-in cookies */
 static bool valid_user_name(const char *s)
 {
     return zt_valid_name(s) && strlen(s) <= 64;
@@ -160,9 +160,9 @@ void zt_auth_destroy(zt_auth *a)
     }
     zt_free(a->users);
     zt_free(a->agent_token);
-    for (size_t i = 0; i < a->n_sessions; i++)
-        zt_free(a->sessions[i].name);
-    zt_free(a->sessions);
+    for (size_t i = 0; i < a->n_keys; i++)
+        zt_free(a->keys[i].name);
+    zt_free(a->keys);
     zt_free(a->index);
     pthread_rwlock_destroy(&a->mu);
     zt_free(a);
@@ -189,28 +189,28 @@ bool zt_auth_user_of(const zt_auth *a, const char *bearer, size_t len, char *who
     return true;
 }
 
-/* The agent whose session the bearer is, copied into who as "agent:NAME". Digests are
+/* The agent whose key the bearer is, copied into who as "agent:NAME". Digests are
  * compared, so the time taken says nothing about the credentials. */
-static bool session_of(zt_auth *a, const char *bearer, size_t len, char *who, size_t cap)
+static bool key_owner(zt_auth *a, const char *bearer, size_t len, char *who, size_t cap)
 {
-    if (!bearer || len != ZT_AUTH_SESSION_LEN) return false;
+    if (!bearer || len != ZT_AUTH_KEY_LEN) return false;
     unsigned char sha[SHA256_DIGEST_LENGTH];
     digest(bearer, len, sha);
     bool ok = false;
     pthread_rwlock_rdlock(&a->mu);
-    if (a->index && a->index_cap >= 2 * a->n_sessions) {
+    if (a->index && a->index_cap >= 2 * a->n_keys) {
         for (size_t h = (size_t)digest_key(sha) & (a->index_cap - 1); a->index[h] && !ok;
              h = (h + 1) & (a->index_cap - 1)) {
-            const session *s = &a->sessions[a->index[h] - 1];
+            const agent_key *s = &a->keys[a->index[h] - 1];
             if (memcmp(s->sha, sha, sizeof(sha)) == 0) {
                 snprintf(who, cap, "agent:%s", s->name);
                 ok = true;
             }
         }
     } else {
-        for (size_t i = 0; i < a->n_sessions && !ok; i++)
-            if (memcmp(a->sessions[i].sha, sha, sizeof(sha)) == 0) {
-                snprintf(who, cap, "agent:%s", a->sessions[i].name);
+        for (size_t i = 0; i < a->n_keys && !ok; i++)
+            if (memcmp(a->keys[i].sha, sha, sizeof(sha)) == 0) {
+                snprintf(who, cap, "agent:%s", a->keys[i].name);
                 ok = true;
             }
     }
@@ -225,7 +225,7 @@ zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bear
     zt_auth *a = user;
     char tmp[96];
     /* a client certificate the coordinator's client roots signed names an agent (mutual TLS):
-     * it stands for the join token and the session, for that agent's name only */
+     * it stands for the join token and the key, for that agent's name only */
     bool cert_agent = cert_name && zt_valid_name(cert_name);
     switch (access) {
     case ZT_RPC_ACCESS_OPEN:
@@ -233,7 +233,7 @@ zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bear
         return ZT_RPC_OK;
     case ZT_RPC_ACCESS_USER:
         if (zt_auth_user_of(a, bearer, bearer_len, who, who_cap)) return ZT_RPC_OK;
-        if (session_of(a, bearer, bearer_len, tmp, sizeof(tmp)) ||
+        if (key_owner(a, bearer, bearer_len, tmp, sizeof(tmp)) ||
             (bearer && a->agent_token && eq(bearer, bearer_len, a->agent_token))) {
             snprintf(msg, msg_cap,
                      "permission denied: an agent credential cannot make user calls; use a user token (--token-file or ZT_TOKEN)");
@@ -268,7 +268,7 @@ zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bear
                         : "missing agent join token: this coordinator requires one; pass zagent --token-file with the agent join token");
         return ZT_RPC_UNAUTHENTICATED;
     case ZT_RPC_ACCESS_AGENT:
-        if (session_of(a, bearer, bearer_len, who, who_cap)) return ZT_RPC_OK;
+        if (key_owner(a, bearer, bearer_len, who, who_cap)) return ZT_RPC_OK;
         if (cert_agent) {
             snprintf(who, who_cap, "agent:%s", cert_name);
             return ZT_RPC_OK;
@@ -280,43 +280,43 @@ zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bear
         }
         if (!bearer)
             snprintf(msg, msg_cap,
-                     "missing agent session: every agent call but RegisterAgent carries the session credential RegisterAgent returned; register first");
+                     "missing agent key: every agent call but RegisterAgent carries the agent key RegisterAgent returned; register first");
         else if (a->agent_token && eq(bearer, bearer_len, a->agent_token))
             snprintf(msg, msg_cap,
-                     "the agent join token is for RegisterAgent only: later agent calls carry the session credential it returns");
-        else /* the agent registers again and gets a new session */
+                     "the agent join token is for RegisterAgent only: later agent calls carry the agent key it returns");
+        else /* the agent registers again and gets a new key */
             snprintf(msg, msg_cap,
-                     "unknown agent session: this coordinator did not issue it (or the agent registered again since); call RegisterAgent");
+                     "unknown agent key: this coordinator did not issue it (or the agent registered again since); call RegisterAgent");
         return ZT_RPC_UNAUTHENTICATED;
     }
     snprintf(msg, msg_cap, "unknown access class");
     return ZT_RPC_PERMISSION_DENIED;
 }
 
-/* Sets name's session digest (adding the entry); under the write lock. */
-static zt_status session_set(zt_auth *a, const char *name, const unsigned char *sha, zt_err *err)
+/* Sets name's key digest (adding the entry); under the write lock. */
+static zt_status key_set(zt_auth *a, const char *name, const unsigned char *sha, zt_err *err)
 {
     pthread_rwlock_wrlock(&a->mu);
-    session *s = NULL;
-    for (size_t i = 0; i < a->n_sessions && !s; i++)
-        if (strcmp(a->sessions[i].name, name) == 0) s = &a->sessions[i];
+    agent_key *s = NULL;
+    for (size_t i = 0; i < a->n_keys && !s; i++)
+        if (strcmp(a->keys[i].name, name) == 0) s = &a->keys[i];
     if (!s) {
-        if (a->n_sessions == a->cap_sessions) {
-            size_t cap = a->cap_sessions ? a->cap_sessions * 2 : 16;
-            session *v = zt_realloc(a->sessions, cap * sizeof(*v));
+        if (a->n_keys == a->cap_keys) {
+            size_t cap = a->cap_keys ? a->cap_keys * 2 : 16;
+            agent_key *v = zt_realloc(a->keys, cap * sizeof(*v));
             if (!v) {
                 pthread_rwlock_unlock(&a->mu);
                 return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
             }
-            a->sessions = v;
-            a->cap_sessions = cap;
+            a->keys = v;
+            a->cap_keys = cap;
         }
-        s = &a->sessions[a->n_sessions];
+        s = &a->keys[a->n_keys];
         if (!(s->name = zt_strdup(name))) {
             pthread_rwlock_unlock(&a->mu);
             return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
         }
-        a->n_sessions++;
+        a->n_keys++;
     }
     memcpy(s->sha, sha, SHA256_DIGEST_LENGTH);
     if (!index_rebuild(a)) { /* lookups scan until the next change */
@@ -328,55 +328,55 @@ static zt_status session_set(zt_auth *a, const char *name, const unsigned char *
     return ZT_OK;
 }
 
-zt_status zt_auth_session_issue(zt_auth *a, const char *name, char *token, char *sha_hex,
+zt_status zt_auth_key_issue(zt_auth *a, const char *name, char *token, char *sha_hex,
                                 zt_err *err)
 {
-    unsigned char raw[ZT_AUTH_SESSION_LEN / 2];
+    unsigned char raw[ZT_AUTH_KEY_LEN / 2];
     size_t got = 0;
     while (got < sizeof(raw)) {
         ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0)
-            return zt_err_set(err, ZT_ERR_IO, "cannot draw a session credential: getrandom: %s",
+            return zt_err_set(err, ZT_ERR_IO, "cannot draw an agent key: getrandom: %s",
                               strerror(errno));
         got += (size_t)n;
     }
     to_hex(raw, sizeof(raw), token);
     unsigned char sha[SHA256_DIGEST_LENGTH];
-    digest(token, ZT_AUTH_SESSION_LEN, sha);
+    digest(token, ZT_AUTH_KEY_LEN, sha);
     to_hex(sha, sizeof(sha), sha_hex);
-    return session_set(a, name, sha, err);
+    return key_set(a, name, sha, err);
 }
 
-zt_status zt_auth_session_restore(zt_auth *a, const char *name, const char *sha_hex, zt_err *err)
+zt_status zt_auth_key_restore(zt_auth *a, const char *name, const char *sha_hex, zt_err *err)
 {
     unsigned char sha[SHA256_DIGEST_LENGTH];
     if (!sha_hex || !sha_hex[0]) return ZT_OK;
     if (!from_hex(sha_hex, sha, sizeof(sha)))
         return zt_err_set(err, ZT_ERR_CORRUPT,
-                          "agent %s: the stored session digest is not 64 hex digits", name);
-    return session_set(a, name, sha, err);
+                          "agent %s: the stored key digest is not 64 hex digits", name);
+    return key_set(a, name, sha, err);
 }
 
-bool zt_auth_session_exists(zt_auth *a, const char *name)
+bool zt_auth_key_exists(zt_auth *a, const char *name)
 {
     bool ok = false;
     pthread_rwlock_rdlock(&a->mu);
-    for (size_t i = 0; i < a->n_sessions && !ok; i++)
-        ok = strcmp(a->sessions[i].name, name) == 0;
+    for (size_t i = 0; i < a->n_keys && !ok; i++)
+        ok = strcmp(a->keys[i].name, name) == 0;
     pthread_rwlock_unlock(&a->mu);
     return ok;
 }
 
-bool zt_auth_session_is(zt_auth *a, const char *name, const char *token)
+bool zt_auth_key_is(zt_auth *a, const char *name, const char *token)
 {
     unsigned char sha[SHA256_DIGEST_LENGTH];
     digest(token, strlen(token), sha);
     bool ok = false;
     pthread_rwlock_rdlock(&a->mu);
-    for (size_t i = 0; i < a->n_sessions; i++)
-        if (strcmp(a->sessions[i].name, name) == 0)
-            ok = memcmp(a->sessions[i].sha, sha, sizeof(sha)) == 0;
+    for (size_t i = 0; i < a->n_keys; i++)
+        if (strcmp(a->keys[i].name, name) == 0)
+            ok = memcmp(a->keys[i].sha, sha, sizeof(sha)) == 0;
     pthread_rwlock_unlock(&a->mu);
     return ok;
 }

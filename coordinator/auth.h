@@ -1,8 +1,8 @@
 /* zerotrain: who may call zcoord. Users hold named user tokens; agents hold the join token,
- * with which RegisterAgent obtains a per-agent session credential that every later agent call
+ * with which RegisterAgent obtains a per-agent agent key that every later agent call
  * carries. A user credential cannot make agent calls and the other way round. Without any
- * token (loopback only) every user call is "local", and agents still need their session.
- * Sessions are kept as SHA-256 digests, in memory and in the database, so that agents keep
+ * token (loopback only) every user call is "local", and agents still need their key.
+ * Agent keys are kept as SHA-256 digests, in memory and in the database, so that agents keep
  * theirs across a coordinator restart. */
 #ifndef ZT_COORDINATOR_AUTH_H
 #define ZT_COORDINATOR_AUTH_H
@@ -15,7 +15,7 @@
 
 typedef struct zt_auth zt_auth;
 
-#define ZT_AUTH_SESSION_LEN 64 /* hex characters of a session credential */
+#define ZT_AUTH_KEY_LEN 64 /* hex characters of an agent key */
 
 typedef struct zt_auth_user {
     const char *name;  /* [A-Za-z0-9._-], 1..64 */
@@ -46,7 +46,7 @@ bool zt_auth_required(const zt_auth *a);
 
 /* zt_rpc_authorize_fn for the RPC server (user = the zt_auth). Identities: "user:NAME",
  * "local" (no user tokens), "agent-join" (RegisterAgent with the join token), "agent-cert:NAME"
- * (RegisterAgent with a client certificate for NAME, mutual TLS), "agent:NAME" (a session, or
+ * (RegisterAgent with a client certificate for NAME, mutual TLS), "agent:NAME" (a key, or
  * a client certificate for NAME). Thread-safe. */
 zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bearer,
                               size_t bearer_len, const char *cert_name, char *who, size_t who_cap,
@@ -56,17 +56,17 @@ zt_rpc_code zt_auth_authorize(void *user, zt_rpc_access access, const char *bear
  * configured and bearer is NULL); false when it is not a user credential. Thread-safe. */
 bool zt_auth_user_of(const zt_auth *a, const char *bearer, size_t len, char *who, size_t cap);
 
-/* Issues a new session credential for agent `name` (replacing its previous one) into
- * token[ZT_AUTH_SESSION_LEN + 1], and its SHA-256 (what the database keeps) into
+/* Issues a new agent key for agent `name` (replacing its previous one) into
+ * token[ZT_AUTH_KEY_LEN + 1], and its SHA-256 (what the database keeps) into
  * sha_hex[65]. Errors: ZT_ERR_IO (no randomness), ZT_ERR_NOMEM. Thread-safe. */
-zt_status zt_auth_session_issue(zt_auth *a, const char *name, char *token, char *sha_hex,
+zt_status zt_auth_key_issue(zt_auth *a, const char *name, char *token, char *sha_hex,
                                 zt_err *err);
-/* Takes back a session digest kept in the database (a coordinator restart); "" is a no-op.
+/* Takes back a key digest kept in the database (a coordinator restart); "" is a no-op.
  * Errors: ZT_ERR_CORRUPT (not 64 hex digits), ZT_ERR_NOMEM. */
-zt_status zt_auth_session_restore(zt_auth *a, const char *name, const char *sha_hex, zt_err *err);
-/* Whether `name` holds a session, and whether token is it. Thread-safe. */
-bool zt_auth_session_exists(zt_auth *a, const char *name);
-bool zt_auth_session_is(zt_auth *a, const char *name, const char *token);
+zt_status zt_auth_key_restore(zt_auth *a, const char *name, const char *sha_hex, zt_err *err);
+/* Whether `name` holds a key, and whether token is it. Thread-safe. */
+bool zt_auth_key_exists(zt_auth *a, const char *name);
+bool zt_auth_key_is(zt_auth *a, const char *name, const char *token);
 
 /* "n1" for "agent:n1"; NULL when who is not an agent identity. */
 const char *zt_auth_agent_name(const char *who);

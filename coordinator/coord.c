@@ -184,7 +184,7 @@ void coord_agent_save(zt_coord *c, c_agent *a)
                       .state = a->state,
                       .registered_ms = a->registered_ms,
                       .last_seen_ms = a->last_seen_ms,
-                      .session_sha256 = a->session_sha};
+                      .key_sha256 = a->key_sha};
     DB(c, zt_store_agent_save(c->store, &r, err_));
     zt_free(g);
 }
@@ -1649,10 +1649,10 @@ static void on_load_agent(void *arg, const zt_agent_rec *r)
     a->incarnation = r->incarnation;
     a->state = r->state;
     a->registered_ms = r->registered_ms;
-    snprintf(a->session_sha, sizeof(a->session_sha), "%s", r->session_sha256);
+    snprintf(a->key_sha, sizeof(a->key_sha), "%s", r->key_sha256);
     if (c->cfg.auth) {
         zt_err se = {0};
-        if (zt_auth_session_restore(c->cfg.auth, r->name, r->session_sha256, &se) != ZT_OK)
+        if (zt_auth_key_restore(c->cfg.auth, r->name, r->key_sha256, &se) != ZT_OK)
             ZT_WARN("coord", "%s: the agent registers again", zt_err_msg(&se));
     }
     if (fresh) {

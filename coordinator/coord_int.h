@@ -56,7 +56,7 @@ typedef struct c_agent {
     zt_agent_state state; /* as stored */
     int64_t registered_ms, last_seen_ms;
     uint64_t last_seen_ns; /* monotonic */
-    char session_sha[65];  /* hex SHA-256 of its session credential (auth.h); "" = none */
+    char key_sha[65];  /* hex SHA-256 of its agent key (auth.h); "" = none */
     c_report *reports;     /* last heartbeat's workers */
     int n_reports, cap_reports;
     c_report *exits; /* workers seen exiting, kept until the state thread saw them

@@ -717,7 +717,7 @@ static void h_health_watch(zt_rpc_call *call, const ProtobufCMessage *m, void *u
 
 /* ---- who may report what ----------------------------------------------------------------- */
 
-/* The agent the call's session belongs to, "" when the coordinator runs without credentials
+/* The agent the call's key belongs to, "" when the coordinator runs without credentials
  * (an embedding without zt_auth: nothing to check). */
 static const char *caller_agent(const zt_coord *c, const zt_rpc_call *call)
 {
@@ -727,13 +727,13 @@ static const char *caller_agent(const zt_coord *c, const zt_rpc_call *call)
 }
 
 /* Answers PERMISSION_DENIED and returns false when a request's agent field names another
- * agent than the caller's session (an empty field means the caller). */
+ * agent than the caller's key (an empty field means the caller). */
 static bool agent_field_ok(const zt_coord *c, zt_rpc_call *call, const char *field)
 {
     const char *me = caller_agent(c, call);
     if (!me[0] || !field || !field[0] || strcmp(field, me) == 0) return true;
     zt_rpc_fail(call, ZT_RPC_PERMISSION_DENIED,
-                "permission denied: the session of agent %s cannot report as agent %s", me, field);
+                "permission denied: the key of agent %s cannot report as agent %s", me, field);
     return false;
 }
 
@@ -834,7 +834,7 @@ typedef struct register_op {
     int64_t incarnation;
     zt_rpc_code code;
     char msg[400];
-    char session[ZT_AUTH_SESSION_LEN + 1];
+    char agent_key[ZT_AUTH_KEY_LEN + 1];
     bool by_cert; /* its client certificate names it: the name is its own */
 } register_op;
 
@@ -844,17 +844,17 @@ static void register_run(zt_coord *c, c_op *op)
     const Zt__V1__RegisterAgentRequest *q = x->q;
     c_agent *a = coord_agent_find(c, q->name);
     const char *from = a ? zt_agent_state_name(a->state) : "";
-    /* a live agent's name goes to the process holding its session, to nobody else until the
-     * agent is LOST (a restarted coordinator issued no session yet: anyone may take it) */
+    /* a live agent's name goes to the process holding its key, to nobody else until the
+     * agent is LOST (a restarted coordinator issued no key yet: anyone may take it) */
     uint64_t silent = a ? zt_now_ns() - a->last_seen_ns : 0;
     if (a && c->cfg.auth && !x->by_cert && a->state == ZT_AGENT_ALIVE && !a->leaving &&
         silent < (uint64_t)c->cfg.heartbeat_timeout_ms * 1000000ull &&
-        zt_auth_session_exists(c->cfg.auth, q->name) &&
-        !(q->previous_session[0] && zt_auth_session_is(c->cfg.auth, q->name, q->previous_session))) {
+        zt_auth_key_exists(c->cfg.auth, q->name) &&
+        !(q->previous_agent_key[0] && zt_auth_key_is(c->cfg.auth, q->name, q->previous_agent_key))) {
         x->code = ZT_RPC_FAILED_PRECONDITION;
         snprintf(
             x->msg, sizeof(x->msg),
-            "agent %s is alive (last heartbeat %.1f s ago, from %s) and this process does not hold its session: another zagent may not take its name; stop that one, or wait until it is LOST (heartbeat timeout %.1f s)",
+            "agent %s is alive (last heartbeat %.1f s ago, from %s) and this process does not hold its key: another zagent may not take its name; stop that one, or wait until it is LOST (heartbeat timeout %.1f s)",
             q->name, (double)silent * 1e-9, a->hostname && a->hostname[0] ? a->hostname : "?",
             (double)c->cfg.heartbeat_timeout_ms / 1000.0);
         return;
@@ -862,7 +862,7 @@ static void register_run(zt_coord *c, c_op *op)
     char sha[65] = "";
     if (c->cfg.auth) {
         zt_err se = {0};
-        if (zt_auth_session_issue(c->cfg.auth, q->name, x->session, sha, &se) != ZT_OK) {
+        if (zt_auth_key_issue(c->cfg.auth, q->name, x->agent_key, sha, &se) != ZT_OK) {
             x->code = ZT_RPC_UNAVAILABLE;
             snprintf(x->msg, sizeof(x->msg), "%s", zt_err_msg(&se));
             return;
@@ -911,7 +911,7 @@ static void register_run(zt_coord *c, c_op *op)
     a->device = q->device;
     a->slots = q->slots;
     a->incarnation++;
-    snprintf(a->session_sha, sizeof(a->session_sha), "%s", sha);
+    snprintf(a->key_sha, sizeof(a->key_sha), "%s", sha);
     a->state = ZT_AGENT_ALIVE;
     a->revived = false;
     a->leaving = false; /* an earlier incarnation's goodbye does not apply to this one */
@@ -952,7 +952,7 @@ static void register_done(zt_coord *c, c_op *op, bool committed)
         r.incarnation = x->incarnation;
         r.heartbeat_interval_ms = (int32_t)c->cfg.heartbeat_interval_ms;
         r.heartbeat_timeout_ms = (int32_t)c->cfg.heartbeat_timeout_ms;
-        r.session_token = x->session;
+        r.agent_key = x->agent_key;
         zt_rpc_reply(op->call, &r.base);
     }
     zt_free(x);
@@ -997,7 +997,7 @@ static void h_heartbeat(zt_rpc_call *call, const ProtobufCMessage *m, void *user
     const char *me = caller_agent(c, call);
     if (me[0] && strcmp(me, q->name) != 0) {
         zt_rpc_fail(call, ZT_RPC_PERMISSION_DENIED,
-                    "permission denied: the session of agent %s cannot send agent %s's heartbeat",
+                    "permission denied: the key of agent %s cannot send agent %s's heartbeat",
                     me, q->name);
         return;
     }

@@ -26,8 +26,8 @@
 #define MAX_BODY (64 * 1024)
 #define STREAM_MAX_PENDING (1024 * 1024)
 #define KEEPALIVE_S 15
-#define SESSION_TTL_S (7 * 24 * 3600)
-#define COOKIE_NAME "zt_session"
+#define SIGNIN_TTL_S (7 * 24 * 3600)
+#define COOKIE_NAME "zt_signin"
 /* Connections one client address may hold open at once, streams included. The polling threads
  * never wait on a client, so a slow one costs others nothing but a connection slot; this limit
  * keeps one address (stalled or half-sent requests, a runaway script) from taking them all:
@@ -214,12 +214,12 @@ static bool ct_equal(const char *a, size_t alen, const char *b, size_t blen)
     return d == 0;
 }
 
-/* The session cookie's value: "EXP.NAME.HEX(HMAC-SHA256(token, 'zt-session:EXP:NAME'))". Keyed
+/* The sign-in cookie's value: "EXP.NAME.HEX(HMAC-SHA256(token, 'zt-signin:EXP:NAME'))". Keyed
  * by the user's token, so that it lasts across a zcoord restart and dies with a new token. */
-static bool session_value(const zt_http_user *u, long long exp, char *out, size_t cap)
+static bool cookie_value(const zt_http_user *u, long long exp, char *out, size_t cap)
 {
     char msg[128];
-    int mlen = snprintf(msg, sizeof(msg), "zt-session:%lld:%s", exp, u->name);
+    int mlen = snprintf(msg, sizeof(msg), "zt-signin:%lld:%s", exp, u->name);
     if (mlen < 0 || (size_t)mlen >= sizeof(msg)) return false;
     unsigned char mac[32];
     if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, u->token, strlen(u->token), msg, (size_t)mlen, mac) !=
@@ -232,13 +232,13 @@ static bool session_value(const zt_http_user *u, long long exp, char *out, size_
     return true;
 }
 
-bool zt_http_session_value(const zt_http_user *u, long long exp, char *out, size_t cap)
+bool zt_http_cookie_value(const zt_http_user *u, long long exp, char *out, size_t cap)
 {
-    return session_value(u, exp, out, cap);
+    return cookie_value(u, exp, out, cap);
 }
 
 /* The user a cookie value proves (its index), -1 when none or expired. */
-static int session_user(const zt_http_user *users, int n_users, const char *v, long long now)
+static int cookie_user(const zt_http_user *users, int n_users, const char *v, long long now)
 {
     char *end;
     errno = 0;
@@ -251,7 +251,7 @@ static int session_user(const zt_http_user *users, int n_users, const char *v, l
             strncmp(users[i].name, name, (size_t)(dot - name)) != 0)
             continue;
         char want[200];
-        if (!session_value(&users[i], exp, want, sizeof(want))) return -1;
+        if (!cookie_value(&users[i], exp, want, sizeof(want))) return -1;
         return ct_equal(v, strlen(v), want, strlen(want)) ? i : -1;
     }
     return -1;
@@ -280,7 +280,7 @@ static auth_kind authenticate(const zt_http_user *users, int n_users, const zt_h
         *user = token_user(users, n_users, t);
         return *user >= 0 ? AUTH_BEARER : AUTH_NONE;
     }
-    if (p->session && (*user = session_user(users, n_users, p->session, now)) >= 0)
+    if (p->cookie && (*user = cookie_user(users, n_users, p->cookie, now)) >= 0)
         return AUTH_COOKIE;
     return AUTH_NONE;
 }
@@ -406,18 +406,18 @@ zt_http_route zt_http_route_request(const zt_http_user *users, int n_users, cons
     return ZT_HTTP_TO_HANDLER;
 }
 
-/* The answer to a sign-in with the right token: the session cookie, then the dashboard. */
+/* The answer to a sign-in with the right token: the sign-in cookie, then the dashboard. */
 static enum MHD_Result login_ok(zt_http *h, struct MHD_Connection *conn, int user, bool xhr)
 {
-    long long exp = (long long)time(NULL) + SESSION_TTL_S;
+    long long exp = (long long)time(NULL) + SIGNIN_TTL_S;
     char val[200], cookie[400];
-    if (user < 0 || user >= h->n_users || !session_value(&h->users[user], exp, val, sizeof(val))) {
+    if (user < 0 || user >= h->n_users || !cookie_value(&h->users[user], exp, val, sizeof(val))) {
         char b[128];
-        size_t n = json_error(b, sizeof(b), "cannot make a session");
+        size_t n = json_error(b, sizeof(b), "cannot make a sign-in cookie");
         return send_response(h, conn, 500, "application/json", b, n, false, NULL);
     }
     snprintf(cookie, sizeof(cookie), "%s=%s; Path=/; Max-Age=%d; HttpOnly; SameSite=Strict%s",
-             COOKIE_NAME, val, SESSION_TTL_S, h->tls ? "; Secure" : "");
+             COOKIE_NAME, val, SIGNIN_TTL_S, h->tls ? "; Secure" : "");
     if (xhr)
         return send_response(h, conn, 200, "application/json", "{\"ok\": true}\n", 13, false,
                              "Set-Cookie", cookie, NULL);
@@ -667,7 +667,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         .method = method,
         .url = url,
         .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
-        .session = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, COOKIE_NAME),
+        .cookie = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, COOKIE_NAME),
         .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
         .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"),
         .requested_with = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Requested-With"),

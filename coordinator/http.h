@@ -1,5 +1,5 @@
 /* zerotrain: zcoord's HTTP server on libmicrohttpd — a pool of polling threads (epoll), TLS
- * when given a certificate, the user credential check (bearer token or the dashboard's session
+ * when given a certificate, the user credential check (bearer token or the dashboard's sign-in
  * cookie, with a CSRF guard on POST), and Server-Sent Events streams fed by zt_http_publish.
  * It knows no route but /healthz, /readyz and /login: everything else goes to the handler
  * (coordinator/api.c). */
@@ -95,7 +95,7 @@ typedef struct zt_http_parts {
     const char *method;         /* "GET", "POST", ... */
     const char *url;            /* the path without the query, percent-decoded */
     const char *authorization;  /* the Authorization header */
-    const char *session;        /* the value of the zt_session cookie */
+    const char *cookie;         /* the value of the zt_signin cookie */
     const char *origin, *host;  /* the Origin and Host headers */
     const char *requested_with; /* the X-Requested-With header */
     const char *body;           /* the request body, NUL-terminated (a sign-in form) */
@@ -109,25 +109,25 @@ typedef enum {
     ZT_HTTP_TO_LOGIN_METHOD,     /* 405: /login takes GET and POST only */
     ZT_HTTP_TO_LOGIN_CROSS_SITE, /* 403: a sign-in posted from another site */
     ZT_HTTP_TO_LOGIN_WRONG,      /* 401: the form's token is not the token */
-    ZT_HTTP_TO_LOGIN_OK,         /* the form's token is right: a session cookie */
-    ZT_HTTP_TO_UNAUTHORIZED,     /* 401: no valid bearer token or session cookie */
+    ZT_HTTP_TO_LOGIN_OK,         /* the form's token is right: a sign-in cookie */
+    ZT_HTTP_TO_UNAUTHORIZED,     /* 401: no valid bearer token or sign-in cookie */
     ZT_HTTP_TO_LOGOUT,           /* /logout: the cookie is cleared */
     ZT_HTTP_TO_CROSS_SITE,       /* 403: a cookie-authenticated change from another site */
     ZT_HTTP_TO_HANDLER,          /* authenticated (or open): the handler answers */
 } zt_http_route;
 
 /* Where the server sends a request with these parts, given the users (none: no credential,
- * loopback only) and the time now (seconds since the epoch; session cookies expire). Parses
- * the bearer header, the session cookie (its expiry, user and HMAC keyed by that user's
+ * loopback only) and the time now (seconds since the epoch; sign-in cookies expire). Parses
+ * the bearer header, the sign-in cookie (its expiry, user and HMAC keyed by that user's
  * token), Origin against Host, the Host as a loopback address, and the sign-in form
  * (application/x-www-form-urlencoded, "token=..."). *user (may be NULL) receives the index of
  * the user the request proved to be (the bearer's, the cookie's, or the form's), -1 when none.
  * Pure: allocates nothing, touches no connection; thread-safe. */
 zt_http_route zt_http_route_request(const zt_http_user *users, int n_users, const zt_http_parts *p,
                                     long long now, int *user);
-/* The session cookie value that zt_http_route_request accepts for user u until exp, into out
+/* The sign-in cookie value that zt_http_route_request accepts for user u until exp, into out
  * (at least 160 bytes); false when the HMAC cannot be computed. For tests and the fuzzer. */
-bool zt_http_session_value(const zt_http_user *u, long long exp, char *out, size_t cap);
+bool zt_http_cookie_value(const zt_http_user *u, long long exp, char *out, size_t cap);
 
 /* ---- publishing (any thread; cheap when nobody listens) ---- */
 /* Whether a stream of topic is open (ZT_HTTP_TOPIC_ALL: of the job list). */

@@ -83,7 +83,7 @@ static setting settings[S_COUNT] = {
     [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", T_STR, "", 0, 0, "PEM certificate chain: serve TLS",
                     NULL, 0},
     [S_TLS_CLIENT_CA] = {"tls-client-ca", "ZT_TLS_CLIENT_CA", T_STR, "", 0, 0,
-                         "PEM roots of agents' client certificates (mutual TLS: a certificate for NAME stands for agent NAME's join token and session)",
+                         "PEM roots of agents' client certificates (mutual TLS: a certificate for NAME stands for agent NAME's join token and agent key)",
                          NULL, 0},
     [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", T_STR, "", 0, 0, "PEM private key for --tls-cert", NULL,
                    0},

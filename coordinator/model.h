@@ -109,7 +109,7 @@ typedef struct zt_agent_rec {
     int64_t incarnation;
     zt_agent_state state;
     int64_t registered_ms, last_seen_ms;
-    const char *session_sha256; /* hex SHA-256 of its session credential; "" = none */
+    const char *key_sha256; /* hex SHA-256 of its agent key; "" = none */
 } zt_agent_rec;
 
 typedef struct zt_event_rec {

@@ -159,11 +159,11 @@ static const char *const migrations[] = {
     "CREATE INDEX checkpoints_job ON checkpoints(job_id, step);",
     /* 4: a job's restart backoff survives a coordinator restart (wall-clock ms, 0 = none) */
     "ALTER TABLE jobs ADD COLUMN eligible_ms INTEGER NOT NULL DEFAULT 0;",
-    /* 5: who may say what. An agent's session credential survives a coordinator restart (its
+    /* 5: who may say what. An agent's key survives a coordinator restart (its
      * SHA-256, never the credential); a checkpoint directory belongs to the job that first
      * used it (looked up by its resolved path); a checkpoint that failed verification on
      * load is BAD, with the worker's reason */
-    "ALTER TABLE agents ADD COLUMN session_sha256 TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE agents ADD COLUMN key_sha256 TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE jobs ADD COLUMN checkpoint_dir TEXT NOT NULL DEFAULT '';"
     "UPDATE jobs SET checkpoint_dir = COALESCE(json_extract(spec_json, '$.train.checkpoint_dir'), '');"
     "CREATE INDEX jobs_checkpoint_dir ON jobs(checkpoint_dir);"
@@ -253,11 +253,11 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VER
       "exit_signal, last_step FROM ranks WHERE attempt_id = ?1 ORDER BY rank")                     \
     X(AGENT_SAVE,                                                                                  \
       "INSERT OR REPLACE INTO agents(name, hostname, address, version, device, slots, gpus, "      \
-      "incarnation, state, registered_ms, last_seen_ms, session_sha256) VALUES(?1, ?2, ?3, ?4, "   \
+      "incarnation, state, registered_ms, last_seen_ms, key_sha256) VALUES(?1, ?2, ?3, ?4, "   \
       "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)")                                                        \
     X(AGENTS_LIST,                                                                                 \
       "SELECT name, hostname, address, version, device, slots, gpus, incarnation, state, "         \
-      "registered_ms, last_seen_ms, session_sha256 FROM agents ORDER BY name")                     \
+      "registered_ms, last_seen_ms, key_sha256 FROM agents ORDER BY name")                     \
     X(EVENT_ADD,                                                                                   \
       "INSERT INTO events(time_ms, job_id, attempt_id, agent, kind, from_state, to_state, reason) " \
       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                                                    \
@@ -940,7 +940,7 @@ zt_status zt_store_agent_save(zt_store *s, const zt_agent_rec *r, zt_err *err)
     bind_text(st, 9, zt_agent_state_name(r->state));
     sqlite3_bind_int64(st, 10, r->registered_ms);
     sqlite3_bind_int64(st, 11, r->last_seen_ms);
-    bind_text(st, 12, r->session_sha256 ? r->session_sha256 : "");
+    bind_text(st, 12, r->key_sha256 ? r->key_sha256 : "");
     return exec_done(s, st, err, "saving an agent");
 }
 
@@ -962,7 +962,7 @@ zt_status zt_store_agents_list(zt_store *s, zt_store_agent_fn fn, void *arg, zt_
         r.state = (zt_agent_state)zt_agent_state_parse(col_text(st, 8));
         r.registered_ms = sqlite3_column_int64(st, 9);
         r.last_seen_ms = sqlite3_column_int64(st, 10);
-        r.session_sha256 = col_text_or_empty(st, 11);
+        r.key_sha256 = col_text_or_empty(st, 11);
         fn(arg, &r);
     });
     return ZT_OK;

@@ -73,7 +73,7 @@ typedef enum {
     ZT_RPC_ACCESS_USER = 0,   /* a user credential (the default) */
     ZT_RPC_ACCESS_OPEN,       /* anybody (health checks) */
     ZT_RPC_ACCESS_AGENT_JOIN, /* the agent join credential (RegisterAgent) */
-    ZT_RPC_ACCESS_AGENT,      /* an agent's session credential (every later agent call) */
+    ZT_RPC_ACCESS_AGENT,      /* an agent's own key (every later agent call) */
 } zt_rpc_access;
 
 typedef struct zt_rpc_method {
@@ -215,7 +215,7 @@ zt_status zt_rpc_unary(zt_rpc_client *c, const char *path, const ProtobufCMessag
                        zt_rpc_code *code, zt_err *err);
 
 /* The same with a bearer token of its own instead of the client's (NULL: the client's):
- * an agent's session credential. */
+ * an agent's own key. */
 zt_status zt_rpc_unary_as(zt_rpc_client *c, const char *path, const char *token,
                           const ProtobufCMessage *request,
                           const ProtobufCMessageDescriptor *reply_type, void **reply,

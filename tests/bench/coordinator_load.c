@@ -648,9 +648,9 @@ int main(int argc, char **argv)
             return 1;
         }
         a->inc = r->incarnation;
-        /* every later agent call carries the session credential RegisterAgent gave */
+        /* every later agent call carries the agent key RegisterAgent gave */
         zt_rpc_client_destroy(a->c);
-        cfg.token = r->session_token;
+        cfg.token = r->agent_key;
         zt_status cst = zt_rpc_client_create(&a->c, &cfg, &err);
         zt_pb_free(r);
         if (cst != ZT_OK) {

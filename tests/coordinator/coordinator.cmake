@@ -18,6 +18,6 @@ zt_add_script_test(NAME test_http_api COMMAND /usr/bin/python3 ${CMAKE_CURRENT_L
                    LABELS integration TIMEOUT 120)
 zt_add_script_test(NAME test_zcoord_guards COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_zcoord_guards.py
                    LABELS integration TIMEOUT 120)
-# who may say what: user tokens, the agent join token, per-agent sessions, forged reports
+# who may say what: user tokens, the agent join token, per-agent keys, forged reports
 zt_add_script_test(NAME test_trust COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_trust.py
                    LABELS integration TIMEOUT 120)

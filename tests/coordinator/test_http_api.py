@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """zcoord's HTTP side against the real binary: the credential (bearer token, the sign-in form's
-session cookie, the CSRF guard), the JSON API under /api/v1/ while a simulated agent runs a job
+sign-in cookie, the CSRF guard), the JSON API under /api/v1/ while a simulated agent runs a job
 (jobs, one job with its ranks, metrics downsampled and by `since`, checkpoints, logs by rank,
 agents, cluster, cancel, the errors 400/404/405/409), the Server-Sent Events streams fed after
 each commit, /metrics read by the Prometheus client library's own parser, and HTTPS with the
@@ -153,19 +153,19 @@ def check_auth(api, addr):
     cookie = hd["set-cookie"]
     for attr in ("HttpOnly", "SameSite=Strict", "Path=/"):
         assert attr in cookie, cookie
-    session = cookie.split(";")[0]
-    st, _, body = anon.req("GET", "/api/v1/jobs", headers={"Cookie": session})
+    signin = cookie.split(";")[0]
+    st, _, body = anon.req("GET", "/api/v1/jobs", headers={"Cookie": signin})
     assert st == 200, (st, body)
-    forged = session[:-4] + ("0000" if not session.endswith("0000") else "1111")
+    forged = signin[:-4] + ("0000" if not signin.endswith("0000") else "1111")
     st, _, _ = anon.req("GET", "/api/v1/jobs", headers={"Cookie": forged})
     assert st == 401, st
     # a state-changing call with only the cookie needs the CSRF guard
-    st, _, body = anon.req("POST", "/api/v1/jobs/999/cancel", headers={"Cookie": session})
+    st, _, body = anon.req("POST", "/api/v1/jobs/999/cancel", headers={"Cookie": signin})
     assert st == 403 and b"X-Requested-With" in body, (st, body)
     st, _, body = anon.req("POST", "/api/v1/jobs/999/cancel",
-                           headers={"Cookie": session, "X-Requested-With": "fetch"})
+                           headers={"Cookie": signin, "X-Requested-With": "fetch"})
     assert st == 404, (st, body)
-    return session
+    return signin
 
 
 def check_metrics_text(api, job_id):

@@ -4,7 +4,7 @@ health.proto) talks to the real zcoord binary: every user RPC including both str
 agent RPCs that move a job to COMPLETED (then delete its checkpoint and leave), the health
 service (Check and Watch, open to anyone), bearer-token metadata (the scheme in any case), the
 two kinds of credential (a user token for zt.v1.Coordinator; the agent join token for
-RegisterAgent, then the session it returns for every other agent call), status codes for bad
+RegisterAgent, then the key it returns for every other agent call), status codes for bad
 input, and string fields that are not UTF-8 (refused, or cleaned for log lines, so that every
 read stays decodable by this client). Run with Debian's /usr/bin/python3."""
 import json
@@ -155,7 +155,7 @@ def main():
         wt.start()
 
         # an agent runs it: the user token cannot register it, nor can no token; the join
-        # token can, and the session it returns carries every later agent call
+        # token can, and the key it returns carries every later agent call
         expect_code(lambda: agent.RegisterAgent(pb.RegisterAgentRequest(
             name="py-agent", hostname="h", device=pb.DEVICE_CPU, slots=2), metadata=md),
             grpc.StatusCode.PERMISSION_DENIED, "a user token cannot register an agent")
@@ -165,16 +165,16 @@ def main():
         reg = agent.RegisterAgent(pb.RegisterAgentRequest(name="py-agent", hostname="h",
                                                           device=pb.DEVICE_CPU, slots=2),
                                   metadata=join_md)
-        assert len(reg.session_token) == 64, reg
-        smd = T.bearer(reg.session_token)
-        # the join token and the user token are no session
+        assert len(reg.agent_key) == 64, reg
+        smd = T.bearer(reg.agent_key)
+        # the join token and the user token are no key
         expect_code(lambda: agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation),
                                             metadata=join_md),
                     grpc.StatusCode.UNAUTHENTICATED, "the agent join token is for RegisterAgent only")
         expect_code(lambda: agent.Heartbeat(pb.HeartbeatRequest(name="py-agent", incarnation=reg.incarnation),
                                             metadata=md),
                     grpc.StatusCode.PERMISSION_DENIED, "a user credential cannot make agent calls")
-        # and the session is no user credential
+        # and the key is no user credential
         expect_code(lambda: user.ListJobs(pb.ListJobsRequest(), metadata=smd),
                     grpc.StatusCode.PERMISSION_DENIED, "an agent credential cannot make user calls")
         desired = []

@@ -6,22 +6,22 @@ is refused with its status code, and afterwards the job's metrics, logs, checkpo
 rendezvous are exactly what they were (read back with the user calls):
 
   (a) a user token making agent calls (Heartbeat, reports)             PERMISSION_DENIED
-  (b) the join token (or an agent session) making user calls           PERMISSION_DENIED
-  (c) B's session reporting metrics, logs, checkpoint shards, the
+  (b) the join token (or an agent key) making user calls           PERMISSION_DENIED
+  (c) B's key reporting metrics, logs, checkpoint shards, the
       rendezvous or reading the spec of A's ranks                      PERMISSION_DENIED
   (d) B heartbeating as A                                               PERMISSION_DENIED
-  (e) reports that name agent "A" sent with B's session                 PERMISSION_DENIED
+  (e) reports that name agent "A" sent with B's key                 PERMISSION_DENIED
   (f) checkpoint shards with '..' or '.' in dir, a dir outside the job's checkpoint_dir (or
       not directly in it), file "../x" or another rank's file, bytes 0  refused
   (g) B reporting A's checkpoint removed: refused, it stays COMMITTED
   (h) RegisterAgent with A's name while A is alive: refused (FAILED_PRECONDITION) without A's
-      session as previous_session (or with B's), accepted with it; the old session then stops
-  (i) a made-up session                                                 UNAUTHENTICATED
+      key as previous_agent_key (or with B's), accepted with it; the old key then stops
+  (i) a made-up key                                                 UNAUTHENTICATED
   (j) A's own reports are accepted (before and after the attacks)
   (k) jobs record the token's user ("admin", "alice"), not what the client claims, and a
       cancel's events say "(by NAME)"
 Then: a coordinator with user tokens but no join token takes no agent; one without any token
-(loopback) lets anyone register but still wants each agent's session on every other agent call.
+(loopback) lets anyone register but still wants each agent's key on every other agent call.
 Run with Debian's /usr/bin/python3 (python3-grpcio, python3-grpc-tools)."""
 import json
 import os
@@ -97,7 +97,7 @@ def main():
         att = desired[0].attempt_id
         assert sorted(d.rank for d in desired) == [0, 1], desired
         b = T.FakeAgent(pb, stub, "B", slots=1, join_token=AGENT_TOKEN, hostname="host-b")
-        assert b.session != a.session
+        assert b.key != a.key
         assert not b.heartbeat().workers, "B was given work"
 
         # (j) A's own reports are accepted: the ranks run, metrics, logs, a checkpoint, rendezvous
@@ -183,8 +183,8 @@ def main():
                 name="C", hostname="h", device=pb.DEVICE_CPU, slots=1), metadata=umd),
                 DENIED, "a user token cannot register an agent", f"{who}'s user token: RegisterAgent")
 
-        # (b) the join token and an agent's session cannot make user calls
-        for what, amd in (("the join token", join_md), ("A's session", a.md)):
+        # (b) the join token and an agent's key cannot make user calls
+        for what, amd in (("the join token", join_md), ("A's key", a.md)):
             refused(lambda: user.ListJobs(pb.ListJobsRequest(), metadata=amd), DENIED,
                     "an agent credential cannot make user calls", f"{what}: ListJobs")
             refused(lambda: user.GetJob(pb.GetJobRequest(job_id=job_id), metadata=amd), DENIED,
@@ -195,12 +195,12 @@ def main():
                                            metadata=amd), DENIED, None, f"{what}: CancelJob")
             refused(lambda: list(user.GetLogs(pb.GetLogsRequest(job_id=job_id), metadata=amd)),
                     DENIED, None, f"{what}: GetLogs")
-        # and the join token is no agent session either
+        # and the join token is no agent key either
         refused(lambda: stub.Heartbeat(pb.HeartbeatRequest(name="A", incarnation=a.inc),
                                        metadata=join_md),
                 (grpc.StatusCode.UNAUTHENTICATED, DENIED), None, "the join token: Heartbeat")
 
-        # (c) B's session reports for A's ranks (its own name, or no name, in the agent field)
+        # (c) B's key reports for A's ranks (its own name, or no name, in the agent field)
         for field in ("B", ""):
             refused(lambda: b.report_metrics(steps(100, 101, loss0=99.0), agent=field), DENIED,
                     "was not placed on agent B", f"B ({field!r}): metrics of A's rank 0")
@@ -226,16 +226,16 @@ def main():
                                      phase=pb.WORKER_PHASE_EXITED, step=99, exit_code=1)
                      for r in (0, 1)])
 
-        # (d) B heartbeating as A (A's name and incarnation, B's session)
+        # (d) B heartbeating as A (A's name and incarnation, B's key)
         refused(lambda: stub.Heartbeat(pb.HeartbeatRequest(
             name="A", incarnation=a.inc, workers=a.status(desired, pb.WORKER_PHASE_EXITED, 99, 1)),
             metadata=b.md), DENIED, "cannot send agent A's heartbeat", "B heartbeating as A")
         refused(lambda: stub.Heartbeat(pb.HeartbeatRequest(name="A", incarnation=a.inc, leaving=True),
                                        metadata=b.md), DENIED, None, "B saying A leaves")
 
-        # (e) reports that name agent A, sent with B's session
+        # (e) reports that name agent A, sent with B's key
         refused(lambda: b.report_metrics(steps(100, 100, loss0=99.0), agent="A"), DENIED,
-                "the session of agent B cannot report as agent A", "B as A: metrics")
+                "the key of agent B cannot report as agent A", "B as A: metrics")
         refused(lambda: b.report_logs([pb.LogEntry(attempt_id=att, rank=0, source=pb.LOG_SOURCE_STDOUT,
                                                    text="forged by B as A")], agent="A"),
                 DENIED, "cannot report as agent A", "B as A: logs")
@@ -243,9 +243,9 @@ def main():
                 DENIED, "cannot report as agent A", "B as A: checkpoint shard")
         refused(lambda: b.report_checkpoint_removed(att, 0, 10, f"{CKPT_DIR}/step_00000010", agent="A"),
                 DENIED, "cannot report as agent A", "B as A: checkpoint removed")
-        # and A's session cannot claim to be B either
+        # and A's key cannot claim to be B either
         refused(lambda: a.report_metrics(steps(6, 6), agent="B"), DENIED,
-                "the session of agent A cannot report as agent B", "A as B: metrics")
+                "the key of agent A cannot report as agent B", "A as B: metrics")
 
         # (f) checkpoint shards of A's own ranks that name what they must not
         bad = [
@@ -281,15 +281,15 @@ def main():
         refused(lambda: b.report_checkpoint_removed(att, 1, 10, f"{CKPT_DIR}/step_00000010", agent=""),
                 DENIED, None, "B removing A's checkpoint (no agent field)")
 
-        # (i) a made-up session, and other garbage in its place
-        for what, fake in (("a made-up session", secrets.token_hex(32)),
-                           ("A's session with one digit changed",
-                            a.session[:-1] + ("0" if a.session[-1] != "0" else "1")),
+        # (i) a made-up key, and other garbage in its place
+        for what, fake in (("a made-up key", secrets.token_hex(32)),
+                           ("A's key with one digit changed",
+                            a.key[:-1] + ("0" if a.key[-1] != "0" else "1")),
                            ("a short bearer", "0123456789abcdef")):
             fmd = T.bearer(fake)
             refused(lambda: stub.Heartbeat(pb.HeartbeatRequest(name="A", incarnation=a.inc),
                                            metadata=fmd),
-                    grpc.StatusCode.UNAUTHENTICATED, "unknown agent session", f"{what}: Heartbeat")
+                    grpc.StatusCode.UNAUTHENTICATED, "unknown agent key", f"{what}: Heartbeat")
             refused(lambda: stub.ReportMetrics(pb.ReportMetricsRequest(
                 agent="A", steps=steps(100, 100, loss0=99.0)), metadata=fmd),
                 grpc.StatusCode.UNAUTHENTICATED, None, f"{what}: ReportMetrics")
@@ -349,19 +349,19 @@ def main():
         assert any(e.to_state == "CANCELED" and "(by alice)" in e.reason for e in g2.events), \
             list(g2.events)
 
-        # (h) another process takes A's name while A is alive: refused without A's session
+        # (h) another process takes A's name while A is alive: refused without A's key
         refused(lambda: stub.RegisterAgent(pb.RegisterAgentRequest(
             name="A", hostname="impostor", device=pb.DEVICE_CPU, slots=8), metadata=join_md),
-            grpc.StatusCode.FAILED_PRECONDITION, "agent A is alive", "RegisterAgent as A, no session")
+            grpc.StatusCode.FAILED_PRECONDITION, "agent A is alive", "RegisterAgent as A, no key")
         refused(lambda: stub.RegisterAgent(pb.RegisterAgentRequest(
             name="A", hostname="impostor", device=pb.DEVICE_CPU, slots=8,
-            previous_session=b.session), metadata=join_md),
-            grpc.StatusCode.FAILED_PRECONDITION, "agent A is alive", "RegisterAgent as A with B's session")
+            previous_agent_key=b.key), metadata=join_md),
+            grpc.StatusCode.FAILED_PRECONDITION, "agent A is alive", "RegisterAgent as A with B's key")
         refused(lambda: stub.RegisterAgent(pb.RegisterAgentRequest(
             name="A", hostname="impostor", device=pb.DEVICE_CPU, slots=8,
-            previous_session=secrets.token_hex(32)), metadata=join_md),
-            grpc.StatusCode.FAILED_PRECONDITION, "agent A is alive", "RegisterAgent as A, made-up session")
-        # A is untouched: same incarnation, same session, same slots, same workers
+            previous_agent_key=secrets.token_hex(32)), metadata=join_md),
+            grpc.StatusCode.FAILED_PRECONDITION, "agent A is alive", "RegisterAgent as A, made-up key")
+        # A is untouched: same incarnation, same key, same slots, same workers
         assert [w.rank for w in a.heartbeat(a.status(desired, pb.WORKER_PHASE_TRAINING, 6)).workers] \
             in ([0, 1], [1, 0])
         ag = {x.name: x for x in user.ListAgents(pb.ListAgentsRequest(), metadata=md).agents}
@@ -375,14 +375,14 @@ def main():
         assert any(e.to_state == "CANCELED" and "(by admin)" in e.reason for e in g.events), \
             list(g.events)
 
-        # with A's session as previous_session the name is taken: a new incarnation and session
-        old_session, old_inc = a.session, a.inc
-        a.register(previous_session=old_session)
-        assert a.inc > old_inc and a.session != old_session, (a.inc, old_inc)
+        # with A's key as previous_agent_key the name is taken: a new incarnation and key
+        old_key, old_inc = a.key, a.inc
+        a.register(previous_agent_key=old_key)
+        assert a.inc > old_inc and a.key != old_key, (a.inc, old_inc)
         a.heartbeat()
         refused(lambda: stub.Heartbeat(pb.HeartbeatRequest(name="A", incarnation=a.inc),
-                                       metadata=T.bearer(old_session)),
-                grpc.StatusCode.UNAUTHENTICATED, "unknown agent session", "A's replaced session")
+                                       metadata=T.bearer(old_key)),
+                grpc.StatusCode.UNAUTHENTICATED, "unknown agent key", "A's replaced key")
         ag = {x.name: x for x in user.ListAgents(pb.ListAgentsRequest(), metadata=md).agents}
         assert ag["A"].incarnation == a.inc and ag["A"].state == pb.AGENT_STATE_ALIVE, ag["A"]
         # B is still B
@@ -404,7 +404,7 @@ def main():
         zc = None
 
         # no token at all (loopback only): anyone may register and the user calls are open,
-        # but every other agent call still needs the agent's own session
+        # but every other agent call still needs the agent's own key
         d3 = os.path.join(tmp, "open")
         os.makedirs(d3)
         zc = T.Zcoord(d3, []).start()
@@ -415,10 +415,10 @@ def main():
         d3w = a3.wait_desired(2)
         b3 = T.FakeAgent(pb, stub3, "B", slots=1)
         refused(lambda: stub3.Heartbeat(pb.HeartbeatRequest(name="A", incarnation=a3.inc)),
-                grpc.StatusCode.UNAUTHENTICATED, None, "no-token coordinator: Heartbeat without a session")
+                grpc.StatusCode.UNAUTHENTICATED, None, "no-token coordinator: Heartbeat without a key")
         refused(lambda: stub3.ReportMetrics(pb.ReportMetricsRequest(
             agent="A", steps=steps(1, 1, attempt=d3w[0].attempt_id))),
-            grpc.StatusCode.UNAUTHENTICATED, None, "no-token coordinator: ReportMetrics without a session")
+            grpc.StatusCode.UNAUTHENTICATED, None, "no-token coordinator: ReportMetrics without a key")
         refused(lambda: b3.report_metrics(steps(1, 1, attempt=d3w[0].attempt_id)), DENIED,
                 "was not placed on agent B", "no-token coordinator: B reporting A's rank")
         refused(lambda: stub3.Heartbeat(pb.HeartbeatRequest(name="A", incarnation=a3.inc),

@@ -53,32 +53,32 @@ static zt_rpc_client *client(const zt_zcoord_proc *p, const char *token)
     return c;
 }
 
-/* The session credentials RegisterAgent gave, by agent name: agent calls carry the one of
+/* The agent keys RegisterAgent gave, by agent name: agent calls carry the one of
  * the agent they speak for (the heartbeat's name, a report's agent field, else the agent
  * registered last). */
 static struct {
-    char name[64], session[96];
-} sessions[64];
-static int n_sessions, last_session = -1;
+    char name[64], key[96];
+} keys[64];
+static int n_keys, last_key = -1;
 
-static void session_put(const char *name, const char *session)
+static void key_put(const char *name, const char *key)
 {
     int i = 0;
-    while (i < n_sessions && strcmp(sessions[i].name, name) != 0)
+    while (i < n_keys && strcmp(keys[i].name, name) != 0)
         i++;
-    if (i == n_sessions && n_sessions < 64) n_sessions++;
-    if (i >= 64) ZT_FAIL("too many agents for the session table");
-    snprintf(sessions[i].name, sizeof(sessions[i].name), "%s", name);
-    snprintf(sessions[i].session, sizeof(sessions[i].session), "%s", session);
-    last_session = i;
+    if (i == n_keys && n_keys < 64) n_keys++;
+    if (i >= 64) ZT_FAIL("too many agents for the key table");
+    snprintf(keys[i].name, sizeof(keys[i].name), "%s", name);
+    snprintf(keys[i].key, sizeof(keys[i].key), "%s", key);
+    last_key = i;
 }
 
-static const char *session_of(const char *name)
+static const char *key_owner(const char *name)
 {
-    for (int i = 0; name && name[0] && i < n_sessions; i++)
-        if (strcmp(sessions[i].name, name) == 0) return sessions[i].session;
-    if (name && name[0]) return "an-agent-that-never-registered"; /* holds no session */
-    return last_session >= 0 ? sessions[last_session].session : "no-session";
+    for (int i = 0; name && name[0] && i < n_keys; i++)
+        if (strcmp(keys[i].name, name) == 0) return keys[i].key;
+    if (name && name[0]) return "an-agent-that-never-registered"; /* holds no agent_key */
+    return last_key >= 0 ? keys[last_key].key : "no-key";
 }
 
 /* Where the coordinator placed each rank (from the heartbeat replies' desired sets), so that
@@ -162,8 +162,8 @@ static void agents_forget(void)
 {
     n_used = 0;
     memset(uses, 0, sizeof(uses));
-    n_sessions = 0;
-    last_session = -1;
+    n_keys = 0;
+    last_key = -1;
     pthread_mutex_lock(&placed_mu);
     n_placed = 0;
     pthread_mutex_unlock(&placed_mu);
@@ -179,13 +179,13 @@ static zt_rpc_code call(zt_rpc_client *c, const char *path, const ProtobufCMessa
     const char *as = NULL;
     char who[64];
     if (strncmp(path, A_, strlen(A_)) == 0 && !strstr(path, "/RegisterAgent"))
-        as = session_of(agent_of(path, req, who, sizeof(who)));
+        as = key_owner(agent_of(path, req, who, sizeof(who)));
     zt_rpc_unary_as(c, path, as, req, rt, &r, 10000, &code, &err);
     if (code == ZT_RPC_OK && r && strstr(path, "/Heartbeat"))
         placed_note(((const Zt__V1__HeartbeatRequest *)req)->name, r);
     if (code == ZT_RPC_OK && r && strstr(path, "/RegisterAgent"))
-        session_put(((const Zt__V1__RegisterAgentRequest *)req)->name,
-                    ((const Zt__V1__RegisterAgentReply *)r)->session_token);
+        key_put(((const Zt__V1__RegisterAgentRequest *)req)->name,
+                    ((const Zt__V1__RegisterAgentReply *)r)->agent_key);
     if (msg) snprintf(msg, cap, "%.900s", err.msg);
     if (reply)
         *reply = r;
@@ -286,9 +286,9 @@ static int64_t register_agent(zt_rpc_client *c, const char *name, int slots)
     q.device = ZT__V1__DEVICE__DEVICE_CPU;
     q.slots = slots;
     q.version = "test";
-    /* a process that registers again presents the session it holds, as zagent does */
-    for (int i = 0; i < n_sessions; i++)
-        if (strcmp(sessions[i].name, name) == 0) q.previous_session = sessions[i].session;
+    /* a process that registers again presents the key it holds, as zagent does */
+    for (int i = 0; i < n_keys; i++)
+        if (strcmp(keys[i].name, name) == 0) q.previous_agent_key = keys[i].key;
     Zt__V1__RegisterAgentReply *r = NULL;
     char msg[1024];
     zt_rpc_code code =
@@ -1053,7 +1053,7 @@ static void test_lost_hang_vanish(void)
     heartbeat(c, "flaky", inc, NULL, 0, &code, msg, sizeof(msg));
     ASSERT_EQ_INT(code, ZT_RPC_FAILED_PRECONDITION);
     ASSERT_CONTAINS(msg, "stale");
-    heartbeat(c, "ghost", 1, NULL, 0, &code, msg, sizeof(msg)); /* it holds no session */
+    heartbeat(c, "ghost", 1, NULL, 0, &code, msg, sizeof(msg)); /* it holds no agent_key */
     ASSERT_EQ_INT(code, ZT_RPC_UNAUTHENTICATED);
     ASSERT_CONTAINS(msg, "RegisterAgent");
 
@@ -1278,7 +1278,7 @@ static void test_bad_input(void)
     rq.name = "ok";
     rq.device = ZT__V1__DEVICE__DEVICE_UNSPECIFIED;
     expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "device");
-    register_agent(c, "checker", 1); /* the later agent calls carry its session */
+    register_agent(c, "checker", 1); /* the later agent calls carry its key */
     Zt__V1__RendezvousRequest zq = ZT__V1__RENDEZVOUS_REQUEST__INIT;
     zq.attempt_id = 1;
     zq.wait_ms = 1000000;
@@ -1310,14 +1310,14 @@ static void test_bad_input(void)
         zt_rpc_cq_poll(q, 1000);
     zt_rpc_cq_destroy(q);
     for (int i = 0; i <= n; i++) {
-        /* an agent call without a session is refused before its bytes are decoded */
+        /* an agent call without a key is refused before its bytes are decoded */
         bool agent_call = i < n && strncmp(paths[i], A_, strlen(A_)) == 0 &&
                           !strstr(paths[i], "/RegisterAgent");
         zt_rpc_code want = agent_call ? ZT_RPC_UNAUTHENTICATED : ZT_RPC_INVALID_ARGUMENT;
         if (raw_codes[i] != want)
             ZT_FAIL("%s with garbage: %s (%s)", i < n ? paths[i] : "GetJob wrong type",
                     zt_rpc_code_name(raw_codes[i]), raw_msgs[i]);
-        ASSERT_CONTAINS(raw_msgs[i], agent_call ? "missing agent session" : "cannot decode");
+        ASSERT_CONTAINS(raw_msgs[i], agent_call ? "missing agent key" : "cannot decode");
     }
     /* an unknown method */
     Zt__V1__PingRequest pq = ZT__V1__PING_REQUEST__INIT;
@@ -2030,7 +2030,7 @@ static void test_utf8_input(void)
     rq.hostname = longhost;
     expect(c, A_ "RegisterAgent", &rq.base, ZT_RPC_INVALID_ARGUMENT, "longer than 255 bytes");
     rq.hostname = "host";
-    register_agent(c, "u1", 1); /* agent calls are checked once their session is known */
+    register_agent(c, "u1", 1); /* agent calls are checked once their key is known */
     Zt__V1__HeartbeatRequest hq = ZT__V1__HEARTBEAT_REQUEST__INIT;
     hq.name = "u1";
     hq.n_gpus = 2;

@@ -115,27 +115,27 @@ def bearer(token):
 
 class FakeAgent:
     """A simulated zagent: registers with the agent join token (join_token, or the metadata
-    given), then makes every later agent call with the session credential the coordinator
-    issued (self.md: 'authorization: Bearer <session_token>'), as zagent does."""
+    given), then makes every later agent call with the agent key the coordinator
+    issued (self.md: 'authorization: Bearer <agent_key>'), as zagent does."""
 
-    def __init__(self, pb, stub, name, slots=2, metadata=(), join_token=None, previous_session="",
+    def __init__(self, pb, stub, name, slots=2, metadata=(), join_token=None, previous_agent_key="",
                  hostname="testhost"):
         self.pb, self.stub, self.name = pb, stub, name
         self.join_md = list(metadata) or bearer(join_token)
         self.slots, self.hostname = slots, hostname
-        self.register(previous_session)
+        self.register(previous_agent_key)
 
-    def register(self, previous_session=""):
-        """RegisterAgent (again): a new incarnation and a new session credential."""
+    def register(self, previous_agent_key=""):
+        """RegisterAgent (again): a new incarnation and a new agent key."""
         reply = self.stub.RegisterAgent(self.pb.RegisterAgentRequest(
             name=self.name, hostname=self.hostname, device=self.pb.DEVICE_CPU, slots=self.slots,
-            previous_session=previous_session), metadata=self.join_md)
+            previous_agent_key=previous_agent_key), metadata=self.join_md)
         self.reply = reply
         self.inc = reply.incarnation
-        self.session = reply.session_token
-        assert len(self.session) == 64 and all(c in "0123456789abcdef" for c in self.session), \
-            f"agent {self.name}: session_token {self.session!r} is not 64 hex digits"
-        self.md = bearer(self.session)
+        self.key = reply.agent_key
+        assert len(self.key) == 64 and all(c in "0123456789abcdef" for c in self.key), \
+            f"agent {self.name}: agent_key {self.key!r} is not 64 hex digits"
+        self.md = bearer(self.key)
         return reply
 
     def heartbeat(self, workers=(), name=None, leaving=False):
@@ -159,7 +159,7 @@ class FakeAgent:
                                      pid=1000 + d.rank, phase=phase, step=step, exit_code=code,
                                      device_index=d.device_index) for d in desired]
 
-    # the reports, each with this agent's session
+    # the reports, each with this agent's key
     def report_metrics(self, steps, agent=None):
         return self.stub.ReportMetrics(self.pb.ReportMetricsRequest(
             agent=self.name if agent is None else agent, steps=list(steps)), metadata=self.md)

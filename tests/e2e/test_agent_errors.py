@@ -118,7 +118,7 @@ def tls(c):
 
 def dup_name(c):
     """A second agent under a live agent's name is refused (it does not hold that agent's
-    session) and says so; the first keeps its registration."""
+    key) and says so; the first keeps its registration."""
     c.start_agent("dup", "cpu:1")
     p2 = c._popen(c.agent_args("dup", "cpu:1", ["--work-dir", os.path.join(c.tmp, "work_dup2"),
                                                  "--status-file", os.path.join(c.tmp, "dup2.json")]),

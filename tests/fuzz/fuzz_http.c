@@ -1,15 +1,15 @@
 /* Fuzz target for what zcoord's HTTP server parses before any route: zt_http_route_request
- * (coordinator/http.c) over the method, path, Authorization, session cookie, Origin, Host,
+ * (coordinator/http.c) over the method, path, Authorization, sign-in cookie, Origin, Host,
  * X-Requested-With and a sign-in form body. Besides crashes and sanitizer reports it checks
  * the guarantees the dashboard's security rests on: nothing reaches the handler without the
- * token (a bearer header that holds it, a session cookie made from it) unless it is open, a
+ * token (a bearer header that holds it, a sign-in cookie made from it) unless it is open, a
  * cookie-authenticated change must come from the same site, and without a token only loopback
  * host names are served.
  *
  * Input: one flag byte, then fields separated by '\n' in the order method, path,
  * Authorization, cookie, Origin, Host, X-Requested-With; the rest is the body. Flag bit i
  * (0..6) set: field i is absent (NULL); bit 7: no token configured. A cookie field "VALID"
- * is replaced by a session value that is valid now, so that the cookie path is reachable.
+ * is replaced by a sign-in cookie value that is valid now, so that the cookie path is reachable.
  *
  * Built two ways: with clang's libFuzzer (tests/fuzz/run_libfuzzer.sh BUILD 10 http), and
  * with ZT_FUZZ_STANDALONE as a plain program that every build runs (fuzz_http): the files
@@ -38,9 +38,9 @@ static void fail(const char *what, const zt_http_parts *p, zt_http_route r)
 {
     fprintf(
         stderr,
-        "fuzz_http: %s (route %d)\n  method=%s url=%s authorization=%s session=%s origin=%s host=%s requested_with=%s\n",
+        "fuzz_http: %s (route %d)\n  method=%s url=%s authorization=%s cookie=%s origin=%s host=%s requested_with=%s\n",
         what, (int)r, p->method ? p->method : "(null)", p->url ? p->url : "(null)",
-        p->authorization ? p->authorization : "(null)", p->session ? p->session : "(null)",
+        p->authorization ? p->authorization : "(null)", p->cookie ? p->cookie : "(null)",
         p->origin ? p->origin : "(null)", p->host ? p->host : "(null)",
         p->requested_with ? p->requested_with : "(null)");
     abort();
@@ -87,12 +87,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool token = n_users > 0;
     char valid[200];
     if (field[3] && strcmp(field[3], "VALID") == 0 &&
-        zt_http_session_value(&USERS[1], NOW + 3600, valid, sizeof(valid)))
+        zt_http_cookie_value(&USERS[1], NOW + 3600, valid, sizeof(valid)))
         field[3] = valid;
     zt_http_parts parts = {.method = field[0],
                            .url = field[1],
                            .authorization = field[2],
-                           .session = field[3],
+                           .cookie = field[3],
                            .origin = field[4],
                            .host = field[5],
                            .requested_with = field[6],
@@ -107,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (health != (r == ZT_HTTP_TO_HEALTH)) fail("health pages are open, and only they", &parts, r);
     int bu = bearer_user(parts.authorization);
     bool bearer = bu >= 0;
-    bool cookie = parts.session && parts.session == valid;
+    bool cookie = parts.cookie && parts.cookie == valid;
     if (token && r == ZT_HTTP_TO_HANDLER && strcmp(url, "/style.css") != 0 &&
         user != (bearer ? bu : cookie ? 1 : -3))
         fail("the request is not attributed to the user its credential belongs to", &parts, r);

@@ -153,7 +153,7 @@ static bool has_unknown(const ProtobufCMessage *m)
 #define FZ_JOIN "fuzz-join-token-0123456789"
 
 static zt_auth *fz_auth;
-static char fz_session[ZT_AUTH_SESSION_LEN + 1];
+static char fz_key[ZT_AUTH_KEY_LEN + 1];
 
 /* data[1]: the access class (and whether to send a token at all), the rest: the token. The
  * decision must follow the rules exactly: each class takes its own credential only. */
@@ -164,7 +164,7 @@ static void fuzz_auth(const uint8_t *data, size_t size)
         zt_err err = {0};
         char sha[65];
         if (zt_auth_create(&fz_auth, &u, 1, FZ_JOIN, &err) != ZT_OK ||
-            zt_auth_session_issue(fz_auth, "n1", fz_session, sha, &err) != ZT_OK) {
+            zt_auth_key_issue(fz_auth, "n1", fz_key, sha, &err) != ZT_OK) {
             fprintf(stderr, "fuzz_auth: %s\n", zt_err_msg(&err));
             abort();
         }
@@ -177,7 +177,7 @@ static void fuzz_auth(const uint8_t *data, size_t size)
     size_t n = size - 2 < sizeof(tok) ? size - 2 : sizeof(tok);
     memcpy(tok, data + 2, n);
     if (n == 1 && tok[0] < 3) {
-        const char *real = tok[0] == 0 ? FZ_USER : tok[0] == 1 ? FZ_JOIN : fz_session;
+        const char *real = tok[0] == 0 ? FZ_USER : tok[0] == 1 ? FZ_JOIN : fz_key;
         n = strlen(real);
         memcpy(tok, real, n);
     }
@@ -186,10 +186,10 @@ static void fuzz_auth(const uint8_t *data, size_t size)
                                          who, sizeof(who), msg, sizeof(msg));
     bool is_user = !none && n == strlen(FZ_USER) && memcmp(tok, FZ_USER, n) == 0;
     bool is_join = !none && n == strlen(FZ_JOIN) && memcmp(tok, FZ_JOIN, n) == 0;
-    bool is_session = !none && n == strlen(fz_session) && memcmp(tok, fz_session, n) == 0;
+    bool is_key = !none && n == strlen(fz_key) && memcmp(tok, fz_key, n) == 0;
     bool want = access == ZT_RPC_ACCESS_OPEN || (access == ZT_RPC_ACCESS_USER && is_user) ||
                 (access == ZT_RPC_ACCESS_AGENT_JOIN && is_join) ||
-                (access == ZT_RPC_ACCESS_AGENT && is_session);
+                (access == ZT_RPC_ACCESS_AGENT && is_key);
     if ((code == ZT_RPC_OK) != want) {
         fprintf(stderr, "fuzz_auth: access %d with a %zu-byte token: %s (%s), want %s\n",
                 (int)access, n, zt_rpc_code_name(code), msg, want ? "OK" : "refused");
