@@ -467,21 +467,14 @@ static void on_report_line(ag_worker *w, const char *line)
             ag_reports_ckpt_removed(w->agent, w, r);
             break;
         case ZT_REPORTLINE_WAIT:
-            w->wait.waiting = true;
-            snprintf(w->wait.op, sizeof(w->wait.op), "%s", r->op);
-            snprintf(w->wait.part, sizeof(w->wait.part), "%s", r->part);
-            snprintf(w->wait.prev_op, sizeof(w->wait.prev_op), "%s", r->prev_op);
-            w->wait.seq = r->seq;
-            w->wait.step = r->step;
-            w->wait.prev_seq = r->prev_seq;
-            w->wait.waited_ms = r->waited_ms;
+            w->wait = r->wait;
             ZT_INFO("agent", "attempt %lld: rank %d waits in %s #%lld (step %lld, %s) for %.1f s",
-                    (long long)w->attempt_id, w->rank, r->op, (long long)r->seq,
-                    (long long)r->step, r->part, (double)r->waited_ms / 1000.0);
+                    (long long)w->attempt_id, w->rank, r->wait.op, (long long)r->wait.seq,
+                    (long long)r->wait.step, r->wait.part, (double)r->wait.waited_ms / 1000.0);
             ag_heartbeat_soon(w->agent, 100);
             break;
         case ZT_REPORTLINE_WAIT_END:
-            if (w->wait.waiting && w->wait.seq == r->seq) {
+            if (w->wait.waiting && w->wait.seq == r->wait.seq) {
                 w->wait.waiting = false;
                 ag_heartbeat_soon(w->agent, 100);
             }

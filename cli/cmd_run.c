@@ -194,16 +194,8 @@ static void handle_report(rank_proc *r, const char *line)
     if (rl->kind == ZT_REPORTLINE_STEP) {
         r->step = rl->step;
     } else if (rl->kind == ZT_REPORTLINE_WAIT) {
-        zt_hang_wait *w = &r->wait;
-        w->waiting = true;
-        snprintf(w->op, sizeof(w->op), "%s", rl->op);
-        snprintf(w->part, sizeof(w->part), "%s", rl->part);
-        snprintf(w->prev_op, sizeof(w->prev_op), "%s", rl->prev_op);
-        w->seq = rl->seq;
-        w->step = rl->step;
-        w->prev_seq = rl->prev_seq;
-        w->waited_ms = rl->waited_ms;
-    } else if (rl->kind == ZT_REPORTLINE_WAIT_END && rl->seq == r->wait.seq) {
+        r->wait = rl->wait;
+    } else if (rl->kind == ZT_REPORTLINE_WAIT_END && rl->wait.seq == r->wait.seq) {
         r->wait.waiting = false;
     }
     zt_free(rl);

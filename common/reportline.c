@@ -265,22 +265,23 @@ zt_status zt_reportline_parse(const char *line, zt_reportline *out, zt_err *err)
         return ZT_OK;
     }
     if (len == 4 && memcmp(tok, "wait", 4) == 0) {
-        if (!word_value(p, "op", out->op, sizeof(out->op)) ||
-            !int_value(p, "seq", &out->seq) || !int_value(p, "step", &out->step) ||
-            !word_value(p, "part", out->part, sizeof(out->part)) ||
-            !word_value(p, "prev_op", out->prev_op, sizeof(out->prev_op)) ||
-            !int_value(p, "prev_seq", &out->prev_seq) ||
-            !int_value(p, "waited_ms", &out->waited_ms))
+        zt_hang_wait *w = &out->wait;
+        if (!word_value(p, "op", w->op, sizeof(w->op)) || !int_value(p, "seq", &w->seq) ||
+            !int_value(p, "step", &w->step) ||
+            !word_value(p, "part", w->part, sizeof(w->part)) ||
+            !word_value(p, "prev_op", w->prev_op, sizeof(w->prev_op)) ||
+            !int_value(p, "prev_seq", &w->prev_seq) || !int_value(p, "waited_ms", &w->waited_ms))
             return bad(err, line,
                        "a wait line needs op=, seq=, step=, part=, prev_op=, prev_seq= and waited_ms=");
-        if (out->seq < 1 || out->prev_seq < 0 || out->step < 0 || out->waited_ms < 0)
+        if (w->seq < 1 || w->prev_seq < 0 || w->step < 0 || w->waited_ms < 0)
             return bad(err, line, "seq, prev_seq, step or waited_ms out of range");
+        w->waiting = true;
         out->kind = ZT_REPORTLINE_WAIT;
         return ZT_OK;
     }
     if (len == 8 && memcmp(tok, "wait_end", 8) == 0) {
-        if (!int_value(p, "seq", &out->seq) || !int_value(p, "waited_ms", &out->waited_ms) ||
-            out->seq < 1)
+        if (!int_value(p, "seq", &out->wait.seq) ||
+            !int_value(p, "waited_ms", &out->wait.waited_ms) || out->wait.seq < 1)
             return bad(err, line, "a wait_end line needs seq= (>= 1) and waited_ms=");
         out->kind = ZT_REPORTLINE_WAIT_END;
         return ZT_OK;

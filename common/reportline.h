@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "common/hangdiag.h"
 #include "common/status.h"
 
 #define ZT_REPORTLINE_MAX_VALUES 64
@@ -50,10 +51,10 @@ typedef struct zt_reportline {
     char path[ZT_REPORTLINE_PATH_MAX]; /* CKPT: the shard file; COMMIT, REMOVED: the step dir */
     int64_t bytes;                     /* CKPT */
     uint32_t crc32c;                   /* CKPT */
-    /* WAIT: the collective waited in (op, seq), where the rank is (step, part), the one
-     * before (prev_op, prev_seq; "none" and 0 for the first); WAIT_END: seq; both waited_ms */
-    char op[24], part[24], prev_op[24];
-    int64_t seq, prev_seq, waited_ms;
+    /* WAIT: the collective waited in, where the rank is and the collective before it, as the
+     * hang diagnosis takes it (wait.step is the step computed; out->step is 0); WAIT_END:
+     * wait.seq and wait.waited_ms */
+    zt_hang_wait wait;
     char why[1024]; /* CKPT_BAD */
 } zt_reportline;
 

@@ -165,21 +165,21 @@ static void test_wait(void)
         &r, &err));
     ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_WAIT);
     ASSERT_EQ_INT(r.rank, 2);
-    ASSERT_STREQ(r.op, "allgather");
-    ASSERT_EQ_INT(r.seq, 612);
-    ASSERT_EQ_INT(r.step, 14);
-    ASSERT_STREQ(r.part, "backward");
-    ASSERT_STREQ(r.prev_op, "reduce_scatter");
-    ASSERT_EQ_INT(r.prev_seq, 611);
-    ASSERT_EQ_INT(r.waited_ms, 2003);
+    ASSERT_STREQ(r.wait.op, "allgather");
+    ASSERT_EQ_INT(r.wait.seq, 612);
+    ASSERT_EQ_INT(r.wait.step, 14);
+    ASSERT_STREQ(r.wait.part, "backward");
+    ASSERT_STREQ(r.wait.prev_op, "reduce_scatter");
+    ASSERT_EQ_INT(r.wait.prev_seq, 611);
+    ASSERT_EQ_INT(r.wait.waited_ms, 2003);
     ASSERT_OK(zt_reportline_parse(
         "rank=0 wait op=barrier seq=1 step=0 part=setup prev_op=none prev_seq=0 waited_ms=0", &r,
         &err));
-    ASSERT_STREQ(r.prev_op, "none");
+    ASSERT_STREQ(r.wait.prev_op, "none");
     ASSERT_OK(zt_reportline_parse("rank=1 wait_end seq=612 waited_ms=9000", &r, &err));
     ASSERT_EQ_INT(r.kind, ZT_REPORTLINE_WAIT_END);
-    ASSERT_EQ_INT(r.seq, 612);
-    ASSERT_EQ_INT(r.waited_ms, 9000);
+    ASSERT_EQ_INT(r.wait.seq, 612);
+    ASSERT_EQ_INT(r.wait.waited_ms, 9000);
     /* missing fields, a word with odd characters, seq 0 */
     ASSERT_EQ_INT(zt_reportline_parse("rank=1 wait op=allgather seq=3", &r, &err), ZT_ERR_FORMAT);
     ASSERT_CONTAINS(err.msg, "a wait line needs");
