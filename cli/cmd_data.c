@@ -1,6 +1,6 @@
 /* zerotrain: `zctl data synth` (a Markov corpus with a known entropy floor) and
  * `zctl data tokenize` (byte-level shards from any file). Option parsing and printing only;
- * the work is in engine/datagen.c. */
+ * the work is in engine/data/datagen.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -13,7 +13,7 @@
 
 #include "cli/cliopt.h"
 #include "cli/commands.h"
-#include "engine/datagen.h"
+#include "engine/data/datagen.h"
 
 ZT_COMMAND(data, zt_cmd_data, "make token shards: synthetic corpus or byte-level tokenization")
 

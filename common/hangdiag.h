@@ -1,5 +1,5 @@
 /* zerotrain: the hang diagnosis. From each rank's stall report (the collective it waits in,
- * engine/comm.h) it names the ranks that stopped, where the others wait, and for whom:
+ * engine/comm/comm.h) it names the ranks that stopped, where the others wait, and for whom:
  *   hang: rank 1 stopped in backward at step 14 (last collective reduce_scatter #611);
  *   ranks 0, 2, 3 wait in allgather #612 for rank 1
  * zcoord writes it as the attempt's end reason; zctl run prints it when a collective times

@@ -22,7 +22,7 @@ typedef enum {
     ZT_REPORTLINE_COMMIT,    /* rank=0 ckpt_commit step=N dir=/abs/step_0000000N */
     ZT_REPORTLINE_REMOVED,   /* rank=0 ckpt_removed step=N dir=/abs/step_0000000N */
     /* rank=R wait op=KIND seq=N step=S part=PART prev_op=KIND prev_seq=M waited_ms=MS:
-     * the rank's oldest unfinished collective has waited that long (engine/comm.h) */
+     * the rank's oldest unfinished collective has waited that long (engine/comm/comm.h) */
     ZT_REPORTLINE_WAIT,
     ZT_REPORTLINE_WAIT_END, /* rank=R wait_end seq=N waited_ms=MS: that collective finished */
     /* rank=R ckpt_bad step=N dir=/abs/step_0000000N why=TEXT (the rest of the line): the

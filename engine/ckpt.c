@@ -26,10 +26,10 @@
 #include "../common/fsutil.h"
 #include "../common/log.h"
 #include "../common/timeutil.h"
-#include "dataloader.h"
+#include "data/dataloader.h"
 #include "engine_int.h"
 #include "gpt2.h"
-#include "modelfile.h"
+#include "data/modelfile.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint shards are little-endian and written from memory as they are"

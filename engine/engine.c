@@ -18,7 +18,7 @@
 #include "../common/timeutil.h"
 #include "ckpt.h"
 #include "monitor.h"
-#include "modelfile.h"
+#include "data/modelfile.h"
 
 #define CHECK(expr, label)                                                                         \
     do {                                                                                           \

@@ -5,8 +5,8 @@
 
 #include <pthread.h>
 
-#include "comm.h"
-#include "dataloader.h"
+#include "comm/comm.h"
+#include "data/dataloader.h"
 #include "engine.h"
 #include "gpt2.h"
 #include "memacct.h"

@@ -7,7 +7,7 @@
 #include <ctype.h>
 
 #include "common/alloc.h"
-#include "engine/comm.h"
+#include "engine/comm/comm.h"
 #include "tests/engine/comm_test_util.h"
 
 typedef struct bcfg {

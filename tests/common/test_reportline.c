@@ -156,7 +156,7 @@ static void test_bad_lines(void)
     ASSERT_EQ_INT(zt_reportline_phase("nope"), 0);
 }
 
-/* engine/comm.c's stall reports (the watch thread's formats) */
+/* engine/comm/comm.c's stall reports (the watch thread's formats) */
 static void test_wait(void)
 {
     zt_err err = {0};

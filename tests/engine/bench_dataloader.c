@@ -1,4 +1,4 @@
-/* Benchmark of engine/dataloader.c: what drawing a micro-batch costs next to copying the
+/* Benchmark of engine/data/dataloader.c: what drawing a micro-batch costs next to copying the
  * same bytes with memcpy (the floor for any loader that hands out int32 tokens), and what
  * opening a multi-shard data set costs. Prints one line per case; asserts nothing about time. */
 #define _XOPEN_SOURCE 700
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "common/timeutil.h"
-#include "engine/dataloader.h"
+#include "engine/data/dataloader.h"
 #include "tests/test.h"
 #include "tests/tmpdir.h"
 

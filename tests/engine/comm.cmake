@@ -1,4 +1,4 @@
-# Collectives (engine/comm*.c): N ranks as forked processes talking TCP over loopback.
+# Collectives (engine/comm/): N ranks as forked processes talking TCP over loopback.
 # One executable per file; each part runs as its own ctest entry so that they stay short and
 # run in parallel. `test_comm_tcp` itself runs the all-collectives sweep over worlds 1..4 and
 # `test_comm_tcp_fail` the rank-dies-mid-collective case.

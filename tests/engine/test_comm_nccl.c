@@ -1,4 +1,4 @@
-/* zerotrain tests: the NCCL collectives (engine/comm_nccl.c) on real GPUs. A world of one on
+/* zerotrain tests: the NCCL collectives (engine/comm/comm_nccl.c) on real GPUs. A world of one on
  * GPU 0, then one rank per GPU (up to 4) as forked processes when there are several. Sums of
  * integer-valued floats are exact, so results are checked exactly and bitwise across ranks.
  * Exits 77 (skip) without a GPU. CUDA is only touched in child processes (fork safety). On the
@@ -10,7 +10,7 @@
 #include "common/alloc.h"
 #include "common/dtype.h"
 #include "common/timeutil.h"
-#include "engine/comm.h"
+#include "engine/comm/comm.h"
 #include "tests/engine/comm_test_util.h"
 #include "tests/test.h"
 

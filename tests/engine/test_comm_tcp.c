@@ -1,4 +1,4 @@
-/* zerotrain tests: the TCP collectives (engine/comm_tcp.c) with 1 to 4 ranks as real processes
+/* zerotrain tests: the TCP collectives (engine/comm/comm_tcp.c) with 1 to 4 ranks as real processes
  * on loopback. Every collective, dtype and awkward size, in and out of place, checked against
  * sums computed here (exactly, with the documented fixed reduction order), bitwise identical
  * across ranks and runs, with the textbook ring byte counts; asynchronous requests; the
@@ -9,8 +9,8 @@
 
 #include "common/alloc.h"
 #include "common/dtype.h"
-#include "engine/comm.h"
-#include "engine/comm_int.h"
+#include "engine/comm/comm.h"
+#include "engine/comm/comm_int.h"
 #include "tests/engine/comm_test_util.h"
 #include "tests/test.h"
 

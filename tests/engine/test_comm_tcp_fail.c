@@ -6,7 +6,7 @@
 #include <pthread.h>
 
 #include "common/alloc.h"
-#include "engine/comm.h"
+#include "engine/comm/comm.h"
 #include "tests/engine/comm_test_util.h"
 #include "tests/test.h"
 

@@ -1,4 +1,4 @@
-/* Tests engine/datagen.c: the Markov chain (rows sum to 1, pi is stationary, the floor matches
+/* Tests engine/data/datagen.c: the Markov chain (rows sum to 1, pi is stationary, the floor matches
  * an empirical conditional entropy of a long walk within 1%), synth determinism and files
  * (names, counts, meta JSON, stale shards removed), tokenize round trip and error messages. */
 #define _XOPEN_SOURCE 700
@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "engine/datagen.h"
-#include "engine/dataloader.h"
+#include "engine/data/datagen.h"
+#include "engine/data/dataloader.h"
 #include "tests/test.h"
 #include "tests/tmpdir.h"
 

@@ -1,4 +1,4 @@
-/* Tests engine/dataloader.c: shard write/read, sample numbering over shards of different
+/* Tests engine/data/dataloader.c: shard write/read, sample numbering over shards of different
  * lengths, the micro-batch formula of docs/formats.md for several (ranks, micro, accumulation) splits,
  * wrap-around, every header/token error (message names the file), durable output errors,
  * and that drawing micro-batches allocates nothing. */
@@ -14,7 +14,7 @@
 
 #include "common/alloc.h"
 #include "common/timeutil.h"
-#include "engine/dataloader.h"
+#include "engine/data/dataloader.h"
 #include "tests/test.h"
 #include "tests/tmpdir.h"
 

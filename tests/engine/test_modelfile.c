@@ -1,4 +1,4 @@
-/* Tests engine/modelfile.c: tensor sizes in llm.c order, fp32 and bf16 round trips (bf16 rounds
+/* Tests engine/data/modelfile.c: tensor sizes in llm.c order, fp32 and bf16 round trips (bf16 rounds
  * to nearest even), the raw header bytes, header/size validation with messages naming the file,
  * shape-check messages, the streaming writer with pieces, abort and write errors. */
 #define _XOPEN_SOURCE 700
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "engine/modelfile.h"
+#include "engine/data/modelfile.h"
 #include "tests/test.h"
 #include "tests/tmpdir.h"
 

@@ -60,10 +60,11 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   target_compile_definitions(bench_kernels_gpu_emu PRIVATE ZT_BENCH_CUDA_INTERNALS=1)
   target_include_directories(bench_kernels_gpu_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
 
-  # The engine on the emulated GPUs, its collectives through engine/comm_nccl.c and an
+  # The engine on the emulated GPUs, its collectives through engine/comm/comm_nccl.c and an
   # emulation of NCCL across processes (emu_nccl.c): zworker_emu and zt_gpu_probe_emu, which
   # test_gpu_engine.py --emu drives through the real zctl run.
-  file(GLOB ZT_EMU_ENGINE_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/*.c)
+  file(GLOB ZT_EMU_ENGINE_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/*.c
+       ${CMAKE_SOURCE_DIR}/engine/comm/*.c ${CMAKE_SOURCE_DIR}/engine/data/*.c)
   list(FILTER ZT_EMU_ENGINE_SRC EXCLUDE REGEX ".*/(zworker|comm_nccl_none)\\.c$")
   add_library(ztengine_emu STATIC ${ZT_EMU_ENGINE_SRC} ${ZT_EMU_DIR}/emu_nccl.c)
   target_include_directories(ztengine_emu PUBLIC ${CMAKE_SOURCE_DIR})
@@ -72,7 +73,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   pkg_check_modules(ZT_EMU_JANSSON REQUIRED IMPORTED_TARGET jansson)
   target_link_libraries(ztengine_emu PUBLIC zt_kernels_emu zt_common PkgConfig::ZT_EMU_JANSSON
                         Threads::Threads m)
-  # engine/comm_nccl.c's own test, on four emulated GPUs: a world of one, then of four ranks
+  # engine/comm/comm_nccl.c's own test, on four emulated GPUs: a world of one, then of four ranks
   zt_add_test(NAME test_comm_nccl_emu SOURCES ${CMAKE_SOURCE_DIR}/tests/engine/test_comm_nccl.c
               LIBS ztengine_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_comm_nccl_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})

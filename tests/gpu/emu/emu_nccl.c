@@ -1,4 +1,4 @@
-/* zerotrain tests: the NCCL calls engine/comm_nccl.c makes, emulated across the processes of
+/* zerotrain tests: the NCCL calls engine/comm/comm_nccl.c makes, emulated across the processes of
  * one machine, so that the GPU engine's NCCL path (rendezvous of the unique id, communicator
  * creation, the collectives on the communication stream, events, waits, errors) runs in CI on
  * the emulated GPUs of emu_runtime.c.

@@ -1,5 +1,5 @@
 /* zerotrain tests: the CUDA emulation's runtime, the part of the CUDA runtime API that
- * kernels/cuda/ and engine/comm_nccl.c call, on the CPU: emulated GPUs (ordinal 0, or
+ * kernels/cuda/ and engine/comm/comm_nccl.c call, on the CPU: emulated GPUs (ordinal 0, or
  * ZT_CUDA_EMU_DEVICES of them) whose memory is the host's. Kernels, copies and memsets complete
  * before they return; the one asynchronous kind of work is an emulated NCCL collective
  * (emu_nccl.c), which completes on its communicator's thread: a stream remembers its latest such

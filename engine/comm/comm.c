@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/alloc.h"
-#include "../common/log.h"
-#include "../common/timeutil.h"
+#include "../../common/alloc.h"
+#include "../../common/log.h"
+#include "../../common/timeutil.h"
 
 static const char *const kind_names[ZT_COLL_KIND_COUNT] = {
     "allreduce", "reduce_scatter", "allgather", "broadcast", "barrier",

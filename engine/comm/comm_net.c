@@ -17,9 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../common/alloc.h"
-#include "../common/log.h"
-#include "../common/timeutil.h"
+#include "../../common/alloc.h"
+#include "../../common/log.h"
+#include "../../common/timeutil.h"
 
 #define RDV_MAGIC 0x5a545256u /* "ZTRV" */
 #define RDV_VERSION 1u

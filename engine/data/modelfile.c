@@ -2,7 +2,7 @@
  * file size before it allocates anything; the writer streams fp32 pieces through a small
  * staging buffer (bf16 conversion) into a durable zt_outfile. */
 #define _POSIX_C_SOURCE 200809L
-#include "engine/modelfile.h"
+#include "engine/data/modelfile.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -12,7 +12,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "engine/dataloader.h"
+#include "engine/data/dataloader.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "model files are little-endian and are read in place: a big-endian host needs byte swaps"

@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/dtype.h"
-#include "../common/status.h"
+#include "../../common/dtype.h"
+#include "../../common/status.h"
 
 typedef struct zt_comm zt_comm;
 typedef struct zt_comm_req zt_comm_req;

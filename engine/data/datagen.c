@@ -2,7 +2,7 @@
  * (see datagen.h). Both stream tokens through one fixed buffer into durable shard files, so
  * memory does not grow with the corpus. */
 #define _POSIX_C_SOURCE 200809L
-#include "engine/datagen.h"
+#include "engine/data/datagen.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,7 +17,7 @@
 
 #include "common/alloc.h"
 #include "common/fsutil.h"
-#include "engine/dataloader.h"
+#include "engine/data/dataloader.h"
 
 #define ZT_DATAGEN_CHUNK ((size_t)1 << 20) /* tokens per streamed write */
 #define ZT_DATAGEN_UNIFORM_MIX 0.1         /* share of each state's mass spread uniformly */

@@ -17,10 +17,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/alloc.h"
-#include "../common/log.h"
-#include "../common/timeutil.h"
-#include "../kernels/ops.h"
+#include "../../common/alloc.h"
+#include "../../common/log.h"
+#include "../../common/timeutil.h"
+#include "../../kernels/ops.h"
 
 typedef struct nccl_impl {
     pthread_mutex_t lock; /* guards comm: abort may come from another thread */

@@ -20,9 +20,9 @@
 #include <immintrin.h>
 #endif
 
-#include "../common/alloc.h"
-#include "../common/log.h"
-#include "../common/timeutil.h"
+#include "../../common/alloc.h"
+#include "../../common/log.h"
+#include "../../common/timeutil.h"
 
 /* ---- wire format ----
  * Data channel (rank r -> r+1 only): every message is a 48-byte header, then `len` payload

@@ -2,7 +2,7 @@
  * a sample is found by binary search over the shards' first sample numbers and copied out
  * with a widening loop, so the per-step cost is a few microseconds and no allocation. */
 #define _POSIX_C_SOURCE 200809L
-#include "engine/dataloader.h"
+#include "engine/data/dataloader.h"
 
 #include <errno.h>
 #include <fcntl.h>
