@@ -14,6 +14,8 @@ pkgs=(
   # common / coordinator / agent
   libjansson-dev libsqlite3-dev sqlite3 libuv1-dev libmicrohttpd-dev libgnutls28-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libssl-dev
+  # engine: NVMe offload through io_uring
+  liburing-dev
   # tests: PyTorch reference (with OpenBLAS, never the reference BLAS), gRPC interop
   python3 python3-torch python3-numpy libopenblas0
   python3-grpcio python3-grpc-tools python3-protobuf
@@ -23,6 +25,8 @@ pkgs=(
   clang libclang-rt-14-dev
   # misc tools the tests call
   procps psmisc coreutils openssl
+  # benchmarks: fio, the disk baseline of the NVMe offload benchmark
+  fio
   # tests/deploy: the shell in the Dockerfiles and their scripts
   shellcheck
 )

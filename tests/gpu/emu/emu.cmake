@@ -71,7 +71,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   target_include_directories(ztengine_emu PRIVATE ${ZT_EMU_DIR})
   target_include_directories(ztengine_emu SYSTEM PRIVATE ${ZT_CUDA_EMU_INCLUDE})
   pkg_check_modules(ZT_EMU_JANSSON REQUIRED IMPORTED_TARGET jansson)
-  target_link_libraries(ztengine_emu PUBLIC zt_kernels_emu zt_common PkgConfig::ZT_EMU_JANSSON
+  target_link_libraries(ztengine_emu PUBLIC zt_nvme zt_kernels_emu zt_common PkgConfig::ZT_EMU_JANSSON
                         Threads::Threads m)
   # engine/comm/comm_nccl.c's own test, on four emulated GPUs: a world of one, then of four ranks
   zt_add_test(NAME test_comm_nccl_emu SOURCES ${CMAKE_SOURCE_DIR}/tests/engine/test_comm_nccl.c
