@@ -10,3 +10,5 @@ zt_add_test(NAME bench_dataloader SOURCES ${CMAKE_CURRENT_LIST_DIR}/bench_datalo
 # NVMe offload's asynchronous I/O (engine/nvme/): both backends, errors named with file and offset.
 zt_add_test(NAME test_nvme_aio SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nvme_aio.c
             LIBS zt_nvme LABELS unit TIMEOUT 120)
+zt_add_test(NAME test_nvme_swap SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nvme_swap.c
+            LIBS zt_nvme LABELS unit TIMEOUT 120)
