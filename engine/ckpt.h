@@ -9,7 +9,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../common/dtype.h"
 #include "../common/jobfile.h"
 #include "../common/status.h"
 #include "ckpt_format.h"
@@ -81,10 +80,5 @@ bool zt_ckpt_path_inside(const char *path, const char *dir);
  * elastic batch). Refuses a batch the new rank count cannot form, and a model that differs
  * from the checkpoint's. */
 zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err *err);
-
-/* Writes the consolidated model: format "llmc" or "safetensors", dtype ZT_F32 or ZT_BF16,
- * streaming one tensor at a time. */
-zt_status zt_ckpt_export(const char *path, const char *format, zt_dtype dtype, const char *out,
-                         zt_err *err);
 
 #endif
