@@ -9,7 +9,8 @@
 #include "cli/commands.h"
 #include "cli/rpc_cli.h"
 #include "common/alloc.h"
-#include "engine/ckpt.h"
+#include "engine/ckpt_export.h"
+#include "engine/ckpt_format.h"
 #include "proto/pbjson.h"
 
 ZT_COMMAND(ckpt, zt_cmd_ckpt, "checkpoints: list, inspect, export (llmc, safetensors)")

@@ -1,62 +1,31 @@
-/* zerotrain: sharded checkpoints — save (snapshot, background write, commit by rank 0 that
- * every rank agrees on), load with re-sharding and per-chunk verification, and the
- * engine-free reader behind export and inspect (see ckpt.h). */
-#define _XOPEN_SOURCE 700 /* realpath, and POSIX 2008 */
+/* zerotrain: saving and loading sharded checkpoints from a running engine — snapshot,
+ * background write, commit by rank 0 that every rank agrees on, pruning, the claim on the
+ * checkpoint directory, and load with re-sharding and per-chunk verification (see ckpt.h). */
+#define _XOPEN_SOURCE 700 /* POSIX 2008 */
 #include "ckpt.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
-#include <limits.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../common/alloc.h"
-#include "../common/crc32c.h"
 #include "../common/fsutil.h"
 #include "../common/log.h"
 #include "../common/timeutil.h"
+#include "ckpt_int.h"
 #include "data/dataloader.h"
 #include "engine_int.h"
 #include "gpt2.h"
-#include "data/modelfile.h"
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "checkpoint shards are little-endian and written from memory as they are"
-#endif
-
-#define META_NAME "meta.json"
-#define META_CRC_KEY "meta_crc32c"
-#define FORMAT_NAME "zerotrain-checkpoint"
-#define SECTIONS 3
-#define META_HINT "meta.json was edited, damaged or belongs to another checkpoint; resume from an intact checkpoint"
-/* Streaming buffer for checksummed reads of partial chunks and for verification. */
-#define STREAM_BYTES ((size_t)4 << 20)
-
-static const char *const section_names[SECTIONS] = {"master", "exp_avg", "exp_avg_sq"};
-
-/* snprintf for paths and short texts; truncation is checked by the callers that can hit it
- * (paths are bounded by ZT_PATH_MAX well before these buffers). */
-static int pathf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int pathf(char *buf, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-    return w;
-}
-
+/* The status of a failed file-system call: no space (ENOSPC, EDQUOT) or another I/O error. */
 static zt_status errno_status(int e)
 {
 #ifdef EDQUOT
@@ -66,26 +35,9 @@ static zt_status errno_status(int e)
     return e == ENOSPC ? ZT_ERR_NOSPACE : ZT_ERR_IO;
 }
 
-/* Bytes of the chunk table after the header, padded so that the payload is 64-byte aligned. */
-static size_t table_bytes(int n_units)
-{
-    return ((size_t)n_units * SECTIONS * sizeof(uint32_t) + 63) / 64 * 64;
-}
-
-/* CRC32C of every unit's (numel, shard) as uint64 pairs: the partition layout in a header. */
-static uint32_t units_crc(int n_units, const size_t *numel, const size_t *shard)
-{
-    uint32_t crc = 0;
-    for (int u = 0; u < n_units; u++) {
-        uint64_t pair[2] = {numel[u], shard[u]};
-        crc = zt_crc32c(crc, pair, sizeof(pair));
-    }
-    return crc;
-}
-
-/* Creates path and its missing parents; a directory it creates is made durable by an fsync of
- * its parent (fsync the directory after creating an entry in it). */
-static zt_status mkdir_p(const char *path, zt_err *err)
+/* zt_mkdirs, durable (a directory it creates is made durable by an fsync of its parent), with
+ * its failure turned into a status and a message that names the directory and what to do. */
+static zt_status mkdirs_explained(const char *path, zt_err *err)
 {
     char bad[ZT_PATH_MAX + 32];
     int rc = zt_mkdirs(path, true, bad, sizeof(bad));
@@ -106,803 +58,6 @@ static zt_status mkdir_p(const char *path, zt_err *err)
     return zt_err_set(err, ZT_ERR_IO,
                       "cannot create the checkpoint directory %s: %s; check the path and its permissions, or set train.checkpoint_dir elsewhere",
                       bad, strerror(e));
-}
-
-static bool file_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
-/* ---- resolving a path to a complete step directory ---- */
-
-static int64_t parse_step_name(const char *name)
-{
-    if (strncmp(name, "step_", 5) != 0)
-        return -1;
-    char *end;
-    long long v = strtoll(name + 5, &end, 10);
-    if (*end || end == name + 5 || v < 0)
-        return -1;
-    return v;
-}
-
-/* The rank of a "rank_NNNNN.zts" file name, or -1. */
-static int parse_shard_name(const char *name)
-{
-    if (strncmp(name, "rank_", 5) != 0 || !isdigit((unsigned char)name[5]))
-        return -1;
-    char *end;
-    long v = strtol(name + 5, &end, 10);
-    if (strcmp(end, ".zts") != 0 || v < 0)
-        return -1;
-    return v > INT_MAX ? INT_MAX : (int)v;
-}
-
-zt_status zt_ckpt_resolve(const char *given, char *step_dir, size_t len, zt_err *err)
-{
-    /* "ckpt/step_00000010/" names the same directory as "ckpt/step_00000010" */
-    char path[ZT_PATH_MAX + 16];
-    pathf(path, sizeof(path), "%s", given);
-    for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--)
-        path[n - 1] = '\0';
-    char meta[ZT_PATH_MAX + 16];
-    pathf(meta, sizeof(meta), "%s/%s", path, META_NAME);
-    if (file_exists(meta)) {
-        pathf(step_dir, len, "%s", path);
-        return ZT_OK;
-    }
-    DIR *d = opendir(path);
-    if (!d)
-        return zt_err_set(err, errno == ENOENT ? ZT_ERR_NOT_FOUND : ZT_ERR_IO,
-                          "checkpoint %s: %s; give a checkpoint directory or one of its step_* directories",
-                          path, strerror(errno));
-    int64_t best = -1;
-    bool incomplete = false;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        int64_t s = parse_step_name(de->d_name);
-        if (s < 0)
-            continue;
-        pathf(meta, sizeof(meta), "%s/%s/%s", path, de->d_name, META_NAME);
-        if (!file_exists(meta)) {
-            incomplete = true;
-            continue;
-        }
-        if (s > best)
-            best = s;
-    }
-    closedir(d);
-    if (best < 0) {
-        if (parse_step_name(strrchr(path, '/') ? strrchr(path, '/') + 1 : path) >= 0)
-            return zt_err_set(err, ZT_ERR_CORRUPT,
-                              "checkpoint %s is incomplete: it has no %s (the save did not finish); resume from an earlier step",
-                              path, META_NAME);
-        return zt_err_set(err, ZT_ERR_NOT_FOUND, "no complete checkpoint in %s%s", path,
-                          incomplete ? " (only incomplete step directories without meta.json)"
-                                     : "");
-    }
-    pathf(step_dir, len, "%s/step_%08lld", path, (long long)best);
-    return ZT_OK;
-}
-
-/* ---- meta.json ---- */
-
-typedef struct ckpt_meta {
-    int64_t step, applied_steps, skipped_steps;
-    int world, stage;
-    zt_dtype precision;
-    zt_gpt2_dims dims;
-    int64_t train_batch_size, micro_batch, grad_accum;
-    int n_units;
-    size_t *numel, *shard; /* per unit */
-    uint64_t *bytes;       /* per rank */
-    uint32_t *crc;         /* per rank: its table_crc32c */
-    double ls_scale;
-    int64_t ls_iter, ls_last_overflow;
-    int ls_hyst_left;
-    uint32_t meta_crc, meta_crc_recorded; /* of the canonical content; as meta.json records it */
-} ckpt_meta;
-
-static void meta_free(ckpt_meta *m)
-{
-    zt_free(m->numel);
-    zt_free(m->bytes);
-    m->numel = m->shard = NULL;
-    m->bytes = NULL;
-    m->crc = NULL;
-}
-
-static zt_status meta_alloc(ckpt_meta *m, zt_err *err)
-{
-    m->numel = zt_calloc((size_t)m->n_units * 2, sizeof(size_t));
-    m->bytes = zt_calloc((size_t)m->world * 2, sizeof(uint64_t));
-    if (!m->numel || !m->bytes) {
-        meta_free(m);
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    }
-    m->shard = m->numel + m->n_units;
-    m->crc = (uint32_t *)(m->bytes + m->world);
-    return ZT_OK;
-}
-
-/* CRC32C of meta.json's canonical text (compact, keys sorted, ASCII), without meta_crc32c:
- * independent of formatting, so the reader recomputes it from what it parsed. */
-static zt_status meta_canonical_crc(const json_t *root, uint32_t *crc)
-{
-    char *s = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
-    if (!s)
-        return ZT_ERR_NOMEM;
-    *crc = zt_crc32c(0, s, strlen(s));
-    free(s);
-    return ZT_OK;
-}
-
-static char *meta_to_json(const ckpt_meta *m, const zt_job *job)
-{
-    json_t *root = json_object();
-    json_object_set_new(root, "format", json_string(FORMAT_NAME));
-    json_object_set_new(root, "version", json_integer(ZT_CKPT_VERSION));
-    json_object_set_new(root, "step", json_integer(m->step));
-    json_object_set_new(root, "applied_steps", json_integer(m->applied_steps));
-    json_object_set_new(root, "skipped_steps", json_integer(m->skipped_steps));
-    json_object_set_new(root, "world", json_integer(m->world));
-    json_object_set_new(root, "stage", json_integer(m->stage));
-    json_object_set_new(root, "precision", json_string(zt_dtype_name(m->precision)));
-    json_t *model = json_object();
-    json_object_set_new(model, "n_layer", json_integer(m->dims.L));
-    json_object_set_new(model, "n_head", json_integer(m->dims.NH));
-    json_object_set_new(model, "n_embd", json_integer(m->dims.C));
-    json_object_set_new(model, "block_size", json_integer(m->dims.T));
-    json_object_set_new(model, "vocab_size", json_integer(m->dims.V));
-    json_object_set_new(model, "padded_vocab_size", json_integer(m->dims.Vp));
-    json_object_set_new(root, "model", model);
-    json_object_set_new(root, "train_batch_size", json_integer(m->train_batch_size));
-    json_object_set_new(root, "train_micro_batch_size_per_gpu", json_integer(m->micro_batch));
-    json_object_set_new(root, "gradient_accumulation_steps", json_integer(m->grad_accum));
-    json_t *data = json_object();
-    json_object_set_new(data, "next_step", json_integer(m->step));
-    json_object_set_new(data, "samples_consumed", json_integer(m->step * m->train_batch_size));
-    json_object_set_new(root, "data", data);
-    json_t *sched = json_object();
-    json_object_set_new(sched, "t", json_integer(m->applied_steps));
-    json_object_set_new(root, "scheduler", sched);
-    json_t *ls = json_object();
-    json_object_set_new(ls, "scale", json_real(m->ls_scale));
-    json_object_set_new(ls, "iter", json_integer(m->ls_iter));
-    json_object_set_new(ls, "last_overflow", json_integer(m->ls_last_overflow));
-    json_object_set_new(ls, "hysteresis_left", json_integer(m->ls_hyst_left));
-    json_object_set_new(root, "loss_scaler", ls);
-    json_t *units = json_array();
-    for (int u = 0; u < m->n_units; u++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "numel", json_integer((json_int_t)m->numel[u]));
-        json_object_set_new(o, "shard", json_integer((json_int_t)m->shard[u]));
-        json_array_append_new(units, o);
-    }
-    json_object_set_new(root, "units", units);
-    json_t *shards = json_array();
-    for (int r = 0; r < m->world; r++) {
-        char name[32], crc[16];
-        pathf(name, sizeof(name), "rank_%05d.zts", r);
-        pathf(crc, sizeof(crc), "%08x", m->crc[r]);
-        json_t *o = json_object();
-        json_object_set_new(o, "file", json_string(name));
-        json_object_set_new(o, "bytes", json_integer((json_int_t)m->bytes[r]));
-        json_object_set_new(o, "crc32c", json_string(crc));
-        json_array_append_new(shards, o);
-    }
-    json_object_set_new(root, "shards", shards);
-    char *js = zt_job_to_json(job);
-    json_t *jj = js ? json_loads(js, 0, NULL) : NULL;
-    zt_free(js);
-    char *out = NULL;
-    uint32_t crc;
-    if (jj) {
-        json_object_set_new(root, "job", jj);
-        if (meta_canonical_crc(root, &crc) == ZT_OK) {
-            char hex[16];
-            pathf(hex, sizeof(hex), "%08x", crc);
-            json_object_set_new(root, META_CRC_KEY, json_string(hex));
-            out = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-        }
-    }
-    json_decref(root);
-    return out;
-}
-
-/* Exactly eight hex digits. */
-static bool parse_hex32(const char *s, uint32_t *out)
-{
-    if (!s || strlen(s) != 8)
-        return false;
-    for (int i = 0; i < 8; i++)
-        if (!isxdigit((unsigned char)s[i]))
-            return false;
-    *out = (uint32_t)strtoul(s, NULL, 16);
-    return true;
-}
-
-/* Field readers of meta.json: `name` is how messages spell the field ("model.n_layer"). */
-typedef struct meta_reader {
-    const char *path; /* .../meta.json */
-    zt_err *err;
-} meta_reader;
-
-static zt_status meta_missing(const meta_reader *r, const char *name, const char *want)
-{
-    return zt_err_set(r->err, ZT_ERR_CORRUPT, "%s: \"%s\" is missing or not %s; %s", r->path,
-                      name, want, META_HINT);
-}
-
-static zt_status meta_int(const meta_reader *r, json_t *obj, const char *key, const char *name,
-                          int64_t lo, int64_t hi, int64_t *out)
-{
-    json_t *x = json_object_get(obj, key);
-    if (!json_is_integer(x))
-        return meta_missing(r, name, "an integer");
-    int64_t v = json_integer_value(x);
-    if (v < lo || v > hi)
-        return zt_err_set(r->err, ZT_ERR_CORRUPT, "%s: \"%s\" is %lld, outside [%lld, %lld]; %s",
-                          r->path, name, (long long)v, (long long)lo, (long long)hi, META_HINT);
-    *out = v;
-    return ZT_OK;
-}
-
-static zt_status meta_object(const meta_reader *r, json_t *obj, const char *key,
-                             const char *name, json_t **out)
-{
-    *out = json_object_get(obj, key);
-    return json_is_object(*out) ? ZT_OK : meta_missing(r, name, "an object");
-}
-
-static zt_status meta_array(const meta_reader *r, json_t *obj, const char *key, size_t n,
-                            json_t **out)
-{
-    *out = json_object_get(obj, key);
-    if (!json_is_array(*out))
-        return meta_missing(r, key, "an array");
-    if (json_array_size(*out) != n)
-        return zt_err_set(r->err, ZT_ERR_CORRUPT,
-                          "%s: \"%s\" has %zu entries but the model and world size it records need %zu; %s",
-                          r->path, key, json_array_size(*out), n, META_HINT);
-    return ZT_OK;
-}
-
-static zt_status meta_string(const meta_reader *r, json_t *obj, const char *key,
-                             const char *name, const char **out)
-{
-    *out = json_string_value(json_object_get(obj, key));
-    return *out ? ZT_OK : meta_missing(r, name, "a string");
-}
-
-/* A field that must equal what the rest of meta.json implies. */
-static zt_status meta_derived(const meta_reader *r, const char *name, int64_t v, int64_t want,
-                              const char *why)
-{
-    if (v == want)
-        return ZT_OK;
-    return zt_err_set(r->err, ZT_ERR_CORRUPT, "%s: \"%s\" is %lld but %s gives %lld; %s", r->path,
-                      name, (long long)v, why, (long long)want, META_HINT);
-}
-
-/* Parses and validates meta.json: every field present, of its type and in range, the derived
- * fields consistent, and its checksum computed (compared by zt_ckpt_open after the shards,
- * so that a field the shards contradict is named first). */
-static zt_status meta_read(ckpt_meta *m, const char *step_dir, zt_err *err)
-{
-    zt_status st;
-    memset(m, 0, sizeof(*m));
-    char path[ZT_PATH_MAX + 16];
-    pathf(path, sizeof(path), "%s/%s", step_dir, META_NAME);
-    meta_reader rd = {path, err};
-    const meta_reader *r = &rd;
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        if (!file_exists(path))
-            return zt_err_set(err, ZT_ERR_NOT_FOUND,
-                              "%s is missing: %s is not a complete checkpoint", path, step_dir);
-        return zt_err_set(err, ZT_ERR_CORRUPT, "%s:%d:%d: %s; %s", path, je.line, je.column,
-                          je.text, META_HINT);
-    }
-    int64_t v = 0;
-    const char *s = NULL;
-    json_t *model, *data, *sched, *ls, *units, *shards, *job;
-    if (!json_is_object(root) || !json_is_string(json_object_get(root, "format")) ||
-        strcmp(json_string_value(json_object_get(root, "format")), FORMAT_NAME) != 0) {
-        st = zt_err_set(err, ZT_ERR_FORMAT, "%s: not a zerotrain checkpoint (format is not \"%s\")",
-                        path, FORMAT_NAME);
-        goto out;
-    }
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        if ((st = (call)) != ZT_OK)                                                                \
-            goto out;                                                                              \
-    } while (0)
-    TRY(meta_int(r, root, "version", "version", 0, INT32_MAX, &v));
-    if (v != ZT_CKPT_VERSION) {
-        st = zt_err_set(err, ZT_ERR_FORMAT,
-                        "%s: checkpoint version %lld, this zerotrain reads version %d; resume it with the zerotrain that wrote it",
-                        path, (long long)v, ZT_CKPT_VERSION);
-        goto out;
-    }
-    TRY(meta_int(r, root, "step", "step", 0, INT64_MAX / 2, &m->step));
-    TRY(meta_int(r, root, "applied_steps", "applied_steps", 0, m->step, &m->applied_steps));
-    TRY(meta_int(r, root, "skipped_steps", "skipped_steps", 0, m->step, &m->skipped_steps));
-    TRY(meta_derived(r, "applied_steps", m->applied_steps, m->step - m->skipped_steps,
-                     "step - skipped_steps"));
-    TRY(meta_int(r, root, "world", "world", 1, 1 << 20, &v));
-    m->world = (int)v;
-    TRY(meta_int(r, root, "stage", "stage", 0, 3, &v));
-    m->stage = (int)v;
-    TRY(meta_string(r, root, "precision", "precision", &s));
-    if (strcmp(s, "fp32") == 0) {
-        m->precision = ZT_F32;
-    } else if (strcmp(s, "bf16") == 0) {
-        m->precision = ZT_BF16;
-    } else if (strcmp(s, "fp16") == 0) {
-        m->precision = ZT_F16;
-    } else {
-        st = zt_err_set(err, ZT_ERR_CORRUPT,
-                        "%s: \"precision\" is \"%s\", not fp32, bf16 or fp16; %s", path, s,
-                        META_HINT);
-        goto out;
-    }
-    TRY(meta_object(r, root, "model", "model", &model));
-    TRY(meta_int(r, model, "n_layer", "model.n_layer", 1, 1 << 16, &v));
-    m->dims.L = (int)v;
-    TRY(meta_int(r, model, "n_head", "model.n_head", 1, 1 << 16, &v));
-    m->dims.NH = (int)v;
-    TRY(meta_int(r, model, "n_embd", "model.n_embd", 1, 1 << 20, &v));
-    m->dims.C = (int)v;
-    TRY(meta_int(r, model, "block_size", "model.block_size", 1, 1 << 24, &v));
-    m->dims.T = (int)v;
-    TRY(meta_int(r, model, "vocab_size", "model.vocab_size", 1, 1 << 24, &v));
-    m->dims.V = (int)v;
-    TRY(meta_int(r, model, "padded_vocab_size", "model.padded_vocab_size", m->dims.V, 1 << 24,
-                 &v));
-    m->dims.Vp = (int)v;
-    TRY(meta_int(r, root, "train_batch_size", "train_batch_size", 1, INT32_MAX,
-                 &m->train_batch_size));
-    TRY(meta_int(r, root, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", 1,
-                 INT32_MAX, &m->micro_batch));
-    TRY(meta_int(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
-                 INT32_MAX, &m->grad_accum));
-    TRY(meta_derived(r, "train_batch_size", m->train_batch_size,
-                     m->micro_batch * m->grad_accum * m->world,
-                     "micro batch x accumulation steps x world"));
-    TRY(meta_object(r, root, "data", "data", &data));
-    TRY(meta_int(r, data, "next_step", "data.next_step", 0, INT64_MAX, &v));
-    TRY(meta_derived(r, "data.next_step", v, m->step, "step"));
-    TRY(meta_int(r, data, "samples_consumed", "data.samples_consumed", 0, INT64_MAX, &v));
-    TRY(meta_derived(r, "data.samples_consumed", v, m->step * m->train_batch_size,
-                     "step x train_batch_size"));
-    TRY(meta_object(r, root, "scheduler", "scheduler", &sched));
-    TRY(meta_int(r, sched, "t", "scheduler.t", 0, INT64_MAX, &v));
-    TRY(meta_derived(r, "scheduler.t", v, m->applied_steps, "applied_steps"));
-    TRY(meta_object(r, root, "loss_scaler", "loss_scaler", &ls));
-    json_t *scale = json_object_get(ls, "scale");
-    if (!json_is_number(scale)) {
-        st = meta_missing(r, "loss_scaler.scale", "a number");
-        goto out;
-    }
-    m->ls_scale = json_number_value(scale);
-    if (!isfinite(m->ls_scale) || m->ls_scale <= 0.0) {
-        st = zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"loss_scaler.scale\" is %g, not a positive number; %s",
-                        path, m->ls_scale, META_HINT);
-        goto out;
-    }
-    TRY(meta_int(r, ls, "iter", "loss_scaler.iter", 0, INT64_MAX, &m->ls_iter));
-    TRY(meta_int(r, ls, "last_overflow", "loss_scaler.last_overflow", -1, INT64_MAX,
-                 &m->ls_last_overflow));
-    TRY(meta_int(r, ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, INT32_MAX, &v));
-    m->ls_hyst_left = (int)v;
-    m->n_units = m->dims.L + 2;
-    TRY(meta_array(r, root, "units", (size_t)m->n_units, &units));
-    TRY(meta_array(r, root, "shards", (size_t)m->world, &shards));
-    TRY(meta_object(r, root, "job", "job", &job));
-    TRY(meta_alloc(m, err));
-    char name[64];
-    for (int u = 0; u < m->n_units; u++) {
-        json_t *o = json_array_get(units, (size_t)u);
-        pathf(name, sizeof(name), "units[%d].numel", u);
-        TRY(meta_int(r, o, "numel", name, 1, INT64_MAX / 16, &v));
-        m->numel[u] = (size_t)v;
-        pathf(name, sizeof(name), "units[%d].shard", u);
-        TRY(meta_int(r, o, "shard", name, 1, INT64_MAX / 16 / m->world, &v));
-        m->shard[u] = (size_t)v;
-        if (m->shard[u] * (size_t)m->world < m->numel[u]) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "%s: \"units[%d]\": %d shards of %zu elements cannot hold %zu elements; %s",
-                            path, u, m->world, m->shard[u], m->numel[u], META_HINT);
-            goto out;
-        }
-    }
-    for (int i = 0; i < m->world; i++) {
-        json_t *o = json_array_get(shards, (size_t)i);
-        char expect[32];
-        pathf(expect, sizeof(expect), "rank_%05d.zts", i);
-        pathf(name, sizeof(name), "shards[%d].file", i);
-        TRY(meta_string(r, o, "file", name, &s));
-        if (strcmp(s, expect) != 0) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"%s\" is \"%s\", expected \"%s\"; %s", path,
-                            name, s, expect, META_HINT);
-            goto out;
-        }
-        pathf(name, sizeof(name), "shards[%d].bytes", i);
-        TRY(meta_int(r, o, "bytes", name, (int64_t)sizeof(zt_shard_header), INT64_MAX, &v));
-        m->bytes[i] = (uint64_t)v;
-        pathf(name, sizeof(name), "shards[%d].crc32c", i);
-        TRY(meta_string(r, o, "crc32c", name, &s));
-        if (!parse_hex32(s, &m->crc[i])) {
-            st = meta_missing(r, name, "eight hex digits");
-            goto out;
-        }
-    }
-    if (!parse_hex32(json_string_value(json_object_get(root, META_CRC_KEY)),
-                     &m->meta_crc_recorded)) {
-        st = meta_missing(r, META_CRC_KEY, "eight hex digits");
-        goto out;
-    }
-    json_object_del(root, META_CRC_KEY);
-    if (meta_canonical_crc(root, &m->meta_crc) != ZT_OK) {
-        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory checking %s", path);
-        goto out;
-    }
-#undef TRY
-    st = ZT_OK;
-out:
-    if (st != ZT_OK)
-        meta_free(m);
-    json_decref(root);
-    return st;
-}
-
-/* ---- reader ---- */
-
-struct zt_ckpt {
-    char dir[ZT_PATH_MAX + 32];
-    ckpt_meta m;
-    int *fds;
-    size_t *unit_off;       /* byte offset of unit u's first chunk inside the payload */
-    size_t payload_off;     /* header + chunk table */
-    uint32_t *tables;       /* (world, n_units * SECTIONS) chunk checksums */
-    unsigned char *scratch; /* STREAM_BYTES, for checksummed partial reads */
-    uint64_t bytes_read;    /* payload bytes read so far */
-    zt_gpt2_layout lay;
-};
-
-static size_t payload_bytes(const ckpt_meta *m)
-{
-    size_t b = 0;
-    for (int u = 0; u < m->n_units; u++)
-        b += 12 * m->shard[u];
-    return b;
-}
-
-void zt_ckpt_close(zt_ckpt *c)
-{
-    if (!c)
-        return;
-    if (c->fds)
-        for (int r = 0; r < c->m.world; r++)
-            if (c->fds[r] >= 0)
-                close(c->fds[r]);
-    zt_free(c->fds);
-    zt_free(c->unit_off);
-    zt_free(c->tables);
-    zt_free(c->scratch);
-    zt_gpt2_layout_free(&c->lay);
-    meta_free(&c->m);
-    zt_free(c);
-}
-
-/* n bytes at offset `at` of shard r, all of them (a short file is an error). */
-static zt_status pread_full(zt_ckpt *c, int r, void *buf, size_t n, uint64_t at, zt_err *err)
-{
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t got = pread(c->fds[r], p, n, (off_t)at);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return zt_err_set(err, got < 0 ? ZT_ERR_IO : ZT_ERR_CORRUPT,
-                              "%s/rank_%05d.zts: cannot read byte %llu: %s; the shard is unreadable or truncated, resume from another checkpoint",
-                              c->dir, r, (unsigned long long)at,
-                              got < 0 ? strerror(errno) : "end of file");
-        p += got;
-        at += (uint64_t)got;
-        n -= (size_t)got;
-    }
-    return ZT_OK;
-}
-
-/* meta.json against one shard's header: the training state each header repeats. A mismatch
- * names meta.json, the field and the shard. */
-static zt_status check_header_state(const zt_ckpt *c, const zt_shard_header *h, const char *file,
-                                    zt_err *err)
-{
-    const ckpt_meta *m = &c->m;
-    const struct {
-        const char *name;
-        long long meta, shard;
-    } f[] = {
-        {"stage", m->stage, h->stage},
-        {"applied_steps", m->applied_steps, (long long)h->applied_steps},
-        {"skipped_steps", m->skipped_steps, (long long)h->skipped_steps},
-        {"train_batch_size", m->train_batch_size, (long long)h->train_batch_size},
-        {"train_micro_batch_size_per_gpu", m->micro_batch, (long long)h->micro_batch},
-        {"gradient_accumulation_steps", m->grad_accum, (long long)h->grad_accum},
-        {"loss_scaler.iter", m->ls_iter, h->ls_iter},
-        {"loss_scaler.last_overflow", m->ls_last_overflow, h->ls_last_overflow},
-        {"loss_scaler.hysteresis_left", m->ls_hyst_left, h->ls_hysteresis_left},
-        {"model.n_layer", m->dims.L, h->dims[0]},
-        {"model.n_head", m->dims.NH, h->dims[1]},
-        {"model.n_embd", m->dims.C, h->dims[2]},
-        {"model.block_size", m->dims.T, h->dims[3]},
-        {"model.vocab_size", m->dims.V, h->dims[4]},
-        {"model.padded_vocab_size", m->dims.Vp, h->dims[5]},
-    };
-    char mp[ZT_PATH_MAX + 48];
-    pathf(mp, sizeof(mp), "%s/%s", c->dir, META_NAME);
-    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
-        if (f[i].meta != f[i].shard)
-            return zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"%s\" is %lld but %s was written with %lld; %s",
-                              mp, f[i].name, f[i].meta, file, f[i].shard, META_HINT);
-    if (h->precision != (uint32_t)m->precision)
-        return zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"precision\" is %s but %s was written with %s; %s",
-                          mp, zt_dtype_name(m->precision), file,
-                          h->precision <= ZT_F16 ? zt_dtype_name((zt_dtype)h->precision) : "?",
-                          META_HINT);
-    if (memcmp(&h->ls_scale, &m->ls_scale, sizeof(double)) != 0)
-        return zt_err_set(err, ZT_ERR_CORRUPT, "%s: \"loss_scaler.scale\" is %.17g but %s was written with %.17g; %s",
-                          mp, m->ls_scale, file, h->ls_scale, META_HINT);
-    if (units_crc(m->n_units, m->numel, m->shard) != h->units_crc32c)
-        return zt_err_set(err, ZT_ERR_CORRUPT,
-                          "%s: \"units\" (the partition layout) disagrees with the one %s was written with; %s",
-                          mp, file, META_HINT);
-    return ZT_OK;
-}
-
-zt_status zt_ckpt_open(zt_ckpt **out, const char *path, zt_err *err)
-{
-    zt_status st;
-    *out = NULL;
-    zt_ckpt *c = zt_calloc(1, sizeof(*c));
-    if (!c)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    unsigned char *table = NULL;
-    if ((st = zt_ckpt_resolve(path, c->dir, sizeof(c->dir), err)) != ZT_OK)
-        goto fail;
-    if ((st = meta_read(&c->m, c->dir, err)) != ZT_OK)
-        goto fail;
-    if (zt_gpt2_layout_init(&c->lay, &c->m.dims) != ZT_OK) {
-        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    for (int u = 0; u < c->m.n_units; u++) {
-        if (c->lay.unit_numel[u] != c->m.numel[u]) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "%s/%s: \"units[%d].numel\" is %zu but its model has %zu; %s",
-                            c->dir, META_NAME, u, c->m.numel[u], c->lay.unit_numel[u], META_HINT);
-            goto fail;
-        }
-    }
-    size_t ntab = (size_t)c->m.n_units * SECTIONS, tbytes = table_bytes(c->m.n_units);
-    c->fds = zt_calloc((size_t)c->m.world, sizeof(int));
-    c->unit_off = zt_calloc((size_t)c->m.n_units, sizeof(size_t));
-    c->tables = zt_calloc((size_t)c->m.world * ntab, sizeof(uint32_t));
-    table = zt_malloc(tbytes);
-    if (!c->fds || !c->unit_off || !c->tables || !table) {
-        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    size_t off = 0;
-    for (int u = 0; u < c->m.n_units; u++) {
-        c->unit_off[u] = off;
-        off += 12 * c->m.shard[u];
-    }
-    c->payload_off = sizeof(zt_shard_header) + tbytes;
-    size_t expect = c->payload_off + payload_bytes(&c->m);
-    for (int r = 0; r < c->m.world; r++)
-        c->fds[r] = -1;
-    for (int r = 0; r < c->m.world; r++) {
-        char file[ZT_PATH_MAX + 32];
-        pathf(file, sizeof(file), "%s/rank_%05d.zts", c->dir, r);
-        c->fds[r] = open(file, O_RDONLY | O_CLOEXEC);
-        if (c->fds[r] < 0) {
-            st = zt_err_set(err, errno == ENOENT ? ZT_ERR_NOT_FOUND : ZT_ERR_IO,
-                            "checkpoint shard %s: %s; the checkpoint is incomplete, resume from another step",
-                            file, strerror(errno));
-            goto fail;
-        }
-        struct stat sb;
-        if (fstat(c->fds[r], &sb) != 0 || (uint64_t)sb.st_size != c->m.bytes[r] ||
-            (size_t)sb.st_size != expect) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s has %lld bytes but %s records %llu and the layout needs %zu; the file is truncated or from another checkpoint",
-                            file, (long long)sb.st_size, META_NAME,
-                            (unsigned long long)c->m.bytes[r], expect);
-            goto fail;
-        }
-        zt_shard_header h;
-        if ((st = pread_full(c, r, &h, sizeof(h), 0, err)) != ZT_OK)
-            goto fail;
-        uint32_t hcrc = zt_crc32c(0, &h, offsetof(zt_shard_header, header_crc32c));
-        if (memcmp(h.magic, ZT_CKPT_SHARD_MAGIC, 8) != 0 || hcrc != h.header_crc32c) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s: bad header (magic or header checksum); the file is corrupted",
-                            file);
-            goto fail;
-        }
-        if (h.version != ZT_CKPT_VERSION || h.rank != (uint32_t)r ||
-            h.world != (uint32_t)c->m.world || h.step != (uint64_t)c->m.step ||
-            h.n_units != (uint32_t)c->m.n_units || h.sections != SECTIONS ||
-            h.payload_offset != c->payload_off || h.payload_bytes != payload_bytes(&c->m) ||
-            h.table_crc32c != c->m.crc[r]) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s disagrees with %s (header says version %u, rank %u of %u, step %llu, crc32c %08x; meta.json says version %d, rank %d of %d, step %lld, crc32c %08x)",
-                            file, META_NAME, h.version, h.rank, h.world,
-                            (unsigned long long)h.step, h.table_crc32c, ZT_CKPT_VERSION, r,
-                            c->m.world, (long long)c->m.step, c->m.crc[r]);
-            goto fail;
-        }
-        if ((st = pread_full(c, r, table, tbytes, sizeof(h), err)) != ZT_OK)
-            goto fail;
-        uint32_t tcrc = zt_crc32c(0, table, tbytes);
-        if (tcrc != h.table_crc32c) {
-            st = zt_err_set(err, ZT_ERR_CORRUPT,
-                            "checkpoint shard %s: its chunk checksum table is corrupted (crc32c %08x, expected %08x); resume from another checkpoint",
-                            file, tcrc, h.table_crc32c);
-            goto fail;
-        }
-        memcpy(c->tables + (size_t)r * ntab, table, ntab * sizeof(uint32_t));
-        if ((st = check_header_state(c, &h, file, err)) != ZT_OK)
-            goto fail;
-    }
-    if (c->m.meta_crc != c->m.meta_crc_recorded) {
-        st = zt_err_set(err, ZT_ERR_CORRUPT,
-                        "%s/%s: its content does not match its checksum \"%s\" (%08x, recorded %08x); %s",
-                        c->dir, META_NAME, META_CRC_KEY, c->m.meta_crc, c->m.meta_crc_recorded,
-                        META_HINT);
-        goto fail;
-    }
-    zt_free(table);
-    *out = c;
-    return ZT_OK;
-fail:
-    zt_free(table);
-    zt_ckpt_close(c);
-    return st;
-}
-
-int64_t zt_ckpt_step(const zt_ckpt *c)
-{
-    return c->m.step;
-}
-
-static uint32_t chunk_crc_recorded(const zt_ckpt *c, int r, int u, int section)
-{
-    return c->tables[((size_t)r * (size_t)c->m.n_units + (size_t)u) * SECTIONS + (size_t)section];
-}
-
-static zt_status chunk_mismatch(const zt_ckpt *c, int r, int u, int section, uint32_t got,
-                                zt_err *err)
-{
-    return zt_err_set(err, ZT_ERR_CORRUPT,
-                      "%s/rank_%05d.zts: checksum mismatch in unit %d %s (crc32c %08x, expected %08x); the shard is corrupted, resume from another checkpoint",
-                      c->dir, r, u, section_names[section], got,
-                      chunk_crc_recorded(c, r, u, section));
-}
-
-static zt_status verify_shard(zt_ckpt *c, int r, zt_err *err)
-{
-    if (!c->scratch && !(c->scratch = zt_malloc(STREAM_BYTES)))
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    uint64_t at = c->payload_off;
-    for (int u = 0; u < c->m.n_units; u++) {
-        for (int sec = 0; sec < SECTIONS; sec++) {
-            size_t total = c->m.shard[u] * sizeof(float);
-            uint32_t crc = 0;
-            for (size_t done = 0; done < total;) {
-                size_t n = total - done < STREAM_BYTES ? total - done : STREAM_BYTES;
-                zt_status st = pread_full(c, r, c->scratch, n, at, err);
-                if (st != ZT_OK)
-                    return st;
-                crc = zt_crc32c(crc, c->scratch, n);
-                done += n;
-                at += n;
-            }
-            c->bytes_read += total;
-            if (crc != chunk_crc_recorded(c, r, u, sec))
-                return chunk_mismatch(c, r, u, sec, crc, err);
-        }
-    }
-    return ZT_OK;
-}
-
-zt_status zt_ckpt_verify(zt_ckpt *c, zt_err *err)
-{
-    for (int r = 0; r < c->m.world; r++) {
-        zt_status st = verify_shard(c, r, err);
-        if (st != ZT_OK)
-            return st;
-    }
-    return ZT_OK;
-}
-
-/* Byte offset in its shard file of element `in` of section `section` of unit u. */
-static uint64_t chunk_at(const zt_ckpt *c, int section, int u, size_t in)
-{
-    return c->payload_off + c->unit_off[u] + ((size_t)section * c->m.shard[u] + in) * 4;
-}
-
-zt_status zt_ckpt_read(zt_ckpt *c, int section, int u, size_t pos, size_t len, float *out,
-                       zt_err *err)
-{
-    size_t S = c->m.shard[u];
-    while (len > 0) {
-        int r = (int)(pos / S);
-        size_t in = pos - (size_t)r * S;
-        size_t n = S - in < len ? S - in : len;
-        if (r >= c->m.world)
-            return zt_err_set(err, ZT_ERR_INVALID, "checkpoint read past unit %d", u);
-        zt_status st = pread_full(c, r, out, n * 4, chunk_at(c, section, u, in), err);
-        if (st != ZT_OK)
-            return st;
-        c->bytes_read += n * 4;
-        out += n;
-        pos += n;
-        len -= n;
-    }
-    return ZT_OK;
-}
-
-/* zt_ckpt_read that reads every chunk it touches whole and checks it against the chunk table
- * before returning: what a resuming rank uses, so that it verifies exactly what it loads. */
-static zt_status read_verified(zt_ckpt *c, int section, int u, size_t pos, size_t len,
-                               float *out, zt_err *err)
-{
-    size_t S = c->m.shard[u];
-    if (len == 0)
-        return ZT_OK;
-    size_t r0 = pos / S, r1 = (pos + len - 1) / S;
-    if (r1 >= (size_t)c->m.world)
-        return zt_err_set(err, ZT_ERR_INVALID, "checkpoint read past unit %d", u);
-    for (size_t r = r0; r <= r1; r++) {
-        size_t c0 = r * S;
-        size_t lo = pos > c0 ? pos : c0, hi = pos + len < c0 + S ? pos + len : c0 + S;
-        uint64_t at = chunk_at(c, section, u, 0);
-        uint32_t crc = 0;
-        zt_status st;
-        if (lo == c0 && hi == c0 + S) { /* the whole chunk is wanted: read it in place */
-            float *dst = out + (c0 - pos);
-            if ((st = pread_full(c, (int)r, dst, S * 4, at, err)) != ZT_OK)
-                return st;
-            crc = zt_crc32c(0, dst, S * 4);
-        } else {
-            if (!c->scratch && !(c->scratch = zt_malloc(STREAM_BYTES)))
-                return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-            size_t want0 = (lo - c0) * 4, want1 = (hi - c0) * 4;
-            unsigned char *dst = (unsigned char *)(out + (lo - pos));
-            for (size_t done = 0; done < S * 4;) {
-                size_t n = S * 4 - done < STREAM_BYTES ? S * 4 - done : STREAM_BYTES;
-                if ((st = pread_full(c, (int)r, c->scratch, n, at + done, err)) != ZT_OK)
-                    return st;
-                crc = zt_crc32c(crc, c->scratch, n);
-                size_t b0 = done > want0 ? done : want0;
-                size_t b1 = done + n < want1 ? done + n : want1;
-                if (b0 < b1)
-                    memcpy(dst + (b0 - want0), c->scratch + (b0 - done), b1 - b0);
-                done += n;
-            }
-        }
-        c->bytes_read += S * 4;
-        if (crc != chunk_crc_recorded(c, (int)r, u, section))
-            return chunk_mismatch(c, (int)r, u, section, crc, err);
-    }
-    return ZT_OK;
 }
 
 /* ---- agreement between ranks ---- */
@@ -927,30 +82,31 @@ static zt_status agree(zt_engine *e, zt_status st, zt_err *err)
     zt_status cst = ZT_OK;
     if (!codes || !o || !dev) {
         cst = zt_err_set(err, ZT_ERR_NOMEM, "out of memory sharing a checkpoint outcome");
-        goto out;
+        goto free_buffers;
     }
     uint32_t mine = (uint32_t)st;
     e->ops->copy_h2d(e->k, dev + e->rank, &mine, sizeof(mine));
     if ((cst = zt_comm_allgather(e->comm, dev + e->rank, dev, 1, ZT_F32, NULL, err)) != ZT_OK)
-        goto out;
+        goto free_buffers;
     e->ops->copy_d2h(e->k, codes, dev, n * sizeof(uint32_t));
     int root = -1;
     for (int r = 0; r < e->world && root < 0; r++)
         if (codes[r] != ZT_OK)
             root = r;
     if (root < 0)
-        goto out;
+        goto free_buffers;
     if (e->rank == root) {
         o->status = (int32_t)st;
-        pathf(o->msg, sizeof(o->msg), "rank %d: %s", root, err ? zt_err_msg(err) : zt_strerror(st));
+        zt_ckpt_pathf(o->msg, sizeof(o->msg), "rank %d: %s", root,
+                      err ? zt_err_msg(err) : zt_strerror(st));
         e->ops->copy_h2d(e->k, dev, o, sizeof(*o));
     }
     if ((cst = zt_comm_broadcast(e->comm, dev, sizeof(*o), root, NULL, err)) != ZT_OK)
-        goto out;
+        goto free_buffers;
     e->ops->copy_d2h(e->k, o, dev, sizeof(*o));
     o->msg[sizeof(o->msg) - 1] = '\0';
     cst = zt_err_set(err, (zt_status)codes[root], "%s", o->msg);
-out:
+free_buffers:
     if (dev)
         zt_engine_comm_free(e, dev, dev_bytes);
     zt_free(o);
@@ -958,211 +114,18 @@ out:
     return cst;
 }
 
-/* ---- the job a checkpoint directory belongs to (owner.json) ---- */
-
-#define OWNER_NAME "owner.json"
-#define OWNER_FORMAT "zerotrain-checkpoint-owner"
-#define OWNER_VERSION 1
-
-bool zt_ckpt_status_is_bad(zt_status st)
-{
-    return st == ZT_ERR_CORRUPT || st == ZT_ERR_FORMAT;
-}
-
-zt_status zt_ckpt_owner_from_env(zt_ckpt_owner *me, const char *job_name, zt_err *err)
-{
-    memset(me, 0, sizeof(*me));
-    pathf(me->job_name, sizeof(me->job_name), "%s", job_name ? job_name : "");
-    const char *id = getenv("ZT_JOB_ID");
-    if (id && *id) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(id, &end, 10);
-        if (errno || *end || v < 0 || !isdigit((unsigned char)id[0]))
-            return zt_err_set(err, ZT_ERR_CONFIG,
-                              "ZT_JOB_ID=\"%s\" is not a job id (a non-negative integer); unset it for a run without a coordinator",
-                              id);
-        me->has_job_id = true;
-        me->job_id = v;
-    }
-    const char *key = getenv("ZT_SUBMIT_KEY");
-    if (key && pathf(me->submit_key, sizeof(me->submit_key), "%s", key) >= (int)sizeof(me->submit_key))
-        return zt_err_set(err, ZT_ERR_CONFIG, "ZT_SUBMIT_KEY is longer than %zu bytes",
-                          sizeof(me->submit_key) - 1);
-    return ZT_OK;
-}
-
-bool zt_ckpt_owner_same(const zt_ckpt_owner *a, const zt_ckpt_owner *b)
-{
-    return a->has_job_id == b->has_job_id && (!a->has_job_id || a->job_id == b->job_id);
-}
-
-zt_status zt_ckpt_owner_read(const char *dir, zt_ckpt_owner *out, bool *found, zt_err *err)
-{
-    memset(out, 0, sizeof(*out));
-    *found = false;
-    char path[ZT_PATH_MAX + 16];
-    pathf(path, sizeof(path), "%s/%s", dir, OWNER_NAME);
-    struct stat sb;
-    if (lstat(path, &sb) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return ZT_OK;
-        return zt_err_set(err, ZT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    }
-    *found = true;
-    const char *why = NULL;
-    char buf[160];
-    json_error_t je;
-    json_t *root = S_ISREG(sb.st_mode) ? json_load_file(path, JSON_REJECT_DUPLICATES, &je) : NULL;
-    json_t *id = NULL, *name = NULL, *key = NULL, *created = NULL;
-    if (!S_ISREG(sb.st_mode)) {
-        why = "it is not a regular file";
-    } else if (!root) {
-        pathf(buf, sizeof(buf), "line %d: %s", je.line, je.text);
-        why = buf;
-    } else if (!json_is_object(root) ||
-               !json_is_string(json_object_get(root, "format")) ||
-               strcmp(json_string_value(json_object_get(root, "format")), OWNER_FORMAT) != 0) {
-        why = "its \"format\" is not \"" OWNER_FORMAT "\"";
-    } else if (json_integer_value(json_object_get(root, "version")) != OWNER_VERSION) {
-        why = "its \"version\" is not 1";
-    } else {
-        id = json_object_get(root, "job_id");
-        name = json_object_get(root, "job_name");
-        key = json_object_get(root, "submit_key");
-        created = json_object_get(root, "created");
-        if (!(json_is_null(id) || (json_is_integer(id) && json_integer_value(id) >= 0)) ||
-            !json_is_string(name) || !json_is_string(key) || !json_is_string(created))
-            why = "\"job_id\", \"job_name\", \"submit_key\" or \"created\" is missing or of the wrong type";
-    }
-    if (why) {
-        json_decref(root);
-        return zt_err_set(err, ZT_ERR_CONFIG,
-                          "%s is not a checkpoint owner record (%s); remove it, or set ZT_CKPT_TAKEOVER=1 to replace it",
-                          path, why);
-    }
-    out->has_job_id = json_is_integer(id);
-    out->job_id = out->has_job_id ? json_integer_value(id) : 0;
-    pathf(out->job_name, sizeof(out->job_name), "%s", json_string_value(name));
-    pathf(out->submit_key, sizeof(out->submit_key), "%s", json_string_value(key));
-    pathf(out->created, sizeof(out->created), "%s", json_string_value(created));
-    json_decref(root);
-    return ZT_OK;
-}
-
-/* "job 12 'tiny'" or "a local run (zctl run) of 'tiny'" */
-static void owner_describe(const zt_ckpt_owner *o, char *buf, size_t n)
-{
-    if (o->has_job_id)
-        pathf(buf, n, "job %lld '%s'", (long long)o->job_id, o->job_name);
-    else
-        pathf(buf, n, "a local run (zctl run) of '%s'", o->job_name);
-}
-
-/* The refusal of a directory that belongs to another job. */
-static zt_status owner_refuse(const char *dir, const zt_ckpt_owner *owner, zt_err *err)
-{
-    char who[ZT_NAME_MAX + 64];
-    owner_describe(owner, who, sizeof(who));
-    return zt_err_set(err, ZT_ERR_CONFIG,
-                      "checkpoint_dir %s belongs to %s (created %s); give this job its own train.checkpoint_dir, or set train.resume_from to take it over (ZT_CKPT_TAKEOVER=1 takes it over without resuming from it)",
-                      dir, who, owner->created);
-}
-
-zt_status zt_ckpt_owner_check(const char *dir, const zt_ckpt_owner *me, bool takeover,
-                              zt_err *err)
-{
-    zt_ckpt_owner cur;
-    bool found;
-    zt_err rerr;
-    zt_err_clear(&rerr);
-    zt_status st = zt_ckpt_owner_read(dir, &cur, &found, &rerr);
-    if (st != ZT_OK)
-        return takeover && st == ZT_ERR_CONFIG ? ZT_OK : zt_err_set(err, st, "%s", rerr.msg);
-    if (!found || takeover || zt_ckpt_owner_same(&cur, me))
-        return ZT_OK;
-    return owner_refuse(dir, &cur, err);
-}
-
-/* Writes me as dir's owner (a new record, created now), durably. */
-static zt_status owner_write(const char *dir, const zt_ckpt_owner *me, zt_err *err)
-{
-    char created[32];
-    time_t now = (time_t)(zt_wall_ms() / 1000);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    json_t *root = json_object();
-    json_object_set_new(root, "format", json_string(OWNER_FORMAT));
-    json_object_set_new(root, "version", json_integer(OWNER_VERSION));
-    json_object_set_new(root, "job_id", me->has_job_id ? json_integer(me->job_id) : json_null());
-    json_object_set_new(root, "job_name", json_string(me->job_name));
-    json_object_set_new(root, "submit_key", json_string(me->submit_key));
-    json_object_set_new(root, "created", json_string(created));
-    char *js = json_dumps(root, JSON_PRESERVE_ORDER);
-    json_decref(root);
-    char path[ZT_PATH_MAX + 16];
-    pathf(path, sizeof(path), "%s/%s", dir, OWNER_NAME);
-    if (!js)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory writing %s", path);
-    zt_outfile *f = NULL;
-    zt_status st = zt_outfile_open(&f, path, err);
-    if (st == ZT_OK && (st = zt_outfile_write(f, js, strlen(js), err)) == ZT_OK &&
-        (st = zt_outfile_write(f, "\n", 1, err)) == ZT_OK)
-        st = zt_outfile_commit(f, err);
-    else
-        zt_outfile_abort(f);
-    free(js);
-    return st;
-}
-
-/* Rank 0's part of zt_ckpt_claim. */
-static zt_status claim_local(const char *dir, const zt_ckpt_owner *me, bool takeover,
-                             zt_err *err)
-{
-    zt_status st = mkdir_p(dir, err);
-    if (st != ZT_OK)
-        return st;
-    zt_ckpt_owner cur;
-    bool found;
-    zt_err rerr;
-    zt_err_clear(&rerr);
-    st = zt_ckpt_owner_read(dir, &cur, &found, &rerr);
-    if (st != ZT_OK && !(takeover && st == ZT_ERR_CONFIG))
-        return zt_err_set(err, st, "%s", rerr.msg);
-    bool readable = st == ZT_OK;
-    if (found && readable && zt_ckpt_owner_same(&cur, me))
-        return ZT_OK;
-    if (found && readable && !takeover)
-        return owner_refuse(dir, &cur, err);
-    if ((st = owner_write(dir, me, err)) != ZT_OK)
-        return st;
-    char who[ZT_NAME_MAX + 64];
-    if (found && readable) {
-        owner_describe(&cur, who, sizeof(who));
-        ZT_WARN("ckpt", "took over checkpoint_dir %s from %s (created %s)", dir, who,
-                cur.created);
-    } else if (found) {
-        ZT_WARN("ckpt", "replaced %s/%s, which was not an owner record (ZT_CKPT_TAKEOVER=1)", dir,
-                OWNER_NAME);
-    }
-    return ZT_OK;
-}
+/* ---- the job a checkpoint directory belongs to ---- */
 
 zt_status zt_ckpt_claim(zt_engine *e, const zt_ckpt_owner *me, bool takeover, zt_err *err)
 {
-    zt_status st = e->rank == 0 ? claim_local(e->job.train.checkpoint_dir, me, takeover, err)
-                                : ZT_OK;
+    zt_status st = ZT_OK;
+    if (e->rank == 0) {
+        const char *dir = e->job.train.checkpoint_dir;
+        st = mkdirs_explained(dir, err);
+        if (st == ZT_OK)
+            st = zt_ckpt_owner_claim(dir, me, takeover, err);
+    }
     return agree(e, st, err);
-}
-
-bool zt_ckpt_path_inside(const char *path, const char *dir)
-{
-    char p[PATH_MAX], d[PATH_MAX];
-    if (!realpath(path, p) || !realpath(dir, d))
-        return false;
-    size_t n = strlen(d);
-    return strncmp(p, d, n) == 0 && (p[n] == '\0' || p[n] == '/' || (n == 1 && d[0] == '/'));
 }
 
 /* ---- save ---- */
@@ -1186,20 +149,7 @@ static void *writer_main(void *arg)
     ckpt_writer *w = arg;
     zt_outfile *f = NULL;
     double t0 = zt_now_s();
-    zt_shard_header h;
-    memcpy(&h, w->buf, sizeof(h));
-    uint32_t *table = (uint32_t *)(w->buf + sizeof(h));
-    memset(table, 0, h.payload_offset - sizeof(h));
-    const unsigned char *p = w->buf + h.payload_offset;
-    for (int u = 0; u < w->n_units; u++)
-        for (int sec = 0; sec < SECTIONS; sec++) {
-            table[u * SECTIONS + sec] = zt_crc32c(0, p, w->S[u] * sizeof(float));
-            p += w->S[u] * sizeof(float);
-        }
-    h.table_crc32c = zt_crc32c(0, table, h.payload_offset - sizeof(h));
-    h.header_crc32c = zt_crc32c(0, &h, offsetof(zt_shard_header, header_crc32c));
-    memcpy(w->buf, &h, sizeof(h));
-    w->crc = h.table_crc32c;
+    w->crc = zt_ckpt_shard_seal(w->buf, w->n_units, w->S);
     w->st = zt_outfile_open(&f, w->path, &w->err);
     if (w->st == ZT_OK)
         w->st = zt_outfile_write(f, w->buf, w->bytes, &w->err);
@@ -1214,7 +164,7 @@ static void *writer_main(void *arg)
 
 static void step_dir_of(const zt_engine *e, int64_t step, char *out, size_t n)
 {
-    pathf(out, n, "%s/step_%08lld", e->job.train.checkpoint_dir, (long long)step);
+    zt_ckpt_pathf(out, n, "%s/step_%08lld", e->job.train.checkpoint_dir, (long long)step);
 }
 
 static size_t shard_bytes(const zt_engine *e, size_t *payload)
@@ -1224,7 +174,7 @@ static size_t shard_bytes(const zt_engine *e, size_t *payload)
         p += 12 * e->S[u];
     if (payload)
         *payload = p;
-    return sizeof(zt_shard_header) + table_bytes(e->nu) + p;
+    return sizeof(zt_shard_header) + zt_ckpt_table_bytes(e->nu) + p;
 }
 
 /* True for a name zerotrain writes in a step directory: meta.json, rank_NNNNN.zts, and the
@@ -1245,7 +195,7 @@ static bool own_step_file(const char *name)
         base[tmp - name] = '\0';
         name = base;
     }
-    return strcmp(name, META_NAME) == 0 || parse_shard_name(name) >= 0;
+    return strcmp(name, ZT_CKPT_META_NAME) == 0 || zt_ckpt_parse_shard_name(name) >= 0;
 }
 
 /* Removes name from the directory open as dfd when it is a regular file (never through a
@@ -1272,7 +222,7 @@ static int unlink_regular_at(int dfd, const char *name)
  * interrupted save are removed, so the directory holds only what the new meta.json will list. */
 static zt_status prepare_step_dir(zt_engine *e, const char *dir, zt_err *err)
 {
-    zt_status st = mkdir_p(dir, err);
+    zt_status st = mkdirs_explained(dir, err);
     if (st != ZT_OK)
         return st;
     int sfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1287,10 +237,10 @@ static zt_status prepare_step_dir(zt_engine *e, const char *dir, zt_err *err)
     }
     int lfd = -1;
     DIR *d = NULL;
-    if (unlink_regular_at(sfd, META_NAME) < 0) {
+    if (unlink_regular_at(sfd, ZT_CKPT_META_NAME) < 0) {
         st = zt_err_set(err, errno == EPERM ? ZT_ERR_CONFIG : errno_status(errno),
                         "cannot remove %s/%s before re-saving step %lld: %s; remove it by hand or set train.checkpoint_dir elsewhere",
-                        dir, META_NAME, (long long)e->steps_done,
+                        dir, ZT_CKPT_META_NAME, (long long)e->steps_done,
                         errno == EPERM ? "it is not a regular file" : strerror(errno));
         goto close_dir;
     }
@@ -1306,7 +256,7 @@ static zt_status prepare_step_dir(zt_engine *e, const char *dir, zt_err *err)
     int removed = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        int r = parse_shard_name(de->d_name);
+        int r = zt_ckpt_parse_shard_name(de->d_name);
         bool tmp = strstr(de->d_name, ".tmp.") != NULL && own_step_file(de->d_name);
         if (!((r >= 0 && r >= e->world) || tmp))
             continue;
@@ -1358,7 +308,7 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     w->buf = e->ck_buf;
     w->S = e->S;
     w->n_units = e->nu;
-    pathf(w->path, sizeof(w->path), "%s/rank_%05d.zts", dir, e->rank);
+    zt_ckpt_pathf(w->path, sizeof(w->path), "%s/rank_%05d.zts", dir, e->rank);
     w->bytes = bytes;
     zt_shard_header h;
     memset(&h, 0, sizeof(h));
@@ -1368,11 +318,11 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     h.world = (uint32_t)e->world;
     h.stage = (uint32_t)e->stage;
     h.n_units = (uint32_t)e->nu;
-    h.sections = SECTIONS;
+    h.sections = ZT_CKPT_SECTIONS;
     h.step = (uint64_t)e->steps_done;
-    h.payload_offset = sizeof(h) + table_bytes(e->nu);
+    h.payload_offset = sizeof(h) + zt_ckpt_table_bytes(e->nu);
     h.payload_bytes = payload;
-    h.units_crc32c = units_crc(e->nu, e->lay.unit_numel, e->S);
+    h.units_crc32c = zt_ckpt_units_crc(e->nu, e->lay.unit_numel, e->S);
     h.applied_steps = (uint64_t)e->applied_steps;
     h.skipped_steps = (uint64_t)e->skipped_total;
     h.train_batch_size = (uint64_t)e->job.ds.train_batch_size;
@@ -1399,9 +349,9 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
             zt_engine_region_get(e, u, r0 - e->base[u], len, p);
             zt_engine_moments_get(e, u, r0 - e->base[u], len, p + S, p + 2 * S);
         }
-        for (int sec = 0; sec < SECTIONS; sec++)
+        for (int sec = 0; sec < ZT_CKPT_SECTIONS; sec++)
             memset(p + (size_t)sec * S + len, 0, (S - len) * sizeof(float));
-        p += SECTIONS * S;
+        p += ZT_CKPT_SECTIONS * S;
     }
     if ((st = e->ops->sync(e->k, err)) != ZT_OK) {
         zt_free(w);
@@ -1446,7 +396,7 @@ static bool step_complete_at(int rfd, const char *name)
     if (sfd < 0)
         return false;
     struct stat sb;
-    bool ok = fstatat(sfd, META_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode);
+    bool ok = fstatat(sfd, ZT_CKPT_META_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode);
     close(sfd);
     return ok;
 }
@@ -1466,10 +416,10 @@ static int remove_step_at(int rfd, const char *name, int *removed, int *foreign,
     int sfd = openat(rfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sfd < 0)
         return -2;
-    int u = unlink_regular_at(sfd, META_NAME);
+    int u = unlink_regular_at(sfd, ZT_CKPT_META_NAME);
     if (u < 0) {
         (*foreign)++;
-        snprintf(first, first_n, "%s", META_NAME);
+        snprintf(first, first_n, "%s", ZT_CKPT_META_NAME);
     }
     *removed += u > 0;
     int lfd = dup(sfd);
@@ -1485,7 +435,7 @@ static int remove_step_at(int rfd, const char *name, int *removed, int *foreign,
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-            strcmp(de->d_name, META_NAME) == 0)
+            strcmp(de->d_name, ZT_CKPT_META_NAME) == 0)
             continue;
         if (own_step_file(de->d_name) && (u = unlink_regular_at(sfd, de->d_name)) >= 0) {
             *removed += u;
@@ -1530,9 +480,11 @@ static void prune(zt_engine *e)
     char odd_first[300] = "";
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        int64_t s = parse_step_name(de->d_name);
+        int64_t s = zt_ckpt_parse_step_name(de->d_name);
         char canon[32];
-        if (s < 0 || pathf(canon, sizeof(canon), "step_%08lld", (long long)s) >= (int)sizeof(canon) ||
+        if (s < 0 ||
+            zt_ckpt_pathf(canon, sizeof(canon), "step_%08lld", (long long)s) >=
+                (int)sizeof(canon) ||
             strcmp(canon, de->d_name) != 0)
             continue;
         struct stat sb;
@@ -1540,8 +492,8 @@ static void prune(zt_engine *e)
             continue;
         if (!S_ISDIR(sb.st_mode)) {
             if (!odd++)
-                pathf(odd_first, sizeof(odd_first), "%s (%s)", de->d_name,
-                      S_ISLNK(sb.st_mode) ? "a symbolic link" : "not a directory");
+                zt_ckpt_pathf(odd_first, sizeof(odd_first), "%s (%s)", de->d_name,
+                              S_ISLNK(sb.st_mode) ? "a symbolic link" : "not a directory");
             continue;
         }
         if (n == cap) {
@@ -1582,8 +534,8 @@ static void prune(zt_engine *e)
         if (!drop)
             continue;
         char name[32], dir[ZT_PATH_MAX + 32], first[300];
-        pathf(name, sizeof(name), "step_%08lld", (long long)step);
-        pathf(dir, sizeof(dir), "%s/%s", root, name);
+        zt_ckpt_pathf(name, sizeof(name), "step_%08lld", (long long)step);
+        zt_ckpt_pathf(dir, sizeof(dir), "%s/%s", root, name);
         int removed = 0, foreign = 0;
         int rc = remove_step_at(rfd, name, &removed, &foreign, first, sizeof(first));
         if (rc == 1 && removed == 0)
@@ -1602,8 +554,8 @@ static void prune(zt_engine *e)
         /* incomplete ones too: the coordinator may know them */
         char line[ZT_PATH_MAX + 96];
         report(e, line,
-               pathf(line, sizeof(line), "rank=%d ckpt_removed step=%lld dir=%s\n", e->rank,
-                     (long long)step, dir));
+               zt_ckpt_pathf(line, sizeof(line), "rank=%d ckpt_removed step=%lld dir=%s\n",
+                             e->rank, (long long)step, dir));
     }
     zt_free(steps);
     close(rfd);
@@ -1614,7 +566,7 @@ static void prune(zt_engine *e)
  * removed again: a checkpoint whose commit failed does not count. */
 static zt_status commit_meta(zt_engine *e, const char *dir, const uint32_t *info, zt_err *err)
 {
-    ckpt_meta m;
+    zt_ckpt_meta m;
     memset(&m, 0, sizeof(m));
     m.step = e->ck_step;
     m.applied_steps = e->ck_applied;
@@ -1631,7 +583,7 @@ static zt_status commit_meta(zt_engine *e, const char *dir, const uint32_t *info
     m.ls_iter = e->ck_scaler.iter;
     m.ls_last_overflow = e->ck_scaler.last_overflow;
     m.ls_hyst_left = e->ck_scaler.hysteresis_left;
-    zt_status st = meta_alloc(&m, err);
+    zt_status st = zt_ckpt_meta_alloc(&m, err);
     if (st != ZT_OK)
         return st;
     for (int u = 0; u < e->nu; u++) {
@@ -1643,10 +595,10 @@ static zt_status commit_meta(zt_engine *e, const char *dir, const uint32_t *info
         m.crc[r] = v[0];
         m.bytes[r] = (uint64_t)v[1] | ((uint64_t)v[2] << 32);
     }
-    char *js = meta_to_json(&m, &e->job);
-    meta_free(&m);
+    char *js = zt_ckpt_meta_to_json(&m, &e->job);
+    zt_ckpt_meta_free(&m);
     char path[ZT_PATH_MAX + 48];
-    pathf(path, sizeof(path), "%s/%s", dir, META_NAME);
+    zt_ckpt_pathf(path, sizeof(path), "%s/%s", dir, ZT_CKPT_META_NAME);
     zt_outfile *f = NULL;
     if (!js)
         st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory writing %s", path);
@@ -1685,29 +637,30 @@ zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
         st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
     /* is every shard durable? every rank learns the first failure */
     if ((st = agree(e, st, err)) != ZT_OK)
-        goto failed;
+        goto not_saved;
     /* every rank's (table crc, bytes) for rank 0's meta.json */
     uint32_t mine[3] = {w->crc, (uint32_t)(w->bytes & 0xffffffffu), (uint32_t)(w->bytes >> 32)};
     e->ops->copy_h2d(e->k, dev + (size_t)e->rank * 3, mine, sizeof(mine));
     if ((st = zt_comm_allgather(e->comm, dev + (size_t)e->rank * 3, dev, 3, ZT_F32, NULL, err)) !=
         ZT_OK)
-        goto failed;
+        goto not_saved;
     e->ops->copy_d2h(e->k, info, dev, info_bytes);
     /* rank 0 commits; every rank learns whether that worked before anyone reports the step */
     st = e->rank == 0 ? commit_meta(e, dir, info, err) : ZT_OK;
     if ((st = agree(e, st, err)) != ZT_OK)
-        goto failed;
+        goto not_saved;
     ZT_INFO("ckpt", "shard %s: %zu bytes written and fsync'd in %.3f s", w->path, w->bytes,
             w->write_s);
     char line[ZT_PATH_MAX + 128];
     report(e, line,
-           pathf(line, sizeof(line), "rank=%d ckpt step=%lld file=%s bytes=%zu crc32c=%08x\n",
-                 e->rank, (long long)e->ck_step, w->path, w->bytes, w->crc));
+           zt_ckpt_pathf(line, sizeof(line),
+                         "rank=%d ckpt step=%lld file=%s bytes=%zu crc32c=%08x\n", e->rank,
+                         (long long)e->ck_step, w->path, w->bytes, w->crc));
     if (e->rank == 0) {
         prune(e);
         report(e, line,
-               pathf(line, sizeof(line), "rank=0 ckpt_commit step=%lld dir=%s\n",
-                     (long long)e->ck_step, dir));
+               zt_ckpt_pathf(line, sizeof(line), "rank=0 ckpt_commit step=%lld dir=%s\n",
+                             (long long)e->ck_step, dir));
     }
     e->last_ckpt_step = e->ck_step;
     e->ck_blocked_s += (double)(zt_now_ns() - t0) * 1e-9;
@@ -1716,11 +669,11 @@ zt_status zt_ckpt_save_finish(zt_engine *e, zt_err *err)
                 dir, w->bytes, w->write_s,
                 (double)w->bytes / (w->write_s > 0 ? w->write_s : 1e-9) / 1e9,
                 e->ck_blocked_s * 1e3);
-    goto out;
-failed:
+    goto free_buffers;
+not_saved:
     if (err)
         zt_err_prefix(err, "checkpoint %s not saved", dir);
-out:
+free_buffers:
     if (dev)
         zt_engine_comm_free(e, dev, info_bytes);
     zt_free(info);
@@ -1789,14 +742,14 @@ static zt_status load_local(zt_engine *e, zt_ckpt **cp, const char *path, zt_err
                         "checkpoint %s holds a model with n_layer %d n_head %d n_embd %d block_size %d vocab %d (padded %d) but the job has %d %d %d %d %d (%d); resume with the job that wrote it",
                         c->dir, a->L, a->NH, a->C, a->T, a->V, a->Vp, b->L, b->NH, b->C, b->T,
                         b->V, b->Vp);
-        goto out;
+        goto free_buffers;
     }
     size_t maxp = e->P[0] > e->max_unit_p ? e->P[0] : e->max_unit_p;
     vals = zt_calloc(maxp, sizeof(float));
     mv = zt_calloc(maxp * 2, sizeof(float));
     if (!vals || !mv) {
         st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory loading the checkpoint");
-        goto out;
+        goto free_buffers;
     }
     for (int u = 0; u < e->nu; u++) {
         size_t n = e->lay.unit_numel[u];
@@ -1810,14 +763,14 @@ static zt_status load_local(zt_engine *e, zt_ckpt **cp, const char *path, zt_err
             lo = lo < hi ? lo : hi;
         }
         memset(vals, 0, e->P[u] * sizeof(float));
-        if ((st = read_verified(c, 0, u, lo, hi - lo, vals + lo, err)) != ZT_OK)
-            goto out;
+        if ((st = zt_ckpt_read_verified(c, 0, u, lo, hi - lo, vals + lo, err)) != ZT_OK)
+            goto free_buffers;
         if ((st = zt_engine_load_unit(e, u, vals, err)) != ZT_OK)
-            goto out;
+            goto free_buffers;
         if (rl) {
-            if ((st = read_verified(c, 1, u, e->base[u], rl, mv, err)) != ZT_OK ||
-                (st = read_verified(c, 2, u, e->base[u], rl, mv + rl, err)) != ZT_OK)
-                goto out;
+            if ((st = zt_ckpt_read_verified(c, 1, u, e->base[u], rl, mv, err)) != ZT_OK ||
+                (st = zt_ckpt_read_verified(c, 2, u, e->base[u], rl, mv + rl, err)) != ZT_OK)
+                goto free_buffers;
             zt_engine_moments_set(e, u, 0, rl, mv, mv + rl);
         }
     }
@@ -1831,7 +784,7 @@ static zt_status load_local(zt_engine *e, zt_ckpt **cp, const char *path, zt_err
         e->scaler.last_overflow = c->m.ls_last_overflow;
         e->scaler.hysteresis_left = c->m.ls_hyst_left;
     }
-out:
+free_buffers:
     zt_free(vals);
     zt_free(mv);
     return st;
@@ -1861,7 +814,7 @@ zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err
     zt_status st = zt_ckpt_open(&c, step_dir, err);
     if (st != ZT_OK)
         return st;
-    const ckpt_meta *m = &c->m;
+    const zt_ckpt_meta *m = &c->m;
     const zt_model_cfg *mc = &job->model;
     if (m->dims.L != mc->n_layer || m->dims.C != mc->n_embd || m->dims.NH != mc->n_head ||
         m->dims.T != mc->block_size || m->dims.V != mc->vocab_size ||
@@ -1870,7 +823,7 @@ zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err
                         "checkpoint %s holds a model with n_layer %d n_head %d n_embd %d block_size %d vocab_size %d but the job asks for %d %d %d %d %d; resume with the job that wrote it",
                         step_dir, m->dims.L, m->dims.NH, m->dims.C, m->dims.T, m->dims.V,
                         mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size);
-        goto out;
+        goto close_ckpt;
     }
     /* elastic batch: the global batch and the sample order stay; accumulation re-derived */
     int64_t tb = m->train_batch_size;
@@ -1882,279 +835,27 @@ zt_status zt_ckpt_adapt_job(zt_job *job, const char *step_dir, int world, zt_err
             st = zt_err_set(err, ZT_ERR_CONFIG,
                             "cannot resume %s on %d ranks: its train_batch_size %lld is not a multiple of the rank count; pick a rank count that divides %lld",
                             step_dir, world, (long long)tb, (long long)tb);
-            goto out;
+            goto close_ckpt;
         }
         job->ds.given_train_batch_size = tb;
         job->ds.given_grad_accum = 0;
         job->ds.micro_picked = 1;
         job->resources.ranks = world;
         st = zt_job_resolve_batch(job, world, err);
-        goto out;
+        goto close_ckpt;
     }
     if (micro <= 0 || tb % (micro * world) != 0) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
                         "cannot resume %s on %d ranks: its train_batch_size %lld is not a multiple of train_micro_batch_size_per_gpu %lld * %d ranks; pick a rank count and micro batch whose product divides %lld",
                         step_dir, world, (long long)tb, (long long)micro, world, (long long)tb);
-        goto out;
+        goto close_ckpt;
     }
     job->ds.given_train_batch_size = tb;
     job->ds.given_micro_batch = micro;
     job->ds.given_grad_accum = 0;
     job->resources.ranks = world;
     st = zt_job_resolve_batch(job, world, err);
-out:
-    zt_ckpt_close(c);
-    return st;
-}
-
-/* ---- export ---- */
-
-static const char *hf_name(int kind, int layer, char *buf, size_t n)
-{
-    static const char *const block_names[ZT_T_KIND_COUNT] = {
-        [ZT_T_LN1W] = "ln_1.weight",         [ZT_T_LN1B] = "ln_1.bias",
-        [ZT_T_QKVW] = "attn.c_attn.weight",  [ZT_T_QKVB] = "attn.c_attn.bias",
-        [ZT_T_ATTPROJW] = "attn.c_proj.weight", [ZT_T_ATTPROJB] = "attn.c_proj.bias",
-        [ZT_T_LN2W] = "ln_2.weight",         [ZT_T_LN2B] = "ln_2.bias",
-        [ZT_T_FCW] = "mlp.c_fc.weight",      [ZT_T_FCB] = "mlp.c_fc.bias",
-        [ZT_T_FCPROJW] = "mlp.c_proj.weight", [ZT_T_FCPROJB] = "mlp.c_proj.bias",
-    };
-    switch (kind) {
-    case ZT_T_WTE: return "transformer.wte.weight";
-    case ZT_T_WPE: return "transformer.wpe.weight";
-    case ZT_T_LNFW: return "transformer.ln_f.weight";
-    case ZT_T_LNFB: return "transformer.ln_f.bias";
-    default: pathf(buf, n, "transformer.h.%d.%s", layer, block_names[kind]); return buf;
-    }
-}
-
-/* Rows and columns as llm.c stores the tensor ([out, in]); 1-D tensors have rows 1. */
-static void kind_shape(const zt_gpt2_dims *d, int kind, size_t *rows, size_t *cols)
-{
-    size_t C = (size_t)d->C;
-    *rows = 1;
-    switch (kind) {
-    case ZT_T_WTE: *rows = (size_t)d->V; *cols = C; break; /* exported without padding rows */
-    case ZT_T_WPE: *rows = (size_t)d->T; *cols = C; break;
-    case ZT_T_QKVW: *rows = 3 * C; *cols = C; break;
-    case ZT_T_ATTPROJW: *rows = C; *cols = C; break;
-    case ZT_T_FCW: *rows = 4 * C; *cols = C; break;
-    case ZT_T_FCPROJW: *rows = C; *cols = 4 * C; break;
-    case ZT_T_QKVB: *cols = 3 * C; break;
-    case ZT_T_FCB: *cols = 4 * C; break;
-    default: *cols = C; break;
-    }
-}
-
-static bool kind_transposed(int kind)
-{
-    return kind == ZT_T_QKVW || kind == ZT_T_ATTPROJW || kind == ZT_T_FCW || kind == ZT_T_FCPROJW;
-}
-
-static zt_status put_values(zt_outfile *f, const float *v, size_t n, zt_dtype dt, zt_err *err)
-{
-    if (dt == ZT_F32)
-        return zt_outfile_write(f, v, n * 4, err);
-    uint16_t tmp[4096];
-    for (size_t i = 0; i < n; i += 4096) {
-        size_t k = n - i < 4096 ? n - i : 4096;
-        for (size_t j = 0; j < k; j++)
-            tmp[j] = zt_bf16_from_f32(v[i + j]);
-        zt_status st = zt_outfile_write(f, tmp, k * 2, err);
-        if (st != ZT_OK)
-            return st;
-    }
-    return ZT_OK;
-}
-
-static zt_status export_safetensors(zt_ckpt *c, zt_dtype dt, const char *out, float *buf,
-                                    float *tbuf, zt_err *err)
-{
-    const zt_gpt2_layout *lay = &c->lay;
-    const zt_gpt2_dims *d = &lay->d;
-    size_t es = zt_dtype_size(dt);
-    /* header: every tensor in model order with its byte range */
-    json_t *hdr = json_object();
-    json_t *meta = json_object();
-    json_object_set_new(meta, "format", json_string("pt"));
-    json_object_set_new(meta, "producer", json_string("zerotrain"));
-    char stepbuf[32];
-    pathf(stepbuf, sizeof(stepbuf), "%lld", (long long)c->m.step);
-    json_object_set_new(meta, "step", json_string(stepbuf));
-    json_object_set_new(hdr, "__metadata__", meta);
-    size_t off = 0;
-    char name[128];
-    for (int ti = 0; ti < lay->n_tensors; ti++) {
-        const zt_gpt2_tensor *t = &lay->tensors[ti];
-        size_t rows, cols;
-        kind_shape(d, t->kind, &rows, &cols);
-        json_t *o = json_object();
-        json_object_set_new(o, "dtype", json_string(dt == ZT_F32 ? "F32" : "BF16"));
-        json_t *shape = json_array();
-        if (rows > 1 || t->kind == ZT_T_WTE || t->kind == ZT_T_WPE) {
-            json_array_append_new(shape, json_integer((json_int_t)(kind_transposed(t->kind) ? cols : rows)));
-            json_array_append_new(shape, json_integer((json_int_t)(kind_transposed(t->kind) ? rows : cols)));
-        } else {
-            json_array_append_new(shape, json_integer((json_int_t)cols));
-        }
-        json_object_set_new(o, "shape", shape);
-        json_t *range = json_array();
-        size_t nbytes = rows * cols * es;
-        json_array_append_new(range, json_integer((json_int_t)off));
-        json_array_append_new(range, json_integer((json_int_t)(off + nbytes)));
-        json_object_set_new(o, "data_offsets", range);
-        json_object_set_new(hdr, hf_name(t->kind, t->layer, name, sizeof(name)), o);
-        off += nbytes;
-    }
-    char *hs = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(hdr);
-    if (!hs)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    size_t hl = strlen(hs), padded = (hl + 7) / 8 * 8;
-    zt_outfile *f = NULL;
-    zt_status st = zt_outfile_open(&f, out, err);
-    if (st != ZT_OK) {
-        free(hs);
-        return st;
-    }
-    uint64_t len64 = padded;
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++)
-        le[i] = (unsigned char)(len64 >> (8 * i));
-    st = zt_outfile_write(f, le, 8, err);
-    if (st == ZT_OK)
-        st = zt_outfile_write(f, hs, hl, err);
-    if (st == ZT_OK && padded > hl)
-        st = zt_outfile_write(f, "        ", padded - hl, err);
-    free(hs);
-    for (int ti = 0; ti < lay->n_tensors && st == ZT_OK; ti++) {
-        const zt_gpt2_tensor *t = &lay->tensors[ti];
-        size_t rows, cols;
-        kind_shape(d, t->kind, &rows, &cols);
-        size_t n = rows * cols;
-        st = zt_ckpt_read(c, 0, t->unit, t->offset, n, buf, err);
-        if (st != ZT_OK)
-            break;
-        const float *src = buf;
-        if (kind_transposed(t->kind)) {
-            for (size_t r = 0; r < rows; r++)
-                for (size_t k = 0; k < cols; k++)
-                    tbuf[k * rows + r] = buf[r * cols + k];
-            src = tbuf;
-        }
-        st = put_values(f, src, n, dt, err);
-    }
-    if (st == ZT_OK)
-        return zt_outfile_commit(f, err);
-    zt_outfile_abort(f);
-    return st;
-}
-
-static zt_status export_llmc(zt_ckpt *c, zt_dtype dt, const char *out, float *buf, zt_err *err)
-{
-    const zt_gpt2_layout *lay = &c->lay;
-    const zt_gpt2_dims *d = &lay->d;
-    zt_model_shape shape = {d->T, d->V, d->Vp, d->L, d->NH, d->C};
-    zt_modelfile_writer *w = NULL;
-    zt_status st = zt_modelfile_writer_open(&w, out, &shape, dt, err);
-    if (st != ZT_OK)
-        return st;
-    for (int kind = 0; kind < ZT_T_KIND_COUNT && st == ZT_OK; kind++) {
-        bool layered = kind != ZT_T_WTE && kind != ZT_T_WPE && kind != ZT_T_LNFW && kind != ZT_T_LNFB;
-        for (int l = 0; l < (layered ? d->L : 1) && st == ZT_OK; l++) {
-            int u;
-            size_t off, n;
-            zt_gpt2_locate(lay, kind, layered ? l : -1, &u, &off, &n);
-            st = zt_ckpt_read(c, 0, u, off, n, buf, err);
-            if (st == ZT_OK)
-                st = zt_modelfile_writer_put(w, buf, n, err);
-        }
-    }
-    if (st == ZT_OK)
-        return zt_modelfile_writer_commit(w, err);
-    zt_modelfile_writer_abort(w);
-    return st;
-}
-
-zt_status zt_ckpt_export(const char *path, const char *format, zt_dtype dtype, const char *out,
-                         zt_err *err)
-{
-    bool st_fmt = strcmp(format, "safetensors") == 0;
-    if (!st_fmt && strcmp(format, "llmc") != 0)
-        return zt_err_set(err, ZT_ERR_INVALID,
-                          "unknown export format \"%s\"; use llmc or safetensors", format);
-    if (dtype != ZT_F32 && dtype != ZT_BF16)
-        return zt_err_set(err, ZT_ERR_INVALID, "export dtype must be fp32 or bf16");
-    zt_ckpt *c = NULL;
-    zt_status st = zt_ckpt_open(&c, path, err);
-    if (st != ZT_OK)
-        return st;
-    float *buf = NULL, *tbuf = NULL;
-    if ((st = zt_ckpt_verify(c, err)) != ZT_OK)
-        goto out;
-    size_t maxt = 0;
-    for (int i = 0; i < c->lay.n_tensors; i++)
-        if (c->lay.tensors[i].numel > maxt)
-            maxt = c->lay.tensors[i].numel;
-    buf = zt_malloc(maxt * sizeof(float));
-    tbuf = st_fmt ? zt_malloc(maxt * sizeof(float)) : NULL;
-    if (!buf || (st_fmt && !tbuf)) {
-        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    st = st_fmt ? export_safetensors(c, dtype, out, buf, tbuf, err)
-                : export_llmc(c, dtype, out, buf, err);
-out:
-    zt_free(buf);
-    zt_free(tbuf);
-    zt_ckpt_close(c);
-    return st;
-}
-
-zt_status zt_ckpt_inspect(const char *path, FILE *out, bool json, zt_err *err)
-{
-    zt_ckpt *c = NULL;
-    zt_status st = zt_ckpt_open(&c, path, err);
-    if (st != ZT_OK)
-        return st;
-    const ckpt_meta *m = &c->m;
-    zt_status vst = ZT_OK;
-    zt_err verr;
-    zt_err_clear(&verr);
-    int bad = -1;
-    for (int r = 0; r < m->world && bad < 0; r++) {
-        vst = verify_shard(c, r, &verr);
-        if (vst != ZT_OK)
-            bad = r;
-    }
-    size_t params = 0;
-    for (int u = 0; u < m->n_units; u++)
-        params += m->numel[u];
-    if (json) {
-        fprintf(out,
-                "{\"dir\":\"%s\",\"step\":%lld,\"applied_steps\":%lld,\"skipped_steps\":%lld,\"world\":%d,\"stage\":%d,\"precision\":\"%s\",\"params\":%zu,\"train_batch_size\":%lld,\"verified\":%s,\"shards\":[",
-                c->dir, (long long)m->step, (long long)m->applied_steps,
-                (long long)m->skipped_steps, m->world, m->stage, zt_dtype_name(m->precision),
-                params, (long long)m->train_batch_size, vst == ZT_OK ? "true" : "false");
-        for (int r = 0; r < m->world; r++)
-            fprintf(out, "%s{\"file\":\"rank_%05d.zts\",\"bytes\":%llu,\"crc32c\":\"%08x\"}",
-                    r ? "," : "", r, (unsigned long long)m->bytes[r], m->crc[r]);
-        fprintf(out, "]}\n");
-    } else {
-        fprintf(out, "checkpoint %s\n", c->dir);
-        fprintf(out, "  step %lld (%lld applied, %lld skipped)\n", (long long)m->step,
-                (long long)m->applied_steps, (long long)m->skipped_steps);
-        fprintf(out, "  model: n_layer %d n_head %d n_embd %d block_size %d vocab %d (padded %d), %zu parameters\n",
-                m->dims.L, m->dims.NH, m->dims.C, m->dims.T, m->dims.V, m->dims.Vp, params);
-        fprintf(out, "  written by %d ranks at ZeRO stage %d, %s; train_batch_size %lld\n",
-                m->world, m->stage, zt_dtype_name(m->precision), (long long)m->train_batch_size);
-        for (int r = 0; r < m->world; r++)
-            fprintf(out, "  rank_%05d.zts  %llu bytes  crc32c %08x  %s\n", r,
-                    (unsigned long long)m->bytes[r], m->crc[r],
-                    bad < 0 || r < bad ? "ok" : r == bad ? "CORRUPT" : "not checked");
-    }
-    if (vst != ZT_OK)
-        st = zt_err_set(err, vst, "%s", verr.msg);
+close_ckpt:
     zt_ckpt_close(c);
     return st;
 }
