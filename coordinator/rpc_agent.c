@@ -869,6 +869,15 @@ static bool check_rdzv(const ProtobufCMessage *m, char *why, size_t cap)
     return zt_check_rendezvous((const void *)m, why, cap);
 }
 
+/* An agent's report: refused while shutting down, checked, from its own key only, stored by
+ * the state thread. */
+#define AGENT_REPORT(method, req, chk, op, desc, run_fn, reply_fn)                                 \
+    {                                                                                              \
+        .path = "/zt.v1.AgentControl/" method, .request = &req, .access = ZT_RPC_ACCESS_AGENT,     \
+        .checks = RPC_SERVING | RPC_STRINGS, .check = chk, .permit = coord_rpc_permit_agent_field, \
+        .op_size = sizeof(op), .msg_cap = 300, .what = desc, .run = run_fn, .reply = reply_fn      \
+    }
+
 const c_rpc_desc coord_rpc_agent[] = {
     {.path = "/zt.v1.AgentControl/RegisterAgent",
      .request = &zt__v1__register_agent_request__descriptor,
@@ -896,50 +905,14 @@ const c_rpc_desc coord_rpc_agent[] = {
      .access = ZT_RPC_ACCESS_AGENT,
      .check = attempt_spec_check,
      .body = attempt_spec_body},
-    {.path = "/zt.v1.AgentControl/ReportMetrics",
-     .request = &zt__v1__report_metrics_request__descriptor,
-     .access = ZT_RPC_ACCESS_AGENT,
-     .checks = RPC_SERVING | RPC_STRINGS,
-     .check = check_metrics,
-     .permit = coord_rpc_permit_agent_field,
-     .op_size = sizeof(metrics_op),
-     .msg_cap = 300,
-     .what = "the metrics",
-     .run = metrics_run,
-     .reply = metrics_reply},
-    {.path = "/zt.v1.AgentControl/ReportCheckpoint",
-     .request = &zt__v1__report_checkpoint_request__descriptor,
-     .access = ZT_RPC_ACCESS_AGENT,
-     .checks = RPC_SERVING | RPC_STRINGS,
-     .check = check_ckpt,
-     .permit = coord_rpc_permit_agent_field,
-     .op_size = sizeof(ckpt_op),
-     .msg_cap = 300,
-     .what = "the checkpoint shard",
-     .run = ckpt_run,
-     .reply = ckpt_reply},
-    {.path = "/zt.v1.AgentControl/ReportCheckpointRemoved",
-     .request = &zt__v1__report_checkpoint_removed_request__descriptor,
-     .access = ZT_RPC_ACCESS_AGENT,
-     .checks = RPC_SERVING | RPC_STRINGS,
-     .check = check_ckpt_rm,
-     .permit = coord_rpc_permit_agent_field,
-     .op_size = sizeof(ckpt_rm_op),
-     .msg_cap = 300,
-     .what = "the checkpoint removal",
-     .run = ckpt_rm_run,
-     .reply = ckpt_rm_reply},
-    {.path = "/zt.v1.AgentControl/ReportLogs",
-     .request = &zt__v1__report_logs_request__descriptor,
-     .access = ZT_RPC_ACCESS_AGENT,
-     .checks = RPC_SERVING | RPC_STRINGS,
-     .check = check_logs,
-     .permit = coord_rpc_permit_agent_field,
-     .op_size = sizeof(logs_op),
-     .msg_cap = 300,
-     .what = "the log lines",
-     .run = logs_run,
-     .reply = logs_reply},
+    AGENT_REPORT("ReportMetrics", zt__v1__report_metrics_request__descriptor, check_metrics,
+                 metrics_op, "the metrics", metrics_run, metrics_reply),
+    AGENT_REPORT("ReportCheckpoint", zt__v1__report_checkpoint_request__descriptor, check_ckpt,
+                 ckpt_op, "the checkpoint shard", ckpt_run, ckpt_reply),
+    AGENT_REPORT("ReportCheckpointRemoved", zt__v1__report_checkpoint_removed_request__descriptor,
+                 check_ckpt_rm, ckpt_rm_op, "the checkpoint removal", ckpt_rm_run, ckpt_rm_reply),
+    AGENT_REPORT("ReportLogs", zt__v1__report_logs_request__descriptor, check_logs, logs_op,
+                 "the log lines", logs_run, logs_reply),
     {.path = "/zt.v1.AgentControl/Rendezvous",
      .request = &zt__v1__rendezvous_request__descriptor,
      .access = ZT_RPC_ACCESS_AGENT,

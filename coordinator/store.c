@@ -312,66 +312,107 @@ static int state_parse(col_kind k, const char *name)
     }
 }
 
+/* The integer a field of kind k holds (COL_I32 and the states are int). */
+static int64_t field_int(col_kind k, const char *p)
+{
+    int64_t i64;
+    uint32_t u32;
+    bool b;
+    int i32;
+    switch (k) {
+    case COL_I64:
+    case COL_I64_ID:
+    case COL_I64_STRIDE:
+        memcpy(&i64, p, sizeof(i64));
+        return i64;
+    case COL_U32:
+        memcpy(&u32, p, sizeof(u32));
+        return u32;
+    case COL_BOOL:
+        memcpy(&b, p, sizeof(b));
+        return b;
+    default:
+        memcpy(&i32, p, sizeof(i32));
+        return i32;
+    }
+}
+
+/* Stores v into a field of kind k (the inverse of field_int). */
+static void field_set_int(col_kind k, char *p, int64_t v)
+{
+    uint32_t u32 = (uint32_t)v;
+    bool b = v != 0;
+    int i32 = (int)v;
+    switch (k) {
+    case COL_I64:
+    case COL_I64_ID:
+    case COL_I64_STRIDE:
+        memcpy(p, &v, sizeof(v));
+        break;
+    case COL_U32:
+        memcpy(p, &u32, sizeof(u32));
+        break;
+    case COL_BOOL:
+        memcpy(p, &b, sizeof(b));
+        break;
+    default:
+        memcpy(p, &i32, sizeof(i32));
+        break;
+    }
+}
+
+static bool kind_is_text(col_kind k)
+{
+    return k == COL_TEXT || k == COL_TEXT_OR || k == COL_TEXT_KEY;
+}
+
+static bool kind_is_state(col_kind k)
+{
+    return k == COL_JOB_STATE || k == COL_ATTEMPT_STATE || k == COL_AGENT_STATE ||
+           k == COL_CKPT_STATE;
+}
+
 void store_bind_cols(sqlite3_stmt *st, int first, const col_table *t, const void *rec)
 {
     for (size_t i = 0; i < t->n; i++) {
         const col *c = &t->v[i];
         const char *p = (const char *)rec + c->off;
         int at = first + (int)i;
-        int i32;
-        int64_t i64;
-        uint32_t u32;
-        bool b;
-        const char *text;
-        switch (c->kind) {
-        case COL_I32:
-            memcpy(&i32, p, sizeof(i32));
-            sqlite3_bind_int(st, at, i32);
-            break;
-        case COL_I64:
-            memcpy(&i64, p, sizeof(i64));
-            sqlite3_bind_int64(st, at, i64);
-            break;
-        case COL_I64_ID:
-            memcpy(&i64, p, sizeof(i64));
-            if (i64)
-                sqlite3_bind_int64(st, at, i64);
-            else
-                sqlite3_bind_null(st, at);
-            break;
-        case COL_I64_STRIDE:
-            memcpy(&i64, p, sizeof(i64));
-            sqlite3_bind_int64(st, at, i64 > 0 ? i64 : 1);
-            break;
-        case COL_BOOL:
-            memcpy(&b, p, sizeof(b));
-            sqlite3_bind_int(st, at, b);
-            break;
-        case COL_U32:
-            memcpy(&u32, p, sizeof(u32));
-            sqlite3_bind_int64(st, at, u32);
-            break;
-        case COL_TEXT:
+        if (kind_is_text(c->kind)) {
+            const char *text;
             memcpy(&text, p, sizeof(text));
+            if (c->kind == COL_TEXT_OR && !text)
+                text = c->dflt;
+            else if (c->kind == COL_TEXT_KEY && text && !text[0])
+                text = NULL;
             store_bind_text(st, at, text);
-            break;
-        case COL_TEXT_OR:
-            memcpy(&text, p, sizeof(text));
-            store_bind_text(st, at, text ? text : c->dflt);
-            break;
-        case COL_TEXT_KEY:
-            memcpy(&text, p, sizeof(text));
-            store_bind_text(st, at, text && text[0] ? text : NULL);
-            break;
-        case COL_JOB_STATE:
-        case COL_ATTEMPT_STATE:
-        case COL_AGENT_STATE:
-        case COL_CKPT_STATE:
-            memcpy(&i32, p, sizeof(i32));
-            store_bind_text(st, at, state_name(c->kind, i32));
-            break;
+            continue;
         }
+        int64_t v = field_int(c->kind, p);
+        if (kind_is_state(c->kind))
+            store_bind_text(st, at, state_name(c->kind, (int)v));
+        else if (c->kind == COL_I64_ID && !v)
+            sqlite3_bind_null(st, at);
+        else if (c->kind == COL_I64_STRIDE)
+            sqlite3_bind_int64(st, at, v > 0 ? v : 1);
+        else if (c->kind == COL_I32 || c->kind == COL_BOOL)
+            sqlite3_bind_int(st, at, (int)v);
+        else
+            sqlite3_bind_int64(st, at, v);
     }
+}
+
+zt_status store_write(zt_store *s, stmt_id id, const col_table *t, const void *rec,
+                      int64_t *rowid, zt_err *err, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, id, err);
+    if (!st)
+        return ZT_ERR_DB;
+    store_bind_cols(st, 1, t, rec);
+    zt_status q = store_exec_done(s, st, err, what);
+    if (q == ZT_OK && rowid)
+        *rowid = sqlite3_last_insert_rowid(s->db);
+    return q;
 }
 
 static void read_cols(sqlite3_stmt *st, const col_table *t, void *rec)
@@ -380,48 +421,17 @@ static void read_cols(sqlite3_stmt *st, const col_table *t, void *rec)
         const col *c = &t->v[i];
         char *p = (char *)rec + c->off;
         int at = (int)i;
-        int i32;
-        int64_t i64;
-        uint32_t u32;
-        bool b;
-        const char *text;
-        switch (c->kind) {
-        case COL_I32:
-            i32 = sqlite3_column_int(st, at);
-            memcpy(p, &i32, sizeof(i32));
-            break;
-        case COL_I64:
-        case COL_I64_ID:
-        case COL_I64_STRIDE:
-            i64 = sqlite3_column_int64(st, at);
-            memcpy(p, &i64, sizeof(i64));
-            break;
-        case COL_BOOL:
-            b = sqlite3_column_int(st, at) != 0;
-            memcpy(p, &b, sizeof(b));
-            break;
-        case COL_U32:
-            u32 = (uint32_t)sqlite3_column_int64(st, at);
-            memcpy(p, &u32, sizeof(u32));
-            break;
-        case COL_TEXT:
-        case COL_TEXT_KEY:
-            text = store_col_text(st, at);
-            memcpy(p, &text, sizeof(text));
-            break;
-        case COL_TEXT_OR:
-            text = store_col_text(st, at);
-            if (!text)
+        if (kind_is_text(c->kind)) {
+            const char *text = store_col_text(st, at);
+            if (c->kind == COL_TEXT_OR && !text)
                 text = "";
             memcpy(p, &text, sizeof(text));
-            break;
-        case COL_JOB_STATE:
-        case COL_ATTEMPT_STATE:
-        case COL_AGENT_STATE:
-        case COL_CKPT_STATE:
-            i32 = state_parse(c->kind, store_col_text(st, at));
-            memcpy(p, &i32, sizeof(i32));
-            break;
+        } else if (kind_is_state(c->kind)) {
+            field_set_int(c->kind, p, state_parse(c->kind, store_col_text(st, at)));
+        } else if (c->kind == COL_I32 || c->kind == COL_BOOL) {
+            field_set_int(c->kind, p, sqlite3_column_int(st, at));
+        } else {
+            field_set_int(c->kind, p, sqlite3_column_int64(st, at));
         }
     }
 }

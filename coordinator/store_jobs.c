@@ -111,22 +111,12 @@ zt_status zt_store_job_insert(zt_store *s, const zt_job_rec *r, int64_t *id, boo
             return ZT_OK;
         }
     }
-    if (!(st = store_stmt(s, S_JOB_INSERT, err)))
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &job_insert, r);
-    zt_status q = store_exec_done(s, st, err, "inserting a job");
-    if (q == ZT_OK)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
+    return store_write(s, S_JOB_INSERT, &job_insert, r, id, err, "inserting a job");
 }
 
 zt_status zt_store_job_save(zt_store *s, const zt_job_rec *r, zt_err *err)
 {
-    sqlite3_stmt *st = store_stmt(s, S_JOB_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &job_save, r);
-    zt_status q = store_exec_done(s, st, err, "updating a job");
+    zt_status q = store_write(s, S_JOB_SAVE, &job_save, r, NULL, err, "updating a job");
     if (q == ZT_OK && sqlite3_changes(s->db) == 0)
         return zt_err_set(err, ZT_ERR_NOT_FOUND, "job %lld is not in the database",
                           (long long)r->id);
@@ -245,23 +235,12 @@ static const col_table rank_table = COL_TABLE(zt_rank_rec, rank_cols);
 
 zt_status zt_store_attempt_insert(zt_store *s, const zt_attempt_rec *r, int64_t *id, zt_err *err)
 {
-    sqlite3_stmt *st = store_stmt(s, S_ATTEMPT_INSERT, err);
-    if (!st)
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &attempt_insert, r);
-    zt_status q = store_exec_done(s, st, err, "inserting an attempt");
-    if (q == ZT_OK)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
+    return store_write(s, S_ATTEMPT_INSERT, &attempt_insert, r, id, err, "inserting an attempt");
 }
 
 zt_status zt_store_attempt_save(zt_store *s, const zt_attempt_rec *r, zt_err *err)
 {
-    sqlite3_stmt *st = store_stmt(s, S_ATTEMPT_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &attempt_save, r);
-    return store_exec_done(s, st, err, "updating an attempt");
+    return store_write(s, S_ATTEMPT_SAVE, &attempt_save, r, NULL, err, "updating an attempt");
 }
 
 zt_status zt_store_attempt_get(zt_store *s, int64_t id, zt_store_attempt_fn fn, void *arg,
@@ -301,11 +280,7 @@ zt_status zt_store_attempts_list(zt_store *s, int64_t job_id, zt_store_attempt_f
 
 zt_status zt_store_rank_save(zt_store *s, const zt_rank_rec *r, zt_err *err)
 {
-    sqlite3_stmt *st = store_stmt(s, S_RANK_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &rank_table, r);
-    return store_exec_done(s, st, err, "saving a rank");
+    return store_write(s, S_RANK_SAVE, &rank_table, r, NULL, err, "saving a rank");
 }
 
 zt_status zt_store_ranks_list(zt_store *s, int64_t attempt_id, zt_store_rank_fn fn, void *arg,
@@ -343,11 +318,7 @@ static const col_table agent_table = COL_TABLE(zt_agent_rec, agent_cols);
 
 zt_status zt_store_agent_save(zt_store *s, const zt_agent_rec *r, zt_err *err)
 {
-    sqlite3_stmt *st = store_stmt(s, S_AGENT_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &agent_table, r);
-    return store_exec_done(s, st, err, "saving an agent");
+    return store_write(s, S_AGENT_SAVE, &agent_table, r, NULL, err, "saving an agent");
 }
 
 zt_status zt_store_agents_list(zt_store *s, zt_store_agent_fn fn, void *arg, zt_err *err)

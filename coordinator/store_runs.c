@@ -39,14 +39,7 @@ static const col_table log_row = COL_TABLE(zt_log_rec, log_row_cols);
 
 zt_status zt_store_event_add(zt_store *s, const zt_event_rec *r, int64_t *id, zt_err *err)
 {
-    sqlite3_stmt *st = store_stmt(s, S_EVENT_ADD, err);
-    if (!st)
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &event_add, r);
-    zt_status q = store_exec_done(s, st, err, "recording an event");
-    if (q == ZT_OK && id)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
+    return store_write(s, S_EVENT_ADD, &event_add, r, id, err, "recording an event");
 }
 
 zt_status zt_store_events_list(zt_store *s, int64_t job_id, int limit, zt_store_event_fn fn,
@@ -66,14 +59,7 @@ zt_status zt_store_events_list(zt_store *s, int64_t job_id, int limit, zt_store_
 
 zt_status zt_store_log_add(zt_store *s, const zt_log_rec *r, int64_t *id, zt_err *err)
 {
-    sqlite3_stmt *st = store_stmt(s, S_LOG_ADD, err);
-    if (!st)
-        return ZT_ERR_DB;
-    store_bind_cols(st, 1, &log_add, r);
-    zt_status q = store_exec_done(s, st, err, "recording a log line");
-    if (q == ZT_OK && id)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
+    return store_write(s, S_LOG_ADD, &log_add, r, id, err, "recording a log line");
 }
 
 zt_status zt_store_logs_prune(zt_store *s, int64_t job_id, int64_t keep, zt_err *err)
@@ -149,11 +135,8 @@ zt_status zt_store_metric_add(zt_store *s, const zt_metric_rec *r, bool *added, 
     if (added)
         *added = false;
     for (int pass = 0; pass < 2; pass++) { /* insert; when the step has a row, replace it */
-        sqlite3_stmt *st = store_stmt(s, pass ? S_METRIC_REPLACE : S_METRIC_ADD, err);
-        if (!st)
-            return ZT_ERR_DB;
-        store_bind_cols(st, 1, &metric_add, r);
-        zt_status q = store_exec_done(s, st, err, "recording metrics");
+        zt_status q = store_write(s, pass ? S_METRIC_REPLACE : S_METRIC_ADD, &metric_add, r,
+                                  NULL, err, "recording metrics");
         if (q != ZT_OK)
             return q;
         if (!pass && sqlite3_changes(s->db) > 0) {
@@ -279,13 +262,11 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
         if ((q = store_exec_done(s, st, err, "clearing checkpoint shards")) != ZT_OK)
             return q;
     }
-    if (!(st = store_stmt(s, S_SHARD_SAVE, err)))
-        return ZT_ERR_DB;
     zt_shard_rec sh = *shard;
     sh.ckpt_id = id;
     sh.reported_ms = now_ms;
-    store_bind_cols(st, 1, &shard_table, &sh);
-    if ((q = store_exec_done(s, st, err, "recording a checkpoint shard")) != ZT_OK)
+    if ((q = store_write(s, S_SHARD_SAVE, &shard_table, &sh, NULL, err,
+                         "recording a checkpoint shard")) != ZT_OK)
         return q;
     int64_t n = 0;
     if ((q = store_count_of(s, S_SHARD_COUNT, id, &n, err)) != ZT_OK)
