@@ -166,6 +166,24 @@ static void set_defaults(zt_coord_config *cfg)
     if (!cfg->version) cfg->version = "0";
 }
 
+/* Frees the agents, both store handles and the model's tables, once no thread uses them (the
+ * jobs have been dropped already). */
+static void release_model(zt_coord *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->n_agents)
+        coord_agent_remove(c, c->agents[c->n_agents - 1]);
+    pthread_mutex_unlock(&c->mu);
+    zt_store_close(c->rstore);
+    zt_store_close(c->store);
+    zt_free(c->grave);
+    zt_free(c->agent_hash);
+    zt_free(c->att_hash);
+    zt_free(c->agents);
+    zt_free(c->jobs);
+    zt_free(c->atts);
+}
+
 zt_status zt_coord_open(zt_coord **out, const zt_coord_config *cfg, zt_err *err)
 {
     *out = NULL;
@@ -221,16 +239,8 @@ zt_status zt_coord_open(zt_coord **out, const zt_coord_config *cfg, zt_err *err)
 fail:
     pthread_mutex_lock(&c->mu);
     coord_model_drop_jobs(c, "shutting down");
-    while (c->n_agents)
-        coord_agent_remove(c, c->agents[c->n_agents - 1]);
     pthread_mutex_unlock(&c->mu);
-    zt_store_close(c->rstore);
-    zt_store_close(c->store);
-    zt_free(c->agent_hash);
-    zt_free(c->att_hash);
-    zt_free(c->agents);
-    zt_free(c->jobs);
-    zt_free(c->atts);
+    release_model(c);
     zt_free(c);
     return st;
 }
@@ -291,19 +301,8 @@ void zt_coord_close(zt_coord *c)
 {
     if (!c) return;
     zt_coord_drain(c);
-    pthread_mutex_lock(&c->mu);
-    while (c->n_agents)
-        coord_agent_remove(c, c->agents[c->n_agents - 1]);
-    pthread_mutex_unlock(&c->mu);
-    zt_free(c->grave);
     coord_api_close(c);
-    zt_store_close(c->rstore);
-    zt_store_close(c->store);
-    zt_free(c->agent_hash);
-    zt_free(c->att_hash);
-    zt_free(c->agents);
-    zt_free(c->jobs);
-    zt_free(c->atts);
+    release_model(c);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->qmu);
     pthread_cond_destroy(&c->qcv);

@@ -493,6 +493,54 @@ static void metrics_reply(zt_coord *c, c_rpc_op *op)
     zt_rpc_reply(op->op.call, &r.base);
 }
 
+/* ---- checkpoint reports ------------------------------------------------------------------ */
+
+/* Whether rank `rank` of attempt `id` may report checkpoint directory dir (state thread): the
+ * attempt exists (NOT_FOUND), the rank lies in its world when in_world is asked for
+ * (INVALID_ARGUMENT), the rank was placed on the caller and dir lies in the job's
+ * checkpoint_dir (PERMISSION_DENIED). false: refused (x's code and msg) or the batch failed. */
+static bool ckpt_report_ok(zt_coord *c, c_rpc_op *x, int64_t id, int rank, const char *dir,
+                           bool in_world, c_attempt_info *ai)
+{
+    if (coord_rpc_attempt_info(c, id, ai) != ZT_OK) return false;
+    if (!ai->found) {
+        x->code = ZT_RPC_NOT_FOUND;
+        snprintf(x->msg, x->msg_cap, "attempt %lld not found", (long long)id);
+        return false;
+    }
+    if (in_world && rank >= ai->world_size) {
+        x->code = ZT_RPC_INVALID_ARGUMENT;
+        snprintf(x->msg, x->msg_cap, "rank %d is outside attempt %lld's world of %d", rank,
+                 (long long)id, ai->world_size);
+        return false;
+    }
+    x->code = coord_rpc_placed_on(c, x->me, id, rank, x->msg, x->msg_cap);
+    if (x->code != ZT_RPC_OK) return false;
+    x->code = coord_rpc_ckpt_dir_of_job(c, ai->job_id, dir, x->msg, x->msg_cap);
+    return x->code == ZT_RPC_OK;
+}
+
+/* A checkpoint's change of state as an event of its job: through the job when it is live, else
+ * straight to the store (a report that comes after the job ended). */
+static void ckpt_event(zt_coord *c, int64_t job_id, int64_t attempt_id, int64_t now,
+                       const char *from, const char *to, const char *reason)
+{
+    c_job *j = coord_job_find(c, job_id);
+    if (j) {
+        coord_job_event(c, j, attempt_id, NULL, "checkpoint", from, to, "%s", reason);
+        return;
+    }
+    zt_event_rec ev = {.time_ms = now,
+                       .job_id = job_id,
+                       .attempt_id = attempt_id,
+                       .kind = "checkpoint",
+                       .from_state = from,
+                       .to_state = to,
+                       .reason = reason};
+    zt_err e = {0};
+    if (zt_store_event_add(c->store, &ev, NULL, &e) != ZT_OK) coord_db_failed(c, &e);
+}
+
 /* ---- ReportCheckpoint -------------------------------------------------------------------- */
 
 typedef struct ckpt_op {
@@ -507,22 +555,7 @@ static void ckpt_run(zt_coord *c, c_op *op)
     ckpt_op *x = (ckpt_op *)op;
     const Zt__V1__ReportCheckpointRequest *q = x->r.q;
     c_attempt_info ai;
-    if (coord_rpc_attempt_info(c, q->attempt_id, &ai) != ZT_OK) return;
-    if (!ai.found) {
-        x->r.code = ZT_RPC_NOT_FOUND;
-        snprintf(x->r.msg, x->r.msg_cap, "attempt %lld not found", (long long)q->attempt_id);
-        return;
-    }
-    if (q->rank >= ai.world_size) {
-        x->r.code = ZT_RPC_INVALID_ARGUMENT;
-        snprintf(x->r.msg, x->r.msg_cap, "rank %d is outside attempt %lld's world of %d", q->rank,
-                 (long long)q->attempt_id, ai.world_size);
-        return;
-    }
-    x->r.code = coord_rpc_placed_on(c, x->r.me, q->attempt_id, q->rank, x->r.msg, x->r.msg_cap);
-    if (x->r.code != ZT_RPC_OK) return;
-    x->r.code = coord_rpc_ckpt_dir_of_job(c, ai.job_id, q->dir, x->r.msg, x->r.msg_cap);
-    if (x->r.code != ZT_RPC_OK) return;
+    if (!ckpt_report_ok(c, &x->r, q->attempt_id, q->rank, q->dir, true, &ai)) return;
     zt_shard_rec sh = {.rank = q->rank, .file = q->file, .bytes = q->bytes, .crc32c = q->crc32c};
     zt_err e = {0};
     int64_t now = coord_now_ms();
@@ -533,24 +566,10 @@ static void ckpt_run(zt_coord *c, c_op *op)
     }
     x->world_size = ai.world_size;
     if (!x->committed) return;
-    c_job *j = coord_job_find(c, ai.job_id);
-    if (j) {
-        coord_job_event(c, j, q->attempt_id, NULL, "checkpoint", "PARTIAL", "COMMITTED",
-                        "step %lld at %s: all %d shards recorded", (long long)q->step, q->dir,
-                        ai.world_size);
-    } else {
-        char reason[1200];
-        snprintf(reason, sizeof(reason), "step %lld at %s: all %d shards recorded",
-                 (long long)q->step, q->dir, ai.world_size);
-        zt_event_rec ev = {.time_ms = now,
-                           .job_id = ai.job_id,
-                           .attempt_id = q->attempt_id,
-                           .kind = "checkpoint",
-                           .from_state = "PARTIAL",
-                           .to_state = "COMMITTED",
-                           .reason = reason};
-        if (zt_store_event_add(c->store, &ev, NULL, &e) != ZT_OK) coord_db_failed(c, &e);
-    }
+    char reason[1200];
+    snprintf(reason, sizeof(reason), "step %lld at %s: all %d shards recorded", (long long)q->step,
+             q->dir, ai.world_size);
+    ckpt_event(c, ai.job_id, q->attempt_id, now, "PARTIAL", "COMMITTED", reason);
 }
 
 static void ckpt_reply(zt_coord *c, c_rpc_op *op)
@@ -578,16 +597,7 @@ static void ckpt_rm_run(zt_coord *c, c_op *op)
     ckpt_rm_op *x = (ckpt_rm_op *)op;
     const Zt__V1__ReportCheckpointRemovedRequest *q = x->r.q;
     c_attempt_info ai;
-    if (coord_rpc_attempt_info(c, q->attempt_id, &ai) != ZT_OK) return;
-    if (!ai.found) {
-        x->r.code = ZT_RPC_NOT_FOUND;
-        snprintf(x->r.msg, x->r.msg_cap, "attempt %lld not found", (long long)q->attempt_id);
-        return;
-    }
-    x->r.code = coord_rpc_placed_on(c, x->r.me, q->attempt_id, q->rank, x->r.msg, x->r.msg_cap);
-    if (x->r.code != ZT_RPC_OK) return;
-    x->r.code = coord_rpc_ckpt_dir_of_job(c, ai.job_id, q->dir, x->r.msg, x->r.msg_cap);
-    if (x->r.code != ZT_RPC_OK) return;
+    if (!ckpt_report_ok(c, &x->r, q->attempt_id, q->rank, q->dir, false, &ai)) return;
     zt_ckpt_state before;
     zt_err e = {0};
     int64_t now = coord_now_ms();
@@ -604,19 +614,7 @@ static void ckpt_rm_run(zt_coord *c, c_op *op)
         reason, sizeof(reason),
         "step %lld at %s: removed by rank %d of attempt %lld (keep_checkpoints); not used for restarts",
         (long long)q->step, q->dir, q->rank, (long long)q->attempt_id);
-    c_job *j = coord_job_find(c, ai.job_id);
-    if (j) {
-        coord_job_event(c, j, q->attempt_id, NULL, "checkpoint", from, "DELETED", "%s", reason);
-    } else {
-        zt_event_rec ev = {.time_ms = now,
-                           .job_id = ai.job_id,
-                           .attempt_id = q->attempt_id,
-                           .kind = "checkpoint",
-                           .from_state = from,
-                           .to_state = "DELETED",
-                           .reason = reason};
-        if (zt_store_event_add(c->store, &ev, NULL, &e) != ZT_OK) coord_db_failed(c, &e);
-    }
+    ckpt_event(c, ai.job_id, q->attempt_id, now, from, "DELETED", reason);
 }
 
 static void ckpt_rm_reply(zt_coord *c, c_rpc_op *op)

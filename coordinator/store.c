@@ -415,7 +415,7 @@ zt_status store_write(zt_store *s, stmt_id id, const col_table *t, const void *r
     return q;
 }
 
-static void read_cols(sqlite3_stmt *st, const col_table *t, void *rec)
+void store_read_cols(sqlite3_stmt *st, const col_table *t, void *rec)
 {
     for (size_t i = 0; i < t->n; i++) {
         const col *c = &t->v[i];
@@ -443,7 +443,7 @@ bool store_row_next(zt_store *s, sqlite3_stmt *st, const col_table *t, void *rec
     if (rc == SQLITE_ROW) {
         if (t) {
             memset(rec, 0, t->rec_size);
-            read_cols(st, t, rec);
+            store_read_cols(st, t, rec);
         }
         return true;
     }

@@ -230,6 +230,8 @@ void store_bind_cols(sqlite3_stmt *st, int first, const col_table *t, const void
  * inserted row's id when rowid is not NULL. what names the action in the error. */
 zt_status store_write(zt_store *s, stmt_id id, const col_table *t, const void *rec,
                       int64_t *rowid, zt_err *err, const char *what);
+/* Reads the current row of st into the fields of rec that table t names, from column 0 on. */
+void store_read_cols(sqlite3_stmt *st, const col_table *t, void *rec);
 /* Steps st: true with the next row read into rec (zeroed first; NULL reads nothing);
  * false at the end or on an error (*q says which; st is reset either way). */
 bool store_row_next(zt_store *s, sqlite3_stmt *st, const col_table *t, void *rec, zt_status *q,

@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "coordinator/store_int.h"
 
+#include <string.h>
+
 /* ---- events and logs --------------------------------------------------------------------- */
 
 /* EVENTS_LIST's columns; EVENT_ADD's parameters are the same without the id */
@@ -205,6 +207,43 @@ static const col shard_cols[] = {
 };
 static const col_table shard_table = COL_TABLE(zt_shard_rec, shard_cols);
 
+/* CKPT_INSERT's parameters */
+static const col ckpt_insert_cols[] = {
+    F_I64(zt_ckpt_rec, job_id),         F_I64(zt_ckpt_rec, attempt_id),
+    F_I64(zt_ckpt_rec, step),           F_TEXT_OR(zt_ckpt_rec, path, NULL),
+    F_I32(zt_ckpt_rec, world_size),     F_I64(zt_ckpt_rec, created_ms),
+    F_CKPT_STATE(zt_ckpt_rec, state),   F_I64(zt_ckpt_rec, deleted_ms),
+};
+static const col_table ckpt_insert = COL_TABLE(zt_ckpt_rec, ckpt_insert_cols);
+
+/* CKPT_FIND's columns */
+static const col ckpt_find_cols[] = {
+    F_I64(zt_ckpt_rec, id), F_I64(zt_ckpt_rec, attempt_id), F_I32(zt_ckpt_rec, world_size),
+    F_CKPT_STATE(zt_ckpt_rec, state), F_I64(zt_ckpt_rec, step),
+};
+static const col_table ckpt_found = COL_TABLE(zt_ckpt_rec, ckpt_find_cols);
+
+/* Job job_id's checkpoint at dir into *k (zeroed: k->id 0 when there is none). */
+static zt_status ckpt_find(zt_store *s, int64_t job_id, const char *dir, zt_ckpt_rec *k,
+                           zt_err *err)
+{
+    memset(k, 0, sizeof(*k));
+    sqlite3_stmt *st = store_stmt(s, S_CKPT_FIND, err);
+    if (!st)
+        return ZT_ERR_DB;
+    sqlite3_bind_int64(st, 1, job_id);
+    store_bind_text(st, 2, dir);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        store_read_cols(st, &ckpt_found, k);
+    } else if (rc != SQLITE_DONE) {
+        sqlite3_reset(st);
+        return store_db_err(s, err, "looking up a checkpoint");
+    }
+    sqlite3_reset(st);
+    return ZT_OK;
+}
+
 zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
                                   const char *dir, int world_size, const zt_shard_rec *shard,
                                   int64_t now_ms, int64_t *ckpt_id, int *shards, bool *committed,
@@ -213,39 +252,24 @@ zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_i
     *committed = false;
     *shards = 0;
     *ckpt_id = 0;
-    sqlite3_stmt *st = store_stmt(s, S_CKPT_FIND, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    store_bind_text(st, 2, dir);
-    int64_t id = 0, old_attempt = 0;
-    int old_world = 0;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        id = sqlite3_column_int64(st, 0);
-        old_attempt = sqlite3_column_int64(st, 1);
-        old_world = sqlite3_column_int(st, 2);
-    } else if (rc != SQLITE_DONE) {
-        sqlite3_reset(st);
-        return store_db_err(s, err, "looking up a checkpoint");
-    }
-    sqlite3_reset(st);
-    zt_status q;
+    zt_ckpt_rec old;
+    zt_status q = ckpt_find(s, job_id, dir, &old, err);
+    if (q != ZT_OK)
+        return q;
+    int64_t id = old.id;
+    sqlite3_stmt *st;
     if (!id) {
-        if (!(st = store_stmt(s, S_CKPT_INSERT, err)))
-            return ZT_ERR_DB;
-        sqlite3_bind_int64(st, 1, job_id);
-        sqlite3_bind_int64(st, 2, attempt_id);
-        sqlite3_bind_int64(st, 3, step);
-        store_bind_text(st, 4, dir);
-        sqlite3_bind_int(st, 5, world_size);
-        sqlite3_bind_int64(st, 6, now_ms);
-        store_bind_text(st, 7, "PARTIAL");
-        sqlite3_bind_int64(st, 8, 0);
-        if ((q = store_exec_done(s, st, err, "recording a checkpoint")) != ZT_OK)
+        zt_ckpt_rec k = {.job_id = job_id,
+                         .attempt_id = attempt_id,
+                         .step = step,
+                         .path = dir,
+                         .world_size = world_size,
+                         .created_ms = now_ms,
+                         .state = ZT_CKPT_PARTIAL};
+        if ((q = store_write(s, S_CKPT_INSERT, &ckpt_insert, &k, &id, err,
+                             "recording a checkpoint")) != ZT_OK)
             return q;
-        id = sqlite3_last_insert_rowid(s->db);
-    } else if (old_attempt != attempt_id || old_world != world_size) {
+    } else if (old.attempt_id != attempt_id || old.world_size != world_size) {
         /* another attempt writes this directory again: its earlier shards do not count */
         if (!(st = store_stmt(s, S_CKPT_RESET, err)))
             return ZT_ERR_DB;
@@ -307,21 +331,13 @@ zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, 
 {
     *ckpt_id = 0;
     *before = 0;
-    sqlite3_stmt *st = store_stmt(s, S_CKPT_FIND, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    store_bind_text(st, 2, dir);
-    int64_t id = 0;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        id = sqlite3_column_int64(st, 0);
-        *before = (zt_ckpt_state)zt_ckpt_state_parse(store_col_text(st, 3));
-    } else if (rc != SQLITE_DONE) {
-        sqlite3_reset(st);
-        return store_db_err(s, err, "looking up a checkpoint");
-    }
-    sqlite3_reset(st);
+    zt_ckpt_rec old;
+    zt_status q = ckpt_find(s, job_id, dir, &old, err);
+    if (q != ZT_OK)
+        return q;
+    int64_t id = old.id;
+    *before = old.state;
+    sqlite3_stmt *st;
     if (id) {
         *ckpt_id = id;
         if (*before == ZT_CKPT_DELETED)
@@ -334,44 +350,30 @@ zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, 
     }
     /* never heard of (its shard reports were lost or are late): recorded as DELETED, so a
      * late shard report of the same attempt cannot make it usable */
-    if (!(st = store_stmt(s, S_CKPT_INSERT, err)))
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt_id);
-    sqlite3_bind_int64(st, 3, step);
-    store_bind_text(st, 4, dir);
-    sqlite3_bind_int(st, 5, world_size > 0 ? world_size : 1);
-    sqlite3_bind_int64(st, 6, now_ms);
-    store_bind_text(st, 7, "DELETED");
-    sqlite3_bind_int64(st, 8, now_ms);
-    zt_status q = store_exec_done(s, st, err, "recording a deleted checkpoint");
-    if (q == ZT_OK)
-        *ckpt_id = sqlite3_last_insert_rowid(s->db);
-    return q;
+    zt_ckpt_rec k = {.job_id = job_id,
+                     .attempt_id = attempt_id,
+                     .step = step,
+                     .path = dir,
+                     .world_size = world_size > 0 ? world_size : 1,
+                     .created_ms = now_ms,
+                     .state = ZT_CKPT_DELETED,
+                     .deleted_ms = now_ms};
+    return store_write(s, S_CKPT_INSERT, &ckpt_insert, &k, ckpt_id, err,
+                       "recording a deleted checkpoint");
 }
 
 zt_status zt_store_ckpt_mark_bad(zt_store *s, int64_t job_id, const char *dir, const char *reason,
                                  int64_t *ckpt_id, int64_t *step, zt_ckpt_state *before,
                                  zt_err *err)
 {
-    *ckpt_id = 0;
-    *step = 0;
-    *before = 0;
-    sqlite3_stmt *st = store_stmt(s, S_CKPT_FIND, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    store_bind_text(st, 2, dir);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *ckpt_id = sqlite3_column_int64(st, 0);
-        *before = (zt_ckpt_state)zt_ckpt_state_parse(store_col_text(st, 3));
-        *step = sqlite3_column_int64(st, 4);
-    } else if (rc != SQLITE_DONE) {
-        sqlite3_reset(st);
-        return store_db_err(s, err, "looking up a checkpoint");
-    }
-    sqlite3_reset(st);
+    zt_ckpt_rec old;
+    zt_status q = ckpt_find(s, job_id, dir, &old, err);
+    *ckpt_id = old.id;
+    *step = old.step;
+    *before = old.state;
+    if (q != ZT_OK)
+        return q;
+    sqlite3_stmt *st;
     if (*before != ZT_CKPT_PARTIAL && *before != ZT_CKPT_COMMITTED)
         return ZT_OK;
     if (!(st = store_stmt(s, S_CKPT_MARK_BAD, err)))
