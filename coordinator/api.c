@@ -3,7 +3,7 @@
  * live values (ranks, agents, the queue); JSON is built after the lock is released where the
  * copy can be large. */
 #define _POSIX_C_SOURCE 200809L
-#include "coordinator/api.h"
+#include "coordinator/api_int.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -16,14 +16,13 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
-#include "coordinator/coord_int.h"
 #include "web/web_assets.h"
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
 /* A JSON string of s; bytes that are not UTF-8 (a database written by an old zcoord) become
  * '?', so that one bad row never breaks a reply. */
-static json_t *jstr(const char *s)
+json_t *api_jstr(const char *s)
 {
     if (!s) s = "";
     json_t *v = json_string(s);
@@ -36,12 +35,12 @@ static json_t *jstr(const char *s)
     return v ? v : json_string("");
 }
 
-static void set(json_t *o, const char *k, json_t *v)
+void api_set(json_t *o, const char *k, json_t *v)
 {
     json_object_set_new(o, k, v ? v : json_null());
 }
 
-static void reply_json(zt_http_req *r, int status, json_t *o)
+void api_reply_json(zt_http_req *r, int status, json_t *o)
 {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -53,12 +52,12 @@ static void reply_json(zt_http_req *r, int status, json_t *o)
     free(s);
 }
 
-static const char *device_name(int d)
+const char *api_device_name(int d)
 {
     return d == 2 ? "cuda" : "cpu";
 }
 
-static const char *phase_name(int phase)
+const char *api_phase_name(int phase)
 {
     static const char *const names[] = {"UNSPECIFIED", "STARTING",   "RENDEZVOUS",    "LOADING",
                                         "TRAINING",    "EVALUATING", "CHECKPOINTING", "EXITED"};
@@ -86,7 +85,7 @@ static json_t *kv_json(const char *kv)
         if (kl > 0 && kl < sizeof(key)) {
             memcpy(key, p, kl);
             key[kl] = '\0';
-            set(o, key, json_real(strtod(eq + 1, NULL)));
+            api_set(o, key, json_real(strtod(eq + 1, NULL)));
         }
         p = end;
     }
@@ -163,44 +162,44 @@ static json_t *job_rec_json(const zt_job_rec *r)
 {
     json_t *o = json_object();
     if (!o) return NULL;
-    set(o, "id", json_integer(r->id));
-    set(o, "name", jstr(r->name));
-    set(o, "state", json_string(zt_job_state_name(r->state)));
-    set(o, "reason", jstr(r->reason));
-    set(o, "pending_reason", json_string(""));
-    set(o, "priority", json_integer(r->priority));
-    set(o, "ranks", json_integer(r->ranks));
-    set(o, "ranks_per_node", json_integer(r->ranks_per_node));
-    set(o, "device", json_string(device_name(r->device)));
-    set(o, "max_restarts", json_integer(r->max_restarts));
-    set(o, "restarts", json_integer(r->restarts));
-    set(o, "total_steps", json_integer(r->total_steps));
-    set(o, "step", json_integer(r->last_step));
-    set(o, "loss", json_null());
-    set(o, "tokens_per_s", json_null());
-    set(o, "eta_s", json_null());
-    set(o, "submitted_ms", json_integer(r->submitted_ms));
-    set(o, "started_ms", json_integer(r->started_ms));
-    set(o, "ended_ms", json_integer(r->ended_ms));
-    set(o, "attempt_id", json_integer(r->attempt_id));
-    set(o, "user", jstr(r->user));
+    api_set(o, "id", json_integer(r->id));
+    api_set(o, "name", api_jstr(r->name));
+    api_set(o, "state", json_string(zt_job_state_name(r->state)));
+    api_set(o, "reason", api_jstr(r->reason));
+    api_set(o, "pending_reason", json_string(""));
+    api_set(o, "priority", json_integer(r->priority));
+    api_set(o, "ranks", json_integer(r->ranks));
+    api_set(o, "ranks_per_node", json_integer(r->ranks_per_node));
+    api_set(o, "device", json_string(api_device_name(r->device)));
+    api_set(o, "max_restarts", json_integer(r->max_restarts));
+    api_set(o, "restarts", json_integer(r->restarts));
+    api_set(o, "total_steps", json_integer(r->total_steps));
+    api_set(o, "step", json_integer(r->last_step));
+    api_set(o, "loss", json_null());
+    api_set(o, "tokens_per_s", json_null());
+    api_set(o, "eta_s", json_null());
+    api_set(o, "submitted_ms", json_integer(r->submitted_ms));
+    api_set(o, "started_ms", json_integer(r->started_ms));
+    api_set(o, "ended_ms", json_integer(r->ended_ms));
+    api_set(o, "attempt_id", json_integer(r->attempt_id));
+    api_set(o, "user", api_jstr(r->user));
     return o;
 }
 
 /* Live values of a job in memory (mu held). */
 static void job_overlay(json_t *o, const c_job *j)
 {
-    set(o, "step", json_integer(j->step));
+    api_set(o, "step", json_integer(j->step));
     if (j->metrics_kv) {
-        set(o, "loss", json_real(j->loss));
-        set(o, "tokens_per_s", json_real(j->tokens_per_s));
+        api_set(o, "loss", json_real(j->loss));
+        api_set(o, "tokens_per_s", json_real(j->tokens_per_s));
     }
-    if (j->eta_s > 0) set(o, "eta_s", json_real(j->eta_s));
-    set(o, "pending_reason", jstr(j->state == ZT_JOB_QUEUED ? j->pending : ""));
+    if (j->eta_s > 0) api_set(o, "eta_s", json_real(j->eta_s));
+    api_set(o, "pending_reason", api_jstr(j->state == ZT_JOB_QUEUED ? j->pending : ""));
 }
 
 /* A job as the model has it (mu held, after a commit). */
-static json_t *job_live_json(const c_job *j)
+json_t *api_job_live_json(const c_job *j)
 {
     zt_job_rec r = {.id = j->id,
                     .name = j->name,
@@ -229,24 +228,24 @@ static json_t *rank_live_json(const c_rank *rk, int64_t attempt_id)
 {
     json_t *o = json_object();
     if (!o) return NULL;
-    set(o, "rank", json_integer(rk->rank));
-    set(o, "attempt_id", json_integer(attempt_id));
-    set(o, "agent", jstr(rk->agent ? rk->agent->name : ""));
-    set(o, "local_rank", json_integer(rk->local_rank));
-    set(o, "device_index", json_integer(rk->device_index));
-    set(o, "pid", json_integer(rk->pid));
-    set(o, "phase", json_string(rk->exited ? "EXITED" : phase_name(rk->phase)));
-    set(o, "step", json_integer(rk->step));
-    set(o, "collective_seq", json_integer(rk->seq));
-    set(o, "memory_bytes", json_integer(rk->memory_bytes));
-    set(o, "peak_memory_bytes", json_integer(rk->peak_memory_bytes));
-    set(o, "tokens_per_s", json_real(rk->tokens_per_s));
-    set(o, "loss", json_real(rk->loss));
-    set(o, "started_ms", json_integer(rk->started_ms));
-    set(o, "last_report_ms", json_integer(rk->agent && rk->seen ? rk->agent->last_seen_ms : 0));
+    api_set(o, "rank", json_integer(rk->rank));
+    api_set(o, "attempt_id", json_integer(attempt_id));
+    api_set(o, "agent", api_jstr(rk->agent ? rk->agent->name : ""));
+    api_set(o, "local_rank", json_integer(rk->local_rank));
+    api_set(o, "device_index", json_integer(rk->device_index));
+    api_set(o, "pid", json_integer(rk->pid));
+    api_set(o, "phase", json_string(rk->exited ? "EXITED" : api_phase_name(rk->phase)));
+    api_set(o, "step", json_integer(rk->step));
+    api_set(o, "collective_seq", json_integer(rk->seq));
+    api_set(o, "memory_bytes", json_integer(rk->memory_bytes));
+    api_set(o, "peak_memory_bytes", json_integer(rk->peak_memory_bytes));
+    api_set(o, "tokens_per_s", json_real(rk->tokens_per_s));
+    api_set(o, "loss", json_real(rk->loss));
+    api_set(o, "started_ms", json_integer(rk->started_ms));
+    api_set(o, "last_report_ms", json_integer(rk->agent && rk->seen ? rk->agent->last_seen_ms : 0));
     if (rk->exited) {
-        set(o, "exit_code", json_integer(rk->exit_code));
-        set(o, "exit_signal", json_integer(rk->exit_signal));
+        api_set(o, "exit_code", json_integer(rk->exit_code));
+        api_set(o, "exit_signal", json_integer(rk->exit_signal));
     }
     return o;
 }
@@ -263,14 +262,14 @@ static json_t *event_json(const zt_event_rec *r)
 {
     json_t *o = json_object();
     if (!o) return NULL;
-    set(o, "id", json_integer(r->id));
-    set(o, "time_ms", json_integer(r->time_ms));
-    set(o, "attempt_id", json_integer(r->attempt_id));
-    set(o, "agent", jstr(r->agent));
-    set(o, "kind", jstr(r->kind));
-    set(o, "from", jstr(r->from_state));
-    set(o, "to", jstr(r->to_state));
-    set(o, "reason", jstr(r->reason));
+    api_set(o, "id", json_integer(r->id));
+    api_set(o, "time_ms", json_integer(r->time_ms));
+    api_set(o, "attempt_id", json_integer(r->attempt_id));
+    api_set(o, "agent", api_jstr(r->agent));
+    api_set(o, "kind", api_jstr(r->kind));
+    api_set(o, "from", api_jstr(r->from_state));
+    api_set(o, "to", api_jstr(r->to_state));
+    api_set(o, "reason", api_jstr(r->reason));
     return o;
 }
 
@@ -328,12 +327,12 @@ static void get_jobs(zt_coord *c, zt_http_req *r)
     }
     pthread_mutex_unlock(&c->mu);
     json_t *out = json_object();
-    set(out, "jobs", jobs);
-    set(out, "next_before",
-        (int64_t)n == limit && n
-            ? json_integer(json_integer_value(json_object_get(json_array_get(jobs, n - 1), "id")))
-            : json_null());
-    reply_json(r, 200, out);
+    api_set(out, "jobs", jobs);
+    api_set(out, "next_before",
+            (int64_t)n == limit && n ? json_integer(json_integer_value(
+                                           json_object_get(json_array_get(jobs, n - 1), "id")))
+                                     : json_null());
+    api_reply_json(r, 200, out);
 }
 
 typedef struct detail_ctx {
@@ -348,7 +347,7 @@ static void dj_job(void *arg, const zt_job_rec *r)
     d->job = job_rec_json(r);
     json_error_t je;
     d->spec = r->spec_json ? json_loads(r->spec_json, 0, &je) : NULL;
-    if (!d->spec) d->spec = jstr(r->spec_json);
+    if (!d->spec) d->spec = api_jstr(r->spec_json);
     d->spec_dir = zt_strdup(r->spec_dir ? r->spec_dir : "");
 }
 
@@ -357,17 +356,17 @@ static void dj_attempt(void *arg, const zt_attempt_rec *r)
     detail_ctx *d = arg;
     json_t *o = json_object();
     if (!o) return;
-    set(o, "id", json_integer(r->id));
-    set(o, "number", json_integer(r->number));
-    set(o, "state", json_string(zt_attempt_state_name(r->state)));
-    set(o, "reason", jstr(r->reason));
-    set(o, "world_size", json_integer(r->world_size));
-    set(o, "resume_path", jstr(r->resume_path));
-    set(o, "resume_step", json_integer(r->resume_step));
-    set(o, "created_ms", json_integer(r->created_ms));
-    set(o, "started_ms", json_integer(r->started_ms));
-    set(o, "ended_ms", json_integer(r->ended_ms));
-    set(o, "ranks", json_array());
+    api_set(o, "id", json_integer(r->id));
+    api_set(o, "number", json_integer(r->number));
+    api_set(o, "state", json_string(zt_attempt_state_name(r->state)));
+    api_set(o, "reason", api_jstr(r->reason));
+    api_set(o, "world_size", json_integer(r->world_size));
+    api_set(o, "resume_path", api_jstr(r->resume_path));
+    api_set(o, "resume_step", json_integer(r->resume_step));
+    api_set(o, "created_ms", json_integer(r->created_ms));
+    api_set(o, "started_ms", json_integer(r->started_ms));
+    api_set(o, "ended_ms", json_integer(r->ended_ms));
+    api_set(o, "ranks", json_array());
     json_array_append_new(d->attempts, o);
 }
 
@@ -375,17 +374,17 @@ static void dj_rank(void *arg, const zt_rank_rec *r)
 {
     json_t *o = json_object();
     if (!o) return;
-    set(o, "rank", json_integer(r->rank));
-    set(o, "attempt_id", json_integer(r->attempt_id));
-    set(o, "agent", jstr(r->agent));
-    set(o, "local_rank", json_integer(r->local_rank));
-    set(o, "device_index", json_integer(r->device_index));
-    set(o, "pid", json_integer(r->pid));
-    set(o, "phase", json_string(r->exited ? "EXITED" : "UNSPECIFIED"));
-    set(o, "step", json_integer(r->last_step));
+    api_set(o, "rank", json_integer(r->rank));
+    api_set(o, "attempt_id", json_integer(r->attempt_id));
+    api_set(o, "agent", api_jstr(r->agent));
+    api_set(o, "local_rank", json_integer(r->local_rank));
+    api_set(o, "device_index", json_integer(r->device_index));
+    api_set(o, "pid", json_integer(r->pid));
+    api_set(o, "phase", json_string(r->exited ? "EXITED" : "UNSPECIFIED"));
+    api_set(o, "step", json_integer(r->last_step));
     if (r->exited) {
-        set(o, "exit_code", json_integer(r->exit_code));
-        set(o, "exit_signal", json_integer(r->exit_signal));
+        api_set(o, "exit_code", json_integer(r->exit_code));
+        api_set(o, "exit_signal", json_integer(r->exit_signal));
     }
     json_array_append_new(arg, o);
 }
@@ -434,14 +433,14 @@ static void get_job(zt_coord *c, zt_http_req *r, int64_t id)
         job_overlay(d.job, j);
         if (j->metrics_kv) {
             latest = kv_json(j->metrics_kv);
-            if (latest) set(latest, "step", json_integer(j->metrics_step));
+            if (latest) api_set(latest, "step", json_integer(j->metrics_step));
         }
         if (j->att) {
             ranks = ranks_live_json(j->att);
             for (size_t i = 0; i < json_array_size(d.attempts); i++) {
                 json_t *a = json_array_get(d.attempts, i);
                 if (json_integer_value(json_object_get(a, "id")) == j->att->id)
-                    set(a, "ranks", json_deep_copy(ranks));
+                    api_set(a, "ranks", json_deep_copy(ranks));
             }
         }
     }
@@ -452,16 +451,16 @@ static void get_job(zt_coord *c, zt_http_req *r, int64_t id)
         ranks = last ? json_deep_copy(last) : json_array();
     }
     json_t *out = json_object();
-    set(out, "job", d.job);
-    set(out, "spec", d.spec);
-    set(out, "spec_dir", jstr(d.spec_dir));
-    set(out, "attempts", d.attempts);
-    set(out, "ranks", ranks);
-    set(out, "events", d.events);
-    set(out, "checkpoints", json_integer(ckpts));
-    set(out, "latest", latest);
+    api_set(out, "job", d.job);
+    api_set(out, "spec", d.spec);
+    api_set(out, "spec_dir", api_jstr(d.spec_dir));
+    api_set(out, "attempts", d.attempts);
+    api_set(out, "ranks", ranks);
+    api_set(out, "events", d.events);
+    api_set(out, "checkpoints", json_integer(ckpts));
+    api_set(out, "latest", latest);
     zt_free(d.spec_dir);
-    reply_json(r, 200, out);
+    api_reply_json(r, 200, out);
 }
 
 /* ---- metrics series ------------------------------------------------------------------------ */
@@ -573,12 +572,12 @@ static void get_metrics(zt_coord *c, zt_http_req *r, int64_t id)
                 json_array_append_new(v, json_null());
         }
     }
-    set(out, "stride", json_integer((m.stride > 0 ? m.stride : 1) * (int64_t)every));
-    set(out, "steps", steps);
-    set(out, "time_ms", times);
-    set(out, "series", series);
-    set(out, "last_step", json_integer(m.n ? m.rows[m.n - 1].step : since));
-    reply_json(r, 200, out);
+    api_set(out, "stride", json_integer((m.stride > 0 ? m.stride : 1) * (int64_t)every));
+    api_set(out, "steps", steps);
+    api_set(out, "time_ms", times);
+    api_set(out, "series", series);
+    api_set(out, "last_step", json_integer(m.n ? m.rows[m.n - 1].step : since));
+    api_reply_json(r, 200, out);
 cleanup:
     for (size_t i = 0; i < m.n; i++)
         zt_free(m.rows[i].kv);
@@ -598,18 +597,18 @@ static void ck_row(void *arg, const zt_ckpt_rec *r)
 {
     json_t *o = json_object();
     if (!o) return;
-    set(o, "id", json_integer(r->id));
-    set(o, "attempt_id", json_integer(r->attempt_id));
-    set(o, "step", json_integer(r->step));
-    set(o, "path", jstr(r->path));
-    set(o, "state", json_string(zt_ckpt_state_name(r->state)));
-    set(o, "world_size", json_integer(r->world_size));
-    set(o, "shards", json_integer(r->shards));
-    set(o, "bytes", json_integer(r->bytes));
-    set(o, "created_ms", json_integer(r->created_ms));
-    set(o, "committed_ms", json_integer(r->committed_ms));
-    set(o, "deleted_ms", json_integer(r->deleted_ms));
-    set(o, "bad_reason", jstr(r->bad_reason));
+    api_set(o, "id", json_integer(r->id));
+    api_set(o, "attempt_id", json_integer(r->attempt_id));
+    api_set(o, "step", json_integer(r->step));
+    api_set(o, "path", api_jstr(r->path));
+    api_set(o, "state", json_string(zt_ckpt_state_name(r->state)));
+    api_set(o, "world_size", json_integer(r->world_size));
+    api_set(o, "shards", json_integer(r->shards));
+    api_set(o, "bytes", json_integer(r->bytes));
+    api_set(o, "created_ms", json_integer(r->created_ms));
+    api_set(o, "committed_ms", json_integer(r->committed_ms));
+    api_set(o, "deleted_ms", json_integer(r->deleted_ms));
+    api_set(o, "bad_reason", api_jstr(r->bad_reason));
     json_array_append_new(arg, o);
 }
 
@@ -633,20 +632,20 @@ static void get_ckpts(zt_coord *c, zt_http_req *r, int64_t id)
         return;
     }
     json_t *out = json_object();
-    set(out, "checkpoints", arr);
-    reply_json(r, 200, out);
+    api_set(out, "checkpoints", arr);
+    api_reply_json(r, 200, out);
 }
 
 static json_t *log_json(const zt_log_rec *r)
 {
     json_t *o = json_object();
     if (!o) return NULL;
-    set(o, "id", json_integer(r->id));
-    set(o, "time_ms", json_integer(r->time_ms));
-    set(o, "attempt_id", json_integer(r->attempt_id));
-    set(o, "rank", json_integer(r->rank));
-    set(o, "source", json_string(source_name(r->source)));
-    set(o, "text", jstr(r->text));
+    api_set(o, "id", json_integer(r->id));
+    api_set(o, "time_ms", json_integer(r->time_ms));
+    api_set(o, "attempt_id", json_integer(r->attempt_id));
+    api_set(o, "rank", json_integer(r->rank));
+    api_set(o, "source", json_string(source_name(r->source)));
+    api_set(o, "text", api_jstr(r->text));
     return o;
 }
 
@@ -689,259 +688,11 @@ static void get_logs(zt_coord *c, zt_http_req *r, int64_t id)
     }
     size_t n = json_array_size(arr);
     json_t *out = json_object();
-    set(out, "next",
-        json_integer(n ? json_integer_value(json_object_get(json_array_get(arr, n - 1), "id"))
-                       : since));
-    set(out, "logs", arr);
-    reply_json(r, 200, out);
-}
-
-/* ---- agents and the cluster (memory only) -----------------------------------------------------
- */
-
-typedef struct agent_copy {
-    char name[256], hostname[256], address[256], version[64];
-    int device, slots, free_slots, state, n_gpus, n_reports;
-    int64_t last_seen_ms, registered_ms, incarnation;
-    c_gpu gpus[16];
-    c_report *reports;
-} agent_copy;
-
-static void get_agents(zt_coord *c, zt_http_req *r)
-{
-    pthread_mutex_lock(&c->mu);
-    size_t n = c->n_agents, nrep = 0;
-    for (size_t i = 0; i < n; i++)
-        nrep += (size_t)c->agents[i]->n_reports;
-    agent_copy *ac = zt_calloc(n ? n : 1, sizeof(*ac));
-    c_report *reps = zt_calloc(nrep ? nrep : 1, sizeof(*reps));
-    if (!ac || !reps) {
-        pthread_mutex_unlock(&c->mu);
-        zt_free(ac);
-        zt_free(reps);
-        zt_http_respond_error(r, 503, "out of memory listing agents");
-        return;
-    }
-    size_t kr = 0;
-    for (size_t i = 0; i < n; i++) {
-        const c_agent *a = c->agents[i];
-        agent_copy *o = &ac[i];
-        snprintf(o->name, sizeof(o->name), "%s", a->name ? a->name : "");
-        snprintf(o->hostname, sizeof(o->hostname), "%s", a->hostname ? a->hostname : "");
-        snprintf(o->address, sizeof(o->address), "%s", a->address ? a->address : "");
-        snprintf(o->version, sizeof(o->version), "%s", a->version ? a->version : "");
-        o->device = a->device;
-        o->slots = a->slots;
-        o->free_slots = coord_agent_free_slots(c, (c_agent *)a);
-        o->state = a->revived ? ZT_AGENT_ALIVE : a->state;
-        o->last_seen_ms = a->last_seen_ms;
-        o->registered_ms = a->registered_ms;
-        o->incarnation = a->incarnation;
-        o->n_gpus = a->n_gpus < 16 ? a->n_gpus : 16;
-        if (o->n_gpus > 0) memcpy(o->gpus, a->gpus, (size_t)o->n_gpus * sizeof(c_gpu));
-        o->reports = &reps[kr];
-        o->n_reports = a->n_reports;
-        if (a->n_reports > 0)
-            memcpy(o->reports, a->reports, (size_t)a->n_reports * sizeof(c_report));
-        kr += (size_t)a->n_reports;
-    }
-    pthread_mutex_unlock(&c->mu);
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        const agent_copy *a = &ac[i];
-        json_t *o = json_object();
-        set(o, "name", jstr(a->name));
-        set(o, "hostname", jstr(a->hostname));
-        set(o, "address", jstr(a->address));
-        set(o, "version", jstr(a->version));
-        set(o, "state", json_string(zt_agent_state_name(a->state)));
-        set(o, "device", json_string(device_name(a->device)));
-        set(o, "slots", json_integer(a->slots));
-        set(o, "free_slots", json_integer(a->free_slots));
-        set(o, "used_slots", json_integer(a->slots - a->free_slots));
-        set(o, "last_heartbeat_ms", json_integer(a->last_seen_ms));
-        set(o, "registered_ms", json_integer(a->registered_ms));
-        set(o, "incarnation", json_integer(a->incarnation));
-        json_t *gpus = json_array();
-        for (int g = 0; g < a->n_gpus; g++) {
-            json_t *go = json_object();
-            set(go, "index", json_integer(a->gpus[g].index));
-            set(go, "name", jstr(a->gpus[g].name));
-            set(go, "memory_total", json_integer(a->gpus[g].memory_total));
-            set(go, "memory_free", json_integer(a->gpus[g].memory_free));
-            json_array_append_new(gpus, go);
-        }
-        set(o, "gpus", gpus);
-        json_t *ws = json_array();
-        for (int w = 0; w < a->n_reports; w++) {
-            const c_report *p = &a->reports[w];
-            json_t *wo = json_object();
-            set(wo, "job_id", json_integer(p->job_id));
-            set(wo, "attempt_id", json_integer(p->attempt_id));
-            set(wo, "rank", json_integer(p->rank));
-            set(wo, "pid", json_integer(p->pid));
-            set(wo, "phase", json_string(phase_name(p->phase)));
-            set(wo, "step", json_integer(p->step));
-            set(wo, "memory_bytes", json_integer(p->memory_bytes));
-            set(wo, "device_index", json_integer(p->device_index));
-            json_array_append_new(ws, wo);
-        }
-        set(o, "workers", ws);
-        json_array_append_new(arr, o);
-    }
-    zt_free(reps);
-    zt_free(ac);
-    json_t *out = json_object();
-    set(out, "agents", arr);
-    reply_json(r, 200, out);
-}
-
-typedef struct queued_copy {
-    int64_t id, submitted_ms;
-    char name[128], pending[256];
-    int priority, ranks, device;
-} queued_copy;
-
-static void get_cluster(zt_coord *c, zt_http_req *r)
-{
-    int64_t total[3] = {0}, freeslots[3] = {0}, agents[3] = {0}, live[8] = {0};
-    pthread_mutex_lock(&c->mu);
-    size_t nq = 0;
-    for (size_t i = 0; i < c->n_jobs; i++)
-        nq += c->jobs[i]->state == ZT_JOB_QUEUED;
-    queued_copy *q = zt_calloc(nq ? nq : 1, sizeof(*q));
-    if (!q) {
-        pthread_mutex_unlock(&c->mu);
-        zt_http_respond_error(r, 503, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < c->n_agents; i++) {
-        c_agent *a = c->agents[i];
-        int state = a->revived ? ZT_AGENT_ALIVE : a->state;
-        agents[state == ZT_AGENT_ALIVE ? 1 : 2]++;
-        if (state != ZT_AGENT_ALIVE || a->leaving) continue;
-        int d = a->device == 2 ? 2 : 1;
-        total[d] += a->slots;
-        freeslots[d] += coord_agent_free_slots(c, a);
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < c->n_jobs; i++) {
-        const c_job *j = c->jobs[i];
-        if (j->state > 0 && j->state < 8) live[j->state]++;
-        if (j->state != ZT_JOB_QUEUED || k >= nq) continue;
-        q[k].id = j->id;
-        q[k].submitted_ms = j->submitted_ms;
-        snprintf(q[k].name, sizeof(q[k].name), "%s", j->name);
-        snprintf(q[k].pending, sizeof(q[k].pending), "%s", j->pending);
-        q[k].priority = j->priority;
-        q[k].ranks = j->ranks;
-        q[k].device = j->device;
-        k++;
-    }
-    pthread_mutex_unlock(&c->mu);
-    json_t *out = json_object(), *slots = json_object(), *queue = json_array(),
-           *jobs = json_object();
-    for (int d = 1; d <= 2; d++) {
-        json_t *o = json_object();
-        set(o, "total", json_integer(total[d]));
-        set(o, "used", json_integer(total[d] - freeslots[d]));
-        set(o, "free", json_integer(freeslots[d]));
-        set(slots, device_name(d), o);
-    }
-    for (size_t i = 0; i < k; i++) {
-        json_t *o = json_object();
-        set(o, "id", json_integer(q[i].id));
-        set(o, "name", jstr(q[i].name));
-        set(o, "priority", json_integer(q[i].priority));
-        set(o, "ranks", json_integer(q[i].ranks));
-        set(o, "device", json_string(device_name(q[i].device)));
-        set(o, "pending_reason", jstr(q[i].pending));
-        set(o, "submitted_ms", json_integer(q[i].submitted_ms));
-        json_array_append_new(queue, o);
-    }
-    for (int s = ZT_JOB_QUEUED; s <= ZT_JOB_RUNNING; s++)
-        set(jobs, zt_job_state_name((zt_job_state)s), json_integer(live[s]));
-    json_t *ag = json_object();
-    set(ag, "ALIVE", json_integer(agents[1]));
-    set(ag, "LOST", json_integer(agents[2]));
-    set(out, "slots", slots);
-    set(out, "agents", ag);
-    set(out, "jobs", jobs);
-    set(out, "queue", queue);
-    set(out, "time_ms", json_integer(coord_now_ms()));
-    zt_free(q);
-    reply_json(r, 200, out);
-}
-
-/* ---- cancel --------------------------------------------------------------------------------- */
-
-typedef struct http_cancel_op {
-    c_op op;
-    int64_t id;
-    char why[96]; /* "(by NAME)" from the dashboard's signed-in user */
-    zt_rpc_code code;
-    char msg[512];
-    json_t *job;
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    bool done, committed;
-} http_cancel_op;
-
-static void hc_run(zt_coord *c, c_op *op)
-{
-    http_cancel_op *x = (http_cancel_op *)op;
-    x->code = coord_job_cancel(c, x->id, x->why, x->msg, sizeof(x->msg));
-    c_job *j = coord_job_find(c, x->id);
-    if (x->code == ZT_RPC_OK && !c->batch_failed && j) x->job = job_live_json(j);
-}
-
-static void hc_done(zt_coord *c, c_op *op, bool committed)
-{
-    (void)c;
-    http_cancel_op *x = (http_cancel_op *)op;
-    pthread_mutex_lock(&x->m);
-    x->done = true;
-    x->committed = committed;
-    pthread_cond_signal(&x->cv);
-    pthread_mutex_unlock(&x->m);
-}
-
-static void post_cancel(zt_coord *c, zt_http_req *r, int64_t id)
-{
-    http_cancel_op *x = zt_calloc(1, sizeof(*x));
-    if (!x) {
-        zt_http_respond_error(r, 503, "out of memory");
-        return;
-    }
-    x->op.run = hc_run;
-    x->op.done = hc_done;
-    x->id = id;
-    if (zt_http_user_name(r)[0]) snprintf(x->why, sizeof(x->why), "(by %s)", zt_http_user_name(r));
-    pthread_mutex_init(&x->m, NULL);
-    pthread_cond_init(&x->cv, NULL);
-    coord_enqueue(c, &x->op); /* done runs once, after the commit or at shutdown */
-    pthread_mutex_lock(&x->m);
-    while (!x->done)
-        pthread_cond_wait(&x->cv, &x->m);
-    pthread_mutex_unlock(&x->m);
-    if (!x->committed) {
-        zt_http_respond_error(r, 503, "the cancellation was not recorded (%s); retry",
-                              atomic_load(&c->serving) ? "database error" : "shutting down");
-        json_decref(x->job);
-    } else if (x->code == ZT_RPC_NOT_FOUND) {
-        zt_http_respond_error(r, 404, "%s", x->msg);
-        json_decref(x->job);
-    } else if (x->code != ZT_RPC_OK) {
-        zt_http_respond_error(r, 409, "%s", x->msg);
-        json_decref(x->job);
-    } else {
-        json_t *out = json_object();
-        set(out, "job", x->job);
-        reply_json(r, 200, out);
-    }
-    pthread_mutex_destroy(&x->m);
-    pthread_cond_destroy(&x->cv);
-    zt_free(x);
+    api_set(out, "next",
+            json_integer(n ? json_integer_value(json_object_get(json_array_get(arr, n - 1), "id"))
+                           : since));
+    api_set(out, "logs", arr);
+    api_reply_json(r, 200, out);
 }
 
 /* ---- event streams -----------------------------------------------------------------------------
@@ -1005,7 +756,7 @@ void coord_api_publish_job(zt_coord *c, c_job *j)
                zt_http_has_streams(h, ZT_HTTP_TOPIC_ALL);
     bool mine = zt_http_has_streams(h, j->id);
     if (!all && !mine) return;
-    json_t *jo = job_live_json(j);
+    json_t *jo = api_job_live_json(j);
     char *js = jo ? json_dumps(jo, JSON_COMPACT) : NULL;
     json_decref(jo);
     if (!js) return;
@@ -1019,15 +770,15 @@ void coord_api_publish_job(zt_coord *c, c_job *j)
             publish_json(h, j->id, "event", event_json(&e->rec));
         if (j->metrics_dirty && j->metrics_kv) {
             json_t *m = json_object();
-            set(m, "step", json_integer(j->metrics_step));
-            set(m, "time_ms", json_integer(coord_now_ms()));
-            set(m, "values", kv_json(j->metrics_kv));
+            api_set(m, "step", json_integer(j->metrics_step));
+            api_set(m, "time_ms", json_integer(coord_now_ms()));
+            api_set(m, "values", kv_json(j->metrics_kv));
             publish_json(h, j->id, "metrics", m);
         }
         if (j->att) {
             json_t *ro = json_object();
-            set(ro, "attempt_id", json_integer(j->att->id));
-            set(ro, "ranks", ranks_live_json(j->att));
+            api_set(ro, "attempt_id", json_integer(j->att->id));
+            api_set(ro, "ranks", ranks_live_json(j->att));
             publish_json(h, j->id, "ranks", ro);
         }
     }
@@ -1069,11 +820,11 @@ static void api_route(zt_coord *c, zt_http_req *r, const char *rest)
         return;
     }
     if (strcmp(rest, "agents") == 0) {
-        if (method_is(r, "GET")) get_agents(c, r);
+        if (method_is(r, "GET")) api_get_agents(c, r);
         return;
     }
     if (strcmp(rest, "cluster") == 0) {
-        if (method_is(r, "GET")) get_cluster(c, r);
+        if (method_is(r, "GET")) api_get_cluster(c, r);
         return;
     }
     if (strcmp(rest, "stream") == 0) {
@@ -1103,7 +854,7 @@ static void api_route(zt_coord *c, zt_http_req *r, const char *rest)
         } else if (strcmp(sub, "stream") == 0) {
             if (method_is(r, "GET")) open_stream(c, r, id);
         } else if (strcmp(sub, "cancel") == 0) {
-            if (method_is(r, "POST")) post_cancel(c, r, id);
+            if (method_is(r, "POST")) api_post_cancel(c, r, id);
         } else {
             zt_http_respond_error(r, 404, "no such resource: /api/v1/%s", rest);
         }

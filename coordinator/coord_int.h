@@ -56,7 +56,7 @@ typedef struct c_agent {
     zt_agent_state state; /* as stored */
     int64_t registered_ms, last_seen_ms;
     uint64_t last_seen_ns; /* monotonic */
-    char key_sha[65];  /* hex SHA-256 of its agent key (auth.h); "" = none */
+    char key_sha[65];      /* hex SHA-256 of its agent key (auth.h); "" = none */
     c_report *reports;     /* last heartbeat's workers */
     int n_reports, cap_reports;
     c_report *exits; /* workers seen exiting, kept until the state thread saw them
@@ -179,7 +179,7 @@ struct c_task {
     zt_rpc_call *call;
 };
 
-/* Calls of one RPC method (counted by a wrapper around its handler, for /metrics). */
+/* Calls of one RPC method (counted by the handler skeleton in rpc.c, for /metrics). */
 #define COORD_HIST_BUCKETS 11
 
 /* A latency histogram written by any thread and read by /metrics (relaxed atomics). */
@@ -188,10 +188,12 @@ typedef struct c_hist {
     atomic_uint_fast64_t count, sum_ns;
 } c_hist;
 
+struct c_rpc_desc;
+
 typedef struct c_rpc_stat {
     const char *path;
-    zt_rpc_handler_fn handler;
-    void *user;
+    const struct c_rpc_desc *desc; /* the method (rpc_int.h) */
+    zt_coord *coord;
     atomic_uint_fast64_t calls;
     c_hist latency; /* arrival to answer */
 } c_rpc_stat;
@@ -275,16 +277,31 @@ struct zt_coord {
     c_hist commit_hist; /* SQLite commit latency (state thread) */
 };
 
-/* ---- coord.c: model and state thread ---- */
+/* ---- coord.c: the state thread ---- */
 void coord_enqueue(zt_coord *c, c_op *op);
 void coord_enqueue_read(zt_coord *c, c_task *t);
 void coord_wake_reports(zt_coord *c);
+
+/* ---- coord_model.c: the live model (mu held; changes inside the batch) ---- */
 c_job *coord_job_find(zt_coord *c, int64_t id);
 c_agent *coord_agent_find(zt_coord *c, const char *name);
 c_attempt *coord_attempt_find(zt_coord *c, int64_t id);
 /* Records a failed store call of the current batch (the batch will be rolled back). */
 void coord_db_failed(zt_coord *c, const zt_err *err);
 int64_t coord_now_ms(void);
+/* A copy for the model ("" for NULL) with bytes that are not UTF-8 replaced; NULL when out of
+ * memory. coord_set_str replaces *dst by such a copy, keeping the old text when out of memory. */
+char *coord_dup_clean(const char *s);
+void coord_set_str(char **dst, const char *s);
+
+/* How the job of a failed attempt goes on (coord_attempt_end). */
+typedef enum {
+    COORD_RETRY_NONE,     /* the job fails */
+    COORD_RETRY_COUNTED,  /* a restart counted against max_restarts, after the backoff */
+    COORD_RETRY_FALLBACK, /* at once, from an older checkpoint: the one resumed from became BAD
+                             (coord_batch.c's resume_failed says why max_restarts does not
+                             count it) */
+} c_retry;
 
 /* Transitions (state thread, mu held, inside the batch). */
 void coord_job_event(zt_coord *c, c_job *j, int64_t attempt_id, const char *agent, const char *kind,
@@ -292,26 +309,62 @@ void coord_job_event(zt_coord *c, c_job *j, int64_t attempt_id, const char *agen
     __attribute__((format(printf, 8, 9)));
 void coord_job_set_state(zt_coord *c, c_job *j, zt_job_state to, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, bool retryable,
+void coord_attempt_set_state(zt_coord *c, c_attempt *a, zt_attempt_state to, const char *reason);
+/* Ends active attempt a (it moves to the grave until the publish step) and moves its job on. */
+void coord_attempt_end(zt_coord *c, c_attempt *a, zt_attempt_state to, c_retry retry,
                        const char *reason);
 void coord_save_job(zt_coord *c, c_job *j);
+void coord_rank_save(zt_coord *c, c_attempt *a, c_rank *rk);
 c_job *coord_job_from_rec(const zt_job_rec *r);
 void coord_job_add(zt_coord *c, c_job *j);
+void coord_job_events_free(c_job *j);
+void coord_job_free(c_job *j);
+void coord_attempt_free(c_attempt *a);
+/* Makes a active: listed, hashed by id, and indexed on the agents of its ranks. */
+bool coord_atts_add(zt_coord *c, c_attempt *a);
 void coord_agent_mark_dirty(zt_coord *c, c_agent *a);
 c_agent *coord_agent_new(zt_coord *c, const char *name);
+void coord_agent_remove(zt_coord *c, c_agent *a);
 void coord_agent_save(zt_coord *c, c_agent *a);
+void coord_agent_event(zt_coord *c, c_agent *a, const char *from, const char *to,
+                       const char *reason);
+/* Marks busy[s] for each of a's slots in use (busy has a->slots entries). */
+void coord_agent_busy_map(zt_coord *c, c_agent *a, bool *busy);
 int coord_agent_free_slots(zt_coord *c, c_agent *a);
 
+/* ---- coord_batch.c: the rest of a batch (state thread, mu held) ---- */
+void coord_agent_reports(zt_coord *c, c_agent *a);
+void coord_tick(zt_coord *c);
+void coord_schedule(zt_coord *c);
+
+/* ---- coord_publish.c: after the commit (mu held) ---- */
+void coord_publish(zt_coord *c);
+void coord_agent_build_desired(zt_coord *c, c_agent *a);
+/* Ends j's watch streams (code, msg) / fails a's waiting rendezvous calls (UNAVAILABLE, msg). */
+void coord_end_watchers(zt_coord *c, c_job *j, zt_rpc_code code, const char *msg);
+void coord_fail_waiters(zt_coord *c, c_attempt *a, const char *msg);
 /* Views (mu held): fill wire messages whose strings point into the model. */
 void coord_job_to_pb(const c_job *j, Zt__V1__Job *out);
 void coord_rec_to_pb(const zt_job_rec *r, Zt__V1__Job *out);
 /* Sends u to j's watchers, dropping watchers that are gone or too slow. */
 void coord_watchers_send(zt_coord *c, c_job *j, const Zt__V1__JobUpdate *u, bool final);
-
-/* ---- coord_rpc.c ---- */
-size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap);
-void coord_rdzv_reply(c_attempt *a, zt_rpc_call *call, bool complete);
+/* Whether a's entries satisfy a rendezvous call's wait (zt.v1.RendezvousRequest.Wait). */
 bool coord_rdzv_complete(const c_attempt *a, int wait);
+/* a's RendezvousReply, packed (zt_free it); NULL when out of memory. */
+uint8_t *coord_rdzv_pack(const c_attempt *a, bool complete, size_t *len);
+/* Answers call with a's RendezvousReply. */
+void coord_rdzv_reply(c_attempt *a, zt_rpc_call *call, bool complete);
+
+/* ---- coord_recover.c: the model from the store (mu held) ---- */
+/* Loads agents and the live jobs with their active attempts. */
+zt_status coord_model_load(zt_coord *c, zt_err *err);
+/* After a failed commit: memory follows the database again. */
+void coord_model_reload(zt_coord *c);
+/* Drops jobs and attempts from memory (watchers and waiters are told msg). */
+void coord_model_drop_jobs(zt_coord *c, const char *msg);
+
+/* ---- rpc.c, rpc_user.c, rpc_agent.c: the RPC methods ---- */
+size_t coord_rpc_methods(zt_coord *c, zt_rpc_method *m, size_t cap);
 
 /* Cancels job id (state thread, mu held, inside the batch). ZT_RPC_OK: canceled (or the batch
  * failed: c->batch_failed); otherwise NOT_FOUND or FAILED_PRECONDITION with msg. */
@@ -329,6 +382,11 @@ void coord_api_close(zt_coord *c);
 
 /* ---- coord_read.c ---- */
 void *coord_reader_main(void *arg);
+/* Reads handed to the reader thread; each answers call. */
+void coord_read_get_job(zt_coord *c, zt_rpc_call *call, int64_t id);
+void coord_read_list_jobs(zt_coord *c, zt_rpc_call *call, const Zt__V1__ListJobsRequest *q);
+void coord_read_metrics(zt_coord *c, zt_rpc_call *call, const Zt__V1__GetMetricsRequest *q);
+void coord_read_ckpts(zt_coord *c, zt_rpc_call *call, const Zt__V1__ListCheckpointsRequest *q);
 void coord_logs_start(zt_coord *c, zt_rpc_call *call, const Zt__V1__GetLogsRequest *q);
 void coord_logs_wake(zt_coord *c);
 void coord_logs_stop(zt_coord *c);

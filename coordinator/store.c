@@ -1,16 +1,13 @@
-/* zerotrain: the coordinator's SQLite store (see store.h). Every statement is prepared once
- * from the table below and reused; the schema comes from the migrations list, applied in
- * order and recorded in PRAGMA user_version. */
+/* zerotrain: the coordinator's SQLite store (see store.h): opening a database, its schema and
+ * migrations, transactions, and the helpers every statement goes through. Every statement is
+ * prepared once from the table in store_int.h and reused; the schema comes from the migrations
+ * list, applied in order and recorded in PRAGMA user_version. The records live in
+ * store_jobs.c and store_runs.c, the lock file in store_lock.c. */
 #define _POSIX_C_SOURCE 200809L
-#include "coordinator/store.h"
+#include "coordinator/store_int.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -190,144 +187,8 @@ static const char *const migrations[] = {
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == ZT_STORE_SCHEMA_VERSION,
                "one migration per schema version");
 
+
 /* ---- statements -------------------------------------------------------------------------- */
-
-#define JOB_COLS                                                                                   \
-    "id, submit_key, name, state, reason, priority, ranks, ranks_per_node, device, "              \
-    "max_restarts, restarts, total_steps, last_step, spec_text, spec_dir, spec_json, spec_hash, "  \
-    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms, "          \
-    "checkpoint_dir"
-#define JOB_COLS_LIGHT                                                                             \
-    "id, submit_key, name, state, reason, priority, ranks, ranks_per_node, device, "              \
-    "max_restarts, restarts, total_steps, last_step, NULL, spec_dir, NULL, spec_hash, "            \
-    "user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, eligible_ms, "          \
-    "checkpoint_dir"
-#define ATTEMPT_COLS                                                                               \
-    "id, job_id, number, state, reason, world_size, resume_path, resume_step, created_ms, "        \
-    "started_ms, ended_ms"
-#define CKPT_COLS                                                                                  \
-    "c.id, c.job_id, c.attempt_id, c.step, c.path, c.state, c.world_size, "                        \
-    "(SELECT COUNT(*) FROM checkpoint_shards s WHERE s.checkpoint_id = c.id), "                    \
-    "(SELECT COALESCE(SUM(bytes), 0) FROM checkpoint_shards s WHERE s.checkpoint_id = c.id), "     \
-    "c.created_ms, c.committed_ms, c.deleted_ms, c.bad_reason"
-
-#define STMT_LIST(X)                                                                               \
-    X(BEGIN, "BEGIN IMMEDIATE")                                                                    \
-    X(COMMIT, "COMMIT")                                                                            \
-    X(ROLLBACK, "ROLLBACK")                                                                        \
-    X(SAVEPOINT, "SAVEPOINT op")                                                                   \
-    X(RELEASE, "RELEASE op")                                                                       \
-    X(ROLLBACK_TO, "ROLLBACK TO op")                                                               \
-    X(JOB_BY_KEY, "SELECT id FROM jobs WHERE submit_key = ?1")                                     \
-    X(JOB_INSERT,                                                                                  \
-      "INSERT INTO jobs(submit_key, name, state, reason, priority, ranks, ranks_per_node, "        \
-      "device, max_restarts, restarts, total_steps, last_step, spec_text, spec_dir, spec_json, "   \
-      "spec_hash, user, submitted_ms, started_ms, ended_ms, attempt_id, metrics_stride, "          \
-      "checkpoint_dir) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "  \
-      "?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)")                                                   \
-    X(JOB_SAVE,                                                                                    \
-      "UPDATE jobs SET state = ?2, reason = ?3, restarts = ?4, last_step = ?5, started_ms = ?6, "   \
-      "ended_ms = ?7, attempt_id = ?8, metrics_stride = ?9, eligible_ms = ?10 WHERE id = ?1")      \
-    X(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                      \
-    X(JOB_BY_CKPT_DIR,                                                                             \
-      "SELECT " JOB_COLS_LIGHT " FROM jobs WHERE checkpoint_dir = ?1 ORDER BY id DESC LIMIT 1")     \
-    X(JOBS_LIST,                                                                                   \
-      "SELECT " JOB_COLS_LIGHT " FROM jobs WHERE (?1 = 0 OR id < ?1) AND (?2 = 0 OR "              \
-      "((?2 >> (CASE state WHEN 'QUEUED' THEN 1 WHEN 'SCHEDULED' THEN 2 WHEN 'RUNNING' THEN 3 "    \
-      "WHEN 'COMPLETED' THEN 4 WHEN 'FAILED' THEN 5 ELSE 6 END)) & 1) = 1) "                       \
-      "ORDER BY id DESC LIMIT ?3")                                                                 \
-    X(JOBS_ACTIVE,                                                                                 \
-      "SELECT " JOB_COLS " FROM jobs WHERE state IN ('QUEUED','SCHEDULED','RUNNING') ORDER BY id") \
-    X(ATTEMPT_INSERT,                                                                              \
-      "INSERT INTO attempts(job_id, number, state, reason, world_size, resume_path, resume_step, " \
-      "created_ms, started_ms, ended_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")         \
-    X(ATTEMPT_SAVE,                                                                                \
-      "UPDATE attempts SET state = ?2, reason = ?3, started_ms = ?4, ended_ms = ?5 WHERE id = ?1") \
-    X(ATTEMPT_GET, "SELECT " ATTEMPT_COLS " FROM attempts WHERE id = ?1")                          \
-    X(ATTEMPTS_LIST, "SELECT " ATTEMPT_COLS " FROM attempts WHERE job_id = ?1 ORDER BY number")    \
-    X(RANK_SAVE,                                                                                   \
-      "INSERT OR REPLACE INTO ranks(attempt_id, rank, agent, local_rank, device_index, pid, "      \
-      "exited, exit_code, exit_signal, last_step) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)") \
-    X(RANKS_LIST,                                                                                  \
-      "SELECT attempt_id, rank, agent, local_rank, device_index, pid, exited, exit_code, "         \
-      "exit_signal, last_step FROM ranks WHERE attempt_id = ?1 ORDER BY rank")                     \
-    X(AGENT_SAVE,                                                                                  \
-      "INSERT OR REPLACE INTO agents(name, hostname, address, version, device, slots, gpus, "      \
-      "incarnation, state, registered_ms, last_seen_ms, key_sha256) VALUES(?1, ?2, ?3, ?4, "   \
-      "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)")                                                        \
-    X(AGENTS_LIST,                                                                                 \
-      "SELECT name, hostname, address, version, device, slots, gpus, incarnation, state, "         \
-      "registered_ms, last_seen_ms, key_sha256 FROM agents ORDER BY name")                     \
-    X(EVENT_ADD,                                                                                   \
-      "INSERT INTO events(time_ms, job_id, attempt_id, agent, kind, from_state, to_state, reason) " \
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                                                    \
-    X(EVENTS_LIST,                                                                                 \
-      "SELECT id, time_ms, job_id, attempt_id, agent, kind, from_state, to_state, reason FROM "    \
-      "(SELECT * FROM events WHERE job_id = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id")            \
-    X(LOG_ADD,                                                                                     \
-      "INSERT INTO logs(job_id, attempt_id, rank, source, time_ms, text) VALUES(?1, ?2, ?3, ?4, "  \
-      "?5, ?6)")                                                                                   \
-    X(LOGS_PRUNE,                                                                                  \
-      "DELETE FROM logs WHERE job_id = ?1 AND id <= (SELECT id FROM logs WHERE job_id = ?1 ORDER " \
-      "BY id DESC LIMIT 1 OFFSET ?2)")                                                             \
-    X(LOGS_LIST,                                                                                   \
-      "SELECT id, time_ms, job_id, attempt_id, rank, source, text FROM (SELECT * FROM logs WHERE " \
-      "job_id = ?1 AND id > ?2 AND (?4 = 0 OR source != 3) AND (?3 IS NULL OR source = 3 OR rank " \
-      "IN (SELECT value FROM json_each(?3))) ORDER BY id DESC LIMIT ?5) ORDER BY id LIMIT ?6")     \
-    X(LOGS_COUNT, "SELECT COUNT(*) FROM logs WHERE job_id = ?1")                                   \
-    X(JOB_STATE_COUNTS, "SELECT state, COUNT(*) FROM jobs GROUP BY state")                         \
-    X(METRIC_ADD,                                                                                  \
-      "INSERT OR IGNORE INTO metrics(job_id, step, attempt_id, time_ms, kv) VALUES(?1, ?2, ?3, "   \
-      "?4, ?5)")                                                                                   \
-    X(METRIC_REPLACE,                                                                              \
-      "UPDATE metrics SET attempt_id = ?3, time_ms = ?4, kv = ?5 WHERE job_id = ?1 AND step = ?2") \
-    X(METRICS_THIN, "DELETE FROM metrics WHERE job_id = ?1 AND step % ?2 != 0")                    \
-    X(METRICS_LIST,                                                                                \
-      "SELECT job_id, attempt_id, step, time_ms, kv FROM metrics WHERE job_id = ?1 AND step >= ?2 " \
-      "ORDER BY step")                                                                             \
-    X(METRICS_COUNT, "SELECT COUNT(*) FROM metrics WHERE job_id = ?1")                             \
-    X(CKPT_FIND, "SELECT id, attempt_id, world_size, state, step FROM checkpoints WHERE "          \
-                 "job_id = ?1 AND path = ?2")                                                      \
-    X(CKPT_INSERT,                                                                                 \
-      "INSERT INTO checkpoints(job_id, attempt_id, step, path, world_size, state, created_ms, "    \
-      "deleted_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?7, ?6, ?8)")                                        \
-    X(CKPT_RESET,                                                                                  \
-      "UPDATE checkpoints SET attempt_id = ?2, step = ?3, world_size = ?4, state = 'PARTIAL', "    \
-      "created_ms = ?5, committed_ms = 0, deleted_ms = 0, bad_reason = '' WHERE id = ?1")          \
-    X(CKPT_DELETE,                                                                                 \
-      "UPDATE checkpoints SET state = 'DELETED', deleted_ms = ?2 WHERE id = ?1 AND state != "      \
-      "'DELETED'")                                                                                 \
-    X(CKPT_MARK_BAD,                                                                               \
-      "UPDATE checkpoints SET state = 'BAD', bad_reason = ?2 WHERE id = ?1 AND state IN "          \
-      "('PARTIAL','COMMITTED')")                                                                   \
-    X(CKPT_CLEAR_SHARDS, "DELETE FROM checkpoint_shards WHERE checkpoint_id = ?1")                 \
-    X(SHARD_SAVE,                                                                                  \
-      "INSERT OR REPLACE INTO checkpoint_shards(checkpoint_id, rank, file, bytes, crc32c, "        \
-      "reported_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6)")                                               \
-    X(SHARD_COUNT, "SELECT COUNT(*) FROM checkpoint_shards WHERE checkpoint_id = ?1")              \
-    X(CKPT_COMMIT,                                                                                 \
-      "UPDATE checkpoints SET state = 'COMMITTED', committed_ms = ?2 WHERE id = ?1 AND state = "   \
-      "'PARTIAL'")                                                                                 \
-    X(CKPTS_LIST,                                                                                  \
-      "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND (c.state IN "              \
-      "('COMMITTED','BAD') OR (?2 = 1 AND c.state = 'PARTIAL') OR (?3 = 1 AND c.state = "          \
-      "'DELETED')) ORDER BY c.step DESC, c.id DESC")                                               \
-    X(CKPT_LATEST,                                                                                 \
-      "SELECT " CKPT_COLS " FROM checkpoints c WHERE c.job_id = ?1 AND c.state = 'COMMITTED' "     \
-      "ORDER BY c.step DESC, c.id DESC LIMIT 1")                                                   \
-    X(CKPT_COUNT, "SELECT COUNT(*) FROM checkpoints WHERE job_id = ?1 AND state = 'COMMITTED'")    \
-    X(SHARDS_LIST,                                                                                 \
-      "SELECT checkpoint_id, rank, file, bytes, crc32c, reported_ms FROM checkpoint_shards WHERE " \
-      "checkpoint_id = ?1 ORDER BY rank")                                                          \
-    X(RDZV_PUT, "INSERT OR REPLACE INTO rendezvous(attempt_id, rank, value) VALUES(?1, ?2, ?3)")   \
-    X(RDZV_LIST, "SELECT rank, value FROM rendezvous WHERE attempt_id = ?1 ORDER BY rank")
-
-typedef enum {
-#define STMT_ENUM(name, sql) S_##name,
-    STMT_LIST(STMT_ENUM)
-#undef STMT_ENUM
-        S_COUNT
-} stmt_id;
 
 static const char *const stmt_sql[] = {
 #define STMT_SQL(name, sql) sql,
@@ -335,16 +196,9 @@ static const char *const stmt_sql[] = {
 #undef STMT_SQL
 };
 
-struct zt_store {
-    sqlite3 *db;
-    char *path;
-    bool readonly;
-    sqlite3_stmt *stmts[S_COUNT];
-};
-
 /* ---- helpers ----------------------------------------------------------------------------- */
 
-static zt_status db_err(zt_store *s, zt_err *err, const char *what)
+zt_status store_db_err(zt_store *s, zt_err *err, const char *what)
 {
     int code = sqlite3_extended_errcode(s->db);
     zt_status st = ZT_ERR_DB;
@@ -354,14 +208,13 @@ static zt_status db_err(zt_store *s, zt_err *err, const char *what)
                       sqlite3_errmsg(s->db), code);
 }
 
-/* The prepared statement, reset and unbound, or NULL (err set). */
-static sqlite3_stmt *stmt(zt_store *s, stmt_id id, zt_err *err)
+sqlite3_stmt *store_stmt(zt_store *s, stmt_id id, zt_err *err)
 {
     sqlite3_stmt *st = s->stmts[id];
     if (!st) {
         if (sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
             SQLITE_OK) {
-            db_err(s, err, "preparing a statement");
+            store_db_err(s, err, "preparing a statement");
             return NULL;
         }
         s->stmts[id] = st;
@@ -372,7 +225,7 @@ static sqlite3_stmt *stmt(zt_store *s, stmt_id id, zt_err *err)
     return st;
 }
 
-static void bind_text(sqlite3_stmt *st, int i, const char *v)
+void store_bind_text(sqlite3_stmt *st, int i, const char *v)
 {
     if (v)
         sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
@@ -380,36 +233,29 @@ static void bind_text(sqlite3_stmt *st, int i, const char *v)
         sqlite3_bind_null(st, i);
 }
 
-static const char *col_text(sqlite3_stmt *st, int i)
+const char *store_col_text(sqlite3_stmt *st, int i)
 {
     return (const char *)sqlite3_column_text(st, i);
 }
 
-static const char *col_text_or_empty(sqlite3_stmt *st, int i)
-{
-    const char *t = col_text(st, i);
-    return t ? t : "";
-}
-
-/* Runs a statement that returns no rows. */
-static zt_status exec_done(zt_store *s, sqlite3_stmt *st, zt_err *err, const char *what)
+zt_status store_exec_done(zt_store *s, sqlite3_stmt *st, zt_err *err, const char *what)
 {
     int rc = sqlite3_step(st);
-    zt_status r = rc == SQLITE_DONE || rc == SQLITE_ROW ? ZT_OK : db_err(s, err, what);
+    zt_status r = rc == SQLITE_DONE || rc == SQLITE_ROW ? ZT_OK : store_db_err(s, err, what);
     sqlite3_reset(st);
     return r;
 }
 
 static zt_status simple(zt_store *s, stmt_id id, zt_err *err, const char *what)
 {
-    sqlite3_stmt *st = stmt(s, id, err);
+    sqlite3_stmt *st = store_stmt(s, id, err);
     if (!st)
         return err ? err->status : ZT_ERR_DB;
-    return exec_done(s, st, err, what);
+    return store_exec_done(s, st, err, what);
 }
 
-/* A single-integer query; *out = 0 when there is no row. */
-static zt_status query_int(zt_store *s, sqlite3_stmt *st, int64_t *out, zt_err *err, const char *what)
+zt_status store_query_int(zt_store *s, sqlite3_stmt *st, int64_t *out, zt_err *err,
+                          const char *what)
 {
     int rc = sqlite3_step(st);
     *out = 0;
@@ -417,10 +263,193 @@ static zt_status query_int(zt_store *s, sqlite3_stmt *st, int64_t *out, zt_err *
         *out = sqlite3_column_int64(st, 0);
     else if (rc != SQLITE_DONE) {
         sqlite3_reset(st);
-        return db_err(s, err, what);
+        return store_db_err(s, err, what);
     }
     sqlite3_reset(st);
     return ZT_OK;
+}
+
+zt_status store_count_of(zt_store *s, stmt_id id, int64_t key, int64_t *count, zt_err *err)
+{
+    sqlite3_stmt *st = store_stmt(s, id, err);
+    if (!st)
+        return ZT_ERR_DB;
+    sqlite3_bind_int64(st, 1, key);
+    return store_query_int(s, st, count, err, "counting rows");
+}
+
+/* ---- tables of columns ------------------------------------------------------------------- */
+
+_Static_assert(sizeof(zt_job_state) == sizeof(int) && sizeof(zt_attempt_state) == sizeof(int) &&
+                   sizeof(zt_agent_state) == sizeof(int) && sizeof(zt_ckpt_state) == sizeof(int),
+               "states are bound and read as int");
+
+static const char *state_name(col_kind k, int v)
+{
+    switch (k) {
+    case COL_JOB_STATE:
+        return zt_job_state_name((zt_job_state)v);
+    case COL_ATTEMPT_STATE:
+        return zt_attempt_state_name((zt_attempt_state)v);
+    case COL_AGENT_STATE:
+        return zt_agent_state_name((zt_agent_state)v);
+    default:
+        return zt_ckpt_state_name((zt_ckpt_state)v);
+    }
+}
+
+static int state_parse(col_kind k, const char *name)
+{
+    switch (k) {
+    case COL_JOB_STATE:
+        return zt_job_state_parse(name);
+    case COL_ATTEMPT_STATE:
+        return zt_attempt_state_parse(name);
+    case COL_AGENT_STATE:
+        return zt_agent_state_parse(name);
+    default:
+        return zt_ckpt_state_parse(name);
+    }
+}
+
+/* The integer a field of kind k holds (COL_I32 and the states are int). */
+static int64_t field_int(col_kind k, const char *p)
+{
+    int64_t i64;
+    uint32_t u32;
+    bool b;
+    int i32;
+    switch (k) {
+    case COL_I64:
+    case COL_I64_ID:
+    case COL_I64_STRIDE:
+        memcpy(&i64, p, sizeof(i64));
+        return i64;
+    case COL_U32:
+        memcpy(&u32, p, sizeof(u32));
+        return u32;
+    case COL_BOOL:
+        memcpy(&b, p, sizeof(b));
+        return b;
+    default:
+        memcpy(&i32, p, sizeof(i32));
+        return i32;
+    }
+}
+
+/* Stores v into a field of kind k (the inverse of field_int). */
+static void field_set_int(col_kind k, char *p, int64_t v)
+{
+    uint32_t u32 = (uint32_t)v;
+    bool b = v != 0;
+    int i32 = (int)v;
+    switch (k) {
+    case COL_I64:
+    case COL_I64_ID:
+    case COL_I64_STRIDE:
+        memcpy(p, &v, sizeof(v));
+        break;
+    case COL_U32:
+        memcpy(p, &u32, sizeof(u32));
+        break;
+    case COL_BOOL:
+        memcpy(p, &b, sizeof(b));
+        break;
+    default:
+        memcpy(p, &i32, sizeof(i32));
+        break;
+    }
+}
+
+static bool kind_is_text(col_kind k)
+{
+    return k == COL_TEXT || k == COL_TEXT_OR || k == COL_TEXT_KEY;
+}
+
+static bool kind_is_state(col_kind k)
+{
+    return k == COL_JOB_STATE || k == COL_ATTEMPT_STATE || k == COL_AGENT_STATE ||
+           k == COL_CKPT_STATE;
+}
+
+void store_bind_cols(sqlite3_stmt *st, int first, const col_table *t, const void *rec)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const col *c = &t->v[i];
+        const char *p = (const char *)rec + c->off;
+        int at = first + (int)i;
+        if (kind_is_text(c->kind)) {
+            const char *text;
+            memcpy(&text, p, sizeof(text));
+            if (c->kind == COL_TEXT_OR && !text)
+                text = c->dflt;
+            else if (c->kind == COL_TEXT_KEY && text && !text[0])
+                text = NULL;
+            store_bind_text(st, at, text);
+            continue;
+        }
+        int64_t v = field_int(c->kind, p);
+        if (kind_is_state(c->kind))
+            store_bind_text(st, at, state_name(c->kind, (int)v));
+        else if (c->kind == COL_I64_ID && !v)
+            sqlite3_bind_null(st, at);
+        else if (c->kind == COL_I64_STRIDE)
+            sqlite3_bind_int64(st, at, v > 0 ? v : 1);
+        else if (c->kind == COL_I32 || c->kind == COL_BOOL)
+            sqlite3_bind_int(st, at, (int)v);
+        else
+            sqlite3_bind_int64(st, at, v);
+    }
+}
+
+zt_status store_write(zt_store *s, stmt_id id, const col_table *t, const void *rec,
+                      int64_t *rowid, zt_err *err, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, id, err);
+    if (!st)
+        return ZT_ERR_DB;
+    store_bind_cols(st, 1, t, rec);
+    zt_status q = store_exec_done(s, st, err, what);
+    if (q == ZT_OK && rowid)
+        *rowid = sqlite3_last_insert_rowid(s->db);
+    return q;
+}
+
+void store_read_cols(sqlite3_stmt *st, const col_table *t, void *rec)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const col *c = &t->v[i];
+        char *p = (char *)rec + c->off;
+        int at = (int)i;
+        if (kind_is_text(c->kind)) {
+            const char *text = store_col_text(st, at);
+            if (c->kind == COL_TEXT_OR && !text)
+                text = "";
+            memcpy(p, &text, sizeof(text));
+        } else if (kind_is_state(c->kind)) {
+            field_set_int(c->kind, p, state_parse(c->kind, store_col_text(st, at)));
+        } else if (c->kind == COL_I32 || c->kind == COL_BOOL) {
+            field_set_int(c->kind, p, sqlite3_column_int(st, at));
+        } else {
+            field_set_int(c->kind, p, sqlite3_column_int64(st, at));
+        }
+    }
+}
+
+bool store_row_next(zt_store *s, sqlite3_stmt *st, const col_table *t, void *rec, zt_status *q,
+                    zt_err *err, const char *what)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        if (t) {
+            memset(rec, 0, t->rec_size);
+            store_read_cols(st, t, rec);
+        }
+        return true;
+    }
+    *q = rc == SQLITE_DONE ? ZT_OK : store_db_err(s, err, what);
+    sqlite3_reset(st);
+    return false;
 }
 
 /* ---- open / migrate ---------------------------------------------------------------------- */
@@ -450,7 +479,7 @@ static zt_status migrate(zt_store *s, int target, zt_err *err)
 {
     int v = zt_store_schema_version(s);
     if (v < 0)
-        return db_err(s, err, "reading the schema version");
+        return store_db_err(s, err, "reading the schema version");
     if (v > ZT_STORE_SCHEMA_VERSION)
         return zt_err_set(err, ZT_ERR_STATE,
                           "database %s has schema version %d but this zcoord knows versions up to %d; run a newer zcoord (or point --db at another file)",
@@ -594,984 +623,4 @@ void zt_store_rollback_savepoint(zt_store *s)
 {
     simple(s, S_ROLLBACK_TO, NULL, "rolling back to a savepoint");
     simple(s, S_RELEASE, NULL, "releasing a savepoint");
-}
-
-/* ---- jobs -------------------------------------------------------------------------------- */
-
-zt_status zt_store_job_insert(zt_store *s, const zt_job_rec *r, int64_t *id, bool *existed,
-                              zt_err *err)
-{
-    *existed = false;
-    *id = 0;
-    sqlite3_stmt *st;
-    if (r->submit_key && r->submit_key[0]) {
-        if (!(st = stmt(s, S_JOB_BY_KEY, err)))
-            return ZT_ERR_DB;
-        bind_text(st, 1, r->submit_key);
-        zt_status q = query_int(s, st, id, err, "looking up a submit key");
-        if (q != ZT_OK)
-            return q;
-        if (*id) {
-            *existed = true;
-            return ZT_OK;
-        }
-    }
-    if (!(st = stmt(s, S_JOB_INSERT, err)))
-        return ZT_ERR_DB;
-    bind_text(st, 1, r->submit_key && r->submit_key[0] ? r->submit_key : NULL);
-    bind_text(st, 2, r->name);
-    bind_text(st, 3, zt_job_state_name(r->state));
-    bind_text(st, 4, r->reason ? r->reason : "");
-    sqlite3_bind_int(st, 5, r->priority);
-    sqlite3_bind_int(st, 6, r->ranks);
-    sqlite3_bind_int(st, 7, r->ranks_per_node);
-    sqlite3_bind_int(st, 8, r->device);
-    sqlite3_bind_int(st, 9, r->max_restarts);
-    sqlite3_bind_int(st, 10, r->restarts);
-    sqlite3_bind_int64(st, 11, r->total_steps);
-    sqlite3_bind_int64(st, 12, r->last_step);
-    bind_text(st, 13, r->spec_text ? r->spec_text : "");
-    bind_text(st, 14, r->spec_dir ? r->spec_dir : "");
-    bind_text(st, 15, r->spec_json ? r->spec_json : "");
-    bind_text(st, 16, r->spec_hash ? r->spec_hash : "");
-    bind_text(st, 17, r->user ? r->user : "");
-    sqlite3_bind_int64(st, 18, r->submitted_ms);
-    sqlite3_bind_int64(st, 19, r->started_ms);
-    sqlite3_bind_int64(st, 20, r->ended_ms);
-    sqlite3_bind_int64(st, 21, r->attempt_id);
-    sqlite3_bind_int64(st, 22, r->metrics_stride > 0 ? r->metrics_stride : 1);
-    bind_text(st, 23, r->checkpoint_dir ? r->checkpoint_dir : "");
-    zt_status q = exec_done(s, st, err, "inserting a job");
-    if (q == ZT_OK)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
-}
-
-zt_status zt_store_job_save(zt_store *s, const zt_job_rec *r, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_JOB_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, r->id);
-    bind_text(st, 2, zt_job_state_name(r->state));
-    bind_text(st, 3, r->reason ? r->reason : "");
-    sqlite3_bind_int(st, 4, r->restarts);
-    sqlite3_bind_int64(st, 5, r->last_step);
-    sqlite3_bind_int64(st, 6, r->started_ms);
-    sqlite3_bind_int64(st, 7, r->ended_ms);
-    sqlite3_bind_int64(st, 8, r->attempt_id);
-    sqlite3_bind_int64(st, 9, r->metrics_stride > 0 ? r->metrics_stride : 1);
-    sqlite3_bind_int64(st, 10, r->eligible_ms);
-    zt_status q = exec_done(s, st, err, "updating a job");
-    if (q == ZT_OK && sqlite3_changes(s->db) == 0)
-        return zt_err_set(err, ZT_ERR_NOT_FOUND, "job %lld is not in the database",
-                          (long long)r->id);
-    return q;
-}
-
-static void row_job(sqlite3_stmt *st, zt_job_rec *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->id = sqlite3_column_int64(st, 0);
-    r->submit_key = col_text(st, 1);
-    r->name = col_text_or_empty(st, 2);
-    r->state = (zt_job_state)zt_job_state_parse(col_text(st, 3));
-    r->reason = col_text_or_empty(st, 4);
-    r->priority = sqlite3_column_int(st, 5);
-    r->ranks = sqlite3_column_int(st, 6);
-    r->ranks_per_node = sqlite3_column_int(st, 7);
-    r->device = sqlite3_column_int(st, 8);
-    r->max_restarts = sqlite3_column_int(st, 9);
-    r->restarts = sqlite3_column_int(st, 10);
-    r->total_steps = sqlite3_column_int64(st, 11);
-    r->last_step = sqlite3_column_int64(st, 12);
-    r->spec_text = col_text(st, 13);
-    r->spec_dir = col_text_or_empty(st, 14);
-    r->spec_json = col_text(st, 15);
-    r->spec_hash = col_text_or_empty(st, 16);
-    r->user = col_text_or_empty(st, 17);
-    r->submitted_ms = sqlite3_column_int64(st, 18);
-    r->started_ms = sqlite3_column_int64(st, 19);
-    r->ended_ms = sqlite3_column_int64(st, 20);
-    r->attempt_id = sqlite3_column_int64(st, 21);
-    r->metrics_stride = sqlite3_column_int64(st, 22);
-    r->eligible_ms = sqlite3_column_int64(st, 23);
-    r->checkpoint_dir = col_text_or_empty(st, 24);
-}
-
-/* Steps st to the end, calling each(row) per row. */
-#define FOR_ROWS(s, st, err, what, body)                                                           \
-    do {                                                                                           \
-        int rc_;                                                                                   \
-        while ((rc_ = sqlite3_step(st)) == SQLITE_ROW) {                                           \
-            body;                                                                                  \
-        }                                                                                          \
-        if (rc_ != SQLITE_DONE) {                                                                  \
-            zt_status e_ = db_err(s, err, what);                                                   \
-            sqlite3_reset(st);                                                                     \
-            return e_;                                                                             \
-        }                                                                                          \
-        sqlite3_reset(st);                                                                         \
-    } while (0)
-
-zt_status zt_store_job_get(zt_store *s, int64_t id, zt_store_job_fn fn, void *arg, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_JOB_GET, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, id);
-    int n = 0;
-    FOR_ROWS(s, st, err, "reading a job", {
-        zt_job_rec r;
-        row_job(st, &r);
-        fn(arg, &r);
-        n++;
-    });
-    if (!n)
-        return zt_err_set(err, ZT_ERR_NOT_FOUND, "job %lld not found; 'zctl jobs' lists the jobs",
-                          (long long)id);
-    return ZT_OK;
-}
-
-zt_status zt_store_job_find_key(zt_store *s, const char *submit_key, int64_t *id, zt_err *err)
-{
-    *id = 0;
-    if (!submit_key || !submit_key[0])
-        return ZT_OK;
-    sqlite3_stmt *st = stmt(s, S_JOB_BY_KEY, err);
-    if (!st)
-        return ZT_ERR_DB;
-    bind_text(st, 1, submit_key);
-    return query_int(s, st, id, err, "looking up a submit key");
-}
-
-zt_status zt_store_job_by_ckpt_dir(zt_store *s, const char *dir, zt_store_job_fn fn, void *arg,
-                                   zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_JOB_BY_CKPT_DIR, err);
-    if (!st)
-        return ZT_ERR_DB;
-    bind_text(st, 1, dir);
-    int n = 0;
-    FOR_ROWS(s, st, err, "looking up the job of a checkpoint directory", {
-        zt_job_rec r;
-        row_job(st, &r);
-        fn(arg, &r);
-        n++;
-    });
-    if (!n)
-        return zt_err_set(err, ZT_ERR_NOT_FOUND, "no job has the checkpoint directory %s", dir);
-    return ZT_OK;
-}
-
-zt_status zt_store_jobs_list(zt_store *s, unsigned state_mask, int64_t before_id, int limit,
-                             zt_store_job_fn fn, void *arg, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_JOBS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, before_id);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)state_mask);
-    sqlite3_bind_int(st, 3, limit);
-    FOR_ROWS(s, st, err, "listing jobs", {
-        zt_job_rec r;
-        row_job(st, &r);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-zt_status zt_store_jobs_active(zt_store *s, zt_store_job_fn fn, void *arg, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_JOBS_ACTIVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    FOR_ROWS(s, st, err, "loading active jobs", {
-        zt_job_rec r;
-        row_job(st, &r);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-/* ---- attempts and ranks ------------------------------------------------------------------ */
-
-zt_status zt_store_attempt_insert(zt_store *s, const zt_attempt_rec *r, int64_t *id, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_ATTEMPT_INSERT, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, r->job_id);
-    sqlite3_bind_int(st, 2, r->number);
-    bind_text(st, 3, zt_attempt_state_name(r->state));
-    bind_text(st, 4, r->reason ? r->reason : "");
-    sqlite3_bind_int(st, 5, r->world_size);
-    bind_text(st, 6, r->resume_path ? r->resume_path : "");
-    sqlite3_bind_int64(st, 7, r->resume_step);
-    sqlite3_bind_int64(st, 8, r->created_ms);
-    sqlite3_bind_int64(st, 9, r->started_ms);
-    sqlite3_bind_int64(st, 10, r->ended_ms);
-    zt_status q = exec_done(s, st, err, "inserting an attempt");
-    if (q == ZT_OK)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
-}
-
-zt_status zt_store_attempt_save(zt_store *s, const zt_attempt_rec *r, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_ATTEMPT_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, r->id);
-    bind_text(st, 2, zt_attempt_state_name(r->state));
-    bind_text(st, 3, r->reason ? r->reason : "");
-    sqlite3_bind_int64(st, 4, r->started_ms);
-    sqlite3_bind_int64(st, 5, r->ended_ms);
-    return exec_done(s, st, err, "updating an attempt");
-}
-
-static void row_attempt(sqlite3_stmt *st, zt_attempt_rec *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->id = sqlite3_column_int64(st, 0);
-    r->job_id = sqlite3_column_int64(st, 1);
-    r->number = sqlite3_column_int(st, 2);
-    r->state = (zt_attempt_state)zt_attempt_state_parse(col_text(st, 3));
-    r->reason = col_text_or_empty(st, 4);
-    r->world_size = sqlite3_column_int(st, 5);
-    r->resume_path = col_text_or_empty(st, 6);
-    r->resume_step = sqlite3_column_int64(st, 7);
-    r->created_ms = sqlite3_column_int64(st, 8);
-    r->started_ms = sqlite3_column_int64(st, 9);
-    r->ended_ms = sqlite3_column_int64(st, 10);
-}
-
-zt_status zt_store_attempt_get(zt_store *s, int64_t id, zt_store_attempt_fn fn, void *arg,
-                               zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_ATTEMPT_GET, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, id);
-    int n = 0;
-    FOR_ROWS(s, st, err, "reading an attempt", {
-        zt_attempt_rec r;
-        row_attempt(st, &r);
-        fn(arg, &r);
-        n++;
-    });
-    if (!n)
-        return zt_err_set(err, ZT_ERR_NOT_FOUND, "attempt %lld not found", (long long)id);
-    return ZT_OK;
-}
-
-zt_status zt_store_attempts_list(zt_store *s, int64_t job_id, zt_store_attempt_fn fn, void *arg,
-                                 zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_ATTEMPTS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    FOR_ROWS(s, st, err, "listing attempts", {
-        zt_attempt_rec r;
-        row_attempt(st, &r);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-zt_status zt_store_rank_save(zt_store *s, const zt_rank_rec *r, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_RANK_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, r->attempt_id);
-    sqlite3_bind_int(st, 2, r->rank);
-    bind_text(st, 3, r->agent);
-    sqlite3_bind_int(st, 4, r->local_rank);
-    sqlite3_bind_int(st, 5, r->device_index);
-    sqlite3_bind_int(st, 6, r->pid);
-    sqlite3_bind_int(st, 7, r->exited);
-    sqlite3_bind_int(st, 8, r->exit_code);
-    sqlite3_bind_int(st, 9, r->exit_signal);
-    sqlite3_bind_int64(st, 10, r->last_step);
-    return exec_done(s, st, err, "saving a rank");
-}
-
-zt_status zt_store_ranks_list(zt_store *s, int64_t attempt_id, zt_store_rank_fn fn, void *arg,
-                              zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_RANKS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, attempt_id);
-    FOR_ROWS(s, st, err, "listing ranks", {
-        zt_rank_rec r = {0};
-        r.attempt_id = sqlite3_column_int64(st, 0);
-        r.rank = sqlite3_column_int(st, 1);
-        r.agent = col_text_or_empty(st, 2);
-        r.local_rank = sqlite3_column_int(st, 3);
-        r.device_index = sqlite3_column_int(st, 4);
-        r.pid = sqlite3_column_int(st, 5);
-        r.exited = sqlite3_column_int(st, 6) != 0;
-        r.exit_code = sqlite3_column_int(st, 7);
-        r.exit_signal = sqlite3_column_int(st, 8);
-        r.last_step = sqlite3_column_int64(st, 9);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-/* ---- agents ------------------------------------------------------------------------------ */
-
-zt_status zt_store_agent_save(zt_store *s, const zt_agent_rec *r, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_AGENT_SAVE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    bind_text(st, 1, r->name);
-    bind_text(st, 2, r->hostname ? r->hostname : "");
-    bind_text(st, 3, r->address ? r->address : "");
-    bind_text(st, 4, r->version ? r->version : "");
-    sqlite3_bind_int(st, 5, r->device);
-    sqlite3_bind_int(st, 6, r->slots);
-    bind_text(st, 7, r->gpus_json ? r->gpus_json : "[]");
-    sqlite3_bind_int64(st, 8, r->incarnation);
-    bind_text(st, 9, zt_agent_state_name(r->state));
-    sqlite3_bind_int64(st, 10, r->registered_ms);
-    sqlite3_bind_int64(st, 11, r->last_seen_ms);
-    bind_text(st, 12, r->key_sha256 ? r->key_sha256 : "");
-    return exec_done(s, st, err, "saving an agent");
-}
-
-zt_status zt_store_agents_list(zt_store *s, zt_store_agent_fn fn, void *arg, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_AGENTS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    FOR_ROWS(s, st, err, "listing agents", {
-        zt_agent_rec r = {0};
-        r.name = col_text_or_empty(st, 0);
-        r.hostname = col_text_or_empty(st, 1);
-        r.address = col_text_or_empty(st, 2);
-        r.version = col_text_or_empty(st, 3);
-        r.device = sqlite3_column_int(st, 4);
-        r.slots = sqlite3_column_int(st, 5);
-        r.gpus_json = col_text_or_empty(st, 6);
-        r.incarnation = sqlite3_column_int64(st, 7);
-        r.state = (zt_agent_state)zt_agent_state_parse(col_text(st, 8));
-        r.registered_ms = sqlite3_column_int64(st, 9);
-        r.last_seen_ms = sqlite3_column_int64(st, 10);
-        r.key_sha256 = col_text_or_empty(st, 11);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-/* ---- events and logs --------------------------------------------------------------------- */
-
-zt_status zt_store_event_add(zt_store *s, const zt_event_rec *r, int64_t *id, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_EVENT_ADD, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, r->time_ms);
-    if (r->job_id)
-        sqlite3_bind_int64(st, 2, r->job_id);
-    if (r->attempt_id)
-        sqlite3_bind_int64(st, 3, r->attempt_id);
-    bind_text(st, 4, r->agent);
-    bind_text(st, 5, r->kind ? r->kind : "job");
-    bind_text(st, 6, r->from_state ? r->from_state : "");
-    bind_text(st, 7, r->to_state ? r->to_state : "");
-    bind_text(st, 8, r->reason ? r->reason : "");
-    zt_status q = exec_done(s, st, err, "recording an event");
-    if (q == ZT_OK && id)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
-}
-
-zt_status zt_store_events_list(zt_store *s, int64_t job_id, int limit, zt_store_event_fn fn,
-                               void *arg, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_EVENTS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, limit > 0 ? limit : -1);
-    FOR_ROWS(s, st, err, "listing events", {
-        zt_event_rec r = {0};
-        r.id = sqlite3_column_int64(st, 0);
-        r.time_ms = sqlite3_column_int64(st, 1);
-        r.job_id = sqlite3_column_int64(st, 2);
-        r.attempt_id = sqlite3_column_int64(st, 3);
-        r.agent = col_text(st, 4);
-        r.kind = col_text_or_empty(st, 5);
-        r.from_state = col_text_or_empty(st, 6);
-        r.to_state = col_text_or_empty(st, 7);
-        r.reason = col_text_or_empty(st, 8);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-zt_status zt_store_log_add(zt_store *s, const zt_log_rec *r, int64_t *id, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_LOG_ADD, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, r->job_id);
-    sqlite3_bind_int64(st, 2, r->attempt_id);
-    sqlite3_bind_int(st, 3, r->rank);
-    sqlite3_bind_int(st, 4, r->source);
-    sqlite3_bind_int64(st, 5, r->time_ms);
-    bind_text(st, 6, r->text ? r->text : "");
-    zt_status q = exec_done(s, st, err, "recording a log line");
-    if (q == ZT_OK && id)
-        *id = sqlite3_last_insert_rowid(s->db);
-    return q;
-}
-
-zt_status zt_store_logs_prune(zt_store *s, int64_t job_id, int64_t keep, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_LOGS_PRUNE, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, keep);
-    return exec_done(s, st, err, "pruning log lines");
-}
-
-zt_status zt_store_logs_list(zt_store *s, int64_t job_id, int64_t after_id, int limit, int tail,
-                             const char *ranks_json, bool no_events, zt_store_log_fn fn, void *arg,
-                             zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_LOGS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, after_id);
-    bind_text(st, 3, ranks_json);
-    sqlite3_bind_int(st, 4, no_events);
-    sqlite3_bind_int(st, 5, tail > 0 ? tail : -1);
-    sqlite3_bind_int(st, 6, limit > 0 ? limit : -1);
-    FOR_ROWS(s, st, err, "listing log lines", {
-        zt_log_rec r = {0};
-        r.id = sqlite3_column_int64(st, 0);
-        r.time_ms = sqlite3_column_int64(st, 1);
-        r.job_id = sqlite3_column_int64(st, 2);
-        r.attempt_id = sqlite3_column_int64(st, 3);
-        r.rank = sqlite3_column_int(st, 4);
-        r.source = sqlite3_column_int(st, 5);
-        r.text = col_text_or_empty(st, 6);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-static zt_status count_of(zt_store *s, stmt_id id, int64_t key, int64_t *count, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, id, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, key);
-    return query_int(s, st, count, err, "counting rows");
-}
-
-zt_status zt_store_job_state_counts(zt_store *s, int64_t counts[8], zt_err *err)
-{
-    for (int i = 0; i < 8; i++)
-        counts[i] = 0;
-    sqlite3_stmt *st = stmt(s, S_JOB_STATE_COUNTS, err);
-    if (!st)
-        return ZT_ERR_DB;
-    FOR_ROWS(s, st, err, "counting jobs by state", {
-        int state = zt_job_state_parse(col_text_or_empty(st, 0));
-        if (state > 0 && state < 8)
-            counts[state] = sqlite3_column_int64(st, 1);
-    });
-    return ZT_OK;
-}
-
-zt_status zt_store_logs_count(zt_store *s, int64_t job_id, int64_t *count, zt_err *err)
-{
-    return count_of(s, S_LOGS_COUNT, job_id, count, err);
-}
-
-/* ---- metrics ----------------------------------------------------------------------------- */
-
-zt_status zt_store_metric_add(zt_store *s, const zt_metric_rec *r, bool *added, zt_err *err)
-{
-    if (added)
-        *added = false;
-    for (int pass = 0; pass < 2; pass++) { /* insert; when the step has a row, replace it */
-        sqlite3_stmt *st = stmt(s, pass ? S_METRIC_REPLACE : S_METRIC_ADD, err);
-        if (!st)
-            return ZT_ERR_DB;
-        sqlite3_bind_int64(st, 1, r->job_id);
-        sqlite3_bind_int64(st, 2, r->step);
-        sqlite3_bind_int64(st, 3, r->attempt_id);
-        sqlite3_bind_int64(st, 4, r->time_ms);
-        bind_text(st, 5, r->kv ? r->kv : "");
-        zt_status q = exec_done(s, st, err, "recording metrics");
-        if (q != ZT_OK)
-            return q;
-        if (!pass && sqlite3_changes(s->db) > 0) {
-            if (added)
-                *added = true;
-            return ZT_OK;
-        }
-    }
-    return ZT_OK;
-}
-
-zt_status zt_store_metrics_thin(zt_store *s, int64_t job_id, int64_t stride, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_METRICS_THIN, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, stride > 0 ? stride : 1);
-    return exec_done(s, st, err, "thinning metrics");
-}
-
-zt_status zt_store_metrics_list(zt_store *s, int64_t job_id, int64_t from_step,
-                                zt_store_metric_fn fn, void *arg, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_METRICS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, from_step);
-    FOR_ROWS(s, st, err, "listing metrics", {
-        zt_metric_rec r = {0};
-        r.job_id = sqlite3_column_int64(st, 0);
-        r.attempt_id = sqlite3_column_int64(st, 1);
-        r.step = sqlite3_column_int64(st, 2);
-        r.time_ms = sqlite3_column_int64(st, 3);
-        r.kv = col_text_or_empty(st, 4);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-zt_status zt_store_metrics_count(zt_store *s, int64_t job_id, int64_t *count, zt_err *err)
-{
-    return count_of(s, S_METRICS_COUNT, job_id, count, err);
-}
-
-/* ---- checkpoints ------------------------------------------------------------------------- */
-
-zt_status zt_store_ckpt_shard_add(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
-                                  const char *dir, int world_size, const zt_shard_rec *shard,
-                                  int64_t now_ms, int64_t *ckpt_id, int *shards, bool *committed,
-                                  zt_err *err)
-{
-    *committed = false;
-    *shards = 0;
-    *ckpt_id = 0;
-    sqlite3_stmt *st = stmt(s, S_CKPT_FIND, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    bind_text(st, 2, dir);
-    int64_t id = 0, old_attempt = 0;
-    int old_world = 0;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        id = sqlite3_column_int64(st, 0);
-        old_attempt = sqlite3_column_int64(st, 1);
-        old_world = sqlite3_column_int(st, 2);
-    } else if (rc != SQLITE_DONE) {
-        sqlite3_reset(st);
-        return db_err(s, err, "looking up a checkpoint");
-    }
-    sqlite3_reset(st);
-    zt_status q;
-    if (!id) {
-        if (!(st = stmt(s, S_CKPT_INSERT, err)))
-            return ZT_ERR_DB;
-        sqlite3_bind_int64(st, 1, job_id);
-        sqlite3_bind_int64(st, 2, attempt_id);
-        sqlite3_bind_int64(st, 3, step);
-        bind_text(st, 4, dir);
-        sqlite3_bind_int(st, 5, world_size);
-        sqlite3_bind_int64(st, 6, now_ms);
-        bind_text(st, 7, "PARTIAL");
-        sqlite3_bind_int64(st, 8, 0);
-        if ((q = exec_done(s, st, err, "recording a checkpoint")) != ZT_OK)
-            return q;
-        id = sqlite3_last_insert_rowid(s->db);
-    } else if (old_attempt != attempt_id || old_world != world_size) {
-        /* another attempt writes this directory again: its earlier shards do not count */
-        if (!(st = stmt(s, S_CKPT_RESET, err)))
-            return ZT_ERR_DB;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, attempt_id);
-        sqlite3_bind_int64(st, 3, step);
-        sqlite3_bind_int(st, 4, world_size);
-        sqlite3_bind_int64(st, 5, now_ms);
-        if ((q = exec_done(s, st, err, "resetting a checkpoint")) != ZT_OK)
-            return q;
-        if (!(st = stmt(s, S_CKPT_CLEAR_SHARDS, err)))
-            return ZT_ERR_DB;
-        sqlite3_bind_int64(st, 1, id);
-        if ((q = exec_done(s, st, err, "clearing checkpoint shards")) != ZT_OK)
-            return q;
-    }
-    if (!(st = stmt(s, S_SHARD_SAVE, err)))
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int(st, 2, shard->rank);
-    bind_text(st, 3, shard->file);
-    sqlite3_bind_int64(st, 4, shard->bytes);
-    sqlite3_bind_int64(st, 5, shard->crc32c);
-    sqlite3_bind_int64(st, 6, now_ms);
-    if ((q = exec_done(s, st, err, "recording a checkpoint shard")) != ZT_OK)
-        return q;
-    int64_t n = 0;
-    if ((q = count_of(s, S_SHARD_COUNT, id, &n, err)) != ZT_OK)
-        return q;
-    *ckpt_id = id;
-    *shards = (int)n;
-    if (n >= world_size) {
-        if (!(st = stmt(s, S_CKPT_COMMIT, err)))
-            return ZT_ERR_DB;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, now_ms);
-        if ((q = exec_done(s, st, err, "committing a checkpoint")) != ZT_OK)
-            return q;
-        *committed = sqlite3_changes(s->db) > 0;
-    }
-    return ZT_OK;
-}
-
-zt_status zt_store_ckpt_commit(zt_store *s, int64_t ckpt_id, int64_t now_ms, bool *changed,
-                               zt_err *err)
-{
-    if (changed)
-        *changed = false;
-    sqlite3_stmt *st = stmt(s, S_CKPT_COMMIT, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, ckpt_id);
-    sqlite3_bind_int64(st, 2, now_ms);
-    zt_status q = exec_done(s, st, err, "committing a checkpoint");
-    if (q == ZT_OK && changed)
-        *changed = sqlite3_changes(s->db) > 0;
-    return q;
-}
-
-static void row_ckpt(sqlite3_stmt *st, zt_ckpt_rec *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->id = sqlite3_column_int64(st, 0);
-    r->job_id = sqlite3_column_int64(st, 1);
-    r->attempt_id = sqlite3_column_int64(st, 2);
-    r->step = sqlite3_column_int64(st, 3);
-    r->path = col_text_or_empty(st, 4);
-    r->state = (zt_ckpt_state)zt_ckpt_state_parse(col_text(st, 5));
-    r->world_size = sqlite3_column_int(st, 6);
-    r->shards = sqlite3_column_int(st, 7);
-    r->bytes = sqlite3_column_int64(st, 8);
-    r->created_ms = sqlite3_column_int64(st, 9);
-    r->committed_ms = sqlite3_column_int64(st, 10);
-    r->deleted_ms = sqlite3_column_int64(st, 11);
-    r->bad_reason = col_text_or_empty(st, 12);
-}
-
-zt_status zt_store_ckpt_remove(zt_store *s, int64_t job_id, int64_t attempt_id, int64_t step,
-                               const char *dir, int world_size, int64_t now_ms, int64_t *ckpt_id,
-                               zt_ckpt_state *before, zt_err *err)
-{
-    *ckpt_id = 0;
-    *before = 0;
-    sqlite3_stmt *st = stmt(s, S_CKPT_FIND, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    bind_text(st, 2, dir);
-    int64_t id = 0;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        id = sqlite3_column_int64(st, 0);
-        *before = (zt_ckpt_state)zt_ckpt_state_parse(col_text(st, 3));
-    } else if (rc != SQLITE_DONE) {
-        sqlite3_reset(st);
-        return db_err(s, err, "looking up a checkpoint");
-    }
-    sqlite3_reset(st);
-    if (id) {
-        *ckpt_id = id;
-        if (*before == ZT_CKPT_DELETED)
-            return ZT_OK;
-        if (!(st = stmt(s, S_CKPT_DELETE, err)))
-            return ZT_ERR_DB;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, now_ms);
-        return exec_done(s, st, err, "marking a checkpoint deleted");
-    }
-    /* never heard of (its shard reports were lost or are late): recorded as DELETED, so a
-     * late shard report of the same attempt cannot make it usable */
-    if (!(st = stmt(s, S_CKPT_INSERT, err)))
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt_id);
-    sqlite3_bind_int64(st, 3, step);
-    bind_text(st, 4, dir);
-    sqlite3_bind_int(st, 5, world_size > 0 ? world_size : 1);
-    sqlite3_bind_int64(st, 6, now_ms);
-    bind_text(st, 7, "DELETED");
-    sqlite3_bind_int64(st, 8, now_ms);
-    zt_status q = exec_done(s, st, err, "recording a deleted checkpoint");
-    if (q == ZT_OK)
-        *ckpt_id = sqlite3_last_insert_rowid(s->db);
-    return q;
-}
-
-zt_status zt_store_ckpt_mark_bad(zt_store *s, int64_t job_id, const char *dir, const char *reason,
-                                 int64_t *ckpt_id, int64_t *step, zt_ckpt_state *before,
-                                 zt_err *err)
-{
-    *ckpt_id = 0;
-    *step = 0;
-    *before = 0;
-    sqlite3_stmt *st = stmt(s, S_CKPT_FIND, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    bind_text(st, 2, dir);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *ckpt_id = sqlite3_column_int64(st, 0);
-        *before = (zt_ckpt_state)zt_ckpt_state_parse(col_text(st, 3));
-        *step = sqlite3_column_int64(st, 4);
-    } else if (rc != SQLITE_DONE) {
-        sqlite3_reset(st);
-        return db_err(s, err, "looking up a checkpoint");
-    }
-    sqlite3_reset(st);
-    if (*before != ZT_CKPT_PARTIAL && *before != ZT_CKPT_COMMITTED)
-        return ZT_OK;
-    if (!(st = stmt(s, S_CKPT_MARK_BAD, err)))
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, *ckpt_id);
-    bind_text(st, 2, reason ? reason : "");
-    return exec_done(s, st, err, "marking a checkpoint bad");
-}
-
-zt_status zt_store_ckpts_list(zt_store *s, int64_t job_id, bool include_partial,
-                              bool include_deleted, zt_store_ckpt_fn fn, void *arg, zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_CKPTS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, include_partial);
-    sqlite3_bind_int(st, 3, include_deleted);
-    FOR_ROWS(s, st, err, "listing checkpoints", {
-        zt_ckpt_rec r;
-        row_ckpt(st, &r);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-zt_status zt_store_ckpt_latest(zt_store *s, int64_t job_id, zt_store_ckpt_fn fn, void *arg,
-                               zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_CKPT_LATEST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, job_id);
-    int n = 0;
-    FOR_ROWS(s, st, err, "finding the latest checkpoint", {
-        zt_ckpt_rec r;
-        row_ckpt(st, &r);
-        fn(arg, &r);
-        n++;
-    });
-    if (!n)
-        return zt_err_set(err, ZT_ERR_NOT_FOUND, "job %lld has no committed checkpoint",
-                          (long long)job_id);
-    return ZT_OK;
-}
-
-zt_status zt_store_ckpt_count(zt_store *s, int64_t job_id, int *committed, zt_err *err)
-{
-    int64_t n = 0;
-    zt_status q = count_of(s, S_CKPT_COUNT, job_id, &n, err);
-    *committed = (int)n;
-    return q;
-}
-
-zt_status zt_store_shards_list(zt_store *s, int64_t ckpt_id, zt_store_shard_fn fn, void *arg,
-                               zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_SHARDS_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, ckpt_id);
-    FOR_ROWS(s, st, err, "listing checkpoint shards", {
-        zt_shard_rec r = {0};
-        r.ckpt_id = sqlite3_column_int64(st, 0);
-        r.rank = sqlite3_column_int(st, 1);
-        r.file = col_text_or_empty(st, 2);
-        r.bytes = sqlite3_column_int64(st, 3);
-        r.crc32c = (uint32_t)sqlite3_column_int64(st, 4);
-        r.reported_ms = sqlite3_column_int64(st, 5);
-        fn(arg, &r);
-    });
-    return ZT_OK;
-}
-
-/* ---- rendezvous -------------------------------------------------------------------------- */
-
-zt_status zt_store_rdzv_put(zt_store *s, int64_t attempt_id, int rank, const void *value, size_t len,
-                            zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_RDZV_PUT, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, attempt_id);
-    sqlite3_bind_int(st, 2, rank);
-    sqlite3_bind_blob(st, 3, value, (int)len, SQLITE_TRANSIENT);
-    return exec_done(s, st, err, "recording a rendezvous entry");
-}
-
-zt_status zt_store_rdzv_list(zt_store *s, int64_t attempt_id, zt_store_rdzv_fn fn, void *arg,
-                             zt_err *err)
-{
-    sqlite3_stmt *st = stmt(s, S_RDZV_LIST, err);
-    if (!st)
-        return ZT_ERR_DB;
-    sqlite3_bind_int64(st, 1, attempt_id);
-    FOR_ROWS(s, st, err, "listing rendezvous entries", {
-        fn(arg, sqlite3_column_int(st, 0), sqlite3_column_blob(st, 1),
-           (size_t)sqlite3_column_bytes(st, 1));
-    });
-    return ZT_OK;
-}
-
-/* ---- one coordinator per database --------------------------------------------------------- */
-
-struct zt_store_lock {
-    int fd;
-    char *path; /* "<db>.lock" */
-};
-
-/* Replaces the lock file's content with text, then fsyncs it. */
-static zt_status lock_write(zt_store_lock *l, const char *text, zt_err *err)
-{
-    size_t n = strlen(text);
-    /* write, then cut: a reader never finds the file empty between the two */
-    if (pwrite(l->fd, text, n, 0) != (ssize_t)n || ftruncate(l->fd, (off_t)n) != 0 ||
-        fsync(l->fd) != 0)
-        return zt_err_set(err, ZT_ERR_IO, "cannot write the lock file %s: %s", l->path,
-                          strerror(errno));
-    return ZT_OK;
-}
-
-/* The value of "key=" in the holder's line into out ("" when absent). */
-static void lock_field(const char *line, const char *key, char *out, size_t cap)
-{
-    out[0] = '\0';
-    size_t kn = strlen(key);
-    for (const char *p = line; (p = strstr(p, key)) != NULL; p += kn) {
-        if ((p != line && p[-1] != ' ') || p[kn] != '=') continue;
-        p += kn + 1;
-        size_t n = strcspn(p, " \n");
-        if (n >= cap) n = cap - 1;
-        memcpy(out, p, n);
-        out[n] = '\0';
-        return;
-    }
-}
-
-/* The error for a lock that another process holds, from what that process wrote. */
-static zt_status lock_busy(int fd, const char *db_path, zt_err *err)
-{
-    char line[1024];
-    ssize_t n = pread(fd, line, sizeof(line) - 1, 0);
-    line[n > 0 ? n : 0] = '\0';
-    char pid[32], grpc[300], http[300];
-    lock_field(line, "pid", pid, sizeof(pid));
-    lock_field(line, "grpc", grpc, sizeof(grpc));
-    lock_field(line, "http", http, sizeof(http));
-    if (!pid[0])
-        return zt_err_set(
-            err, ZT_ERR_EXISTS,
-            "database %s is in use by another zcoord that is starting up; stop it first or use another --db",
-            db_path);
-    if (!grpc[0])
-        return zt_err_set(
-            err, ZT_ERR_EXISTS,
-            "database %s is in use by zcoord pid %s (starting up); stop it first or use another --db",
-            db_path, pid);
-    return zt_err_set(
-        err, ZT_ERR_EXISTS,
-        "database %s is in use by zcoord pid %s (grpc %s, http %s); stop it first or use another --db",
-        db_path, pid, grpc, http[0] ? http : "off");
-}
-
-zt_status zt_store_lock_acquire(zt_store_lock **out, const char *db_path, zt_err *err)
-{
-    *out = NULL;
-    zt_store_lock *l = zt_calloc(1, sizeof(*l));
-    if (!l) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory locking the database");
-    l->fd = -1;
-    zt_status st = ZT_OK;
-    l->path = zt_asprintf("%s.lock", db_path);
-    if (!l->path) {
-        st = zt_err_set(err, ZT_ERR_NOMEM, "out of memory locking the database");
-        goto free_lock;
-    }
-    l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
-    if (l->fd < 0) {
-        st = zt_err_set(
-            err, ZT_ERR_IO,
-            "cannot open the lock file %s of database %s: %s; zcoord needs to create and write it beside the database",
-            l->path, db_path, strerror(errno));
-        goto free_lock;
-    }
-    while (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EINTR) continue;
-        if (errno == EWOULDBLOCK)
-            st = lock_busy(l->fd, db_path, err);
-        else
-            st = zt_err_set(err, ZT_ERR_IO, "cannot lock %s (the lock of database %s): %s", l->path,
-                            db_path, strerror(errno));
-        goto close_fd;
-    }
-    char text[64];
-    snprintf(text, sizeof(text), "pid=%d\n", (int)getpid());
-    if ((st = lock_write(l, text, err)) != ZT_OK) goto close_fd;
-    *out = l;
-    return ZT_OK;
-
-close_fd:
-    close(l->fd);
-free_lock:
-    zt_free(l->path);
-    zt_free(l);
-    return st;
-}
-
-zt_status zt_store_lock_describe(zt_store_lock *l, const char *grpc, const char *http, zt_err *err)
-{
-    char *text = zt_asprintf("pid=%d grpc=%s http=%s\n", (int)getpid(), grpc, http);
-    if (!text) return zt_err_set(err, ZT_ERR_NOMEM, "out of memory writing the lock file");
-    zt_status st = lock_write(l, text, err);
-    zt_free(text);
-    return st;
-}
-
-void zt_store_lock_release(zt_store_lock *l)
-{
-    if (!l) return;
-    /* a stale pid in the file would only mislead a reader; the lock itself dies with the fd */
-    if (ftruncate(l->fd, 0) != 0) ZT_WARN("store", "cannot empty %s: %s", l->path, strerror(errno));
-    close(l->fd);
-    zt_free(l->path);
-    zt_free(l);
 }
