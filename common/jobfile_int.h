@@ -1,7 +1,8 @@
-/* zerotrain: what jobfile.c (the job file's own sections, the typed getters, positions) and
- * dsconfig.c (the DeepSpeed config) share and nothing else may see. A parse collects every
- * problem it meets (jf_report) instead of stopping at the first, and the notes that make up
- * the DeepSpeed start-up summary (ignored keys, keys with no effect, "auto" values filled). */
+/* zerotrain: what the job file's parse (jobfile*.c: the job's own sections, the typed getters,
+ * key tables, paths) and the DeepSpeed config (dsconfig*.c) share and nothing else may see. A
+ * parse collects every problem it meets (jf_report) instead of stopping at the first, and the
+ * notes that make up the DeepSpeed start-up summary (ignored keys, keys with no effect, "auto"
+ * values filled). */
 #ifndef ZT_COMMON_JOBFILE_INT_H
 #define ZT_COMMON_JOBFILE_INT_H
 
@@ -78,6 +79,15 @@ zt_status jf_fail_here(pctx *c, zt_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Record a message that already names its section, placed at member key when it is given. */
 zt_status jf_fail_at(pctx *c, zt_status code, const char *key, const char *msg);
+/* Keeps a message on one line: control characters from keys and values become '?'. */
+void jf_one_line(char *msg);
+
+/* Keeps the first problem's status in st and goes on, so that one parse reports them all. */
+#define KEEP(expr)                                                                                 \
+    do {                                                                                           \
+        zt_status s_ = (expr);                                                                     \
+        if (s_ != ZT_OK && st == ZT_OK) st = s_;                                                   \
+    } while (0)
 
 void jf_format_double(double d, char *out, size_t cap);
 void jf_describe(const json_t *v, char *out, size_t cap);
@@ -154,8 +164,13 @@ zt_status jf_check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n, int m
  * records a problem when more than one is given. Returns key when none is. */
 const char *jf_pick_alias(pctx *c, json_t *obj, const keyspec *ks, size_t n, const char *key);
 
-/* Paths resolved against the job file's directory. */
+/* Paths resolved against the job file's directory (jobfile_path.c). */
 bool jf_absolute_path(const char *base, const char *p, char *out, size_t cap);
+/* The current directory, or ZT_ERR_IO saying why it cannot be read. */
+zt_status jf_cwd_path(char *out, size_t cap, zt_err *err);
+/* job->base_dir = base_dir made absolute against the current directory (NULL: the current
+ * directory itself). ZT_ERR_INVALID when it does not fit. */
+zt_status jf_set_base_dir(zt_job *job, const char *base_dir, zt_err *err);
 zt_status jf_get_path(pctx *c, json_t *obj, const char *key, const char *base_dir, char *out,
                       bool *present);
 zt_status jf_read_text(const char *path, const char *shown, const char *what, char **out,
