@@ -91,7 +91,8 @@ struct ag_worker {
     zt_agent *agent;
     /* what the coordinator asked for */
     int64_t job_id, attempt_id;
-    int rank, world_size, local_rank, local_world_size, device_index, device;
+    int rank, world_size, local_rank, local_world_size, device_index;
+    zt_device device;
     char *resume_path, *job_name;
     char **env; /* "NAME=value" from DesiredWorker.env */
     int n_env;

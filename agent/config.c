@@ -122,14 +122,14 @@ void zt_agent_usage(FILE *f)
         "\nEach worker runs WORKER [--resume CKPT] WORK_DIR/attempt_<id>/job.json in that directory, leading a process group\nof its own, with the agent's environment (less ZT_TOKEN) plus the coordinator's variables and\nZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_LOCAL_WORLD_SIZE, ZT_DEVICE_INDEX, ZT_SESSION (the attempt\nid), ZT_RENDEZVOUS (tcp://host:port of rank 0, met through the coordinator), ZT_REPORT_FD=3.\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs on this node in local-rank order.\nWorkers die with the agent (parent-death signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error (exit 2): use --slots cpu:N there.\nBefore starting the workers of an attempt zagent resolves the job's data globs and the files they\nmatch, model file, checkpoint directory, train.resume_from, CSV output and the checkpoint it\nresumes from (symbolic links followed); when one lies outside every --allow-path the attempt\nfails, not retried, with the reason in the job's logs. As root, zagent needs --run-as USER\n(workers then start with that user's uid, gid, groups and HOME) or --allow-root.\nExit codes: 0 stopped by a signal, 1 the coordinator refused the token, 2 bad flags or environment.\n");
 }
 
-zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err)
+zt_status zt_agent_parse_slots(const char *s, zt_device *device, int *slots, zt_err *err)
 {
     const char *v = NULL;
     if (strncmp(s, "cpu:", 4) == 0) {
-        *device = ZT_AGENT_DEVICE_CPU;
+        *device = ZT_DEVICE_CPU;
         v = s + 4;
     } else if (strncmp(s, "cuda:", 5) == 0) {
-        *device = ZT_AGENT_DEVICE_CUDA;
+        *device = ZT_DEVICE_CUDA;
         v = s + 5;
         if (strcmp(v, "auto") == 0) {
             *slots = -1;
@@ -145,7 +145,7 @@ zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *e
     if (!*v || *end || errno || n < 1 || n > MAX_SLOTS)
         return zt_err_set(err, ZT_ERR_CONFIG,
                           "'%s': the slot count must be a number from 1 to %d%s", s, MAX_SLOTS,
-                          *device == ZT_AGENT_DEVICE_CUDA ? " (or auto)" : "");
+                          *device == ZT_DEVICE_CUDA ? " (or auto)" : "");
     *slots = (int)n;
     return ZT_OK;
 }
@@ -426,7 +426,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         zt_err_prefix(err, "%s", origin[S_SLOTS]);
         goto fail;
     }
-    if (cfg->device == ZT_AGENT_DEVICE_CUDA) {
+    if (cfg->device == ZT_DEVICE_CUDA) {
         cfg->gpus = zt_calloc(MAX_GPUS, sizeof(*cfg->gpus));
         if (!cfg->gpus) FAIL(ZT_ERR_NOMEM, "out of memory");
         zt_err gerr = {0};

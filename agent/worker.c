@@ -674,9 +674,9 @@ static void build_env(ag_worker *w, strvec *env)
         bool skip = false;
         for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]) && !skip; i++)
             skip = env_name_is(*e, ours[i]);
-        if (w->device == ZT_AGENT_DEVICE_CUDA && env_name_is(*e, "CUDA_VISIBLE_DEVICES"))
+        if (w->device == ZT_DEVICE_CUDA && env_name_is(*e, "CUDA_VISIBLE_DEVICES"))
             skip = true;
-        if (w->device != ZT_AGENT_DEVICE_CUDA && a->omp_threads > 0 &&
+        if (w->device != ZT_DEVICE_CUDA && a->omp_threads > 0 &&
             env_name_is(*e, "OMP_NUM_THREADS"))
             skip = true;
         for (int k = 0; k < w->n_env && !skip; k++) {
@@ -702,7 +702,7 @@ static void build_env(ag_worker *w, strvec *env)
     sv_push(env, zt_asprintf("ZT_SESSION=%lld", (long long)w->attempt_id));
     sv_push(env, zt_strdup("ZT_REPORT_FD=3"));
     if (w->rendezvous[0]) sv_push(env, zt_asprintf("ZT_RENDEZVOUS=%s", w->rendezvous));
-    if (w->device == ZT_AGENT_DEVICE_CUDA)
+    if (w->device == ZT_DEVICE_CUDA)
         sv_push(env, zt_asprintf("CUDA_VISIBLE_DEVICES=%s", w->cuda_visible));
     else if (a->omp_threads > 0)
         sv_push(env, zt_asprintf("OMP_NUM_THREADS=%d", a->omp_threads));
@@ -859,8 +859,7 @@ ag_worker *ag_worker_new(zt_agent *a, const Zt__V1__DesiredWorker *d)
     w->local_rank = d->local_rank;
     w->local_world_size = d->local_world_size > 0 ? d->local_world_size : 1;
     w->device_index = d->device_index;
-    w->device =
-        d->device == ZT__V1__DEVICE__DEVICE_CUDA ? ZT_AGENT_DEVICE_CUDA : ZT_AGENT_DEVICE_CPU;
+    w->device = d->device == ZT__V1__DEVICE__DEVICE_CUDA ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     w->resume_path = dup_or_null(d->resume_path);
     w->job_name = dup_or_null(d->job_name);
     w->desired = true;
@@ -966,7 +965,7 @@ void ag_worker_status(ag_worker *w, Zt__V1__WorkerStatus *s)
     s->collective_seq = w->coll_seq;
     s->memory_bytes = w->mem_bytes;
     s->peak_memory_bytes = w->mem_peak;
-    if (w->device != ZT_AGENT_DEVICE_CUDA && w->pid > 0 && !w->proc_exited) {
+    if (w->device != ZT_DEVICE_CUDA && w->pid > 0 && !w->proc_exited) {
         int64_t rss, hwm;
         if (ag_proc_memory(w->pid, &rss, &hwm)) {
             s->memory_bytes = rss;
