@@ -150,6 +150,14 @@ void ag_worker_status(ag_worker *w, Zt__V1__WorkerStatus *s);
 bool ag_proc_memory(int pid, int64_t *rss, int64_t *hwm);
 const char *ag_wstate_name(ag_wstate s);
 
+/* ---- worker_exec.c: what a worker runs with ------------------------------------------------ */
+
+/* The worker's argv and environment (NULL-terminated, owned by the caller: ag_strv_free each).
+ * False when out of memory, with nothing left to free. */
+bool ag_worker_command(const ag_worker *w, char ***argv, char ***envp);
+/* Frees a NULL-terminated vector of strings and the strings; NULL is a no-op. */
+void ag_strv_free(char **v);
+
 /* ---- reports.c: queues of metrics, shard reports and output lines -------------------------- */
 
 typedef struct ag_log_entry {
