@@ -304,35 +304,34 @@ static zt_status parse_csv_monitor(pctx *c, json_t *ds, zt_job *job)
     return st;
 }
 
+/* DeepSpeed batch key `key` filled from the job's train section (value 0: not given there,
+ * nothing to do): a value given in both must agree, and the fill is noted when the DeepSpeed
+ * key is "auto" or absent. `from` names the train key ("the job's train.batch_size"); it is a
+ * string literal, kept by the note. */
+static zt_status fill_from_train(pctx *c, json_t *ds, const char *key, int64_t value,
+                                 const char *from, int64_t *given)
+{
+    if (!value) return ZT_OK;
+    zt_status st = ZT_OK;
+    if (*given && *given != value)
+        st = jf_fail_key(c, key, "is %lld but %s is %lld; give one of them, or make them equal",
+                         (long long)*given, from, (long long)value);
+    *given = value;
+    if (jf_auto_given(c, ds, key) || !json_object_get(ds, key))
+        jf_auto_note(c, key, JF_V_I64, given, from);
+    return st;
+}
+
 /* The fill of the batch triad from the job's train section, before DeepSpeed's rules. */
 static zt_status fill_batch(pctx *c, json_t *ds, zt_job *job)
 {
     zt_ds_cfg *d = &job->ds;
     zt_status st = ZT_OK;
     const zt_train_cfg *t = &job->train;
-    if (t->batch_size) {
-        if (d->given_train_batch_size && d->given_train_batch_size != t->batch_size)
-            KEEP(jf_fail_key(
-                c, "train_batch_size",
-                "is %lld but the job's train.batch_size is %lld; give one of them, or make them equal",
-                (long long)d->given_train_batch_size, (long long)t->batch_size));
-        d->given_train_batch_size = t->batch_size;
-        if (jf_auto_given(c, ds, "train_batch_size") || !json_object_get(ds, "train_batch_size"))
-            jf_auto_note(c, "train_batch_size", JF_V_I64, &d->given_train_batch_size,
-                         "the job's train.batch_size");
-    }
-    if (t->micro_batch_size) {
-        if (d->given_micro_batch && d->given_micro_batch != t->micro_batch_size)
-            KEEP(jf_fail_key(
-                c, "train_micro_batch_size_per_gpu",
-                "is %lld but the job's train.micro_batch_size is %lld; give one of them, or make them equal",
-                (long long)d->given_micro_batch, (long long)t->micro_batch_size));
-        d->given_micro_batch = t->micro_batch_size;
-        if (jf_auto_given(c, ds, "train_micro_batch_size_per_gpu") ||
-            !json_object_get(ds, "train_micro_batch_size_per_gpu"))
-            jf_auto_note(c, "train_micro_batch_size_per_gpu", JF_V_I64, &d->given_micro_batch,
-                         "the job's train.micro_batch_size");
-    }
+    KEEP(fill_from_train(c, ds, "train_batch_size", t->batch_size, "the job's train.batch_size",
+                         &d->given_train_batch_size));
+    KEEP(fill_from_train(c, ds, "train_micro_batch_size_per_gpu", t->micro_batch_size,
+                         "the job's train.micro_batch_size", &d->given_micro_batch));
     /* "auto" (or absent with no other batch key): the planner picks it when the rank starts */
     bool mb_auto = jf_auto_given(c, ds, "train_micro_batch_size_per_gpu");
     bool mb_absent = !json_object_get(ds, "train_micro_batch_size_per_gpu");
