@@ -95,9 +95,10 @@ void jf_append(char *out, size_t cap, size_t *used, const char *s);
 bool jf_in_list_ci(const char *s, const char *const *list, size_t n);
 const char *jf_closest(const char *key, const char *const *names, size_t n);
 
-/* Typed getters. Each leaves *out alone when the key is absent or "auto" (DeepSpeed drops
- * "auto" values; the getter records it as filled with *out's final value), and otherwise
- * checks type and bounds, recording a problem and leaving *out alone when they are wrong. */
+/* Typed getters (jobfile_get.c). Each leaves *out alone when the key is absent or "auto"
+ * (DeepSpeed drops "auto" values; the getter records it as filled with *out's final value),
+ * and otherwise checks type and bounds, recording a problem and leaving *out alone when they
+ * are wrong. */
 bool jf_is_auto(const json_t *v);
 json_t *jf_member(json_t *obj, const char *key);
 zt_status jf_get_int_max(pctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi,
@@ -124,9 +125,9 @@ zt_status jf_require(pctx *c, json_t *obj, const char *key, const char *what);
 void jf_auto_note(pctx *c, const char *key, jf_vtype type, const void *value, const char *from);
 bool jf_auto_given(const pctx *c, json_t *obj, const char *key);
 
-/* Key tables. A key is used (parsed by its section), has no effect here (accepted, checked
- * for its type, named in the summary when not at DeepSpeed's default), is refused unless it
- * holds a value that means "off", or is an alias of another key. */
+/* Key tables (jobfile_keys.c). A key is used (parsed by its section), has no effect here
+ * (accepted, checked for its type, named in the summary when not at DeepSpeed's default), is
+ * refused unless it holds a value that means "off", or is an alias of another key. */
 enum { KEY_USED = 0, KEY_NO_EFFECT = 1, KEY_REFUSED = 2, KEY_ALIAS = 3 };
 enum { VT_ANY = 0, VT_BOOL, VT_INT, VT_NUM, VT_STR, VT_OBJ, VT_LIST, VT_STR_OR_NULL };
 enum {
@@ -178,9 +179,9 @@ zt_status jf_read_text(const char *path, const char *shown, const char *what, ch
 zt_status jf_load_json(const char *text, size_t len, const char *origin, const char *what,
                        json_t **out, zt_err *err);
 
-/* dsconfig.c: the "deepspeed" member of a job (an object or a file's path). */
+/* dsconfig_read.c: the "deepspeed" member of a job (an object or a file's path). */
 zt_status zt_ds_parse(pctx *c, json_t *root, zt_job *job);
-/* dsconfig.c: writes the summary of rep into job->ds.notes. */
+/* dsconfig_read.c: writes the summary of rep into job->ds.notes. */
 void zt_ds_notes_build(const jf_report *rep, zt_job *job);
 /* dsconfig.c: a DeepSpeed key written at the job's top level: the advice, or NULL. */
 const char *zt_ds_top_key_hint(const char *key);
