@@ -24,6 +24,11 @@
 
 #define AG_WARN_EVERY_NS (30ull * 1000000000ull)
 
+/* zt_device goes on the wire as it is (RegisterAgentRequest.device). */
+_Static_assert(ZT_DEVICE_CPU == (int)ZT__V1__DEVICE__DEVICE_CPU &&
+                   ZT_DEVICE_CUDA == (int)ZT__V1__DEVICE__DEVICE_CUDA,
+               "zt_device must keep zt.v1.Device's numbers");
+
 static void reg_start(zt_agent *a);
 static void begin_stop(zt_agent *a, int code);
 
@@ -184,7 +189,7 @@ static void apply_desired(zt_agent *a, const Zt__V1__HeartbeatReply *r)
         }
         w = ag_worker_new(a, d);
         if (!w) continue;
-        if (w->device == ZT_AGENT_DEVICE_CUDA) {
+        if (w->device == ZT_DEVICE_CUDA) {
             /* the engine uses device local_rank: list this attempt's local GPUs in that order */
             size_t n = 0;
             w->cuda_visible[0] = '\0';
@@ -404,8 +409,8 @@ static void on_register(zt_agent *a, void *ctx, zt_rpc_code code, const char *ms
             "agent",
             "registered with the coordinator at %s as %s (incarnation %lld, %d %s slot%s, rendezvous host %s); heartbeat every %d ms%s",
             a->cfg.coordinator, a->cfg.name, (long long)a->incarnation, a->cfg.slots,
-            a->cfg.device == ZT_AGENT_DEVICE_CUDA ? "cuda" : "cpu", a->cfg.slots == 1 ? "" : "s",
-            a->cfg.advertise_host, a->hb_ms, a->reg_failures ? " (it was unreachable before)" : "");
+            zt_device_name(a->cfg.device), a->cfg.slots == 1 ? "" : "s", a->cfg.advertise_host,
+            a->hb_ms, a->reg_failures ? " (it was unreachable before)" : "");
         a->ever_registered = true;
         a->reg_failures = 0;
         a->reg_last_warn_ns = 0;
@@ -461,8 +466,7 @@ static void reg_start(zt_agent *a)
     q.name = a->cfg.name;
     q.hostname = a->cfg.hostname;
     q.address = a->cfg.advertise_host;
-    q.device = a->cfg.device == ZT_AGENT_DEVICE_CUDA ? ZT__V1__DEVICE__DEVICE_CUDA
-                                                     : ZT__V1__DEVICE__DEVICE_CPU;
+    q.device = (Zt__V1__Device)a->cfg.device;
     q.slots = a->cfg.slots;
     q.n_gpus = (size_t)a->cfg.n_gpus;
     q.gpus = gp;
@@ -600,10 +604,9 @@ int zt_agent_run(zt_agent *a)
     uv_signal_start(&a->sigterm, on_signal, SIGTERM);
     uv_signal_start(&a->sigint, on_signal, SIGINT);
     ZT_INFO("agent", "zagent %s: %s, %d %s slot%s, work dir %s, worker %s, coordinator %s%s%s",
-            ZT_VERSION, a->cfg.name, a->cfg.slots,
-            a->cfg.device == ZT_AGENT_DEVICE_CUDA ? "cuda" : "cpu", a->cfg.slots == 1 ? "" : "s",
-            a->cfg.work_dir, a->cfg.worker, a->cfg.coordinator, a->cfg.tls_ca_pem ? " (TLS)" : "",
-            a->cfg.token ? " with a token" : "");
+            ZT_VERSION, a->cfg.name, a->cfg.slots, zt_device_name(a->cfg.device),
+            a->cfg.slots == 1 ? "" : "s", a->cfg.work_dir, a->cfg.worker, a->cfg.coordinator,
+            a->cfg.tls_ca_pem ? " (TLS)" : "", a->cfg.token ? " with a token" : "");
     reg_start(a);
     uv_timer_start(&a->hb_timer, on_hb_timer, (uint64_t)a->hb_ms, 0);
     uv_run(&a->loop, UV_RUN_DEFAULT);

@@ -13,11 +13,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "common/device.h"
 #include "common/status.h"
-
-/* zt.v1.Device numbers. */
-#define ZT_AGENT_DEVICE_CPU 1
-#define ZT_AGENT_DEVICE_CUDA 2
 
 /* Exit codes of zagent (and of zt_agent_run). */
 #define ZT_AGENT_EXIT_OK 0    /* stopped by SIGTERM/SIGINT */
@@ -37,7 +34,7 @@ typedef struct zt_agent_config {
     char *token;        /* bearer token; NULL = none */
     char *tls_ca_pem;   /* PEM roots: TLS to the coordinator; NULL = plaintext */
     char *tls_cert_pem, *tls_key_pem; /* client certificate and key (mutual TLS); NULL = none */
-    int device;         /* ZT_AGENT_DEVICE_CPU or ZT_AGENT_DEVICE_CUDA */
+    zt_device device;                 /* the kind of the slots */
     int slots;          /* CPU slots or GPUs */
     zt_agent_gpu *gpus; /* [n_gpus] (cuda) */
     int n_gpus;
@@ -82,7 +79,7 @@ void zt_agent_usage(FILE *f);
 
 /* Parses a --slots value: "cpu:N" (1..4096) sets *device and *slots; "cuda:auto" and
  * "cuda:N" set *device to cuda and *slots to -1 (auto) or N (detection is the caller's). */
-zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err);
+zt_status zt_agent_parse_slots(const char *s, zt_device *device, int *slots, zt_err *err);
 
 typedef struct zt_agent zt_agent;
 

@@ -91,7 +91,8 @@ struct ag_worker {
     zt_agent *agent;
     /* what the coordinator asked for */
     int64_t job_id, attempt_id;
-    int rank, world_size, local_rank, local_world_size, device_index, device;
+    int rank, world_size, local_rank, local_world_size, device_index;
+    zt_device device;
     char *resume_path, *job_name;
     char **env; /* "NAME=value" from DesiredWorker.env */
     int n_env;
@@ -148,6 +149,14 @@ void ag_worker_status(ag_worker *w, Zt__V1__WorkerStatus *s);
 /* Resident and peak memory of a live process from /proc (bytes); false when unreadable. */
 bool ag_proc_memory(int pid, int64_t *rss, int64_t *hwm);
 const char *ag_wstate_name(ag_wstate s);
+
+/* ---- worker_exec.c: what a worker runs with ------------------------------------------------ */
+
+/* The worker's argv and environment (NULL-terminated, owned by the caller: ag_strv_free each).
+ * False when out of memory, with nothing left to free. */
+bool ag_worker_command(const ag_worker *w, char ***argv, char ***envp);
+/* Frees a NULL-terminated vector of strings and the strings; NULL is a no-op. */
+void ag_strv_free(char **v);
 
 /* ---- reports.c: queues of metrics, shard reports and output lines -------------------------- */
 

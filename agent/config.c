@@ -122,14 +122,14 @@ void zt_agent_usage(FILE *f)
         "\nEach worker runs WORKER [--resume CKPT] WORK_DIR/attempt_<id>/job.json in that directory, leading a process group\nof its own, with the agent's environment (less ZT_TOKEN) plus the coordinator's variables and\nZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK, ZT_LOCAL_WORLD_SIZE, ZT_DEVICE_INDEX, ZT_SESSION (the attempt\nid), ZT_RENDEZVOUS (tcp://host:port of rank 0, met through the coordinator), ZT_REPORT_FD=3.\nCPU workers get OMP_NUM_THREADS = online CPUs / slots unless the agent's environment sets it.\nCUDA workers get CUDA_VISIBLE_DEVICES = the attempt's GPUs on this node in local-rank order.\nWorkers die with the agent (parent-death signal SIGKILL). --slots cuda:auto on a node without a\nusable GPU is an error (exit 2): use --slots cpu:N there.\nBefore starting the workers of an attempt zagent resolves the job's data globs and the files they\nmatch, model file, checkpoint directory, train.resume_from, CSV output and the checkpoint it\nresumes from (symbolic links followed); when one lies outside every --allow-path the attempt\nfails, not retried, with the reason in the job's logs. As root, zagent needs --run-as USER\n(workers then start with that user's uid, gid, groups and HOME) or --allow-root.\nExit codes: 0 stopped by a signal, 1 the coordinator refused the token, 2 bad flags or environment.\n");
 }
 
-zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *err)
+zt_status zt_agent_parse_slots(const char *s, zt_device *device, int *slots, zt_err *err)
 {
     const char *v = NULL;
     if (strncmp(s, "cpu:", 4) == 0) {
-        *device = ZT_AGENT_DEVICE_CPU;
+        *device = ZT_DEVICE_CPU;
         v = s + 4;
     } else if (strncmp(s, "cuda:", 5) == 0) {
-        *device = ZT_AGENT_DEVICE_CUDA;
+        *device = ZT_DEVICE_CUDA;
         v = s + 5;
         if (strcmp(v, "auto") == 0) {
             *slots = -1;
@@ -145,7 +145,7 @@ zt_status zt_agent_parse_slots(const char *s, int *device, int *slots, zt_err *e
     if (!*v || *end || errno || n < 1 || n > MAX_SLOTS)
         return zt_err_set(err, ZT_ERR_CONFIG,
                           "'%s': the slot count must be a number from 1 to %d%s", s, MAX_SLOTS,
-                          *device == ZT_AGENT_DEVICE_CUDA ? " (or auto)" : "");
+                          *device == ZT_DEVICE_CUDA ? " (or auto)" : "");
     *slots = (int)n;
     return ZT_OK;
 }
@@ -324,10 +324,11 @@ static zt_status parse_user(zt_agent_config *cfg, const char *run_as, const char
     }
 }
 
-#define FAIL(...)                                                                                  \
+/* Sets err and st, then jumps to the cleanup label the call site names. */
+#define FAIL(label, ...)                                                                           \
     do {                                                                                           \
         st = zt_err_set(err, __VA_ARGS__);                                                         \
-        goto fail;                                                                                 \
+        goto label;                                                                                \
     } while (0)
 
 zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, bool *help,
@@ -350,7 +351,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
             return ZT_OK;
         }
         if (strncmp(a, "--", 2) != 0)
-            FAIL(ZT_ERR_CONFIG, "unexpected argument '%s'; see zagent --help", a);
+            FAIL(free_cfg, ZT_ERR_CONFIG, "unexpected argument '%s'; see zagent --help", a);
         const char *name = a + 2;
         const char *eq = strchr(name, '=');
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
@@ -358,7 +359,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         for (int j = 0; j < S_COUNT; j++)
             if (strlen(settings[j].name) == nlen && strncmp(settings[j].name, name, nlen) == 0)
                 k = j;
-        if (k < 0) FAIL(ZT_ERR_CONFIG, "unknown option '%s'; see zagent --help", a);
+        if (k < 0) FAIL(free_cfg, ZT_ERR_CONFIG, "unknown option '%s'; see zagent --help", a);
         if (eq)
             val[k] = eq + 1;
         else if (settings[k].kind == K_SWITCH)
@@ -366,7 +367,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         else if (i + 1 < argc)
             val[k] = argv[++i];
         else
-            FAIL(ZT_ERR_CONFIG, "%s needs a value; see zagent --help", a);
+            FAIL(free_cfg, ZT_ERR_CONFIG, "%s needs a value; see zagent --help", a);
         if (settings[k].kind == K_LIST) list[n_list++] = val[k];
         snprintf(origin[k], sizeof(origin[k]), "--%s", settings[k].name);
     }
@@ -384,12 +385,13 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
 
     int lvl = zt_log_parse_level(val[S_LOG_LEVEL]);
     if (lvl < 0)
-        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not error, warn, info or debug", origin[S_LOG_LEVEL],
-             val[S_LOG_LEVEL]);
+        FAIL(free_cfg, ZT_ERR_CONFIG, "%s: '%s' is not error, warn, info or debug",
+             origin[S_LOG_LEVEL], val[S_LOG_LEVEL]);
     zt_log_set_level((zt_log_level)lvl);
 
     if (!val[S_COORDINATOR][0])
-        FAIL(ZT_ERR_CONFIG, "%s is empty: give the coordinator's host:port", origin[S_COORDINATOR]);
+        FAIL(free_cfg, ZT_ERR_CONFIG, "%s is empty: give the coordinator's host:port",
+             origin[S_COORDINATOR]);
     cfg->coordinator = zt_strdup(val[S_COORDINATOR]);
 
     /* token: the file wins over ZT_TOKEN; both read as zctl reads them */
@@ -398,7 +400,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         snprintf(what, sizeof(what), "the token file (%s)", origin[S_TOKEN_FILE]);
         if (!(cfg->token = zt_secret_file_read(val[S_TOKEN_FILE], what, err))) {
             st = err ? err->status : ZT_ERR_CONFIG;
-            goto fail;
+            goto free_cfg;
         }
     } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
         cfg->token = zt_strdup(getenv("ZT_TOKEN"));
@@ -406,38 +408,38 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     if (val[S_TLS_CA][0] &&
         (st = zt_rpc_read_ca_file(val[S_TLS_CA], origin[S_TLS_CA], &cfg->tls_ca_pem, err)) !=
             ZT_OK)
-        goto fail;
+        goto free_cfg;
     if (!!val[S_TLS_CERT][0] != !!val[S_TLS_KEY][0] || (val[S_TLS_CERT][0] && !val[S_TLS_CA][0]))
-        FAIL(ZT_ERR_CONFIG,
+        FAIL(free_cfg, ZT_ERR_CONFIG,
              "%s and %s go together, and with --tls-ca (mutual TLS): give all three or neither",
              origin[S_TLS_CERT], origin[S_TLS_KEY]);
     if (val[S_TLS_CERT][0]) {
         if ((st = zt_rpc_read_ca_file(val[S_TLS_CERT], origin[S_TLS_CERT], &cfg->tls_cert_pem,
                                       err)) != ZT_OK)
-            goto fail;
+            goto free_cfg;
         if ((st = zt_rpc_read_key_file(val[S_TLS_KEY], origin[S_TLS_KEY], &cfg->tls_key_pem,
                                        err)) != ZT_OK)
-            goto fail;
+            goto free_cfg;
     }
 
     /* slots */
     st = zt_agent_parse_slots(val[S_SLOTS], &cfg->device, &cfg->slots, err);
     if (st != ZT_OK) {
         zt_err_prefix(err, "%s", origin[S_SLOTS]);
-        goto fail;
+        goto free_cfg;
     }
-    if (cfg->device == ZT_AGENT_DEVICE_CUDA) {
+    if (cfg->device == ZT_DEVICE_CUDA) {
         cfg->gpus = zt_calloc(MAX_GPUS, sizeof(*cfg->gpus));
-        if (!cfg->gpus) FAIL(ZT_ERR_NOMEM, "out of memory");
+        if (!cfg->gpus) FAIL(free_cfg, ZT_ERR_NOMEM, "out of memory");
         zt_err gerr = {0};
         if (zt_agent_gpu_detect(cfg->gpus, MAX_GPUS, &cfg->n_gpus, &gerr) != ZT_OK)
-            FAIL(ZT_ERR_NO_DEVICE,
+            FAIL(free_cfg, ZT_ERR_NO_DEVICE,
                  "%s '%s': no usable GPU on this node (%s); on a CPU-only node use --slots cpu:N",
                  origin[S_SLOTS], val[S_SLOTS], zt_err_msg(&gerr));
         if (cfg->slots < 0)
             cfg->slots = cfg->n_gpus;
         else if (cfg->slots > cfg->n_gpus)
-            FAIL(ZT_ERR_NO_DEVICE, "%s '%s': only %d GPU%s on this node", origin[S_SLOTS],
+            FAIL(free_cfg, ZT_ERR_NO_DEVICE, "%s '%s': only %d GPU%s on this node", origin[S_SLOTS],
                  val[S_SLOTS], cfg->n_gpus, cfg->n_gpus == 1 ? "" : "s");
         cfg->n_gpus = cfg->slots;
     } else {
@@ -453,7 +455,7 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     cfg->hostname = zt_strdup(host);
     if (val[S_NAME][0]) {
         if (!valid_name(val[S_NAME]))
-            FAIL(ZT_ERR_CONFIG,
+            FAIL(free_cfg, ZT_ERR_CONFIG,
                  "%s: agent name '%.64s' is not valid: use 1-128 letters, digits, '.', '_' or '-'",
                  origin[S_NAME], val[S_NAME]);
         cfg->name = zt_strdup(val[S_NAME]);
@@ -476,19 +478,20 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     errno = 0;
     long hb = strtol(val[S_HEARTBEAT], &end, 10);
     if (errno || *end || !val[S_HEARTBEAT][0] || (hb != 0 && (hb < 50 || hb > 60000)))
-        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not 0 or a number of milliseconds from 50 to 60000",
-             origin[S_HEARTBEAT], val[S_HEARTBEAT]);
+        FAIL(free_cfg, ZT_ERR_CONFIG,
+             "%s: '%s' is not 0 or a number of milliseconds from 50 to 60000", origin[S_HEARTBEAT],
+             val[S_HEARTBEAT]);
     cfg->heartbeat_ms = (int)hb;
     long grace;
     if (!parse_duration_ms(val[S_STOP_GRACE], &grace))
-        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not a duration up to 1h (e.g. 10s, 500ms)",
+        FAIL(free_cfg, ZT_ERR_CONFIG, "%s: '%s' is not a duration up to 1h (e.g. 10s, 500ms)",
              origin[S_STOP_GRACE], val[S_STOP_GRACE]);
     cfg->stop_grace_ms = (int)grace;
     errno = 0;
     long lq = strtol(val[S_LOG_QUEUE], &end, 10);
     if (errno || *end || lq < 10 || lq > 10000000)
-        FAIL(ZT_ERR_CONFIG, "%s: '%s' is not a line count from 10 to 10000000", origin[S_LOG_QUEUE],
-             val[S_LOG_QUEUE]);
+        FAIL(free_cfg, ZT_ERR_CONFIG, "%s: '%s' is not a line count from 10 to 10000000",
+             origin[S_LOG_QUEUE], val[S_LOG_QUEUE]);
     cfg->log_queue_lines = (int)lq;
     if (val[S_STATUS_FILE][0]) cfg->status_file = zt_strdup(val[S_STATUS_FILE]);
 
@@ -501,40 +504,41 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
         snprintf(wpath, sizeof(wpath), "%s", val[S_WORKER]);
     } else {
         if (!have_exe)
-            FAIL(ZT_ERR_CONFIG, "cannot find zagent's own path (/proc/self/exe): give --worker");
+            FAIL(free_cfg, ZT_ERR_CONFIG,
+                 "cannot find zagent's own path (/proc/self/exe): give --worker");
         char *slash = strrchr(exe, '/');
         snprintf(wpath, sizeof(wpath), "%.*s/zworker", (int)(slash - exe), exe);
     }
     char rp[PATH_MAX];
     if (!realpath(wpath, rp) || access(rp, X_OK) != 0)
-        FAIL(ZT_ERR_CONFIG,
+        FAIL(free_cfg, ZT_ERR_CONFIG,
              "%s: the worker binary %s is not an executable file (%s); give --worker PATH",
              val[S_WORKER][0] ? origin[S_WORKER] : "zworker next to zagent", wpath,
              strerror(errno));
     cfg->worker = zt_strdup(rp);
     if (zt_mkdirs(val[S_WORK_DIR], false, NULL, 0) != 0 || !realpath(val[S_WORK_DIR], rp))
-        FAIL(ZT_ERR_IO, "%s: cannot create the work directory %s: %s", origin[S_WORK_DIR],
+        FAIL(free_cfg, ZT_ERR_IO, "%s: cannot create the work directory %s: %s", origin[S_WORK_DIR],
              val[S_WORK_DIR], strerror(errno));
     if (access(rp, W_OK) != 0)
-        FAIL(ZT_ERR_IO, "%s: the work directory %s is not writable: %s", origin[S_WORK_DIR], rp,
-             strerror(errno));
+        FAIL(free_cfg, ZT_ERR_IO, "%s: the work directory %s is not writable: %s",
+             origin[S_WORK_DIR], rp, strerror(errno));
     cfg->work_dir = zt_strdup(rp);
 
     if (!cfg->coordinator || !cfg->hostname || !cfg->name || !cfg->advertise_host || !cfg->worker ||
         !cfg->work_dir || (val[S_STATUS_FILE][0] && !cfg->status_file))
-        FAIL(ZT_ERR_NOMEM, "out of memory");
+        FAIL(free_cfg, ZT_ERR_NOMEM, "out of memory");
 
     if ((st = parse_allow_paths(cfg, list, n_list, val[S_ALLOW_PATH], origin[S_ALLOW_PATH], err)) !=
         ZT_OK)
-        goto fail;
+        goto free_cfg;
     if ((st = parse_user(cfg, val[S_RUN_AS], origin[S_RUN_AS], val[S_ALLOW_ROOT],
                          origin[S_ALLOW_ROOT], err)) != ZT_OK)
-        goto fail;
+        goto free_cfg;
     zt_free(list);
     return ZT_OK;
 
-fail:
-    zt_free(list);
+free_cfg:
     zt_agent_config_free(cfg);
+    zt_free(list);
     return st;
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "status.h"
 
 #define ZT_PATH_MAX 1024
@@ -28,8 +29,6 @@ typedef enum {
 } zt_sched_type;
 
 typedef enum { ZT_WARMUP_LOG = 0, ZT_WARMUP_LINEAR = 1 } zt_warmup_type;
-
-typedef enum { ZT_DEVICE_CPU = 0, ZT_DEVICE_CUDA = 1 } zt_device;
 
 typedef enum { ZT_PREC_FP32 = 0, ZT_PREC_BF16 = 1, ZT_PREC_FP16 = 2 } zt_precision;
 

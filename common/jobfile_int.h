@@ -1,7 +1,8 @@
-/* zerotrain: what jobfile.c (the job file's own sections, the typed getters, positions) and
- * dsconfig.c (the DeepSpeed config) share and nothing else may see. A parse collects every
- * problem it meets (jf_report) instead of stopping at the first, and the notes that make up
- * the DeepSpeed start-up summary (ignored keys, keys with no effect, "auto" values filled). */
+/* zerotrain: what the job file's parse (jobfile*.c: the job's own sections, the typed getters,
+ * key tables, paths) and the DeepSpeed config (dsconfig*.c) share and nothing else may see. A
+ * parse collects every problem it meets (jf_report) instead of stopping at the first, and the
+ * notes that make up the DeepSpeed start-up summary (ignored keys, keys with no effect, "auto"
+ * values filled). */
 #ifndef ZT_COMMON_JOBFILE_INT_H
 #define ZT_COMMON_JOBFILE_INT_H
 
@@ -78,6 +79,15 @@ zt_status jf_fail_here(pctx *c, zt_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Record a message that already names its section, placed at member key when it is given. */
 zt_status jf_fail_at(pctx *c, zt_status code, const char *key, const char *msg);
+/* Keeps a message on one line: control characters from keys and values become '?'. */
+void jf_one_line(char *msg);
+
+/* Keeps the first problem's status in st and goes on, so that one parse reports them all. */
+#define KEEP(expr)                                                                                 \
+    do {                                                                                           \
+        zt_status s_ = (expr);                                                                     \
+        if (s_ != ZT_OK && st == ZT_OK) st = s_;                                                   \
+    } while (0)
 
 void jf_format_double(double d, char *out, size_t cap);
 void jf_describe(const json_t *v, char *out, size_t cap);
@@ -85,9 +95,10 @@ void jf_append(char *out, size_t cap, size_t *used, const char *s);
 bool jf_in_list_ci(const char *s, const char *const *list, size_t n);
 const char *jf_closest(const char *key, const char *const *names, size_t n);
 
-/* Typed getters. Each leaves *out alone when the key is absent or "auto" (DeepSpeed drops
- * "auto" values; the getter records it as filled with *out's final value), and otherwise
- * checks type and bounds, recording a problem and leaving *out alone when they are wrong. */
+/* Typed getters (jobfile_get.c). Each leaves *out alone when the key is absent or "auto"
+ * (DeepSpeed drops "auto" values; the getter records it as filled with *out's final value),
+ * and otherwise checks type and bounds, recording a problem and leaving *out alone when they
+ * are wrong. */
 bool jf_is_auto(const json_t *v);
 json_t *jf_member(json_t *obj, const char *key);
 zt_status jf_get_int_max(pctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi,
@@ -114,9 +125,9 @@ zt_status jf_require(pctx *c, json_t *obj, const char *key, const char *what);
 void jf_auto_note(pctx *c, const char *key, jf_vtype type, const void *value, const char *from);
 bool jf_auto_given(const pctx *c, json_t *obj, const char *key);
 
-/* Key tables. A key is used (parsed by its section), has no effect here (accepted, checked
- * for its type, named in the summary when not at DeepSpeed's default), is refused unless it
- * holds a value that means "off", or is an alias of another key. */
+/* Key tables (jobfile_keys.c). A key is used (parsed by its section), has no effect here
+ * (accepted, checked for its type, named in the summary when not at DeepSpeed's default), is
+ * refused unless it holds a value that means "off", or is an alias of another key. */
 enum { KEY_USED = 0, KEY_NO_EFFECT = 1, KEY_REFUSED = 2, KEY_ALIAS = 3 };
 enum { VT_ANY = 0, VT_BOOL, VT_INT, VT_NUM, VT_STR, VT_OBJ, VT_LIST, VT_STR_OR_NULL };
 enum {
@@ -154,8 +165,13 @@ zt_status jf_check_keys(pctx *c, json_t *obj, const keyspec *ks, size_t n, int m
  * records a problem when more than one is given. Returns key when none is. */
 const char *jf_pick_alias(pctx *c, json_t *obj, const keyspec *ks, size_t n, const char *key);
 
-/* Paths resolved against the job file's directory. */
+/* Paths resolved against the job file's directory (jobfile_path.c). */
 bool jf_absolute_path(const char *base, const char *p, char *out, size_t cap);
+/* The current directory, or ZT_ERR_IO saying why it cannot be read. */
+zt_status jf_cwd_path(char *out, size_t cap, zt_err *err);
+/* job->base_dir = base_dir made absolute against the current directory (NULL: the current
+ * directory itself). ZT_ERR_INVALID when it does not fit. */
+zt_status jf_set_base_dir(zt_job *job, const char *base_dir, zt_err *err);
 zt_status jf_get_path(pctx *c, json_t *obj, const char *key, const char *base_dir, char *out,
                       bool *present);
 zt_status jf_read_text(const char *path, const char *shown, const char *what, char **out,
@@ -163,9 +179,9 @@ zt_status jf_read_text(const char *path, const char *shown, const char *what, ch
 zt_status jf_load_json(const char *text, size_t len, const char *origin, const char *what,
                        json_t **out, zt_err *err);
 
-/* dsconfig.c: the "deepspeed" member of a job (an object or a file's path). */
+/* dsconfig_read.c: the "deepspeed" member of a job (an object or a file's path). */
 zt_status zt_ds_parse(pctx *c, json_t *root, zt_job *job);
-/* dsconfig.c: writes the summary of rep into job->ds.notes. */
+/* dsconfig_read.c: writes the summary of rep into job->ds.notes. */
 void zt_ds_notes_build(const jf_report *rep, zt_job *job);
 /* dsconfig.c: a DeepSpeed key written at the job's top level: the advice, or NULL. */
 const char *zt_ds_top_key_hint(const char *key);

@@ -326,7 +326,7 @@ char *zt_job_to_json(const zt_job *job)
     open_obj(&e, "resources");
     kv_int(&e, "ranks", job->resources.ranks);
     kv_int(&e, "ranks_per_node", job->resources.ranks_per_node);
-    kv_str(&e, "device", job->resources.device == ZT_DEVICE_CUDA ? "cuda" : "cpu");
+    kv_str(&e, "device", zt_device_name(job->resources.device));
     close_obj(&e);
 
     kv_int(&e, "max_restarts", job->max_restarts);

@@ -1,5 +1,5 @@
 /* zerotrain: finds where things are in raw JSON text. jansson keeps no source positions,
- * so configuration errors (common/jobfile.c) ask this small scanner for the line and column
+ * so configuration errors (common/jobfile_get.c) ask this small scanner for the line and column
  * of a key path, and for the first duplicated key, to point the user at the right spot. */
 #ifndef ZT_COMMON_JSON_LOCATE_H
 #define ZT_COMMON_JSON_LOCATE_H

@@ -65,7 +65,7 @@ static void test_defaults(void)
     const char *none[] = {NULL};
     ASSERT_OK(parse(&cfg, &err, none));
     ASSERT_STREQ(cfg.coordinator, "127.0.0.1:50051");
-    ASSERT_EQ_INT(cfg.device, ZT_AGENT_DEVICE_CPU);
+    ASSERT_EQ_INT(cfg.device, ZT_DEVICE_CPU);
     ASSERT_EQ_INT(cfg.slots, 1);
     ASSERT_STREQ(cfg.advertise_host, "127.0.0.1"); /* loopback coordinator */
     ASSERT_EQ_INT(cfg.heartbeat_ms, 0);
@@ -167,13 +167,14 @@ static void test_token_file(void)
 
 static void test_slots(void)
 {
-    int dev = 0, slots = 0;
+    zt_device dev = 0;
+    int slots = 0;
     zt_err err = {0};
     ASSERT_OK(zt_agent_parse_slots("cpu:8", &dev, &slots, &err));
-    ASSERT_EQ_INT(dev, ZT_AGENT_DEVICE_CPU);
+    ASSERT_EQ_INT(dev, ZT_DEVICE_CPU);
     ASSERT_EQ_INT(slots, 8);
     ASSERT_OK(zt_agent_parse_slots("cuda:auto", &dev, &slots, &err));
-    ASSERT_EQ_INT(dev, ZT_AGENT_DEVICE_CUDA);
+    ASSERT_EQ_INT(dev, ZT_DEVICE_CUDA);
     ASSERT_EQ_INT(slots, -1);
     ASSERT_OK(zt_agent_parse_slots("cuda:2", &dev, &slots, &err));
     ASSERT_EQ_INT(slots, 2);
