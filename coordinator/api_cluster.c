@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/device.h"
 
 /* ---- agents and the cluster ------------------------------------------------------------------ */
 
@@ -133,7 +134,7 @@ void api_get_cluster(zt_coord *c, zt_http_req *r)
         int state = a->revived ? ZT_AGENT_ALIVE : a->state;
         agents[state == ZT_AGENT_ALIVE ? 1 : 2]++;
         if (state != ZT_AGENT_ALIVE || a->leaving) continue;
-        int d = a->device == 2 ? 2 : 1;
+        int d = a->device == ZT_DEVICE_CUDA ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
         total[d] += a->slots;
         freeslots[d] += coord_agent_free_slots(c, a);
     }

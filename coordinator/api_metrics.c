@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/device.h"
 #include "coordinator/api.h"
 #include "coordinator/coord_int.h"
 
@@ -184,7 +185,7 @@ char *zt_api_metrics_text(zt_coord *c, zt_http *h)
         int state = a->revived ? ZT_AGENT_ALIVE : a->state;
         agents[state == ZT_AGENT_ALIVE ? 1 : 2]++;
         if (state != ZT_AGENT_ALIVE) continue;
-        int d = a->device == 2 ? 2 : 1;
+        int d = a->device == ZT_DEVICE_CUDA ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
         slots[d] += a->slots;
         used[d] += a->slots - coord_agent_free_slots(c, a);
     }

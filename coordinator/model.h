@@ -69,7 +69,7 @@ typedef struct zt_job_rec {
     const char *reason;
     int priority;
     int ranks, ranks_per_node;
-    int device; /* 1 cpu, 2 cuda (zt.v1.Device) */
+    int device; /* a zt_device (common/device.h): zt.v1.Device's numbers */
     int max_restarts, restarts;
     int64_t total_steps, last_step;
     const char *spec_text, *spec_dir, *spec_json, *spec_hash, *user;

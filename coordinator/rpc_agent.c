@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/device.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
@@ -112,7 +113,7 @@ static void register_run(zt_coord *c, c_op *op)
     coord_agent_save(c, a);
     char reason[200];
     snprintf(reason, sizeof(reason), "registered (incarnation %lld, %d %s slot%s) from %s",
-             (long long)a->incarnation, a->slots, a->device == 2 ? "cuda" : "cpu",
+             (long long)a->incarnation, a->slots, zt_device_name((zt_device)a->device),
              a->slots == 1 ? "" : "s", a->hostname[0] ? a->hostname : "?");
     zt_event_rec e = {.time_ms = a->registered_ms,
                       .agent = a->name,

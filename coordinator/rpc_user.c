@@ -121,7 +121,7 @@ static void submit_run(zt_coord *c, c_op *op)
     coord_job_event(c, j, 0, NULL, "job", "", "QUEUED",
                     "submitted by %s: %d %s rank(s), %lld steps",
                     s->user[0] ? s->user : "(unknown user)", s->ranks,
-                    s->device == 2 ? "cuda" : "cpu", (long long)s->total_steps);
+                    zt_device_name((zt_device)s->device), (long long)s->total_steps);
     if (owner.id)
         coord_job_event(
             c, j, 0, NULL, "job", "QUEUED", "QUEUED",
@@ -189,7 +189,7 @@ static bool submit_prepare(zt_coord *c, zt_rpc_call *call, c_rpc_op *op)
     s->ranks = job->resources.ranks > 0 ? job->resources.ranks : 1;
     s->ranks_per_node =
         job->resources.ranks_per_node > 0 ? job->resources.ranks_per_node : s->ranks;
-    s->device = job->resources.device == ZT_DEVICE_CUDA ? 2 : 1;
+    s->device = (int)job->resources.device;
     s->max_restarts = job->max_restarts;
     s->total_steps = job->train.steps;
     s->ckpt_dir = zt_strdup(job->train.checkpoint_dir);

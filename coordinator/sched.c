@@ -8,10 +8,11 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/device.h"
 
 static const char *device_name(int device)
 {
-    return device == 2 ? "cuda" : "cpu";
+    return zt_device_name((zt_device)device);
 }
 
 static int free_slots(const zt_sched_agent *a)
@@ -106,7 +107,7 @@ void zt_sched_plan(zt_sched_agent *agents, size_t n_agents, const zt_sched_job *
         zt_sched_decision *d = &out[ji];
         d->placed = false;
         d->reason[0] = '\0';
-        int dev = j->device == 2 ? 2 : 1;
+        int dev = j->device == ZT_DEVICE_CUDA ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
         int rpn = j->ranks_per_node > 0 ? j->ranks_per_node : j->ranks;
         if (!j->eligible) continue; /* the caller words the backoff reason */
         int live = 0, capacity = 0, free_total = 0;

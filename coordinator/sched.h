@@ -15,7 +15,7 @@
 
 typedef struct zt_sched_agent {
     const char *name;
-    int device; /* 1 cpu, 2 cuda */
+    int device; /* a zt_device (common/device.h) */
     bool alive;
     int slots;  /* total */
     bool *busy; /* [slots]: slot i in use; zt_sched_plan marks the slots it hands out */
