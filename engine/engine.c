@@ -101,29 +101,34 @@ static size_t gsize(const zt_engine *e)
     return zt_dtype_size(e->gdt);
 }
 
+/* Unit position pos of unit u, in the parameter buffer. */
+static void *param_at(zt_engine *e, int u, size_t pos)
+{
+    return (char *)e->params + zt_zero_param_index(e->zero, u, pos) * psize(e);
+}
+
+/* Unit position pos of unit u, in the (reduced) gradient buffer. */
+static void *grad_at(zt_engine *e, int u, size_t pos)
+{
+    return (char *)e->grads + zt_zero_grad_index(e->zero, u, pos) * gsize(e);
+}
+
 /* Element j of unit u's optimizer region, in the parameter buffer. */
 static void *param_loc(zt_engine *e, int u, size_t j)
 {
-    size_t idx = e->stage < 3 ? e->foff[u] + e->base[u] + j : e->soff[u] + j;
-    return (char *)e->params + idx * psize(e);
+    return param_at(e, u, e->base[u] + j);
 }
 
 /* Element j of unit u's optimizer region, in the (reduced) gradient buffer. */
 static void *grad_loc(zt_engine *e, int u, size_t j)
 {
-    size_t idx = e->stage < 2 ? e->foff[u] + e->base[u] + j : e->soff[u] + j;
-    return (char *)e->grads + idx * gsize(e);
+    return grad_at(e, u, e->base[u] + j);
 }
 
 /* Real (unpadded) elements of unit u's optimizer region. */
 size_t zt_engine_region_len(const zt_engine *e, int u)
 {
-    size_t n = e->lay.unit_numel[u];
-    size_t olen = e->stage == 0 ? e->P[u] : e->S[u];
-    if (e->base[u] >= n)
-        return 0;
-    size_t r = n - e->base[u];
-    return r < olen ? r : olen;
+    return zt_zero_region_len(e->zero, u);
 }
 
 /* Where optimizer state `section` (0 the fp32 truth: master weights, or the fp32 parameters
@@ -131,11 +136,12 @@ size_t zt_engine_region_len(const zt_engine *e, int u)
  * host memory (the offloaded part). */
 static float *state_ptr(zt_engine *e, int u, size_t j, int section, bool *host)
 {
-    size_t gi = e->ooff[u] + j;
-    *host = gi >= e->dev_n;
+    size_t gi = zt_zero_region_offset(e->zero, u) + j;
+    size_t dev_n = zt_zero_device_elems(e->zero);
+    *host = gi >= dev_n;
     if (*host) {
         float *side[3] = {e->h_master, e->h_m, e->h_v};
-        return side[section] + (gi - e->dev_n);
+        return side[section] + (gi - dev_n);
     }
     if (section == 0)
         return e->mixed ? e->master + gi : (float *)param_loc(e, u, j);
@@ -152,11 +158,12 @@ float *zt_engine_master_ptr(zt_engine *e, int u, size_t j)
  * into (set) its home, piece by piece across the device/host split of offload. */
 static void state_io(zt_engine *e, int u, size_t j, size_t len, int section, float *buf, bool set)
 {
+    size_t dev_n = zt_zero_device_elems(e->zero);
     while (len > 0) {
-        size_t gi = e->ooff[u] + j;
+        size_t gi = zt_zero_region_offset(e->zero, u) + j;
         size_t n = len;
-        if (gi < e->dev_n && gi + n > e->dev_n)
-            n = e->dev_n - gi;
+        if (gi < dev_n && gi + n > dev_n)
+            n = dev_n - gi;
         bool host;
         float *loc = state_ptr(e, u, j, section, &host);
         if (host)
@@ -226,9 +233,10 @@ static void note_nonfinite_params(zt_engine *e, int u, const float *vals)
 zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *err)
 {
     note_nonfinite_params(e, u, vals);
-    size_t n_own = e->stage < 3 ? e->P[u] : e->S[u];
-    const float *src = e->stage < 3 ? vals : vals + (size_t)e->rank * e->S[u];
-    char *dst = (char *)e->params + (e->stage < 3 ? e->foff[u] : e->soff[u]) * psize(e);
+    zt_zero_span own = zt_zero_param_span(e->zero, u);
+    size_t n_own = own.len;
+    const float *src = vals + own.start;
+    char *dst = (char *)e->params + own.off * psize(e);
     if (e->pdt == ZT_F32) {
         e->ops->copy_h2d(e->k, dst, src, n_own * sizeof(float));
     } else {
@@ -260,7 +268,7 @@ zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *er
 
 static bool params_direct(const zt_engine *e)
 {
-    return e->stage < 3 && e->pdt == ZT_F32;
+    return !zt_zero_params_sharded(e->zero) && e->pdt == ZT_F32;
 }
 
 static zt_pslot *pslot_find(zt_engine *e, int u)
@@ -289,13 +297,14 @@ static zt_status pslot_wait(zt_engine *e, zt_pslot *s, zt_err *err)
     return ZT_OK;
 }
 
-/* Starts filling slot s with unit u (stage 3: async all-gather; else a synchronous cast). */
+/* Starts filling slot s with unit u (gathered per use: async all-gather; else a synchronous
+ * cast). */
 static zt_status pslot_fill(zt_engine *e, zt_pslot *s, int u, zt_err *err)
 {
     s->unit = u;
     s->stamp = ++e->pstamp;
-    if (e->stage == 3) {
-        void *shard = (char *)e->params + e->soff[u] * psize(e);
+    if (zt_zero_gathers_per_use(e->zero)) {
+        void *shard = (char *)e->params + zt_zero_param_span(e->zero, u).off * psize(e);
         void *mine = (char *)s->gbuf + (size_t)e->rank * e->S[u] * psize(e);
         e->ops->copy_d2d(e->k, mine, shard, e->S[u] * psize(e));
         s->gathering = 1;
@@ -306,7 +315,7 @@ static zt_status pslot_fill(zt_engine *e, zt_pslot *s, int u, zt_err *err)
         }
         return st;
     }
-    e->ops->cast(e->k, s->cbuf, ZT_F32, (char *)e->params + e->foff[u] * psize(e), e->pdt, e->P[u]);
+    e->ops->cast(e->k, s->cbuf, ZT_F32, param_at(e, u, 0), e->pdt, e->P[u]);
     return ZT_OK;
 }
 
@@ -332,7 +341,7 @@ static zt_status param_acquire(zt_engine *e, int u, float **out, zt_err *err)
 {
     zt_status st;
     if (params_direct(e)) {
-        *out = (float *)e->params + e->foff[u];
+        *out = param_at(e, u, 0);
         return ZT_OK;
     }
     zt_pslot *s = pslot_find(e, u);
@@ -353,10 +362,11 @@ static zt_status param_acquire(zt_engine *e, int u, float **out, zt_err *err)
     return ZT_OK;
 }
 
-/* Starts gathering unit u ahead of use (stage 3); a no-op otherwise or without a free slot. */
+/* Starts gathering unit u ahead of use (gathered per use); a no-op otherwise or without a free
+ * slot. */
 static zt_status param_prefetch(zt_engine *e, int u, zt_err *err)
 {
-    if (e->stage != 3 || u < 0 || u >= e->nu || pslot_find(e, u))
+    if (!zt_zero_gathers_per_use(e->zero) || u < 0 || u >= e->nu || pslot_find(e, u))
         return ZT_OK;
     zt_pslot *s = pslot_victim(e, u);
     if (!s || s->gathering)
@@ -371,10 +381,8 @@ static void param_release(zt_engine *e, int u)
     zt_pslot *s = pslot_find(e, u);
     if (s && s->busy > 0)
         s->busy--;
-    /* stage3_max_reuse_distance 0: a gathered unit is freed after each use (DeepSpeed's
-     * release-after-use), so it is gathered again for its next use; otherwise it stays in its
-     * working slot until the slot is needed, and a unit used again soon is not re-gathered */
-    if (s && !s->busy && e->stage == 3 && e->job.ds.zero.stage3_max_reuse_distance == 0)
+    /* a unit used again soon is not re-gathered, unless the partition drops it after use */
+    if (s && !s->busy && zt_zero_release_after_use(e->zero))
         s->unit = -1;
 }
 
@@ -396,7 +404,7 @@ static zt_status params_invalidate(zt_engine *e, zt_err *err)
 
 static bool grads_direct(const zt_engine *e)
 {
-    return e->stage < 2 && e->gdt == ZT_F32;
+    return !zt_zero_grads_sharded(e->zero) && e->gdt == ZT_F32;
 }
 
 static zt_gslot *gslot_find(zt_engine *e, int u)
@@ -427,8 +435,7 @@ static zt_status gslot_complete(zt_engine *e, zt_gslot *g, zt_err *err)
     float *chunk = g->buf + off;
     if (e->gdt != ZT_F32)
         e->ops->cast(e->k, chunk, ZT_F32, (char *)g->buf16 + off * 2, e->gdt, e->S[u]);
-    e->ops->accumulate(e->k, (char *)e->grads + e->soff[u] * gsize(e), e->gdt, chunk, 1.0f,
-                       e->S[u]);
+    e->ops->accumulate(e->k, grad_at(e, u, off), e->gdt, chunk, 1.0f, e->S[u]);
     return ZT_OK;
 }
 
@@ -436,7 +443,7 @@ static zt_status gslot_complete(zt_engine *e, zt_gslot *g, zt_err *err)
 static zt_status grad_acquire(zt_engine *e, int u, float **out, zt_err *err)
 {
     if (grads_direct(e)) {
-        *out = (float *)e->grads + e->foff[u];
+        *out = grad_at(e, u, 0);
         return ZT_OK;
     }
     zt_gslot *g = gslot_find(e, u);
@@ -466,7 +473,7 @@ static zt_status grad_acquire(zt_engine *e, int u, float **out, zt_err *err)
 }
 
 /* Unit u's gradient for this micro-step is complete: fold it into the accumulation buffer,
- * or start its reduce-scatter (stages 2-3). */
+ * or start its reduce-scatter, as the partition says. */
 static zt_status grad_finish(zt_engine *e, int u, zt_err *err)
 {
     if (grads_direct(e))
@@ -474,9 +481,8 @@ static zt_status grad_finish(zt_engine *e, int u, zt_err *err)
     zt_gslot *g = gslot_find(e, u);
     if (!g)
         return zt_err_set(err, ZT_ERR_INTERNAL, "gradient of unit %d finished but not acquired", u);
-    if (e->stage < 2) {
-        e->ops->accumulate(e->k, (char *)e->grads + e->foff[u] * gsize(e), e->gdt, g->buf, 1.0f,
-                           e->lay.unit_numel[u]);
+    if (zt_zero_micro(e->zero) == ZT_ZERO_MICRO_ACCUMULATE) {
+        e->ops->accumulate(e->k, grad_at(e, u, 0), e->gdt, g->buf, 1.0f, e->lay.unit_numel[u]);
         g->unit = -1;
         return ZT_OK;
     }
@@ -665,38 +671,28 @@ static zt_status backward(zt_engine *e, zt_err *err)
 
 /* ---- set-up ---- */
 
+/* The ZeRO partition of this rank, and the views of its tables. */
 static zt_status setup_partition(zt_engine *e, zt_err *err)
 {
-    int nu = e->nu = e->lay.n_units;
-    size_t *arr = zt_calloc((size_t)nu * 6, sizeof(size_t));
-    if (!arr)
-        return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    e->P = arr;
-    e->S = arr + nu;
-    e->foff = arr + 2 * nu;
-    e->soff = arr + 3 * nu;
-    e->ooff = arr + 4 * nu;
-    e->base = arr + 5 * nu;
-    size_t align = (size_t)e->world * ZT_SHARD_ALIGN;
-    e->Ptot = e->Stot = e->Otot = e->max_unit_p = 0;
-    for (int u = 0; u < nu; u++) {
-        e->P[u] = round_up(e->lay.unit_numel[u], align);
-        e->S[u] = e->P[u] / (size_t)e->world;
-        e->foff[u] = e->Ptot;
-        e->soff[u] = e->Stot;
-        e->ooff[u] = e->Otot;
-        e->base[u] = e->stage == 0 ? 0 : (size_t)e->rank * e->S[u];
-        e->Ptot += e->P[u];
-        e->Stot += e->S[u];
-        e->Otot += e->stage == 0 ? e->P[u] : e->S[u];
-        if (u > 0 && e->P[u] > e->max_unit_p)
-            e->max_unit_p = e->P[u];
-    }
-    const zt_offload_cfg *off = &e->job.ds.zero.offload_optimizer;
-    e->dev_n = e->Otot;
-    if (off->enabled)
-        e->dev_n = (size_t)llround((double)e->Otot * (1.0 - off->ratio));
-    e->host_n = e->Otot - e->dev_n;
+    zt_status st = zt_zero_create(&e->zero, &e->job.ds.zero, e->lay.unit_numel, e->lay.n_units,
+                                  e->world, e->rank, err);
+    if (st != ZT_OK)
+        return st;
+    e->nu = zt_zero_units(e->zero);
+    e->P = zt_zero_padded_sizes(e->zero);
+    e->S = zt_zero_shard_sizes(e->zero);
+    e->base = zt_zero_region_starts(e->zero);
+    e->max_unit_p = zt_zero_max_block(e->zero);
+    e->stage = zt_zero_stage(e->zero);
+    return ZT_OK;
+}
+
+/* The optimizer's segments: tensor pieces of the region, split at the device/host boundary
+ * and, on the host side, into pieces of the offload pipeline. */
+static zt_status setup_segments(zt_engine *e, zt_err *err)
+{
+    int nu = e->nu;
+    size_t dev_n = zt_zero_device_elems(e->zero);
     /* DeepSpeed's sub_group_size bounds a segment (default 1e9: the pipeline's piece);
      * test hook: ZT_OFFLOAD_PIECE=N cuts the host part finer than any tensor of a small model */
     size_t piece = ZT_OFFLOAD_PIECE;
@@ -722,11 +718,11 @@ static zt_status setup_partition(zt_engine *e, zt_err *err)
             size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
             while (a < b) {
                 size_t j = a - e->base[u];
-                size_t gi = e->ooff[u] + j;
+                size_t gi = zt_zero_region_offset(e->zero, u) + j;
                 size_t len = b - a;
-                bool host = gi >= e->dev_n;
-                if (!host && gi + len > e->dev_n)
-                    len = e->dev_n - gi;
+                bool host = gi >= dev_n;
+                if (!host && gi + len > dev_n)
+                    len = dev_n - gi;
                 if (host && len > piece)
                     len = piece;
                 if (e->nsegs == cap) {
@@ -742,7 +738,7 @@ static zt_status setup_partition(zt_engine *e, zt_err *err)
                 s->len = len;
                 s->decay = t->decay;
                 s->host = host;
-                s->side_off = host ? gi - e->dev_n : gi;
+                s->side_off = host ? gi - dev_n : gi;
                 a += len;
             }
         }
@@ -764,46 +760,43 @@ typedef struct buf_spec {
 static int buffer_specs(zt_engine *e, buf_spec *sp)
 {
     const zt_gpt2_dims *d = &e->lay.d;
+    const zt_zero *z = e->zero;
+    size_t dev_n = zt_zero_device_elems(z), host_n = zt_zero_host_elems(z);
     int n = 0;
 #define SPEC(ptr, c, b, h) (sp[n++] = (buf_spec){(void **)(ptr), (c), (b), (h)})
-    SPEC(&e->params, ZT_MEM_PARAMS, (e->stage < 3 ? e->Ptot : e->Stot) * psize(e), false);
-    SPEC(&e->grads, ZT_MEM_GRADS, (e->stage < 2 ? e->Ptot : e->Stot) * gsize(e), false);
-    if (e->mixed && e->dev_n)
-        SPEC(&e->master, ZT_MEM_MASTER, e->dev_n * 4, false);
-    SPEC(&e->m, ZT_MEM_OPTIM, e->dev_n * 4, false);
-    SPEC(&e->v, ZT_MEM_OPTIM, e->dev_n * 4, false);
-    if (e->host_n) {
-        SPEC(&e->h_master, ZT_MEM_HOST_OPTIM, e->host_n * 4, true);
-        SPEC(&e->h_m, ZT_MEM_HOST_OPTIM, e->host_n * 4, true);
-        SPEC(&e->h_v, ZT_MEM_HOST_OPTIM, e->host_n * 4, true);
-        SPEC(&e->h_grad, ZT_MEM_BUFFERS, e->host_n * gsize(e), true);
+    SPEC(&e->params, ZT_MEM_PARAMS, zt_zero_param_elems(z) * psize(e), false);
+    SPEC(&e->grads, ZT_MEM_GRADS, zt_zero_grad_elems(z) * gsize(e), false);
+    if (e->mixed && dev_n)
+        SPEC(&e->master, ZT_MEM_MASTER, dev_n * 4, false);
+    SPEC(&e->m, ZT_MEM_OPTIM, dev_n * 4, false);
+    SPEC(&e->v, ZT_MEM_OPTIM, dev_n * 4, false);
+    if (host_n) {
+        SPEC(&e->h_master, ZT_MEM_HOST_OPTIM, host_n * 4, true);
+        SPEC(&e->h_m, ZT_MEM_HOST_OPTIM, host_n * 4, true);
+        SPEC(&e->h_v, ZT_MEM_HOST_OPTIM, host_n * 4, true);
+        SPEC(&e->h_grad, ZT_MEM_BUFFERS, host_n * gsize(e), true);
         if (e->mixed)
-            SPEC(&e->h_lp, ZT_MEM_BUFFERS, e->host_n * psize(e), true);
+            SPEC(&e->h_lp, ZT_MEM_BUFFERS, host_n * psize(e), true);
     }
-    /* parameter slots: compute copies of units (16-bit widening, stage-3 gathers) */
-    e->npslots = params_direct(e) ? 0 : 4;
-    /* stage3_max_live_parameters: the gathered blocks held at once (slots 1..3; slot 0 holds
-     * the embeddings), at least one */
-    if (e->stage == 3 && e->npslots) {
-        int64_t live = e->job.ds.zero.stage3_max_live_parameters;
-        int64_t blocks = e->max_unit_p ? live / (int64_t)e->max_unit_p : 3;
-        if (blocks < 1) blocks = 1;
-        if (blocks < 3) e->npslots = 1 + (int)blocks;
-    }
+    /* parameter slots: compute copies of units (16-bit widening, gathers): slot 0 holds the
+     * embeddings, slots 1..3 the blocks the partition lets be held at once */
+    e->npslots = params_direct(e) ? 0 : 1 + zt_zero_live_blocks(z, 3);
+    bool gathers = zt_zero_gathers_per_use(z);
     for (int i = 0; i < e->npslots; i++) {
         zt_pslot *s = &e->pslots[i];
         s->cap = i == 0 ? e->P[0] : e->max_unit_p;
         SPEC(&s->cbuf, ZT_MEM_BUFFERS, s->cap * 4, false);
-        if (e->stage == 3 && e->pdt != ZT_F32)
+        if (gathers && e->pdt != ZT_F32)
             SPEC(&s->gbuf, ZT_MEM_COMM, s->cap * psize(e), false);
     }
     /* gradient slots: a unit's fp32 gradient before accumulation or reduce-scatter */
     e->ngslots = grads_direct(e) ? 0 : 3;
+    bool scatters = zt_zero_micro(z) == ZT_ZERO_MICRO_REDUCE_SCATTER;
     for (int i = 0; i < e->ngslots; i++) {
         zt_gslot *g = &e->gslots[i];
         g->cap = i == 0 ? e->P[0] : e->max_unit_p;
         SPEC(&g->buf, ZT_MEM_BUFFERS, g->cap * 4, false);
-        if (e->stage >= 2 && e->gdt != ZT_F32)
+        if (scatters && e->gdt != ZT_F32)
             SPEC(&g->buf16, ZT_MEM_COMM, g->cap * 2, false);
     }
     /* activations of one micro-batch */
@@ -1098,7 +1091,6 @@ static void init_fields(zt_engine *e, const zt_job *job, int world, int rank)
     e->job = *job;
     e->rank = rank;
     e->world = world;
-    e->stage = job->ds.zero.stage;
     e->ckpt_act = job->ds.activation_checkpointing.enabled;
     zt_precision prec = precision_of(job);
     e->pdt = prec == ZT_PREC_FP16 ? ZT_F16 : prec == ZT_PREC_BF16 ? ZT_BF16 : ZT_F32;
@@ -1161,19 +1153,16 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
                                                                  zt_cuda_stage_cap_elems()));
         out->device_total += out->backend_bytes;
     }
-    /* the communicator's own buffers: its largest reduce-scatter is one unit's gradient
-     * (stages 1-3; stage 0 only all-reduces) */
-    size_t max_s = 0;
-    for (int u = 0; u < e->nu; u++)
-        max_s = e->S[u] > max_s ? e->S[u] : max_s;
+    /* the communicator's own buffers: they follow its largest reduce-scatter */
     const zt_comm_backend *cb = cuda ? zt_comm_backend_nccl() : zt_comm_backend_tcp();
-    int64_t comm = (int64_t)zt_comm_backend_buffer_bytes(cb, world,
-                                                         e->stage >= 1 ? max_s * gsize(e) : 0);
+    int64_t comm = (int64_t)zt_comm_backend_buffer_bytes(
+        cb, world, zt_zero_max_reduce_scatter(e->zero) * gsize(e));
     /* the checkpoint snapshot, sized as zt_ckpt_prepare sizes it (header and master weights
      * and moments of this rank's chunk of every unit, in whole 2 MiB pages); every run ends
      * with a save */
     size_t huge = (size_t)2 << 20;
-    int64_t ck = (int64_t)round_up(sizeof(zt_shard_header) + 12 * e->Stot, huge);
+    int64_t ck =
+        (int64_t)round_up(sizeof(zt_shard_header) + 12 * zt_zero_shard_total(e->zero), huge);
     out->bytes[ZT_MEM_COMM] += comm;
     out->host_bytes[ZT_MEM_COMM] += comm;
     out->bytes[ZT_MEM_CKPT] += ck;
@@ -1200,10 +1189,9 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
     int64_t train = out->device_total + out->host_total + out->runtime_bytes;
     out->total_bytes = start > train ? start : train;
     out->num_params = e->lay.num_params;
-    out->padded_params = e->Ptot;
+    out->padded_params = zt_zero_padded_total(e->zero);
 out:
-    zt_free(e->P);
-    zt_free(e->segs);
+    zt_zero_destroy(e->zero);
     zt_gpt2_layout_free(&e->lay);
     zt_free(e);
     return st;
@@ -1363,6 +1351,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     report_line(e, "phase=loading");
 
     CHECK(setup_partition(e, err), fail);
+    CHECK(setup_segments(e, err), fail);
     CHECK(setup_buffers(e, err), fail);
     if (opts->resume && opts->resume[0]) {
         st = zt_ckpt_load(e, opts->resume, err);
@@ -1399,7 +1388,7 @@ void zt_engine_destroy(zt_engine *e)
     if (!e)
         return;
     zt_ckpt_release(e);
-    if (e->k && e->P) {
+    if (e->k && e->zero) {
         params_invalidate(e, NULL);
         grads_drain(e, NULL);
         free_buffers(e);
@@ -1407,7 +1396,7 @@ void zt_engine_destroy(zt_engine *e)
     zt_comm_destroy(e->comm);
     zt_dataset_close(e->train_ds);
     zt_dataset_close(e->val_ds);
-    zt_free(e->P);
+    zt_zero_destroy(e->zero);
     zt_free(e->segs);
     zt_gpt2_layout_free(&e->lay);
     if (e->ops)
@@ -1519,7 +1508,7 @@ static zt_status optimizer_step(zt_engine *e, float grad_scale, double lr, zt_er
         .grad_scale = grad_scale,
         .l2_mode = !oc->adam_w_mode,
     };
-    if (!e->host_n) {
+    if (!zt_zero_host_elems(e->zero)) {
         for (int i = 0; i < e->nsegs; i++)
             adamw_segment(e, e->ops, e->k, &e->segs[i], &a);
         return ZT_OK;
@@ -1570,24 +1559,23 @@ static zt_status optimizer_step(zt_engine *e, float grad_scale, double lr, zt_er
     return ZT_OK;
 }
 
-/* Stage 0/1 reductions at the accumulation boundary. */
+/* The reduction the partition runs at the accumulation boundary, if any. */
 static zt_status reduce_at_boundary(zt_engine *e, zt_err *err)
 {
     zt_status st = ZT_OK;
-    if (e->world == 1 || e->stage >= 2)
+    zt_zero_boundary_reduce how = zt_zero_boundary(e->zero);
+    if (how == ZT_ZERO_BOUNDARY_NONE)
         return ZT_OK;
     uint64_t t0 = zt_now_ns();
-    if (e->stage == 0) {
-        st = zt_comm_allreduce(e->comm, e->grads, e->Ptot, e->gdt, NULL, err);
+    if (how == ZT_ZERO_BOUNDARY_ALLREDUCE) {
+        st = zt_comm_allreduce(e->comm, e->grads, zt_zero_grad_elems(e->zero), e->gdt, NULL, err);
     } else {
         zt_comm_req **reqs = zt_calloc((size_t)e->nu, sizeof(*reqs));
         if (!reqs)
             return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-        for (int u = 0; u < e->nu && st == ZT_OK; u++) {
-            char *full = (char *)e->grads + e->foff[u] * gsize(e);
-            st = zt_comm_reduce_scatter(e->comm, full, full + e->base[u] * gsize(e), e->S[u],
+        for (int u = 0; u < e->nu && st == ZT_OK; u++)
+            st = zt_comm_reduce_scatter(e->comm, grad_at(e, u, 0), grad_loc(e, u, 0), e->S[u],
                                         e->gdt, &reqs[u], err);
-        }
         for (int u = 0; u < e->nu; u++) {
             if (!reqs[u])
                 continue;
@@ -1601,21 +1589,19 @@ static zt_status reduce_at_boundary(zt_engine *e, zt_err *err)
     return st;
 }
 
-/* Stage 1/2: every rank's updated region back to all ranks. */
+/* Every rank's updated region back to all ranks, where the partition runs that. */
 static zt_status gather_params(zt_engine *e, zt_err *err)
 {
     zt_status st = ZT_OK;
-    if (e->world == 1 || e->stage == 0 || e->stage == 3)
+    if (!zt_zero_gathers_after_step(e->zero))
         return ZT_OK;
     uint64_t t0 = zt_now_ns();
     zt_comm_req **reqs = zt_calloc((size_t)e->nu, sizeof(*reqs));
     if (!reqs)
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
-    for (int u = 0; u < e->nu && st == ZT_OK; u++) {
-        char *full = (char *)e->params + e->foff[u] * psize(e);
-        st = zt_comm_allgather(e->comm, full + e->base[u] * psize(e), full, e->S[u], e->pdt,
+    for (int u = 0; u < e->nu && st == ZT_OK; u++)
+        st = zt_comm_allgather(e->comm, param_loc(e, u, 0), param_at(e, u, 0), e->S[u], e->pdt,
                                &reqs[u], err);
-    }
     for (int u = 0; u < e->nu; u++) {
         if (!reqs[u])
             continue;
@@ -1632,10 +1618,9 @@ static zt_status gather_params(zt_engine *e, zt_err *err)
 static void grad_stats(zt_engine *e, double out[2])
 {
     out[0] = out[1] = 0.0;
-    for (int u = 0; u < e->nu; u++) {
-        size_t idx = e->stage < 2 ? e->foff[u] + (size_t)e->rank * e->S[u] : e->soff[u];
-        e->ops->sumsq_nonfinite(e->k, (char *)e->grads + idx * gsize(e), e->gdt, e->S[u], out);
-    }
+    for (int u = 0; u < e->nu; u++)
+        e->ops->sumsq_nonfinite(e->k, grad_at(e, u, (size_t)e->rank * e->S[u]), e->gdt, e->S[u],
+                                out);
 }
 
 static zt_status load_micro(zt_engine *e, zt_dataset *ds, int64_t step, int micro, zt_err *err)
@@ -1678,7 +1663,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     float dloss = (float)(loss_scale / denom);
     double local_loss = 0.0;
 
-    size_t gn = e->stage < 2 ? e->Ptot : e->Stot;
+    size_t gn = zt_zero_grad_elems(e->zero);
     /* op times (ZT_OP_TIMES=1): what marks an evaluation left are dropped; the step's own are
      * taken at its end, for its report line */
     e->ops->marks_take(e->k, &e->optimes);
@@ -2028,8 +2013,8 @@ zt_status zt_engine_param_digest(zt_engine *e, uint32_t *crc, zt_err *err)
     uint32_t c = 0;
     for (int u = 0; u < e->nu && st == ZT_OK; u++) {
         size_t bytes = e->lay.unit_numel[u] * psize(e);
-        if (e->stage < 3) {
-            e->ops->copy_d2h(e->k, host, (char *)e->params + e->foff[u] * psize(e), bytes);
+        if (!zt_zero_params_sharded(e->zero)) {
+            e->ops->copy_d2h(e->k, host, param_at(e, u, 0), bytes);
         } else {
             float *p;
             if ((st = param_acquire(e, u, &p, err)) != ZT_OK)

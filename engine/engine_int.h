@@ -11,9 +11,7 @@
 #include "gpt2.h"
 #include "memacct.h"
 #include "optim.h"
-
-/* Elements of padding granularity per rank: shards start 64-byte aligned. */
-#define ZT_SHARD_ALIGN 16
+#include "zero.h"
 
 /* A working copy of one unit's parameters in fp32 (stage 3 gathers, 16-bit widening). */
 typedef struct zt_pslot {
@@ -63,24 +61,25 @@ struct zt_engine {
     zt_dtype pdt;   /* compute parameter storage */
     zt_dtype gdt;   /* gradient accumulation */
     bool mixed;     /* fp32 master copy kept (pdt != fp32) */
-    int stage;
     bool ckpt_act;  /* activation checkpointing */
     bool act16;     /* mixed precision: blocks' qkv, atty, fch kept in pdt (see acts16) */
 
-    /* partition: unit u is padded to P[u] = S[u] * world elements */
+    /* the ZeRO partition: what is sharded, where each unit lies, which collectives run. Its
+     * tables are viewed here (the checkpoint code reads them): unit u is padded to
+     * P[u] = S[u] * world elements and this rank's optimizer region of it starts at unit
+     * position base[u]; stage is the configured stage, for the checkpoint's records. */
+    zt_zero *zero;
     int nu;
-    size_t *P, *S, *foff, *soff, *ooff, *base;
-    size_t Ptot, Stot, Otot;  /* full, shard, optimizer-region totals */
+    const size_t *P, *S, *base;
     size_t max_unit_p;        /* max P[u] over blocks and the final unit */
+    int stage;
 
-    /* model states (backend memory) */
-    void *params;   /* stage < 3: full (Ptot, pdt); stage 3: shard (Stot, pdt) */
-    void *grads;    /* stage < 2: full (Ptot, gdt); else shard (Stot, gdt) */
+    /* model states (backend memory), as the partition shards them */
+    void *params;   /* zt_zero_param_elems in pdt */
+    void *grads;    /* zt_zero_grad_elems in gdt */
     float *master;  /* device-side fp32 master for the optimizer region (mixed only) */
-    float *m, *v;   /* device-side moments */
-    size_t dev_n;   /* optimizer elements updated on the device side */
-    /* offload (host memory) */
-    size_t host_n;
+    float *m, *v;   /* device-side moments (zt_zero_device_elems) */
+    /* offload (host memory, zt_zero_host_elems) */
     float *h_master, *h_m, *h_v;
     void *h_grad;   /* host copy of the host part's gradients (gdt) */
     void *h_lp;     /* updated 16-bit values to copy back (mixed) */
