@@ -111,16 +111,6 @@ int zt_zero_units(const zt_zero *z)
     return z->nu;
 }
 
-int zt_zero_world(const zt_zero *z)
-{
-    return z->world;
-}
-
-int zt_zero_rank(const zt_zero *z)
-{
-    return z->rank;
-}
-
 const size_t *zt_zero_padded_sizes(const zt_zero *z)
 {
     return z->P;

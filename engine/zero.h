@@ -52,8 +52,6 @@ bool zt_zero_optim_sharded(const zt_zero *z);
 /* ---- geometry (the same at every stage) ---- */
 
 int zt_zero_units(const zt_zero *z);
-int zt_zero_world(const zt_zero *z);
-int zt_zero_rank(const zt_zero *z);
 /* Per-unit tables, n_units entries, owned by z: P_u, S_u, and the unit position where this
  * rank's optimizer region starts (0 when the optimizer is not sharded, else rank * S_u). */
 const size_t *zt_zero_padded_sizes(const zt_zero *z);
