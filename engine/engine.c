@@ -23,6 +23,8 @@
 
 static void report_line(zt_engine *e, const char *line);
 
+/* ---- set-up ---- */
+
 /* llm.c file offsets of each tensor kind (element offsets into the file's parameter array). */
 static void llmc_kind_offsets(const zt_model_shape *s, size_t off[ZT_T_KIND_COUNT],
                               size_t per_layer[ZT_T_KIND_COUNT])
@@ -312,7 +314,7 @@ int64_t zt_engine_steps_done(const zt_engine *e)
     return e->steps_done;
 }
 
-/* ---- reporting ---- */
+/* ---- the training loop and its reports ---- */
 
 static int format_step_line(const zt_engine *e, const zt_step_stats *s, char *buf, size_t n)
 {
