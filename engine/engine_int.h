@@ -1,5 +1,6 @@
-/* zerotrain: what only engine*.c and ckpt*.c may see — the engine's state: ZeRO partition,
- * model-state buffers, working slots, activations, counters. */
+/* zerotrain: what only the engine's own files and ckpt*.c may see — the engine's state (ZeRO
+ * partition, model-state buffers, working slots, activations, counters) and the functions its
+ * files share. */
 #ifndef ZT_ENGINE_ENGINE_INT_H
 #define ZT_ENGINE_ENGINE_INT_H
 
@@ -11,9 +12,7 @@
 #include "gpt2.h"
 #include "memacct.h"
 #include "optim.h"
-
-/* Elements of padding granularity per rank: shards start 64-byte aligned. */
-#define ZT_SHARD_ALIGN 16
+#include "zero.h"
 
 /* A working copy of one unit's parameters in fp32 (stage 3 gathers, 16-bit widening). */
 typedef struct zt_pslot {
@@ -63,24 +62,25 @@ struct zt_engine {
     zt_dtype pdt;   /* compute parameter storage */
     zt_dtype gdt;   /* gradient accumulation */
     bool mixed;     /* fp32 master copy kept (pdt != fp32) */
-    int stage;
     bool ckpt_act;  /* activation checkpointing */
     bool act16;     /* mixed precision: blocks' qkv, atty, fch kept in pdt (see acts16) */
 
-    /* partition: unit u is padded to P[u] = S[u] * world elements */
+    /* the ZeRO partition: what is sharded, where each unit lies, which collectives run. Its
+     * tables are viewed here (the checkpoint code reads them): unit u is padded to
+     * P[u] = S[u] * world elements and this rank's optimizer region of it starts at unit
+     * position base[u]; stage is zt_zero_stage, which the checkpoint code reads. */
+    zt_zero *zero;
     int nu;
-    size_t *P, *S, *foff, *soff, *ooff, *base;
-    size_t Ptot, Stot, Otot;  /* full, shard, optimizer-region totals */
+    const size_t *P, *S, *base;
     size_t max_unit_p;        /* max P[u] over blocks and the final unit */
+    int stage;
 
-    /* model states (backend memory) */
-    void *params;   /* stage < 3: full (Ptot, pdt); stage 3: shard (Stot, pdt) */
-    void *grads;    /* stage < 2: full (Ptot, gdt); else shard (Stot, gdt) */
+    /* model states (backend memory), as the partition shards them */
+    void *params;   /* zt_zero_param_elems in pdt */
+    void *grads;    /* zt_zero_grad_elems in gdt */
     float *master;  /* device-side fp32 master for the optimizer region (mixed only) */
-    float *m, *v;   /* device-side moments */
-    size_t dev_n;   /* optimizer elements updated on the device side */
-    /* offload (host memory) */
-    size_t host_n;
+    float *m, *v;   /* device-side moments (zt_zero_device_elems) */
+    /* offload (host memory, zt_zero_host_elems) */
     float *h_master, *h_m, *h_v;
     void *h_grad;   /* host copy of the host part's gradients (gdt) */
     void *h_lp;     /* updated 16-bit values to copy back (mixed) */
@@ -154,12 +154,93 @@ struct zt_engine {
     uint64_t comm_buf_charged; /* the communicator's own buffers charged to ZT_MEM_COMM */
 };
 
-/* Engine internals shared with ckpt.c. Region = this rank's optimizer elements of a unit,
- * starting at unit position base[u]; j indexes inside the region. */
+/* The engine's files, from the bottom up; each calls only into those listed before it (and
+ * zero.h): plan.c, state.c, ckpt*.c, slots.c, offload.c, step.c, engine.c. */
+
+/* Sets the caller's `zt_status st` to expr and, unless it is ZT_OK, jumps to the cleanup label
+ * the call site names. */
+#define ZT_CHECK(expr, label)                                                                      \
+    do {                                                                                           \
+        st = (expr);                                                                               \
+        if (st != ZT_OK)                                                                           \
+            goto label;                                                                            \
+    } while (0)
+
+/* Elements zt_engine_load_unit casts at a time to 16 bits. */
+#define ZT_LOAD_PIECE ((size_t)1 << 16)
+
+/* Bytes of one parameter and one gradient element. */
+static inline size_t zt_engine_psize(const zt_engine *e)
+{
+    return zt_dtype_size(e->pdt);
+}
+
+static inline size_t zt_engine_gsize(const zt_engine *e)
+{
+    return zt_dtype_size(e->gdt);
+}
+
+/* Unit position pos of unit u, in the parameter buffer (pos in the buffer's span of u). */
+static inline void *zt_engine_param_at(zt_engine *e, int u, size_t pos)
+{
+    return (char *)e->params + zt_zero_param_index(e->zero, u, pos) * zt_engine_psize(e);
+}
+
+/* Unit position pos of unit u, in the (reduced) gradient buffer. */
+static inline void *zt_engine_grad_at(zt_engine *e, int u, size_t pos)
+{
+    return (char *)e->grads + zt_zero_grad_index(e->zero, u, pos) * zt_engine_gsize(e);
+}
+
+/* Element j of unit u's optimizer region, in the parameter buffer. */
+static inline void *zt_engine_param_loc(zt_engine *e, int u, size_t j)
+{
+    return zt_engine_param_at(e, u, e->base[u] + j);
+}
+
+/* Element j of unit u's optimizer region, in the (reduced) gradient buffer. */
+static inline void *zt_engine_grad_loc(zt_engine *e, int u, size_t j)
+{
+    return zt_engine_grad_at(e, u, e->base[u] + j);
+}
+
+/* Compute copies are the parameters themselves (full and fp32): no parameter slots. */
+static inline bool zt_engine_params_direct(const zt_engine *e)
+{
+    return !zt_zero_params_sharded(e->zero) && e->pdt == ZT_F32;
+}
+
+/* Backward accumulates straight into the gradients (full and fp32): no gradient slots. */
+static inline bool zt_engine_grads_direct(const zt_engine *e)
+{
+    return !zt_zero_grads_sharded(e->zero) && e->gdt == ZT_F32;
+}
+
+/* ---- plan.c: the buffer plan, its arenas and memory accounting ---- */
+
+/* The fields every engine (and every plan) derives from the job and its place in the run. */
+void zt_engine_init_fields(zt_engine *e, const zt_job *job, int world, int rank);
+/* The ZeRO partition of this rank (e->zero) and the views of its tables; needs e->lay. */
+zt_status zt_engine_setup_partition(zt_engine *e, zt_err *err);
+/* Allocates the arenas and carves every buffer, working slot and activation from them; an
+ * arena that does not fit fails with ZT_ERR_NOMEM and a report of what to change. */
+zt_status zt_engine_setup_buffers(zt_engine *e, zt_err *err);
+void zt_engine_free_buffers(zt_engine *e);
+/* Brings the communicator's own staging and scratch (it grows them on first use) into the
+ * comm category. */
+void zt_engine_charge_comm(zt_engine *e);
+/* Backend memory for communication, charged to the comm category. */
+void *zt_engine_comm_alloc(zt_engine *e, size_t bytes);
+void zt_engine_comm_free(zt_engine *e, void *p, size_t bytes);
+
+/* ---- state.c: this rank's optimizer region (also what ckpt.c reads and writes) ---- */
+
+/* Region = this rank's optimizer elements of a unit, starting at unit position base[u]; j
+ * indexes inside the region. */
 float *zt_engine_master_ptr(zt_engine *e, int unit, size_t j);
 /* fp32 truth (master weights, or parameters) of region elements [j, j+len) of unit u. */
 void zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out);
-/* Sets them (and nothing else: call zt_engine_params_from_master after). */
+/* Sets them, and nothing else: with a master copy, the 16-bit parameters keep their values. */
 void zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in);
 void zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v);
 void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
@@ -168,11 +249,35 @@ void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const floa
 zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *err);
 /* Real elements of unit u's optimizer region on this rank. */
 size_t zt_engine_region_len(const zt_engine *e, int u);
-/* Backend memory for communication, charged to the comm category. */
-void *zt_engine_comm_alloc(zt_engine *e, size_t bytes);
-void zt_engine_comm_free(zt_engine *e, void *p, size_t bytes);
 /* All P_u values of unit u gathered from every rank (collective): section 0 the fp32 master
  * weights, 1 exp_avg, 2 exp_avg_sq. */
 zt_status zt_engine_gather_unit(zt_engine *e, int u, int section, float *out, zt_err *err);
+
+/* ---- slots.c: compute copies of parameters, gradients before their reduction ---- */
+
+/* The fp32 compute copy of unit u's parameters; stays valid until zt_engine_param_release. */
+zt_status zt_engine_param_acquire(zt_engine *e, int u, float **out, zt_err *err);
+/* Starts gathering unit u ahead of use (gathered per use); a no-op otherwise or without a free
+ * slot. */
+zt_status zt_engine_param_prefetch(zt_engine *e, int u, zt_err *err);
+void zt_engine_param_release(zt_engine *e, int u);
+/* Parameters changed: every cached compute copy is stale. */
+zt_status zt_engine_params_invalidate(zt_engine *e, zt_err *err);
+/* The fp32 buffer where unit u's backward accumulates its gradient this micro-step. */
+zt_status zt_engine_grad_acquire(zt_engine *e, int u, float **out, zt_err *err);
+/* Unit u's gradient for this micro-step is complete: fold it into the accumulation buffer,
+ * or start its reduce-scatter, as the partition says. */
+zt_status zt_engine_grad_finish(zt_engine *e, int u, zt_err *err);
+/* Completes every reduce-scatter still in flight and frees every gradient slot. */
+zt_status zt_engine_grads_drain(zt_engine *e, zt_err *err);
+
+/* ---- offload.c: the optimizer's segments and their update, on the device and the host ---- */
+
+/* The optimizer's segments (e->segs): tensor pieces of the region, split at the device/host
+ * boundary and, on the host side, into pieces of the offload pipeline. */
+zt_status zt_engine_setup_segments(zt_engine *e, zt_err *err);
+/* Applies AdamW with args a to every segment: the device part on the backend, the offloaded
+ * part on a host thread, pipelined with the gradients' and updated values' transfers. */
+zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *err);
 
 #endif
