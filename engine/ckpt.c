@@ -316,7 +316,7 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     h.version = ZT_CKPT_VERSION;
     h.rank = (uint32_t)e->rank;
     h.world = (uint32_t)e->world;
-    h.stage = (uint32_t)e->stage;
+    h.stage = (uint32_t)zt_zero_stage(e->zero);
     h.n_units = (uint32_t)e->nu;
     h.sections = ZT_CKPT_SECTIONS;
     h.step = (uint64_t)e->steps_done;
@@ -572,7 +572,7 @@ static zt_status commit_meta(zt_engine *e, const char *dir, const uint32_t *info
     m.applied_steps = e->ck_applied;
     m.skipped_steps = e->ck_skipped;
     m.world = e->world;
-    m.stage = e->stage;
+    m.stage = zt_zero_stage(e->zero);
     m.precision = e->pdt;
     m.dims = e->lay.d;
     m.train_batch_size = e->job.ds.train_batch_size;
@@ -755,8 +755,9 @@ static zt_status load_local(zt_engine *e, zt_ckpt **cp, const char *path, zt_err
         size_t n = e->lay.unit_numel[u];
         size_t rl = zt_engine_region_len(e, u);
         size_t lo = 0, hi = n;
-        if (e->stage == 3) { /* its parameter chunk and its optimizer region, nothing else */
-            size_t s0 = (size_t)e->rank * e->S[u], s1 = s0 + e->S[u];
+        if (zt_zero_params_sharded(e->zero)) { /* its parameter chunk and its optimizer region */
+            zt_zero_span ps = zt_zero_param_span(e->zero, u);
+            size_t s0 = ps.start, s1 = ps.start + ps.len;
             lo = rl && e->base[u] < s0 ? e->base[u] : s0;
             hi = rl && e->base[u] + rl > s1 ? e->base[u] + rl : s1;
             hi = hi < n ? hi : n;
@@ -803,7 +804,7 @@ zt_status zt_ckpt_load(zt_engine *e, const char *path, zt_err *err)
     if (st == ZT_OK && e->rank == 0)
         ZT_INFO("ckpt", "resumed from %s (step %lld, written by %d rank%s at stage %d; now %d rank%s at stage %d)",
                 c->dir, (long long)c->m.step, c->m.world, c->m.world == 1 ? "" : "s", c->m.stage,
-                e->world, e->world == 1 ? "" : "s", e->stage);
+                e->world, e->world == 1 ? "" : "s", zt_zero_stage(e->zero));
     zt_ckpt_close(c);
     return st;
 }

@@ -66,14 +66,12 @@ struct zt_engine {
     bool act16;     /* mixed precision: blocks' qkv, atty, fch kept in pdt (see acts16) */
 
     /* the ZeRO partition: what is sharded, where each unit lies, which collectives run. Its
-     * tables are viewed here (the checkpoint code reads them): unit u is padded to
-     * P[u] = S[u] * world elements and this rank's optimizer region of it starts at unit
-     * position base[u]; stage is zt_zero_stage, which the checkpoint code reads. */
+     * geometry tables are viewed here: unit u is padded to P[u] = S[u] * world elements and
+     * this rank's optimizer region of it starts at unit position base[u]. */
     zt_zero *zero;
     int nu;
     const size_t *P, *S, *base;
     size_t max_unit_p;        /* max P[u] over blocks and the final unit */
-    int stage;
 
     /* model states (backend memory), as the partition shards them */
     void *params;   /* zt_zero_param_elems in pdt */

@@ -115,7 +115,6 @@ zt_status zt_engine_setup_partition(zt_engine *e, zt_err *err)
     e->S = zt_zero_shard_sizes(e->zero);
     e->base = zt_zero_region_starts(e->zero);
     e->max_unit_p = zt_zero_max_block(e->zero);
-    e->stage = zt_zero_stage(e->zero);
     return ZT_OK;
 }
 
