@@ -143,8 +143,15 @@ int zt_cmd_plan(int argc, char **argv)
     int world = job->ds.world_size;
     const zt_zero_cfg own = job->ds.zero;
     const char *prec = job->ds.fp16.enabled ? "fp16" : job->ds.bf16 ? "bf16" : "fp32";
-    double ratios[3] = {-1, 1.0, own.offload_optimizer.enabled ? own.offload_optimizer.ratio : -2};
-    int nratios = own.offload_optimizer.enabled && own.offload_optimizer.ratio != 1.0 ? 3 : 2;
+    /* rows per stage: no offload, the whole shard on the host, and the job's own offload when
+     * it is another (a ratio below 1, or NVMe) */
+    enum { OFF_NONE, OFF_CPU, OFF_NVME };
+    int kinds[3] = {OFF_NONE, OFF_CPU, own.offload_optimizer.nvme ? OFF_NVME : OFF_CPU};
+    double ratios[3] = {0, 1.0, own.offload_optimizer.ratio};
+    int nratios = own.offload_optimizer.enabled &&
+                          (own.offload_optimizer.nvme || own.offload_optimizer.ratio != 1.0)
+                      ? 3
+                      : 2;
     zt_mem_plan p;
     int rc = 0;
     if (!zt_cli.json) {
@@ -159,7 +166,7 @@ int zt_cmd_plan(int argc, char **argv)
                (long long)job->ds.micro_batch, job->ds.micro_auto ? " (auto)" : "",
                job->model.block_size,
                job->ds.activation_checkpointing.enabled ? ", activation checkpointing" : "");
-        printf("MiB per rank    params  master   grads   optim  activ. buffers    comm |  device    host   total\n");
+        printf("MiB per rank     params  master   grads   optim  activ. buffers    comm |  device    host    disk   total\n");
     } else {
         printf("{\"job\":\"%s\",\"ranks\":%d,\"precision\":\"%s\",\"rows\":[", job->name, world, prec);
     }
@@ -168,31 +175,34 @@ int zt_cmd_plan(int argc, char **argv)
         for (int ri = 0; ri < nratios; ri++) {
             zt_job v = *job;
             v.ds.zero.stage = stage;
-            v.ds.zero.offload_optimizer.enabled = ratios[ri] >= 0;
-            if (ratios[ri] >= 0)
-                v.ds.zero.offload_optimizer.ratio = ratios[ri];
+            v.ds.zero.offload_optimizer.enabled = kinds[ri] != OFF_NONE;
+            v.ds.zero.offload_optimizer.nvme = kinds[ri] == OFF_NVME;
+            v.ds.zero.offload_optimizer.ratio = ratios[ri];
             if (zt_engine_plan(&v, world, &p, &err) != ZT_OK) {
                 zt_cli_error("%s", zt_err_msg(&err));
                 free(job);
                 return 1;
             }
             bool mine = stage == own.stage &&
-                        (ratios[ri] < 0 ? !own.offload_optimizer.enabled
-                                        : own.offload_optimizer.enabled &&
-                                              own.offload_optimizer.ratio == ratios[ri]);
+                        (kinds[ri] == OFF_NONE
+                             ? !own.offload_optimizer.enabled
+                             : own.offload_optimizer.enabled &&
+                                   own.offload_optimizer.nvme == (kinds[ri] == OFF_NVME) &&
+                                   own.offload_optimizer.ratio == ratios[ri]);
             int64_t total = p.total_bytes;
             bool cpu = job->resources.device == ZT_DEVICE_CPU;
             bool fits = devmem <= 0 || (double)(cpu ? total : p.device_total) <= devmem;
             char label[32];
-            if (ratios[ri] < 0)
+            if (kinds[ri] == OFF_NONE)
                 snprintf(label, sizeof(label), "none");
             else
-                snprintf(label, sizeof(label), "cpu %.2f", ratios[ri]);
+                snprintf(label, sizeof(label), "%s %.2f", kinds[ri] == OFF_NVME ? "nvme" : "cpu",
+                         ratios[ri]);
             if (zt_cli.json) {
-                printf("%s{\"stage\":%d,\"offload\":\"%s\",\"job\":%s,\"device_bytes\":%lld,\"host_bytes\":%lld,\"init_bytes\":%lld,\"peak_bytes\":%lld,\"runtime_bytes\":%lld,\"backend_bytes\":%lld,\"total_bytes\":%lld,\"fits\":%s,\"bytes\":{",
+                printf("%s{\"stage\":%d,\"offload\":\"%s\",\"job\":%s,\"device_bytes\":%lld,\"host_bytes\":%lld,\"disk_bytes\":%lld,\"init_bytes\":%lld,\"peak_bytes\":%lld,\"runtime_bytes\":%lld,\"backend_bytes\":%lld,\"total_bytes\":%lld,\"fits\":%s,\"bytes\":{",
                        row ? "," : "", stage, label, mine ? "true" : "false",
                        (long long)p.device_total, (long long)p.host_total,
-                       (long long)p.init_bytes, (long long)p.peak_total,
+                       (long long)p.disk_bytes, (long long)p.init_bytes, (long long)p.peak_total,
                        (long long)p.runtime_bytes, (long long)p.backend_bytes, (long long)total,
                        fits ? "true" : "false");
                 for (int c = 0; c < ZT_MEM_CATEGORY_COUNT; c++)
@@ -200,11 +210,11 @@ int zt_cmd_plan(int argc, char **argv)
                            (long long)p.bytes[c]);
                 printf("}}");
             } else {
-                printf("%c stage %d %-8s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f%s\n",
+                printf("%c stage %d %-9s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f %7.1f%s\n",
                        mine ? '*' : ' ', stage, label, dev(&p, ZT_MEM_PARAMS),
                        dev(&p, ZT_MEM_MASTER), dev(&p, ZT_MEM_GRADS), dev(&p, ZT_MEM_OPTIM),
                        dev(&p, ZT_MEM_ACTIVATIONS), dev(&p, ZT_MEM_BUFFERS), dev(&p, ZT_MEM_COMM),
-                       mib(p.device_total), mib(p.host_total), mib(total),
+                       mib(p.device_total), mib(p.host_total), mib(p.disk_bytes), mib(total),
                        fits ? "" : "  DOES NOT FIT");
             }
             if (mine && !fits)
@@ -219,7 +229,7 @@ int zt_cmd_plan(int argc, char **argv)
         snprintf(cuda_note, sizeof(cuda_note),
                  "; device also holds the CUDA kernels' workspace and scratch (%.1f MiB), not the CUDA context itself or NCCL's buffers",
                  mib(p.backend_bytes));
-        printf("columns are device memory; host = offloaded master weights, moments and their staging buffers, the checkpoint snapshot (12 bytes per element of the rank's shard) and the collectives' staging.\n");
+        printf("columns are device memory; host = offloaded master weights, moments and their staging buffers (with NVMe: the swap's buffer sets instead of the states), the checkpoint snapshot (12 bytes per element of the rank's shard) and the collectives' staging; disk = NVMe offload's swap files, read and written once each step.\n");
         printf("total = the rank's peak: device + host%s, or at start-up the buffers without the snapshot + %.1f MiB to initialise (one unit in fp32%s), whichever is larger%s.\n",
                job->resources.device == ZT_DEVICE_CPU
                    ? " + the process itself once it trains (code, libraries, oneDNN kernels, heap: a measured constant)"

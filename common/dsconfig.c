@@ -34,7 +34,8 @@
     }
 
 #define WHY_METRICS "the metrics go to the coordinator, the dashboard and /metrics"
-#define WHY_NVME "used by NVMe offload only, which zerotrain does not offer; use device \"cpu\""
+#define WHY_PARAM_NVME "used by offload_param device \"nvme\", which is not offered; use \"cpu\""
+#define WHY_PIPELINE "the NVMe swap always reads ahead and writes back behind the update"
 #define WHY_DP "zerotrain trains with ZeRO data parallelism only"
 
 /* ---- the key table ---------------------------------------------------------------------- */
@@ -88,7 +89,7 @@ static const keyspec top_keys[] = {
           "checkpoints are set in the job's train section (checkpoint_every, checkpoint_dir)"),
     NOEFF("load_universal_checkpoint", VT_BOOL, "false",
           "zerotrain's checkpoints resume on any rank count and stage as they are"),
-    NOEFF("aio", VT_OBJ, NULL, WHY_NVME),
+    USE("aio", VT_OBJ, NULL, "how NVMe swap files are read and written"),
     NOEFF("autotuning", VT_OBJ, NULL,
           "give train_micro_batch_size_per_gpu \"auto\" and the planner picks it before launch"),
     NOEFF("nebula", VT_OBJ, NULL, "checkpoints are written by zerotrain's own format"),
@@ -265,34 +266,37 @@ static const keyspec zero_keys[] = {
 };
 
 static const keyspec offload_optimizer_keys[] = {
-    USE("device", VT_STR, "\"none\"", "\"none\" or \"cpu\" (\"nvme\" is refused)"),
+    USE("device", VT_STR, "\"none\"", "\"none\", \"cpu\" or \"nvme\""),
     USE("ratio", VT_NUM, "1", "the fraction of the shard updated on the host (Twin-Flow)"),
     NOEFF("pin_memory", VT_BOOL, "false", "the host buffers of GPU ranks are always pinned"),
-    NOEFF("nvme_path", VT_STR_OR_NULL, "null", WHY_NVME),
-    NOEFF("buffer_count", VT_INT, "4", WHY_NVME),
-    NOEFF("pipeline_read", VT_BOOL, "false", WHY_NVME),
-    NOEFF("pipeline_write", VT_BOOL, "false", WHY_NVME),
-    NOEFF("pipeline", VT_BOOL, "false", WHY_NVME),
-    NOEFF("fast_init", VT_BOOL, "false", WHY_NVME),
+    USE("nvme_path", VT_STR_OR_NULL, "null",
+        "with device \"nvme\" (required): where each rank keeps its swap files"),
+    USE("buffer_count", VT_INT, "4",
+        "with device \"nvme\": buffer sets streaming the step (read ahead, update, write back)"),
+    NOEFF("pipeline_read", VT_BOOL, "false", WHY_PIPELINE),
+    NOEFF("pipeline_write", VT_BOOL, "false", WHY_PIPELINE),
+    NOEFF("pipeline", VT_BOOL, "false", WHY_PIPELINE),
+    NOEFF("fast_init", VT_BOOL, "false", "swap files are reserved at full size at start-up"),
 };
 
 static const keyspec offload_param_keys[] = {
     USE("device", VT_STR, "\"none\"", "\"none\" or \"cpu\" (\"nvme\" is refused)"),
     NOEFF("pin_memory", VT_BOOL, "false", "the host buffers of GPU ranks are always pinned"),
-    NOEFF("nvme_path", VT_STR_OR_NULL, "null", WHY_NVME),
-    NOEFF("buffer_count", VT_INT, "5", WHY_NVME),
-    NOEFF("buffer_size", VT_INT, "1e8", WHY_NVME),
-    NOEFF("max_in_cpu", VT_INT, "1e9", WHY_NVME),
+    NOEFF("nvme_path", VT_STR_OR_NULL, "null", WHY_PARAM_NVME),
+    NOEFF("buffer_count", VT_INT, "5", WHY_PARAM_NVME),
+    NOEFF("buffer_size", VT_INT, "1e8", WHY_PARAM_NVME),
+    NOEFF("max_in_cpu", VT_INT, "1e9", WHY_PARAM_NVME),
 };
 
 static const keyspec aio_keys[] = {
-    NOEFF("block_size", VT_INT, "1048576", WHY_NVME),
-    NOEFF("queue_depth", VT_INT, "8", WHY_NVME),
-    NOEFF("thread_count", VT_INT, "1", WHY_NVME),
-    NOEFF("intra_op_parallelism", VT_INT, "1", WHY_NVME),
-    NOEFF("single_submit", VT_BOOL, "false", WHY_NVME),
-    NOEFF("overlap_events", VT_BOOL, "true", WHY_NVME),
-    NOEFF("use_gds", VT_BOOL, "false", WHY_NVME),
+    USE("block_size", VT_INT, "1048576", "bytes per swap request, a multiple of 4096"),
+    USE("queue_depth", VT_INT, "8", "swap requests in flight"),
+    USE("thread_count", VT_INT, "1", "I/O threads where the kernel refuses io_uring"),
+    NOEFF("intra_op_parallelism", VT_INT, "1", "one thread submits a rank's swap requests"),
+    USE("single_submit", VT_BOOL, "false", "submit swap requests one at a time"),
+    USE("overlap_events", VT_BOOL, "true", "refill the queue as each request completes"),
+    NOEFF("use_gds", VT_BOOL, "false",
+          "GPUDirect Storage is not used: swap data moves through host buffers"),
 };
 
 static const keyspec actckpt_keys[] = {

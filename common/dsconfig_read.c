@@ -70,27 +70,34 @@ static zt_status parse_bf16(pctx *c, json_t *ds, zt_job *job, const char **key_o
     return st;
 }
 
-/* offload_optimizer / offload_param "device": "none" or "cpu". */
-static zt_status parse_offload_device(pctx *c, json_t *o, bool *enabled)
+/* offload_optimizer / offload_param "device": "none", "cpu", or (optimizer only) "nvme". */
+static zt_status parse_offload_device(pctx *c, json_t *o, bool is_opt, zt_offload_cfg *off)
 {
     char dev[64];
     bool present;
     zt_status st = jf_get_str(c, o, "device", dev, sizeof(dev), &present);
     if (st != ZT_OK || !present) return st;
-    if (strcmp(dev, "none") == 0)
-        *enabled = false;
-    else if (strcmp(dev, "cpu") == 0)
-        *enabled = true;
-    else if (strcmp(dev, "nvme") == 0)
+    off->enabled = off->nvme = false;
+    if (strcmp(dev, "none") == 0) return ZT_OK;
+    if (strcmp(dev, "cpu") == 0) {
+        off->enabled = true;
+    } else if (strcmp(dev, "nvme") == 0 && is_opt) {
+        off->enabled = off->nvme = true;
+    } else if (strcmp(dev, "nvme") == 0) {
         return jf_fail_key(
             c, "device",
-            "\"nvme\": offloading to NVMe is not offered; use \"cpu\" (host memory) or \"none\"");
-    else
-        return jf_fail_key(c, "device", "must be \"none\" or \"cpu\" (got \"%s\")", dev);
+            "\"nvme\": offloading parameters to NVMe is not offered; use \"cpu\" here and put the optimizer on NVMe (offload_optimizer.device \"nvme\")");
+    } else {
+        return jf_fail_key(c, "device",
+                           is_opt ? "must be \"none\", \"cpu\" or \"nvme\" (got \"%s\")"
+                                  : "must be \"none\" or \"cpu\" (got \"%s\")",
+                           dev);
+    }
     return ZT_OK;
 }
 
-static zt_status parse_offload(pctx *c, json_t *zo, const char *key, zt_offload_cfg *off)
+static zt_status parse_offload(pctx *c, json_t *zo, const char *key, const char *base_dir,
+                               zt_offload_cfg *off)
 {
     bool is_opt = strcmp(key, "offload_optimizer") == 0;
     json_t *o;
@@ -99,9 +106,43 @@ static zt_status parse_offload(pctx *c, json_t *zo, const char *key, zt_offload_
     jf_push(c, key);
     KEEP(ds_check_block(
         c, o, is_opt ? "zero_optimization.offload_optimizer" : "zero_optimization.offload_param"));
-    KEEP(parse_offload_device(c, o, &off->enabled));
+    KEEP(parse_offload_device(c, o, is_opt, off));
     KEEP(jf_get_bool(c, o, "pin_memory", &off->pin_memory));
-    if (is_opt) KEEP(jf_get_num(c, o, "ratio", 0, 1, NUM_RANGE, &off->ratio));
+    if (is_opt) {
+        KEEP(jf_get_num(c, o, "ratio", 0, 1, NUM_RANGE, &off->ratio));
+        KEEP(jf_get_int(c, o, "buffer_count", 1, 64, &off->buffer_count));
+        json_t *np = jf_member(o, "nvme_path");
+        bool given = false;
+        if (np && !json_is_null(np))
+            KEEP(jf_get_path(c, o, "nvme_path", base_dir, off->nvme_path, &given));
+        if (off->nvme && !given && st == ZT_OK)
+            KEEP(jf_fail_key(
+                c, "device",
+                "\"nvme\" needs \"nvme_path\": the directory (on a local disk) where each rank keeps its swap files"));
+        if (!off->nvme) off->nvme_path[0] = '\0';
+    }
+    jf_pop(c);
+    return st;
+}
+
+/* DeepSpeed's "aio" block: the NVMe swap's requests. */
+static zt_status parse_aio(pctx *c, json_t *ds, zt_aio_cfg *a)
+{
+    json_t *o;
+    zt_status st = jf_get_obj(c, ds, "aio", &o);
+    if (st != ZT_OK || !o) return st;
+    jf_push(c, "aio");
+    KEEP(ds_check_block(c, o, "aio"));
+    KEEP(jf_get_i64(c, o, "block_size", 4096, (int64_t)1 << 30, &a->block_size));
+    if (a->block_size % 4096 != 0)
+        KEEP(jf_fail_key(
+            c, "block_size",
+            "must be a multiple of 4096 for direct I/O (got %lld); DeepSpeed's default is 1048576",
+            (long long)a->block_size));
+    KEEP(jf_get_int(c, o, "queue_depth", 1, 1024, &a->queue_depth));
+    KEEP(jf_get_int(c, o, "thread_count", 1, 64, &a->thread_count));
+    KEEP(jf_get_bool(c, o, "single_submit", &a->single_submit));
+    KEEP(jf_get_bool(c, o, "overlap_events", &a->overlap_events));
     jf_pop(c);
     return st;
 }
@@ -135,8 +176,11 @@ static zt_status parse_zero(pctx *c, json_t *ds, zt_job *job)
                                          .allgather_bucket_size = 500000000,
                                          .overlap_comm = false,
                                          .contiguous_gradients = true,
-                                         .offload_optimizer = {false, false, 1.0},
-                                         .offload_param = {false, false, 1.0},
+                                         .offload_optimizer = {.ratio = 1.0, .buffer_count = 4},
+                                         .offload_param = {.ratio = 1.0,
+                                                           .buffer_count = 5,
+                                                           .buffer_size = 100000000,
+                                                           .max_in_cpu = 1000000000},
                                          .stage3_prefetch_bucket_size = 50000000,
                                          .stage3_param_persistence_threshold = 100000,
                                          .stage3_max_reuse_distance = 1000000000,
@@ -179,8 +223,8 @@ static zt_status parse_zero(pctx *c, json_t *ds, zt_job *job)
     legacy = false;
     KEEP(jf_get_bool(c, o, "cpu_offload_use_pin_memory", &legacy));
     if (legacy) z->offload_optimizer.pin_memory = z->offload_param.pin_memory = true;
-    KEEP(parse_offload(c, o, "offload_optimizer", &z->offload_optimizer));
-    KEEP(parse_offload(c, o, "offload_param", &z->offload_param));
+    KEEP(parse_offload(c, o, "offload_optimizer", job->base_dir, &z->offload_optimizer));
+    KEEP(parse_offload(c, o, "offload_param", job->base_dir, &z->offload_param));
     if (z->offload_param.enabled && z->stage != 3) {
         const char *where = json_object_get(o, "offload_param") ? "offload_param" : cop;
         KEEP(jf_fail_key(
@@ -425,11 +469,15 @@ static zt_status parse_ds(pctx *c, json_t *ds, zt_job *job)
     KEEP(ds_parse_optimizer(c, ds, d));
     KEEP(ds_parse_scheduler(c, ds, job));
     KEEP(parse_zero(c, ds, job));
+    static const zt_aio_cfg aio_defaults = {
+        .block_size = 1048576, .queue_depth = 8, .thread_count = 1, .overlap_events = true};
+    memcpy(&d->aio, &aio_defaults, sizeof(d->aio));
+    KEEP(parse_aio(c, ds, &d->aio));
     KEEP(parse_actckpt(c, ds, &d->activation_checkpointing));
     KEEP(parse_data_types(c, ds, d));
     KEEP(parse_csv_monitor(c, ds, job));
     /* blocks that have no effect here are still checked as DeepSpeed checks them */
-    static const char *const quiet[] = {"aio", "tensorboard", "wandb", "comet"};
+    static const char *const quiet[] = {"tensorboard", "wandb", "comet"};
     for (size_t i = 0; i < NKEYS(quiet); i++) {
         json_t *o = jf_member(ds, quiet[i]);
         if (!o || !json_is_object(o)) continue;

@@ -114,10 +114,24 @@ typedef struct zt_fp16_cfg {
 } zt_fp16_cfg;
 
 typedef struct zt_offload_cfg {
-    bool enabled;     /* device == "cpu" */
+    bool enabled;     /* device "cpu" or "nvme" */
+    bool nvme;        /* device "nvme": the host part's state lives in files under nvme_path */
     bool pin_memory;  /* default false */
     double ratio;     /* fraction updated on the host, default 1.0, in [0,1] */
+    char nvme_path[ZT_PATH_MAX]; /* resolved; "" unless nvme */
+    int buffer_count;            /* NVMe swap buffer sets: default 4 (optimizer), 5 (param) */
+    int64_t buffer_size;         /* offload_param: elements per swap buffer, default 1e8 */
+    int64_t max_in_cpu;          /* offload_param: elements kept in host memory, default 1e9 */
 } zt_offload_cfg;
+
+/* DeepSpeed's "aio" block: how NVMe swap files are read and written. */
+typedef struct zt_aio_cfg {
+    int64_t block_size;  /* bytes per request, default 1 MiB, a multiple of 4096 */
+    int queue_depth;     /* requests in flight, default 8 */
+    int thread_count;    /* I/O threads where io_uring is unavailable, default 1 */
+    bool single_submit;  /* default false */
+    bool overlap_events; /* default true */
+} zt_aio_cfg;
 
 typedef struct zt_zero_cfg {
     int stage;                        /* 0..3, default 0 */
@@ -167,6 +181,7 @@ typedef struct zt_ds_cfg {
     bool bf16;
     zt_precision precision;  /* derived from fp16/bf16 */
     zt_zero_cfg zero;
+    zt_aio_cfg aio;
     zt_actckpt_cfg activation_checkpointing;
     bool grad_accum_fp32;    /* data_types.grad_accum_dtype; default fp32, except fp16 (16-bit) */
     int64_t steps_per_print; /* default 10 */

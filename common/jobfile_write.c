@@ -189,9 +189,13 @@ static void write_scheduler(emitter *e, const zt_sched_cfg *s)
 static void write_offload(emitter *e, const char *k, const zt_offload_cfg *o, bool with_ratio)
 {
     open_obj(e, k);
-    kv_str(e, "device", o->enabled ? "cpu" : "none");
+    kv_str(e, "device", o->nvme ? "nvme" : o->enabled ? "cpu" : "none");
     kv_bool(e, "pin_memory", o->pin_memory);
-    if (with_ratio) kv_num(e, "ratio", o->ratio);
+    if (with_ratio) {
+        kv_num(e, "ratio", o->ratio);
+        kv_int(e, "buffer_count", o->buffer_count);
+        if (o->nvme) kv_str(e, "nvme_path", o->nvme_path);
+    }
     close_obj(e);
 }
 
@@ -261,6 +265,14 @@ static void write_deepspeed(emitter *e, const zt_ds_cfg *d)
     kv_int(e, "stage3_max_reuse_distance", z->stage3_max_reuse_distance);
     kv_int(e, "stage3_max_live_parameters", z->stage3_max_live_parameters);
     kv_int(e, "sub_group_size", z->sub_group_size);
+    close_obj(e);
+
+    open_obj(e, "aio");
+    kv_int(e, "block_size", d->aio.block_size);
+    kv_int(e, "queue_depth", d->aio.queue_depth);
+    kv_int(e, "thread_count", d->aio.thread_count);
+    kv_bool(e, "single_submit", d->aio.single_submit);
+    kv_bool(e, "overlap_events", d->aio.overlap_events);
     close_obj(e);
 
     if (d->activation_checkpointing.enabled) {

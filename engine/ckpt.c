@@ -345,9 +345,11 @@ zt_status zt_ckpt_save_begin(zt_engine *e, zt_err *err)
     for (int u = 0; u < e->nu; u++) {
         size_t S = e->S[u], r0 = (size_t)e->rank * S, n = e->lay.unit_numel[u];
         size_t len = r0 >= n ? 0 : (n - r0 < S ? n - r0 : S);
-        if (len) {
-            zt_engine_region_get(e, u, r0 - e->base[u], len, p);
-            zt_engine_moments_get(e, u, r0 - e->base[u], len, p + S, p + 2 * S);
+        if (len && ((st = zt_engine_region_get(e, u, r0 - e->base[u], len, p, err)) != ZT_OK ||
+                    (st = zt_engine_moments_get(e, u, r0 - e->base[u], len, p + S, p + 2 * S,
+                                                err)) != ZT_OK)) {
+            zt_free(w);
+            return st;
         }
         for (int sec = 0; sec < ZT_CKPT_SECTIONS; sec++)
             memset(p + (size_t)sec * S + len, 0, (S - len) * sizeof(float));
@@ -772,7 +774,8 @@ static zt_status load_local(zt_engine *e, zt_ckpt **cp, const char *path, zt_err
             if ((st = zt_ckpt_read_verified(c, 1, u, e->base[u], rl, mv, err)) != ZT_OK ||
                 (st = zt_ckpt_read_verified(c, 2, u, e->base[u], rl, mv + rl, err)) != ZT_OK)
                 goto free_buffers;
-            zt_engine_moments_set(e, u, 0, rl, mv, mv + rl);
+            if ((st = zt_engine_moments_set(e, u, 0, rl, mv, mv + rl, err)) != ZT_OK)
+                goto free_buffers;
         }
     }
     e->steps_done = c->m.step;

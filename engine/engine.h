@@ -85,6 +85,8 @@ typedef struct zt_mem_plan {
     int64_t backend_bytes; /* on cuda: the kernel context's device buffers, in device_total */
     int64_t host_total;    /* offloaded optimizer states, their staging, the checkpoint snapshot
                             * and the communicator's buffers */
+    int64_t disk_bytes;    /* NVMe offload: this rank's swap files (about: each segment's last
+                            * page is padding) */
     int64_t init_bytes;    /* host, only while the model is initialised */
     int64_t peak_total;    /* the most the engine holds at once (device and host) */
     int64_t runtime_bytes; /* the process beyond its buffers (CPU path; 0 on cuda) */

@@ -79,9 +79,11 @@ struct zt_engine {
     float *master;  /* device-side fp32 master for the optimizer region (mixed only) */
     float *m, *v;   /* device-side moments (zt_zero_device_elems) */
     /* offload (host memory, zt_zero_host_elems) */
-    float *h_master, *h_m, *h_v;
+    float *h_master, *h_m, *h_v; /* NULL with NVMe offload: their segments live in swap files */
     void *h_grad;   /* host copy of the host part's gradients (gdt) */
-    void *h_lp;     /* updated 16-bit values to copy back (mixed) */
+    void *h_lp;     /* updated values to copy back (pdt; mixed precision or NVMe offload) */
+    void *h_swapbuf; /* NVMe offload: the swap's buffer sets (offload_nvme.c) */
+    struct zt_nvme *nvme; /* NVMe offload's swap files; NULL without */
 
     zt_optseg *segs;
     int nsegs;
@@ -234,15 +236,18 @@ void zt_engine_comm_free(zt_engine *e, void *p, size_t bytes);
 /* ---- state.c: this rank's optimizer region (also what ckpt.c reads and writes) ---- */
 
 /* Region = this rank's optimizer elements of a unit, starting at unit position base[u]; j
- * indexes inside the region. */
-float *zt_engine_master_ptr(zt_engine *e, int unit, size_t j);
+ * indexes inside the region. Errors come from NVMe offload's swap files only (ZT_ERR_IO,
+ * ZT_ERR_CORRUPT, ZT_ERR_NOSPACE). */
 /* fp32 truth (master weights, or parameters) of region elements [j, j+len) of unit u. */
-void zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out);
+zt_status zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out,
+                               zt_err *err);
 /* Sets them, and nothing else: with a master copy, the 16-bit parameters keep their values. */
-void zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in);
-void zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v);
-void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
-                           const float *v);
+zt_status zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in,
+                               zt_err *err);
+zt_status zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v,
+                                zt_err *err);
+zt_status zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
+                                const float *v, zt_err *err);
 /* Loads the full fp32 values of unit u (P_u, host) into this rank's parameters and region. */
 zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *err);
 /* Real elements of unit u's optimizer region on this rank. */
@@ -277,5 +282,30 @@ zt_status zt_engine_setup_segments(zt_engine *e, zt_err *err);
 /* Applies AdamW with args a to every segment: the device part on the backend, the offloaded
  * part on a host thread, pipelined with the gradients' and updated values' transfers. */
 zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *err);
+/* Elements of the largest host segment: DeepSpeed's sub_group_size, at most 2^20. */
+size_t zt_engine_offload_piece(const zt_engine *e);
+
+/* ---- offload_nvme.c: the host part's states in swap files (offload_optimizer "nvme") ---- */
+
+/* Host bytes of the swap's buffer sets for host segments of at most piece elements (0 without
+ * NVMe offload), and the bytes its files take on disk. */
+size_t zt_engine_nvme_buffer_bytes(const zt_engine *e, size_t piece);
+uint64_t zt_engine_nvme_disk_bytes(const zt_engine *e);
+/* Opens the swap files of this rank (after the segments and buffers); a no-op without NVMe
+ * offload. Close removes them. */
+zt_status zt_engine_nvme_open(zt_engine *e, zt_err *err);
+void zt_engine_nvme_close(zt_engine *e);
+/* Reads (set false) or writes n fp32 values of state section 0-2 at host-side offset off. */
+zt_status zt_engine_nvme_io(zt_engine *e, size_t off, size_t n, int section, float *buf, bool set,
+                            zt_err *err);
+/* The step's stream over host segments k = 0, 1, ... in order: begin starts the first reads;
+ * seg_get waits for segment k's master and moments; seg_put writes them back and reads ahead;
+ * end waits for everything in flight (also after a failure, given as st) and returns the first
+ * error. */
+zt_status zt_engine_nvme_step_begin(zt_engine *e, zt_err *err);
+zt_status zt_engine_nvme_seg_get(zt_engine *e, int k, float **master, float **m, float **v,
+                                 zt_err *err);
+zt_status zt_engine_nvme_seg_put(zt_engine *e, int k, zt_err *err);
+zt_status zt_engine_nvme_step_end(zt_engine *e, zt_status st, zt_err *err);
 
 #endif

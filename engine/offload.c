@@ -14,10 +14,8 @@
 
 /* The optimizer's segments: tensor pieces of the region, split at the device/host boundary
  * and, on the host side, into pieces of the offload pipeline. */
-zt_status zt_engine_setup_segments(zt_engine *e, zt_err *err)
+size_t zt_engine_offload_piece(const zt_engine *e)
 {
-    int nu = e->nu;
-    size_t dev_n = zt_zero_device_elems(e->zero);
     /* DeepSpeed's sub_group_size bounds a segment (default 1e9: the pipeline's piece);
      * test hook: ZT_OFFLOAD_PIECE=N cuts the host part finer than any tensor of a small model */
     size_t piece = ZT_OFFLOAD_PIECE;
@@ -27,6 +25,14 @@ zt_status zt_engine_setup_segments(zt_engine *e, zt_err *err)
     const char *pe = getenv("ZT_OFFLOAD_PIECE");
     if (pe && atol(pe) > 0)
         piece = (size_t)atol(pe);
+    return piece;
+}
+
+zt_status zt_engine_setup_segments(zt_engine *e, zt_err *err)
+{
+    int nu = e->nu;
+    size_t dev_n = zt_zero_device_elems(e->zero);
+    size_t piece = zt_engine_offload_piece(e);
 
     /* optimizer segments: tensor pieces of the region, split at the device/host boundary */
     int cap = 0;
@@ -85,7 +91,17 @@ typedef struct host_job {
     pthread_cond_t cv;
     int ready; /* host segments, in order, whose gradients are in host memory */
     int done;  /* host segments updated */
+    zt_status st; /* the first failure of NVMe offload's swap; later segments are skipped */
+    zt_err err;
 } host_job;
+
+/* The values sent back to the device after a host update: the parameter-dtype copy AdamW
+ * writes (mixed precision, and NVMe offload, whose master is reused for the next segment), else
+ * the host master itself. */
+static bool host_copies_back_lp(const zt_engine *e)
+{
+    return e->mixed || e->nvme;
+}
 
 static void adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, const zt_optseg *s,
                           const zt_adamw_args *base)
@@ -106,6 +122,31 @@ static void adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, const zt_
     }
 }
 
+/* Host segment n (the n-th of the host part, e->segs[i]): in host memory, or streamed through
+ * NVMe offload's buffers. A failure is kept in hj and skips the segments after it. */
+static void host_segment(host_job *hj, int n, int i)
+{
+    zt_engine *e = hj->e;
+    const zt_optseg *s = &e->segs[i];
+    if (!e->nvme) {
+        adamw_segment(e, zt_ops_cpu(), hj->k, s, hj->args);
+        return;
+    }
+    if (hj->st != ZT_OK)
+        return;
+    float *master, *m, *v;
+    hj->st = zt_engine_nvme_seg_get(e, n, &master, &m, &v, &hj->err);
+    if (hj->st != ZT_OK)
+        return;
+    zt_adamw_args a = *hj->args;
+    if (!s->decay)
+        a.weight_decay = 0.0f;
+    size_t off = s->side_off;
+    zt_ops_cpu()->adamw(hj->k, master, (char *)e->h_grad + off * zt_engine_gsize(e), e->gdt, m, v,
+                        s->len, &a, (char *)e->h_lp + off * zt_engine_psize(e), e->pdt);
+    hj->st = zt_engine_nvme_seg_put(e, n, &hj->err);
+}
+
 static void *host_adamw_main(void *arg)
 {
     host_job *hj = arg;
@@ -118,7 +159,7 @@ static void *host_adamw_main(void *arg)
         while (hj->ready <= n)
             pthread_cond_wait(&hj->cv, &hj->mu);
         pthread_mutex_unlock(&hj->mu);
-        adamw_segment(e, zt_ops_cpu(), hj->k, &e->segs[i], hj->args);
+        host_segment(hj, n, i);
         pthread_mutex_lock(&hj->mu);
         hj->done = ++n;
         pthread_cond_broadcast(&hj->cv);
@@ -130,8 +171,9 @@ static void *host_adamw_main(void *arg)
 /* Queues host segment s's updated values (16-bit copy, or fp32 master) to the backend. */
 static void host_segment_back(zt_engine *e, const zt_optseg *s)
 {
-    const void *src = e->mixed ? (const void *)((char *)e->h_lp + s->side_off * zt_engine_psize(e))
-                               : (const void *)(e->h_master + s->side_off);
+    const void *src = host_copies_back_lp(e)
+                          ? (const void *)((char *)e->h_lp + s->side_off * zt_engine_psize(e))
+                          : (const void *)(e->h_master + s->side_off);
     e->ops->copy_h2d(e->k, zt_engine_param_loc(e, s->unit, s->j), src, s->len * zt_engine_psize(e));
 }
 
@@ -175,6 +217,10 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
         st = zt_err_prefix(err, "host optimizer");
         goto free_hidx;
     }
+    if (e->nvme && (st = zt_engine_nvme_step_begin(e, err)) != ZT_OK) {
+        st = zt_engine_nvme_step_end(e, st, err);
+        goto destroy_ctx;
+    }
     pthread_mutex_init(&hj.mu, NULL);
     pthread_cond_init(&hj.cv, NULL);
     pthread_t th;
@@ -197,12 +243,18 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
         pthread_join(th, NULL);
     } else {
         for (int n = 0; n < nhost; n++)
-            adamw_segment(e, zt_ops_cpu(), hj.k, &e->segs[hidx[n]], a);
+            host_segment(&hj, n, hidx[n]);
         for (; sent < nhost; sent++)
             host_segment_back(e, &e->segs[hidx[sent]]);
     }
     pthread_cond_destroy(&hj.cv);
     pthread_mutex_destroy(&hj.mu);
+    if (e->nvme) {
+        if (hj.st != ZT_OK && err)
+            *err = hj.err;
+        st = zt_engine_nvme_step_end(e, hj.st, err);
+    }
+destroy_ctx:
     zt_ops_cpu()->ctx_destroy(hj.k);
 free_hidx:
     zt_free(hidx);

@@ -10,6 +10,7 @@
 #include "../common/log.h"
 #include "ckpt.h"
 #include "data/modelfile.h"
+#include "nvme/swap.h"
 
 static size_t round_up(size_t x, size_t m)
 {
@@ -144,12 +145,18 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
         SPEC(&e->master, ZT_MEM_MASTER, dev_n * 4, false);
     SPEC(&e->m, ZT_MEM_OPTIM, dev_n * 4, false);
     SPEC(&e->v, ZT_MEM_OPTIM, dev_n * 4, false);
-    if (host_n) {
+    bool nvme = e->job.ds.zero.offload_optimizer.nvme;
+    if (host_n && nvme) { /* master and moments in swap files, streamed through buffer sets */
+        SPEC(&e->h_swapbuf, ZT_MEM_HOST_OPTIM,
+             zt_engine_nvme_buffer_bytes(e, zt_engine_offload_piece(e)) + ZT_SWAP_ALIGN, true);
+    } else if (host_n) {
         SPEC(&e->h_master, ZT_MEM_HOST_OPTIM, host_n * 4, true);
         SPEC(&e->h_m, ZT_MEM_HOST_OPTIM, host_n * 4, true);
         SPEC(&e->h_v, ZT_MEM_HOST_OPTIM, host_n * 4, true);
+    }
+    if (host_n) {
         SPEC(&e->h_grad, ZT_MEM_BUFFERS, host_n * zt_engine_gsize(e), true);
-        if (e->mixed)
+        if (e->mixed || nvme)
             SPEC(&e->h_lp, ZT_MEM_BUFFERS, host_n * zt_engine_psize(e), true);
     }
     /* parameter slots: compute copies of units (16-bit widening, gathers): slot 0 holds the
@@ -391,6 +398,7 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
         out->host_total += (int64_t)sizes[c][1];
         out->device_total += (int64_t)sizes[c][0];
     }
+    out->disk_bytes = (int64_t)zt_engine_nvme_disk_bytes(e);
     bool cuda = job->resources.device == ZT_DEVICE_CUDA;
     /* the CUDA kernel context's own device buffers (cuBLASLt workspace, scratch, ...) */
     if (cuda) {

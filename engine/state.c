@@ -16,31 +16,19 @@ size_t zt_engine_region_len(const zt_engine *e, int u)
 }
 
 /* Where optimizer state `section` (0 the fp32 truth: master weights, or the fp32 parameters
- * themselves; 1 exp_avg; 2 exp_avg_sq) of region element j of unit u lives, and whether that is
- * host memory (the offloaded part). */
-static float *state_ptr(zt_engine *e, int u, size_t j, int section, bool *host)
+ * themselves; 1 exp_avg; 2 exp_avg_sq) of device-side optimizer element gi lives. */
+static float *device_state(zt_engine *e, int u, size_t j, size_t gi, int section)
 {
-    size_t gi = zt_zero_region_offset(e->zero, u) + j;
-    size_t dev_n = zt_zero_device_elems(e->zero);
-    *host = gi >= dev_n;
-    if (*host) {
-        float *side[3] = {e->h_master, e->h_m, e->h_v};
-        return side[section] + (gi - dev_n);
-    }
     if (section == 0)
         return e->mixed ? e->master + gi : (float *)zt_engine_param_loc(e, u, j);
     return (section == 1 ? e->m : e->v) + gi;
 }
 
-float *zt_engine_master_ptr(zt_engine *e, int u, size_t j)
-{
-    bool host;
-    return state_ptr(e, u, j, 0, &host);
-}
-
 /* Copies one optimizer state section of region elements [j, j+len) of unit u out of (get) or
- * into (set) its home, piece by piece across the device/host split of offload. */
-static void state_io(zt_engine *e, int u, size_t j, size_t len, int section, float *buf, bool set)
+ * into (set) its home, piece by piece across the device/host split of offload: device memory,
+ * host memory, or NVMe offload's swap files. */
+static zt_status state_io(zt_engine *e, int u, size_t j, size_t len, int section, float *buf,
+                          bool set, zt_err *err)
 {
     size_t dev_n = zt_zero_device_elems(e->zero);
     while (len > 0) {
@@ -48,41 +36,50 @@ static void state_io(zt_engine *e, int u, size_t j, size_t len, int section, flo
         size_t n = len;
         if (gi < dev_n && gi + n > dev_n)
             n = dev_n - gi;
-        bool host;
-        float *loc = state_ptr(e, u, j, section, &host);
-        if (host)
+        if (gi >= dev_n && e->nvme) {
+            zt_status st = zt_engine_nvme_io(e, gi - dev_n, n, section, buf, set, err);
+            if (st != ZT_OK)
+                return st;
+        } else if (gi >= dev_n) {
+            float *side[3] = {e->h_master, e->h_m, e->h_v};
+            float *loc = side[section] + (gi - dev_n);
             memcpy(set ? loc : buf, set ? buf : loc, n * sizeof(float));
-        else if (set)
-            e->ops->copy_h2d(e->k, loc, buf, n * sizeof(float));
-        else
-            e->ops->copy_d2h(e->k, buf, loc, n * sizeof(float));
+        } else if (set) {
+            e->ops->copy_h2d(e->k, device_state(e, u, j, gi, section), buf, n * sizeof(float));
+        } else {
+            e->ops->copy_d2h(e->k, buf, device_state(e, u, j, gi, section), n * sizeof(float));
+        }
         buf += n;
         j += n;
         len -= n;
     }
+    return ZT_OK;
 }
 
-void zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out)
+zt_status zt_engine_region_get(zt_engine *e, int u, size_t j, size_t len, float *out,
+                               zt_err *err)
 {
-    state_io(e, u, j, len, 0, out, false);
+    return state_io(e, u, j, len, 0, out, false, err);
 }
 
-void zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in)
+zt_status zt_engine_region_set(zt_engine *e, int u, size_t j, size_t len, const float *in,
+                               zt_err *err)
 {
-    state_io(e, u, j, len, 0, (float *)in, true);
+    return state_io(e, u, j, len, 0, (float *)in, true, err);
 }
 
-void zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v)
+zt_status zt_engine_moments_get(zt_engine *e, int u, size_t j, size_t len, float *m, float *v,
+                                zt_err *err)
 {
-    state_io(e, u, j, len, 1, m, false);
-    state_io(e, u, j, len, 2, v, false);
+    zt_status st = state_io(e, u, j, len, 1, m, false, err);
+    return st == ZT_OK ? state_io(e, u, j, len, 2, v, false, err) : st;
 }
 
-void zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
-                           const float *v)
+zt_status zt_engine_moments_set(zt_engine *e, int u, size_t j, size_t len, const float *m,
+                                const float *v, zt_err *err)
 {
-    state_io(e, u, j, len, 1, (float *)m, true);
-    state_io(e, u, j, len, 2, (float *)v, true);
+    zt_status st = state_io(e, u, j, len, 1, (float *)m, true, err);
+    return st == ZT_OK ? state_io(e, u, j, len, 2, (float *)v, true, err) : st;
 }
 
 /* Counts the non-finite values of each tensor of unit u in vals (the unit's values being
@@ -142,8 +139,11 @@ zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *er
             return st;
     }
     size_t rl = zt_engine_region_len(e, u);
-    if (rl)
-        zt_engine_region_set(e, u, 0, rl, vals + e->base[u]);
+    if (rl) {
+        zt_status st = zt_engine_region_set(e, u, 0, rl, vals + e->base[u], err);
+        if (st != ZT_OK)
+            return st;
+    }
     /* the caller may reuse vals as soon as this returns */
     return e->ops->sync(e->k, err);
 }
@@ -159,23 +159,26 @@ zt_status zt_engine_gather_unit(zt_engine *e, int u, int section, float *out, zt
     /* this rank's chunk [r*S, (r+1)*S) of the unit, from wherever its truth lives */
     size_t n = e->lay.unit_numel[u];
     size_t len = r0 >= n ? 0 : (n - r0 < S ? n - r0 : S);
+    zt_status st = ZT_OK;
     if (len && section == 0) {
-        zt_engine_region_get(e, u, r0 - e->base[u], len, out + r0);
+        st = zt_engine_region_get(e, u, r0 - e->base[u], len, out + r0, err);
     } else if (len) {
         float *tmp = zt_malloc(len * sizeof(float));
         if (!tmp)
             return zt_err_set(err, ZT_ERR_NOMEM, "out of memory gathering unit %d", u);
-        zt_engine_moments_get(e, u, r0 - e->base[u], len, section == 1 ? out + r0 : tmp,
-                              section == 1 ? tmp : out + r0);
+        st = zt_engine_moments_get(e, u, r0 - e->base[u], len, section == 1 ? out + r0 : tmp,
+                                   section == 1 ? tmp : out + r0, err);
         zt_free(tmp);
     }
+    if (st != ZT_OK)
+        return st;
     if (e->world == 1)
         return ZT_OK;
     float *dev = zt_engine_comm_alloc(e, e->P[u] * sizeof(float));
     if (!dev)
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory gathering unit %d", u);
     e->ops->copy_h2d(e->k, dev + r0, out + r0, S * sizeof(float));
-    zt_status st = zt_comm_allgather(e->comm, dev + r0, dev, S, ZT_F32, NULL, err);
+    st = zt_comm_allgather(e->comm, dev + r0, dev, S, ZT_F32, NULL, err);
     if (st == ZT_OK)
         e->ops->copy_d2h(e->k, out, dev, e->P[u] * sizeof(float));
     zt_engine_comm_free(e, dev, e->P[u] * sizeof(float));

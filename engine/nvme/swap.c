@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@ struct zt_swap {
     char dir[PATH_MAX];
     int n_arrays, n_segs;
     size_t elem_bytes;
+    int lock_fd; /* flock held while open: one process per directory */
     int fd[ZT_SWAP_MAX_ARRAYS];
     char path[ZT_SWAP_MAX_ARRAYS][PATH_MAX];
     size_t *len;   /* real bytes of each segment */
@@ -33,10 +35,16 @@ struct zt_swap {
     uint8_t *state; /* [array][seg] */
 };
 
-static bool ends_with(const char *s, const char *suffix)
+#define LOCK_NAME "swap.lock"
+
+/* The files zerotrain itself writes in a swap directory. */
+static bool own_file(const char *name)
 {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
+    static const char *const names[] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp", "params.swp",
+                                        LOCK_NAME};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0) return true;
+    return false;
 }
 
 /* Removes the swap files an earlier attempt left in dir; anything else there is refused. */
@@ -49,11 +57,13 @@ static zt_status clear_dir(const char *dir, zt_err *err)
     zt_status st = ZT_OK;
     struct dirent *de;
     while (st == ZT_OK && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        if (!ends_with(de->d_name, ".swp")) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            strcmp(de->d_name, LOCK_NAME) == 0)
+            continue;
+        if (!own_file(de->d_name)) {
             st = zt_err_set(
                 err, ZT_ERR_EXISTS,
-                "swap directory %s holds %s, which is not a swap file: give each job its own nvme_path or empty it",
+                "swap directory %s holds %s, which is not a zerotrain swap file: give each job its own nvme_path or empty it",
                 dir, de->d_name);
             break;
         }
@@ -63,6 +73,23 @@ static zt_status clear_dir(const char *dir, zt_err *err)
     }
     closedir(d);
     return st;
+}
+
+/* Takes dir's lock: a second process (another job or rank given the same directory) is
+ * refused while the first runs; a dead one's lock is gone with it. */
+static zt_status lock_dir(zt_swap *s, zt_err *err)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/" LOCK_NAME, s->dir);
+    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->lock_fd < 0)
+        return zt_err_set(err, ZT_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return zt_err_set(
+            err, ZT_ERR_EXISTS,
+            "swap directory %s is in use by another running process: give each job its own nvme_path",
+            s->dir);
+    return ZT_OK;
 }
 
 static zt_status open_file(zt_swap *s, int a, const char *name, zt_err *err)
@@ -148,6 +175,10 @@ zt_status zt_swap_open(zt_swap **out, const char *dir, const zt_swap_layout *lay
                         strerror(errno));
         goto close_swap;
     }
+    if ((st = lock_dir(s, err)) != ZT_OK) {
+        s->dir[0] = '\0'; /* another process's: nothing of it is removed */
+        goto close_swap;
+    }
     if ((st = clear_dir(dir, err)) != ZT_OK || (st = check_space(s, err)) != ZT_OK) goto close_swap;
     for (int a = 0; a < s->n_arrays; a++)
         if ((st = open_file(s, a, layout->names[a], err)) != ZT_OK) goto close_swap;
@@ -164,6 +195,14 @@ void zt_swap_close(zt_swap *s, bool remove)
     for (int a = 0; a < s->n_arrays; a++) {
         if (s->fd[a] >= 0) close(s->fd[a]);
         if (remove && s->path[a][0]) unlink(s->path[a]);
+    }
+    if (s->lock_fd >= 0) {
+        if (remove && s->dir[0]) {
+            char path[PATH_MAX + 16];
+            snprintf(path, sizeof(path), "%s/" LOCK_NAME, s->dir);
+            unlink(path);
+        }
+        close(s->lock_fd);
     }
     if (remove && s->dir[0] && rmdir(s->dir) == 0) {
         char parent[PATH_MAX];
@@ -194,6 +233,21 @@ uint64_t zt_swap_total_bytes(const zt_swap *s)
 bool zt_swap_written(const zt_swap *s, int array, int seg)
 {
     return s->state[(size_t)array * (size_t)s->n_segs + (size_t)seg] == SEG_OK;
+}
+
+zt_status zt_swap_check(const zt_swap *s, zt_err *err)
+{
+    for (int a = 0; a < s->n_arrays; a++) {
+        struct stat sb;
+        if (fstat(s->fd[a], &sb) != 0)
+            return zt_err_set(err, ZT_ERR_IO, "cannot stat swap file %s: %s", s->path[a],
+                              strerror(errno));
+        if (sb.st_nlink == 0)
+            return zt_err_set(err, ZT_ERR_IO,
+                              "swap file %s was deleted while the job ran (was %s removed?); the run stops here and a restart resumes from the last checkpoint",
+                              s->path[a], s->dir);
+    }
+    return ZT_OK;
 }
 
 static zt_status start(zt_swap *s, zt_aio_dir dir, int array, int seg, void *buf, zt_swap_io *io,

@@ -17,7 +17,7 @@
 
 typedef struct zt_swap_layout {
     int n_arrays;
-    const char *names[ZT_SWAP_MAX_ARRAYS]; /* file stems: "master" gives master.swp */
+    const char *names[ZT_SWAP_MAX_ARRAYS]; /* "master", "exp_avg", "exp_avg_sq" or "params" */
     size_t elem_bytes;                     /* 4 for fp32, 2 for 16-bit */
     int n_segs;
     const size_t *seg_elems; /* n_segs lengths; the same segmentation for every array */
@@ -26,8 +26,9 @@ typedef struct zt_swap_layout {
 typedef struct zt_swap zt_swap;
 
 /* Creates DIR (and its parents) and the array files at their full size, so that a disk too
- * small is known now; files of an earlier attempt in DIR are replaced, and a DIR holding
- * anything else is refused (nothing is mixed or deleted that is not a swap file). The context
+ * small is known now. DIR is locked while open (a second process is refused with
+ * ZT_ERR_EXISTS); files of an earlier attempt in DIR are replaced, and a DIR holding anything
+ * else is refused (nothing is mixed, and nothing deleted that zerotrain did not write). The context
  * aio is used, not owned. Errors name DIR and say what to do: ZT_ERR_NOSPACE (free space vs
  * need), ZT_ERR_UNSUPPORTED (a filesystem without direct I/O), ZT_ERR_EXISTS, ZT_ERR_IO. */
 zt_status zt_swap_open(zt_swap **out, const char *dir, const zt_swap_layout *layout, zt_aio *aio,
@@ -43,6 +44,10 @@ size_t zt_swap_seg_bytes(const zt_swap *s, int seg);
 uint64_t zt_swap_total_bytes(const zt_swap *s);
 /* Whether segment seg of array has been written (a read of one that has not is an error). */
 bool zt_swap_written(const zt_swap *s, int array, int seg);
+
+/* ZT_ERR_IO when a swap file has been deleted (its directory removed) since it was opened:
+ * what is written from then on would vanish at close. */
+zt_status zt_swap_check(const zt_swap *s, zt_err *err);
 
 /* One segment transfer in flight; owned by the caller. */
 typedef struct zt_swap_io {

@@ -158,10 +158,22 @@ static const bad_case bad_cases[] = {
      DS(",\n    \"zero_optimization\": {@\"zero_quantized_weights\": true}"),
      ZT_ERR_CONFIG,
      {"zero_quantized_weights: zerotrain does not offer this; remove it or set it to false"}},
-    {"nvme",
+    {"nvme without a path",
      DS(",\n    \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {@\"device\": \"nvme\"}}"),
      ZT_ERR_CONFIG,
-     {": deepspeed.zero_optimization.offload_optimizer.device: \"nvme\": offloading to NVMe is not offered; use \"cpu\" (host memory) or \"none\""}},
+     {": deepspeed.zero_optimization.offload_optimizer.device: \"nvme\" needs \"nvme_path\": the directory (on a local disk) where each rank keeps its swap files"}},
+    {"nvme parameters",
+     DS(",\n    \"zero_optimization\": {\"stage\": 3, \"offload_param\": {@\"device\": \"nvme\", \"nvme_path\": \"/x\"}}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.zero_optimization.offload_param.device: \"nvme\": offloading parameters to NVMe is not offered; use \"cpu\" here and put the optimizer on NVMe (offload_optimizer.device \"nvme\")"}},
+    {"aio block size",
+     DS(",\n    \"aio\": {@\"block_size\": 5000}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.aio.block_size: must be a multiple of 4096 for direct I/O (got 5000); DeepSpeed's default is 1048576"}},
+    {"aio queue depth",
+     DS(",\n    \"aio\": {@\"queue_depth\": 0}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.aio.queue_depth: "}},
     {"lamb",
      DS(",\n    \"optimizer\": {@\"type\": \"Lamb\"}"),
      ZT_ERR_CONFIG,
@@ -370,7 +382,7 @@ static const bad_case bad_cases[] = {
     {"offload device",
      DS(",\n    \"zero_optimization\": {\"offload_optimizer\": {@\"device\": \"gpu\"}}"),
      ZT_ERR_CONFIG,
-     {"must be \"none\" or \"cpu\" (got \"gpu\")"}},
+     {"must be \"none\", \"cpu\" or \"nvme\" (got \"gpu\")"}},
     {"lr negative",
      DS(",\n    \"optimizer\": {\"type\": \"AdamW\", \"params\": {@\"lr\": -0.1}}"),
      ZT_ERR_CONFIG,
@@ -563,7 +575,7 @@ static const ok_case ok_cases[] = {
      {""}},
     {"nvme path",
      DS(",\n    \"zero_optimization\": {\"offload_param\": {\"nvme_path\": \"/nvme\"}}"),
-     {"deepspeed.zero_optimization.offload_param.nvme_path = \"/nvme\": used by NVMe offload only"}},
+     {"deepspeed.zero_optimization.offload_param.nvme_path = \"/nvme\": used by offload_param device \"nvme\", which is not offered"}},
     {"max_grad_norm",
      DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {\"max_grad_norm\": 1.0}}"),
      {""}},
@@ -1341,6 +1353,27 @@ static void test_accepted(void)
     ASSERT_EQ_INT(job.ds.zero.stage, 3);
     ASSERT_TRUE(!job.ds.zero.overlap_comm);
     ASSERT_TRUE(job.ds.activation_checkpointing.enabled);
+    check_round_trip(&job);
+
+    /* NVMe optimizer offload: the path resolved against the job's directory, the buffer count
+     * and the aio block kept through the round trip */
+    parse_ok(&job,
+             "{\n  \"name\": \"nv\",\n  \"model\": {" BASE_MODEL "},\n" L_DATA
+             "  \"train\": {\"steps\": 3},\n"
+             "  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,\n"
+             "    \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", "
+             "\"nvme_path\": \"swap\", \"buffer_count\": 3, \"ratio\": 0.5}},\n"
+             "    \"aio\": {\"block_size\": 262144, \"queue_depth\": 16, \"single_submit\": true}}\n}",
+             "/b");
+    ASSERT_TRUE(job.ds.zero.offload_optimizer.enabled);
+    ASSERT_TRUE(job.ds.zero.offload_optimizer.nvme);
+    ASSERT_STREQ(job.ds.zero.offload_optimizer.nvme_path, "/b/swap");
+    ASSERT_EQ_INT(job.ds.zero.offload_optimizer.buffer_count, 3);
+    ASSERT_EQ_INT(job.ds.aio.block_size, 262144);
+    ASSERT_EQ_INT(job.ds.aio.queue_depth, 16);
+    ASSERT_EQ_INT(job.ds.aio.thread_count, 1);
+    ASSERT_TRUE(job.ds.aio.single_submit);
+    ASSERT_TRUE(job.ds.aio.overlap_events);
     check_round_trip(&job);
 }
 

@@ -32,3 +32,6 @@ if(ZT_ASAN OR ZT_TSAN)
 endif()
 zt_add_script_test(NAME engine_ds_mechanisms COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_ds_mechanisms.py
                    LABELS integration TIMEOUT 300)
+# NVMe optimizer offload: bit-identical to no offload, resumes across it, faults reported.
+zt_add_script_test(NAME engine_nvme_offload COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_nvme_offload.py
+                   LABELS integration TIMEOUT 600)

@@ -1,7 +1,8 @@
 /* Tests engine/nvme/swap.c: segments of three arrays written and read back through direct
  * I/O at aligned offsets, a segment corrupted on disk (named by file, offset and segment) and
  * healed by its next write, a read of a segment never written, the files of an earlier attempt
- * replaced, a foreign file refused, a disk too small refused up front, removal on close. */
+ * replaced, a second opener of the directory and a foreign file refused, a disk too small
+ * refused up front, removal on close. */
 #define _XOPEN_SOURCE 700
 #include "engine/nvme/swap.h"
 
@@ -120,6 +121,17 @@ int main(void)
     ASSERT_OK(zt_swap_read_start(s, 1, 3, buf[1], &io[1], &err));
     ASSERT_OK(zt_swap_finish(s, &io[1], &err));
     ASSERT_TRUE(buf[1][69999] == value(9, 3, 69999));
+
+    /* a second process (or open) on the same directory is refused and harms nothing */
+    zt_swap *s2 = NULL;
+    ASSERT_EQ_INT(zt_swap_open(&s2, dir, &lay, aio, &err), ZT_ERR_EXISTS);
+    ASSERT_CONTAINS(err.msg, "in use by another running process");
+    ASSERT_TRUE(s2 == NULL);
+    ASSERT_TRUE(exists(path));
+    memset(buf[1], 0, cap);
+    ASSERT_OK(zt_swap_read_start(s, 1, 3, buf[1], &io[1], &err));
+    ASSERT_OK(zt_swap_finish(s, &io[1], &err));
+    ASSERT_TRUE(buf[1][7] == value(9, 3, 7));
 
     /* misuse */
     ASSERT_EQ_INT(zt_swap_read_start(s, 3, 0, buf[0], &io[0], &err), ZT_ERR_INVALID);
