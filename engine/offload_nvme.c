@@ -22,9 +22,9 @@
 typedef struct zt_nvme {
     zt_aio *aio;
     zt_swap *swap;
-    int nseg;        /* host segments, in side_off order */
-    int *seg_index;  /* e->segs index of host segment k */
-    size_t seg_cap;  /* bytes of one buffer (the largest segment, 4 KiB-aligned) */
+    int nseg;       /* host segments, in side_off order */
+    int *seg_index; /* e->segs index of host segment k */
+    size_t seg_cap; /* bytes of one buffer (the largest segment, 4 KiB-aligned) */
     int nbuf;
     float *buf[NVME_MAX_BUFS][3];
     float *bounce; /* one segment, for reads and writes outside the step */
@@ -37,8 +37,7 @@ size_t zt_engine_nvme_buffer_bytes(const zt_engine *e, size_t piece)
 {
     const zt_offload_cfg *off = &e->job.ds.zero.offload_optimizer;
     size_t host_n = zt_zero_host_elems(e->zero);
-    if (!off->nvme || !host_n)
-        return 0;
+    if (!off->nvme || !host_n) return 0;
     size_t seg = piece < host_n ? piece : host_n;
     size_t cap = (seg * 4 + ZT_SWAP_ALIGN - 1) / ZT_SWAP_ALIGN * ZT_SWAP_ALIGN;
     int nbuf = off->buffer_count < NVME_MAX_BUFS ? off->buffer_count : NVME_MAX_BUFS;
@@ -47,11 +46,9 @@ size_t zt_engine_nvme_buffer_bytes(const zt_engine *e, size_t piece)
 
 uint64_t zt_engine_nvme_disk_bytes(const zt_engine *e)
 {
-    if (!e->job.ds.zero.offload_optimizer.nvme)
-        return 0;
+    if (!e->job.ds.zero.offload_optimizer.nvme) return 0;
     /* three fp32 arrays; each segment is padded to 4 KiB at most once */
-    return 3 * ((uint64_t)zt_zero_host_elems(e->zero) * 4 +
-                (uint64_t)e->nsegs * ZT_SWAP_ALIGN);
+    return 3 * ((uint64_t)zt_zero_host_elems(e->zero) * 4 + (uint64_t)e->nsegs * ZT_SWAP_ALIGN);
 }
 
 /* nvme_path/<job>[-<job id>]/rank_NNNNN: one directory per job and rank. */
@@ -61,9 +58,10 @@ static zt_status swap_dir(const zt_engine *e, char *out, size_t cap, zt_err *err
     int n = snprintf(out, cap, "%s/%s%s%s/rank_%05d", e->job.ds.zero.offload_optimizer.nvme_path,
                      e->job.name, id && *id ? "-" : "", id && *id ? id : "", e->rank);
     if (n < 0 || (size_t)n >= cap)
-        return zt_err_set(err, ZT_ERR_CONFIG,
-                          "nvme_path %s is too long for the swap directory of rank %d; use a shorter path",
-                          e->job.ds.zero.offload_optimizer.nvme_path, e->rank);
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "nvme_path %s is too long for the swap directory of rank %d; use a shorter path",
+            e->job.ds.zero.offload_optimizer.nvme_path, e->rank);
     return ZT_OK;
 }
 
@@ -84,16 +82,14 @@ static zt_status zero_moments(zt_nvme *nv, zt_err *err)
             }
             if (st == ZT_OK)
                 st = zt_swap_write_start(nv->swap, a, k, nv->bounce, &nv->wr[b][a], err);
-            if (st == ZT_OK)
-                pending[b][a] = true;
+            if (st == ZT_OK) pending[b][a] = true;
         }
     }
     for (int b = 0; b < nv->nbuf; b++)
         for (int a = 1; a < 3; a++)
             if (pending[b][a]) {
                 zt_status s2 = zt_swap_finish(nv->swap, &nv->wr[b][a], st == ZT_OK ? err : &ignore);
-                if (st == ZT_OK)
-                    st = s2;
+                if (st == ZT_OK) st = s2;
             }
     return st;
 }
@@ -101,8 +97,7 @@ static zt_status zero_moments(zt_nvme *nv, zt_err *err)
 zt_status zt_engine_nvme_open(zt_engine *e, zt_err *err)
 {
     const zt_offload_cfg *off = &e->job.ds.zero.offload_optimizer;
-    if (!off->nvme || !zt_zero_host_elems(e->zero))
-        return ZT_OK;
+    if (!off->nvme || !zt_zero_host_elems(e->zero)) return ZT_OK;
     zt_nvme *nv = zt_calloc(1, sizeof(*nv));
     size_t *lens = zt_calloc((size_t)e->nsegs, sizeof(*lens));
     if (!nv || !lens) {
@@ -119,51 +114,55 @@ zt_status zt_engine_nvme_open(zt_engine *e, zt_err *err)
     }
     size_t biggest = 0;
     for (int i = 0; i < e->nsegs; i++) {
-        if (!e->segs[i].host)
-            continue;
+        if (!e->segs[i].host) continue;
         nv->seg_index[nv->nseg] = i;
         lens[nv->nseg++] = e->segs[i].len;
-        if (e->segs[i].len > biggest)
-            biggest = e->segs[i].len;
+        if (e->segs[i].len > biggest) biggest = e->segs[i].len;
     }
     nv->seg_cap = (biggest * 4 + ZT_SWAP_ALIGN - 1) / ZT_SWAP_ALIGN * ZT_SWAP_ALIGN;
     nv->nbuf = off->buffer_count < NVME_MAX_BUFS ? off->buffer_count : NVME_MAX_BUFS;
     /* the buffers were planned at the piece size (zt_engine_nvme_buffer_bytes): carve them */
-    char *base = (char *)(((uintptr_t)e->h_swapbuf + ZT_SWAP_ALIGN - 1) & ~(uintptr_t)(ZT_SWAP_ALIGN - 1));
+    char *base =
+        (char *)(((uintptr_t)e->h_swapbuf + ZT_SWAP_ALIGN - 1) & ~(uintptr_t)(ZT_SWAP_ALIGN - 1));
     for (int b = 0; b < nv->nbuf; b++)
         for (int a = 0; a < 3; a++, base += nv->seg_cap)
             nv->buf[b][a] = (float *)base;
     nv->bounce = (float *)base;
 
     const zt_aio_cfg *ac = &e->job.ds.aio;
-    zt_aio_config cfg = {.block_size = (size_t)ac->block_size, .queue_depth = ac->queue_depth,
-                         .thread_count = ac->thread_count, .single_submit = ac->single_submit,
+    zt_aio_config cfg = {.block_size = (size_t)ac->block_size,
+                         .queue_depth = ac->queue_depth,
+                         .thread_count = ac->thread_count,
+                         .single_submit = ac->single_submit,
                          .overlap_events = ac->overlap_events,
                          .backend = getenv("ZT_AIO_BACKEND")};
-    if ((st = zt_aio_open(&nv->aio, &cfg, err)) != ZT_OK)
-        goto free_lens;
-    if ((st = swap_dir(e, nv->dir, sizeof(nv->dir), err)) != ZT_OK)
-        goto free_lens;
+    if ((st = zt_aio_open(&nv->aio, &cfg, err)) != ZT_OK) goto free_lens;
+    if ((st = swap_dir(e, nv->dir, sizeof(nv->dir), err)) != ZT_OK) goto free_lens;
     struct stat sb;
     if (stat(off->nvme_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        st = zt_err_set(err, ZT_ERR_NOT_FOUND,
-                        "offload_optimizer.nvme_path %s is not a directory: create it on the disk meant for the swap (zerotrain creates only its own directories inside)",
-                        off->nvme_path);
+        st = zt_err_set(
+            err, ZT_ERR_NOT_FOUND,
+            "offload_optimizer.nvme_path %s is not a directory: create it on the disk meant for the swap (zerotrain creates only its own directories inside)",
+            off->nvme_path);
         goto free_lens;
     }
-    zt_swap_layout lay = {.n_arrays = 3, .names = {"master", "exp_avg", "exp_avg_sq"},
-                          .elem_bytes = 4, .n_segs = nv->nseg, .seg_elems = lens};
+    zt_swap_layout lay = {.n_arrays = 3,
+                          .names = {"master", "exp_avg", "exp_avg_sq"},
+                          .elem_bytes = 4,
+                          .n_segs = nv->nseg,
+                          .seg_elems = lens};
     if ((st = zt_swap_open(&nv->swap, nv->dir, &lay, nv->aio, err)) != ZT_OK) {
         zt_err_prefix(err, "offload_optimizer.nvme_path");
         goto free_lens;
     }
-    if ((st = zero_moments(nv, err)) != ZT_OK)
-        goto free_lens;
+    if ((st = zero_moments(nv, err)) != ZT_OK) goto free_lens;
     char sz[32];
-    ZT_INFO("nvme", "optimizer states of %zu elements in %s (%s on disk, %d buffer sets of %zu KiB, %s I/O)",
-            zt_zero_host_elems(e->zero), nv->dir,
-            zt_fmt_bytes((int64_t)zt_swap_total_bytes(nv->swap), sz, sizeof(sz)), nv->nbuf,
-            nv->seg_cap >> 10, zt_aio_backend(nv->aio));
+    ZT_INFO(
+        "nvme",
+        "optimizer states of %zu elements in %s (%s on disk, %d buffer sets of %zu KiB, %s I/O)",
+        zt_zero_host_elems(e->zero), nv->dir,
+        zt_fmt_bytes((int64_t)zt_swap_total_bytes(nv->swap), sz, sizeof(sz)), nv->nbuf,
+        nv->seg_cap >> 10, zt_aio_backend(nv->aio));
 free_lens:
     zt_free(lens);
     return st;
@@ -172,8 +171,7 @@ free_lens:
 void zt_engine_nvme_close(zt_engine *e)
 {
     zt_nvme *nv = e->nvme;
-    if (!nv)
-        return;
+    if (!nv) return;
     zt_swap_close(nv->swap, true);
     zt_aio_close(nv->aio);
     zt_free(nv->seg_index);
@@ -226,12 +224,10 @@ zt_status zt_engine_nvme_io(zt_engine *e, size_t off, size_t n, int section, flo
             else
                 memset(nv->bounce, 0, s->len * sizeof(float));
         }
-        if (st != ZT_OK)
-            return st;
+        if (st != ZT_OK) return st;
         if (set) {
             memcpy(nv->bounce + at, buf, len * sizeof(float));
-            if ((st = seg_write(nv, section, k, nv->bounce, err)) != ZT_OK)
-                return st;
+            if ((st = seg_write(nv, section, k, nv->bounce, err)) != ZT_OK) return st;
         } else {
             memcpy(buf, nv->bounce + at, len * sizeof(float));
         }
@@ -252,13 +248,11 @@ static int ahead(const zt_nvme *nv)
 static zt_status finish_slot(zt_nvme *nv, zt_swap_io io[3], bool *pending, zt_err *err)
 {
     zt_status st = ZT_OK;
-    if (!*pending)
-        return ZT_OK;
+    if (!*pending) return ZT_OK;
     for (int a = 0; a < 3; a++) {
         zt_err e2 = {0};
         zt_status s2 = zt_swap_finish(nv->swap, &io[a], st == ZT_OK ? err : &e2);
-        if (st == ZT_OK)
-            st = s2;
+        if (st == ZT_OK) st = s2;
     }
     *pending = false;
     return st;
@@ -268,8 +262,7 @@ static zt_status start_reads(zt_nvme *nv, int k, zt_err *err)
 {
     int b = k % nv->nbuf;
     zt_status st = finish_slot(nv, nv->wr[b], &nv->wr_pending[b], err);
-    if (st != ZT_OK)
-        return st;
+    if (st != ZT_OK) return st;
     for (int a = 0; a < 3; a++) {
         st = zt_swap_read_start(nv->swap, a, k, nv->buf[b][a], &nv->rd[b][a], err);
         if (st != ZT_OK) {
@@ -303,11 +296,9 @@ static void test_hooks(const zt_engine *e, const zt_nvme *nv)
     if (hook_now(e, "ZT_INJECT_SWAP_UNLINK"))
         for (int a = 0; a < 3; a++) {
             snprintf(path, sizeof(path), "%s/%s", nv->dir, names[a]);
-            if (unlink(path) == 0)
-                ZT_WARN("nvme", "test hook: deleted %s", path);
+            if (unlink(path) == 0) ZT_WARN("nvme", "test hook: deleted %s", path);
         }
-    if (!hook_now(e, "ZT_INJECT_SWAP_CORRUPT"))
-        return;
+    if (!hook_now(e, "ZT_INJECT_SWAP_CORRUPT")) return;
     snprintf(path, sizeof(path), "%s/master.swp", nv->dir);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     unsigned char byte;
@@ -316,8 +307,7 @@ static void test_hooks(const zt_engine *e, const zt_nvme *nv)
         if (pwrite(fd, &byte, 1, 100) == 1)
             ZT_WARN("nvme", "test hook: flipped a byte of %s", path);
     }
-    if (fd >= 0)
-        close(fd);
+    if (fd >= 0) close(fd);
 }
 
 zt_status zt_engine_nvme_step_begin(zt_engine *e, zt_err *err)
@@ -367,11 +357,9 @@ zt_status zt_engine_nvme_step_end(zt_engine *e, zt_status st, zt_err *err)
     for (int b = 0; b < nv->nbuf; b++) {
         zt_err ignore;
         zt_status s1 = finish_slot(nv, nv->rd[b], &nv->rd_pending[b], st == ZT_OK ? err : &ignore);
-        if (st == ZT_OK)
-            st = s1;
+        if (st == ZT_OK) st = s1;
         zt_status s2 = finish_slot(nv, nv->wr[b], &nv->wr_pending[b], st == ZT_OK ? err : &ignore);
-        if (st == ZT_OK)
-            st = s2;
+        if (st == ZT_OK) st = s2;
     }
     return st;
 }

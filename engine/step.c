@@ -186,6 +186,21 @@ static zt_status optimizer_step(zt_engine *e, float grad_scale, double lr, zt_er
     return zt_engine_optim_apply(e, &a, err);
 }
 
+/* Waits for every request of reqs (one per unit, NULL where none started) and frees the array;
+ * returns st, or the first failure when st is ZT_OK. */
+static zt_status wait_all(zt_engine *e, zt_comm_req **reqs, zt_status st, zt_err *err)
+{
+    for (int u = 0; u < e->nu; u++) {
+        if (!reqs[u])
+            continue;
+        zt_status s2 = zt_comm_wait(e->comm, reqs[u], err);
+        if (s2 != ZT_OK && st == ZT_OK)
+            st = s2;
+    }
+    zt_free(reqs);
+    return st;
+}
+
 /* The reduction the partition runs at the accumulation boundary, if any. */
 static zt_status reduce_at_boundary(zt_engine *e, zt_err *err)
 {
@@ -204,14 +219,7 @@ static zt_status reduce_at_boundary(zt_engine *e, zt_err *err)
             st = zt_comm_reduce_scatter(e->comm, zt_engine_grad_at(e, u, 0),
                                         zt_engine_grad_loc(e, u, 0), e->S[u], e->gdt, &reqs[u],
                                         err);
-        for (int u = 0; u < e->nu; u++) {
-            if (!reqs[u])
-                continue;
-            zt_status s2 = zt_comm_wait(e->comm, reqs[u], err);
-            if (s2 != ZT_OK && st == ZT_OK)
-                st = s2;
-        }
-        zt_free(reqs);
+        st = wait_all(e, reqs, st, err);
     }
     e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
     return st;
@@ -230,14 +238,7 @@ static zt_status gather_params(zt_engine *e, zt_err *err)
     for (int u = 0; u < e->nu && st == ZT_OK; u++)
         st = zt_comm_allgather(e->comm, zt_engine_param_loc(e, u, 0), zt_engine_param_at(e, u, 0),
                                e->S[u], e->pdt, &reqs[u], err);
-    for (int u = 0; u < e->nu; u++) {
-        if (!reqs[u])
-            continue;
-        zt_status s2 = zt_comm_wait(e->comm, reqs[u], err);
-        if (s2 != ZT_OK && st == ZT_OK)
-            st = s2;
-    }
-    zt_free(reqs);
+    st = wait_all(e, reqs, st, err);
     e->t_comm += (double)(zt_now_ns() - t0) * 1e-9;
     return st;
 }
