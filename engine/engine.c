@@ -16,6 +16,7 @@
 #include "../common/crc32c.h"
 #include "../common/log.h"
 #include "../common/timeutil.h"
+#include "../kernels/cuda/cuda_plan.h"
 #include "ckpt.h"
 #include "monitor.h"
 #include "data/modelfile.h"

@@ -17,8 +17,9 @@ extern "C" {
 #endif
 
 #include "../ops.h"
+#include "cuda_plan.h"
 
-/* The context's device buffers are sized in ops.h (ZT_CUDA_LT_WORKSPACE, ..., which
+/* The context's device buffers are sized in cuda_plan.h (ZT_CUDA_LT_WORKSPACE, ..., which
  * zt_cuda_context_device_bytes adds up). */
 /* Cached cuBLASLt algorithm choices (shapes seen; evicted round-robin when full). */
 #define ZT_CUDA_GEMM_CACHE 128
@@ -39,9 +40,9 @@ extern "C" {
 /* How the matmuls multiply: their inputs and outputs stay fp32 in memory and they accumulate
  * in fp32; the inputs are rounded to the format named here, which picks the tensor cores that
  * run them: by cuBLASLt as it loads them, or for the 16-bit formats by blas_cuda.c into
- * 16-bit copies first (ZT_CUDA_GEMM_STAGE, ops.h). ZT_CUDA_MATMUL names one; unset, the job's
- * precision decides (set_matmul_dtype): fp32 jobs exact, bf16 jobs bf16, fp16 jobs fp16, the
- * products PyTorch's autocast and DeepSpeed's 16-bit modes compute. */
+ * 16-bit copies first (ZT_CUDA_GEMM_STAGE, cuda_plan.h). ZT_CUDA_MATMUL names one; unset, the
+ * job's precision decides (set_matmul_dtype): fp32 jobs exact, bf16 jobs bf16, fp16 jobs fp16,
+ * the products PyTorch's autocast and DeepSpeed's 16-bit modes compute. */
 typedef enum {
     ZT_MM_FP32, /* CUBLAS_COMPUTE_32F: exact fp32 (CUDA cores) */
     ZT_MM_TF32, /* CUBLAS_COMPUTE_32F_FAST_TF32: 10 mantissa bits, fp32's range */
@@ -170,8 +171,9 @@ struct zt_kctx {
     zt_cuda_gemm_entry *gemm_cache; /* ZT_CUDA_GEMM_CACHE entries */
     int gemm_n, gemm_next;
     int gemm_tune; /* ZT_CUDA_GEMM_TUNE=1: time cuBLASLt's candidates for each new shape */
-    /* 16-bit copies of the matmuls' operands (ops.h, ZT_CUDA_GEMM_STAGE): grown to the largest
-     * product seen, at most stage_max elements; a size cudaMalloc refused is not asked again */
+    /* 16-bit copies of the matmuls' operands (cuda_plan.h, ZT_CUDA_GEMM_STAGE): grown to the
+     * largest product seen, at most stage_max elements; a size cudaMalloc refused is not asked
+     * again */
     int stage_on;    /* ZT_CUDA_GEMM_STAGE not 0 */
     /* ZT_CUDA_STAGE_FUSED not 0: copies made by passes that run anyway (the classifier's
      * cross-entropy, GELU), not by passes of their own */

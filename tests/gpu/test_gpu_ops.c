@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "kernels/cuda/cuda_plan.h"
 #include "kernels/ops.h"
 #include "tests/kernels/kcheck.h"
 #include "tests/kernels/optimes_check.h"

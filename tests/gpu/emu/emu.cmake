@@ -9,7 +9,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   file(GLOB ZT_EMU_CPU_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cpu/*.c)
   add_library(zt_kernels_emu STATIC
               ${ZT_EMU_CPU_SRC} ${CMAKE_SOURCE_DIR}/kernels/ops_common.c
-              ${CMAKE_SOURCE_DIR}/kernels/attn_graph.c
+              ${CMAKE_SOURCE_DIR}/kernels/attn_graph.c ${CMAKE_SOURCE_DIR}/kernels/cuda/cuda_plan.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/ops_cuda.c ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_cuda.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/attn_cudnn.c
               ${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
