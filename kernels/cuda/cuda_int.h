@@ -148,7 +148,7 @@ struct zt_kctx {
                        * ZT_ATTN_BWD_MMA2: its dK dV kernel at 2 blocks an SM), or 0 */
     int attn_cudnn;   /* cuDNN's fused attention where it can run: ZT_DNN_ASKED or _DEFAULT */
     int ln_bwd_row;   /* ZT_CUDA_LN_BWD: LayerNorm's backward by its row kernel where it fits
-                       * (1, default) or by the column-sum kernel (0; gpt2_cuda.cu) */
+                       * (1, default) or by the column-sum kernel (0; layernorm_cuda.cu) */
     struct zt_dnn *dnn; /* its handle and plans (attn_cudnn.c), made at first use */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
@@ -220,7 +220,8 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g);
  * (or failed and recorded), false when cuBLASLt has no algorithm for it (nothing queued). */
 bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g);
 
-/* ---- kernels (gpt2_cuda.cu, optim_cuda.cu): launchers on ctx->stream ---- */
+/* ---- kernels (gpt2_cuda.cu, layernorm_cuda.cu, gelu_cuda.cu, loss_cuda.cu, optim_cuda.cu):
+ * launchers on ctx->stream ---- */
 
 void zt_cuda_encoder_forward(zt_kctx *ctx, float *out, const int32_t *inp, const float *wte,
                              const float *wpe, int B, int T, int C);

@@ -188,8 +188,8 @@ static int attn_mma_from_env(const char *name, bool bwd)
 /* ZT_CUDA_LN_BWD: LayerNorm's backward by the kernel that loads a row whole before using it
  * ("row", unset or empty; where C is a multiple of 4 up to 1024 and the tensors are aligned) or
  * by the one that holds the column sums in registers and updates dinp 8 columns at a time
- * ("grouped", which runs anyway where the row kernel does not fit); gpt2_cuda.cu. Anything else
- * warns and counts as unset. */
+ * ("grouped", which runs anyway where the row kernel does not fit); layernorm_cuda.cu. Anything
+ * else warns and counts as unset. */
 static int ln_bwd_row_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_LN_BWD");
