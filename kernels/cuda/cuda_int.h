@@ -39,7 +39,7 @@ extern "C" {
 
 /* How the matmuls multiply: their inputs and outputs stay fp32 in memory and they accumulate
  * in fp32; the inputs are rounded to the format named here, which picks the tensor cores that
- * run them: by cuBLASLt as it loads them, or for the 16-bit formats by blas_cuda.c into
+ * run them: by cuBLASLt as it loads them, or for the 16-bit formats by blas_gemm.c into
  * 16-bit copies first (ZT_CUDA_GEMM_STAGE, cuda_plan.h). ZT_CUDA_MATMUL names one; unset, the
  * job's precision decides (set_matmul_dtype): fp32 jobs exact, bf16 jobs bf16, fp16 jobs fp16,
  * the products PyTorch's autocast and DeepSpeed's 16-bit modes compute. */
@@ -211,7 +211,7 @@ void zt_cuda_check_launch(zt_kctx *ctx, const char *kernel);
  * failure. Used by sync and when the result table is full. */
 void zt_cuda_flush(zt_kctx *ctx);
 
-/* ---- GEMMs (blas_cuda.c) ---- */
+/* ---- GEMMs (blas_gemm.c) ---- */
 
 /* Runs one GEMM on the context's stream through cuBLASLt (algorithm cached per shape);
  * a failure is recorded. M, N or K == 0 are handled (no cuBLASLt call). */

@@ -1,4 +1,4 @@
-# tests/gpu/emu/: the CUDA backend's own code (kernels/cuda/: ops_cuda.c, blas_cuda.c and the
+# tests/gpu/emu/: the CUDA backend's own code (kernels/cuda/: ops_cuda.c, blas_*.c and the
 # kernels of the .cu files, compiled by g++) run on the CPU through an emulation of the CUDA
 # runtime, of kernel launches and of cuBLASLt, and test_gpu_ops against it. Needs the
 # toolkit's headers only (no nvcc, no GPU): it runs in CI, in the sanitizer build too, where
@@ -16,6 +16,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
               ${ZT_EMU_CPU_SRC} ${CMAKE_SOURCE_DIR}/kernels/ops_common.c
               ${CMAKE_SOURCE_DIR}/kernels/attn_graph.c ${CMAKE_SOURCE_DIR}/kernels/cuda/cuda_plan.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/ops_cuda.c ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_cuda.c
+              ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_gemm.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/attn_cudnn.c
               ${ZT_EMU_KERNELS}
               ${ZT_EMU_DIR}/emu_sched.c ${ZT_EMU_DIR}/emu_runtime.c ${ZT_EMU_DIR}/emu_cublaslt.c)
