@@ -13,8 +13,7 @@
 
 typedef enum {
     ZT_LT_DONE,    /* queued, or failed and recorded */
-    ZT_LT_NO_ALGO, /* cuBLASLt has no algorithm or rejects the problem: nothing queued or recorded
-                    */
+    ZT_LT_NO_ALGO, /* cuBLASLt has no algorithm or rejects it: nothing queued or recorded */
     ZT_LT_READY,   /* lt_prepare: descriptors and algorithm ready for lt_launch */
 } zt_lt_result;
 

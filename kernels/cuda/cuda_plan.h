@@ -22,9 +22,9 @@ size_t zt_cuda_context_device_bytes(int B, int T);
 /* The CUDA matmuls with 16-bit inputs round each operand into a 16-bit copy first (a device
  * buffer of the context, grown to the largest product seen and capped), so that cuBLASLt runs
  * its kernels for 16-bit operands: with fp32 operands it converts them as it loads them, at
- * about half the tensor cores' rate (docs/performance.md). A product whose
- * operands exceed the cap runs in blocks of rows, columns or depth; a linear layer's backward
- * takes its two products from one set of copies (dout rounded once). ZT_CUDA_GEMM_STAGE=0 turns
+ * about half the tensor cores' rate (docs/performance.md). A product whose operands exceed the
+ * cap runs in blocks of rows, columns or depth; a linear layer's backward takes its two
+ * products from one set of copies (dout rounded once). ZT_CUDA_GEMM_STAGE=0 turns
  * this off; ZT_CUDA_GEMM_STAGE_MIB sets the cap (default ZT_CUDA_STAGE_MIB: the 16-bit copy of a
  * whole chunk of the classifier's logits, ZT_GPT2_LOGITS_BUDGET, so that its backward runs in
  * one block). Where a pass that runs anyway can make a copy, it does (LayerNorm's and GELU's
