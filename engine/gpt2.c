@@ -7,6 +7,7 @@
 
 #include "../common/alloc.h"
 #include "../common/rng.h"
+#include "../kernels/cuda/cuda_plan.h"
 
 /* Per-block tensor kinds in unit order, with their shapes in units of C. */
 static const int block_kinds[12] = {ZT_T_LN1W,     ZT_T_LN1B,     ZT_T_QKVW, ZT_T_QKVB,

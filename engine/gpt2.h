@@ -168,7 +168,7 @@ typedef struct zt_gpt2_head_acts {
  * do (at least 1). */
 int zt_gpt2_head_rows(const zt_gpt2_dims *d, int B, int T);
 size_t zt_gpt2_head_acts_floats(const zt_gpt2_dims *d, int B, int T, int rows);
-/* The 16-bit elements of the CUDA matmuls' staging buffer (ops.h, ZT_CUDA_GEMM_STAGE) for a
+/* The 16-bit elements of the CUDA matmuls' staging buffer (kernels/cuda/cuda_plan.h, ZT_CUDA_GEMM_STAGE) for a
  * micro-batch of B x T and classifier chunks of `rows`: its largest linear-layer product,
  * forward or backward, at most cap. */
 size_t zt_gpt2_stage_elems(const zt_gpt2_dims *d, int B, int T, int rows, size_t cap);

@@ -8,6 +8,7 @@
 
 #include "../common/alloc.h"
 #include "../common/log.h"
+#include "../kernels/cuda/cuda_plan.h"
 #include "ckpt.h"
 #include "data/modelfile.h"
 #include "nvme/swap.h"

@@ -12,8 +12,8 @@
 /* A build tuned for the build machine (ZT_NATIVE, -march=native) compiles every loop for it.
  * A portable build compiles the element-wise kernels' per-chunk and per-row functions three
  * times, for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 and FMA) and the baseline, and the loader
- * picks the best the CPU has (an ifunc). Without them every fmaf is a library call: the host
- * AdamW of an offloaded step ran about 20 times slower and a training step half as fast.
+ * picks the best the CPU has (an ifunc). Without them every fmaf is a library call, which
+ * makes the host AdamW of an offloaded step many times slower.
  * Applied to functions called per chunk or row, not to ones that open an OpenMP region (the
  * region's body is outlined before cloning and would stay baseline). Each clone computes the
  * same element-wise results; reductions may round differently between clones (vector width),

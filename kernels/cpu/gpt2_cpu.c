@@ -53,8 +53,8 @@ void zt_cpu_encoder_backward(zt_kctx *ctx, float *dwte, float *dwpe, const float
     int nt = zt_cpu_threads_for(ctx, Bs * Ts * Cs);
     /* Threads own whole rows: token rows by token id modulo the thread count, position rows by
      * range, so rows that share a token never race and every access is a full contiguous row.
-     * The op is tiny (0.07 ms at the bench config); on the shared 2-core test machine neither
-     * this nor splitting columns ran faster on 2 threads than on 1. */
+     * The op is tiny at GPT-2's shapes: neither this nor splitting columns gains from a second
+     * thread. */
 #pragma omp parallel num_threads(nt) if (parallel : nt > 1)
     {
         uint32_t tid = (uint32_t)omp_get_thread_num(), nth = (uint32_t)omp_get_num_threads();

@@ -1,7 +1,7 @@
 /* zerotrain: cuBLASLt loaded when the first CUDA context is made, not at program start.
  * Linking libcublasLt costs every process about 200 MiB of resident memory as it loads (CPU
  * workers, zctl and the tests included), so the build does not link it: this file defines
- * the cuBLASLt entry points that blas_cuda.c and ops_cuda.c call (the inline *Init helpers of
+ * the cuBLASLt entry points that blas_gemm.c and ops_cuda.c call (the inline *Init helpers of
  * cublasLt.h call the *_internal ones) and forwards each to the library that
  * zt_cuda_lt_load() opened with dlopen. The prototypes come from cublasLt.h itself, so a
  * mismatch does not compile. */

@@ -2,7 +2,8 @@
  * kernels/cpu/vmath.h and common/dtype.h (round to nearest even; NaN kept quiet), and loads and
  * stores of elements of a type given as a template argument, one or four at a time. For the .cu
  * files that round or widen 16-bit data: the casts and the matmuls' staging (optim_cuda.cu),
- * the kernels that read or write 16-bit activations and gradients (gpt2_cuda.cu). */
+ * the kernels that read or write 16-bit activations and gradients (layernorm_cuda.cu,
+ * gelu_cuda.cu, loss_cuda.cu). */
 #ifndef ZT_CUDA_CONV_H
 #define ZT_CUDA_CONV_H
 

@@ -17,8 +17,9 @@ extern "C" {
 #endif
 
 #include "../ops.h"
+#include "cuda_plan.h"
 
-/* The context's device buffers are sized in ops.h (ZT_CUDA_LT_WORKSPACE, ..., which
+/* The context's device buffers are sized in cuda_plan.h (ZT_CUDA_LT_WORKSPACE, ..., which
  * zt_cuda_context_device_bytes adds up). */
 /* Cached cuBLASLt algorithm choices (shapes seen; evicted round-robin when full). */
 #define ZT_CUDA_GEMM_CACHE 128
@@ -38,10 +39,10 @@ extern "C" {
 
 /* How the matmuls multiply: their inputs and outputs stay fp32 in memory and they accumulate
  * in fp32; the inputs are rounded to the format named here, which picks the tensor cores that
- * run them: by cuBLASLt as it loads them, or for the 16-bit formats by blas_cuda.c into
- * 16-bit copies first (ZT_CUDA_GEMM_STAGE, ops.h). ZT_CUDA_MATMUL names one; unset, the job's
- * precision decides (set_matmul_dtype): fp32 jobs exact, bf16 jobs bf16, fp16 jobs fp16, the
- * products PyTorch's autocast and DeepSpeed's 16-bit modes compute. */
+ * run them: by cuBLASLt as it loads them, or for the 16-bit formats by blas_gemm.c into
+ * 16-bit copies first (ZT_CUDA_GEMM_STAGE, cuda_plan.h). ZT_CUDA_MATMUL names one; unset, the
+ * job's precision decides (set_matmul_dtype): fp32 jobs exact, bf16 jobs bf16, fp16 jobs fp16,
+ * the products PyTorch's autocast and DeepSpeed's 16-bit modes compute. */
 typedef enum {
     ZT_MM_FP32, /* CUBLAS_COMPUTE_32F: exact fp32 (CUDA cores) */
     ZT_MM_TF32, /* CUBLAS_COMPUTE_32F_FAST_TF32: 10 mantissa bits, fp32's range */
@@ -147,7 +148,7 @@ struct zt_kctx {
                        * ZT_ATTN_BWD_MMA2: its dK dV kernel at 2 blocks an SM), or 0 */
     int attn_cudnn;   /* cuDNN's fused attention where it can run: ZT_DNN_ASKED or _DEFAULT */
     int ln_bwd_row;   /* ZT_CUDA_LN_BWD: LayerNorm's backward by its row kernel where it fits
-                       * (1, default) or by the column-sum kernel (0; gpt2_cuda.cu) */
+                       * (1, default) or by the column-sum kernel (0; layernorm_cuda.cu) */
     struct zt_dnn *dnn; /* its handle and plans (attn_cudnn.c), made at first use */
 
     float *scratch; /* ZT_CUDA_SCRATCH_FLOATS, device, stream-ordered reuse */
@@ -170,8 +171,9 @@ struct zt_kctx {
     zt_cuda_gemm_entry *gemm_cache; /* ZT_CUDA_GEMM_CACHE entries */
     int gemm_n, gemm_next;
     int gemm_tune; /* ZT_CUDA_GEMM_TUNE=1: time cuBLASLt's candidates for each new shape */
-    /* 16-bit copies of the matmuls' operands (ops.h, ZT_CUDA_GEMM_STAGE): grown to the largest
-     * product seen, at most stage_max elements; a size cudaMalloc refused is not asked again */
+    /* 16-bit copies of the matmuls' operands (cuda_plan.h, ZT_CUDA_GEMM_STAGE): grown to the
+     * largest product seen, at most stage_max elements; a size cudaMalloc refused is not asked
+     * again */
     int stage_on;    /* ZT_CUDA_GEMM_STAGE not 0 */
     /* ZT_CUDA_STAGE_FUSED not 0: copies made by passes that run anyway (the classifier's
      * cross-entropy, GELU), not by passes of their own */
@@ -209,7 +211,7 @@ void zt_cuda_check_launch(zt_kctx *ctx, const char *kernel);
  * failure. Used by sync and when the result table is full. */
 void zt_cuda_flush(zt_kctx *ctx);
 
-/* ---- GEMMs (blas_cuda.c) ---- */
+/* ---- GEMMs (blas_gemm.c) ---- */
 
 /* Runs one GEMM on the context's stream through cuBLASLt (algorithm cached per shape);
  * a failure is recorded. M, N or K == 0 are handled (no cuBLASLt call). */
@@ -218,7 +220,8 @@ void zt_cuda_gemm_run(zt_kctx *ctx, const zt_cuda_gemm *g);
  * (or failed and recorded), false when cuBLASLt has no algorithm for it (nothing queued). */
 bool zt_cuda_gemm16_run(zt_kctx *ctx, const zt_cuda_gemm *g);
 
-/* ---- kernels (gpt2_cuda.cu, optim_cuda.cu): launchers on ctx->stream ---- */
+/* ---- kernels (gpt2_cuda.cu, layernorm_cuda.cu, gelu_cuda.cu, loss_cuda.cu, optim_cuda.cu):
+ * launchers on ctx->stream ---- */
 
 void zt_cuda_encoder_forward(zt_kctx *ctx, float *out, const int32_t *inp, const float *wte,
                              const float *wpe, int B, int T, int C);

@@ -1,7 +1,8 @@
 /* zerotrain: the CUDA op table. Holds the context (device, non-blocking stream, cuBLASLt handle
  * and workspace, scratch), device and pinned memory, stream-ordered copies, and the translation
- * of CUDA failures into zt_status at this boundary; the compute ops live in blas_cuda.c (GEMMs,
- * attention), gpt2_cuda.cu and optim_cuda.cu (kernels). */
+ * of CUDA failures into zt_status at this boundary; the compute ops live in blas_cuda.c and
+ * blas_gemm.c (GEMMs, attention), gpt2_cuda.cu, layernorm_cuda.cu, gelu_cuda.cu, loss_cuda.cu
+ * and optim_cuda.cu (kernels). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdarg.h>
@@ -113,8 +114,8 @@ static int mm_from_env(void)
 
 /* ZT_CUDA_ATTN: "fused" (attn_cuda.cu's kernels where the head size fits), "chunked" (cuBLASLt
  * GEMMs over the scratch), "cudnn", unset or empty: fused where the matmuls take 16-bit inputs
- * (the tensor-core kernels of attn_tc_cuda.cu: 1.30x the tokens/s of chunked for GPT-2 124M in
- * bf16 on an H200), chunked otherwise (fp32: 0.99x there), and where those kernels would run
+ * (the tensor-core kernels of attn_tc_cuda.cu, faster than chunked for GPT-2 124M in bf16),
+ * chunked otherwise (as fast in fp32; docs/performance.md), and where those kernels would run
  * on the tensors' 16-bit homes, cuDNN's fused attention in their place (attn_cudnn_from_env).
  * Anything else warns and counts as unset. */
 static int attn_fused_from_env(void)
@@ -130,9 +131,9 @@ static int attn_fused_from_env(void)
 /* Whether cuDNN's fused attention (attn_cudnn.c) runs where the tensor-core kernels would run
  * on the 16-bit homes: ZT_DNN_ASKED for ZT_CUDA_ATTN=cudnn, ZT_DNN_DEFAULT unset (or a value
  * ignored), 0 for "fused" and "chunked" or in a build without cuDNN's headers (which warns
- * where it was asked for). The default since a GPT-2 124M bf16 job at micro batch 128 ran
- * 1.10x the tokens/s of the kernels with it, on an H200 (docs/performance.md). Where the
- * library cannot be loaded at run time, the kernels run (said once). */
+ * where it was asked for). The default because a GPT-2 124M bf16 job trains faster with it
+ * than with the kernels (docs/performance.md). Where the library cannot be loaded at run time,
+ * the kernels run (said once). */
 static int attn_cudnn_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_ATTN");
@@ -167,12 +168,10 @@ static int attn_dq_from_env(void)
 /* ZT_CUDA_ATTN_FWD and ZT_CUDA_ATTN_BWD: the tensor-core attention's forward and backward
  * kernels: "mma" (unset or empty: mma.sync with the scores in registers) or "wmma" (the warp
  * matrix functions, scores through shared memory); for the backward also "mma2" (the mma dK dV
- * kernel at the 246 registers it would take, 2 blocks an SM, where "mma" holds it to 168 for 3:
- * 0.501 against 0.479 ms on an H100, GPT-2 124M at micro batch 8); for the forward "mma4" (held
- * to 128 registers for 4 blocks an SM, where it takes 135 for 3: not yet measured). Anything else
- * warns and counts as unset. mma is the default as measured: on an H100, GPT-2 124M at micro
- * batch 8, forward 0.153 against 0.251 ms and backward 0.498 against 0.870 ms per layer; 1.13x
- * tokens/s end to end at micro batch 128 (docs/performance.md). */
+ * kernel at the 246 registers it would take, 2 blocks an SM: slower than "mma", which holds it
+ * to 168 for 3); for the forward "mma4" (held to 128 registers for 4 blocks an SM, where it
+ * takes 135 for 3). Anything else warns and counts as unset. mma is the default: faster than
+ * wmma forward and backward, and end to end (docs/performance.md). */
 static int attn_mma_from_env(const char *name, bool bwd)
 {
     const char *s = getenv(name);
@@ -188,8 +187,8 @@ static int attn_mma_from_env(const char *name, bool bwd)
 /* ZT_CUDA_LN_BWD: LayerNorm's backward by the kernel that loads a row whole before using it
  * ("row", unset or empty; where C is a multiple of 4 up to 1024 and the tensors are aligned) or
  * by the one that holds the column sums in registers and updates dinp 8 columns at a time
- * ("grouped", which runs anyway where the row kernel does not fit); gpt2_cuda.cu. Anything else
- * warns and counts as unset. */
+ * ("grouped", which runs anyway where the row kernel does not fit); layernorm_cuda.cu. Anything
+ * else warns and counts as unset. */
 static int ln_bwd_row_from_env(void)
 {
     const char *s = getenv("ZT_CUDA_LN_BWD");

@@ -1,5 +1,5 @@
 """How far a 16-bit attention backward can land from the exact one, element by element: the
-bound test_gpu_ops' cuDNN cases check against (test_gpu_ops.c, attention_cudnn_case). In
+bound test_gpu_ops' cuDNN cases check against (gpu_ops_attn.h, attention_cudnn_case). In
 float64 with PyTorch on the CPU: the backward of causal attention on qkv and dout drawn as
 test_gpu_ops draws them (normal, scale 1), exact, and with what any 16-bit flash attention
 rounds (Q, K, V, dO, the output O, P before P V and P^T dO, dS before dS K and dS^T Q) rounded

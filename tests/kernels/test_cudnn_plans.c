@@ -9,8 +9,8 @@
  * attention does not run on) must be refused. On the H100 the default's engine must be the one
  * that keeps the scores' gradients in its workspace (2 bytes a score: its deterministic
  * algorithm), the other's the one that needs none (its atomics add into the fp32 sum). What the
- * graph means is test_attn_graph's (on the CPU); that cuDNN computes it, tests/gpu/test_gpu_ops.c's
- * cudnn cases on a GPU. Skips where cuDNN or the stub driver is missing. */
+ * graph means is test_attn_graph's (on the CPU); that cuDNN computes it, test_gpu_ops' cudnn cases
+ * (tests/gpu/gpu_ops_attn.h) on a GPU. Skips where cuDNN or the stub driver is missing. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <stdio.h>

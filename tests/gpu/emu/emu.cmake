@@ -1,4 +1,4 @@
-# tests/gpu/emu/: the CUDA backend's own code (kernels/cuda/: ops_cuda.c, blas_cuda.c and the
+# tests/gpu/emu/: the CUDA backend's own code (kernels/cuda/: ops_cuda.c, blas_*.c and the
 # kernels of the .cu files, compiled by g++) run on the CPU through an emulation of the CUDA
 # runtime, of kernel launches and of cuBLASLt, and test_gpu_ops against it. Needs the
 # toolkit's headers only (no nvcc, no GPU): it runs in CI, in the sanitizer build too, where
@@ -6,14 +6,19 @@
 find_path(ZT_CUDA_EMU_INCLUDE NAMES cublasLt.h PATHS /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
 if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   set(ZT_EMU_DIR ${CMAKE_CURRENT_LIST_DIR})
+  # one g++ translation unit for each .cu file of kernels/cuda/
+  set(ZT_EMU_KERNELS ${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/layernorm_cuda_emu.cpp
+      ${ZT_EMU_DIR}/gelu_cuda_emu.cpp ${ZT_EMU_DIR}/loss_cuda_emu.cpp
+      ${ZT_EMU_DIR}/optim_cuda_emu.cpp ${ZT_EMU_DIR}/attn_cuda_emu.cpp
+      ${ZT_EMU_DIR}/attn_tc_cuda_emu.cpp)
   file(GLOB ZT_EMU_CPU_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cpu/*.c)
   add_library(zt_kernels_emu STATIC
               ${ZT_EMU_CPU_SRC} ${CMAKE_SOURCE_DIR}/kernels/ops_common.c
-              ${CMAKE_SOURCE_DIR}/kernels/attn_graph.c
+              ${CMAKE_SOURCE_DIR}/kernels/attn_graph.c ${CMAKE_SOURCE_DIR}/kernels/cuda/cuda_plan.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/ops_cuda.c ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_cuda.c
+              ${CMAKE_SOURCE_DIR}/kernels/cuda/blas_gemm.c
               ${CMAKE_SOURCE_DIR}/kernels/cuda/attn_cudnn.c
-              ${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
-              ${ZT_EMU_DIR}/attn_cuda_emu.cpp ${ZT_EMU_DIR}/attn_tc_cuda_emu.cpp
+              ${ZT_EMU_KERNELS}
               ${ZT_EMU_DIR}/emu_sched.c ${ZT_EMU_DIR}/emu_runtime.c ${ZT_EMU_DIR}/emu_cublaslt.c)
   target_include_directories(zt_kernels_emu PUBLIC ${CMAKE_SOURCE_DIR} ${DNNL_INCLUDE_DIR})
   target_include_directories(zt_kernels_emu PRIVATE ${ZT_EMU_DIR} ${CMAKE_SOURCE_DIR}/kernels/cuda)
@@ -25,9 +30,7 @@ if(ZT_CUDA_EMU_INCLUDE AND EXISTS ${ZT_CUDA_EMU_INCLUDE}/cuda_runtime.h)
   # build (the sanitizers' tree) too, as are the scheduler and runtime below: unoptimised, the
   # CUDA headers' one-line conversions and each emulated thread's fiber switches take most of
   # the time there; optimised, the sanitizers still check every access that runs.
-  set_source_files_properties(${ZT_EMU_DIR}/gpt2_cuda_emu.cpp ${ZT_EMU_DIR}/optim_cuda_emu.cpp
-                              ${ZT_EMU_DIR}/attn_cuda_emu.cpp ${ZT_EMU_DIR}/attn_tc_cuda_emu.cpp
-                              PROPERTIES COMPILE_OPTIONS
+  set_source_files_properties(${ZT_EMU_KERNELS} PROPERTIES COMPILE_OPTIONS
                               "$<$<CONFIG:Debug>:-O2>;-std=c++17;-Wall;-Wextra;-Werror;-ffp-contract=off;-fno-strict-aliasing;${ZT_SAN_FLAGS}")
   set_source_files_properties(${ZT_EMU_DIR}/emu_sched.c ${ZT_EMU_DIR}/emu_runtime.c
                               PROPERTIES COMPILE_OPTIONS "$<$<CONFIG:Debug>:-O2>")

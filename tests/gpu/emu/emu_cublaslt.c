@@ -1,7 +1,7 @@
 /* zerotrain tests: a CPU reference of exactly the cuBLASLt calls zerotrain makes (the list in
  * kernels/cuda/cublaslt_dl.c, and that file's zt_cuda_lt_load), linked only into the CUDA
  * emulation test build in place of cublaslt_dl.c. It is not a mock of the GPU: it lets CI run
- * blas_cuda.c's real argument mapping (row-major to column-major, transposes, strided batches,
+ * blas_gemm.c's real argument mapping (row-major to column-major, transposes, strided batches,
  * epilogues, the heuristic, the algorithm cache and the fallbacks) and compare the products with
  * the CPU op table. It follows the documented cuBLASLt semantics: a call the real library
  * rejects gets the documented status, never a computed result; an algorithm used on pointers
@@ -788,7 +788,7 @@ static void matmul_one(const lt_problem *p, const lt_operands *o, float *P, floa
 }
 
 /* A pointer below the alignment the algorithm was chosen for faults on a GPU (misaligned
- * address, a sticky CUDA error): EXECUTION_FAILED, with a message, which blas_cuda.c records
+ * address, a sticky CUDA error): EXECUTION_FAILED, with a message, which blas_gemm.c records
  * as a failure where it would quietly fall back on INVALID_VALUE or NOT_SUPPORTED. Every
  * matrix of a batch (stride elements apart) must meet the alignment. */
 static bool check_align(const char *what, const void *p, int64_t stride, int batch, uint32_t align,
