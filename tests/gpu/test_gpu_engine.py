@@ -5,8 +5,9 @@
   5e-3, see TENSOR_RTOL);
 - the NCCL single-rank path (device cuda, ranks 1) for ZeRO stages 0-3, each against the CPU run
   with the same tolerances;
-- optimizer offload on the GPU (ratio 0.5 and 1, stage 2): bitwise the same exported model as no
-  offload, since the CUDA AdamW is bit-exact with the CPU AdamW that runs the host part;
+- optimizer offload on the GPU (ratio 0.5 and 1, stage 2; and to NVMe at ratio 0.5): bitwise the
+  same exported model as no offload, since the CUDA AdamW is bit-exact with the CPU AdamW that
+  runs the host part;
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums),
   with fp32 matmuls and with the bf16 matmul inputs a bf16 job gets by default;
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
@@ -84,7 +85,8 @@ def probe():
         sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
 
 
-def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, init="init.bin"):
+def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, init="init.bin",
+            nvme_path=None):
     ds = {
         "train_batch_size": TB, "train_micro_batch_size_per_gpu": MICRO,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
@@ -93,6 +95,8 @@ def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, 
     }
     if offload is not None:
         ds["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "ratio": offload}
+        if nvme_path:
+            ds["zero_optimization"]["offload_optimizer"].update(device="nvme", nvme_path=nvme_path)
     if prec != "fp32":
         ds[prec] = {"enabled": True}
     return {
@@ -185,6 +189,12 @@ def main():
                   " to no offload")
             if not same:
                 failures.append(f"offload ratio {ratio} on cuda is not bitwise the no-offload model")
+        os.makedirs(f"{tmp}/swap")
+        _, _, path, _ = run(job_for("cuda_s2_nvme", "cuda", 2, offload=0.5, nvme_path=f"{tmp}/swap"))
+        same = filecmp.cmp(path, ref_path, shallow=False)
+        print(f"cuda stage 2 NVMe offload ratio 0.5: {'bitwise equal' if same else 'DIFFERS'} to no offload")
+        if not same:
+            failures.append("NVMe offload on cuda is not bitwise the no-offload model")
 
         # bf16: 16-bit parameters and gradients; the matmuls in fp32 (as on the CPU), then
         # with the job's own choice, bf16 inputs (--quick: only that)
