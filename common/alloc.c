@@ -1,6 +1,7 @@
 /* zerotrain: allocation wrappers with counting and failure injection (see alloc.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "alloc.h"
+#include "settings.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -15,8 +16,8 @@ static atomic_int fail_init;
 static int should_fail(void)
 {
     if (!atomic_exchange(&fail_init, 1)) {
-        const char *e = getenv("ZT_ALLOC_FAIL_AFTER");
-        if (e && *e)
+        const char *e = zt_setting_raw(ZT_SET_ALLOC_FAIL_AFTER);
+        if (e)
             atomic_store(&fail_after, strtol(e, NULL, 10));
     }
     long f = atomic_load(&fail_after);
