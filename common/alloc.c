@@ -1,13 +1,14 @@
 /* zerotrain: allocation wrappers with counting and failure injection (see alloc.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "alloc.h"
-#include "settings.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "settings.h"
 
 static atomic_ullong alloc_count;
 static atomic_long fail_after = -1;

@@ -1,7 +1,6 @@
 /* zerotrain: logging (see log.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "log.h"
-#include "settings.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -9,6 +8,8 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "settings.h"
 
 int zt_log_level_current = ZT_LOG_INFO;
 

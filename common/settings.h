@@ -37,6 +37,8 @@ enum {
  *   expected the warning's words after "expected " (NULL: made from the type and bounds)
  *   what     the "effect" column of docs/env.md, word for word
  * The rows follow docs/env.md's order: its main table, then its test hooks. */
+/* one row a variable, its words on the line below; clang-format would spread them wide */
+/* clang-format off */
 #define ZT_SETTINGS(X) \
     X(COORDINATOR, "ZT_COORDINATOR", ZT_SETTING_STR, ZT_SETTING_USER, "127.0.0.1:50051", 0, 0, NULL, NULL, NULL, \
       "`zctl`, `zagent`: the coordinator's gRPC address (`host:port` or `unix:/path`); `--coordinator`") \
@@ -192,12 +194,13 @@ enum {
       "`zworker`: after training, each rank logs `param_digest=` (CRC32C of its parameters)") \
     X(TEST_COMMIT_DELAY_MS, "ZT_TEST_COMMIT_DELAY_MS", ZT_SETTING_INT, ZT_SETTING_HOOK, "", 0, INT_MAX, NULL, NULL, NULL, \
       "`zcoord`: delays each store commit by this many ms")
+/* clang-format on */
 
 typedef enum {
 #define ZT_SETTING_ENUM(id, ...) ZT_SET_##id,
     ZT_SETTINGS(ZT_SETTING_ENUM)
 #undef ZT_SETTING_ENUM
-    ZT_SET_COUNT
+        ZT_SET_COUNT
 } zt_setting;
 
 typedef struct zt_setting_info {
