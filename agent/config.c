@@ -1,4 +1,4 @@
-/* zerotrain: zagent's settings. One table (flag, environment variable, default, help) feeds
+/* zerotrain: zagent's settings. One table (flag, its row of common/settings.h, help) feeds
  * the flags, the ZT_* environment fallbacks and --help; each value is then checked with a
  * message that names where it came from. */
 #define _XOPEN_SOURCE 700 /* realpath */
@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/netutil.h"
 #include "common/secretfile.h"
+#include "common/settings.h"
 #include "proto/rpc.h"
 
 #define MAX_SLOTS 4096
@@ -57,50 +58,51 @@ typedef enum {
 
 typedef struct setting {
     const char *name; /* the flag without "--" */
-    const char *env;
-    const char *def; /* "" = none */
+    zt_setting env;  /* its variable, name and default in common/settings.h */
     const char *arg; /* metavariable in --help ("" for a switch) */
     const char *help;
     setting_kind kind;
 } setting;
 
 static const setting settings[S_COUNT] = {
-    [S_COORDINATOR] = {"coordinator", "ZT_COORDINATOR", "127.0.0.1:50051", "ADDR",
+    [S_COORDINATOR] = {"coordinator", ZT_SET_COORDINATOR, "ADDR",
                        "the coordinator's gRPC address (host:port or unix:/path)"},
-    [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", "", "FILE",
-                      "file holding the agent join token zcoord reads with --agent-token-file (or put it in ZT_TOKEN)"},
-    [S_TLS_CA] = {"tls-ca", "ZT_TLS_CA", "", "FILE",
+    [S_TOKEN_FILE] =
+        {"token-file", ZT_SET_TOKEN_FILE, "FILE",
+         "file holding the agent join token zcoord reads with --agent-token-file (or put it in ZT_TOKEN)"},
+    [S_TLS_CA] = {"tls-ca", ZT_SET_TLS_CA, "FILE",
                   "PEM CA certificate: talk TLS to the coordinator and verify it"},
-    [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", "", "FILE",
-                    "PEM client certificate for mutual TLS (with --tls-ca and --tls-key): its common name is this agent's name, and it stands for the join token"},
-    [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", "", "FILE", "PEM private key of --tls-cert"},
-    [S_SLOTS] = {"slots", "ZT_SLOTS", "cpu:1", "SPEC",
+    [S_TLS_CERT] =
+        {"tls-cert", ZT_SET_TLS_CERT, "FILE",
+         "PEM client certificate for mutual TLS (with --tls-ca and --tls-key): its common name is this agent's name, and it stands for the join token"},
+    [S_TLS_KEY] = {"tls-key", ZT_SET_TLS_KEY, "FILE", "PEM private key of --tls-cert"},
+    [S_SLOTS] = {"slots", ZT_SET_SLOTS, "SPEC",
                  "cpu:N (N CPU workers), cuda:auto (one per GPU found) or cuda:N"},
-    [S_NAME] = {"name", "ZT_AGENT_NAME", "", "NAME",
+    [S_NAME] = {"name", ZT_SET_AGENT_NAME, "NAME",
                 "agent name, unique per node and stable across restarts (default: hostname)"},
-    [S_WORK_DIR] = {"work-dir", "ZT_WORK_DIR", "zagent-work", "DIR",
+    [S_WORK_DIR] = {"work-dir", ZT_SET_WORK_DIR, "DIR",
                     "per-attempt job files and rank logs (attempt_<id>/rank_NNNNN.log)"},
-    [S_WORKER] = {"worker", "ZT_WORKER", "", "PATH",
+    [S_WORKER] = {"worker", ZT_SET_WORKER, "PATH",
                   "the zworker binary (default: zworker next to zagent)"},
-    [S_HEARTBEAT] = {"heartbeat-ms", "ZT_HEARTBEAT_MS", "0", "MS",
+    [S_HEARTBEAT] = {"heartbeat-ms", ZT_SET_HEARTBEAT_MS, "MS",
                      "heartbeat interval in ms, 50..60000 (0: the coordinator's)"},
     [S_ADVERTISE] =
-        {"advertise-host", "ZT_ADVERTISE_HOST", "", "HOST",
+        {"advertise-host", ZT_SET_ADVERTISE_HOST, "HOST",
          "address peers use to reach this node's rank-0 worker (default: 127.0.0.1 with a loopback coordinator, else the hostname)"},
-    [S_STOP_GRACE] = {"stop-grace", "ZT_STOP_GRACE", "10s", "DUR",
+    [S_STOP_GRACE] = {"stop-grace", ZT_SET_STOP_GRACE, "DUR",
                       "SIGTERM to SIGKILL when a worker is stopped (ms, s, m)"},
-    [S_LOG_QUEUE] = {"log-queue", "ZT_LOG_QUEUE", "10000", "N",
+    [S_LOG_QUEUE] = {"log-queue", ZT_SET_LOG_QUEUE, "N",
                      "worker output lines queued for the coordinator before new ones are dropped"},
-    [S_STATUS_FILE] = {"status-file", "ZT_STATUS_FILE", "", "FILE",
+    [S_STATUS_FILE] = {"status-file", ZT_SET_STATUS_FILE, "FILE",
                        "rewrite this JSON file with the agent's state after each heartbeat"},
-    [S_LOG_LEVEL] = {"log-level", "ZT_LOG_LEVEL", "info", "LEVEL", "error, warn, info or debug"},
+    [S_LOG_LEVEL] = {"log-level", ZT_SET_LOG_LEVEL, "LEVEL", "error, warn, info or debug"},
     [S_ALLOW_PATH] =
-        {"allow-path", "ZT_ALLOW_PATH", "", "DIR",
+        {"allow-path", ZT_SET_ALLOW_PATH, "DIR",
          "a directory the paths of jobs must resolve inside (repeatable; the variable is ':'-separated; default: the working directory)",
          K_LIST},
-    [S_RUN_AS] = {"run-as", "ZT_RUN_AS", "", "USER",
+    [S_RUN_AS] = {"run-as", ZT_SET_RUN_AS, "USER",
                   "when zagent runs as root, start workers as this user (name or uid)"},
-    [S_ALLOW_ROOT] = {"allow-root", "ZT_ALLOW_ROOT", "", "",
+    [S_ALLOW_ROOT] = {"allow-root", ZT_SET_ALLOW_ROOT, "",
                       "let a root zagent without --run-as start workers as root", K_SWITCH},
 };
 
@@ -113,8 +115,9 @@ void zt_agent_usage(FILE *f)
         const setting *s = &settings[i];
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s%s%s", s->name, s->arg[0] ? " " : "", s->arg);
-        fprintf(f, "  %-26s %s (%s", flag, s->help, s->env);
-        if (s->def[0]) fprintf(f, ", default %s", s->def);
+        const zt_setting_info *v = zt_setting_about(s->env);
+        fprintf(f, "  %-26s %s (%s", flag, s->help, v->name);
+        if (v->def[0]) fprintf(f, ", default %s", v->def);
         fprintf(f, ")\n");
     }
     fprintf(
@@ -373,12 +376,12 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
     }
     for (int k = 0; k < S_COUNT; k++) {
         if (val[k]) continue;
-        const char *e = getenv(settings[k].env);
-        if (e && e[0]) {
+        const char *e = zt_setting_raw(settings[k].env);
+        if (e) {
             val[k] = e;
-            snprintf(origin[k], sizeof(origin[k]), "%s", settings[k].env);
+            snprintf(origin[k], sizeof(origin[k]), "%s", zt_setting_about(settings[k].env)->name);
         } else {
-            val[k] = settings[k].def;
+            val[k] = zt_setting_about(settings[k].env)->def;
             snprintf(origin[k], sizeof(origin[k]), "the default of --%s", settings[k].name);
         }
     }
@@ -402,8 +405,8 @@ zt_status zt_agent_config_parse(zt_agent_config *cfg, int argc, char **argv, boo
             st = err ? err->status : ZT_ERR_CONFIG;
             goto free_cfg;
         }
-    } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
-        cfg->token = zt_strdup(getenv("ZT_TOKEN"));
+    } else if (zt_setting_raw(ZT_SET_TOKEN)) {
+        cfg->token = zt_strdup(zt_setting_raw(ZT_SET_TOKEN));
     }
     if (val[S_TLS_CA][0] &&
         (st = zt_rpc_read_ca_file(val[S_TLS_CA], origin[S_TLS_CA], &cfg->tls_ca_pem, err)) !=

@@ -25,6 +25,7 @@
 #include "common/jobfile.h"
 #include "common/netutil.h"
 #include "common/reportline.h"
+#include "common/settings.h"
 #include "common/timeutil.h"
 #include "engine/ckpt.h"
 #include "engine/engine.h"
@@ -77,8 +78,8 @@ static void usage(FILE *f)
 
 static const char *find_worker(char *buf, size_t n)
 {
-    const char *env = getenv("ZT_WORKER");
-    if (env && *env)
+    const char *env = zt_setting_raw(ZT_SET_WORKER);
+    if (env)
         return env;
     char self[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -10,6 +10,7 @@
 #include "cli/rpc_cli.h"
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/settings.h"
 #include "zctl_commands.h" /* generated: zt_cli_command_table[] */
 
 zt_cli_globals zt_cli;
@@ -103,22 +104,22 @@ int main(int argc, char **argv)
     }
     /* the environment, as zagent reads it: ZT_COORDINATOR, ZT_TOKEN_FILE (else ZT_TOKEN),
      * ZT_TLS_CA */
-    if (!zt_cli.coordinator) zt_cli.coordinator = getenv("ZT_COORDINATOR");
-    if (!zt_cli.coordinator || !*zt_cli.coordinator) zt_cli.coordinator = "127.0.0.1:50051";
-    if (!zt_cli.token_file && getenv("ZT_TOKEN_FILE") && *getenv("ZT_TOKEN_FILE")) {
-        zt_cli.token_file = getenv("ZT_TOKEN_FILE");
+    if (!zt_cli.coordinator) zt_cli.coordinator = zt_setting_str(ZT_SET_COORDINATOR);
+    if (!*zt_cli.coordinator) zt_cli.coordinator = zt_setting_about(ZT_SET_COORDINATOR)->def;
+    if (!zt_cli.token_file && zt_setting_raw(ZT_SET_TOKEN_FILE)) {
+        zt_cli.token_file = zt_setting_raw(ZT_SET_TOKEN_FILE);
         zt_cli_token_file_origin = "ZT_TOKEN_FILE";
     }
-    if (!zt_cli.tls_ca && getenv("ZT_TLS_CA") && *getenv("ZT_TLS_CA")) {
-        zt_cli.tls_ca = getenv("ZT_TLS_CA");
+    if (!zt_cli.tls_ca && zt_setting_raw(ZT_SET_TLS_CA)) {
+        zt_cli.tls_ca = zt_setting_raw(ZT_SET_TLS_CA);
         zt_cli_tls_ca_origin = "ZT_TLS_CA";
     }
     if (zt_cli.tls_ca && !*zt_cli.tls_ca) zt_cli.tls_ca = NULL;
     if (zt_cli.token_file && !*zt_cli.token_file) zt_cli.token_file = NULL;
     /* the token file is read when a command connects (commands without a coordinator do not
      * need it); it wins over ZT_TOKEN */
-    if (!zt_cli.token_file && getenv("ZT_TOKEN") && *getenv("ZT_TOKEN"))
-        zt_cli.token = getenv("ZT_TOKEN");
+    if (!zt_cli.token_file && zt_setting_raw(ZT_SET_TOKEN))
+        zt_cli.token = zt_setting_raw(ZT_SET_TOKEN);
 
     if (nrest == 0 || strcmp(rest[0], "-h") == 0 || strcmp(rest[0], "--help") == 0 ||
         strcmp(rest[0], "help") == 0) {

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "settings.h"
+
 static atomic_ullong alloc_count;
 static atomic_long fail_after = -1;
 static atomic_int fail_init;
@@ -15,8 +17,8 @@ static atomic_int fail_init;
 static int should_fail(void)
 {
     if (!atomic_exchange(&fail_init, 1)) {
-        const char *e = getenv("ZT_ALLOC_FAIL_AFTER");
-        if (e && *e)
+        const char *e = zt_setting_raw(ZT_SET_ALLOC_FAIL_AFTER);
+        if (e)
             atomic_store(&fail_after, strtol(e, NULL, 10));
     }
     long f = atomic_load(&fail_after);

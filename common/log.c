@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "settings.h"
+
 int zt_log_level_current = ZT_LOG_INFO;
 
 static char log_node[64];
@@ -48,9 +50,12 @@ void zt_log_set_identity(const char *node, int rank)
     }
     log_node[sizeof(log_node) - 1] = '\0';
     log_rank = rank;
-    int lvl = zt_log_parse_level(getenv("ZT_LOG_LEVEL"));
+    const char *v = zt_setting_raw(ZT_SET_LOG_LEVEL);
+    int lvl = zt_log_parse_level(v);
     if (lvl >= 0)
         zt_log_level_current = lvl;
+    else if (v)
+        zt_setting_warn(ZT_SET_LOG_LEVEL, v);
 }
 
 void zt_log_write(zt_log_level level, const char *subsys, const char *file, int line,

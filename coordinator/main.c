@@ -1,6 +1,6 @@
-/* zerotrain: zcoord, the coordinator process. Reads its settings (one table feeds flags,
- * ZT_* environment variables and --help), opens the store, serves gRPC and HTTP (dashboard,
- * JSON API, Prometheus metrics), and shuts down cleanly on SIGTERM or SIGINT. */
+/* zerotrain: zcoord, the coordinator process. Reads its settings (flags over the ZT_*
+ * variables of common/settings.h's table; both feed --help), opens the store, serves gRPC and
+ * HTTP (dashboard, JSON API, Prometheus metrics), and shuts down cleanly on SIGTERM or SIGINT. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/netutil.h"
 #include "common/secretfile.h"
+#include "common/settings.h"
 #include "coordinator/api.h"
 #include "coordinator/auth.h"
 #include "coordinator/coord.h"
@@ -23,17 +24,11 @@
 #include "coordinator/store.h"
 #include "proto/rpc.h"
 
-typedef enum { T_STR, T_DURATION, T_INT, T_SIZE } setting_type;
-
+/* A flag and its row of common/settings.h (variable, type, default, bounds). */
 typedef struct setting {
-    const char *name; /* flag without "--"; the environment variable is ZT_<NAME> */
-    const char *env;
-    setting_type type;
-    const char *def;
-    int64_t min, max; /* T_DURATION in ms, T_SIZE in bytes */
+    const char *name; /* flag without "--" */
+    zt_setting env;
     const char *help;
-    const char *sval;
-    int64_t ival;
 } setting;
 
 enum {
@@ -65,60 +60,54 @@ enum {
     S_COUNT
 };
 
-static setting settings[S_COUNT] = {
-    [S_DB] = {"db", "ZT_DB", T_STR, "zerotrain.db", 0, 0, "SQLite database file", NULL, 0},
-    [S_GRPC] = {"grpc", "ZT_GRPC_ADDR", T_STR, "127.0.0.1:50051", 0, 0,
-                "gRPC listen address (port 0 picks one)", NULL, 0},
-    [S_HTTP] = {"http", "ZT_HTTP_ADDR", T_STR, "127.0.0.1:8080", 0, 0,
-                "HTTP listen address: dashboard, /api/v1, /metrics, /healthz ('off' = none)", NULL, 0},
-    [S_TOKEN_FILE] = {"token-file", "ZT_TOKEN_FILE", T_STR, "", 0, 0,
-                      "file holding the user token of user 'admin' (or set ZT_TOKEN); no token at all = loopback only",
-                      NULL, 0},
-    [S_USERS_FILE] = {"users-file", "ZT_USERS_FILE", T_STR, "", 0, 0,
-                      "file of named user tokens, one 'NAME TOKEN' per line (events name the user)",
-                      NULL, 0},
-    [S_AGENT_TOKEN_FILE] = {"agent-token-file", "ZT_AGENT_TOKEN_FILE", T_STR, "", 0, 0,
-                            "file holding the agent join token (or set ZT_AGENT_TOKEN); agents register with it",
-                            NULL, 0},
-    [S_TLS_CERT] = {"tls-cert", "ZT_TLS_CERT", T_STR, "", 0, 0, "PEM certificate chain: serve TLS",
-                    NULL, 0},
-    [S_TLS_CLIENT_CA] = {"tls-client-ca", "ZT_TLS_CLIENT_CA", T_STR, "", 0, 0,
-                         "PEM roots of agents' client certificates (mutual TLS: a certificate for NAME stands for agent NAME's join token and agent key)",
-                         NULL, 0},
-    [S_TLS_KEY] = {"tls-key", "ZT_TLS_KEY", T_STR, "", 0, 0, "PEM private key for --tls-cert", NULL,
-                   0},
-    [S_HB_INTERVAL] = {"heartbeat-interval", "ZT_HEARTBEAT_INTERVAL", T_DURATION, "1s", 50, 60000,
-                       "how often agents heartbeat", NULL, 0},
-    [S_HB_TIMEOUT] = {"heartbeat-timeout", "ZT_HEARTBEAT_TIMEOUT", T_DURATION, "10s", 200, 3600000,
-                      "silence after which an agent is LOST and its attempts fail", NULL, 0},
-    [S_HANG_TIMEOUT] = {"hang-timeout", "ZT_HANG_TIMEOUT", T_DURATION, "10m", 500, 86400000,
-                        "no step progress after which an attempt fails as hung", NULL, 0},
-    [S_BACKOFF] = {"restart-backoff", "ZT_RESTART_BACKOFF", T_DURATION, "2s", 0, 3600000,
-                   "delay before the first restart (doubles each restart)", NULL, 0},
-    [S_BACKOFF_MAX] = {"restart-backoff-max", "ZT_RESTART_BACKOFF_MAX", T_DURATION, "5m", 0,
-                       86400000, "longest restart delay", NULL, 0},
-    [S_MAX_MESSAGE] = {"max-message", "ZT_MAX_MESSAGE", T_SIZE, "4MiB", 4096, 1 << 30,
-                       "largest RPC message accepted (larger: RESOURCE_EXHAUSTED)", NULL, 0},
-    [S_POLLERS] = {"pollers", "ZT_POLLERS", T_INT, "2", 1, 64,
-                   "threads polling the gRPC completion queue", NULL, 0},
-    [S_METRICS_POINTS] = {"metrics-max-points", "ZT_METRICS_MAX_POINTS", T_INT, "2000", 10,
-                          10000000, "stored metric rows per job before downsampling", NULL, 0},
-    [S_LOG_LINES] = {"logs-max-lines", "ZT_LOGS_MAX_LINES", T_INT, "100000", 100, 100000000,
-                     "stored log lines per job (oldest dropped)", NULL, 0},
-    [S_LOG_STREAMS] = {"max-log-streams", "ZT_MAX_LOG_STREAMS", T_INT, "64", 1, 100000,
-                       "GetLogs streams open at once (zctl logs -f)", NULL, 0},
-    [S_WATCHERS] = {"max-watchers", "ZT_MAX_WATCHERS", T_INT, "1024", 1, 1000000,
-                    "WatchJob and Health.Watch streams open at once", NULL, 0},
-    [S_WATCHERS_PER_JOB] = {"max-watchers-per-job", "ZT_MAX_WATCHERS_PER_JOB", T_INT, "64", 1,
-                            1000000, "WatchJob streams open at once on one job", NULL, 0},
-    [S_RDZV_WAITERS] = {"max-rdzv-waiters", "ZT_MAX_RDZV_WAITERS", T_INT, "16384", 1, 10000000,
-                        "Rendezvous calls waiting at once", NULL, 0},
-    [S_RDZV_PER_RANK] = {"max-rdzv-waiters-per-rank", "ZT_MAX_RDZV_WAITERS_PER_RANK", T_INT, "2", 1,
-                         1000, "Rendezvous calls waiting on one attempt, per rank of it", NULL, 0},
-    [S_READY_FILE] = {"ready-file", "ZT_READY_FILE", T_STR, "", 0, 0,
-                      "write {\"grpc\":ADDR,\"http\":ADDR,\"pid\":N} here once serving", NULL, 0},
-    [S_LOG_LEVEL] = {"log-level", "ZT_LOG_LEVEL", T_STR, "info", 0, 0, "error|warn|info|debug",
-                     NULL, 0},
+static const setting settings[S_COUNT] = {
+    [S_DB] = {"db", ZT_SET_DB, "SQLite database file"},
+    [S_GRPC] = {"grpc", ZT_SET_GRPC_ADDR, "gRPC listen address (port 0 picks one)"},
+    [S_HTTP] = {"http", ZT_SET_HTTP_ADDR,
+                "HTTP listen address: dashboard, /api/v1, /metrics, /healthz ('off' = none)"},
+    [S_TOKEN_FILE] =
+        {"token-file", ZT_SET_TOKEN_FILE,
+         "file holding the user token of user 'admin' (or set ZT_TOKEN); no token at all = loopback only"},
+    [S_USERS_FILE] =
+        {"users-file", ZT_SET_USERS_FILE,
+         "file of named user tokens, one 'NAME TOKEN' per line (events name the user)"},
+    [S_AGENT_TOKEN_FILE] =
+        {"agent-token-file", ZT_SET_AGENT_TOKEN_FILE,
+         "file holding the agent join token (or set ZT_AGENT_TOKEN); agents register with it"},
+    [S_TLS_CERT] = {"tls-cert", ZT_SET_TLS_CERT, "PEM certificate chain: serve TLS"},
+    [S_TLS_CLIENT_CA] =
+        {"tls-client-ca", ZT_SET_TLS_CLIENT_CA,
+         "PEM roots of agents' client certificates (mutual TLS: a certificate for NAME stands for agent NAME's join token and agent key)"},
+    [S_TLS_KEY] = {"tls-key", ZT_SET_TLS_KEY, "PEM private key for --tls-cert"},
+    [S_HB_INTERVAL] = {"heartbeat-interval", ZT_SET_HEARTBEAT_INTERVAL,
+                       "how often agents heartbeat"},
+    [S_HB_TIMEOUT] = {"heartbeat-timeout", ZT_SET_HEARTBEAT_TIMEOUT,
+                      "silence after which an agent is LOST and its attempts fail"},
+    [S_HANG_TIMEOUT] = {"hang-timeout", ZT_SET_HANG_TIMEOUT,
+                        "no step progress after which an attempt fails as hung"},
+    [S_BACKOFF] = {"restart-backoff", ZT_SET_RESTART_BACKOFF,
+                   "delay before the first restart (doubles each restart)"},
+    [S_BACKOFF_MAX] = {"restart-backoff-max", ZT_SET_RESTART_BACKOFF_MAX, "longest restart delay"},
+    [S_MAX_MESSAGE] = {"max-message", ZT_SET_MAX_MESSAGE,
+                       "largest RPC message accepted (larger: RESOURCE_EXHAUSTED)"},
+    [S_POLLERS] = {"pollers", ZT_SET_POLLERS, "threads polling the gRPC completion queue"},
+    [S_METRICS_POINTS] = {"metrics-max-points", ZT_SET_METRICS_MAX_POINTS,
+                          "stored metric rows per job before downsampling"},
+    [S_LOG_LINES] = {"logs-max-lines", ZT_SET_LOGS_MAX_LINES,
+                     "stored log lines per job (oldest dropped)"},
+    [S_LOG_STREAMS] = {"max-log-streams", ZT_SET_MAX_LOG_STREAMS,
+                       "GetLogs streams open at once (zctl logs -f)"},
+    [S_WATCHERS] = {"max-watchers", ZT_SET_MAX_WATCHERS,
+                    "WatchJob and Health.Watch streams open at once"},
+    [S_WATCHERS_PER_JOB] = {"max-watchers-per-job", ZT_SET_MAX_WATCHERS_PER_JOB,
+                            "WatchJob streams open at once on one job"},
+    [S_RDZV_WAITERS] = {"max-rdzv-waiters", ZT_SET_MAX_RDZV_WAITERS,
+                        "Rendezvous calls waiting at once"},
+    [S_RDZV_PER_RANK] = {"max-rdzv-waiters-per-rank", ZT_SET_MAX_RDZV_WAITERS_PER_RANK,
+                         "Rendezvous calls waiting on one attempt, per rank of it"},
+    [S_READY_FILE] = {"ready-file", ZT_SET_READY_FILE,
+                      "write {\"grpc\":ADDR,\"http\":ADDR,\"pid\":N} here once serving"},
+    [S_LOG_LEVEL] = {"log-level", ZT_SET_LOG_LEVEL, "error|warn|info|debug"},
 };
 
 static void usage(FILE *f)
@@ -129,14 +118,15 @@ static void usage(FILE *f)
         "The zerotrain coordinator: stores jobs in SQLite, schedules them on agents and serves the gRPC API\n(zt.v1.Coordinator, zt.v1.AgentControl, grpc.health.v1.Health). SIGTERM or SIGINT stop it cleanly.\n\noptions (each also from its environment variable):\n");
     for (int i = 0; i < S_COUNT; i++) {
         const setting *s = &settings[i];
+        const zt_setting_info *v = zt_setting_about(s->env);
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s %s", s->name,
-                 s->type == T_DURATION ? "DUR"
-                 : s->type == T_SIZE   ? "SIZE"
-                 : s->type == T_INT    ? "N"
-                                       : "VAL");
-        fprintf(f, "  %-32s %s (%s", flag, s->help, s->env);
-        if (s->def[0]) fprintf(f, ", default %s", s->def);
+                 v->type == ZT_SETTING_DURATION ? "DUR"
+                 : v->type == ZT_SETTING_SIZE   ? "SIZE"
+                 : v->type == ZT_SETTING_INT    ? "N"
+                                                : "VAL");
+        fprintf(f, "  %-32s %s (%s", flag, s->help, v->name);
+        if (v->def[0]) fprintf(f, ", default %s", v->def);
         fprintf(f, ")\n");
     }
     fprintf(f,
@@ -156,21 +146,23 @@ static bool parse_number(const char *v, double *num, const char **unit)
     return true;
 }
 
-/* Parses s->sval into s->ival for numeric settings; message in err. */
-static bool parse_setting(setting *s, const char *origin, zt_err *err)
+/* Parses sval into *ival for the numeric types of s (INT, DURATION, SIZE); message in err. */
+static bool parse_setting(const zt_setting_info *s, const char *sval, int64_t *ival,
+                          const char *origin, zt_err *err)
 {
-    if (s->type == T_STR) return true;
+    if (s->type != ZT_SETTING_INT && s->type != ZT_SETTING_DURATION && s->type != ZT_SETTING_SIZE)
+        return true;
     double num;
     const char *unit;
-    if (!parse_number(s->sval, &num, &unit)) {
-        zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is not a %s", origin, s->sval,
-                   s->type == T_DURATION ? "duration (e.g. 10s, 500ms, 2m)"
-                   : s->type == T_SIZE   ? "size (e.g. 4MiB)"
-                                         : "number");
+    if (!parse_number(sval, &num, &unit)) {
+        zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is not a %s", origin, sval,
+                   s->type == ZT_SETTING_DURATION ? "duration (e.g. 10s, 500ms, 2m)"
+                   : s->type == ZT_SETTING_SIZE   ? "size (e.g. 4MiB)"
+                                                  : "number");
         return false;
     }
     double mult = 1;
-    if (s->type == T_DURATION) {
+    if (s->type == ZT_SETTING_DURATION) {
         if (!*unit || strcmp(unit, "s") == 0)
             mult = 1000;
         else if (strcmp(unit, "ms") == 0)
@@ -181,7 +173,7 @@ static bool parse_setting(setting *s, const char *origin, zt_err *err)
             mult = 3600000;
         else
             unit = NULL;
-    } else if (s->type == T_SIZE) {
+    } else if (s->type == ZT_SETTING_SIZE) {
         if (!*unit || strcmp(unit, "B") == 0)
             mult = 1;
         else if (strcmp(unit, "KiB") == 0 || strcmp(unit, "K") == 0)
@@ -196,19 +188,19 @@ static bool parse_setting(setting *s, const char *origin, zt_err *err)
         unit = NULL;
     }
     if (!unit) {
-        zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' has an unknown unit", origin, s->sval);
+        zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' has an unknown unit", origin, sval);
         return false;
     }
     double v = num * mult;
     if (v < (double)s->min || v > (double)s->max) {
         zt_err_set(err, ZT_ERR_CONFIG, "%s: '%s' is out of range [%" PRId64 ", %" PRId64 "]%s",
-                   origin, s->sval, s->min, s->max,
-                   s->type == T_DURATION ? " ms"
-                   : s->type == T_SIZE   ? " bytes"
-                                         : "");
+                   origin, sval, s->min, s->max,
+                   s->type == ZT_SETTING_DURATION ? " ms"
+                   : s->type == ZT_SETTING_SIZE   ? " bytes"
+                                                  : "");
         return false;
     }
-    s->ival = (int64_t)v;
+    *ival = (int64_t)v;
     return true;
 }
 
@@ -297,17 +289,20 @@ int main(int argc, char **argv)
     zt_err err = {0};
     char token_origin[128] = "the token file", agent_origin[128] = "the agent token file",
          users_origin[128] = "the users file";
+    const char *sval[S_COUNT]; /* each setting's text: flag, else variable, else default */
+    int64_t ival[S_COUNT] = {0}; /* the numeric ones parsed */
     for (int k = 0; k < S_COUNT; k++) {
-        setting *s = &settings[k];
+        const setting *s = &settings[k];
+        const zt_setting_info *v = zt_setting_about(s->env);
         char origin[96];
         if (flag_vals[k]) {
-            s->sval = flag_vals[k];
+            sval[k] = flag_vals[k];
             snprintf(origin, sizeof(origin), "--%s", s->name);
-        } else if (getenv(s->env) && getenv(s->env)[0]) {
-            s->sval = getenv(s->env);
-            snprintf(origin, sizeof(origin), "%s", s->env);
+        } else if (zt_setting_raw(s->env)) {
+            sval[k] = zt_setting_raw(s->env);
+            snprintf(origin, sizeof(origin), "%s", v->name);
         } else {
-            s->sval = s->def;
+            sval[k] = v->def;
             snprintf(origin, sizeof(origin), "default of --%s", s->name);
         }
         if (k == S_TOKEN_FILE)
@@ -316,15 +311,15 @@ int main(int argc, char **argv)
             snprintf(agent_origin, sizeof(agent_origin), "the agent token file (%s)", origin);
         if (k == S_USERS_FILE)
             snprintf(users_origin, sizeof(users_origin), "the users file (%s)", origin);
-        if (!parse_setting(s, origin, &err)) {
+        if (!parse_setting(v, sval[k], &ival[k], origin, &err)) {
             fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
             return 2;
         }
     }
-    int lvl = zt_log_parse_level(settings[S_LOG_LEVEL].sval);
+    int lvl = zt_log_parse_level(sval[S_LOG_LEVEL]);
     if (lvl < 0) {
         fprintf(stderr, "zcoord: --log-level '%s' is not error, warn, info or debug\n",
-                settings[S_LOG_LEVEL].sval);
+                sval[S_LOG_LEVEL]);
         return 2;
     }
     zt_log_set_level((zt_log_level)lvl);
@@ -334,20 +329,20 @@ int main(int argc, char **argv)
     int n_users = 0, n_file_users = 0;
     zt_auth *auth = NULL;
     int rc = 1;
-    if (settings[S_TOKEN_FILE].sval[0]) {
-        token = zt_secret_file_read(settings[S_TOKEN_FILE].sval, token_origin, &err);
+    if (sval[S_TOKEN_FILE][0]) {
+        token = zt_secret_file_read(sval[S_TOKEN_FILE], token_origin, &err);
         if (!token) goto usage_error;
-    } else if (getenv("ZT_TOKEN") && getenv("ZT_TOKEN")[0]) {
-        token = zt_strdup(getenv("ZT_TOKEN"));
+    } else if (zt_setting_raw(ZT_SET_TOKEN)) {
+        token = zt_strdup(zt_setting_raw(ZT_SET_TOKEN));
     }
-    if (settings[S_AGENT_TOKEN_FILE].sval[0]) {
-        agent_token = zt_secret_file_read(settings[S_AGENT_TOKEN_FILE].sval, agent_origin, &err);
+    if (sval[S_AGENT_TOKEN_FILE][0]) {
+        agent_token = zt_secret_file_read(sval[S_AGENT_TOKEN_FILE], agent_origin, &err);
         if (!agent_token) goto usage_error;
-    } else if (getenv("ZT_AGENT_TOKEN") && getenv("ZT_AGENT_TOKEN")[0]) {
-        agent_token = zt_strdup(getenv("ZT_AGENT_TOKEN"));
+    } else if (zt_setting_raw(ZT_SET_AGENT_TOKEN)) {
+        agent_token = zt_strdup(zt_setting_raw(ZT_SET_AGENT_TOKEN));
     }
-    if (settings[S_USERS_FILE].sval[0] &&
-        zt_auth_users_file_read(settings[S_USERS_FILE].sval, users_origin, &users, &n_users,
+    if (sval[S_USERS_FILE][0] &&
+        zt_auth_users_file_read(sval[S_USERS_FILE], users_origin, &users, &n_users,
                                 &err) != ZT_OK)
         goto usage_error;
     n_file_users = n_users;
@@ -363,8 +358,8 @@ int main(int argc, char **argv)
         n_users++;
     }
     if (zt_auth_create(&auth, users, n_users, agent_token, &err) != ZT_OK) goto usage_error;
-    const char *grpc_addr = settings[S_GRPC].sval;
-    const char *http_addr = settings[S_HTTP].sval;
+    const char *grpc_addr = sval[S_GRPC];
+    const char *http_addr = sval[S_HTTP];
     bool http_on = http_addr[0] && strcmp(http_addr, "off") != 0;
     if (n_users == 0 && (!is_loopback(grpc_addr) || (http_on && !is_loopback(http_addr)))) {
         zt_err_set(
@@ -373,23 +368,23 @@ int main(int argc, char **argv)
             !is_loopback(grpc_addr) ? grpc_addr : http_addr);
         goto usage_error;
     }
-    if (!!settings[S_TLS_CERT].sval[0] != !!settings[S_TLS_KEY].sval[0]) {
+    if (!!sval[S_TLS_CERT][0] != !!sval[S_TLS_KEY][0]) {
         zt_err_set(&err, ZT_ERR_CONFIG,
                    "--tls-cert and --tls-key go together: give both or neither");
         goto usage_error;
     }
-    if (settings[S_TLS_CERT].sval[0]) {
-        cert = read_file(settings[S_TLS_CERT].sval, 1 << 20, &err, "the TLS certificate");
-        key = cert ? read_file(settings[S_TLS_KEY].sval, 1 << 20, &err, "the TLS key") : NULL;
+    if (sval[S_TLS_CERT][0]) {
+        cert = read_file(sval[S_TLS_CERT], 1 << 20, &err, "the TLS certificate");
+        key = cert ? read_file(sval[S_TLS_KEY], 1 << 20, &err, "the TLS key") : NULL;
         if (!cert || !key) goto usage_error;
     }
-    if (settings[S_TLS_CLIENT_CA].sval[0]) {
+    if (sval[S_TLS_CLIENT_CA][0]) {
         if (!cert) {
             zt_err_set(&err, ZT_ERR_CONFIG,
                        "--tls-client-ca needs TLS: give --tls-cert and --tls-key too");
             goto usage_error;
         }
-        if (zt_rpc_read_ca_file(settings[S_TLS_CLIENT_CA].sval, "--tls-client-ca", &client_ca,
+        if (zt_rpc_read_ca_file(sval[S_TLS_CLIENT_CA], "--tls-client-ca", &client_ca,
                                 &err) != ZT_OK)
             goto usage_error;
     }
@@ -402,24 +397,23 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    zt_coord_config cc = {.db_path = settings[S_DB].sval,
+    zt_coord_config cc = {.db_path = sval[S_DB],
                           .auth = auth,
-                          .heartbeat_interval_ms = settings[S_HB_INTERVAL].ival,
-                          .heartbeat_timeout_ms = settings[S_HB_TIMEOUT].ival,
-                          .hang_timeout_ms = settings[S_HANG_TIMEOUT].ival,
-                          .restart_backoff_ms = settings[S_BACKOFF].ival,
-                          .restart_backoff_max_ms = settings[S_BACKOFF_MAX].ival,
-                          .metrics_max_points = (int)settings[S_METRICS_POINTS].ival,
-                          .logs_max_lines = settings[S_LOG_LINES].ival,
-                          .max_log_streams = (int)settings[S_LOG_STREAMS].ival,
-                          .max_watchers = (int)settings[S_WATCHERS].ival,
-                          .max_watchers_per_job = (int)settings[S_WATCHERS_PER_JOB].ival,
-                          .max_rdzv_waiters = (int)settings[S_RDZV_WAITERS].ival,
-                          .max_rdzv_waiters_per_rank = (int)settings[S_RDZV_PER_RANK].ival,
+                          .heartbeat_interval_ms = ival[S_HB_INTERVAL],
+                          .heartbeat_timeout_ms = ival[S_HB_TIMEOUT],
+                          .hang_timeout_ms = ival[S_HANG_TIMEOUT],
+                          .restart_backoff_ms = ival[S_BACKOFF],
+                          .restart_backoff_max_ms = ival[S_BACKOFF_MAX],
+                          .metrics_max_points = (int)ival[S_METRICS_POINTS],
+                          .logs_max_lines = ival[S_LOG_LINES],
+                          .max_log_streams = (int)ival[S_LOG_STREAMS],
+                          .max_watchers = (int)ival[S_WATCHERS],
+                          .max_watchers_per_job = (int)ival[S_WATCHERS_PER_JOB],
+                          .max_rdzv_waiters = (int)ival[S_RDZV_WAITERS],
+                          .max_rdzv_waiters_per_rank = (int)ival[S_RDZV_PER_RANK],
                           .version = ZT_VERSION};
-    /* a test hook, not a setting: tests/coordinator/test_zcoord.c (test_watch_at_end) */
-    if (getenv("ZT_TEST_COMMIT_DELAY_MS"))
-        cc.test_commit_delay_ms = atoi(getenv("ZT_TEST_COMMIT_DELAY_MS"));
+    /* a test hook: tests/coordinator/test_zcoord.c (test_watch_at_end) */
+    cc.test_commit_delay_ms = (int)zt_setting_int(ZT_SET_TEST_COMMIT_DELAY_MS);
     zt_coord *coord = NULL;
     zt_rpc_server *srv = NULL;
     zt_http *http = NULL;
@@ -441,8 +435,8 @@ int main(int argc, char **argv)
                                .tls_cert_pem = cert,
                                .tls_key_pem = key,
                                .tls_client_ca_pem = client_ca,
-                               .max_message_bytes = (size_t)settings[S_MAX_MESSAGE].ival,
-                               .pollers = (int)settings[S_POLLERS].ival};
+                               .max_message_bytes = (size_t)ival[S_MAX_MESSAGE],
+                               .pollers = (int)ival[S_POLLERS]};
     if (zt_rpc_server_create(&srv, &sc, methods, nm, &err) != ZT_OK) {
         fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
         goto cleanup;
@@ -489,9 +483,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "zcoord: %s\n", zt_err_msg(&err));
         goto cleanup;
     }
-    if (settings[S_READY_FILE].sval[0] &&
-        write_ready(settings[S_READY_FILE].sval, grpc_bound, http_bound) != 0) {
-        fprintf(stderr, "zcoord: cannot write the ready file %s: %s\n", settings[S_READY_FILE].sval,
+    if (sval[S_READY_FILE][0] &&
+        write_ready(sval[S_READY_FILE], grpc_bound, http_bound) != 0) {
+        fprintf(stderr, "zcoord: cannot write the ready file %s: %s\n", sval[S_READY_FILE],
                 strerror(errno));
         goto cleanup;
     }

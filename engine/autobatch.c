@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "common/alloc.h"
+#include "common/settings.h"
 #include "engine/engine.h"
 #include "kernels/ops.h"
 
@@ -77,8 +78,8 @@ zt_status zt_auto_batch_budget(const zt_job *job, int local_ranks, int64_t *budg
             take(budget, why, why_cap, (int64_t)rl.rlim_cur, text);
         }
     }
-    const char *env = getenv("ZT_MEMORY_LIMIT");
-    if (env && *env) {
+    const char *env = zt_setting_raw(ZT_SET_MEMORY_LIMIT);
+    if (env) {
         char *end;
         errno = 0;
         long long x = strtoll(env, &end, 10);

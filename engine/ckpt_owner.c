@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "../common/log.h"
+#include "../common/settings.h"
 #include "../common/timeutil.h"
 #include "ckpt_int.h"
 #include "data/dataloader.h"
@@ -26,7 +27,7 @@ zt_status zt_ckpt_owner_from_env(zt_ckpt_owner *me, const char *job_name, zt_err
 {
     memset(me, 0, sizeof(*me));
     zt_ckpt_pathf(me->job_name, sizeof(me->job_name), "%s", job_name ? job_name : "");
-    const char *id = getenv("ZT_JOB_ID");
+    const char *id = zt_setting_raw(ZT_SET_JOB_ID);
     if (id && *id) {
         char *end;
         errno = 0;
@@ -38,7 +39,7 @@ zt_status zt_ckpt_owner_from_env(zt_ckpt_owner *me, const char *job_name, zt_err
         me->has_job_id = true;
         me->job_id = v;
     }
-    const char *key = getenv("ZT_SUBMIT_KEY");
+    const char *key = zt_setting_env(ZT_SET_SUBMIT_KEY);
     if (key && zt_ckpt_pathf(me->submit_key, sizeof(me->submit_key), "%s", key) >=
                    (int)sizeof(me->submit_key))
         return zt_err_set(err, ZT_ERR_CONFIG, "ZT_SUBMIT_KEY is longer than %zu bytes",

@@ -17,6 +17,7 @@
 
 #include "../common/alloc.h"
 #include "../common/log.h"
+#include "../common/settings.h"
 #include "ckpt.h"
 #include "monitor.h"
 #include "data/modelfile.h"
@@ -162,22 +163,21 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     e->inject_step = -1;
     e->last_ckpt_step = -1;
     e->crash_step = -1;
-    const char *crash = getenv("ZT_INJECT_CRASH"); /* test hook: "rank:step" dies mid-step */
+    const char *crash = zt_setting_env(ZT_SET_INJECT_CRASH); /* test hook: "rank:step" dies mid-step */
     if (crash) {
         int r = -1;
         long long s = -1;
         if (sscanf(crash, "%d:%lld", &r, &s) == 2 && r == e->rank)
             e->crash_step = s;
     }
-    const char *inj = getenv("ZT_INJECT_NONFINITE");
+    const char *inj = zt_setting_env(ZT_SET_INJECT_NONFINITE);
     if (inj) {
         int r = -1;
         long long s = -1;
         if (sscanf(inj, "%d:%lld", &r, &s) == 2 && r == e->rank)
             e->inject_step = s;
     }
-    const char *pk = getenv("ZT_PEAK_TFLOPS");
-    e->peak_flops = pk ? atof(pk) * 1e12 : 0.0;
+    e->peak_flops = zt_setting_real(ZT_SET_PEAK_TFLOPS) * 1e12; /* 0: unknown */
 
     if (job->ds.world_size != e->world) {
         st = zt_err_set(err, ZT_ERR_CONFIG,
@@ -225,7 +225,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     /* the caller's value (zworker: ZT_COMM_TIMEOUT_MS, which zctl run --timeout-ms sets),
      * else the environment (zt_comm_create reads and checks it), else the job file's
      * train.comm_timeout_ms: the environment overrides the job for one launch */
-    const char *tenv = getenv("ZT_COMM_TIMEOUT_MS");
+    const char *tenv = zt_setting_raw(ZT_SET_COMM_TIMEOUT_MS);
     if (opts->comm_timeout_ms > 0)
         co.timeout_ms = opts->comm_timeout_ms;
     else if (tenv && *tenv)
@@ -239,7 +239,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     co.report_fd = opts->report_fd;
     co.stall_ms = 0;
     if (opts->report_fd >= 0) {
-        const char *sv = getenv("ZT_COMM_STALL_MS");
+        const char *sv = zt_setting_raw(ZT_SET_COMM_STALL_MS);
         char *end = NULL;
         long ms = sv && *sv ? strtol(sv, &end, 10) : 2000;
         if (sv && *sv && (*end || ms < 0 || ms > INT_MAX))

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "../common/alloc.h"
+#include "../common/settings.h"
 
 /* Largest host segment of an offloaded optimizer step (elements): the unit of its pipeline
  * (4 MiB of fp32 gradients, a few hundred microseconds over PCIe). */
@@ -22,9 +23,9 @@ size_t zt_engine_offload_piece(const zt_engine *e)
     int64_t sgs = e->job.ds.zero.sub_group_size;
     if (sgs > 0 && (uint64_t)sgs < piece)
         piece = (size_t)sgs;
-    const char *pe = getenv("ZT_OFFLOAD_PIECE");
-    if (pe && atol(pe) > 0)
-        piece = (size_t)atol(pe);
+    int64_t forced = zt_setting_int(ZT_SET_OFFLOAD_PIECE); /* 0: unset or not a count */
+    if (forced > 0)
+        piece = (size_t)forced;
     return piece;
 }
 

@@ -15,6 +15,7 @@
 
 #include "../common/alloc.h"
 #include "../common/log.h"
+#include "../common/settings.h"
 #include "nvme/swap.h"
 
 #define NVME_MAX_BUFS 64
@@ -54,7 +55,7 @@ uint64_t zt_engine_nvme_disk_bytes(const zt_engine *e)
 /* nvme_path/<job>[-<job id>]/rank_NNNNN: one directory per job and rank. */
 static zt_status swap_dir(const zt_engine *e, char *out, size_t cap, zt_err *err)
 {
-    const char *id = getenv("ZT_JOB_ID");
+    const char *id = zt_setting_raw(ZT_SET_JOB_ID);
     int n = snprintf(out, cap, "%s/%s%s%s/rank_%05d", e->job.ds.zero.offload_optimizer.nvme_path,
                      e->job.name, id && *id ? "-" : "", id && *id ? id : "", e->rank);
     if (n < 0 || (size_t)n >= cap)
@@ -135,7 +136,7 @@ zt_status zt_engine_nvme_open(zt_engine *e, zt_err *err)
                          .thread_count = ac->thread_count,
                          .single_submit = ac->single_submit,
                          .overlap_events = ac->overlap_events,
-                         .backend = getenv("ZT_AIO_BACKEND")};
+                         .backend = zt_setting_choice(ZT_SET_AIO_BACKEND)};
     if ((st = zt_aio_open(&nv->aio, &cfg, err)) != ZT_OK) goto free_lens;
     if ((st = swap_dir(e, nv->dir, sizeof(nv->dir), err)) != ZT_OK) goto free_lens;
     struct stat sb;
@@ -278,9 +279,9 @@ static zt_status start_reads(zt_nvme *nv, int k, zt_err *err)
 }
 
 /* Whether test hook var ("rank:step") names this rank and the step about to update. */
-static bool hook_now(const zt_engine *e, const char *var)
+static bool hook_now(const zt_engine *e, zt_setting var)
 {
-    const char *v = getenv(var);
+    const char *v = zt_setting_raw(var);
     int r = -1;
     long long step = -1;
     return v && sscanf(v, "%d:%lld", &r, &step) == 2 && r == e->rank && step == e->steps_done + 1;
@@ -293,12 +294,12 @@ static void test_hooks(const zt_engine *e, const zt_nvme *nv)
 {
     static const char *const names[] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp"};
     char path[PATH_MAX + 16];
-    if (hook_now(e, "ZT_INJECT_SWAP_UNLINK"))
+    if (hook_now(e, ZT_SET_INJECT_SWAP_UNLINK))
         for (int a = 0; a < 3; a++) {
             snprintf(path, sizeof(path), "%s/%s", nv->dir, names[a]);
             if (unlink(path) == 0) ZT_WARN("nvme", "test hook: deleted %s", path);
         }
-    if (!hook_now(e, "ZT_INJECT_SWAP_CORRUPT")) return;
+    if (!hook_now(e, ZT_SET_INJECT_SWAP_CORRUPT)) return;
     snprintf(path, sizeof(path), "%s/master.swp", nv->dir);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     unsigned char byte;

@@ -8,6 +8,7 @@
 
 #include "../common/alloc.h"
 #include "../common/log.h"
+#include "../common/settings.h"
 #include "../kernels/cuda/cuda_plan.h"
 #include "ckpt.h"
 #include "data/modelfile.h"
@@ -83,13 +84,7 @@ void zt_engine_init_fields(zt_engine *e, const zt_job *job, int world, int rank)
     e->pdt = prec == ZT_PREC_FP16 ? ZT_F16 : prec == ZT_PREC_BF16 ? ZT_BF16 : ZT_F32;
     e->mixed = e->pdt != ZT_F32;
     /* ZT_ACTIVATIONS_FP32=1 keeps a mixed-precision job's activations in fp32 (comparisons) */
-    const char *a32 = getenv("ZT_ACTIVATIONS_FP32");
-    bool keep32 = a32 && strcmp(a32, "1") == 0;
-    static bool warned_a32; /* a plan makes many engines */
-    if (a32 && *a32 && !keep32 && strcmp(a32, "0") != 0 && !warned_a32) {
-        warned_a32 = true;
-        ZT_WARN("engine", "ignoring ZT_ACTIVATIONS_FP32=%s: expected 0 or 1", a32);
-    }
+    bool keep32 = zt_setting_bool(ZT_SET_ACTIVATIONS_FP32); /* warns once: a plan makes many */
     e->act16 = e->mixed && !keep32;
     e->gdt = job->ds.grad_accum_fp32 ? ZT_F32 : e->pdt;
     e->B = (int)job->ds.micro_batch;
@@ -101,9 +96,8 @@ void zt_engine_init_fields(zt_engine *e, const zt_job *job, int world, int rank)
     /* ZT_HEAD_ROWS=N: the classifier in chunks of N rows (at most B x T) instead of
      * ZT_GPT2_LOGITS_BUDGET's: small ones test the chunking on a small model or save memory,
      * large ones trade memory (zctl plan counts it) for fewer passes over wte */
-    const char *hr = getenv("ZT_HEAD_ROWS");
-    int rows = hr ? atoi(hr) : 0;
-    if (rows > 0) e->head_rows = rows < e->B * e->T ? rows : e->B * e->T;
+    int64_t rows = zt_setting_int(ZT_SET_HEAD_ROWS); /* 0: unset */
+    if (rows > 0) e->head_rows = rows < e->B * e->T ? (int)rows : e->B * e->T;
 }
 
 zt_status zt_engine_setup_partition(zt_engine *e, zt_err *err)

@@ -13,6 +13,7 @@
 
 #include "common/jobfile.h"
 #include "common/log.h"
+#include "common/settings.h"
 #include "engine/autobatch.h"
 #include "engine/ckpt.h"
 #include "engine/engine.h"
@@ -43,16 +44,19 @@ static void usage(FILE *f)
                "verification (reported as ckpt_bad on ZT_REPORT_FD).\n");
 }
 
-static int env_int(const char *name, int dflt, int *ok)
+/* A variable set by the parent (zagent, zctl run): a bad value is an error, since the rank's
+ * place in the job would be a guess. */
+static int env_int(zt_setting id, int dflt, int *ok)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
+    const char *v = zt_setting_raw(id);
+    if (!v)
         return dflt;
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || *end || x < 0 || x > 1 << 24) {
-        fprintf(stderr, "zworker: %s=\"%s\" is not a valid non-negative integer\n", name, v);
+        fprintf(stderr, "zworker: %s=\"%s\" is not a valid non-negative integer\n",
+                zt_setting_about(id)->name, v);
         *ok = 0;
         return dflt;
     }
@@ -75,7 +79,7 @@ static int exit_code_for(zt_status st)
 /* ZT_CKPT_TAKEOVER: "1" takes over a checkpoint_dir that belongs to another job. */
 static zt_status takeover_from_env(bool *out, zt_err *err)
 {
-    const char *v = getenv("ZT_CKPT_TAKEOVER");
+    const char *v = zt_setting_env(ZT_SET_CKPT_TAKEOVER);
     *out = v && strcmp(v, "1") == 0;
     if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
         return zt_err_set(err, ZT_ERR_CONFIG, "ZT_CKPT_TAKEOVER=\"%s\" is not 0 or 1", v);
@@ -168,14 +172,12 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     int ok = 1;
-    int rank = env_int("ZT_RANK", 0, &ok);
-    int world = env_int("ZT_WORLD_SIZE", 1, &ok);
-    int local_rank = env_int("ZT_LOCAL_RANK", 0, &ok);
-    int report_fd = env_int("ZT_REPORT_FD", -1, &ok);
+    int rank = env_int(ZT_SET_RANK, 0, &ok);
+    int world = env_int(ZT_SET_WORLD_SIZE, 1, &ok);
+    int local_rank = env_int(ZT_SET_LOCAL_RANK, 0, &ok);
+    int report_fd = env_int(ZT_SET_REPORT_FD, -1, &ok);
     if (!ok)
         return ZW_EXIT_CONFIG;
-    if (!getenv("ZT_REPORT_FD"))
-        report_fd = -1;
     if (world < 1 || rank >= world) {
         fprintf(stderr, "zworker: ZT_RANK %d is not below ZT_WORLD_SIZE %d\n", rank, world);
         return ZW_EXIT_CONFIG;
@@ -215,7 +217,7 @@ int main(int argc, char **argv)
     }
     if (st == ZT_OK && job.ds.micro_auto) {
         /* every rank of a node sees the same memory and picks the same micro batch */
-        st = zt_auto_batch_pick(&job, world, env_int("ZT_LOCAL_WORLD_SIZE", 0, &ok), 0, &err);
+        st = zt_auto_batch_pick(&job, world, env_int(ZT_SET_LOCAL_WORLD_SIZE, 0, &ok), 0, &err);
     }
     if (st == ZT_OK && rank == 0 && job.ds.notes[0]) {
         /* the start-up summary of the DeepSpeed config: one log line per note */
@@ -233,9 +235,9 @@ int main(int argc, char **argv)
         o.rank = rank;
         o.world_size = world;
         o.local_rank = local_rank;
-        o.rendezvous = getenv("ZT_RENDEZVOUS");
-        o.session = getenv("ZT_SESSION");
-        o.comm_timeout_ms = env_int("ZT_COMM_TIMEOUT_MS", 0, &ok);
+        o.rendezvous = zt_setting_env(ZT_SET_RENDEZVOUS);
+        o.session = zt_setting_env(ZT_SET_SESSION);
+        o.comm_timeout_ms = env_int(ZT_SET_COMM_TIMEOUT_MS, 0, &ok);
         o.resume = resume ? step_dir : NULL;
         o.step_out = rank == 0 ? stdout : NULL;
         o.report_fd = report_fd;
@@ -244,11 +246,11 @@ int main(int argc, char **argv)
         o.resume_bad = &bad_ckpt;
         st = zt_engine_create(&e, &job, &o, &err);
     }
-    if (st == ZT_OK && getenv("ZT_DUMP_STATE_AFTER_LOAD"))
-        st = zt_engine_dump_state(e, getenv("ZT_DUMP_STATE_AFTER_LOAD"), &err);
+    if (st == ZT_OK && zt_setting_env(ZT_SET_DUMP_STATE_AFTER_LOAD))
+        st = zt_engine_dump_state(e, zt_setting_env(ZT_SET_DUMP_STATE_AFTER_LOAD), &err);
     if (st == ZT_OK)
         st = zt_engine_train(e, &err);
-    if (st == ZT_OK && getenv("ZT_PARAM_DIGEST")) {
+    if (st == ZT_OK && zt_setting_env(ZT_SET_PARAM_DIGEST)) {
         uint32_t crc = 0;
         st = zt_engine_param_digest(e, &crc, &err);
         if (st == ZT_OK)

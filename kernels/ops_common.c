@@ -5,14 +5,11 @@
 #include <string.h>
 
 #include "../common/log.h"
+#include "../common/settings.h"
 
 bool zt_optimes_env(void)
 {
-    const char *s = getenv("ZT_OP_TIMES");
-    if (!s || !*s || strcmp(s, "0") == 0) return false;
-    if (strcmp(s, "1") == 0) return true;
-    ZT_WARN("kernels", "ignoring ZT_OP_TIMES=%s: expected 0 or 1; op times stay off", s);
-    return false;
+    return zt_setting_bool(ZT_SET_OP_TIMES);
 }
 
 void zt_optimes_add(zt_optimes *t, const char *label, double ms)

@@ -1,5 +1,6 @@
 """zerotrain test utilities without PyTorch: llm.c file formats, job runs through the real
-zctl binary, step-line parsing, comparisons. Run with /usr/bin/python3."""
+zctl binary or as zworker ranks started directly, step-line parsing, comparisons, loopback
+ports, reaping processes, the GPU probe. Run with /usr/bin/python3."""
 import json
 import math
 import os
@@ -168,6 +169,70 @@ def reap(procs):
             p.send_signal(signal.SIGCONT)
             p.kill()
         p.communicate()
+
+
+def checker(failures):
+    """A check(cond, msg) that prints msg and adds it to failures when cond is false (the
+    test goes on; finish(failures) ends it)."""
+    def check(cond, msg):
+        if not cond:
+            failures.append(msg)
+            print("FAIL:", msg)
+    return check
+
+
+def run_ranks(tmp, job, nproc, env=None, resume=None, timeout=300):
+    """Writes job to tmp/<name>.json and runs each of its nproc ranks as a zworker of its own in
+    tmp, met on a free loopback port (zctl run would stop the others at the first failure,
+    before they log theirs), each with a report file tmp/<name>.report<rank>; env is added to
+    every rank's environment, which holds no ZT_JOB_ID, ZT_SUBMIT_KEY or ZT_CKPT_TAKEOVER of
+    this process. Returns (exit codes, stderr texts, stdout texts, report texts), by rank."""
+    name = job["name"]
+    write_job(f"{tmp}/{name}.json", job)
+    port = free_port()
+    procs, reports = [], []
+    try:
+        for rk in range(nproc):
+            rep = open(f"{tmp}/{name}.report{rk}", "w+")
+            reports.append(rep)
+            e = dict(os.environ, ZT_RANK=str(rk), ZT_WORLD_SIZE=str(nproc), OMP_NUM_THREADS="1",
+                     ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}", ZT_REPORT_FD=str(rep.fileno()),
+                     ZT_COMM_TIMEOUT_MS="60000")
+            for k in ("ZT_JOB_ID", "ZT_SUBMIT_KEY", "ZT_CKPT_TAKEOVER"):
+                e.pop(k, None)
+            e.update(env or {})
+            procs.append(subprocess.Popen(
+                [zt_bin("zworker")] + (["--resume", resume] if resume else []) +
+                [f"{tmp}/{name}.json"],
+                cwd=tmp, env=e, pass_fds=(rep.fileno(),), stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=timeout) for p in procs]
+        texts = []
+        for rep in reports:
+            rep.seek(0)
+            texts.append(rep.read())
+    except BaseException:
+        reap(procs)
+        raise
+    finally:
+        for rep in reports:
+            rep.close()
+    return [p.returncode for p in procs], [o[1] for o in outs], [o[0] for o in outs], texts
+
+
+def gpu_probe(build_dir, emu=False):
+    """Exits 77 (skip) when the GPU probe (tests/zt_gpu_probe, or zt_gpu_probe_emu with emu) is
+    not built or finds no usable GPU, and fails when it fails otherwise."""
+    exe = os.path.join(build_dir, "tests", "zt_gpu_probe_emu" if emu else "zt_gpu_probe")
+    if not os.path.exists(exe):
+        print(f"SKIP: {exe} is not built")
+        sys.exit(77)
+    r = subprocess.run([exe], capture_output=True, text=True)
+    if r.returncode == 77:
+        print("SKIP:", r.stdout.strip())
+        sys.exit(77)
+    if r.returncode != 0:
+        sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
 
 
 def finish(failures):

@@ -14,6 +14,7 @@
 
 #include "../../common/alloc.h"
 #include "../../common/log.h"
+#include "../../common/settings.h"
 #include "../../common/timeutil.h"
 
 static const char *const kind_names[ZT_COLL_KIND_COUNT] = {
@@ -263,8 +264,8 @@ static zt_status resolve_timeout(const zt_comm_opts *opts, int *out, zt_err *err
         *out = opts->timeout_ms;
         return ZT_OK;
     }
-    const char *env = getenv("ZT_COMM_TIMEOUT_MS");
-    if (!env || !*env) {
+    const char *env = zt_setting_raw(ZT_SET_COMM_TIMEOUT_MS);
+    if (!env) {
         *out = ZT_COMM_DEFAULT_TIMEOUT_MS;
         return ZT_OK;
     }

@@ -86,6 +86,17 @@ static void peer_host(int fd, char *out, size_t outlen)
     numeric_host((struct sockaddr *)&ss, len, out, outlen);
 }
 
+/* Waits until fd is ready for events (or a signal or error wakes poll): 0, or -1 once the
+ * deadline has passed. */
+static int wait_ready(int fd, short events, uint64_t deadline_ns)
+{
+    int ms = ms_until(deadline_ns);
+    if (ms == 0) return -1;
+    struct pollfd pfd = {.fd = fd, .events = events};
+    (void)poll(&pfd, 1, ms);
+    return 0;
+}
+
 int zt_comm_net_write_all(int fd, const void *buf, size_t len, uint64_t deadline_ns,
                           const char *who, zt_err *err)
 {
@@ -99,14 +110,9 @@ int zt_comm_net_write_all(int fd, const void *buf, size_t len, uint64_t deadline
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int ms = ms_until(deadline_ns);
-            if (ms == 0) {
-                zt_err_set(err, ZT_ERR_TIMEOUT, "%s did not accept data before the deadline", who);
-                return -1;
-            }
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            (void)poll(&pfd, 1, ms);
-            continue;
+            if (wait_ready(fd, POLLOUT, deadline_ns) == 0) continue;
+            zt_err_set(err, ZT_ERR_TIMEOUT, "%s did not accept data before the deadline", who);
+            return -1;
         }
         zt_err_set(err, ZT_ERR_PEER, "%s closed the connection (%s)", who,
                    n < 0 ? strerror(errno) : "send returned 0");
@@ -132,14 +138,9 @@ int zt_comm_net_read_all(int fd, void *buf, size_t len, uint64_t deadline_ns, co
         }
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int ms = ms_until(deadline_ns);
-            if (ms == 0) {
-                zt_err_set(err, ZT_ERR_TIMEOUT, "%s sent nothing before the deadline", who);
-                return -1;
-            }
-            struct pollfd pfd = {.fd = fd, .events = POLLIN};
-            (void)poll(&pfd, 1, ms);
-            continue;
+            if (wait_ready(fd, POLLIN, deadline_ns) == 0) continue;
+            zt_err_set(err, ZT_ERR_TIMEOUT, "%s sent nothing before the deadline", who);
+            return -1;
         }
         zt_err_set(err, ZT_ERR_PEER, "%s closed the connection (%s)", who, strerror(errno));
         return -1;

@@ -10,6 +10,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/settings.h"
 #include "common/timeutil.h"
 #include "cpu_int.h"
 
@@ -36,22 +37,6 @@ float *zt_cpu_scratch(zt_kctx *ctx, size_t nfloats)
     return p;
 }
 
-/* Reads a positive integer from the environment; def when unset, out of range, or not a
- * number (with a warning, since a typo would otherwise silently change the speed). */
-static int env_int(const char *name, int def, int lo, int hi)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) return def;
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (*end != '\0' || v < lo || v > hi) {
-        ZT_WARN("kernels", "ignoring %s=%s: expected an integer in [%d, %d]; using %d", name, s, lo,
-                hi, def);
-        return def;
-    }
-    return (int)v;
-}
-
 static zt_status cpu_ctx_create(zt_kctx **out, int device, zt_err *err)
 {
     (void)device;
@@ -65,13 +50,11 @@ static zt_status cpu_ctx_create(zt_kctx **out, int device, zt_err *err)
     int nt = omp_get_max_threads();
     ctx->nthreads = nt > 0 ? nt : 1;
     ctx->attn_mode = ZT_CPU_ATTN_OUTER;
-    const char *mode = getenv("ZT_CPU_ATTN");
-    if (mode && strcmp(mode, "inner") == 0)
+    if (strcmp(zt_setting_choice(ZT_SET_CPU_ATTN), "inner") == 0)
         ctx->attn_mode = ZT_CPU_ATTN_INNER;
-    else if (mode && *mode && strcmp(mode, "outer") != 0)
-        ZT_WARN("kernels", "ignoring ZT_CPU_ATTN=%s: expected 'outer' or 'inner'", mode);
     ctx->par_min = ZT_CPU_PAR_MIN;
-    ctx->attn_block = env_int("ZT_CPU_ATTN_BLOCK", 64, 8, 1 << 20);
+    /* a bad value warns, since a typo would otherwise silently change the speed */
+    ctx->attn_block = (int)zt_setting_int(ZT_SET_CPU_ATTN_BLOCK);
     ctx->optimes = zt_optimes_env();
     *out = ctx;
     return ZT_OK;

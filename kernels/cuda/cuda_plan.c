@@ -4,10 +4,9 @@
 #include "cuda_plan.h"
 
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "../../common/log.h"
+#include "../../common/settings.h"
 
 size_t zt_cuda_context_device_bytes(int B, int T)
 {
@@ -18,22 +17,14 @@ size_t zt_cuda_context_device_bytes(int B, int T)
 
 bool zt_cuda_stage_env(void)
 {
-    const char *st = getenv("ZT_CUDA_GEMM_STAGE");
-    if (st && *st && strcmp(st, "0") != 0 && strcmp(st, "1") != 0) {
-        static bool warned; /* a plan asks many times */
-        if (!warned) {
-            warned = true;
-            ZT_WARN("kernels", "ignoring ZT_CUDA_GEMM_STAGE=%s: expected 0 or 1", st);
-        }
-    }
-    return !st || strcmp(st, "0") != 0;
+    return zt_setting_bool(ZT_SET_CUDA_GEMM_STAGE); /* warns once: a plan asks many times */
 }
 
 bool zt_cuda_stage_wanted(zt_dtype pdt)
 {
     if (!zt_cuda_stage_env()) return false;
     /* ZT_CUDA_MATMUL as ops_cuda.c reads it: a value naming no mode counts as unset */
-    const char *mm = getenv("ZT_CUDA_MATMUL");
+    const char *mm = zt_setting_env(ZT_SET_CUDA_MATMUL);
     if (mm && (strcmp(mm, "bf16") == 0 || strcmp(mm, "fp16") == 0)) return true;
     if (mm && (strcmp(mm, "fp32") == 0 || strcmp(mm, "tf32") == 0)) return false;
     return pdt == ZT_BF16 || pdt == ZT_F16;
@@ -42,21 +33,10 @@ bool zt_cuda_stage_wanted(zt_dtype pdt)
 size_t zt_cuda_stage_cap_elems(void)
 {
     size_t def = (size_t)ZT_CUDA_STAGE_MIB << 19; /* MiB of 2-byte elements */
-    const char *s = getenv("ZT_CUDA_GEMM_STAGE_MIB");
-    if (!s || !*s) return def;
-    char *end = NULL;
-    double mib = strtod(s, &end);
-    if (end == s || *end || !(mib > 0.0) || mib > 65536.0) {
-        static bool warned; /* a plan asks many times */
-        if (!warned) {
-            warned = true;
-            ZT_WARN(
-                "kernels",
-                "ignoring ZT_CUDA_GEMM_STAGE_MIB=%s: expected a size in MiB above 0 and up to 65536; using %d",
-                s, ZT_CUDA_STAGE_MIB);
-        }
-        return def;
-    }
+    if (!zt_setting_raw(ZT_SET_CUDA_GEMM_STAGE_MIB)) return def;
+    /* a bad value warns once (a plan asks many times) and gives the table's default, which
+     * tests/common/test_settings.c holds to ZT_CUDA_STAGE_MIB */
+    double mib = zt_setting_real(ZT_SET_CUDA_GEMM_STAGE_MIB);
     size_t n = (size_t)(mib * (double)((size_t)1 << 19));
     return n < ZT_CUDA_STAGE_MIN_ELEMS ? ZT_CUDA_STAGE_MIN_ELEMS : n;
 }

@@ -12,6 +12,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/settings.h"
 #include "cuda_int.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -101,14 +102,9 @@ const char *zt_cuda_mm_name(int mm)
  * "fp32", "tf32", "bf16" or "fp16"; anything else warns and counts as unset. */
 static int mm_from_env(void)
 {
-    const char *s = getenv("ZT_CUDA_MATMUL");
-    if (!s || !*s) return -1;
-    for (int mm = ZT_MM_FP32; mm <= ZT_MM_FP16; mm++)
+    const char *s = zt_setting_choice(ZT_SET_CUDA_MATMUL);
+    for (int mm = ZT_MM_FP32; s && mm <= ZT_MM_FP16; mm++)
         if (strcmp(s, zt_cuda_mm_name(mm)) == 0) return mm;
-    ZT_WARN(
-        "kernels",
-        "ignoring ZT_CUDA_MATMUL=%s: expected fp32, tf32, bf16 or fp16; the job's precision decides",
-        s);
     return -1;
 }
 
@@ -120,11 +116,9 @@ static int mm_from_env(void)
  * Anything else warns and counts as unset. */
 static int attn_fused_from_env(void)
 {
-    const char *s = getenv("ZT_CUDA_ATTN");
-    if (!s || !*s || strcmp(s, "cudnn") == 0) return ZT_CUDA_ATTN_AUTO;
-    if (strcmp(s, "chunked") == 0) return 0;
-    if (strcmp(s, "fused") == 0) return 1;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN=%s: expected 'fused', 'chunked' or 'cudnn'", s);
+    const char *s = zt_setting_choice(ZT_SET_CUDA_ATTN);
+    if (s && strcmp(s, "chunked") == 0) return 0;
+    if (s && strcmp(s, "fused") == 0) return 1;
     return ZT_CUDA_ATTN_AUTO;
 }
 
@@ -136,7 +130,7 @@ static int attn_fused_from_env(void)
  * the kernels run (said once). */
 static int attn_cudnn_from_env(void)
 {
-    const char *s = getenv("ZT_CUDA_ATTN");
+    const char *s = zt_setting_env(ZT_SET_CUDA_ATTN); /* attn_fused_from_env warned */
     if (s && (strcmp(s, "fused") == 0 || strcmp(s, "chunked") == 0)) return 0;
     bool asked = s && strcmp(s, "cudnn") == 0;
     if (zt_cuda_dnn_built()) return asked ? ZT_DNN_ASKED : ZT_DNN_DEFAULT;
@@ -157,11 +151,9 @@ static int attn_cudnn_from_env(void)
  * attn_cudnn.c). */
 static int attn_dq_from_env(void)
 {
-    const char *s = getenv("ZT_CUDA_ATTN_DQ");
-    if (!s || !*s || strcmp(s, "kernel") == 0) return ZT_ATTN_DQ_KERNEL;
+    const char *s = zt_setting_choice(ZT_SET_CUDA_ATTN_DQ);
     if (strcmp(s, "gemm") == 0) return ZT_ATTN_DQ_GEMM;
     if (strcmp(s, "atomic") == 0) return ZT_ATTN_DQ_ATOMIC;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_ATTN_DQ=%s: expected 'kernel', 'gemm' or 'atomic'", s);
     return ZT_ATTN_DQ_KERNEL;
 }
 
@@ -172,15 +164,12 @@ static int attn_dq_from_env(void)
  * to 168 for 3); for the forward "mma4" (held to 128 registers for 4 blocks an SM, where it
  * takes 135 for 3). Anything else warns and counts as unset. mma is the default: faster than
  * wmma forward and backward, and end to end (docs/performance.md). */
-static int attn_mma_from_env(const char *name, bool bwd)
+static int attn_mma_from_env(zt_setting id)
 {
-    const char *s = getenv(name);
-    if (!s || !*s || strcmp(s, "mma") == 0) return 1;
+    const char *s = zt_setting_choice(id);
     if (strcmp(s, "wmma") == 0) return 0;
-    if (bwd && strcmp(s, "mma2") == 0) return ZT_ATTN_BWD_MMA2;
-    if (!bwd && strcmp(s, "mma4") == 0) return ZT_ATTN_FWD_MMA4;
-    ZT_WARN("kernels", "ignoring %s=%s: expected 'mma', %s or 'wmma'", name, s,
-            bwd ? "'mma2'" : "'mma4'");
+    if (strcmp(s, "mma2") == 0) return ZT_ATTN_BWD_MMA2;
+    if (strcmp(s, "mma4") == 0) return ZT_ATTN_FWD_MMA4;
     return 1;
 }
 
@@ -191,23 +180,7 @@ static int attn_mma_from_env(const char *name, bool bwd)
  * else warns and counts as unset. */
 static int ln_bwd_row_from_env(void)
 {
-    const char *s = getenv("ZT_CUDA_LN_BWD");
-    if (!s || !*s || strcmp(s, "row") == 0) return 1;
-    if (strcmp(s, "grouped") == 0) return 0;
-    ZT_WARN("kernels", "ignoring ZT_CUDA_LN_BWD=%s: expected 'row' or 'grouped'", s);
-    return 1;
-}
-
-/* An on/off variable: "1" true, "0" false, unset or empty def; anything else warns and gives
- * def. */
-static int flag_from_env(const char *name, int def)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) return def;
-    if (strcmp(s, "1") == 0) return 1;
-    if (strcmp(s, "0") == 0) return 0;
-    ZT_WARN("kernels", "ignoring %s=%s: expected 0 or 1", name, s);
-    return def;
+    return strcmp(zt_setting_choice(ZT_SET_CUDA_LN_BWD), "grouped") != 0;
 }
 
 static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
@@ -241,13 +214,13 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
     ctx->attn_cudnn = attn_cudnn_from_env();
     ctx->attn_dq = attn_dq_from_env();
     ctx->ln_bwd_row = ln_bwd_row_from_env();
-    ctx->attn_fwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_FWD", false);
-    ctx->attn_bwd_mma = attn_mma_from_env("ZT_CUDA_ATTN_BWD", true);
-    ctx->gemm_tune = flag_from_env("ZT_CUDA_GEMM_TUNE", 0);
+    ctx->attn_fwd_mma = attn_mma_from_env(ZT_SET_CUDA_ATTN_FWD);
+    ctx->attn_bwd_mma = attn_mma_from_env(ZT_SET_CUDA_ATTN_BWD);
+    ctx->gemm_tune = zt_setting_bool(ZT_SET_CUDA_GEMM_TUNE);
     ctx->stage_on = zt_cuda_stage_env();
     /* ZT_CUDA_STAGE_FUSED=0: every 16-bit copy by a pass of its own instead of fused into its
      * neighbour (tests/bench/gpu_train.py's zt-unfused row; bitwise the same results) */
-    ctx->stage_fused = flag_from_env("ZT_CUDA_STAGE_FUSED", 1);
+    ctx->stage_fused = zt_setting_bool(ZT_SET_CUDA_STAGE_FUSED);
     ctx->stage_max = zt_cuda_stage_cap_elems();
     ctx->optimes = zt_optimes_env();
     zt_status st = ZT_OK;

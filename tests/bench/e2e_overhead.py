@@ -42,8 +42,7 @@ def write_job(c, name, steps):
                       "zero_optimization": {"stage": 1}, "steps_per_print": 50},
     }
     path = os.path.join(c.tmp, f"{name}.json")
-    with open(path, "w") as f:
-        json.dump(job, f, indent=1)
+    e.write_job(path, job)
     return path
 
 

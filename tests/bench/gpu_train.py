@@ -152,19 +152,6 @@ def gpu_name():
     return "unknown GPU"
 
 
-def probe(build_dir):
-    exe = os.path.join(build_dir, "tests", "zt_gpu_probe_emu" if EMU else "zt_gpu_probe")
-    if not os.path.exists(exe):
-        print(f"SKIP: {exe} is not built")
-        sys.exit(77)
-    r = subprocess.run([exe], capture_output=True, text=True)
-    if r.returncode == 77:
-        print("SKIP:", r.stdout.strip())
-        sys.exit(77)
-    if r.returncode != 0:
-        sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
-
-
 # ---------------------------------------------------------------------------------------------
 # PyTorch side (runs in a subprocess with the torch that has CUDA)
 
@@ -469,7 +456,7 @@ def main():
     def wanted(v):
         return v in chosen
 
-    probe(BUILD)
+    zu.gpu_probe(BUILD, EMU)
     name = gpu_name()
     (pk_bf16, pk_tf32, pk_fp32), known = peaks_for(name)
     peak_of = {"fp32": pk_fp32, "tf32": pk_tf32, "bf16": pk_bf16, "bf16-tf32": pk_tf32}

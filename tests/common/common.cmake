@@ -5,3 +5,6 @@ zt_add_test(NAME test_netutil SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_netutil.c L
 zt_add_test(NAME test_hangdiag SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hangdiag.c LIBS zt_common LABELS unit)
 zt_add_test(NAME test_reportline SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_reportline.c LIBS zt_common LABELS unit)
 zt_add_test(NAME test_fsutil SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fsutil.c LIBS zt_common LABELS unit)
+# common/settings.c, and docs/env.md against its table.
+zt_add_test(NAME test_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_settings.c LIBS zt_common LABELS unit)
+target_compile_definitions(test_settings PRIVATE ZT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # docs/env.md lists every ZT_* environment variable the product's code reads. This test finds
-# them in the source (getenv("ZT_..."), the env helpers env_int("ZT_...") and *_from_env("ZT_..."),
-# and the flag tables of zcoord and zagent, whose rows {"flag", "ZT_...", ...} are read through
-# getenv) and fails naming each one that docs/env.md lacks, and each table row of docs/env.md
-# that names a variable the code no longer reads.
+# them in the source (the rows X(ID, "ZT_...", ...) of common/settings.h's table, through which
+# the code reads them, and any getenv("ZT_...") left beside it) and fails naming each one that
+# docs/env.md lacks, and each table row of docs/env.md that names a variable the code no longer
+# reads. tests/common/test_settings.c holds the words of each row to the table.
 set -euo pipefail
 src="${ZT_SOURCE_DIR:?set ZT_SOURCE_DIR to the repository root}"
 doc="$src/docs/env.md"
@@ -18,9 +18,7 @@ fi
 read_names=$(cd "$src" && grep -rhoE \
   --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' --include='*.cc' --include='*.cpp' \
   -e 'getenv\("ZT_[A-Z0-9_]+"' \
-  -e '[A-Za-z0-9_]*env_int\("ZT_[A-Z0-9_]+"' \
-  -e '[A-Za-z0-9_]+_from_env\("ZT_[A-Z0-9_]+"' \
-  -e '\{ *"[a-z0-9-]+", *"ZT_[A-Z0-9_]+"' \
+  -e 'X\([A-Z0-9_]+, "ZT_[A-Z0-9_]+"' \
   "${dirs[@]}" | grep -oE 'ZT_[A-Z0-9_]+' | sort -u)
 
 passed=0

@@ -7,8 +7,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from ztutil import free_port  # noqa: E402  (tests/ztutil.py)
+import zt_testlib as T  # noqa: E402
 
 BIN = os.environ.get("ZT_BIN", "./bin")
 N_JOBS = int(os.environ.get("ZT_DURABILITY_JOBS", "200"))
@@ -38,51 +37,9 @@ JOB = """{
 """
 
 
-
-
-class Coord:
-    def __init__(self, tmp, port):
-        self.tmp, self.port, self.proc, self.starts = tmp, port, None, 0
-        self.lock = threading.Lock()
-
-    def start(self):
-        ready = os.path.join(self.tmp, "ready.json")
-        if os.path.exists(ready):
-            os.unlink(ready)
-        log = open(os.path.join(self.tmp, "zcoord.log"), "a")
-        self.proc = subprocess.Popen([os.path.join(BIN, "zcoord"), "--db", os.path.join(self.tmp, "zt.db"),
-                                      "--grpc", f"127.0.0.1:{self.port}", "--http", "off",
-                                      "--ready-file", ready, "--log-level", "warn"],
-                                     stdout=log, stderr=log)
-        self.starts += 1
-        for _ in range(3000):
-            if os.path.exists(ready):
-                return
-            if self.proc.poll() is not None:
-                # the port may linger for a moment after a kill: try again
-                time.sleep(0.05)
-                return self.start()
-            time.sleep(0.005)
-        raise RuntimeError("zcoord did not become ready")
-
-    def kill(self):
-        if self.proc:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
-
-    def stop(self):
-        if self.proc:
-            self.proc.send_signal(signal.SIGTERM)
-            rc = self.proc.wait(30)
-            self.proc = None
-            return rc
-        return 0
-
-
 def main():
     tmp = tempfile.mkdtemp(prefix="zt_durability_")
-    coord = Coord(tmp, free_port())
+    coord = T.Zcoord(tmp, ["--log-level", "warn"], port=free_port(), restart_early_exit=True)
     addr = f"127.0.0.1:{coord.port}"
     acked = {}  # name -> (job id, text)
     failures = []

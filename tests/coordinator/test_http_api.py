@@ -8,12 +8,10 @@ gRPC certificate. Run with Debian's /usr/bin/python3 (python3-grpcio, python3-pr
 import http.client
 import json
 import os
-import shutil
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -211,20 +209,16 @@ def check_metrics_text(api, job_id):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="zt_http_")
-    zc = None
-    try:
-        T.build_stubs(os.path.join(tmp, "py"))
+    with T.CoordTest("zt_http_", log_tail=12000) as ct:
+        tmp = ct.tmp
         import grpc
         import zerotrain_pb2 as pb
         import zerotrain_pb2_grpc as rpc
 
-        tok = os.path.join(tmp, "token")
-        T.write_token(tok, TOKEN)
-        agent_tok = os.path.join(tmp, "agent-token")
-        T.write_token(agent_tok, AGENT_TOKEN)
-        zc = T.Zcoord(tmp, ["--token-file", tok, "--agent-token-file", agent_tok,
-                            "--http", "127.0.0.1:0"]).start()
+        tok = ct.token_file("token", TOKEN)
+        agent_tok = ct.token_file("agent-token", AGENT_TOKEN)
+        zc = ct.zcoord(["--token-file", tok, "--agent-token-file", agent_tok,
+                        "--http", "127.0.0.1:0"])
         api = Http(zc.http, TOKEN)
         check_auth(api, zc.http)
 
@@ -367,15 +361,14 @@ def main():
         s.t.join(5)
         assert not s.t.is_alive() and time.time() - t0 < 10, "stream did not end at shutdown"
         print(f"zcoord stopped {time.time() - t0:.2f} s after SIGTERM with an event stream open")
-        zc = None
 
         # HTTPS with the certificate and key of gRPC
         cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
                         "-keyout", key, "-out", cert], check=True, capture_output=True)
-        zc = T.Zcoord(tmp, ["--token-file", tok, "--http", "127.0.0.1:0", "--tls-cert", cert,
-                            "--tls-key", key]).start()
+        zc = ct.zcoord(["--token-file", tok, "--http", "127.0.0.1:0", "--tls-cert", cert,
+                        "--tls-key", key])
         sec = Http(zc.http, TOKEN, tls_ca=cert)
         st, _, body = sec.req("GET", "/healthz")
         assert st == 200 and body == b"ok\n", (st, body)
@@ -391,10 +384,9 @@ def main():
             st = None
         assert st != 200, "plain HTTP answered on the HTTPS port"
         zc.kill()
-        zc = None
 
         # without a token: loopback host names only (DNS rebinding), the CSRF guard still on
-        zc = T.Zcoord(tmp, ["--http", "127.0.0.1:0"]).start()
+        zc = ct.zcoord(["--http", "127.0.0.1:0"])
         open_api = Http(zc.http)
         assert open_api.json("/api/v1/jobs?limit=1")["jobs"], "no jobs without a token"
         port = zc.http.rsplit(":", 1)[1]
@@ -416,14 +408,6 @@ def main():
         st, _, _ = open_api.req("GET", "/login")
         assert st == 303, st
         print("test_http_api: ok")
-    except BaseException:
-        if zc is not None:
-            sys.stderr.write(f"---- zcoord log ----\n{zc.tail(12000)}\n")
-        raise
-    finally:
-        if zc is not None:
-            zc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,7 @@ input, and string fields that are not UTF-8 (refused, or cleaned for log lines, 
 read stays decodable by this client). Run with Debian's /usr/bin/python3."""
 import json
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 
@@ -48,20 +46,15 @@ JOB = json.dumps({
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="zt_interop_")
-    zc = None
-    try:
-        T.build_stubs(os.path.join(tmp, "py"))
+    with T.CoordTest("zt_interop_") as ct:
         import zerotrain_pb2 as pb
         import zerotrain_pb2_grpc as rpc
         import health_pb2
         import health_pb2_grpc
 
-        tok = os.path.join(tmp, "token")
-        T.write_token(tok, TOKEN)
-        agent_tok = os.path.join(tmp, "agent-token")
-        T.write_token(agent_tok, AGENT_TOKEN)
-        zc = T.Zcoord(tmp, ["--token-file", tok, "--agent-token-file", agent_tok]).start()
+        tok = ct.token_file("token", TOKEN)
+        agent_tok = ct.token_file("agent-token", AGENT_TOKEN)
+        zc = ct.zcoord(["--token-file", tok, "--agent-token-file", agent_tok])
         addr = zc.addr
         channel = grpc.insecure_channel(addr)
         md = T.bearer(TOKEN)
@@ -313,14 +306,6 @@ def main():
         rc = zc.stop()
         assert rc == 0, f"zcoord exited {rc}"
         print("test_interop: ok")
-    except BaseException:
-        if zc is not None:
-            sys.stderr.write(f"---- zcoord log ----\n{zc.tail()}\n")
-        raise
-    finally:
-        if zc is not None:
-            zc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

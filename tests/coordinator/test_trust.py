@@ -26,9 +26,7 @@ Run with Debian's /usr/bin/python3 (python3-grpcio, python3-grpc-tools)."""
 import json
 import os
 import secrets
-import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -70,19 +68,16 @@ def refused(fn, code, needle=None, what=""):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="zt_trust_")
-    zc = None
-    try:
-        T.build_stubs(os.path.join(tmp, "py"))
+    with T.CoordTest("zt_trust_", log_tail=12000) as ct:
+        tmp = ct.tmp
         import zerotrain_pb2 as pb
         import zerotrain_pb2_grpc as rpc
 
-        tok, users, join = (os.path.join(tmp, n) for n in ("token", "users", "agent-token"))
-        T.write_token(tok, TOKEN)
-        T.write_token(users, f"# named users\nalice {ALICE_TOKEN}")
-        T.write_token(join, AGENT_TOKEN)
-        zc = T.Zcoord(tmp, ["--token-file", tok, "--users-file", users, "--agent-token-file", join,
-                            "--heartbeat-timeout", "60s"]).start()
+        tok = ct.token_file("token", TOKEN)
+        users = ct.token_file("users", f"# named users\nalice {ALICE_TOKEN}")
+        join = ct.token_file("agent-token", AGENT_TOKEN)
+        zc = ct.zcoord(["--token-file", tok, "--users-file", users, "--agent-token-file", join,
+                        "--heartbeat-timeout", "60s"])
         channel = grpc.insecure_channel(zc.addr)
         user = rpc.CoordinatorStub(channel)
         stub = rpc.AgentControlStub(channel)
@@ -389,25 +384,23 @@ def main():
         b.heartbeat()
 
         assert zc.stop() == 0
-        zc = None
 
         # user tokens but no join token: no agent may join, whatever it sends
         d2 = os.path.join(tmp, "nojoin")
         os.makedirs(d2)
-        zc = T.Zcoord(d2, ["--token-file", tok]).start()
+        zc = ct.zcoord(["--token-file", tok], tmp=d2)
         stub2 = rpc.AgentControlStub(grpc.insecure_channel(zc.addr))
         for what, m in (("no token", []), ("the join token", join_md), ("a user token", md)):
             refused(lambda: stub2.RegisterAgent(pb.RegisterAgentRequest(
                 name="A", hostname="h", device=pb.DEVICE_CPU, slots=1), metadata=m),
                 DENIED, None, f"a coordinator without a join token: RegisterAgent with {what}")
         assert zc.stop() == 0
-        zc = None
 
         # no token at all (loopback only): anyone may register and the user calls are open,
         # but every other agent call still needs the agent's own key
         d3 = os.path.join(tmp, "open")
         os.makedirs(d3)
-        zc = T.Zcoord(d3, []).start()
+        zc = ct.zcoord([], tmp=d3)
         ch3 = grpc.insecure_channel(zc.addr)
         user3, stub3 = rpc.CoordinatorStub(ch3), rpc.AgentControlStub(ch3)
         a3 = T.FakeAgent(pb, stub3, "A", slots=2)
@@ -430,16 +423,7 @@ def main():
         c3 = user3.CancelJob(pb.CancelJobRequest(job_id=job3, reason="done"))
         assert c3.job.state == pb.JOB_STATE_CANCELED and "(by " not in c3.job.reason, c3.job
         assert zc.stop() == 0
-        zc = None
         print("test_trust: ok")
-    except BaseException:
-        if zc is not None:
-            sys.stderr.write(f"---- zcoord log ----\n{zc.tail(12000)}\n")
-        raise
-    finally:
-        if zc is not None:
-            zc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 and a simulated agent."""
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -49,12 +50,16 @@ def write_token(path, token):
 
 
 class Zcoord:
-    """A zcoord process in directory tmp; use as a context manager (killed on exit)."""
+    """A zcoord process in directory tmp; use as a context manager (killed on exit). With
+    restart_early_exit, a zcoord that exits before it is ready (a fixed port may linger for a
+    moment after a kill) is started again; starts counts the processes started."""
 
-    def __init__(self, tmp, args=(), port=0):
+    def __init__(self, tmp, args=(), port=0, restart_early_exit=False):
         self.tmp, self.args, self.port, self.proc, self.addr = tmp, list(args), port, None, None
         self.http = None
         self.log = os.path.join(tmp, "zcoord.log")
+        self.restart_early_exit = restart_early_exit
+        self.starts = 0
 
     def start(self):
         ready = os.path.join(self.tmp, "ready.json")
@@ -64,6 +69,8 @@ class Zcoord:
         self.proc = subprocess.Popen([os.path.join(BIN, "zcoord"), "--db", os.path.join(self.tmp, "zt.db"),
                                       "--grpc", f"127.0.0.1:{self.port}", "--http", "off",
                                       "--ready-file", ready, *self.args], stdout=log, stderr=log)
+        log.close()
+        self.starts += 1
         for _ in range(2000):
             if os.path.exists(ready):
                 with open(ready) as f:
@@ -72,6 +79,9 @@ class Zcoord:
                 self.port = int(self.addr.rsplit(":", 1)[1])
                 return self
             if self.proc.poll() is not None:
+                if self.restart_early_exit:
+                    time.sleep(0.05)
+                    return self.start()
                 raise SystemExit(f"zcoord exited early:\n{self.tail()}")
             time.sleep(0.01)
         self.kill()
@@ -105,6 +115,42 @@ class Zcoord:
         if exc_type is not None:
             sys.stderr.write(f"---- zcoord log ----\n{self.tail()}\n")
         self.kill()
+        return False
+
+
+class CoordTest:
+    """The frame of a coordinator test, as a context manager: a temporary directory (tmp) with
+    the Python stubs built in tmp/py, and the zcoord started last by zcoord(), which is killed
+    on the way out (its log's last log_tail characters printed first when the test failed)
+    before the directory is removed."""
+
+    def __init__(self, prefix, log_tail=4000):
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.log_tail, self.zc = log_tail, None
+
+    def __enter__(self):
+        build_stubs(os.path.join(self.tmp, "py"))
+        return self
+
+    def token_file(self, name, token):
+        """tmp/name holding token, as write_token writes it; returns the path."""
+        path = os.path.join(self.tmp, name)
+        write_token(path, token)
+        return path
+
+    def zcoord(self, args=(), tmp=None):
+        """Starts a zcoord in tmp (default: this test's directory) and keeps it for teardown."""
+        self.zc = Zcoord(tmp or self.tmp, args).start()
+        return self.zc
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if self.zc is not None:
+                if exc_type is not None:
+                    sys.stderr.write(f"---- zcoord log ----\n{self.zc.tail(self.log_tail)}\n")
+                self.zc.kill()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return False
 
 

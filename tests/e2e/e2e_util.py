@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from ztutil import free_port  # noqa: E402  (tests/ztutil.py)
+from ztutil import free_port, write_job  # noqa: E402  (tests/ztutil.py)
 
 BIN = os.environ.get("ZT_BIN", "./bin")
 # sanitizer builds (make test-asan) run workers ~15x slower: fewer steps keep tests short
@@ -253,9 +252,17 @@ class Cluster:
                           "zero_optimization": {"stage": 1}, "steps_per_print": 100},
         }
         path = os.path.join(self.tmp, f"{name}.json")
-        with open(path, "w") as f:
-            json.dump(job, f, indent=1)
+        write_job(path, job)
         return path
+
+    def run_reference(self, job, steps, nproc=2, timeout=300):
+        """Runs job (a file of a job named "ref") locally with zctl run, as the uninterrupted
+        run a test compares with: its step losses {step: loss text}, which must be `steps`."""
+        self.zctl("run", "--nproc", str(nproc), job, timeout=timeout)
+        with open(os.path.join(self.tmp, "ckpt_ref", "logs", "rank_00000.log")) as f:
+            want = step_lines(f.read())
+        check_eq(len(want), steps, "steps of the reference run")
+        return want
 
     # ---- teardown -----------------------------------------------------------------------
 

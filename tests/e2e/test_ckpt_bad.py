@@ -130,11 +130,7 @@ def body(c):
     c.start_coord()
     c.start_agent("a1", "cpu:2")
     c.make_data()
-    ref = c.write_job("ref", steps=STEPS, ckpt_every=EVERY, keep=3)
-    c.zctl("run", "--nproc", "2", ref, timeout=300)
-    with open(os.path.join(c.tmp, "ckpt_ref", "logs", "rank_00000.log")) as f:
-        want = e.step_lines(f.read())
-    e.check_eq(len(want), STEPS, "steps of the reference run")
+    want = c.run_reference(c.write_job("ref", steps=STEPS, ckpt_every=EVERY, keep=3), STEPS)
     fallback(c, want)
     none_left(c)
 

@@ -38,11 +38,7 @@ def body(c):
     c.start_agent("a2", "cpu:2")
     c.make_data()
 
-    ref = four_ranks(c, "ref", keep=2)
-    c.zctl("run", "--nproc", "4", ref, timeout=600)
-    with open(os.path.join(c.tmp, "ckpt_ref", "logs", "rank_00000.log")) as f:
-        want = e.step_lines(f.read())
-    e.check_eq(len(want), STEPS, "steps of the reference run")
+    want = c.run_reference(four_ranks(c, "ref", keep=2), STEPS, nproc=4, timeout=600)
 
     jid = c.submit(four_ranks(c, "hang", keep=2, max_restarts=2))
     first = e.wait_for(lambda: c.committed(jid), 120, "a committed checkpoint", interval=0.05)

@@ -18,11 +18,7 @@ def body(c):
     c.make_data()
 
     # the uninterrupted run, locally, with the same job
-    ref = c.write_job("ref", steps=STEPS, ckpt_every=EVERY, keep=2)
-    c.zctl("run", "--nproc", "2", ref, timeout=300)
-    with open(os.path.join(c.tmp, "ckpt_ref", "logs", "rank_00000.log")) as f:
-        want = e.step_lines(f.read())
-    e.check_eq(len(want), STEPS, "steps of the reference run")
+    want = c.run_reference(c.write_job("ref", steps=STEPS, ckpt_every=EVERY, keep=2), STEPS)
 
     job = c.write_job("crash", steps=STEPS, ckpt_every=EVERY, keep=2, max_restarts=2)
     jid = c.submit(job)

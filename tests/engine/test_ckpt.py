@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
@@ -38,12 +37,7 @@ import ztutil as zu  # noqa: E402
 QUICK = os.environ.get("ZT_TEST_QUICK") == "1"
 CFG = dict(L=2, NH=2, C=32, T=16, V=100, Vp=128)
 failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg)
+check = zu.checker(failures)
 
 
 def job_for(name, ranks, stage, steps, prec="fp32", ckpt_every=10, keep=3, ckdir=None):
@@ -177,28 +171,8 @@ def main():
         def workers(job, nproc, env=None, resume=None):
             """Every rank's zworker started directly (zctl run would stop the others at the first
             failure, before they log theirs): exit codes, stderr texts, report-pipe lines."""
-            name = job["name"]
-            zu.write_job(f"{tmp}/{name}.json", job)
-            port = zu.free_port()
-            procs, reports = [], []
-            for rk in range(nproc):
-                rep = open(f"{tmp}/{name}.report{rk}", "w+")
-                reports.append(rep)
-                e = dict(os.environ, ZT_RANK=str(rk), ZT_WORLD_SIZE=str(nproc), OMP_NUM_THREADS="1",
-                         ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}", ZT_REPORT_FD=str(rep.fileno()),
-                         ZT_COMM_TIMEOUT_MS="60000")
-                e.update(env or {})
-                procs.append(subprocess.Popen(
-                    [zu.zt_bin("zworker"), f"{tmp}/{name}.json"] + (["--resume", resume] if resume else []),
-                    cwd=tmp, env=e, pass_fds=(rep.fileno(),), stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE, text=True))
-            errs = [p.communicate(timeout=300)[1] for p in procs]
-            texts = []
-            for rep in reports:
-                rep.seek(0)
-                texts.append(rep.read())
-                rep.close()
-            return [p.returncode for p in procs], errs, texts
+            codes, errs, _, texts = zu.run_ranks(tmp, job, nproc, env=env, resume=resume)
+            return codes, errs, texts
 
         def error_lines(texts, needle):
             """Per rank, its lines from `needle` on (the part every rank should share)."""

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
@@ -35,12 +34,7 @@ import ztutil as zu  # noqa: E402
 CFG = dict(L=2, NH=2, C=32, T=16, V=100, Vp=128)
 BAD_LINE = re.compile(r"^rank=(\d+) ckpt_bad step=(\d+) dir=(\S+) why=(.*)$")
 failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg)
+check = zu.checker(failures)
 
 
 def job_for(name, steps, ckdir=None, every=2, keep=2, ranks=1, resume_from=None):
@@ -83,31 +77,8 @@ def main():
 
         def zworker(job, env=None, resume=None, nproc=1):
             """Every rank's zworker: exit codes, stderr texts, stdout texts, report lines."""
-            name = job["name"]
-            zu.write_job(f"{tmp}/{name}.json", job)
-            port = zu.free_port()
-            procs, reports = [], []
-            for rk in range(nproc):
-                rep = open(f"{tmp}/{name}.report{rk}", "w+")
-                reports.append(rep)
-                e = dict(os.environ, ZT_RANK=str(rk), ZT_WORLD_SIZE=str(nproc), OMP_NUM_THREADS="1",
-                         ZT_RENDEZVOUS=f"tcp://127.0.0.1:{port}", ZT_REPORT_FD=str(rep.fileno()),
-                         ZT_COMM_TIMEOUT_MS="60000")
-                for k in ("ZT_JOB_ID", "ZT_SUBMIT_KEY", "ZT_CKPT_TAKEOVER"):
-                    e.pop(k, None)
-                e.update(env or {})
-                procs.append(subprocess.Popen(
-                    [zu.zt_bin("zworker")] + (["--resume", resume] if resume else []) +
-                    [f"{tmp}/{name}.json"],
-                    cwd=tmp, env=e, pass_fds=(rep.fileno(),), stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, text=True))
-            outs = [p.communicate(timeout=300) for p in procs]
-            texts = []
-            for rep in reports:
-                rep.seek(0)
-                texts.append(rep.read().splitlines())
-                rep.close()
-            return [p.returncode for p in procs], [o[1] for o in outs], [o[0] for o in outs], texts
+            codes, errs, outs, texts = zu.run_ranks(tmp, job, nproc, env=env, resume=resume)
+            return codes, errs, outs, [t.splitlines() for t in texts]
 
         def zctl_run(job, resume=None):
             zu.write_job(f"{tmp}/{job['name']}.json", job)

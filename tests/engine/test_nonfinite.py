@@ -16,12 +16,7 @@ import ztutil as zu  # noqa: E402
 
 CFG = dict(L=2, NH=2, C=32, T=16, V=100, Vp=128)
 failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg)
+check = zu.checker(failures)
 
 
 def job(name, init, steps=6, max_skipped=None):

@@ -72,19 +72,6 @@ GPU_ENV = {"ZT_WORKER": os.path.abspath(os.path.join(BUILD, "tests", "zworker_em
 GPUS = 2 if EMU else int(os.environ.get("ZT_GPU_COUNT", "1"))
 
 
-def probe():
-    exe = os.path.join(BUILD, "tests", "zt_gpu_probe_emu" if EMU else "zt_gpu_probe")
-    if not os.path.exists(exe):
-        print(f"SKIP: {exe} is not built")
-        sys.exit(77)
-    r = subprocess.run([exe], capture_output=True, text=True)
-    if r.returncode == 77:
-        print("SKIP:", r.stdout.strip())
-        sys.exit(77)
-    if r.returncode != 0:
-        sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
-
-
 def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, init="init.bin",
             nvme_path=None):
     ds = {
@@ -111,7 +98,7 @@ def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, 
 
 
 def main():
-    probe()
+    zu.gpu_probe(BUILD, EMU)
     failures = []
     with tempfile.TemporaryDirectory(prefix="zt-gpu-engine-") as tmp:
         # a learnable corpus (Markov chain), so that the runs follow a falling loss curve

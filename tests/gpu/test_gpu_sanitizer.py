@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 
@@ -58,19 +57,6 @@ VARIANTS = [("fp32", "fp32", CFG, "init.bin", {}),
             ("bf16_cudnn", "bf16", CFG_HS64, "init64.bin", {"ZT_CUDA_ATTN": "cudnn"}),
             ("fp16", "fp16", CFG, "init.bin", {}),
             ("fp16_fused_mma", "fp16", CFG_HS64, "init64.bin", fused_tc("mma", "mma", "kernel"))]
-
-
-def probe():
-    exe = os.path.join(os.environ.get("ZT_BUILD_DIR", "build"), "tests", "zt_gpu_probe")
-    if not os.path.exists(exe):
-        print(f"SKIP: {exe} is not built")
-        sys.exit(77)
-    r = subprocess.run([exe], capture_output=True, text=True)
-    if r.returncode == 77:
-        print("SKIP:", r.stdout.strip())
-        sys.exit(77)
-    if r.returncode != 0:
-        sys.exit(f"zt_gpu_probe failed ({r.returncode}): {r.stdout}{r.stderr}")
 
 
 def find_sanitizer():
@@ -130,7 +116,7 @@ def main():
         sys.exit(f"ZT_SANITIZER_CASES: no run named {', '.join(sorted(only - known))}; "
                  f"known: {', '.join(sorted(known))}")
     strict = os.environ.get("ZT_SANITIZER_STRICT") == "1"
-    probe()
+    zu.gpu_probe(os.environ.get("ZT_BUILD_DIR", "build"))
     san = find_sanitizer()
     if not san:
         print("SKIP: compute-sanitizer not found (/usr/local/cuda/bin or PATH)")
