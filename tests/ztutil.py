@@ -181,6 +181,18 @@ def checker(failures):
     return check
 
 
+def fault_env(**faults):
+    """Environment that preloads the fault shim (tests/engine/fault_fs.c) with the given
+    ZT_FAULT_* settings: fault_env(rename="meta.json") sets ZT_FAULT_RENAME=meta.json."""
+    lib = os.path.join(os.environ.get("ZT_BUILD_DIR", "build"), "tests", "libzt_fault_fs.so")
+    if not os.path.exists(lib):
+        sys.exit(f"{lib} is missing: build the zt_fault_fs target")
+    env = {"LD_PRELOAD": lib,
+           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+    env.update({f"ZT_FAULT_{k.upper()}": v for k, v in faults.items()})
+    return env
+
+
 def run_ranks(tmp, job, nproc, env=None, resume=None, timeout=300):
     """Writes job to tmp/<name>.json and runs each of its nproc ranks as a zworker of its own in
     tmp, met on a free loopback port (zctl run would stop the others at the first failure,

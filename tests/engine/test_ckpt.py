@@ -129,17 +129,6 @@ def bf16_rne(a):
 
 
 
-def fault_env(**faults):
-    """Environment that preloads the fault shim with the given ZT_FAULT_* settings."""
-    lib = os.path.join(os.environ.get("ZT_BUILD_DIR", "build"), "tests", "libzt_fault_fs.so")
-    if not os.path.exists(lib):
-        sys.exit(f"{lib} is missing: build the zt_fault_fs target")
-    env = {"LD_PRELOAD": lib,
-           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
-    env.update({f"ZT_FAULT_{k.upper()}": v for k, v in faults.items()})
-    return env
-
-
 def main():
     with tempfile.TemporaryDirectory(prefix="zt-ckpt-") as tmp:
         rng = np.random.default_rng(2)
@@ -439,7 +428,7 @@ def main():
             json.dump({"format": "zerotrain-checkpoint-owner", "version": 1, "job_id": None,
                        "job_name": name, "submit_key": "", "created": "2024-01-01T00:00:00Z"},
                       open(f"{ck}/owner.json", "w"))
-            rcs, errs, reports = workers(job_for(name, 2, 1, 20), 2, env=fault_env(**faults))
+            rcs, errs, reports = workers(job_for(name, 2, 1, 20), 2, env=zu.fault_env(**faults))
             lines = error_lines(errs, "not saved")
             expect = [e.format(ck=ck) for e in expect]
             check(all(rc != 0 for rc in rcs), f"{name}: exit codes {rcs} although {faults} failed")

@@ -31,23 +31,9 @@ QUICK = os.environ.get("ZT_TEST_QUICK") == "1"
 FULL_SKIP = 200
 
 
-def fault_env(**faults):
-    lib = os.path.join(os.environ.get("ZT_BUILD_DIR", "build"), "tests", "libzt_fault_fs.so")
-    if not os.path.exists(lib):
-        sys.exit(f"{lib} is missing: build the zt_fault_fs target")
-    env = {"LD_PRELOAD": lib,
-           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
-    env.update({f"ZT_FAULT_{k.upper()}": v for k, v in faults.items()})
-    return env
-
-
 def main():
     failures = []
-
-    def check(ok, msg):
-        if not ok:
-            failures.append(msg)
-            print("FAIL: " + msg, flush=True)
+    check = zu.checker(failures)
 
     with tempfile.TemporaryDirectory(prefix="zt-nvme-") as tmp:
         rng = np.random.default_rng(4)
@@ -153,7 +139,7 @@ def main():
                    ["was deleted while the job ran", "resumes from the last checkpoint"]),
                   # the thread backend's writes go through the shim's pwrite; the first ones
                   # (start-up, steps 1-3) succeed
-                  ("full_disk", dict(fault_env(pwrite="exp_avg.swp", pwrite_skip=str(FULL_SKIP)),
+                  ("full_disk", dict(zu.fault_env(pwrite="exp_avg.swp", pwrite_skip=str(FULL_SKIP)),
                                      ZT_AIO_BACKEND="threads"),
                    ["writing", "exp_avg.swp", "No space left on device"])]
         for name, env, words in faults:
@@ -176,9 +162,9 @@ def main():
             print(f"{name}: clear error, restart bit-identical: {ok}", flush=True)
 
         # refused before training: each names the cause and what to do
-        starts = [("small_disk", job("st_small", 3, True), fault_env(fallocate="master.swp"),
+        starts = [("small_disk", job("st_small", 3, True), zu.fault_env(fallocate="master.swp"),
                    ["no space for swap file", "master.swp", "nvme_path"]),
-                  ("no_odirect", job("st_odirect", 3, True), fault_env(odirect=".swp"),
+                  ("no_odirect", job("st_odirect", 3, True), zu.fault_env(odirect=".swp"),
                    ["does not support direct I/O", "local disk"]),
                   ("missing_path", job("st_missing", 3, True, path=f"{tmp}/nope"), {},
                    [f"{tmp}/nope is not a directory", "create it"])]

@@ -31,7 +31,7 @@ if ! "$CLANG" -fsanitize=fuzzer "$out/probe.c" -o "$out/probe" 2>/dev/null; then
 fi
 flags=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src")
-common=("$src"/common/alloc.c "$src"/common/status.c "$src"/common/log.c "$src"/common/timeutil.c
+common=("$src"/common/alloc.c "$src"/common/status.c "$src"/common/log.c "$src"/common/settings.c "$src"/common/timeutil.c
         "$src"/common/utf8.c)
 if [ "$target" = http ]; then
   "$CLANG" "${flags[@]}" $(pkg-config --cflags libmicrohttpd gnutls) -w \
@@ -48,7 +48,7 @@ if [ ! -f "$gen/proto/zerotrain.pb-c.c" ]; then
   exit 1
 fi
 flags+=(-I"$gen" -I"$gen/proto" $(pkg-config --cflags jansson libprotobuf-c))
-for f in "$src"/common/jobfile*.c "$src"/common/dsconfig.c "$src"/common/json_locate.c; do
+for f in "$src"/common/jobfile*.c "$src"/common/dsconfig*.c "$src"/common/json_locate.c; do
   [ -f "$f" ] && common+=("$f")
 done
 "$CLANG" "${flags[@]}" -w -o "$out/fuzz_requests_libfuzzer" \
