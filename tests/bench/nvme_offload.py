@@ -1,0 +1,93 @@
+"""tests/bench/nvme_offload: training with the optimizer on NVMe (offload_optimizer.device
+"nvme") next to the same job with the optimizer in host memory (device "cpu"), in the same run on
+the same machine: one CPU rank at stage 1, GPT-2 L4 C256 T256 (3.4M parameters), the whole shard
+offloaded. Prints each side's tokens/s, step and optimizer time, the host memory zctl plan gives
+each (what NVMe offload saves), the swap's read and write throughput during the optimizer step
+(12 bytes read and 12 written per offloaded element), and fio's O_DIRECT sequential read and
+write on the same directory. Usage: nvme_offload.py [--dir DIR] [--steps N]"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.environ.get("ZT_SOURCE_DIR", "."), "tests"))
+import ztutil as zu  # noqa: E402
+from nvme_swap import fio  # noqa: E402  (tests/bench, this script's directory)
+
+CFG = dict(L=4, NH=4, C=256, T=256, V=256, Vp=256)
+
+
+def job(tmp, name, device, steps):
+    off = {"device": device, "ratio": 1.0}
+    if device == "nvme":
+        off.update(nvme_path=f"{tmp}/swap", buffer_count=4)
+    return {"name": name,
+            "model": {"arch": "gpt2", "n_layer": CFG["L"], "n_head": CFG["NH"], "n_embd": CFG["C"],
+                      "block_size": CFG["T"], "vocab_size": CFG["V"], "init": f"{tmp}/init.bin"},
+            "data": {"train": f"{tmp}/data/t_*.bin"},
+            "train": {"steps": steps, "checkpoint_dir": f"{tmp}/ckpt/{name}"},
+            "resources": {"ranks": 1},
+            "deepspeed": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8,
+                          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                          "zero_optimization": {"stage": 1, "offload_optimizer": off}}}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: "
+                    "a temporary directory under $TMPDIR or /var/tmp)")
+    ap.add_argument("--steps", type=int, default=12)
+    args = ap.parse_args()
+    if not shutil.which("fio"):
+        sys.exit("fio is missing: scripts/install-deps.sh installs it")
+    base = args.dir or os.environ.get("TMPDIR", "/var/tmp")
+    tmp = tempfile.mkdtemp(prefix="zt-nvme-train-", dir=base)
+    try:
+        import numpy as np
+        rng = np.random.default_rng(1)
+        os.makedirs(f"{tmp}/data")
+        os.makedirs(f"{tmp}/swap")
+        zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, CFG["V"], 200000))
+        zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=1))
+        rows = {}
+        for device in ("cpu", "nvme", "cpu", "nvme"):  # interleaved, best of two each
+            j = job(tmp, f"{device}_{len(rows)}", device, args.steps)
+            zu.write_job(f"{tmp}/{j['name']}.json", j)
+            r = zu.run_zctl(["run", f"{tmp}/{j['name']}.json"], cwd=tmp,
+                            env={"OMP_NUM_THREADS": "1"})
+            if r.returncode != 0:
+                sys.exit(f"{device}: zctl run failed:\n{r.stderr[-2000:]}")
+            steps = zu.parse_step_lines(r.stdout)[3:]  # past the warm-up
+            step_ms = min(float(s["step_ms"]) for s in steps)
+            opt_ms = min(float(s["opt_ms"]) for s in steps)
+            tok = max(float(s["tok_s"]) for s in steps)
+            p = zu.run_zctl(["plan", f"{tmp}/{j['name']}.json", "-o", "json"], cwd=tmp)
+            plan = [x for x in json.loads(p.stdout)["rows"] if x["job"]][0]
+            old = rows.get(device)
+            if not old or step_ms < old["step_ms"]:
+                rows[device] = dict(step_ms=step_ms, opt_ms=opt_ms, tok=tok,
+                                    host=plan["host_bytes"], disk=plan["disk_bytes"])
+        elems = rows["nvme"]["disk"] / 12
+        fio_w = fio(f"{tmp}/swap", "write", 512, 1024, 8)
+        fio_r = fio(f"{tmp}/swap", "read", 512, 1024, 8)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"GPT-2 L{CFG['L']} C{CFG['C']} T{CFG['T']}, batch 8, 1 CPU rank, stage 1, the whole "
+          f"optimizer shard offloaded ({elems / 1e6:.1f}M elements), directory {base}")
+    print(f"{'':22s}{'tokens/s':>10s}{'step ms':>9s}{'opt ms':>8s}{'host MiB':>10s}{'disk MiB':>10s}")
+    for d in ("cpu", "nvme"):
+        x = rows[d]
+        print(f"{'offload to ' + d:22s}{x['tok']:10.0f}{x['step_ms']:9.1f}{x['opt_ms']:8.1f}"
+              f"{x['host'] / 2**20:10.1f}{x['disk'] / 2**20:10.1f}")
+    moved = 12 * elems  # bytes read, and again written, per step
+    opt_s = rows["nvme"]["opt_ms"] / 1e3
+    print(f"NVMe optimizer step: {moved / 1e9:.3f} GB read and {moved / 1e9:.3f} GB written in "
+          f"{opt_s * 1e3:.1f} ms ({2 * moved / opt_s / 1e9:.2f} GB/s both ways together); "
+          f"fio on the same directory: write {fio_w:.2f} GB/s, read {fio_r:.2f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
