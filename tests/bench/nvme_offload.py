@@ -1,6 +1,6 @@
 """tests/bench/nvme_offload: training with the optimizer on NVMe (offload_optimizer.device
 "nvme") next to the same job with the optimizer in host memory (device "cpu"), in the same run on
-the same machine: one CPU rank at stage 1, GPT-2 L4 C256 T256 (3.4M parameters), the whole shard
+the same machine: one CPU rank at stage 1, GPT-2 L4 C512 T256 (12.9M parameters), the whole shard
 offloaded. Prints each side's tokens/s, step and optimizer time, the host memory zctl plan gives
 each (what NVMe offload saves), the swap's read and write throughput during the optimizer step
 (12 bytes read and 12 written per offloaded element), and fio's O_DIRECT sequential read and
@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.environ.get("ZT_SOURCE_DIR", "."), "tests"))
 import ztutil as zu  # noqa: E402
 from nvme_swap import fio  # noqa: E402  (tests/bench, this script's directory)
 
-CFG = dict(L=4, NH=4, C=256, T=256, V=256, Vp=256)
+CFG = dict(L=4, NH=8, C=512, T=256, V=256, Vp=256)
 
 
 def job(tmp, name, device, steps):
@@ -39,8 +39,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: "
                     "a temporary directory under $TMPDIR or /var/tmp)")
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=8)
     args = ap.parse_args()
+    os.environ["ZT_BIN"] = os.path.abspath(os.environ.get("ZT_BIN", "build/bin"))
     if not shutil.which("fio"):
         sys.exit("fio is missing: scripts/install-deps.sh installs it")
     base = args.dir or os.environ.get("TMPDIR", "/var/tmp")
