@@ -1,10 +1,13 @@
 """tests/bench/nvme_offload: training with the optimizer on NVMe (offload_optimizer.device
 "nvme") next to the same job with the optimizer in host memory (device "cpu"), in the same run on
-the same machine: one CPU rank at stage 1, GPT-2 L4 C512 T256 (12.9M parameters), the whole shard
-offloaded. Prints each side's tokens/s, step and optimizer time, the host memory zctl plan gives
-each (what NVMe offload saves), the swap's read and write throughput during the optimizer step
-(12 bytes read and 12 written per offloaded element), and fio's O_DIRECT sequential read and
-write on the same directory. Usage: nvme_offload.py [--dir DIR] [--steps N]"""
+the same machine: one CPU rank at stage 1, GPT-2 L8 C512 T256 (25.5M parameters), the whole shard
+offloaded. Each side first runs in a memory cgroup (v1 or v2, where this process may create one)
+whose limit lies halfway between the two sides' `zctl plan` totals: the optimizer states do not
+fit it in host memory (that run is killed or fails) and do with NVMe. Then both run without a
+limit, interleaved, best of two: tokens/s, step and optimizer time, the host memory zctl plan
+gives each, the swap's read and write throughput during the optimizer step (12 bytes read and
+12 written per offloaded element), and fio's O_DIRECT sequential read and write on the same
+directory. Usage: nvme_offload.py [--dir DIR] [--steps N]"""
 import argparse
 import json
 import os
@@ -17,7 +20,7 @@ sys.path.insert(0, os.path.join(os.environ.get("ZT_SOURCE_DIR", "."), "tests"))
 import ztutil as zu  # noqa: E402
 from nvme_swap import fio  # noqa: E402  (tests/bench, this script's directory)
 
-CFG = dict(L=4, NH=8, C=512, T=256, V=256, Vp=256)
+CFG = dict(L=8, NH=8, C=512, T=256, V=256, Vp=256)
 
 
 def job(tmp, name, device, steps):
@@ -33,6 +36,33 @@ def job(tmp, name, device, steps):
             "deepspeed": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8,
                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
                           "zero_optimization": {"stage": 1, "offload_optimizer": off}}}
+
+
+def make_cgroup(limit):
+    """A memory cgroup capped at limit bytes (swap included where the kernel counts it), or None
+    where this process cannot make one."""
+    name = f"zt-nvme-bench-{os.getpid()}"
+    for base, files in (("/sys/fs/cgroup", ("memory.max", "memory.swap.max")),
+                        ("/sys/fs/cgroup/memory", ("memory.limit_in_bytes",
+                                                   "memory.memsw.limit_in_bytes"))):
+        if not os.path.exists(os.path.join(base, files[0])) and not os.path.exists(
+                os.path.join(base, "cgroup.procs")):
+            continue
+        path = os.path.join(base, name)
+        try:
+            os.mkdir(path)
+            with open(os.path.join(path, files[0]), "w") as f:
+                f.write(str(limit))
+            if os.path.exists(os.path.join(path, files[1])):
+                with open(os.path.join(path, files[1]), "w") as f:
+                    f.write(str(limit) if "memsw" in files[1] else "0")
+            return path
+        except OSError:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+    return None
 
 
 def main():
@@ -53,6 +83,26 @@ def main():
         os.makedirs(f"{tmp}/swap")
         zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, CFG["V"], 200000))
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=1))
+        plans = {}
+        for device in ("cpu", "nvme"):
+            j = job(tmp, f"plan_{device}", device, args.steps)
+            zu.write_job(f"{tmp}/{j['name']}.json", j)
+            p = zu.run_zctl(["plan", f"{tmp}/{j['name']}.json", "-o", "json"], cwd=tmp)
+            plans[device] = [x for x in json.loads(p.stdout)["rows"] if x["job"]][0]["total_bytes"]
+        limit = (plans["cpu"] + plans["nvme"]) // 2
+        fits = {}
+        cg = make_cgroup(limit)
+        if cg:
+            for device in ("cpu", "nvme"):
+                j = job(tmp, f"limited_{device}", device, 3)
+                zu.write_job(f"{tmp}/{j['name']}.json", j)
+                r = subprocess.run([zu.zt_bin("zctl"), "run", f"{tmp}/{j['name']}.json"], cwd=tmp,
+                                   env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                   capture_output=True, text=True, timeout=1200,
+                                   preexec_fn=lambda: open(os.path.join(cg, "cgroup.procs"),
+                                                           "w").write(str(os.getpid())))
+                fits[device] = r.returncode
+            os.rmdir(cg)
         rows = {}
         for device in ("cpu", "nvme", "cpu", "nvme"):  # interleaved, best of two each
             j = job(tmp, f"{device}_{len(rows)}", device, args.steps)
@@ -78,6 +128,13 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"GPT-2 L{CFG['L']} C{CFG['C']} T{CFG['T']}, batch 8, 1 CPU rank, stage 1, the whole "
           f"optimizer shard offloaded ({elems / 1e6:.1f}M elements), directory {base}")
+    if fits:
+        print(f"in a memory cgroup of {limit / 2**20:.0f} MiB (halfway between the plans' "
+              f"{plans['cpu'] / 2**20:.0f} and {plans['nvme'] / 2**20:.0f} MiB): optimizer in host "
+              f"memory {'trained' if fits['cpu'] == 0 else 'did not fit (exit %d)' % fits['cpu']}, "
+              f"on NVMe {'trained' if fits['nvme'] == 0 else 'did not fit (exit %d)' % fits['nvme']}")
+    else:
+        print("no memory cgroup can be made here: both sides ran without a limit")
     print(f"{'':22s}{'tokens/s':>10s}{'step ms':>9s}{'opt ms':>8s}{'host MiB':>10s}{'disk MiB':>10s}")
     for d in ("cpu", "nvme"):
         x = rows[d]
