@@ -55,7 +55,8 @@ uint64_t zt_engine_nvme_disk_bytes(const zt_engine *e)
 /* nvme_path/<job>[-<job id>]/rank_NNNNN: one directory per job and rank. */
 static zt_status swap_dir(const zt_engine *e, char *out, size_t cap, zt_err *err)
 {
-    const char *id = zt_setting_raw(ZT_SET_JOB_ID);
+    const char *id = zt_setting_raw(ZT_SET_JOB_ID); /* a number, or not part of the name */
+    if (id && strspn(id, "0123456789") != strlen(id)) id = NULL;
     int n = snprintf(out, cap, "%s/%s%s%s/rank_%05d", e->job.ds.zero.offload_optimizer.nvme_path,
                      e->job.name, id && *id ? "-" : "", id && *id ? id : "", e->rank);
     if (n < 0 || (size_t)n >= cap)
