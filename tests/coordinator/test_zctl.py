@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -245,9 +246,19 @@ def main():
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             g = n1.wait_desired(1, newer_than=att)
             n1.heartbeat(n1.status(g, pb.WORKER_PHASE_TRAINING, 5))
-            time.sleep(0.5)
+            # the rank exits once the follower has shown step 5 (a loaded machine may take a
+            # while to deliver it; the exit would overtake it)
+            seen = []
+            reader = threading.Thread(target=lambda: seen.extend(follow.stdout), daemon=True)
+            reader.start()
+            deadline = time.time() + 60
+            while not any("step 5/20" in line for line in seen) and time.time() < deadline:
+                n1.heartbeat(n1.status(g, pb.WORKER_PHASE_TRAINING, 5))
+                time.sleep(0.1)
             n1.heartbeat(n1.status(g, pb.WORKER_PHASE_EXITED, 20, 1))
-            out, err = follow.communicate(timeout=30)
+            follow.wait(timeout=30)
+            reader.join(timeout=30)
+            out, err = "".join(seen), follow.stderr.read()
             assert follow.returncode == 1, (follow.returncode, out, err)
             expect_in(out, "submitted job 3 (gamma)")
             expect_in(out, "SCHEDULED")
