@@ -185,9 +185,11 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
                         job->ds.world_size, e->world);
         goto destroy_engine;
     }
-    if (job->resources.device == ZT_DEVICE_CUDA && job->ds.zero.offload_param.enabled) {
-        st = zt_err_set(err, ZT_ERR_UNSUPPORTED,
-                        "zero_optimization.offload_param is not implemented for device \"cuda\" yet (on the CPU the parameters already live in host memory); remove it or use offload_optimizer");
+    const zt_offload_cfg *oo = &job->ds.zero.offload_optimizer;
+    if (job->resources.device == ZT_DEVICE_CUDA && job->ds.zero.offload_param.enabled &&
+        !(oo->enabled && oo->ratio == 1.0)) {
+        st = zt_err_set(err, ZT_ERR_CONFIG,
+                        "zero_optimization.offload_param on device \"cuda\" needs offload_optimizer with ratio 1 (the host then updates the parameters it keeps); add \"offload_optimizer\": {\"device\": \"cpu\"} or remove offload_param");
         goto destroy_engine;
     }
     if (job->resources.device == ZT_DEVICE_CUDA) {

@@ -5,6 +5,7 @@
 #define ZT_ENGINE_ENGINE_INT_H
 
 #include <pthread.h>
+#include <string.h>
 
 #include "comm/comm.h"
 #include "data/dataloader.h"
@@ -62,6 +63,7 @@ struct zt_engine {
     zt_dtype pdt;   /* compute parameter storage */
     zt_dtype gdt;   /* gradient accumulation */
     bool mixed;     /* fp32 master copy kept (pdt != fp32) */
+    bool params_host; /* offload_param on a CUDA rank: the parameter shard in pinned host memory */
     bool ckpt_act;  /* activation checkpointing */
     bool act16;     /* mixed precision: blocks' qkv, atty, fch kept in pdt (see acts16) */
 
@@ -202,6 +204,16 @@ static inline void *zt_engine_param_loc(zt_engine *e, int u, size_t j)
 static inline void *zt_engine_grad_loc(zt_engine *e, int u, size_t j)
 {
     return zt_engine_grad_at(e, u, e->base[u] + j);
+}
+
+/* Writes bytes into the parameter buffer at dst from host memory: a copy to the device, or with
+ * offload_param on a CUDA rank a host copy (the shard lives in pinned host memory). */
+static inline void zt_engine_params_put(zt_engine *e, void *dst, const void *src, size_t bytes)
+{
+    if (e->params_host)
+        memcpy(dst, src, bytes);
+    else
+        e->ops->copy_h2d(e->k, dst, src, bytes);
 }
 
 /* Compute copies are the parameters themselves (full and fp32): no parameter slots. */

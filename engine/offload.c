@@ -175,7 +175,7 @@ static void host_segment_back(zt_engine *e, const zt_optseg *s)
     const void *src = host_copies_back_lp(e)
                           ? (const void *)((char *)e->h_lp + s->side_off * zt_engine_psize(e))
                           : (const void *)(e->h_master + s->side_off);
-    e->ops->copy_h2d(e->k, zt_engine_param_loc(e, s->unit, s->j), src, s->len * zt_engine_psize(e));
+    zt_engine_params_put(e, zt_engine_param_loc(e, s->unit, s->j), src, s->len * zt_engine_psize(e));
 }
 
 /* Marks host segment count n ready (threaded) and sends back those the host thread finished;
@@ -213,7 +213,11 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
         if (e->segs[i].host)
             hidx[nhost++] = i;
     host_job hj = {.e = e, .args = a};
-    zt_status st = zt_ops_cpu()->ctx_create(&hj.k, 0, err);
+    /* offload_param: the host writes the parameter shard the device last read from */
+    zt_status st = e->params_host ? e->ops->sync(e->k, err) : ZT_OK;
+    if (st != ZT_OK)
+        goto free_hidx;
+    st = zt_ops_cpu()->ctx_create(&hj.k, 0, err);
     if (st != ZT_OK) {
         st = zt_err_prefix(err, "host optimizer");
         goto free_hidx;

@@ -83,6 +83,8 @@ void zt_engine_init_fields(zt_engine *e, const zt_job *job, int world, int rank)
     zt_precision prec = precision_of(job);
     e->pdt = prec == ZT_PREC_FP16 ? ZT_F16 : prec == ZT_PREC_BF16 ? ZT_BF16 : ZT_F32;
     e->mixed = e->pdt != ZT_F32;
+    /* offload_param (stage 3 only): on the CPU the parameters already live in host memory */
+    e->params_host = job->resources.device == ZT_DEVICE_CUDA && job->ds.zero.offload_param.enabled;
     /* ZT_ACTIVATIONS_FP32=1 keeps a mixed-precision job's activations in fp32 (comparisons) */
     bool keep32 = zt_setting_bool(ZT_SET_ACTIVATIONS_FP32); /* warns once: a plan makes many */
     e->act16 = e->mixed && !keep32;
@@ -134,7 +136,7 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     size_t dev_n = zt_zero_device_elems(z), host_n = zt_zero_host_elems(z);
     int n = 0;
 #define SPEC(ptr, c, b, h) (sp[n++] = (buf_spec){(void **)(ptr), (c), (b), (h)})
-    SPEC(&e->params, ZT_MEM_PARAMS, zt_zero_param_elems(z) * zt_engine_psize(e), false);
+    SPEC(&e->params, ZT_MEM_PARAMS, zt_zero_param_elems(z) * zt_engine_psize(e), e->params_host);
     SPEC(&e->grads, ZT_MEM_GRADS, zt_zero_grad_elems(z) * zt_engine_gsize(e), false);
     if (e->mixed && dev_n)
         SPEC(&e->master, ZT_MEM_MASTER, dev_n * 4, false);

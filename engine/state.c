@@ -119,7 +119,7 @@ zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *er
     const float *src = vals + own.start;
     char *dst = (char *)e->params + own.off * zt_engine_psize(e);
     if (e->pdt == ZT_F32) {
-        e->ops->copy_h2d(e->k, dst, src, n_own * sizeof(float));
+        zt_engine_params_put(e, dst, src, n_own * sizeof(float));
     } else {
         /* cast piece by piece: a whole-unit temporary would be a start-up peak of its own */
         size_t piece = n_own < ZT_LOAD_PIECE ? n_own : ZT_LOAD_PIECE;
@@ -131,7 +131,7 @@ zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *er
             size_t n = n_own - i0 < piece ? n_own - i0 : piece;
             for (size_t i = 0; i < n; i++)
                 zt_store_f32(tmp, e->pdt, i, src[i0 + i]);
-            e->ops->copy_h2d(e->k, dst + i0 * zt_engine_psize(e), tmp, n * zt_engine_psize(e));
+            zt_engine_params_put(e, dst + i0 * zt_engine_psize(e), tmp, n * zt_engine_psize(e));
             st = e->ops->sync(e->k, err); /* tmp is refilled next */
         }
         zt_free(tmp);

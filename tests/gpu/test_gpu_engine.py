@@ -7,7 +7,8 @@
   with the same tolerances;
 - optimizer offload on the GPU (ratio 0.5 and 1, stage 2; and to NVMe at ratio 0.5): bitwise the
   same exported model as no offload, since the CUDA AdamW is bit-exact with the CPU AdamW that
-  runs the host part;
+  runs the host part; and at stage 3 with offload_param (the parameter shard in pinned host
+  memory), bitwise the model with the parameters on the device;
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums),
   with fp32 matmuls and with the bf16 matmul inputs a bf16 job gets by default;
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
@@ -73,7 +74,7 @@ GPUS = 2 if EMU else int(os.environ.get("ZT_GPU_COUNT", "1"))
 
 
 def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, init="init.bin",
-            nvme_path=None):
+            nvme_path=None, offload_param=False):
     ds = {
         "train_batch_size": TB, "train_micro_batch_size_per_gpu": MICRO,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
@@ -84,6 +85,8 @@ def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, 
         ds["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "ratio": offload}
         if nvme_path:
             ds["zero_optimization"]["offload_optimizer"].update(device="nvme", nvme_path=nvme_path)
+    if offload_param:
+        ds["zero_optimization"]["offload_param"] = {"device": "cpu"}
     if prec != "fp32":
         ds[prec] = {"enabled": True}
     return {
@@ -182,6 +185,26 @@ def main():
         print(f"cuda stage 2 NVMe offload ratio 0.5: {'bitwise equal' if same else 'DIFFERS'} to no offload")
         if not same:
             failures.append("NVMe offload on cuda is not bitwise the no-offload model")
+        # ZeRO-3 Offload: the parameter shard in pinned host memory, brought up for each gather,
+        # with the optimizer on the host; the same model as the optimizer alone on the host,
+        # fp32 and bf16
+        for prec in ("fp32",) if QUICK else ("fp32", "bf16"):
+            _, _, ref3, _ = run(job_for(f"cuda_s3_{prec}_off1", "cuda", 3, prec, offload=1.0))
+            _, _, path, _ = run(job_for(f"cuda_s3_{prec}_offparam", "cuda", 3, prec, offload=1.0,
+                                        offload_param=True))
+            same = filecmp.cmp(path, ref3, shallow=False)
+            print(f"cuda stage 3 {prec} offload_param: {'bitwise equal' if same else 'DIFFERS'} to "
+                  "the parameters on the device")
+            if not same:
+                failures.append(f"offload_param ({prec}) on cuda is not bitwise the device-parameter model")
+        # without the whole optimizer on the host there is nobody to update host parameters
+        j = job_for("cuda_s3_offparam_alone", "cuda", 3, offload_param=True)
+        zu.write_job(f"{tmp}/{j['name']}.json", j)
+        r = zu.run_zctl(["run", f"{tmp}/{j['name']}.json"], cwd=tmp,
+                        env={"OMP_NUM_THREADS": "2", **GPU_ENV})
+        if r.returncode == 0 or "needs offload_optimizer with ratio 1" not in r.stdout + r.stderr:
+            failures.append(f"offload_param without host optimizer: not refused clearly "
+                            f"({r.returncode}): {(r.stdout + r.stderr)[-600:]}")
 
         # bf16: 16-bit parameters and gradients; the matmuls in fp32 (as on the CPU), then
         # with the job's own choice, bf16 inputs (--quick: only that)
