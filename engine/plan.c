@@ -396,6 +396,10 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
         out->device_total += (int64_t)sizes[c][0];
     }
     out->disk_bytes = (int64_t)zt_engine_nvme_disk_bytes(e);
+    /* I/O per optimizer step, one term per swap: the optimizer's swap reads its three arrays
+     * (master and both moments) once and writes them back once */
+    out->io_read_bytes += (int64_t)zt_engine_nvme_disk_bytes(e);
+    out->io_write_bytes += (int64_t)zt_engine_nvme_disk_bytes(e);
     bool cuda = job->resources.device == ZT_DEVICE_CUDA;
     /* the CUDA kernel context's own device buffers (cuBLASLt workspace, scratch, ...) */
     if (cuda) {
