@@ -17,6 +17,9 @@ add_library(zt_fault_fs SHARED ${CMAKE_CURRENT_LIST_DIR}/fault_fs.c)
 set_target_properties(zt_fault_fs PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 zt_add_script_test(NAME engine_plan COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_plan.py
                    LABELS integration TIMEOUT 300)
+# zctl plan's NVMe I/O per step, disk speed (measured in a temporary directory) and largest model.
+zt_add_script_test(NAME engine_plan_io COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_plan_io.py
+                   LABELS integration TIMEOUT 300)
 zt_add_script_test(NAME engine_optimes COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_optimes.py
                    LABELS integration TIMEOUT 300)
 zt_add_script_test(NAME engine_rank_failure COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_rank_failure.py
