@@ -136,7 +136,11 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     size_t dev_n = zt_zero_device_elems(z), host_n = zt_zero_host_elems(z);
     int n = 0;
 #define SPEC(ptr, c, b, h) (sp[n++] = (buf_spec){(void **)(ptr), (c), (b), (h)})
-    SPEC(&e->params, ZT_MEM_PARAMS, zt_zero_param_elems(z) * zt_engine_psize(e), e->params_host);
+    /* offload_param "nvme": the units past max_in_cpu live in a swap file, read through buffers */
+    SPEC(&e->params, ZT_MEM_PARAMS, zt_engine_pnvme_resident_elems(e) * zt_engine_psize(e),
+         e->params_host);
+    if (zt_engine_pnvme_buffer_bytes(e))
+        SPEC(&e->h_pswapbuf, ZT_MEM_PARAMS, zt_engine_pnvme_buffer_bytes(e), true);
     SPEC(&e->grads, ZT_MEM_GRADS, zt_zero_grad_elems(z) * zt_engine_gsize(e), false);
     if (e->mixed && dev_n)
         SPEC(&e->master, ZT_MEM_MASTER, dev_n * 4, false);
@@ -395,7 +399,7 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
         out->host_total += (int64_t)sizes[c][1];
         out->device_total += (int64_t)sizes[c][0];
     }
-    out->disk_bytes = (int64_t)zt_engine_nvme_disk_bytes(e);
+    out->disk_bytes = (int64_t)(zt_engine_nvme_disk_bytes(e) + zt_engine_pnvme_disk_bytes(e));
     bool cuda = job->resources.device == ZT_DEVICE_CUDA;
     /* the CUDA kernel context's own device buffers (cuBLASLt workspace, scratch, ...) */
     if (cuda) {
