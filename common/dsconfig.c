@@ -279,7 +279,7 @@ static const keyspec offload_optimizer_keys[] = {
 };
 
 static const keyspec offload_param_keys[] = {
-    USE("device", VT_STR, "\"none\"", "\"none\", \"cpu\" or \"nvme\" (CPU ranks)"),
+    USE("device", VT_STR, "\"none\"", "\"none\", \"cpu\" or \"nvme\""),
     NOEFF("pin_memory", VT_BOOL, "false", "the host buffers of GPU ranks are always pinned"),
     USE("nvme_path", VT_STR_OR_NULL, "null",
         "with device \"nvme\" (required): where each rank keeps its parameter swap file"),

@@ -345,7 +345,7 @@ size_t zt_engine_pnvme_buffer_bytes(const zt_engine *e);
 uint64_t zt_engine_pnvme_disk_bytes(const zt_engine *e);
 /* Opens this rank's parameter swap (after the buffers, before the parameters are loaded); a
  * no-op without offload_param "nvme". Errors name the path and say what to do: ZT_ERR_NOSPACE,
- * ZT_ERR_UNSUPPORTED (CUDA ranks, no direct I/O), ZT_ERR_NOT_FOUND, ZT_ERR_CONFIG (buffer_size
+ * ZT_ERR_UNSUPPORTED (no direct I/O), ZT_ERR_NOT_FOUND, ZT_ERR_CONFIG (buffer_size
  * below a unit's shard), ZT_ERR_EXISTS, ZT_ERR_IO. Close removes the file. */
 zt_status zt_engine_pnvme_open(zt_engine *e, zt_err *err);
 void zt_engine_pnvme_close(zt_engine *e);
@@ -359,8 +359,10 @@ typedef enum zt_param_use {
 /* Unit position pos of unit u in this rank's parameters (as zt_engine_param_at), wherever they
  * are: a swapped unit is read into a buffer first (its next units read ahead, units changed
  * before written back behind). The pointer, and the whole span of u behind it, stays valid until
- * the next call of this function or of zt_engine_pnvme_step_begin. Errors come from the swap
- * (ZT_ERR_IO, ZT_ERR_CORRUPT, ZT_ERR_NOSPACE). Engine thread only. */
+ * the next call of this function or of zt_engine_pnvme_step_begin; on a CUDA rank a copy to
+ * the device queued from it may run until the next sync (this function syncs before it changes
+ * a buffer handed out). Errors come from the swap (ZT_ERR_IO, ZT_ERR_CORRUPT, ZT_ERR_NOSPACE)
+ * and the sync. Engine thread only. */
 zt_status zt_engine_param_ptr(zt_engine *e, int u, size_t pos, zt_param_use use, void **out,
                               zt_err *err);
 /* Before a step's update: the test hooks ZT_INJECT_SWAP_CORRUPT/UNLINK for params.swp, and

@@ -1,10 +1,11 @@
 /* zerotrain: NVMe offload of the stage-3 parameter shard (offload_param.device "nvme", as in
  * ZeRO-Infinity). The shard's first units, up to max_in_cpu elements, stay in host memory
- * (e->params); each later unit's slice is one segment of a "params" swap file
- * (engine/nvme/swap.h), read into one of buffer_count host buffers when the engine uses it. A
- * read reads the next units ahead in the direction of travel (forward up, backward down), as
- * many as the free buffers, stage3_prefetch_bucket_size and stage3_max_live_parameters allow;
- * a unit the optimizer or a load changed is written back behind, once another unit is used. */
+ * (e->params, pinned on CUDA ranks); each later unit's slice is one segment of a "params" swap
+ * file (engine/nvme/swap.h), read into one of buffer_count host buffers when the engine uses it
+ * (a gather copies it up from there). A read reads the next units ahead in the direction of
+ * travel (forward up, backward down), as many as the free buffers, stage3_prefetch_bucket_size
+ * and stage3_max_live_parameters allow; a unit the optimizer or a load changed is written back
+ * behind, once another unit is used. */
 #define _POSIX_C_SOURCE 200809L
 #include "engine_int.h"
 
@@ -29,6 +30,7 @@ typedef struct pbuf {
     int unit;   /* -1: empty */
     bool dirty; /* holds values the swap file does not have yet */
     int io;     /* IO_*: the transfer in flight through buf */
+    bool lent;  /* CUDA: handed out since the last sync (a copy to the device may read it) */
     zt_swap_io req;
     uint64_t stamp; /* last use; the least recent buffer is reused first */
 } pbuf;
@@ -101,10 +103,6 @@ zt_status zt_engine_pnvme_open(zt_engine *e, zt_err *err)
 {
     const zt_offload_cfg *off = &e->job.ds.zero.offload_param;
     if (!off->nvme) return ZT_OK;
-    if (e->job.resources.device == ZT_DEVICE_CUDA)
-        return zt_err_set(
-            err, ZT_ERR_UNSUPPORTED,
-            "offload_param.device \"nvme\" runs on CPU ranks only; on CUDA ranks use \"cpu\" (the shard in pinned host memory) and put the optimizer on NVMe (offload_optimizer.device \"nvme\")");
     int first = zt_engine_pnvme_first(e);
     if (first == e->nu) {
         ZT_INFO("nvme", "the parameter shard (%zu elements) fits offload_param.max_in_cpu: no swap",
@@ -225,9 +223,24 @@ static pbuf *buf_victim(zt_pnvme *nv, bool spare, uint64_t since)
     return best;
 }
 
-/* Starts reading unit u into b (zeros for a unit never written). */
-static zt_status buf_read_start(zt_pnvme *nv, pbuf *b, int u, bool fill, zt_err *err)
+/* Before b's values change: on a CUDA rank a copy to the device queued from b (a gather's,
+ * zt_engine_params_put's rule) must have read it, so the stream is synced once for every buffer
+ * handed out since the last sync. */
+static zt_status buf_quiesce(zt_engine *e, pbuf *b, zt_err *err)
 {
+    zt_pnvme *nv = e->pnvme;
+    if (!b->lent) return ZT_OK;
+    for (int i = 0; i < nv->nbuf; i++)
+        nv->b[i].lent = false;
+    return e->ops->sync(e->k, err);
+}
+
+/* Starts reading unit u into b (zeros for a unit never written). */
+static zt_status buf_read_start(zt_engine *e, pbuf *b, int u, bool fill, zt_err *err)
+{
+    zt_pnvme *nv = e->pnvme;
+    zt_status st = buf_quiesce(e, b, err);
+    if (st != ZT_OK) return st;
     b->unit = u;
     b->dirty = false;
     int seg = u - nv->first;
@@ -235,7 +248,7 @@ static zt_status buf_read_start(zt_pnvme *nv, pbuf *b, int u, bool fill, zt_err 
         memset(b->buf, 0, nv->cap);
         return ZT_OK;
     }
-    zt_status st = zt_swap_read_start(nv->swap, 0, seg, b->buf, &b->req, err);
+    st = zt_swap_read_start(nv->swap, 0, seg, b->buf, &b->req, err);
     if (st == ZT_OK)
         b->io = IO_READ;
     else
@@ -268,7 +281,7 @@ static zt_status background(zt_engine *e, int u, zt_err *err)
         pbuf *b = buf_find(nv, w);
         if (!b) {
             if (!(b = buf_victim(nv, true, since))) break;
-            if ((st = buf_evict(nv, b, err)) == ZT_OK) st = buf_read_start(nv, b, w, true, err);
+            if ((st = buf_evict(nv, b, err)) == ZT_OK) st = buf_read_start(e, b, w, true, err);
         }
         b->stamp = ++nv->stamp;
     }
@@ -288,13 +301,15 @@ zt_status zt_engine_param_ptr(zt_engine *e, int u, size_t pos, zt_param_use use,
     if (!b) {
         b = buf_victim(nv, false, 0);
         if ((st = buf_evict(nv, b, err)) != ZT_OK) return st;
-        if ((st = buf_read_start(nv, b, u, use != ZT_PARAM_OVERWRITE, err)) != ZT_OK) return st;
+        if ((st = buf_read_start(e, b, u, use != ZT_PARAM_OVERWRITE, err)) != ZT_OK) return st;
     }
     b->stamp = ++nv->stamp;
     /* a read must land before the values are used, a write before they change */
     if (b->io == IO_READ || (b->io == IO_WRITE && use != ZT_PARAM_READ))
         if ((st = buf_finish(nv, b, err)) != ZT_OK) return st;
+    if (use != ZT_PARAM_READ && (st = buf_quiesce(e, b, err)) != ZT_OK) return st;
     if (use != ZT_PARAM_READ) b->dirty = true;
+    b->lent = e->params_host;
     zt_zero_span sp = zt_zero_param_span(e->zero, u);
     *out = (char *)b->buf + (zt_zero_param_index(e->zero, u, pos) - sp.off) * zt_engine_psize(e);
     return background(e, u, err);
