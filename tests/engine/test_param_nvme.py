@@ -2,7 +2,7 @@
 CPU ranks through the real zctl run:
 1. Equality: fp32 and bf16 with the parameters on NVMe and the optimizer on NVMe, in host memory
    or not offloaded; max_in_cpu 0 (every unit swapped), one that keeps the embeddings in host
-   memory, and one that keeps everything; 1 to 4 buffers and a read-ahead bounded by
+   memory, and one that keeps everything; 1 to 5 buffers and a read-ahead bounded by
    stage3_prefetch_bucket_size: per-step losses and the exported model bit-identical to the same
    run without offload; the swap directories are gone afterwards. zctl plan counts the swap
    file's bytes.
