@@ -231,6 +231,11 @@ zt_status zt_confine_check_job(const zt_job *job, const char *resume_path, char 
                         job->ds.zero.offload_optimizer.nvme_path,
                         job->ds.zero.offload_optimizer.nvme_path, NULL, NULL,
                         "choose an nvme_path inside them");
+    if (st == ZT_OK && job->ds.zero.offload_param.nvme)
+        st = check_path(&c, "deepspeed.zero_optimization.offload_param.nvme_path",
+                        job->ds.zero.offload_param.nvme_path,
+                        job->ds.zero.offload_param.nvme_path, NULL, NULL,
+                        "choose an nvme_path inside them");
     if (st == ZT_OK && resume_path && resume_path[0])
         st = check_path(&c, "the checkpoint to resume from", resume_path, resume_path, NULL, NULL,
                         "resume from a checkpoint inside them");

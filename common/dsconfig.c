@@ -34,7 +34,6 @@
     }
 
 #define WHY_METRICS "the metrics go to the coordinator, the dashboard and /metrics"
-#define WHY_PARAM_NVME "used by offload_param device \"nvme\", which is not offered; use \"cpu\""
 #define WHY_PIPELINE "the NVMe swap always reads ahead and writes back behind the update"
 #define WHY_DP "zerotrain trains with ZeRO data parallelism only"
 
@@ -194,7 +193,7 @@ static const keyspec zero_keys[] = {
     USE("stage", VT_INT, "0", "0-3"),
     USE("offload_optimizer", VT_OBJ, NULL, "device \"cpu\": the optimizer step on the host"),
     USE("offload_param", VT_OBJ, NULL,
-        "stage 3, device \"cpu\": CPU ranks keep parameters in host memory already"),
+        "stage 3, device \"cpu\": CPU ranks keep parameters in host memory already; \"nvme\": in swap files"),
     USE("sub_group_size", VT_INT, "1e9",
         "the offloaded optimizer's segment (elements), at most 2^20 so that the pipeline overlaps"),
     USE("stage3_max_live_parameters", VT_INT, "1e9",
@@ -280,12 +279,16 @@ static const keyspec offload_optimizer_keys[] = {
 };
 
 static const keyspec offload_param_keys[] = {
-    USE("device", VT_STR, "\"none\"", "\"none\" or \"cpu\" (\"nvme\" is refused)"),
+    USE("device", VT_STR, "\"none\"", "\"none\", \"cpu\" or \"nvme\""),
     NOEFF("pin_memory", VT_BOOL, "false", "the host buffers of GPU ranks are always pinned"),
-    NOEFF("nvme_path", VT_STR_OR_NULL, "null", WHY_PARAM_NVME),
-    NOEFF("buffer_count", VT_INT, "5", WHY_PARAM_NVME),
-    NOEFF("buffer_size", VT_INT, "1e8", WHY_PARAM_NVME),
-    NOEFF("max_in_cpu", VT_INT, "1e9", WHY_PARAM_NVME),
+    USE("nvme_path", VT_STR_OR_NULL, "null",
+        "with device \"nvme\" (required): where each rank keeps its parameter swap file"),
+    USE("buffer_count", VT_INT, "5",
+        "with device \"nvme\": host buffers a unit's parameter shard is read into ahead of use"),
+    USE("buffer_size", VT_INT, "1e8",
+        "with device \"nvme\": elements a buffer may hold; at least the largest unit's shard"),
+    USE("max_in_cpu", VT_INT, "1e9",
+        "with device \"nvme\": elements of the shard kept in host memory (the first units)"),
 };
 
 static const keyspec aio_keys[] = {

@@ -70,8 +70,8 @@ static zt_status parse_bf16(pctx *c, json_t *ds, zt_job *job, const char **key_o
     return st;
 }
 
-/* offload_optimizer / offload_param "device": "none", "cpu", or (optimizer only) "nvme". */
-static zt_status parse_offload_device(pctx *c, json_t *o, bool is_opt, zt_offload_cfg *off)
+/* offload_optimizer / offload_param "device": "none", "cpu" or "nvme". */
+static zt_status parse_offload_device(pctx *c, json_t *o, zt_offload_cfg *off)
 {
     char dev[64];
     bool present;
@@ -81,17 +81,10 @@ static zt_status parse_offload_device(pctx *c, json_t *o, bool is_opt, zt_offloa
     if (strcmp(dev, "none") == 0) return ZT_OK;
     if (strcmp(dev, "cpu") == 0) {
         off->enabled = true;
-    } else if (strcmp(dev, "nvme") == 0 && is_opt) {
-        off->enabled = off->nvme = true;
     } else if (strcmp(dev, "nvme") == 0) {
-        return jf_fail_key(
-            c, "device",
-            "\"nvme\": offloading parameters to NVMe is not offered; use \"cpu\" here and put the optimizer on NVMe (offload_optimizer.device \"nvme\")");
+        off->enabled = off->nvme = true;
     } else {
-        return jf_fail_key(c, "device",
-                           is_opt ? "must be \"none\", \"cpu\" or \"nvme\" (got \"%s\")"
-                                  : "must be \"none\" or \"cpu\" (got \"%s\")",
-                           dev);
+        return jf_fail_key(c, "device", "must be \"none\", \"cpu\" or \"nvme\" (got \"%s\")", dev);
     }
     return ZT_OK;
 }
@@ -106,21 +99,24 @@ static zt_status parse_offload(pctx *c, json_t *zo, const char *key, const char 
     jf_push(c, key);
     KEEP(ds_check_block(
         c, o, is_opt ? "zero_optimization.offload_optimizer" : "zero_optimization.offload_param"));
-    KEEP(parse_offload_device(c, o, is_opt, off));
+    KEEP(parse_offload_device(c, o, off));
     KEEP(jf_get_bool(c, o, "pin_memory", &off->pin_memory));
     if (is_opt) {
         KEEP(jf_get_num(c, o, "ratio", 0, 1, NUM_RANGE, &off->ratio));
-        KEEP(jf_get_int(c, o, "buffer_count", 1, 64, &off->buffer_count));
-        json_t *np = jf_member(o, "nvme_path");
-        bool given = false;
-        if (np && !json_is_null(np))
-            KEEP(jf_get_path(c, o, "nvme_path", base_dir, off->nvme_path, &given));
-        if (off->nvme && !given && st == ZT_OK)
-            KEEP(jf_fail_key(
-                c, "device",
-                "\"nvme\" needs \"nvme_path\": the directory (on a local disk) where each rank keeps its swap files"));
-        if (!off->nvme) off->nvme_path[0] = '\0';
+    } else {
+        KEEP(jf_get_i64(c, o, "buffer_size", 1, INT64_MAX, &off->buffer_size));
+        KEEP(jf_get_i64(c, o, "max_in_cpu", 0, INT64_MAX, &off->max_in_cpu));
     }
+    KEEP(jf_get_int(c, o, "buffer_count", 1, 64, &off->buffer_count));
+    json_t *np = jf_member(o, "nvme_path");
+    bool given = false;
+    if (np && !json_is_null(np))
+        KEEP(jf_get_path(c, o, "nvme_path", base_dir, off->nvme_path, &given));
+    if (off->nvme && !given && st == ZT_OK)
+        KEEP(jf_fail_key(
+            c, "device",
+            "\"nvme\" needs \"nvme_path\": the directory (on a local disk) where each rank keeps its swap files"));
+    if (!off->nvme) off->nvme_path[0] = '\0';
     jf_pop(c);
     return st;
 }

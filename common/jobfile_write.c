@@ -193,9 +193,12 @@ static void write_offload(emitter *e, const char *k, const zt_offload_cfg *o, bo
     kv_bool(e, "pin_memory", o->pin_memory);
     if (with_ratio) {
         kv_num(e, "ratio", o->ratio);
-        kv_int(e, "buffer_count", o->buffer_count);
-        if (o->nvme) kv_str(e, "nvme_path", o->nvme_path);
+    } else {
+        kv_int(e, "buffer_size", o->buffer_size);
+        kv_int(e, "max_in_cpu", o->max_in_cpu);
     }
+    kv_int(e, "buffer_count", o->buffer_count);
+    if (o->nvme) kv_str(e, "nvme_path", o->nvme_path);
     close_obj(e);
 }
 

@@ -189,9 +189,9 @@ enum {
     X(INJECT_NONFINITE, "ZT_INJECT_NONFINITE", ZT_SETTING_STR, ZT_SETTING_HOOK, "", 0, 0, NULL, NULL, NULL, \
       "engine: `rank:step`; that rank's gradients are non-finite at that step") \
     X(INJECT_SWAP_CORRUPT, "ZT_INJECT_SWAP_CORRUPT", ZT_SETTING_STR, ZT_SETTING_HOOK, "", 0, 0, NULL, NULL, NULL, \
-      "engine: `rank:step`; one byte of that rank's NVMe `master.swp` is flipped on disk before that step's update") \
+      "engine: `rank:step`; one byte of that rank's NVMe `master.swp` (with `offload_param` \"nvme\": of `params.swp`) is flipped on disk before that step's update") \
     X(INJECT_SWAP_UNLINK, "ZT_INJECT_SWAP_UNLINK", ZT_SETTING_STR, ZT_SETTING_HOOK, "", 0, 0, NULL, NULL, NULL, \
-      "engine: `rank:step`; that rank's NVMe swap files are deleted before that step's update") \
+      "engine: `rank:step`; that rank's NVMe swap files (`params.swp` too) are deleted before that step's update") \
     X(OFFLOAD_PIECE, "ZT_OFFLOAD_PIECE", ZT_SETTING_INT, ZT_SETTING_HOOK, "", 1, INT64_MAX, NULL, NULL, NULL, \
       "engine: elements of a segment of the offloaded optimizer, to cut a small model finer") \
     X(DUMP_STATE_AFTER_LOAD, "ZT_DUMP_STATE_AFTER_LOAD", ZT_SETTING_STR, ZT_SETTING_HOOK, "", 0, 0, NULL, NULL, NULL, \

@@ -261,6 +261,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
     ZT_CHECK(zt_engine_setup_segments(e, err), destroy_engine);
     ZT_CHECK(zt_engine_setup_buffers(e, err), destroy_engine);
     ZT_CHECK(zt_engine_nvme_open(e, err), destroy_engine);
+    ZT_CHECK(zt_engine_pnvme_open(e, err), destroy_engine);
     if (opts->resume && opts->resume[0]) {
         st = zt_ckpt_load(e, opts->resume, err);
         if (opts->resume_bad)
@@ -297,6 +298,7 @@ void zt_engine_destroy(zt_engine *e)
         return;
     zt_ckpt_release(e);
     zt_engine_nvme_close(e);
+    zt_engine_pnvme_close(e);
     if (e->k && e->zero) {
         zt_engine_params_invalidate(e, NULL);
         zt_engine_grads_drain(e, NULL);

@@ -88,8 +88,9 @@ typedef struct zt_mem_plan {
     int64_t disk_bytes;    /* NVMe offload: this rank's swap files (about: each segment's last
                             * page is padding) */
     int64_t io_read_bytes;  /* NVMe offload: bytes this rank reads from its swap files in one
-                             * optimizer step, the sum over its swaps (about, as disk_bytes) */
-    int64_t io_write_bytes; /* ... and writes back in one optimizer step */
+                             * training step, the sum over its swaps (about, as disk_bytes; for
+                             * the parameter swap the most it can read) */
+    int64_t io_write_bytes; /* ... and writes back in one training step */
     int64_t init_bytes;    /* host, only while the model is initialised */
     int64_t peak_total;    /* the most the engine holds at once (device and host) */
     int64_t runtime_bytes; /* the process beyond its buffers (CPU path; 0 on cuda) */

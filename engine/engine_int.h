@@ -7,11 +7,13 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "../common/settings.h"
 #include "comm/comm.h"
 #include "data/dataloader.h"
 #include "engine.h"
 #include "gpt2.h"
 #include "memacct.h"
+#include "nvme/aio.h"
 #include "optim.h"
 #include "zero.h"
 
@@ -86,6 +88,8 @@ struct zt_engine {
     void *h_lp;     /* updated values to copy back (pdt; mixed precision or NVMe offload) */
     void *h_swapbuf; /* NVMe offload: the swap's buffer sets (offload_nvme.c) */
     struct zt_nvme *nvme; /* NVMe offload's swap files; NULL without */
+    void *h_pswapbuf; /* offload_param "nvme": the parameter swap's host buffers (param_nvme.c) */
+    struct zt_pnvme *pnvme; /* offload_param "nvme": the shard's swapped units; NULL without */
 
     zt_optseg *segs;
     int nsegs;
@@ -182,7 +186,8 @@ static inline size_t zt_engine_gsize(const zt_engine *e)
     return zt_dtype_size(e->gdt);
 }
 
-/* Unit position pos of unit u, in the parameter buffer (pos in the buffer's span of u). */
+/* Unit position pos of unit u, in the parameter buffer (pos in the buffer's span of u). With
+ * offload_param "nvme" only units kept in host memory are there: see zt_engine_param_ptr. */
 static inline void *zt_engine_param_at(zt_engine *e, int u, size_t pos)
 {
     return (char *)e->params + zt_zero_param_index(e->zero, u, pos) * zt_engine_psize(e);
@@ -319,5 +324,49 @@ zt_status zt_engine_nvme_seg_get(zt_engine *e, int k, float **master, float **m,
                                  zt_err *err);
 zt_status zt_engine_nvme_seg_put(zt_engine *e, int k, zt_err *err);
 zt_status zt_engine_nvme_step_end(zt_engine *e, zt_status st, zt_err *err);
+/* What both swaps share: nvme_path/<job>[-<job id>]/rank_NNNNN<suffix>, this rank's swap
+ * directory (ZT_ERR_CONFIG when too long); an I/O context from the job's "aio" block; whether
+ * test hook var ("rank:step") names this rank and the step about to update. */
+zt_status zt_engine_nvme_dir(const zt_engine *e, const char *nvme_path, const char *suffix,
+                             char *out, size_t cap, zt_err *err);
+zt_status zt_engine_nvme_aio_open(const zt_engine *e, zt_aio **out, zt_err *err);
+bool zt_engine_nvme_hook_now(const zt_engine *e, zt_setting var);
+
+/* ---- param_nvme.c: the stage-3 parameter shard in a swap file (offload_param "nvme") ---- */
+
+/* The first units of the shard, up to offload_param.max_in_cpu elements, stay in e->params;
+ * units [zt_engine_pnvme_first, nu) live in the swap file and are read into buffer_count host
+ * buffers as they are used. Without offload_param "nvme", first is nu. */
+int zt_engine_pnvme_first(const zt_engine *e);
+/* Elements of e->params (the units kept in host memory), host bytes of the swap's buffers
+ * (0 when nothing is swapped) and the bytes its file takes on disk. */
+size_t zt_engine_pnvme_resident_elems(const zt_engine *e);
+size_t zt_engine_pnvme_buffer_bytes(const zt_engine *e);
+uint64_t zt_engine_pnvme_disk_bytes(const zt_engine *e);
+/* Opens this rank's parameter swap (after the buffers, before the parameters are loaded); a
+ * no-op without offload_param "nvme". Errors name the path and say what to do: ZT_ERR_NOSPACE,
+ * ZT_ERR_UNSUPPORTED (no direct I/O), ZT_ERR_NOT_FOUND, ZT_ERR_CONFIG (buffer_size
+ * below a unit's shard), ZT_ERR_EXISTS, ZT_ERR_IO. Close removes the file. */
+zt_status zt_engine_pnvme_open(zt_engine *e, zt_err *err);
+void zt_engine_pnvme_close(zt_engine *e);
+
+/* How a caller uses the parameters it asks for. */
+typedef enum zt_param_use {
+    ZT_PARAM_READ,      /* reads them */
+    ZT_PARAM_WRITE,     /* reads and changes them */
+    ZT_PARAM_OVERWRITE, /* sets every element of the unit's shard before reading any */
+} zt_param_use;
+/* Unit position pos of unit u in this rank's parameters (as zt_engine_param_at), wherever they
+ * are: a swapped unit is read into a buffer first (its next units read ahead, units changed
+ * before written back behind). The pointer, and the whole span of u behind it, stays valid until
+ * the next call of this function or of zt_engine_pnvme_step_begin; on a CUDA rank a copy to
+ * the device queued from it may run until the next sync (this function syncs before it changes
+ * a buffer handed out). Errors come from the swap (ZT_ERR_IO, ZT_ERR_CORRUPT, ZT_ERR_NOSPACE)
+ * and the sync. Engine thread only. */
+zt_status zt_engine_param_ptr(zt_engine *e, int u, size_t pos, zt_param_use use, void **out,
+                              zt_err *err);
+/* Before a step's update: the test hooks ZT_INJECT_SWAP_CORRUPT/UNLINK for params.swp, and
+ * ZT_ERR_IO when the swap file was deleted. A no-op without a parameter swap. */
+zt_status zt_engine_pnvme_step_begin(zt_engine *e, zt_err *err);
 
 #endif

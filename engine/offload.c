@@ -104,8 +104,9 @@ static bool host_copies_back_lp(const zt_engine *e)
     return e->mixed || e->nvme;
 }
 
-static void adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, const zt_optseg *s,
-                          const zt_adamw_args *base)
+/* Errors come from offload_param "nvme" only (the device part's parameters in a swap). */
+static zt_status adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, const zt_optseg *s,
+                               const zt_adamw_args *base, zt_err *err)
 {
     zt_adamw_args a = *base;
     if (!s->decay)
@@ -116,11 +117,16 @@ static void adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, const zt_
                    e->h_m + off, e->h_v + off, s->len, &a,
                    e->mixed ? (char *)e->h_lp + off * zt_engine_psize(e) : NULL, e->pdt);
     } else {
-        void *lp = zt_engine_param_loc(e, s->unit, s->j);
+        void *lp;
+        zt_status st =
+            zt_engine_param_ptr(e, s->unit, e->base[s->unit] + s->j, ZT_PARAM_WRITE, &lp, err);
+        if (st != ZT_OK)
+            return st;
         float *p = e->mixed ? e->master + s->side_off : (float *)lp;
         ops->adamw(k, p, zt_engine_grad_loc(e, s->unit, s->j), e->gdt, e->m + s->side_off,
                    e->v + s->side_off, s->len, &a, e->mixed ? lp : NULL, e->pdt);
     }
+    return ZT_OK;
 }
 
 /* Host segment n (the n-th of the host part, e->segs[i]): in host memory, or streamed through
@@ -130,7 +136,7 @@ static void host_segment(host_job *hj, int n, int i)
     zt_engine *e = hj->e;
     const zt_optseg *s = &e->segs[i];
     if (!e->nvme) {
-        adamw_segment(e, zt_ops_cpu(), hj->k, s, hj->args);
+        adamw_segment(e, zt_ops_cpu(), hj->k, s, hj->args, NULL); /* a host segment: no error */
         return;
     }
     if (hj->st != ZT_OK)
@@ -169,19 +175,26 @@ static void *host_adamw_main(void *arg)
     return NULL;
 }
 
-/* Queues host segment s's updated values (16-bit copy, or fp32 master) to the backend. */
-static void host_segment_back(zt_engine *e, const zt_optseg *s)
+/* Queues host segment s's updated values (16-bit copy, or fp32 master) to the backend. Errors
+ * come from offload_param "nvme" only. */
+static zt_status host_segment_back(zt_engine *e, const zt_optseg *s, zt_err *err)
 {
     const void *src = host_copies_back_lp(e)
                           ? (const void *)((char *)e->h_lp + s->side_off * zt_engine_psize(e))
                           : (const void *)(e->h_master + s->side_off);
-    zt_engine_params_put(e, zt_engine_param_loc(e, s->unit, s->j), src, s->len * zt_engine_psize(e));
+    void *dst;
+    zt_status st =
+        zt_engine_param_ptr(e, s->unit, e->base[s->unit] + s->j, ZT_PARAM_WRITE, &dst, err);
+    if (st == ZT_OK)
+        zt_engine_params_put(e, dst, src, s->len * zt_engine_psize(e));
+    return st;
 }
 
 /* Marks host segment count n ready (threaded) and sends back those the host thread finished;
- * with wait, blocks until the host thread has done all nhost. Returns the segments sent. */
+ * with wait, blocks until the host thread has done all nhost. Returns the segments sent; the
+ * first failure to send one back is kept in *st (later ones are skipped). */
 static int host_pipeline_advance(zt_engine *e, host_job *hj, int ready, bool wait, int sent,
-                                 int nhost, const int *hidx)
+                                 int nhost, const int *hidx, zt_status *st, zt_err *err)
 {
     pthread_mutex_lock(&hj->mu);
     if (ready > hj->ready) {
@@ -193,17 +206,21 @@ static int host_pipeline_advance(zt_engine *e, host_job *hj, int ready, bool wai
     int done = hj->done;
     pthread_mutex_unlock(&hj->mu);
     for (; sent < done; sent++)
-        host_segment_back(e, &e->segs[hidx[sent]]);
+        if (*st == ZT_OK)
+            *st = host_segment_back(e, &e->segs[hidx[sent]], err);
     return sent;
 }
 
 /* The device part alone runs on the backend in segment order; with offload, see host_job. */
 zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *err)
 {
+    zt_status st = zt_engine_pnvme_step_begin(e, err);
+    if (st != ZT_OK)
+        return st;
     if (!zt_zero_host_elems(e->zero)) {
-        for (int i = 0; i < e->nsegs; i++)
-            adamw_segment(e, e->ops, e->k, &e->segs[i], a);
-        return ZT_OK;
+        for (int i = 0; i < e->nsegs && st == ZT_OK; i++)
+            st = adamw_segment(e, e->ops, e->k, &e->segs[i], a, err);
+        return st;
     }
     int *hidx = zt_malloc((size_t)e->nsegs * sizeof(int));
     if (!hidx)
@@ -214,7 +231,7 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
             hidx[nhost++] = i;
     host_job hj = {.e = e, .args = a};
     /* offload_param: the host writes the parameter shard the device last read from */
-    zt_status st = e->params_host ? e->ops->sync(e->k, err) : ZT_OK;
+    st = e->params_host ? e->ops->sync(e->k, err) : ZT_OK;
     if (st != ZT_OK)
         goto free_hidx;
     st = zt_ops_cpu()->ctx_create(&hj.k, 0, err);
@@ -231,26 +248,30 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
     pthread_t th;
     bool threaded = pthread_create(&th, NULL, host_adamw_main, &hj) == 0;
     int sent = 0;
+    zt_status back = ZT_OK; /* the first failure to send an updated segment back */
+    zt_err back_err = {0};
     /* gradients down, one segment at a time (complete when copy_d2h returns) */
     for (int n = 0; n < nhost; n++) {
         const zt_optseg *s = &e->segs[hidx[n]];
         e->ops->copy_d2h(e->k, (char *)e->h_grad + s->side_off * zt_engine_gsize(e),
                          zt_engine_grad_loc(e, s->unit, s->j), s->len * zt_engine_gsize(e));
         if (threaded)
-            sent = host_pipeline_advance(e, &hj, n + 1, false, sent, nhost, hidx);
+            sent = host_pipeline_advance(e, &hj, n + 1, false, sent, nhost, hidx, &back,
+                                         &back_err);
     }
     /* the device part, queued behind the copies */
     for (int i = 0; i < e->nsegs; i++)
-        if (!e->segs[i].host)
-            adamw_segment(e, e->ops, e->k, &e->segs[i], a);
+        if (!e->segs[i].host && back == ZT_OK)
+            back = adamw_segment(e, e->ops, e->k, &e->segs[i], a, &back_err);
     if (threaded) {
-        sent = host_pipeline_advance(e, &hj, nhost, true, sent, nhost, hidx);
+        sent = host_pipeline_advance(e, &hj, nhost, true, sent, nhost, hidx, &back, &back_err);
         pthread_join(th, NULL);
     } else {
         for (int n = 0; n < nhost; n++)
             host_segment(&hj, n, hidx[n]);
         for (; sent < nhost; sent++)
-            host_segment_back(e, &e->segs[hidx[sent]]);
+            if (back == ZT_OK)
+                back = host_segment_back(e, &e->segs[hidx[sent]], &back_err);
     }
     pthread_cond_destroy(&hj.cv);
     pthread_mutex_destroy(&hj.mu);
@@ -258,6 +279,11 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
         if (hj.st != ZT_OK && err)
             *err = hj.err;
         st = zt_engine_nvme_step_end(e, hj.st, err);
+    }
+    if (st == ZT_OK && back != ZT_OK) {
+        st = back;
+        if (err)
+            *err = back_err;
     }
 destroy_ctx:
     zt_ops_cpu()->ctx_destroy(hj.k);

@@ -52,19 +52,31 @@ uint64_t zt_engine_nvme_disk_bytes(const zt_engine *e)
     return 3 * ((uint64_t)zt_zero_host_elems(e->zero) * 4 + (uint64_t)e->nsegs * ZT_SWAP_ALIGN);
 }
 
-/* nvme_path/<job>[-<job id>]/rank_NNNNN: one directory per job and rank. */
-static zt_status swap_dir(const zt_engine *e, char *out, size_t cap, zt_err *err)
+zt_status zt_engine_nvme_dir(const zt_engine *e, const char *nvme_path, const char *suffix,
+                             char *out, size_t cap, zt_err *err)
 {
     const char *id = zt_setting_raw(ZT_SET_JOB_ID); /* a number, or not part of the name */
     if (id && strspn(id, "0123456789") != strlen(id)) id = NULL;
-    int n = snprintf(out, cap, "%s/%s%s%s/rank_%05d", e->job.ds.zero.offload_optimizer.nvme_path,
-                     e->job.name, id && *id ? "-" : "", id && *id ? id : "", e->rank);
+    int n = snprintf(out, cap, "%s/%s%s%s/rank_%05d%s", nvme_path, e->job.name, id && *id ? "-" : "",
+                     id && *id ? id : "", e->rank, suffix);
     if (n < 0 || (size_t)n >= cap)
         return zt_err_set(
             err, ZT_ERR_CONFIG,
             "nvme_path %s is too long for the swap directory of rank %d; use a shorter path",
-            e->job.ds.zero.offload_optimizer.nvme_path, e->rank);
+            nvme_path, e->rank);
     return ZT_OK;
+}
+
+zt_status zt_engine_nvme_aio_open(const zt_engine *e, zt_aio **out, zt_err *err)
+{
+    const zt_aio_cfg *ac = &e->job.ds.aio;
+    zt_aio_config cfg = {.block_size = (size_t)ac->block_size,
+                         .queue_depth = ac->queue_depth,
+                         .thread_count = ac->thread_count,
+                         .single_submit = ac->single_submit,
+                         .overlap_events = ac->overlap_events,
+                         .backend = zt_setting_choice(ZT_SET_AIO_BACKEND)};
+    return zt_aio_open(out, &cfg, err);
 }
 
 /* The moments start at zero (as in host memory); the master is written by the load. Up to
@@ -131,15 +143,9 @@ zt_status zt_engine_nvme_open(zt_engine *e, zt_err *err)
             nv->buf[b][a] = (float *)base;
     nv->bounce = (float *)base;
 
-    const zt_aio_cfg *ac = &e->job.ds.aio;
-    zt_aio_config cfg = {.block_size = (size_t)ac->block_size,
-                         .queue_depth = ac->queue_depth,
-                         .thread_count = ac->thread_count,
-                         .single_submit = ac->single_submit,
-                         .overlap_events = ac->overlap_events,
-                         .backend = zt_setting_choice(ZT_SET_AIO_BACKEND)};
-    if ((st = zt_aio_open(&nv->aio, &cfg, err)) != ZT_OK) goto free_lens;
-    if ((st = swap_dir(e, nv->dir, sizeof(nv->dir), err)) != ZT_OK) goto free_lens;
+    if ((st = zt_engine_nvme_aio_open(e, &nv->aio, err)) != ZT_OK) goto free_lens;
+    if ((st = zt_engine_nvme_dir(e, off->nvme_path, "", nv->dir, sizeof(nv->dir), err)) != ZT_OK)
+        goto free_lens;
     struct stat sb;
     if (stat(off->nvme_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         st = zt_err_set(
@@ -279,8 +285,7 @@ static zt_status start_reads(zt_nvme *nv, int k, zt_err *err)
     return ZT_OK;
 }
 
-/* Whether test hook var ("rank:step") names this rank and the step about to update. */
-static bool hook_now(const zt_engine *e, zt_setting var)
+bool zt_engine_nvme_hook_now(const zt_engine *e, zt_setting var)
 {
     const char *v = zt_setting_raw(var);
     int r = -1;
@@ -289,18 +294,19 @@ static bool hook_now(const zt_engine *e, zt_setting var)
 }
 
 /* Test hooks, before a step's update: ZT_INJECT_SWAP_CORRUPT=rank:step flips one byte of this
- * rank's master.swp on disk (as a failing drive would return it); ZT_INJECT_SWAP_UNLINK=rank:step
- * deletes its swap files (as removing the directory would). */
+ * rank's master.swp on disk (as a failing drive would return it; with offload_param "nvme",
+ * param_nvme.c flips one of params.swp instead); ZT_INJECT_SWAP_UNLINK=rank:step deletes its
+ * swap files (as removing the directory would). */
 static void test_hooks(const zt_engine *e, const zt_nvme *nv)
 {
     static const char *const names[] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp"};
     char path[PATH_MAX + 16];
-    if (hook_now(e, ZT_SET_INJECT_SWAP_UNLINK))
+    if (zt_engine_nvme_hook_now(e, ZT_SET_INJECT_SWAP_UNLINK))
         for (int a = 0; a < 3; a++) {
             snprintf(path, sizeof(path), "%s/%s", nv->dir, names[a]);
             if (unlink(path) == 0) ZT_WARN("nvme", "test hook: deleted %s", path);
         }
-    if (!hook_now(e, ZT_SET_INJECT_SWAP_CORRUPT)) return;
+    if (!zt_engine_nvme_hook_now(e, ZT_SET_INJECT_SWAP_CORRUPT) || e->pnvme) return;
     snprintf(path, sizeof(path), "%s/master.swp", nv->dir);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     unsigned char byte;

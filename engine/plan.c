@@ -136,7 +136,11 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
     size_t dev_n = zt_zero_device_elems(z), host_n = zt_zero_host_elems(z);
     int n = 0;
 #define SPEC(ptr, c, b, h) (sp[n++] = (buf_spec){(void **)(ptr), (c), (b), (h)})
-    SPEC(&e->params, ZT_MEM_PARAMS, zt_zero_param_elems(z) * zt_engine_psize(e), e->params_host);
+    /* offload_param "nvme": the units past max_in_cpu live in a swap file, read through buffers */
+    SPEC(&e->params, ZT_MEM_PARAMS, zt_engine_pnvme_resident_elems(e) * zt_engine_psize(e),
+         e->params_host);
+    if (zt_engine_pnvme_buffer_bytes(e))
+        SPEC(&e->h_pswapbuf, ZT_MEM_PARAMS, zt_engine_pnvme_buffer_bytes(e), true);
     SPEC(&e->grads, ZT_MEM_GRADS, zt_zero_grad_elems(z) * zt_engine_gsize(e), false);
     if (e->mixed && dev_n)
         SPEC(&e->master, ZT_MEM_MASTER, dev_n * 4, false);
@@ -395,11 +399,15 @@ zt_status zt_engine_plan(const zt_job *job, int world, zt_mem_plan *out, zt_err 
         out->host_total += (int64_t)sizes[c][1];
         out->device_total += (int64_t)sizes[c][0];
     }
-    out->disk_bytes = (int64_t)zt_engine_nvme_disk_bytes(e);
-    /* I/O per optimizer step, one term per swap: the optimizer's swap reads its three arrays
-     * (master and both moments) once and writes them back once */
-    out->io_read_bytes += (int64_t)zt_engine_nvme_disk_bytes(e);
-    out->io_write_bytes += (int64_t)zt_engine_nvme_disk_bytes(e);
+    uint64_t opt_swap = zt_engine_nvme_disk_bytes(e), par_swap = zt_engine_pnvme_disk_bytes(e);
+    out->disk_bytes = (int64_t)(opt_swap + par_swap);
+    /* I/O per optimizer step, one term per swap. The optimizer's swap reads its three arrays
+     * (master and both moments) once and writes them back once. The parameter swap is read
+     * at most once by each micro-step's forward and backward and once by the update, and
+     * written back once (units still in a buffer are not read again). */
+    int64_t gas = job->ds.grad_accum > 0 ? job->ds.grad_accum : 1;
+    out->io_read_bytes += (int64_t)opt_swap + (2 * gas + 1) * (int64_t)par_swap;
+    out->io_write_bytes += (int64_t)opt_swap + (int64_t)par_swap;
     bool cuda = job->resources.device == ZT_DEVICE_CUDA;
     /* the CUDA kernel context's own device buffers (cuBLASLt workspace, scratch, ...) */
     if (cuda) {

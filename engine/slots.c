@@ -43,14 +43,20 @@ static zt_status pslot_fill(zt_engine *e, zt_pslot *s, int u, zt_err *err)
     s->unit = u;
     s->stamp = ++e->pstamp;
     if (zt_zero_gathers_per_use(e->zero)) {
-        void *shard = (char *)e->params + zt_zero_param_span(e->zero, u).off * zt_engine_psize(e);
+        void *shard;
+        zt_status st = zt_engine_param_ptr(e, u, zt_zero_param_span(e->zero, u).start,
+                                           ZT_PARAM_READ, &shard, err);
+        if (st != ZT_OK) {
+            s->unit = -1;
+            return st;
+        }
         void *mine = (char *)s->gbuf + (size_t)e->rank * e->S[u] * zt_engine_psize(e);
         if (e->params_host) /* offload_param: the shard comes up from pinned host memory */
             e->ops->copy_h2d(e->k, mine, shard, e->S[u] * zt_engine_psize(e));
         else
             e->ops->copy_d2d(e->k, mine, shard, e->S[u] * zt_engine_psize(e));
         s->gathering = 1;
-        zt_status st = zt_comm_allgather(e->comm, mine, s->gbuf, e->S[u], e->pdt, &s->req, err);
+        st = zt_comm_allgather(e->comm, mine, s->gbuf, e->S[u], e->pdt, &s->req, err);
         if (st != ZT_OK) {
             s->gathering = 0;
             s->unit = -1;

@@ -16,12 +16,20 @@ size_t zt_engine_region_len(const zt_engine *e, int u)
 }
 
 /* Where optimizer state `section` (0 the fp32 truth: master weights, or the fp32 parameters
- * themselves; 1 exp_avg; 2 exp_avg_sq) of device-side optimizer element gi lives. */
-static float *device_state(zt_engine *e, int u, size_t j, size_t gi, int section)
+ * themselves; 1 exp_avg; 2 exp_avg_sq) of device-side optimizer element gi lives (set: about
+ * to be written). */
+static zt_status device_state(zt_engine *e, int u, size_t j, size_t gi, int section, bool set,
+                              float **out, zt_err *err)
 {
-    if (section == 0)
-        return e->mixed ? e->master + gi : (float *)zt_engine_param_loc(e, u, j);
-    return (section == 1 ? e->m : e->v) + gi;
+    if (section == 0 && !e->mixed) {
+        void *p;
+        zt_status st = zt_engine_param_ptr(e, u, e->base[u] + j,
+                                           set ? ZT_PARAM_WRITE : ZT_PARAM_READ, &p, err);
+        *out = p;
+        return st;
+    }
+    *out = (section == 0 ? e->master : section == 1 ? e->m : e->v) + gi;
+    return ZT_OK;
 }
 
 /* Copies one optimizer state section of region elements [j, j+len) of unit u out of (get) or
@@ -44,10 +52,15 @@ static zt_status state_io(zt_engine *e, int u, size_t j, size_t len, int section
             float *side[3] = {e->h_master, e->h_m, e->h_v};
             float *loc = side[section] + (gi - dev_n);
             memcpy(set ? loc : buf, set ? buf : loc, n * sizeof(float));
-        } else if (set) {
-            e->ops->copy_h2d(e->k, device_state(e, u, j, gi, section), buf, n * sizeof(float));
         } else {
-            e->ops->copy_d2h(e->k, buf, device_state(e, u, j, gi, section), n * sizeof(float));
+            float *loc;
+            zt_status st = device_state(e, u, j, gi, section, set, &loc, err);
+            if (st != ZT_OK)
+                return st;
+            if (set)
+                e->ops->copy_h2d(e->k, loc, buf, n * sizeof(float));
+            else
+                e->ops->copy_d2h(e->k, buf, loc, n * sizeof(float));
         }
         buf += n;
         j += n;
@@ -117,7 +130,11 @@ zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *er
     zt_zero_span own = zt_zero_param_span(e->zero, u);
     size_t n_own = own.len;
     const float *src = vals + own.start;
-    char *dst = (char *)e->params + own.off * zt_engine_psize(e);
+    void *dstv;
+    zt_status pst = zt_engine_param_ptr(e, u, own.start, ZT_PARAM_OVERWRITE, &dstv, err);
+    if (pst != ZT_OK)
+        return pst;
+    char *dst = dstv;
     if (e->pdt == ZT_F32) {
         zt_engine_params_put(e, dst, src, n_own * sizeof(float));
     } else {

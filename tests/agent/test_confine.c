@@ -197,6 +197,20 @@ static void test_check_job(void)
         const char *want[] = {"deepspeed.csv_monitor.output_path", at("out/not_yet/csv"), NULL};
         expect_refused(job, NULL, roots, 1, want);
     }
+    job->ds.csv_monitor.enabled = false;
+    /* the NVMe swaps write there too: offload_param's nvme_path as offload_optimizer's */
+    job->ds.zero.offload_param.enabled = job->ds.zero.offload_param.nvme = true;
+    snprintf(job->ds.zero.offload_param.nvme_path, sizeof(job->ds.zero.offload_param.nvme_path),
+             "%s", at("out"));
+    {
+        const char *want[] = {"deepspeed.zero_optimization.offload_param.nvme_path", at("out"),
+                              "choose an nvme_path inside them", NULL};
+        expect_refused(job, NULL, roots, 1, want);
+    }
+    snprintf(job->ds.zero.offload_param.nvme_path, sizeof(job->ds.zero.offload_param.nvme_path),
+             "%s", at("root"));
+    expect_ok(job, NULL, roots, 1);
+    job->ds.csv_monitor.enabled = true;
     /* with the outside directory allowed too, all of it passes */
     char out[PATH_MAX];
     snprintf(out, sizeof(out), "%s", at("out"));

@@ -162,10 +162,14 @@ static const bad_case bad_cases[] = {
      DS(",\n    \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {@\"device\": \"nvme\"}}"),
      ZT_ERR_CONFIG,
      {": deepspeed.zero_optimization.offload_optimizer.device: \"nvme\" needs \"nvme_path\": the directory (on a local disk) where each rank keeps its swap files"}},
-    {"nvme parameters",
-     DS(",\n    \"zero_optimization\": {\"stage\": 3, \"offload_param\": {@\"device\": \"nvme\", \"nvme_path\": \"/x\"}}"),
+    {"nvme parameters without a path",
+     DS(",\n    \"zero_optimization\": {\"stage\": 3, \"offload_param\": {@\"device\": \"nvme\"}}"),
      ZT_ERR_CONFIG,
-     {": deepspeed.zero_optimization.offload_param.device: \"nvme\": offloading parameters to NVMe is not offered; use \"cpu\" here and put the optimizer on NVMe (offload_optimizer.device \"nvme\")"}},
+     {": deepspeed.zero_optimization.offload_param.device: \"nvme\" needs \"nvme_path\": the directory (on a local disk) where each rank keeps its swap files"}},
+    {"nvme parameters at stage 2",
+     DS(",\n    \"zero_optimization\": {\"stage\": 2, @\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/x\"}}"),
+     ZT_ERR_CONFIG,
+     {": deepspeed.zero_optimization.offload_param: offloading parameters needs zero_optimization.stage 3 (stage is 2)"}},
     {"aio block size",
      DS(",\n    \"aio\": {@\"block_size\": 5000}"),
      ZT_ERR_CONFIG,
@@ -573,9 +577,9 @@ static const ok_case ok_cases[] = {
     {"cpu_offload legacy",
      DS(",\n    \"zero_optimization\": {\"cpu_offload\": true}"),
      {""}},
-    {"nvme path",
+    {"nvme path without nvme",
      DS(",\n    \"zero_optimization\": {\"offload_param\": {\"nvme_path\": \"/nvme\"}}"),
-     {"deepspeed.zero_optimization.offload_param.nvme_path = \"/nvme\": used by offload_param device \"nvme\", which is not offered"}},
+     {""}},
     {"max_grad_norm",
      DS(",\n    \"optimizer\": {\"type\": \"Adam\", \"params\": {\"max_grad_norm\": 1.0}}"),
      {""}},
@@ -1374,6 +1378,24 @@ static void test_accepted(void)
     ASSERT_EQ_INT(job.ds.aio.thread_count, 1);
     ASSERT_TRUE(job.ds.aio.single_submit);
     ASSERT_TRUE(job.ds.aio.overlap_events);
+    check_round_trip(&job);
+
+    /* NVMe parameter offload (stage 3): its path, buffers and host-memory share */
+    parse_ok(&job,
+             "{\n  \"name\": \"nvp\",\n  \"model\": {" BASE_MODEL "},\n" L_DATA
+             "  \"train\": {\"steps\": 3},\n"
+             "  \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,\n"
+             "    \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+             "\"nvme_path\": \"pswap\", \"buffer_count\": 3, \"buffer_size\": 1e6, "
+             "\"max_in_cpu\": 5000, \"pin_memory\": true}}}\n}",
+             "/b");
+    ASSERT_TRUE(job.ds.zero.offload_param.enabled);
+    ASSERT_TRUE(job.ds.zero.offload_param.nvme);
+    ASSERT_TRUE(!job.ds.zero.offload_optimizer.enabled);
+    ASSERT_STREQ(job.ds.zero.offload_param.nvme_path, "/b/pswap");
+    ASSERT_EQ_INT(job.ds.zero.offload_param.buffer_count, 3);
+    ASSERT_EQ_INT(job.ds.zero.offload_param.buffer_size, 1000000);
+    ASSERT_EQ_INT(job.ds.zero.offload_param.max_in_cpu, 5000);
     check_round_trip(&job);
 }
 

@@ -38,3 +38,6 @@ zt_add_script_test(NAME engine_ds_mechanisms COMMAND /usr/bin/python3 ${CMAKE_CU
 # NVMe optimizer offload: bit-identical to no offload, resumes across it, faults reported.
 zt_add_script_test(NAME engine_nvme_offload COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_nvme_offload.py
                    LABELS integration TIMEOUT 600)
+# NVMe parameter offload at stage 3: bit-identical to no offload, resumes across it, faults.
+zt_add_script_test(NAME engine_param_nvme COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_param_nvme.py
+                   LABELS integration TIMEOUT 900)

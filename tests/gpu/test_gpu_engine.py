@@ -8,7 +8,7 @@
 - optimizer offload on the GPU (ratio 0.5 and 1, stage 2; and to NVMe at ratio 0.5): bitwise the
   same exported model as no offload, since the CUDA AdamW is bit-exact with the CPU AdamW that
   runs the host part; and at stage 3 with offload_param (the parameter shard in pinned host
-  memory), bitwise the model with the parameters on the device;
+  memory, or on NVMe with the optimizer), bitwise the model with the parameters on the device;
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums),
   with fp32 matmuls and with the bf16 matmul inputs a bf16 job gets by default;
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
@@ -85,7 +85,10 @@ def job_for(name, device, stage=0, prec="fp32", offload=None, ranks=1, cfg=CFG, 
         ds["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "ratio": offload}
         if nvme_path:
             ds["zero_optimization"]["offload_optimizer"].update(device="nvme", nvme_path=nvme_path)
-    if offload_param:
+    if offload_param == "nvme":  # every unit's shard in the swap, two buffers
+        ds["zero_optimization"]["offload_param"] = {"device": "nvme", "nvme_path": nvme_path,
+                                                    "max_in_cpu": 0, "buffer_count": 2}
+    elif offload_param:
         ds["zero_optimization"]["offload_param"] = {"device": "cpu"}
     if prec != "fp32":
         ds[prec] = {"enabled": True}
@@ -188,8 +191,10 @@ def main():
         # ZeRO-3 Offload: the parameter shard in pinned host memory, brought up for each gather,
         # with the optimizer on the host; the same model as the optimizer alone on the host,
         # fp32 and bf16
+        refs3 = {}
         for prec in ("fp32",) if QUICK else ("fp32", "bf16"):
             _, _, ref3, _ = run(job_for(f"cuda_s3_{prec}_off1", "cuda", 3, prec, offload=1.0))
+            refs3[prec] = ref3
             _, _, path, _ = run(job_for(f"cuda_s3_{prec}_offparam", "cuda", 3, prec, offload=1.0,
                                         offload_param=True))
             same = filecmp.cmp(path, ref3, shallow=False)
@@ -197,6 +202,17 @@ def main():
                   "the parameters on the device")
             if not same:
                 failures.append(f"offload_param ({prec}) on cuda is not bitwise the device-parameter model")
+        # ZeRO-Infinity: the parameter shard and the optimizer on NVMe, each gather copying a
+        # unit up from the buffer it was read into: bitwise the parameters on the device
+        _, _, path, _ = run(job_for("cuda_s3_fp32_paramnvme", "cuda", 3, offload=1.0,
+                                    nvme_path=f"{tmp}/swap", offload_param="nvme"))
+        if "parameters of units 0-" not in last["out"]:
+            failures.append("offload_param nvme on cuda: no parameter swap was opened")
+        same = filecmp.cmp(path, refs3["fp32"], shallow=False)
+        print(f"cuda stage 3 fp32 offload_param nvme: {'bitwise equal' if same else 'DIFFERS'} "
+              "to the parameters on the device")
+        if not same:
+            failures.append("offload_param nvme on cuda is not bitwise the device-parameter model")
         # without the whole optimizer on the host there is nobody to update host parameters
         j = job_for("cuda_s3_offparam_alone", "cuda", 3, offload_param=True)
         zu.write_job(f"{tmp}/{j['name']}.json", j)
