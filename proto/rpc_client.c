@@ -141,7 +141,7 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const zt_rpc_client_config *
     if (cfg->wait_for_ready)
         c->md_flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
                       GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
-    zt_rpc_init_logging();
+    zt_rpc_init_process();
     grpc_init();
     int max_msg =
         (int)(cfg->max_message_bytes ? cfg->max_message_bytes : ZT_RPC_DEFAULT_MAX_MESSAGE);
@@ -517,7 +517,7 @@ zt_rpc_cq *zt_rpc_cq_create(void)
 {
     zt_rpc_cq *q = zt_calloc(1, sizeof(*q));
     if (!q) return NULL;
-    zt_rpc_init_logging();
+    zt_rpc_init_process();
     grpc_init();
     q->cq = grpc_completion_queue_create_for_next(NULL);
     return q;

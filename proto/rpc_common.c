@@ -1,5 +1,6 @@
 /* zerotrain: what the RPC server and client share: status-code translation, the protobuf-c
- * allocator over zt_malloc, and gRPC's own log lines routed into ZT_LOG. */
+ * allocator over zt_malloc, and the process setup before gRPC starts (gRPC's own log lines
+ * routed into ZT_LOG, abseil's lock-order tracking off). */
 #define _POSIX_C_SOURCE 200809L
 #include "proto/rpc.h"
 
@@ -148,8 +149,15 @@ static void grpc_log_to_zt(gpr_log_func_args *args)
         ZT_DEBUG("grpc", "%s:%d: %s", args->file, args->line, args->message);
 }
 
-void zt_rpc_init_logging(void)
+#ifdef ZT_RPC_HAVE_ABSL
+void zt_rpc_absl_untrack_locks(void); /* rpc_absl.cc */
+#endif
+
+void zt_rpc_init_process(void)
 {
+#ifdef ZT_RPC_HAVE_ABSL
+    zt_rpc_absl_untrack_locks();
+#endif
     gpr_set_log_function(grpc_log_to_zt);
     if (zt_log_level_current < ZT_LOG_DEBUG) gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
 }

@@ -9,9 +9,9 @@ typedef struct zt_rpc_tag {
     void (*fn)(struct zt_rpc_tag *tag, bool ok);
 } zt_rpc_tag;
 
-/* Routes gRPC's log lines into ZT_LOG (warnings and up unless ZT_LOG_LEVEL=debug). Call
- * before grpc_init; idempotent. */
-void zt_rpc_init_logging(void);
+/* Before grpc_init (idempotent): routes gRPC's log lines into ZT_LOG (warnings and up unless
+ * ZT_LOG_LEVEL=debug) and turns off abseil's lock-order tracking (rpc_absl.cc). */
+void zt_rpc_init_process(void);
 
 #define ZT_RPC_DEFAULT_MAX_MESSAGE (4u << 20)
 

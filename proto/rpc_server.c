@@ -690,7 +690,7 @@ zt_status zt_rpc_server_create(zt_rpc_server **out, const zt_rpc_server_config *
     if (!s->methods || !s->pollers) goto fail_alloc;
     s->n_methods = n_methods;
 
-    zt_rpc_init_logging();
+    zt_rpc_init_process();
     grpc_init();
     s->cq = grpc_completion_queue_create_for_next(NULL);
     int max_msg =

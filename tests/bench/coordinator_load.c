@@ -1,13 +1,14 @@
 /* Load benchmark of zcoord: N simulated agents (one gRPC channel, one TCP connection each)
- * heartbeat at a fixed rate from a C load generator, while submitters send jobs that the
- * simulated agents then run to completion (so the heartbeat path also carries worker
- * reports and state changes). Prints heartbeats handled per second with p50/p99 latency,
- * acknowledged submissions per second (verified stored afterwards), and next to them the
- * rate of an empty unary call (Ping) measured in the same run: the gRPC C core's own
- * ceiling on this machine. --http-readers N adds N browsers' worth of HTTP readers beside the
- * agents, each holding the job-list event stream (/api/v1/stream) open, and --scrapers M (1 by
- * default with readers: one Prometheus) scrape /metrics once a second each, so the heartbeat
- * figures can be compared with and without them. --check exits 1
+ * heartbeat at a fixed rate from a C load generator (--threads pairs of a sender thread and a
+ * receiver thread, so each reply is taken as it arrives, as by an agent of its own), while
+ * submitters send jobs that the simulated agents then run to completion (so the heartbeat
+ * path also carries worker reports and state changes). Prints heartbeats handled per second
+ * with p50/p99 latency, acknowledged submissions per second (verified stored afterwards), and
+ * next to them the rate of an empty unary call (Ping) measured in the same run: the gRPC C
+ * core's own ceiling on this machine. --http-readers N adds N browsers' worth of HTTP readers
+ * beside the agents, each holding the job-list event stream (/api/v1/stream) open, and
+ * --scrapers M (1 by default with readers: one Prometheus) scrape /metrics once a second
+ * each, so the heartbeat figures can be compared with and without them. --check exits 1
  * when the targets are missed (10,000 heartbeats/s with p99 under 20 ms; 100 submissions/s). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -105,6 +107,11 @@ typedef struct agent {
     struct loadgen *lg;
 } agent;
 
+/* One share of the agents: a sender thread starts each agent's beat when it is due, and a
+ * receiver thread waits on the completion queue for the replies. A real agent waits for its
+ * own reply; a thread that both sent and reaped would leave replies unread behind its sends
+ * to hundreds of other agents and count that wait as the coordinator's latency. mu guards the
+ * agents' state and the counters (held for a few microseconds, never across an RPC call). */
 typedef struct loadgen {
     agent *agents;
     int first, count;
@@ -113,7 +120,8 @@ typedef struct loadgen {
     uint64_t ok, errors, skipped, completed_workers;
     char last_error[256];
     int job_steps;
-    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_t th, rx_th;
 } loadgen;
 
 static atomic_bool stop_load;
@@ -149,11 +157,14 @@ static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint
 {
     agent *a = arg;
     loadgen *lg = a->lg;
-    uint64_t lat = zt_now_ns() - a->sent_at;
+    uint64_t done = zt_now_ns();
+    pthread_mutex_lock(&lg->mu);
+    uint64_t lat = done - a->sent_at;
     bool counted = a->sent_at >= measure_from;
     a->in_flight = false;
     if (!counted) {
         if (code == ZT_RPC_OK && (len > 16 || a->nw)) apply_desired(a, reply, len);
+        pthread_mutex_unlock(&lg->mu);
         return;
     }
     hist_add(&lg->h, lat);
@@ -168,15 +179,18 @@ static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint
         lg->errors++;
         snprintf(lg->last_error, sizeof(lg->last_error), "%s: %.200s", zt_rpc_code_name(code),
                  message);
-        return;
+    } else {
+        lg->ok++;
+        if (len > 16 || a->nw) /* an empty desired set is a few bytes: skip decoding it */
+            apply_desired(a, reply, len);
     }
-    lg->ok++;
-    if (len > 16 || a->nw) /* an empty desired set is a few bytes: skip decoding it */
-        apply_desired(a, reply, len);
+    pthread_mutex_unlock(&lg->mu);
 }
 
+/* Called with a->lg->mu held; releases it around the call itself. */
 static void send_beat(agent *a)
 {
+    loadgen *lg = a->lg;
     Zt__V1__HeartbeatRequest q = ZT__V1__HEARTBEAT_REQUEST__INIT;
     Zt__V1__WorkerStatus ws[4], *wp[4];
     for (int i = 0; i < a->nw; i++) {
@@ -205,22 +219,38 @@ static void send_beat(agent *a)
     q.incarnation = a->inc;
     q.n_workers = (size_t)a->nw;
     q.workers = wp;
-    a->sent_at = zt_now_ns();
     a->in_flight = true;
+    a->sent_at = zt_now_ns();
+    /* the reply may be reaped before zt_rpc_unary_async returns: on_beat takes mu */
+    pthread_mutex_unlock(&lg->mu);
     zt_err err = {0};
-    if (zt_rpc_unary_async(a->c, a->lg->q, "/zt.v1.AgentControl/Heartbeat", &q.base, 10000, on_beat,
-                           a, &err) != ZT_OK) {
+    zt_status st = zt_rpc_unary_async(a->c, lg->q, "/zt.v1.AgentControl/Heartbeat", &q.base, 10000,
+                                      on_beat, a, &err);
+    pthread_mutex_lock(&lg->mu);
+    if (st != ZT_OK) {
         a->in_flight = false;
-        a->lg->errors++;
+        lg->errors++;
     }
 }
 
+/* Sleeps until the monotonic time t (ns). */
+static void sleep_until_ns(uint64_t t)
+{
+    struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+                          .tv_nsec = (long)(t % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+/* The sender: each agent's beat when it is due (at most 1 ms late: the thread wakes once a
+ * millisecond at most). A beat still out when the next is due is skipped, as an agent waits. */
 static void *loadgen_main(void *arg)
 {
     loadgen *lg = arg;
     uint64_t period = 1000000000ull / (uint64_t)O->rate_hz;
     while (!atomic_load(&stop_load)) {
         uint64_t now = zt_now_ns(), next = now + period;
+        pthread_mutex_lock(&lg->mu);
         for (int i = 0; i < lg->count; i++) {
             agent *a = &lg->agents[lg->first + i];
             if (a->next_due <= now) {
@@ -235,18 +265,33 @@ static void *loadgen_main(void *arg)
             }
             if (a->next_due < next) next = a->next_due;
         }
-        uint64_t t = zt_now_ns();
-        int wait_ms = next > t ? (int)((next - t) / 1000000) : 0;
-        zt_rpc_cq_poll(lg->q, wait_ms);
+        pthread_mutex_unlock(&lg->mu);
+        if (next < now + 1000000ull) next = now + 1000000ull;
+        sleep_until_ns(next);
     }
-    /* drain what is in flight */
-    for (int k = 0; k < 200; k++) {
-        bool any = false;
-        for (int i = 0; i < lg->count; i++)
-            any |= lg->agents[lg->first + i].in_flight;
-        if (!any) break;
+    return NULL;
+}
+
+static bool any_in_flight(loadgen *lg)
+{
+    bool any = false;
+    pthread_mutex_lock(&lg->mu);
+    for (int i = 0; i < lg->count && !any; i++)
+        any = lg->agents[lg->first + i].in_flight;
+    pthread_mutex_unlock(&lg->mu);
+    return any;
+}
+
+/* The receiver: waits on the completion queue, so a reply is taken as soon as it arrives;
+ * after the stop, until nothing is in flight (10 s at most). */
+static void *loadgen_rx_main(void *arg)
+{
+    loadgen *lg = arg;
+    while (!atomic_load(&stop_load))
         zt_rpc_cq_poll(lg->q, 50);
-    }
+    pthread_join(lg->th, NULL); /* no beat starts after this */
+    for (int k = 0; k < 200 && any_in_flight(lg); k++)
+        zt_rpc_cq_poll(lg->q, 50);
     return NULL;
 }
 
@@ -684,8 +729,11 @@ int main(int argc, char **argv)
     measure_from = start + 2000000000ull;
     uint64_t t0 = measure_from;
     if (getenv("ZT_BENCH_SLOW")) slow_origin = measure_from;
-    for (int t = 0; t < o.threads; t++)
+    for (int t = 0; t < o.threads; t++) {
+        pthread_mutex_init(&lgs[t].mu, NULL);
         pthread_create(&lgs[t].th, NULL, loadgen_main, &lgs[t]);
+        pthread_create(&lgs[t].rx_th, NULL, loadgen_rx_main, &lgs[t]);
+    }
     http_reader *readers = zt_calloc((size_t)(o.http_readers ? o.http_readers : 1), sizeof(*readers));
     int http_port = o.http_readers ? http_port_of(&zc) : 0;
     if (o.http_readers && !http_port) {
@@ -712,7 +760,7 @@ int main(int argc, char **argv)
     for (int s = 0; s < o.submitters; s++)
         pthread_join(subs[s].th, NULL);
     for (int t = 0; t < o.threads; t++)
-        pthread_join(lgs[t].th, NULL);
+        pthread_join(lgs[t].rx_th, NULL); /* it joins the sender */
     uint64_t h_events = 0, h_scrapes = 0, h_errors = 0, h_scrape_ns = 0;
     for (int i = 0; i < o.http_readers; i++) {
         pthread_join(readers[i].stream_th, NULL);
@@ -832,6 +880,7 @@ int main(int argc, char **argv)
     for (int t = 0; t < o.threads; t++) {
         zt_rpc_cq_destroy(lgs[t].q);
         zt_free(lgs[t].h.b);
+        pthread_mutex_destroy(&lgs[t].mu);
     }
     zt_free(agents);
     zt_free(lgs);
