@@ -36,6 +36,9 @@ typedef struct zt_gslot {
     zt_comm_req *req;
     float *buf;     /* P_u fp32 */
     void *buf16;    /* P_u in the 16-bit gradient dtype (16-bit reduce-scatter) */
+    void *stage;    /* offload_param: S_u in gdt, the unit's slice of the host gradient shard
+                     * while this rank's chunk is added to it on the device */
+    bool first;     /* its gradient is of the step's first micro-step (the shard holds zeros) */
     size_t cap;
 } zt_gslot;
 
@@ -65,7 +68,9 @@ struct zt_engine {
     zt_dtype pdt;   /* compute parameter storage */
     zt_dtype gdt;   /* gradient accumulation */
     bool mixed;     /* fp32 master copy kept (pdt != fp32) */
-    bool params_host; /* offload_param on a CUDA rank: the parameter shard in pinned host memory */
+    bool params_host; /* offload_param on a CUDA rank: the parameter shard in pinned host memory
+                       * (and the gradient shard: zt_engine_grads_host) */
+    bool grads_first; /* the micro-step running is the step's first (set by step.c) */
     bool ckpt_act;  /* activation checkpointing */
     bool act16;     /* mixed precision: blocks' qkv, atty, fch kept in pdt (see acts16) */
 
@@ -84,7 +89,7 @@ struct zt_engine {
     float *m, *v;   /* device-side moments (zt_zero_device_elems) */
     /* offload (host memory, zt_zero_host_elems) */
     float *h_master, *h_m, *h_v; /* NULL with NVMe offload: their segments live in swap files */
-    void *h_grad;   /* host copy of the host part's gradients (gdt) */
+    void *h_grad;   /* host copy of the host part's gradients (gdt); none with offload_param */
     void *h_lp;     /* updated values to copy back (pdt; mixed precision or NVMe offload) */
     void *h_swapbuf; /* NVMe offload: the swap's buffer sets (offload_nvme.c) */
     struct zt_nvme *nvme; /* NVMe offload's swap files; NULL without */
@@ -219,6 +224,13 @@ static inline void zt_engine_params_put(zt_engine *e, void *dst, const void *src
         memcpy(dst, src, bytes);
     else
         e->ops->copy_h2d(e->k, dst, src, bytes);
+}
+
+/* offload_param on a CUDA rank: the gradient shard lives in pinned host memory too; each
+ * unit's reduced chunk goes down on the copy stream after its reduce-scatter (slots.c). */
+static inline bool zt_engine_grads_host(const zt_engine *e)
+{
+    return e->params_host && zt_zero_micro(e->zero) == ZT_ZERO_MICRO_REDUCE_SCATTER;
 }
 
 /* Compute copies are the parameters themselves (full and fp32): no parameter slots. */

@@ -104,6 +104,15 @@ static bool host_copies_back_lp(const zt_engine *e)
     return e->mixed || e->nvme;
 }
 
+/* The gradients of host segment s in host memory: the gradient shard itself with offload_param
+ * (zt_engine_grads_host), else their copy in h_grad. */
+static const void *host_grad(zt_engine *e, const zt_optseg *s)
+{
+    if (zt_engine_grads_host(e))
+        return zt_engine_grad_loc(e, s->unit, s->j);
+    return (char *)e->h_grad + s->side_off * zt_engine_gsize(e);
+}
+
 /* Errors come from offload_param "nvme" only (the device part's parameters in a swap). */
 static zt_status adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, const zt_optseg *s,
                                const zt_adamw_args *base, zt_err *err)
@@ -113,7 +122,7 @@ static zt_status adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, cons
         a.weight_decay = 0.0f;
     if (s->host) {
         size_t off = s->side_off;
-        ops->adamw(k, e->h_master + off, (char *)e->h_grad + off * zt_engine_gsize(e), e->gdt,
+        ops->adamw(k, e->h_master + off, host_grad(e, s), e->gdt,
                    e->h_m + off, e->h_v + off, s->len, &a,
                    e->mixed ? (char *)e->h_lp + off * zt_engine_psize(e) : NULL, e->pdt);
     } else {
@@ -149,7 +158,7 @@ static void host_segment(host_job *hj, int n, int i)
     if (!s->decay)
         a.weight_decay = 0.0f;
     size_t off = s->side_off;
-    zt_ops_cpu()->adamw(hj->k, master, (char *)e->h_grad + off * zt_engine_gsize(e), e->gdt, m, v,
+    zt_ops_cpu()->adamw(hj->k, master, host_grad(e, s), e->gdt, m, v,
                         s->len, &a, (char *)e->h_lp + off * zt_engine_psize(e), e->pdt);
     hj->st = zt_engine_nvme_seg_put(e, n, &hj->err);
 }
@@ -230,7 +239,8 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
         if (e->segs[i].host)
             hidx[nhost++] = i;
     host_job hj = {.e = e, .args = a};
-    /* offload_param: the host writes the parameter shard the device last read from */
+    /* offload_param: the host writes the parameter shard the copy stream last read from and
+     * reads the gradient shard it last wrote */
     st = e->params_host ? e->ops->sync(e->k, err) : ZT_OK;
     if (st != ZT_OK)
         goto free_hidx;
@@ -250,11 +260,13 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
     int sent = 0;
     zt_status back = ZT_OK; /* the first failure to send an updated segment back */
     zt_err back_err = {0};
-    /* gradients down, one segment at a time (complete when copy_d2h returns) */
+    /* gradients down, one segment at a time (complete when copy_d2h returns); with
+     * offload_param they are in host memory already */
     for (int n = 0; n < nhost; n++) {
         const zt_optseg *s = &e->segs[hidx[n]];
-        e->ops->copy_d2h(e->k, (char *)e->h_grad + s->side_off * zt_engine_gsize(e),
-                         zt_engine_grad_loc(e, s->unit, s->j), s->len * zt_engine_gsize(e));
+        if (!zt_engine_grads_host(e))
+            e->ops->copy_d2h(e->k, (char *)e->h_grad + s->side_off * zt_engine_gsize(e),
+                             zt_engine_grad_loc(e, s->unit, s->j), s->len * zt_engine_gsize(e));
         if (threaded)
             sent = host_pipeline_advance(e, &hj, n + 1, false, sent, nhost, hidx, &back,
                                          &back_err);

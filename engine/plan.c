@@ -141,7 +141,8 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
          e->params_host);
     if (zt_engine_pnvme_buffer_bytes(e))
         SPEC(&e->h_pswapbuf, ZT_MEM_PARAMS, zt_engine_pnvme_buffer_bytes(e), true);
-    SPEC(&e->grads, ZT_MEM_GRADS, zt_zero_grad_elems(z) * zt_engine_gsize(e), false);
+    bool grads_host = zt_engine_grads_host(e);
+    SPEC(&e->grads, ZT_MEM_GRADS, zt_zero_grad_elems(z) * zt_engine_gsize(e), grads_host);
     if (e->mixed && dev_n)
         SPEC(&e->master, ZT_MEM_MASTER, dev_n * 4, false);
     SPEC(&e->m, ZT_MEM_OPTIM, dev_n * 4, false);
@@ -156,7 +157,8 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
         SPEC(&e->h_v, ZT_MEM_HOST_OPTIM, host_n * 4, true);
     }
     if (host_n) {
-        SPEC(&e->h_grad, ZT_MEM_BUFFERS, host_n * zt_engine_gsize(e), true);
+        if (!grads_host) /* else the host optimizer reads the gradient shard itself */
+            SPEC(&e->h_grad, ZT_MEM_BUFFERS, host_n * zt_engine_gsize(e), true);
         if (e->mixed || nvme)
             SPEC(&e->h_lp, ZT_MEM_BUFFERS, host_n * zt_engine_psize(e), true);
     }
@@ -180,6 +182,9 @@ static int buffer_specs(zt_engine *e, buf_spec *sp)
         SPEC(&g->buf, ZT_MEM_BUFFERS, g->cap * 4, false);
         if (scatters && e->gdt != ZT_F32)
             SPEC(&g->buf16, ZT_MEM_COMM, g->cap * 2, false);
+        if (grads_host) /* a unit's slice of the host gradient shard, while summed */
+            SPEC(&g->stage, ZT_MEM_BUFFERS, g->cap / (size_t)e->world * zt_engine_gsize(e),
+                 false);
     }
     /* activations of one micro-batch */
     int B = e->B, T = e->T, L = d->L;

@@ -8,6 +8,15 @@
 #include "../common/crc32c.h"
 #include "../common/timeutil.h"
 
+/* Fences of the copy stream (zt_ops.copy_async) with offload_param on a CUDA rank: parameter
+ * slot i's buffer free for its next fill (its last reader on the compute stream is queued) and
+ * its shard landed; gradient slot j's stage summed, and its last transfer done. */
+#define FENCE_PSLOT_FREE(i) (i)
+#define FENCE_PSLOT_UP(i) (4 + (i))
+#define FENCE_GSLOT_SUM(j) (8 + (j))
+#define FENCE_GSLOT_COPY(j) (11 + (j))
+_Static_assert(FENCE_GSLOT_COPY(2) < ZT_COPY_FENCES, "slot fences beyond the copy stream's");
+
 /* ---- parameter slots: compute copies of units ---- */
 
 static zt_pslot *pslot_find(zt_engine *e, int u)
@@ -33,6 +42,8 @@ static zt_status pslot_wait(zt_engine *e, zt_pslot *s, zt_err *err)
     }
     if (s->cbuf != (float *)s->gbuf)
         e->ops->cast(e->k, s->cbuf, ZT_F32, s->gbuf, e->pdt, e->P[s->unit]);
+    if (e->params_host) /* the gather's buffer is read (the cast) or in use from here on */
+        e->ops->fence_record(e->k, FENCE_PSLOT_FREE((int)(s - e->pslots)));
     return ZT_OK;
 }
 
@@ -51,9 +62,14 @@ static zt_status pslot_fill(zt_engine *e, zt_pslot *s, int u, zt_err *err)
             return st;
         }
         void *mine = (char *)s->gbuf + (size_t)e->rank * e->S[u] * zt_engine_psize(e);
-        if (e->params_host) /* offload_param: the shard comes up from pinned host memory */
-            e->ops->copy_h2d(e->k, mine, shard, e->S[u] * zt_engine_psize(e));
-        else
+        if (e->params_host) { /* offload_param: the shard comes up from pinned host memory on
+                               * the copy stream, once the slot's last reader is done, beside
+                               * the compute queued meanwhile; the gather waits for it */
+            int i = (int)(s - e->pslots);
+            e->ops->copy_async(e->k, mine, shard, e->S[u] * zt_engine_psize(e),
+                               FENCE_PSLOT_FREE(i), FENCE_PSLOT_UP(i));
+            e->ops->fence_wait(e->k, FENCE_PSLOT_UP(i));
+        } else
             e->ops->copy_d2d(e->k, mine, shard, e->S[u] * zt_engine_psize(e));
         s->gathering = 1;
         st = zt_comm_allgather(e->comm, mine, s->gbuf, e->S[u], e->pdt, &s->req, err);
@@ -129,6 +145,8 @@ void zt_engine_param_release(zt_engine *e, int u)
     zt_pslot *s = pslot_find(e, u);
     if (s && s->busy > 0)
         s->busy--;
+    if (s && !s->busy && e->params_host) /* its readers are queued: free for the next fill */
+        e->ops->fence_record(e->k, FENCE_PSLOT_FREE((int)(s - e->pslots)));
     /* a unit used again soon is not re-gathered, unless the partition drops it after use */
     if (s && !s->busy && zt_zero_release_after_use(e->zero))
         s->unit = -1;
@@ -158,6 +176,28 @@ static zt_gslot *gslot_find(zt_engine *e, int u)
     return NULL;
 }
 
+/* offload_param: adds unit u's reduced chunk to its slice of the gradient shard in pinned host
+ * memory, through slot g's stage on the device, so that the sum is the device's own (bitwise):
+ * the slice comes up on the copy stream (at the step's first micro-step it holds zeros: a memset
+ * instead), the chunk is added on the compute stream, and the sum goes down on the copy stream
+ * while the compute goes on. */
+static void gslot_offload(zt_engine *e, zt_gslot *g, int u, const float *chunk, bool first)
+{
+    int j = (int)(g - e->gslots);
+    size_t bytes = e->S[u] * zt_engine_gsize(e);
+    void *slice = zt_engine_grad_at(e, u, (size_t)e->rank * e->S[u]);
+    if (first) {
+        e->ops->fence_wait(e->k, FENCE_GSLOT_COPY(j)); /* the stage's last trip down is done */
+        e->ops->memset0(e->k, g->stage, bytes);
+    } else { /* behind the stage's last trip down, and the slice's, on the copy stream */
+        e->ops->copy_async(e->k, g->stage, slice, bytes, -1, FENCE_GSLOT_COPY(j));
+        e->ops->fence_wait(e->k, FENCE_GSLOT_COPY(j));
+    }
+    e->ops->accumulate(e->k, g->stage, e->gdt, chunk, 1.0f, e->S[u]);
+    e->ops->fence_record(e->k, FENCE_GSLOT_SUM(j));
+    e->ops->copy_async(e->k, slice, g->stage, bytes, FENCE_GSLOT_SUM(j), FENCE_GSLOT_COPY(j));
+}
+
 /* Completes a pending reduce-scatter: adds this rank's reduced chunk into its gradient shard. */
 static zt_status gslot_complete(zt_engine *e, zt_gslot *g, zt_err *err)
 {
@@ -178,7 +218,10 @@ static zt_status gslot_complete(zt_engine *e, zt_gslot *g, zt_err *err)
     float *chunk = g->buf + off;
     if (e->gdt != ZT_F32)
         e->ops->cast(e->k, chunk, ZT_F32, (char *)g->buf16 + off * 2, e->gdt, e->S[u]);
-    e->ops->accumulate(e->k, zt_engine_grad_at(e, u, off), e->gdt, chunk, 1.0f, e->S[u]);
+    if (zt_engine_grads_host(e))
+        gslot_offload(e, g, u, chunk, g->first);
+    else
+        e->ops->accumulate(e->k, zt_engine_grad_at(e, u, off), e->gdt, chunk, 1.0f, e->S[u]);
     return ZT_OK;
 }
 
@@ -244,6 +287,7 @@ zt_status zt_engine_grad_finish(zt_engine *e, int u, zt_err *err)
         return st;
     }
     g->pending = 1;
+    g->first = e->grads_first;
     return ZT_OK;
 }
 
@@ -258,6 +302,9 @@ zt_status zt_engine_grads_drain(zt_engine *e, zt_err *err)
         if (s2 != ZT_OK && st == ZT_OK)
             st = s2;
     }
+    if (zt_engine_grads_host(e)) /* what reads the gradient shard next waits for its copies */
+        for (int i = 0; i < e->ngslots; i++)
+            e->ops->fence_wait(e->k, FENCE_GSLOT_COPY(i));
     return st;
 }
 

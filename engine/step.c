@@ -298,8 +298,12 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
      * taken at its end, for its report line */
     e->ops->marks_take(e->k, &e->optimes);
     e->ops->mark(e->k, "engine");
-    e->ops->memset0(e->k, e->grads, gn * zt_engine_gsize(e));
+    if (zt_engine_grads_host(e)) /* the last step's copies and host update are complete */
+        memset(e->grads, 0, gn * zt_engine_gsize(e));
+    else
+        e->ops->memset0(e->k, e->grads, gn * zt_engine_gsize(e));
     for (int micro = 0; micro < ds->grad_accum; micro++) {
+        e->grads_first = micro == 0;
         ZT_CHECK(load_micro(e, e->train_ds, e->steps_done, micro, err), copy_stats);
         uint64_t t0 = zt_now_ns();
         zt_comm_set_where(e->comm, e->steps_done + 1, "forward");

@@ -70,6 +70,9 @@ bool zt_optimes_env(void);
 /* Adds ms to label's total (labels past the first ZT_OPTIMES_LABELS - 1 go to one "other"). */
 void zt_optimes_add(zt_optimes *t, const char *label, double ms);
 
+/* Fence slots of a context's copy stream (zt_ops.copy_async). */
+#define ZT_COPY_FENCES 16
+
 typedef struct zt_ops {
     const char *name; /* "cpu" or "cuda" */
 
@@ -89,8 +92,23 @@ typedef struct zt_ops {
     void (*copy_d2d)(zt_kctx *ctx, void *dst, const void *src, size_t bytes);
     /* The native stream handle (cudaStream_t on cuda, NULL on cpu), for the comm backend. */
     void *(*stream)(zt_kctx *ctx);
-    /* Waits for everything queued on the context; reports an asynchronous failure. */
+    /* Waits for everything queued on the context, the copy stream's copies included; reports
+     * an asynchronous failure. */
     zt_status (*sync)(zt_kctx *ctx, zt_err *err);
+
+    /* ---- the copy stream: transfers beside the compute stream ---- */
+    /* Fences are slots 0 .. ZT_COPY_FENCES-1, each standing for the last point of a stream
+     * recorded into it (a slot never recorded is passed at once). fence_record records slot f
+     * where the compute stream now is. copy_async queues bytes from src to dst (pinned host
+     * memory from host_alloc and backend memory, either way) on the context's copy stream,
+     * starting once fence `after` is passed (-1: no wait; the copy stream keeps its own order),
+     * and records fence `done` after it. fence_wait makes the compute stream's work queued from
+     * now on start after fence f. The host may touch a copy's host side only after sync. On cpu
+     * there is one stream: copy_async copies at once and the fences do nothing. */
+    void (*fence_record)(zt_kctx *ctx, int f);
+    void (*copy_async)(zt_kctx *ctx, void *dst, const void *src, size_t bytes, int after,
+                       int done);
+    void (*fence_wait)(zt_kctx *ctx, int f);
     /* The precision of the job's compute parameters (ZT_F32, ZT_BF16, ZT_F16): the matmuls may
      * round their inputs to that format (on cuda, unless ZT_CUDA_MATMUL says otherwise); the
      * cpu backend always multiplies in fp32. */

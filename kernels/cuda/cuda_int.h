@@ -135,6 +135,8 @@ enum { ZT_ATTN_DQ_KERNEL, ZT_ATTN_DQ_GEMM, ZT_ATTN_DQ_ATOMIC };
 struct zt_kctx {
     int device;
     cudaStream_t stream; /* non-blocking; every op runs here */
+    cudaStream_t copy_stream; /* non-blocking; copy_async's transfers */
+    cudaEvent_t fence[ZT_COPY_FENCES]; /* copy_async's fences (timing disabled) */
     cublasLtHandle_t lt;
     void *lt_ws;    /* ZT_CUDA_LT_WORKSPACE bytes */
     int mm;         /* zt_cuda_mm of the matmuls: set_matmul_dtype, ZT_CUDA_MATMUL */

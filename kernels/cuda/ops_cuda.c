@@ -240,6 +240,17 @@ static zt_status cuda_ctx_create(zt_kctx **out, int device, zt_err *err)
         what = "cudaStreamCreateWithFlags";
         goto cuda_fail;
     }
+    if ((ce = cudaStreamCreateWithFlags(&ctx->copy_stream, cudaStreamNonBlocking)) !=
+        cudaSuccess) {
+        what = "creating the copy stream (cudaStreamCreateWithFlags)";
+        goto cuda_fail;
+    }
+    for (int i = 0; i < ZT_COPY_FENCES; i++)
+        if ((ce = cudaEventCreateWithFlags(&ctx->fence[i], cudaEventDisableTiming)) !=
+            cudaSuccess) {
+            what = "creating the copy stream's events (cudaEventCreateWithFlags)";
+            goto cuda_fail;
+        }
     if ((st = zt_cuda_lt_load(err)) != ZT_OK) goto fail;
     if ((bs = cublasLtCreate(&ctx->lt)) != CUBLAS_STATUS_SUCCESS) {
         st = zt_err_set(
@@ -313,6 +324,7 @@ static void cuda_ctx_destroy(zt_kctx *ctx)
 {
     if (!ctx) return;
     if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+    if (ctx->copy_stream) (void)cudaStreamSynchronize(ctx->copy_stream);
     if (ctx->lt) cublasLtDestroy(ctx->lt);
     zt_cuda_dnn_free(ctx);
     cudaFree(ctx->lt_ws);
@@ -324,6 +336,9 @@ static void cuda_ctx_destroy(zt_kctx *ctx)
     if (ctx->enc_host) cudaFreeHost(ctx->enc_host);
     for (int i = 0; i < ctx->mark_made; i++)
         cudaEventDestroy(ctx->mark_ev[i]);
+    for (int i = 0; i < ZT_COPY_FENCES; i++)
+        if (ctx->fence[i]) cudaEventDestroy(ctx->fence[i]);
+    if (ctx->copy_stream) cudaStreamDestroy(ctx->copy_stream);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     (void)cudaGetLastError();
     zt_free(ctx->mark_ev);
@@ -405,9 +420,55 @@ static void *cuda_stream(zt_kctx *ctx)
     return (void *)ctx->stream;
 }
 
+/* ---- the copy stream ---- */
+
+static bool fence_ok(zt_kctx *ctx, int f)
+{
+    if (f >= 0 && f < ZT_COPY_FENCES) return true;
+    zt_cuda_fail(ctx, ZT_ERR_INVALID, "GPU %d: copy stream fence %d is out of range 0..%d",
+                 ctx->device, f, ZT_COPY_FENCES - 1);
+    return false;
+}
+
+static void cuda_fence_record(zt_kctx *ctx, int f)
+{
+    if (fence_ok(ctx, f))
+        zt_cuda_check(ctx, cudaEventRecord(ctx->fence[f], ctx->stream),
+                      "recording a fence on the compute stream (cudaEventRecord)");
+}
+
+/* Pinned host memory makes the copy truly asynchronous: it runs on the copy engine while the
+ * compute stream computes. */
+static void cuda_copy_async(zt_kctx *ctx, void *dst, const void *src, size_t bytes, int after,
+                            int done)
+{
+    if (after >= 0 &&
+        (!fence_ok(ctx, after) ||
+         zt_cuda_check(ctx, cudaStreamWaitEvent(ctx->copy_stream, ctx->fence[after], 0),
+                       "ordering the copy stream (cudaStreamWaitEvent)")))
+        return;
+    if (bytes && zt_cuda_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                                    ctx->copy_stream),
+                               "copying on the copy stream (cudaMemcpyAsync)"))
+        return;
+    if (fence_ok(ctx, done))
+        zt_cuda_check(ctx, cudaEventRecord(ctx->fence[done], ctx->copy_stream),
+                      "recording a fence on the copy stream (cudaEventRecord)");
+}
+
+static void cuda_fence_wait(zt_kctx *ctx, int f)
+{
+    if (fence_ok(ctx, f))
+        zt_cuda_check(ctx, cudaStreamWaitEvent(ctx->stream, ctx->fence[f], 0),
+                      "waiting for a copy-stream fence (cudaStreamWaitEvent)");
+}
+
+/* The compute stream first: a failure there (a faulting kernel) is the one reported. */
 static zt_status cuda_sync(zt_kctx *ctx, zt_err *err)
 {
     zt_cuda_flush(ctx);
+    zt_cuda_check(ctx, cudaStreamSynchronize(ctx->copy_stream),
+                  "waiting for the copy stream (cudaStreamSynchronize)");
     if (ctx->st != ZT_OK) return zt_err_set(err, ctx->st, "%s", ctx->msg);
     return ZT_OK;
 }
@@ -683,6 +744,9 @@ static const zt_ops cuda_ops = {
     .copy_d2d = cuda_copy_d2d,
     .stream = cuda_stream,
     .sync = cuda_sync,
+    .fence_record = cuda_fence_record,
+    .copy_async = cuda_copy_async,
+    .fence_wait = cuda_fence_wait,
     .set_matmul_dtype = cuda_set_matmul_dtype,
     .mem_info = cuda_mem_info,
     .mark = cuda_mark,

@@ -45,7 +45,11 @@ row kernel), a "zt-gemm-tune" row with ZT_CUDA_GEMM_TUNE=1 (cuBLASLt's candidate
 shape's first call, the fastest kept: faster products, but the pick, so the bits, may differ
 between runs), and a "zt-optimes" row with ZT_OP_TIMES=1 (the default with each op timed by the engine's marks:
 the step split by op is printed under the summary, and the ratio to the default is the
-marks' cost). --variants picks which of these rows run (VARIANTS).
+marks' cost), and a "zt-z3-offload" row: ZeRO-3 Offload, stage 3 with offload_param and
+offload_optimizer (ratio 1), the 16-bit parameter and gradient shards and the whole optimizer
+in pinned host memory, each unit's shard brought up on the copy stream beside the compute, its
+gradients sent down the same way, AdamW on the host (the ratio to the default is what keeping
+the model states off the GPU costs). --variants picks which of these rows run (VARIANTS).
 Then the Twin-Flow curve: zerotrain step time with the optimizer offloaded to the host at
 ratio 1, 0.75, 0.5, 0.25, against no offload (ZeRO stage 2, one rank, same micro batch).
 Needs a GPU (exits 77 without one: tests/zt_gpu_probe decides) and, for the PyTorch side, a
@@ -484,10 +488,12 @@ def main():
         rng = np.random.default_rng(1)
         zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, V, 100_000 if EMU else 4_000_000))
 
-        def zt_job(jname, B, prec, stage=0, offload=None):
+        def zt_job(jname, B, prec, stage=0, offload=None, offload_param=False):
             zo = {"stage": stage}
             if offload is not None:
                 zo["offload_optimizer"] = {"device": "cpu", "pin_memory": True, "ratio": offload}
+            if offload_param:  # stage 3, with offload_optimizer at ratio 1
+                zo["offload_param"] = {"device": "cpu", "pin_memory": True}
             return {"name": jname,
                     "model": {"arch": "gpt2", "n_layer": L, "n_head": NH, "n_embd": C,
                               "block_size": T, "vocab_size": V, "init": "random", "seed": 1},
@@ -586,12 +592,12 @@ def main():
                             f"{'fused' if res['fused_adamw'] else 'plain'} AdamW, {attn}; "
                             f"micro batches tried from {tb.split(',')[0]}")
 
-        def variant(who, prec, job_prec, suffix, what, **kw):
-            """zerotrain's best `prec` run again at its micro batch as a `job_prec` job, with
-            zt_run's keywords kw: a row for `who`"""
+        def variant(who, prec, job_prec, suffix, what, job=None, **kw):
+            """zerotrain's best `prec` run again at its micro batch as a `job_prec` job (with
+            zt_job's keywords job), with zt_run's keywords kw: a row for `who`"""
             B = zt_best[prec]["batch"]
             jname = f"zt_{job_prec}_b{B}{suffix}"
-            res, err = zt_run(jname, zt_job(jname, B, job_prec), job_prec, **kw)
+            res, err = zt_run(jname, zt_job(jname, B, job_prec, **(job or {})), job_prec, **kw)
             if res:
                 add_row(who, job_prec, res)
             else:
@@ -639,6 +645,11 @@ def main():
                      {"more": {"ZT_OP_TIMES": "1"}})]:
                 if wanted(who):
                     variant(who, "bf16", "bf16", suffix, what, **kw)
+            # ZeRO-3 Offload: the model states in pinned host memory, each unit up and its
+            # gradients down on the copy stream, AdamW on the host
+            if wanted("zt-z3-offload"):
+                variant("zt-z3-offload", "bf16", "bf16", "_z3offload", "bf16, ZeRO-3 Offload",
+                        job={"stage": 3, "offload": 1.0, "offload_param": True})
             # bf16 jobs with TF32 matmuls (no search of its own; the attention TF32 picks)
             if wanted("bf16-tf32"):
                 variant("zerotrain", "bf16", "bf16-tf32", "", "bf16 with TF32 matmuls",
@@ -771,7 +782,7 @@ def print_torch_profile(r, top=20):
 # the rows --variants chooses from
 VARIANTS = ("zt-kernels", "zt-wmma", "zt-mma4", "zt-dq-atomic", "zt-dq-gemm", "zt-head-small",
             "zt-unfused", "zt-unstaged", "zt-cudnn-atomic", "zt-ln-grouped", "zt-gemm-tune",
-            "zt-optimes", "bf16-tf32", "zt-alt")
+            "zt-optimes", "zt-z3-offload", "bf16-tf32", "zt-alt")
 # a variant row's ratio to its base row's (the default "zerotrain", or "zt-kernels" for the
 # kernels' own variants): what the two sides are (the first over the second), and whether the
 # base is the first
@@ -789,6 +800,7 @@ VARIANT_RATIOS = {
                       "zerotrain"),
     "zt-gemm-tune": ("cuBLASLt's first candidate/the fastest of those timed", True, "zerotrain"),
     "zt-optimes": ("op times off/on (the marks' cost)", True, "zerotrain"),
+    "zt-z3-offload": ("model states on the GPU (stage 0)/ZeRO-3 Offload", True, "zerotrain"),
 }
 
 
@@ -803,7 +815,7 @@ def check_emu(rows, twin, too_big, skipped, args):
                  ("zt-dq-atomic", "bf16"),
                  ("zt-head-small", "bf16"), ("zt-unfused", "bf16"), ("zt-kernels", "bf16"),
                  ("zt-cudnn-atomic", "bf16"), ("zt-ln-grouped", "bf16"),
-                 ("zt-gemm-tune", "bf16"), ("zt-optimes", "bf16")]
+                 ("zt-gemm-tune", "bf16"), ("zt-optimes", "bf16"), ("zt-z3-offload", "bf16")]
     if not args.skip_torch:
         want += [("pytorch", "bf16")]
     have = {(w, p): r for w, p, r in rows}

@@ -7,8 +7,10 @@
   with the same tolerances;
 - optimizer offload on the GPU (ratio 0.5 and 1, stage 2; and to NVMe at ratio 0.5): bitwise the
   same exported model as no offload, since the CUDA AdamW is bit-exact with the CPU AdamW that
-  runs the host part; and at stage 3 with offload_param (the parameter shard in pinned host
-  memory, or on NVMe with the optimizer), bitwise the model with the parameters on the device;
+  runs the host part; and at stage 3 with offload_param (the parameter and gradient shards in
+  pinned host memory, brought up and sent down on the copy stream; or the parameters on NVMe
+  with the optimizer), bitwise the model with them on the device: fp32 and bf16 on one rank (2
+  micro-steps) and on two ranks (fp32 with 2 micro-steps), each within zctl plan's device memory;
 - bf16 on the GPU follows bf16 on the CPU within 2% (16-bit rounding of different GEMM sums),
   with fp32 matmuls and with the bf16 matmul inputs a bf16 job gets by default;
 - the fused attention kernels (ZT_CUDA_ATTN=fused) on a model whose head size is theirs (64),
@@ -17,12 +19,14 @@
   precision on the CPU within 2%, and cuDNN's fused attention in both (ZT_CUDA_ATTN=cudnn; the
   emulation has no cuDNN: a warning and the kernels; in bf16 a second run of the job exports
   the same model, bit for bit) (--quick leaves them out);
-- (--emu) training allocates nothing on the device or pinned host once the first step runs;
+- (--emu) training allocates nothing on the device or pinned host once the first step runs
+  (stage 3 with offload_param too);
   launches, matmuls, copies, synchronisations and collectives per step are printed;
 - a job whose arenas do not fit the GPU fails before training with an out-of-memory report
   that names the category and zctl plan's figure for it (the emulated GPU: 128 MiB);
 - with two GPUs or more (ZT_GPU_COUNT, default 1): two ranks on the NCCL path, stages 1-3,
-  against two CPU ranks with the same tolerances, and a rank killed mid-training: the other
+  against two CPU ranks with the same tolerances, stage 3 with offload_param bitwise as without
+  (fp32 and bf16), and a rank killed mid-training: the other
   exits 3 within the collective timeout.
 Exits 77 when the build has no CUDA backend or no GPU is usable (tests/zt_gpu_probe decides).
 
@@ -385,7 +389,8 @@ def check_step_costs(tmp, failures):
     runs (every buffer lives in the arenas set up before the first step); launches, matmuls,
     copies, synchronisations and collectives per step are printed."""
     cases = [dict(stage=3)] if QUICK else [dict(stage=0), dict(stage=3),
-                                           dict(stage=2, offload=0.5), dict(stage=2, prec="bf16")]
+                                           dict(stage=2, offload=0.5), dict(stage=2, prec="bf16"),
+                                           dict(stage=3, offload=1.0, offload_param=True)]
     few, more = (2, 4) if QUICK else (4, 8)
     for cfg in cases:
         label = " ".join(f"{k} {v}" for k, v in cfg.items())
@@ -460,6 +465,21 @@ def multi_rank(tmp, run, compare, failures):
         print(f"bf16 stage 3, 2 ranks, cuda vs cpu: max rel loss deviation {dev:.4f}")
         if dev > 0.02:
             failures.append(f"bf16 stage 3 on 2 cuda ranks deviates {dev:.4f} > 2% from cpu")
+        # ZeRO-3 Offload on two ranks: each rank's shards in its pinned host memory, the same
+        # model as the optimizer alone on the host (fp32 with 2 micro-steps of 2, bf16)
+        for prec, micro in (("fp32", 2), ("bf16", MICRO)):
+            paths = []
+            for tag, oparam in (("off1", False), ("offparam", True)):
+                job = job_for(f"cuda_r2_s3_{prec}_{tag}", "cuda", 3, prec, offload=1.0, ranks=2,
+                              offload_param=oparam)
+                job["deepspeed"]["train_micro_batch_size_per_gpu"] = micro
+                paths.append(run(job)[2])
+            same = filecmp.cmp(paths[1], paths[0], shallow=False)
+            print(f"cuda 2 ranks stage 3 {prec} offload_param ({TB // (2 * micro)} micro-steps): "
+                  f"{'bitwise equal' if same else 'DIFFERS'} to the parameters on the device")
+            if not same:
+                failures.append(f"offload_param ({prec}, 2 ranks) on cuda is not bitwise the "
+                                "device-parameter model")
 
     timeout_ms = 6000
     for case in ("dies", "hangs"):

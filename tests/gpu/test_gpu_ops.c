@@ -2,7 +2,8 @@
  * random inputs (the seed is printed; ZT_TEST_SEED=n repeats a run), several shapes including
  * odd ones, backward ops accumulating into prefilled buffers, NULL outputs, in-place
  * cross-entropy, bit-exact optimizer and precision ops, the matmul input modes
- * (ZT_CUDA_MATMUL), which attention ZT_CUDA_ATTN picks, and error reporting. Exits 77 when
+ * (ZT_CUDA_MATMUL), which attention ZT_CUDA_ATTN picks, the copy stream's copies and their order,
+ * and error reporting. Exits 77 when
  * the build has no CUDA or no GPU is usable (after checking the message). The cases live in
  * gpu_ops_*.h by op family, run here in one order. The same program, linked with
  * tests/gpu/emu instead of the CUDA runtime, is test_gpu_ops_emu: the CUDA backend's code on
@@ -50,6 +51,79 @@ static void test_memory(void)
     GPU->free(GC, NULL);
     GPU->host_free(GC, NULL);
     printf("memory: ok\n");
+}
+
+/* ---- the copy stream ---- */
+
+/* copy_async against a plain copy, both ways, and its order: a kernel queued after fence_wait
+ * reads what the copy stream brought up; a copy that starts after a fence recorded on the
+ * compute stream takes what the kernels before the fence wrote; copies on the copy stream keep
+ * their order. 16 MiB on a GPU: long enough for a kernel that did not wait to read stale data;
+ * 1 MiB on the emulation, whose kernels run on the CPU. */
+static void test_copy_stream(void)
+{
+#ifdef ZT_TEST_EMU
+    size_t n = (size_t)1 << 18;
+#else
+    size_t n = (size_t)1 << 22;
+#endif
+    size_t bytes = n * sizeof(float);
+    float *h = kc_frandn(n, 1.0);
+    float *pin = GPU->host_alloc(GC, bytes), *back = GPU->host_alloc(GC, bytes);
+    ASSERT_TRUE(pin != NULL && back != NULL);
+    memcpy(pin, h, bytes);
+    float *d = dalloc(bytes), *acc = dalloc(bytes);
+    GPU->memset0(GC, acc, bytes);
+    /* up, after the compute stream's memset, and a kernel behind it: acc = 0 + h = h */
+    GPU->fence_record(GC, 0);
+    GPU->copy_async(GC, d, pin, bytes, 0, 1);
+    GPU->fence_wait(GC, 1);
+    GPU->accumulate(GC, acc, ZT_F32, d, 1.0f, n);
+    check_bits("copy_async up, then a kernel after its fence", acc, h, n, 4);
+    /* down, after the kernels before a fence: 2h */
+    GPU->scale(GC, acc, 2.0f, n);
+    GPU->fence_record(GC, 2);
+    GPU->copy_async(GC, back, acc, bytes, 2, 3);
+    gsync("copy_async down");
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != 2.0f * h[i])
+            ZT_FAIL("copy_async down: element %zu of %zu is %g, want %g", i, n, back[i],
+                    2.0f * h[i]);
+    /* two copies to one place on the copy stream: the later wins; a fence never recorded (9)
+     * is passed at once */
+    GPU->copy_async(GC, d, pin, bytes, 9, 4);
+    GPU->copy_async(GC, d, back, bytes, -1, 4);
+    GPU->fence_wait(GC, 4);
+    GPU->copy_d2d(GC, acc, d, bytes);
+    check_bits("copy_async in order", acc, back, n, 4);
+    /* the same through a plain copy */
+    GPU->copy_h2d(GC, d, pin, bytes);
+    check_bits("copy_h2d, as copy_async", d, h, n, 4);
+    /* the CPU table: a plain copy, fences that do nothing */
+    float *c = zt_malloc(bytes);
+    ASSERT_TRUE(c != NULL);
+    CPU->fence_record(CC, 0);
+    CPU->copy_async(CC, c, h, bytes, 0, 1);
+    CPU->fence_wait(CC, 1);
+    ASSERT_TRUE(memcmp(c, h, bytes) == 0);
+    zt_free(c);
+    /* a fence out of range is recorded and reported by sync */
+    zt_err err;
+    zt_kctx *ec = NULL;
+    ASSERT_OK(GPU->ctx_create(&ec, 0, &err));
+    GPU->fence_wait(ec, ZT_COPY_FENCES);
+    zt_err_clear(&err);
+    zt_status st = GPU->sync(ec, &err);
+    printf("fence out of range: %s\n", zt_err_msg(&err));
+    ASSERT_EQ_INT(st, ZT_ERR_INVALID);
+    ASSERT_CONTAINS(err.msg, "fence 16");
+    GPU->ctx_destroy(ec);
+    GPU->host_free(GC, pin);
+    GPU->host_free(GC, back);
+    dfree(d);
+    dfree(acc);
+    zt_free(h);
+    printf("copy stream: ok\n");
 }
 
 /* ---- errors ---- */
@@ -151,6 +225,7 @@ int main(void)
     kc_rng_state = seed;
 
     ZT_TEST_RUN(test_memory());
+    ZT_TEST_RUN(test_copy_stream());
     ZT_TEST_RUN(check_optimes(GPU));
     ZT_TEST_RUN(test_encoder(2, 7, 13, 17));
     ZT_TEST_RUN(test_encoder(4, 64, 96, 300));
