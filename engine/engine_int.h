@@ -91,7 +91,8 @@ struct zt_engine {
     int nsegs;
     /* An optimizer step whose host part still runs in the background (offload.c; NVMe offload
      * without a parameter all-gather after the step), NULL when none. optim_wait is set with it
-     * and cleared when it is done; see zt_engine_optim_ready. */
+     * and cleared when it is done; see zt_engine_optim_ready (a pointer: state.c and slots.c,
+     * which wait, come before offload.c in the files' order). */
     struct zt_optim_bg *optim_bg;
     zt_status (*optim_wait)(zt_engine *e, int u, zt_err *err);
     double t_opt_bg; /* how long the last optimizer step finished in the background ran */
