@@ -368,13 +368,17 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
     }
     bg->threaded = pthread_create(&bg->th, NULL, host_adamw_main, hj) == 0;
     bool background = bg->threaded && e->nvme && !zt_zero_gathers_after_step(e->zero);
-    /* gradients down, one segment at a time (complete when copy_d2h returns) */
+    /* gradients down, one segment at a time (complete when copy_d2h returns); in the
+     * background a failure of the host thread is left to the waits (bg_wait), which say so */
     for (int n = 0; n < nhost; n++) {
         const zt_optseg *s = &e->segs[hidx[n]];
         e->ops->copy_d2h(e->k, (char *)e->h_grad + s->side_off * zt_engine_gsize(e),
                          zt_engine_grad_loc(e, s->unit, s->j), s->len * zt_engine_gsize(e));
-        if (bg->threaded && st == ZT_OK)
-            st = host_pipeline_advance(e, bg, n + 1, 0, err);
+        if (bg->threaded && st == ZT_OK) {
+            zt_status s2 = host_pipeline_advance(e, bg, n + 1, 0, background ? NULL : err);
+            if (!background)
+                st = s2;
+        }
     }
     /* the device part, queued behind the copies */
     for (int i = 0; i < e->nsegs; i++)
