@@ -296,6 +296,7 @@ void zt_engine_destroy(zt_engine *e)
 {
     if (!e)
         return;
+    zt_engine_optim_close(e);
     zt_ckpt_release(e);
     zt_engine_nvme_close(e);
     zt_engine_pnvme_close(e);
@@ -334,6 +335,8 @@ static int format_step_line(const zt_engine *e, const zt_step_stats *s, char *bu
                   s->bwd_s * 1e3, s->opt_s * 1e3, s->comm_s * 1e3, s->tflops);
     if (s->mfu > 0)
         w += snprintf(buf + w, n - (size_t)w, " mfu=%.4f", s->mfu);
+    if (s->opt_bg_s > 0)
+        w += snprintf(buf + w, n - (size_t)w, " opt_bg_ms=%.2f", s->opt_bg_s * 1e3);
     w += snprintf(buf + w, n - (size_t)w, " comm_bytes=%llu", (unsigned long long)s->comm_bytes);
     for (int i = 0; i < ZT_MEM_CATEGORY_COUNT; i++)
         w += snprintf(buf + w, n - (size_t)w, " mem_%s=%lld", zt_mem_category_name((zt_mem_category)i),
@@ -365,7 +368,10 @@ static void report_line(zt_engine *e, const char *line)
 static zt_status save_begin(zt_engine *e, zt_err *err)
 {
     zt_comm_set_where(e->comm, e->steps_done, "checkpoint");
-    zt_status st = ckpt_snapshot_ready(e, err);
+    /* the snapshot reads the states the last step's update may still be writing */
+    zt_status st = zt_engine_optim_ready(e, -1, err);
+    if (st == ZT_OK)
+        st = ckpt_snapshot_ready(e, err);
     return st == ZT_OK ? zt_ckpt_save_begin(e, err) : st;
 }
 
@@ -423,6 +429,8 @@ zt_status zt_engine_train(zt_engine *e, zt_err *err)
         if (tc->checkpoint_every > 0 && s.step % tc->checkpoint_every == 0 && s.step < tc->steps)
             ZT_CHECK(save_begin(e, err), close_monitor);
     }
+    /* the last step's update, finishing in the background, and its errors */
+    ZT_CHECK(zt_engine_optim_ready(e, -1, err), close_monitor);
     ZT_CHECK(zt_ckpt_save_finish(e, err), close_monitor);
     if (!e->opts.no_final_save && e->last_ckpt_step != e->steps_done) {
         report_line(e, "phase=checkpointing");

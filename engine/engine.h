@@ -54,6 +54,10 @@ typedef struct zt_step_stats {
     int64_t skipped_total;
     double val_loss;      /* < 0 when no evaluation ran this step */
     double step_s, fwd_s, bwd_s, opt_s, comm_s;
+    /* NVMe offload, where the optimizer's host part finishes in the background: how long the
+     * last such part that finished took, from the start of its update to its last write-back
+     * (the previous step's, overlapping this one); 0 when none */
+    double opt_bg_s;
     double tokens_per_s;
     double tflops, mfu;
     uint64_t comm_bytes;  /* bytes this rank sent in collectives this step */

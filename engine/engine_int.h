@@ -98,6 +98,13 @@ struct zt_engine {
 
     zt_optseg *segs;
     int nsegs;
+    /* An optimizer step whose host part still runs in the background (offload.c; NVMe offload
+     * without a parameter all-gather after the step), NULL when none. optim_wait is set with it
+     * and cleared when it is done; see zt_engine_optim_ready (a pointer: state.c and slots.c,
+     * which wait, come before offload.c in the files' order). */
+    struct zt_optim_bg *optim_bg;
+    zt_status (*optim_wait)(zt_engine *e, int u, zt_err *err);
+    double t_opt_bg; /* how long the last optimizer step finished in the background ran */
 
     /* one allocation per category and side (backend 0, host 1); the buffers are carved from them */
     void *arena[ZT_MEM_CATEGORY_COUNT][2];
@@ -245,6 +252,16 @@ static inline bool zt_engine_grads_direct(const zt_engine *e)
     return !zt_zero_grads_sharded(e->zero) && e->gdt == ZT_F32;
 }
 
+/* Waits until the optimizer step running in the background (offload.c) has updated unit u's
+ * parameters and sent them back, or with u < 0 until the whole step is done (its write-backs
+ * included): what reads parameters or optimizer states between steps calls this first. Returns
+ * the background step's failure, and keeps returning it. A no-op when no step runs in the
+ * background. Engine thread only. */
+static inline zt_status zt_engine_optim_ready(zt_engine *e, int u, zt_err *err)
+{
+    return e->optim_wait ? e->optim_wait(e, u, err) : ZT_OK;
+}
+
 /* ---- plan.c: the buffer plan, its arenas and memory accounting ---- */
 
 /* The fields every engine (and every plan) derives from the job and its place in the run. */
@@ -309,8 +326,14 @@ zt_status zt_engine_grads_drain(zt_engine *e, zt_err *err);
  * boundary and, on the host side, into pieces of the offload pipeline. */
 zt_status zt_engine_setup_segments(zt_engine *e, zt_err *err);
 /* Applies AdamW with args a to every segment: the device part on the backend, the offloaded
- * part on a host thread, pipelined with the gradients' and updated values' transfers. */
+ * part on a host thread, pipelined with the gradients' and updated values' transfers. With NVMe
+ * offload and no all-gather after the step it returns once the gradients are in host memory and
+ * the device part is queued; the host part then finishes in the background (zt_engine_optim_ready
+ * waits for it). It first waits for the previous step's background part. */
 zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *err);
+/* Waits for a step running in the background, ignoring its failure, and frees what it holds
+ * (engine destruction). */
+void zt_engine_optim_close(zt_engine *e);
 /* Elements of the largest host segment: DeepSpeed's sub_group_size, at most 2^20. */
 size_t zt_engine_offload_piece(const zt_engine *e);
 

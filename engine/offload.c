@@ -8,6 +8,7 @@
 
 #include "../common/alloc.h"
 #include "../common/settings.h"
+#include "../common/timeutil.h"
 
 /* Largest host segment of an offloaded optimizer step (elements): the unit of its pipeline
  * (4 MiB of fp32 gradients, a few hundred microseconds over PCIe). */
@@ -83,18 +84,43 @@ zt_status zt_engine_setup_segments(zt_engine *e, zt_err *err)
  * i+1's gradients to (pinned) host memory while a host thread updates segment i, queues the
  * device part's AdamW on the backend meanwhile, and sends each updated segment back as soon as
  * it is done. Transfers in both directions and both updates overlap; the step waits for the
- * slower of the two sides. */
+ * slower of the two sides.
+ *
+ * With NVMe offload the host part's stream of swap reads and writes is much slower than its
+ * arithmetic, so the step does not wait for it (unless an all-gather of the parameters must
+ * follow the update, stages 1-2 on more than one rank): once every host gradient is in host
+ * memory and the device part is queued, the step returns and the host thread goes on in the
+ * background. Segments are updated in unit order, so the next step's forward, which needs unit
+ * 0 first, waits (zt_engine_optim_ready, from zt_engine_param_acquire) only until the segments
+ * of the unit it acquires are updated; the engine's thread then sends them back. The result is
+ * the same update in the same order: only when its values arrive changes. */
 typedef struct host_job {
     zt_engine *e;
-    const zt_adamw_args *args;
+    zt_adamw_args args; /* a copy: a background step outlives its caller's */
     zt_kctx *k;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int ready; /* host segments, in order, whose gradients are in host memory */
-    int done;  /* host segments updated */
+    int done;  /* host segments updated (or skipped after a failure) */
     zt_status st; /* the first failure of NVMe offload's swap; later segments are skipped */
     zt_err err;
+    uint64_t t_end; /* when the thread finished, write-backs included */
 } host_job;
+
+/* One optimizer step's host part, from its start to its end (offload.c only). */
+typedef struct zt_optim_bg {
+    host_job hj;
+    pthread_t th;
+    bool threaded, joined;
+    int nhost;
+    int *hidx;   /* e->segs index of host segment n */
+    int *upto;   /* per unit u: host segments of units 0..u (segments are in unit order) */
+    int sent;    /* host segments whose updated values were sent back */
+    int64_t step;
+    uint64_t t0;
+    zt_status st; /* a background failure, returned by every wait after it */
+    zt_err err;
+} zt_optim_bg;
 
 /* The values sent back to the device after a host update: the parameter-dtype copy AdamW
  * writes (mixed precision, and NVMe offload, whose master is reused for the next segment), else
@@ -139,34 +165,38 @@ static zt_status adamw_segment(zt_engine *e, const zt_ops *ops, zt_kctx *k, cons
 }
 
 /* Host segment n (the n-th of the host part, e->segs[i]): in host memory, or streamed through
- * NVMe offload's buffers. A failure is kept in hj and skips the segments after it. */
-static void host_segment(host_job *hj, int n, int i)
+ * NVMe offload's buffers (whose errors it returns). */
+static zt_status host_segment(host_job *hj, int n, int i, zt_err *err)
 {
     zt_engine *e = hj->e;
     const zt_optseg *s = &e->segs[i];
     if (!e->nvme) {
-        adamw_segment(e, zt_ops_cpu(), hj->k, s, hj->args, NULL); /* a host segment: no error */
-        return;
+        /* a host segment: no error */
+        return adamw_segment(e, zt_ops_cpu(), hj->k, s, &hj->args, err);
     }
-    if (hj->st != ZT_OK)
-        return;
     float *master, *m, *v;
-    hj->st = zt_engine_nvme_seg_get(e, n, &master, &m, &v, &hj->err);
-    if (hj->st != ZT_OK)
-        return;
-    zt_adamw_args a = *hj->args;
+    zt_status st = zt_engine_nvme_seg_get(e, n, &master, &m, &v, err);
+    if (st != ZT_OK)
+        return st;
+    zt_adamw_args a = hj->args;
     if (!s->decay)
         a.weight_decay = 0.0f;
     size_t off = s->side_off;
     zt_ops_cpu()->adamw(hj->k, master, host_grad(e, s), e->gdt, m, v,
                         s->len, &a, (char *)e->h_lp + off * zt_engine_psize(e), e->pdt);
-    hj->st = zt_engine_nvme_seg_put(e, n, &hj->err);
+    return zt_engine_nvme_seg_put(e, n, err);
 }
 
+/* The host thread: every host segment in order as its gradients arrive, then (NVMe offload)
+ * the stream's last write-backs. A failure is kept in hj (under its lock) and skips the
+ * segments after it. */
 static void *host_adamw_main(void *arg)
 {
     host_job *hj = arg;
     zt_engine *e = hj->e;
+    zt_status st = ZT_OK;
+    zt_err err;
+    zt_err_clear(&err);
     int n = 0;
     for (int i = 0; i < e->nsegs; i++) {
         if (!e->segs[i].host)
@@ -175,12 +205,27 @@ static void *host_adamw_main(void *arg)
         while (hj->ready <= n)
             pthread_cond_wait(&hj->cv, &hj->mu);
         pthread_mutex_unlock(&hj->mu);
-        host_segment(hj, n, i);
+        if (st == ZT_OK)
+            st = host_segment(hj, n, i, &err);
         pthread_mutex_lock(&hj->mu);
         hj->done = ++n;
+        if (st != ZT_OK && hj->st == ZT_OK) {
+            hj->st = st;
+            hj->err = err;
+        }
         pthread_cond_broadcast(&hj->cv);
         pthread_mutex_unlock(&hj->mu);
     }
+    if (e->nvme) {
+        zt_status s2 = zt_engine_nvme_step_end(e, st, &err);
+        pthread_mutex_lock(&hj->mu);
+        if (s2 != ZT_OK && hj->st == ZT_OK) {
+            hj->st = s2;
+            hj->err = err;
+        }
+        pthread_mutex_unlock(&hj->mu);
+    }
+    hj->t_end = zt_now_ns();
     return NULL;
 }
 
@@ -199,31 +244,106 @@ static zt_status host_segment_back(zt_engine *e, const zt_optseg *s, zt_err *err
     return st;
 }
 
-/* Marks host segment count n ready (threaded) and sends back those the host thread finished;
- * with wait, blocks until the host thread has done all nhost. Returns the segments sent; the
- * first failure to send one back is kept in *st (later ones are skipped). */
-static int host_pipeline_advance(zt_engine *e, host_job *hj, int ready, bool wait, int sent,
-                                 int nhost, const int *hidx, zt_status *st, zt_err *err)
+/* Marks host segment count `ready` ready (threaded) and sends back those the host thread
+ * finished, up to at least `need` of them (waiting for the host thread as long as it takes).
+ * Returns the host thread's failure, if any (then nothing more is sent back). */
+static zt_status host_pipeline_advance(zt_engine *e, zt_optim_bg *bg, int ready, int need,
+                                       zt_err *err)
 {
+    host_job *hj = &bg->hj;
     pthread_mutex_lock(&hj->mu);
     if (ready > hj->ready) {
         hj->ready = ready;
         pthread_cond_broadcast(&hj->cv);
     }
-    while (wait && hj->done < nhost)
+    while (hj->done < need)
         pthread_cond_wait(&hj->cv, &hj->mu);
     int done = hj->done;
+    zt_status st = hj->st;
     pthread_mutex_unlock(&hj->mu);
-    for (; sent < done; sent++)
-        if (*st == ZT_OK)
-            *st = host_segment_back(e, &e->segs[hidx[sent]], err);
-    return sent;
+    if (st != ZT_OK) /* hj->err is final once st is set */
+        return err ? (*err = hj->err, st) : st;
+    for (; bg->sent < done; bg->sent++) {
+        zt_status back = host_segment_back(e, &e->segs[bg->hidx[bg->sent]], err);
+        if (back != ZT_OK)
+            return back;
+    }
+    return ZT_OK;
+}
+
+static void bg_free(zt_optim_bg *bg)
+{
+    if (!bg)
+        return;
+    pthread_cond_destroy(&bg->hj.cv);
+    pthread_mutex_destroy(&bg->hj.mu);
+    zt_ops_cpu()->ctx_destroy(bg->hj.k);
+    zt_free(bg->upto);
+    zt_free(bg->hidx);
+    zt_free(bg);
+}
+
+static void bg_join(zt_optim_bg *bg)
+{
+    if (bg->threaded && !bg->joined)
+        pthread_join(bg->th, NULL);
+    bg->joined = true;
+}
+
+/* e->optim_wait while a step's host part runs in the background (see zt_engine_optim_ready). A
+ * failure ends the background step: the thread is joined, and the error, which names the swap
+ * file and offset, is kept for every later wait, so that no checkpoint is taken of a
+ * half-updated state. */
+static zt_status bg_wait(zt_engine *e, int u, zt_err *err)
+{
+    zt_optim_bg *bg = e->optim_bg;
+    if (bg->st != ZT_OK) {
+        if (err)
+            *err = bg->err;
+        return bg->st;
+    }
+    int need = u < 0 || u >= e->nu ? bg->nhost : bg->upto[u];
+    zt_status st = host_pipeline_advance(e, bg, bg->nhost, need, &bg->err);
+    if (st == ZT_OK && u < 0) {
+        bg_join(bg); /* the last write-backs */
+        st = bg->hj.st;
+        bg->err = bg->hj.err;
+    }
+    if (st != ZT_OK) {
+        bg_join(bg);
+        bg->st = st;
+        zt_err_prefix(&bg->err, "the optimizer update of step %lld, finishing in the background",
+                      (long long)bg->step);
+        if (err)
+            *err = bg->err;
+        return st;
+    }
+    if (u >= 0)
+        return ZT_OK;
+    e->t_opt_bg = (double)(bg->hj.t_end - bg->t0) * 1e-9;
+    e->optim_bg = NULL;
+    e->optim_wait = NULL;
+    bg_free(bg);
+    return e->ops->sync(e->k, err); /* the last values sent back have arrived */
+}
+
+void zt_engine_optim_close(zt_engine *e)
+{
+    if (!e->optim_bg)
+        return;
+    bg_join(e->optim_bg);
+    bg_free(e->optim_bg);
+    e->optim_bg = NULL;
+    e->optim_wait = NULL;
 }
 
 /* The device part alone runs on the backend in segment order; with offload, see host_job. */
 zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *err)
 {
-    zt_status st = zt_engine_pnvme_step_begin(e, err);
+    /* the previous step's host part reads h_grad and the swap's buffers this one refills */
+    zt_status st = zt_engine_optim_ready(e, -1, err);
+    if (st == ZT_OK)
+        st = zt_engine_pnvme_step_begin(e, err);
     if (st != ZT_OK)
         return st;
     if (!zt_zero_host_elems(e->zero)) {
@@ -231,77 +351,97 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
             st = adamw_segment(e, e->ops, e->k, &e->segs[i], a, err);
         return st;
     }
+    zt_optim_bg *bg = zt_calloc(1, sizeof(*bg));
     int *hidx = zt_malloc((size_t)e->nsegs * sizeof(int));
-    if (!hidx)
+    int *upto = zt_calloc((size_t)e->nu, sizeof(int));
+    if (!bg || !hidx || !upto) {
+        zt_free(bg);
+        zt_free(hidx);
+        zt_free(upto);
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
+    }
     int nhost = 0;
     for (int i = 0; i < e->nsegs; i++)
-        if (e->segs[i].host)
+        if (e->segs[i].host) {
             hidx[nhost++] = i;
-    host_job hj = {.e = e, .args = a};
+            upto[e->segs[i].unit] = nhost;
+        }
+    for (int u = 1; u < e->nu; u++)
+        if (upto[u] < upto[u - 1])
+            upto[u] = upto[u - 1];
+    bg->hidx = hidx;
+    bg->upto = upto;
+    bg->nhost = nhost;
+    bg->step = e->steps_done + 1;
+    bg->t0 = zt_now_ns();
+    host_job *hj = &bg->hj;
+    hj->e = e;
+    hj->args = *a;
+    pthread_mutex_init(&hj->mu, NULL);
+    pthread_cond_init(&hj->cv, NULL);
     /* offload_param: the host writes the parameter shard the copy stream last read from and
      * reads the gradient shard it last wrote */
     st = e->params_host ? e->ops->sync(e->k, err) : ZT_OK;
     if (st != ZT_OK)
-        goto free_hidx;
-    st = zt_ops_cpu()->ctx_create(&hj.k, 0, err);
+        goto free_bg;
+    st = zt_ops_cpu()->ctx_create(&hj->k, 0, err);
     if (st != ZT_OK) {
         st = zt_err_prefix(err, "host optimizer");
-        goto free_hidx;
+        goto free_bg;
     }
     if (e->nvme && (st = zt_engine_nvme_step_begin(e, err)) != ZT_OK) {
         st = zt_engine_nvme_step_end(e, st, err);
-        goto destroy_ctx;
+        goto free_bg;
     }
-    pthread_mutex_init(&hj.mu, NULL);
-    pthread_cond_init(&hj.cv, NULL);
-    pthread_t th;
-    bool threaded = pthread_create(&th, NULL, host_adamw_main, &hj) == 0;
-    int sent = 0;
-    zt_status back = ZT_OK; /* the first failure to send an updated segment back */
-    zt_err back_err = {0};
-    /* gradients down, one segment at a time (complete when copy_d2h returns); with
-     * offload_param they are in host memory already */
+    bg->threaded = pthread_create(&bg->th, NULL, host_adamw_main, hj) == 0;
+    /* not with a parameter swap: sending values back reads and writes it (engine thread only),
+     * and a failure there must end this step, not a later wait */
+    bool background =
+        bg->threaded && e->nvme && !e->pnvme && !zt_zero_gathers_after_step(e->zero);
+    /* gradients down, one segment at a time (complete when copy_d2h returns); in the
+     * background a failure of the host thread is left to the waits (bg_wait), which say so */
     for (int n = 0; n < nhost; n++) {
         const zt_optseg *s = &e->segs[hidx[n]];
-        if (!zt_engine_grads_host(e))
+        if (!zt_engine_grads_host(e)) /* with offload_param they are in host memory already */
             e->ops->copy_d2h(e->k, (char *)e->h_grad + s->side_off * zt_engine_gsize(e),
                              zt_engine_grad_loc(e, s->unit, s->j), s->len * zt_engine_gsize(e));
-        if (threaded)
-            sent = host_pipeline_advance(e, &hj, n + 1, false, sent, nhost, hidx, &back,
-                                         &back_err);
+        if (bg->threaded && st == ZT_OK) {
+            zt_status s2 = host_pipeline_advance(e, bg, n + 1, 0, background ? NULL : err);
+            if (!background)
+                st = s2;
+        }
     }
     /* the device part, queued behind the copies */
-    for (int i = 0; i < e->nsegs; i++)
-        if (!e->segs[i].host && back == ZT_OK)
-            back = adamw_segment(e, e->ops, e->k, &e->segs[i], a, &back_err);
-    if (threaded) {
-        sent = host_pipeline_advance(e, &hj, nhost, true, sent, nhost, hidx, &back, &back_err);
-        pthread_join(th, NULL);
+    for (int i = 0; i < e->nsegs && st == ZT_OK; i++)
+        if (!e->segs[i].host)
+            st = adamw_segment(e, e->ops, e->k, &e->segs[i], a, err);
+    if (background && st == ZT_OK) {
+        e->optim_bg = bg;
+        e->optim_wait = bg_wait;
+        return ZT_OK;
+    }
+    if (bg->threaded) {
+        if (st == ZT_OK)
+            st = host_pipeline_advance(e, bg, nhost, nhost, err);
     } else {
-        for (int n = 0; n < nhost; n++)
-            host_segment(&hj, n, hidx[n]);
-        for (; sent < nhost; sent++)
-            if (back == ZT_OK)
-                back = host_segment_back(e, &e->segs[hidx[sent]], &back_err);
+        for (int n = 0; n < nhost && st == ZT_OK; n++)
+            st = host_segment(hj, n, hidx[n], err);
+        if (e->nvme)
+            st = zt_engine_nvme_step_end(e, st, err);
+        for (; st == ZT_OK && bg->sent < nhost; bg->sent++)
+            st = host_segment_back(e, &e->segs[hidx[bg->sent]], err);
     }
-    pthread_cond_destroy(&hj.cv);
-    pthread_mutex_destroy(&hj.mu);
-    if (e->nvme) {
-        if (hj.st != ZT_OK && err)
-            *err = hj.err;
-        st = zt_engine_nvme_step_end(e, hj.st, err);
+free_bg:
+    if (bg->threaded) {
+        /* after a failure the thread may still wait for segments never marked ready */
+        pthread_mutex_lock(&hj->mu);
+        hj->ready = nhost;
+        pthread_cond_broadcast(&hj->cv);
+        pthread_mutex_unlock(&hj->mu);
+        bg_join(bg);
+        if (st == ZT_OK && (st = hj->st) != ZT_OK && err)
+            *err = hj->err;
     }
-    if (st == ZT_OK && back != ZT_OK) {
-        st = back;
-        if (err)
-            *err = back_err;
-    }
-destroy_ctx:
-    zt_ops_cpu()->ctx_destroy(hj.k);
-free_hidx:
-    zt_free(hidx);
+    bg_free(bg);
     return st;
 }
-
-

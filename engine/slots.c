@@ -103,7 +103,10 @@ static zt_pslot *pslot_victim(zt_engine *e, int u)
 /* The fp32 compute copy of unit u's parameters; stays valid until zt_engine_param_release. */
 zt_status zt_engine_param_acquire(zt_engine *e, int u, float **out, zt_err *err)
 {
-    zt_status st;
+    /* the optimizer step finishing in the background updates unit u first */
+    zt_status st = zt_engine_optim_ready(e, u, err);
+    if (st != ZT_OK)
+        return st;
     if (zt_engine_params_direct(e)) {
         *out = zt_engine_param_at(e, u, 0);
         return ZT_OK;
@@ -135,7 +138,8 @@ zt_status zt_engine_param_prefetch(zt_engine *e, int u, zt_err *err)
     zt_pslot *s = pslot_victim(e, u);
     if (!s || s->gathering)
         return ZT_OK;
-    return pslot_fill(e, s, u, err);
+    zt_status st = zt_engine_optim_ready(e, u, err); /* as in zt_engine_param_acquire */
+    return st == ZT_OK ? pslot_fill(e, s, u, err) : st;
 }
 
 void zt_engine_param_release(zt_engine *e, int u)
@@ -318,6 +322,7 @@ zt_status zt_engine_param_digest(zt_engine *e, uint32_t *crc, zt_err *err)
     if (!host)
         return zt_err_set(err, ZT_ERR_NOMEM, "out of memory");
     uint32_t c = 0;
+    st = zt_engine_optim_ready(e, -1, err);
     for (int u = 0; u < e->nu && st == ZT_OK; u++) {
         size_t bytes = e->lay.unit_numel[u] * zt_engine_psize(e);
         if (!zt_zero_params_sharded(e->zero)) {

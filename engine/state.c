@@ -38,6 +38,9 @@ static zt_status device_state(zt_engine *e, int u, size_t j, size_t gi, int sect
 static zt_status state_io(zt_engine *e, int u, size_t j, size_t len, int section, float *buf,
                           bool set, zt_err *err)
 {
+    zt_status st = zt_engine_optim_ready(e, -1, err); /* a step finishing in the background */
+    if (st != ZT_OK)
+        return st;
     size_t dev_n = zt_zero_device_elems(e->zero);
     while (len > 0) {
         size_t gi = zt_zero_region_offset(e->zero, u) + j;
@@ -45,7 +48,7 @@ static zt_status state_io(zt_engine *e, int u, size_t j, size_t len, int section
         if (gi < dev_n && gi + n > dev_n)
             n = dev_n - gi;
         if (gi >= dev_n && e->nvme) {
-            zt_status st = zt_engine_nvme_io(e, gi - dev_n, n, section, buf, set, err);
+            st = zt_engine_nvme_io(e, gi - dev_n, n, section, buf, set, err);
             if (st != ZT_OK)
                 return st;
         } else if (gi >= dev_n) {
@@ -126,6 +129,9 @@ static void note_nonfinite_params(zt_engine *e, int u, const float *vals)
  * (cast to the parameter dtype) and optimizer truth. */
 zt_status zt_engine_load_unit(zt_engine *e, int u, const float *vals, zt_err *err)
 {
+    zt_status ready = zt_engine_optim_ready(e, -1, err); /* a step finishing in the background */
+    if (ready != ZT_OK)
+        return ready;
     note_nonfinite_params(e, u, vals);
     zt_zero_span own = zt_zero_param_span(e->zero, u);
     size_t n_own = own.len;

@@ -406,6 +406,7 @@ zt_status zt_engine_step(zt_engine *e, zt_step_stats *out, zt_err *err)
     s.fwd_s = e->t_fwd;
     s.bwd_s = e->t_bwd;
     s.opt_s = e->t_opt;
+    s.opt_bg_s = e->t_opt_bg;
     s.comm_s = e->t_comm;
     s.comm_bytes = cs1.bytes_sent - cs0.bytes_sent;
     double tokens = denom;

@@ -98,16 +98,18 @@ static int pump(zt_aio *a)
     while (a->active && a->free_pieces) {
         zt_aio_req *r = a->active;
         zt_aio_piece *p = a->free_pieces;
+        /* once queued, p is the backend's (the thread pool links it into its own lists) */
+        zt_aio_piece *next = p->next;
         size_t n = r->len - r->queued;
         if (n > a->cfg.block_size) n = a->cfg.block_size;
         *p = (zt_aio_piece){.req = r,
                             .buf = (char *)r->buf + r->queued,
                             .len = n,
                             .off = r->off + r->queued,
-                            .next = p->next};
+                            .next = next};
         int rc = a->ops->queue(a, p);
         if (rc < 0) return rc;
-        a->free_pieces = p->next;
+        a->free_pieces = next;
         r->queued += n;
         r->inflight++;
         a->inflight++;

@@ -5,9 +5,12 @@ offloaded. Each side first runs in a memory cgroup (v1 or v2, where this process
 whose limit lies halfway between the two sides' `zctl plan` totals: the optimizer states do not
 fit it in host memory (that run is killed or fails) and do with NVMe. Then both run without a
 limit, interleaved, best of two: tokens/s, step and optimizer time, the host memory zctl plan
-gives each, the swap's read and write throughput during the optimizer step (12 bytes read and
+gives each, the swap's read and write throughput during the optimizer update (12 bytes read and
 12 written per offloaded element), and fio's O_DIRECT sequential read and write on the same
-directory. Usage: nvme_offload.py [--dir DIR] [--steps N]"""
+directory. With NVMe the update's host part finishes in the background, overlapping the next
+step's forward (its step lines' opt_bg_ms: from the update's start to its last write-back), and
+the bench checks the target: the NVMe step takes at most 1.1 x the larger of the host-memory
+step and that update. Usage: nvme_offload.py [--dir DIR] [--steps N]"""
 import argparse
 import json
 import os
@@ -114,12 +117,14 @@ def main():
             steps = zu.parse_step_lines(r.stdout)[3:]  # past the warm-up
             step_ms = min(float(s["step_ms"]) for s in steps)
             opt_ms = min(float(s["opt_ms"]) for s in steps)
+            bg = [float(s["opt_bg_ms"]) for s in steps if "opt_bg_ms" in s]
             tok = max(float(s["tok_s"]) for s in steps)
             p = zu.run_zctl(["plan", f"{tmp}/{j['name']}.json", "-o", "json"], cwd=tmp)
             plan = [x for x in json.loads(p.stdout)["rows"] if x["job"]][0]
             old = rows.get(device)
             if not old or step_ms < old["step_ms"]:
                 rows[device] = dict(step_ms=step_ms, opt_ms=opt_ms, tok=tok,
+                                    bg_ms=min(bg) if bg else None,
                                     host=plan["host_bytes"], disk=plan["disk_bytes"])
         elems = rows["nvme"]["disk"] / 12
         fio_w = fio(f"{tmp}/swap", "write", 512, 1024, 8)
@@ -135,16 +140,27 @@ def main():
               f"on NVMe {'trained' if fits['nvme'] == 0 else 'did not fit (exit %d)' % fits['nvme']}")
     else:
         print("no memory cgroup can be made here: both sides ran without a limit")
-    print(f"{'':22s}{'tokens/s':>10s}{'step ms':>9s}{'opt ms':>8s}{'host MiB':>10s}{'disk MiB':>10s}")
+    print(f"{'':22s}{'tokens/s':>10s}{'step ms':>9s}{'opt ms':>8s}{'bg ms':>8s}{'host MiB':>10s}"
+          f"{'disk MiB':>10s}")
     for d in ("cpu", "nvme"):
         x = rows[d]
-        print(f"{'offload to ' + d:22s}{x['tok']:10.0f}{x['step_ms']:9.1f}{x['opt_ms']:8.1f}"
+        bg = f"{x['bg_ms']:8.1f}" if x["bg_ms"] is not None else f"{'-':>8s}"
+        print(f"{'offload to ' + d:22s}{x['tok']:10.0f}{x['step_ms']:9.1f}{x['opt_ms']:8.1f}{bg}"
               f"{x['host'] / 2**20:10.1f}{x['disk'] / 2**20:10.1f}")
     moved = 12 * elems  # bytes read, and again written, per step
-    opt_s = rows["nvme"]["opt_ms"] / 1e3
-    print(f"NVMe optimizer step: {moved / 1e9:.3f} GB read and {moved / 1e9:.3f} GB written in "
+    nv = rows["nvme"]
+    # the whole update: in the background where it overlaps, else the step's own optimizer time
+    upd_ms = nv["bg_ms"] if nv["bg_ms"] is not None else nv["opt_ms"]
+    opt_s = upd_ms / 1e3
+    print(f"NVMe optimizer update: {moved / 1e9:.3f} GB read and {moved / 1e9:.3f} GB written in "
           f"{opt_s * 1e3:.1f} ms ({2 * moved / opt_s / 1e9:.2f} GB/s both ways together); "
           f"fio on the same directory: write {fio_w:.2f} GB/s, read {fio_r:.2f} GB/s")
+    bound = 1.1 * max(rows["cpu"]["step_ms"], upd_ms)
+    met = nv["step_ms"] <= bound
+    print(f"target, the optimizer's I/O overlaps compute: NVMe step {nv['step_ms']:.1f} ms <= 1.1 x "
+          f"max(host-memory step {rows['cpu']['step_ms']:.1f} ms, NVMe update {upd_ms:.1f} ms) = "
+          f"{bound:.1f} ms: {'met' if met else 'NOT met'}"
+          f"{'' if nv['bg_ms'] is not None else ' (the update did not run in the background)'}")
 
 
 if __name__ == "__main__":

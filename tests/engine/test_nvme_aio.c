@@ -1,9 +1,11 @@
 /* Tests engine/nvme/aio.c on both backends (io_uring where the kernel has it, and threads):
  * direct-I/O round trips of several concurrent transfers at block sizes and queue depths from
  * one page to a megabyte, more transfers than pieces, short files, a read-only file, a full
- * device (/dev/full) and bad configurations, each error naming the file and offset. */
+ * device (/dev/full) and bad configurations, each error naming the file and offset; and that a
+ * request fills the whole queue depth at once (the pieces in flight, from aio_int.h). */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "engine/nvme/aio.h"
+#include "engine/nvme/aio_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -155,6 +157,43 @@ static void bad_configs(void)
     zt_aio_close(NULL);
 }
 
+/* A request of queue_depth blocks has every piece in flight as soon as it is submitted, and
+ * again for the next request once the pieces came back: a backend that links a queued piece
+ * into its own lists (the thread pool) must not cut the free list short. */
+static void full_depth(const char *backend)
+{
+    enum { DEPTH = 4, BLOCK = 4096 };
+    zt_aio_config cfg = {.block_size = BLOCK,
+                         .queue_depth = DEPTH,
+                         .thread_count = 2,
+                         .overlap_events = true,
+                         .backend = backend};
+    zt_aio *a = NULL;
+    zt_err err = {0};
+    ASSERT_OK(zt_aio_open(&a, &cfg, &err));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/depth_%s", tmpdir, backend);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ASSERT_TRUE(fd >= 0);
+    uint8_t *buf = zt_aligned_alloc(4096, DEPTH * BLOCK);
+    fill(buf, DEPTH * BLOCK, 7);
+    for (int round = 0; round < 2; round++) {
+        zt_aio_req w = {.dir = ZT_AIO_WRITE,
+                        .fd = fd,
+                        .buf = buf,
+                        .len = DEPTH * BLOCK,
+                        .off = 0,
+                        .path = path};
+        ASSERT_OK(zt_aio_submit(a, &w, &err));
+        ASSERT_EQ_INT(a->inflight, DEPTH);
+        ASSERT_OK(zt_aio_wait(a, &w, &err));
+        ASSERT_EQ_INT(a->inflight, 0);
+    }
+    close(fd);
+    zt_free(buf);
+    zt_aio_close(a);
+}
+
 int main(void)
 {
     ASSERT_OK(tmpdir_create("zt-aio"));
@@ -176,7 +215,8 @@ int main(void)
         round_trip(be, 1 << 20, 4, true, false, 6, true);
         round_trip(be, 1 << 20, 2, false, false, 16, false);
         errors(be);
-        printf("%s: round trips and errors ok\n", be);
+        full_depth(be);
+        printf("%s: round trips, errors and full depth ok\n", be);
     }
     zt_aio_config dflt = {0};
     ASSERT_OK(zt_aio_open(&probe, &dflt, &err));
