@@ -1,6 +1,7 @@
 """zerotrain test utilities without PyTorch: llm.c file formats, job runs through the real
 zctl binary or as zworker ranks started directly, step-line parsing, comparisons, loopback
 ports, reaping processes, the GPU probe. Run with /usr/bin/python3."""
+import hashlib
 import json
 import math
 import os
@@ -128,6 +129,53 @@ def run_zctl(args, cwd=None, env=None, timeout=600):
 def write_job(path, job):
     with open(path, "w") as f:
         json.dump(job, f, indent=1)
+
+
+class OffloadCase:
+    """The small GPT-2 jobs the offload tests train in tmp (data in tmp/data, the model in
+    tmp/init.bin, checkpoints in tmp/ckpt/NAME), run through zctl run with the optimizer cut into
+    777-element pieces, and their outcome: losses by step and the exported model's SHA-256."""
+
+    def __init__(self, tmp, cfg):
+        self.tmp, self.cfg = tmp, cfg
+
+    def job(self, name, zero, prec="fp32", steps=6, every=0, ranks=2):
+        cfg, tmp = self.cfg, self.tmp
+        ds = {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 3,
+              "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+              "gradient_clipping": 0.5, "zero_optimization": zero,
+              "aio": {"block_size": 8192, "queue_depth": 4}}
+        if prec != "fp32":
+            ds[prec] = {"enabled": True}
+        train = {"steps": steps, "checkpoint_dir": f"{tmp}/ckpt/{name}"}
+        if every:
+            train["checkpoint_every"] = every
+        return {"name": name,
+                "model": {"arch": "gpt2", "n_layer": cfg["L"], "n_head": cfg["NH"],
+                          "n_embd": cfg["C"], "block_size": cfg["T"],
+                          "vocab_size": cfg["V"], "init": f"{tmp}/init.bin"},
+                "data": {"train": f"{tmp}/data/t_*.bin"}, "train": train,
+                "resources": {"ranks": ranks}, "deepspeed": ds}
+
+    def run(self, j, resume=None, env=None):
+        write_job(f"{self.tmp}/{j['name']}.json", j)
+        args = ["run", f"{self.tmp}/{j['name']}.json"] + (["--resume", resume] if resume else [])
+        e = {"OMP_NUM_THREADS": "1", "ZT_OFFLOAD_PIECE": "777"}
+        e.update(env or {})
+        return run_zctl(args, cwd=self.tmp, env=e)
+
+    def outcome(self, j, r):
+        """(losses by step, sha256 of the exported model), or None when the run failed"""
+        if r.returncode != 0:
+            return None
+        steps = {int(s["step"]): s["loss"] for s in parse_step_lines(r.stdout)}
+        out = f"{self.tmp}/{j['name']}.bin"
+        e = run_zctl(["ckpt", "export", f"{self.tmp}/ckpt/{j['name']}", "--format", "llmc",
+                      "-o", out])
+        if e.returncode != 0:
+            return None
+        with open(out, "rb") as f:
+            return steps, hashlib.sha256(f.read()).hexdigest()
 
 
 def rank_log(ckpt_dir, rank):

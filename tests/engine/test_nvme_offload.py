@@ -19,7 +19,6 @@ two CPU ranks through the real zctl run, with gradient accumulation (4 and 2 mic
    update starts). Then a disk too small at start
    (posix_fallocate), a filesystem without direct I/O, an nvme_path that does not exist.
 ZT_TEST_QUICK=1 runs fewer equality cases."""
-import hashlib
 import os
 import sys
 import tempfile
@@ -48,47 +47,16 @@ def main():
         zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, CFG["V"], 2000))
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=3))
 
+        case = zu.OffloadCase(tmp, CFG)
+        run, outcome = case.run, case.outcome
+
         def job(name, stage, nvme, prec="fp32", ratio=1.0, buffers=2, steps=6, every=0,
                 path=None, ranks=2):
             zero = {"stage": stage}
             if nvme:
                 zero["offload_optimizer"] = {"device": "nvme", "nvme_path": path or f"{tmp}/swap",
                                              "ratio": ratio, "buffer_count": buffers}
-            ds = {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 3,
-                  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-                  "gradient_clipping": 0.5, "zero_optimization": zero,
-                  "aio": {"block_size": 8192, "queue_depth": 4}}
-            if prec != "fp32":
-                ds[prec] = {"enabled": True}
-            train = {"steps": steps, "checkpoint_dir": f"{tmp}/ckpt/{name}"}
-            if every:
-                train["checkpoint_every"] = every
-            return {"name": name,
-                    "model": {"arch": "gpt2", "n_layer": CFG["L"], "n_head": CFG["NH"],
-                              "n_embd": CFG["C"], "block_size": CFG["T"],
-                              "vocab_size": CFG["V"], "init": f"{tmp}/init.bin"},
-                    "data": {"train": f"{tmp}/data/t_*.bin"}, "train": train,
-                    "resources": {"ranks": ranks}, "deepspeed": ds}
-
-        def run(j, resume=None, env=None):
-            zu.write_job(f"{tmp}/{j['name']}.json", j)
-            args = ["run", f"{tmp}/{j['name']}.json"] + (["--resume", resume] if resume else [])
-            e = {"OMP_NUM_THREADS": "1", "ZT_OFFLOAD_PIECE": "777"}
-            e.update(env or {})
-            return zu.run_zctl(args, cwd=tmp, env=e)
-
-        def outcome(j, r):
-            """(losses by step, sha256 of the exported model)"""
-            if r.returncode != 0:
-                return None
-            steps = {int(s["step"]): s["loss"] for s in zu.parse_step_lines(r.stdout)}
-            out = f"{tmp}/{j['name']}.bin"
-            e = zu.run_zctl(["ckpt", "export", f"{tmp}/ckpt/{j['name']}", "--format", "llmc",
-                             "-o", out])
-            if e.returncode != 0:
-                return None
-            with open(out, "rb") as f:
-                return steps, hashlib.sha256(f.read()).hexdigest()
+            return case.job(name, zero, prec, steps, every, ranks)
 
         base = {}
 

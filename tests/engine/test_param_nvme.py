@@ -14,7 +14,6 @@ CPU ranks through the real zctl run:
    LD_PRELOAD shim fault_fs.c); refused before training: a disk too small, an nvme_path that
    does not exist, a buffer_size below a unit's shard.
 ZT_TEST_QUICK=1 runs fewer equality cases."""
-import hashlib
 import json
 import os
 import sys
@@ -53,6 +52,9 @@ def main():
         zu.write_shard(f"{tmp}/data/t_000.bin", rng.integers(0, CFG["V"], 2000))
         zu.write_model(f"{tmp}/init.bin", CFG, zu.random_model(CFG, seed=6))
 
+        case = zu.OffloadCase(tmp, CFG)
+        run, outcome = case.run, case.outcome
+
         def job(name, param=None, opt=None, prec="fp32", steps=6, every=0, path=None,
                 prefetch=None):
             """param: None or (max_in_cpu, buffer_count[, buffer_size]); opt: None, "cpu" or
@@ -70,41 +72,7 @@ def main():
                     zero["offload_optimizer"]["nvme_path"] = f"{tmp}/swap"
             if prefetch is not None:
                 zero["stage3_prefetch_bucket_size"] = prefetch
-            ds = {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 3,
-                  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-                  "gradient_clipping": 0.5, "zero_optimization": zero,
-                  "aio": {"block_size": 8192, "queue_depth": 4}}
-            if prec != "fp32":
-                ds[prec] = {"enabled": True}
-            train = {"steps": steps, "checkpoint_dir": f"{tmp}/ckpt/{name}"}
-            if every:
-                train["checkpoint_every"] = every
-            return {"name": name,
-                    "model": {"arch": "gpt2", "n_layer": CFG["L"], "n_head": CFG["NH"],
-                              "n_embd": CFG["C"], "block_size": CFG["T"],
-                              "vocab_size": CFG["V"], "init": f"{tmp}/init.bin"},
-                    "data": {"train": f"{tmp}/data/t_*.bin"}, "train": train,
-                    "resources": {"ranks": RANKS}, "deepspeed": ds}
-
-        def run(j, resume=None, env=None):
-            zu.write_job(f"{tmp}/{j['name']}.json", j)
-            args = ["run", f"{tmp}/{j['name']}.json"] + (["--resume", resume] if resume else [])
-            e = {"OMP_NUM_THREADS": "1", "ZT_OFFLOAD_PIECE": "777"}
-            e.update(env or {})
-            return zu.run_zctl(args, cwd=tmp, env=e)
-
-        def outcome(j, r):
-            """(losses by step, sha256 of the exported model)"""
-            if r.returncode != 0:
-                return None
-            steps = {int(s["step"]): s["loss"] for s in zu.parse_step_lines(r.stdout)}
-            out = f"{tmp}/{j['name']}.bin"
-            e = zu.run_zctl(["ckpt", "export", f"{tmp}/ckpt/{j['name']}", "--format", "llmc",
-                             "-o", out])
-            if e.returncode != 0:
-                return None
-            with open(out, "rb") as f:
-                return steps, hashlib.sha256(f.read()).hexdigest()
+            return case.job(name, zero, prec, steps, every, RANKS)
 
         base = {}
 
