@@ -366,6 +366,8 @@ zt_status zt_engine_nvme_dir(const zt_engine *e, const char *nvme_path, const ch
                              char *out, size_t cap, zt_err *err);
 zt_status zt_engine_nvme_aio_open(const zt_engine *e, zt_aio **out, zt_err *err);
 bool zt_engine_nvme_hook_now(const zt_engine *e, zt_setting var);
+/* Test hook ZT_INJECT_SWAP_CORRUPT: flips the byte at offset 100 of the swap file at path, on disk. */
+void zt_engine_nvme_hook_flip(const char *path);
 
 /* ---- param_nvme.c: the stage-3 parameter shard in a swap file (offload_param "nvme") ---- */
 

@@ -308,6 +308,11 @@ static void test_hooks(const zt_engine *e, const zt_nvme *nv)
         }
     if (!zt_engine_nvme_hook_now(e, ZT_SET_INJECT_SWAP_CORRUPT) || e->pnvme) return;
     snprintf(path, sizeof(path), "%s/master.swp", nv->dir);
+    zt_engine_nvme_hook_flip(path);
+}
+
+void zt_engine_nvme_hook_flip(const char *path)
+{
     int fd = open(path, O_RDWR | O_CLOEXEC);
     unsigned char byte;
     if (fd >= 0 && pread(fd, &byte, 1, 100) == 1) {

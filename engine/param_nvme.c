@@ -355,14 +355,7 @@ zt_status zt_engine_pnvme_step_begin(zt_engine *e, zt_err *err)
     if (zt_engine_nvme_hook_now(e, ZT_SET_INJECT_SWAP_CORRUPT)) {
         zt_status st = flush_all(nv, err);
         if (st != ZT_OK) return st;
-        int fd = open(path, O_RDWR | O_CLOEXEC);
-        unsigned char byte;
-        if (fd >= 0 && pread(fd, &byte, 1, 100) == 1) {
-            byte ^= 0x5a;
-            if (pwrite(fd, &byte, 1, 100) == 1)
-                ZT_WARN("nvme", "test hook: flipped a byte of %s", path);
-        }
-        if (fd >= 0) close(fd);
+        zt_engine_nvme_hook_flip(path);
     }
     return zt_swap_check(nv->swap, err);
 }
