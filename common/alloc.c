@@ -2,11 +2,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "alloc.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "settings.h"
 
@@ -144,4 +146,33 @@ const char *zt_fmt_bytes(int64_t b, char *buf, size_t cap)
     else
         snprintf(buf, cap, "%.1f %s", v, u[i]);
     return buf;
+}
+
+double zt_parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0) || v > 1e30) return -1;
+    while (isspace((unsigned char)*end))
+        end++;
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},
+                 {"b", 1},
+                 {"k", 1e3},
+                 {"kb", 1e3},
+                 {"kib", 1024.0},
+                 {"m", 1e6},
+                 {"mb", 1e6},
+                 {"mib", 1048576.0},
+                 {"g", 1e9},
+                 {"gb", 1e9},
+                 {"gib", 1073741824.0},
+                 {"t", 1e12},
+                 {"tb", 1e12},
+                 {"tib", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcasecmp(end, units[i].suffix) == 0) return v * units[i].mult;
+    return -1;
 }

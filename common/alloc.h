@@ -18,6 +18,9 @@ char *zt_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void zt_free(void *p);
 /* "512 B", "1.2 GiB": b in binary units with one decimal; returns buf. */
 const char *zt_fmt_bytes(int64_t b, char *buf, size_t cap);
+/* "80GiB", "80GB", "80G", "512MiB", "1e9" -> bytes (decimal and binary units, case-insensitive);
+ * -1 when s is not a size. */
+double zt_parse_size(const char *s);
 
 /* Test hooks: after `n` more successful allocations, every allocation fails (n < 0 turns
  * failure injection off). Also read once from ZT_ALLOC_FAIL_AFTER. */

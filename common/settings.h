@@ -148,6 +148,8 @@ enum {
       "`zworker`: `1` takes over a `checkpoint_dir` that belongs to another job (its `owner.json` is rewritten for this one) instead of refusing to start") \
     X(MEMORY_LIMIT, "ZT_MEMORY_LIMIT", ZT_SETTING_SIZE, ZT_SETTING_USER, "", 1, INT64_MAX, NULL, NULL, NULL, \
       "engine, `zctl plan`: bytes that cap a rank's memory (CPU or GPU) when the planner picks an `\"auto\"` micro batch") \
+    X(HOST_MEMORY_LIMIT, "ZT_HOST_MEMORY_LIMIT", ZT_SETTING_SIZE, ZT_SETTING_USER, "", 1, INT64_MAX, NULL, NULL, NULL, \
+      "engine: the host memory one rank may use, in bytes or a size (`1235MiB`, `2GB`); a rank whose plan needs more of it (as `zctl plan` counts host memory: on the CPU the whole rank) stops at start-up with exit code 4") \
     X(PEAK_TFLOPS, "ZT_PEAK_TFLOPS", ZT_SETTING_REAL, ZT_SETTING_USER, "", 0, 1000000, NULL, NULL, NULL, \
       "engine: the device's peak TFLOP/s; when set, the step line carries `mfu=`") \
     X(OP_TIMES, "ZT_OP_TIMES", ZT_SETTING_BOOL, ZT_SETTING_USER, "0", 0, 0, NULL, "kernels", "0 or 1; op times stay off", \

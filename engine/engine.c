@@ -150,6 +150,46 @@ void zt_engine_log_comm_failure(const zt_engine *e)
     }
 }
 
+/* ZT_HOST_MEMORY_LIMIT: a rank whose plan (zt_engine_plan) needs more host memory than the
+ * budget stops here, before it allocates. Host memory is counted as `zctl plan` counts it: on
+ * the CPU the whole rank (total_bytes), on cuda the host buffers and the start-up transient's
+ * excess over the snapshot. */
+static zt_status check_host_budget(const zt_job *job, int world, zt_err *err)
+{
+    const char *v = zt_setting_raw(ZT_SET_HOST_MEMORY_LIMIT);
+    if (!v) return ZT_OK;
+    double limit = zt_parse_size(v);
+    if (!(limit >= 1) || limit > 9.2e18)
+        return zt_err_set(
+            err, ZT_ERR_CONFIG,
+            "ZT_HOST_MEMORY_LIMIT=\"%s\" is not a size; give bytes or a size such as 1235MiB or 2GB, or unset it for no budget",
+            v);
+    zt_mem_plan p;
+    zt_status st = zt_engine_plan(job, world, &p, err);
+    if (st != ZT_OK) return st;
+    bool cpu = job->resources.device != ZT_DEVICE_CUDA;
+    int64_t extra = cpu ? 0 : p.init_bytes - p.bytes[ZT_MEM_CKPT];
+    int64_t need = cpu ? p.total_bytes : p.host_total + (extra > 0 ? extra : 0);
+    if ((double)need <= limit) return ZT_OK;
+    char parts[512] = "", b[32];
+    size_t n = 0;
+    for (int c = 0; c < ZT_MEM_CATEGORY_COUNT; c++) {
+        int64_t x = cpu ? p.bytes[c] : p.host_bytes[c];
+        if (x > 0 && n < sizeof(parts))
+            n += (size_t)snprintf(parts + n, sizeof(parts) - n, "%s%s %s", n ? ", " : "",
+                                  zt_mem_category_name((zt_mem_category)c),
+                                  zt_fmt_bytes(x, b, sizeof(b)));
+    }
+    int64_t rest = cpu ? p.total_bytes - p.device_total - p.host_total : extra;
+    if (rest > 0 && n < sizeof(parts))
+        snprintf(parts + n, sizeof(parts) - n, "%sruntime and start-up %s", n ? ", " : "",
+                 zt_fmt_bytes(rest, b, sizeof(b)));
+    return zt_err_set(
+        err, ZT_ERR_NOMEM,
+        "this rank's plan needs %.1f MiB of host memory but ZT_HOST_MEMORY_LIMIT allows %.1f MiB (%s); put the optimizer states on disk (zero_optimization.offload_optimizer.device \"nvme\"), use a higher ZeRO stage or more ranks, a smaller micro batch, or raise ZT_HOST_MEMORY_LIMIT (zctl plan JOB --host-memory SIZE shows what fits)",
+        (double)need / 1048576.0, limit / 1048576.0, parts);
+}
+
 zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_opts *opts,
                            zt_err *err)
 {
@@ -185,6 +225,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_job *job, const zt_engine_o
                         job->ds.world_size, e->world);
         goto destroy_engine;
     }
+    ZT_CHECK(check_host_budget(job, e->world, err), destroy_engine);
     const zt_offload_cfg *oo = &job->ds.zero.offload_optimizer;
     if (job->resources.device == ZT_DEVICE_CUDA && job->ds.zero.offload_param.enabled &&
         !(oo->enabled && oo->ratio == 1.0)) {

@@ -1,16 +1,19 @@
-"""tests/bench/nvme_offload: training with the optimizer on NVMe (offload_optimizer.device
-"nvme") next to the same job with the optimizer in host memory (device "cpu"), in the same run on
-the same machine: one CPU rank at stage 1, GPT-2 L8 C512 T256 (25.5M parameters), the whole shard
-offloaded. Each side first runs in a memory cgroup (v1 or v2, where this process may create one)
-whose limit lies halfway between the two sides' `zctl plan` totals: the optimizer states do not
-fit it in host memory (that run is killed or fails) and do with NVMe. Then both run without a
-limit, interleaved, best of two: tokens/s, step and optimizer time, the host memory zctl plan
-gives each, the swap's read and write throughput during the optimizer update (12 bytes read and
-12 written per offloaded element), and fio's O_DIRECT sequential read and write on the same
-directory. With NVMe the update's host part finishes in the background, overlapping the next
-step's forward (its step lines' opt_bg_ms: from the update's start to its last write-back), and
-the bench checks the target: the NVMe step takes at most 1.1 x the larger of the host-memory
-step and that update. Usage: nvme_offload.py [--dir DIR] [--steps N]"""
+"""tests/bench/nvme_offload: training with the optimizer on NVMe (offload_optimizer.device "nvme")
+next to the same job with the optimizer in host memory (device "cpu"), in the same run on the same
+machine: one CPU rank at stage 1, GPT-2 L8 C512 T256 (25.5M parameters), the whole shard offloaded.
+Each side first runs under a limit halfway between the two sides' `zctl plan` totals: a memory
+cgroup (v1 or v2) where this process may create one, else the engine's host-memory budget
+(ZT_HOST_MEMORY_LIMIT, which stops a rank whose plan exceeds it before step 1). The optimizer
+states do not fit it in host memory (that run is killed or fails) and do with NVMe. Then both run
+without a limit, interleaved, best of two: tokens/s, step and optimizer time, the host memory zctl
+plan gives each, the swap's read and write throughput during the optimizer update (12 bytes read
+and 12 written per offloaded element), and fio's O_DIRECT sequential read and write on the same
+directory. With NVMe the update's host part finishes in the background, overlapping the next step's
+forward (its step lines' opt_bg_ms: from the update's start to its last write-back), and the bench
+checks the target: the NVMe step takes at most 1.1 x the larger of the host-memory step and that
+update.
+Usage: nvme_offload.py [--dir DIR] [--steps N] [--no-cgroup] [--limit-only] (--no-cgroup takes
+the engine's budget even where a cgroup can be made; --limit-only stops after the limited runs)"""
 import argparse
 import json
 import os
@@ -73,6 +76,10 @@ def main():
     ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: "
                     "a temporary directory under $TMPDIR or /var/tmp)")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--no-cgroup", action="store_true",
+                    help="limit both sides with the engine's budget, not a cgroup")
+    ap.add_argument("--limit-only", action="store_true",
+                    help="stop after the runs under the limit")
     args = ap.parse_args()
     os.environ["ZT_BIN"] = os.path.abspath(os.environ.get("ZT_BIN", "build/bin"))
     if not shutil.which("fio"):
@@ -93,21 +100,28 @@ def main():
             p = zu.run_zctl(["plan", f"{tmp}/{j['name']}.json", "-o", "json"], cwd=tmp)
             plans[device] = [x for x in json.loads(p.stdout)["rows"] if x["job"]][0]["total_bytes"]
         limit = (plans["cpu"] + plans["nvme"]) // 2
-        fits = {}
-        cg = make_cgroup(limit)
+        fits, why = {}, {}
+        cg = None if args.no_cgroup else make_cgroup(limit)
+        limited_by = "a memory cgroup" if cg else "the engine's budget ZT_HOST_MEMORY_LIMIT"
+        for device in ("cpu", "nvme"):
+            j = job(tmp, f"limited_{device}", device, 3)
+            zu.write_job(f"{tmp}/{j['name']}.json", j)
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            if not cg:
+                env["ZT_HOST_MEMORY_LIMIT"] = str(limit)
+            r = subprocess.run([zu.zt_bin("zctl"), "run", f"{tmp}/{j['name']}.json"], cwd=tmp,
+                               env=env, capture_output=True, text=True, timeout=1200,
+                               preexec_fn=(lambda: open(os.path.join(cg, "cgroup.procs"),
+                                                        "w").write(str(os.getpid())))
+                               if cg else None)
+            fits[device] = r.returncode
+            lines = [x for x in r.stderr.splitlines() if "ZT_HOST_MEMORY_LIMIT" in x]
+            why[device] = lines[-1].strip() if lines else ""
         if cg:
-            for device in ("cpu", "nvme"):
-                j = job(tmp, f"limited_{device}", device, 3)
-                zu.write_job(f"{tmp}/{j['name']}.json", j)
-                r = subprocess.run([zu.zt_bin("zctl"), "run", f"{tmp}/{j['name']}.json"], cwd=tmp,
-                                   env=dict(os.environ, OMP_NUM_THREADS="1"),
-                                   capture_output=True, text=True, timeout=1200,
-                                   preexec_fn=lambda: open(os.path.join(cg, "cgroup.procs"),
-                                                           "w").write(str(os.getpid())))
-                fits[device] = r.returncode
             os.rmdir(cg)
         rows = {}
-        for device in ("cpu", "nvme", "cpu", "nvme"):  # interleaved, best of two each
+        # interleaved, best of two each
+        for device in () if args.limit_only else ("cpu", "nvme", "cpu", "nvme"):
             j = job(tmp, f"{device}_{len(rows)}", device, args.steps)
             zu.write_job(f"{tmp}/{j['name']}.json", j)
             r = zu.run_zctl(["run", f"{tmp}/{j['name']}.json"], cwd=tmp,
@@ -126,20 +140,26 @@ def main():
                 rows[device] = dict(step_ms=step_ms, opt_ms=opt_ms, tok=tok,
                                     bg_ms=min(bg) if bg else None,
                                     host=plan["host_bytes"], disk=plan["disk_bytes"])
-        elems = rows["nvme"]["disk"] / 12
-        fio_w = fio(f"{tmp}/swap", "write", 512, 1024, 8)
-        fio_r = fio(f"{tmp}/swap", "read", 512, 1024, 8)
+        if not args.limit_only:
+            elems = rows["nvme"]["disk"] / 12
+            fio_w = fio(f"{tmp}/swap", "write", 512, 1024, 8)
+            fio_r = fio(f"{tmp}/swap", "read", 512, 1024, 8)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    shard = "" if args.limit_only else f" ({elems / 1e6:.1f}M elements)"
     print(f"GPT-2 L{CFG['L']} C{CFG['C']} T{CFG['T']}, batch 8, 1 CPU rank, stage 1, the whole "
-          f"optimizer shard offloaded ({elems / 1e6:.1f}M elements), directory {base}")
-    if fits:
-        print(f"in a memory cgroup of {limit / 2**20:.0f} MiB (halfway between the plans' "
-              f"{plans['cpu'] / 2**20:.0f} and {plans['nvme'] / 2**20:.0f} MiB): optimizer in host "
-              f"memory {'trained' if fits['cpu'] == 0 else 'did not fit (exit %d)' % fits['cpu']}, "
-              f"on NVMe {'trained' if fits['nvme'] == 0 else 'did not fit (exit %d)' % fits['nvme']}")
-    else:
-        print("no memory cgroup can be made here: both sides ran without a limit")
+          f"optimizer shard offloaded{shard}, directory {base}")
+    print(f"limit: {limited_by}"
+          f"{'' if cg or args.no_cgroup else ' (no memory cgroup can be made here)'}, "
+          f"{limit / 2**20:.0f} MiB (halfway between the plans' {plans['cpu'] / 2**20:.0f} and "
+          f"{plans['nvme'] / 2**20:.0f} MiB): optimizer in host memory "
+          f"{'trained' if fits['cpu'] == 0 else 'did not fit (exit %d)' % fits['cpu']}, "
+          f"on NVMe {'trained' if fits['nvme'] == 0 else 'did not fit (exit %d)' % fits['nvme']}")
+    for device in ("cpu", "nvme"):
+        if why[device]:
+            print(f"  {device}: {why[device]}")
+    if args.limit_only:
+        return
     print(f"{'':22s}{'tokens/s':>10s}{'step ms':>9s}{'opt ms':>8s}{'bg ms':>8s}{'host MiB':>10s}"
           f"{'disk MiB':>10s}")
     for d in ("cpu", "nvme"):

@@ -38,6 +38,9 @@ zt_add_script_test(NAME engine_ds_mechanisms COMMAND /usr/bin/python3 ${CMAKE_CU
 # NVMe optimizer offload: bit-identical to no offload, resumes across it, faults reported.
 zt_add_script_test(NAME engine_nvme_offload COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_nvme_offload.py
                    LABELS integration TIMEOUT 600)
+# The host-memory budget (ZT_HOST_MEMORY_LIMIT): refuses what does not fit, NVMe trains under it.
+zt_add_script_test(NAME engine_host_budget COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_host_budget.py
+                   LABELS integration TIMEOUT 300)
 # NVMe parameter offload at stage 3: bit-identical to no offload, resumes across it, faults.
 zt_add_script_test(NAME engine_param_nvme COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_param_nvme.py
                    LABELS integration TIMEOUT 900)
