@@ -471,7 +471,7 @@ int zt_cmd_plan(int argc, char **argv)
                mib(p.init_bytes), job->model.init_random ? "" : " and the init file",
                cpu ? "" : cuda_note);
         if (any_nvme)
-            printf("NVMe per step = the bytes each rank reads from and writes back to its swap files in one optimizer step (master weights and both moments of the host part, 4 bytes an element each); seconds = read/read speed + write/write speed, as reads and writes share the disk, before any overlap with compute.\n");
+            printf("NVMe per step = the bytes each rank reads from and writes back to its swap files in one training step (master weights and both moments of the host part, 4 bytes an element each; with offload_param on NVMe also the swapped parameters, read at most once by each micro-step's forward and backward and once by the update, written once); seconds = read/read speed + write/write speed, as reads and writes share the disk, before any overlap with compute.\n");
         if (speed_note[0])
             printf("%s\n", speed_note);
         if (any_limit) {
