@@ -16,6 +16,7 @@
 #include "common/jobfile.h"
 #include "engine/autobatch.h"
 #include "engine/engine.h"
+#include "kernels/ops.h"
 
 ZT_COMMAND(plan, zt_cmd_plan, "predict per-rank memory for each ZeRO stage and offload choice")
 
@@ -170,7 +171,7 @@ static void fmt_count(double n, char *out, size_t cap)
 /* A size option: bytes > 0, or an error naming the option (returns -1). */
 static int take_size(const char *opt, const char *v, double *out)
 {
-    *out = zt_plan_parse_size(v);
+    *out = zt_parse_size(v);
     if (*out <= 0) {
         zt_cli_error("plan: cannot read %s \"%s\" as a size above zero; write it like 80GiB, 24GB or 512MiB", opt, v);
         return -1;
@@ -307,7 +308,10 @@ int zt_cmd_plan(int argc, char **argv)
     if (local < 1)
         local = 1;
     const char *host_src = hostmem > 0 ? "--host-memory" : "MemAvailable";
-    double host_node = hostmem > 0 ? hostmem : (double)zt_plan_mem_available();
+    size_t avail = 0, total = 0; /* as the "auto" micro batch reads it */
+    double host_node = hostmem;
+    if (host_node <= 0)
+        host_node = zt_ops_cpu()->mem_info(NULL, &avail, &total) ? (double)avail : -1;
     const char *disk_src = diskmem > 0 ? "--disk" : speed_dir ? "free" : NULL;
     double disk_node = diskmem > 0 ? diskmem : speed_dir ? (double)zt_plan_disk_free(speed_dir) : 0;
     /* what flags a row (as given), and what bounds the largest model (with the defaults) */

@@ -17,11 +17,6 @@
 #include "common/settings.h"
 #include "engine/nvme/swap.h"
 
-double zt_plan_parse_size(const char *s)
-{
-    return zt_parse_size(s);
-}
-
 /* One speed: a positive size, optionally followed by "/s". */
 static double parse_speed(const char *s, size_t len)
 {
@@ -31,7 +26,7 @@ static double parse_speed(const char *s, size_t len)
     buf[len] = '\0';
     size_t n = strlen(buf);
     if (n > 2 && strcasecmp(buf + n - 2, "/s") == 0) buf[n - 2] = '\0';
-    double v = zt_plan_parse_size(buf);
+    double v = zt_parse_size(buf);
     return v > 0 ? v : -1;
 }
 
@@ -45,18 +40,6 @@ int zt_plan_parse_speeds(const char *s, double *read_bps, double *write_bps)
     *read_bps = r;
     *write_bps = w;
     return 0;
-}
-
-int64_t zt_plan_mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kib = -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
-    fclose(f);
-    return kib >= 0 ? (int64_t)kib * 1024 : -1;
 }
 
 int64_t zt_plan_disk_free(const char *dir)

@@ -13,15 +13,9 @@
 /* Bytes of the test file zt_plan_disk_measure writes twice and reads once. */
 #define ZT_PLAN_PROBE_BYTES ((uint64_t)256 << 20)
 
-/* "80GiB", "80GB", "80G", "512MiB", "1e9" -> bytes; -1 when s is not a size. */
-double zt_plan_parse_size(const char *s);
-
 /* "READ,WRITE" in bytes per second, each a size with an optional "/s" ("2.5GB/s,1.8GB/s",
  * "900MiB,700MiB"). 0 on success; -1 when s is not two positive speeds. */
 int zt_plan_parse_speeds(const char *s, double *read_bps, double *write_bps);
-
-/* MemAvailable of /proc/meminfo in bytes; -1 when it cannot be read. */
-int64_t zt_plan_mem_available(void);
 
 /* Bytes an unprivileged process may still write under dir (statvfs f_bavail); -1 when dir
  * cannot be examined. */
