@@ -360,10 +360,11 @@ zt_status zt_engine_nvme_seg_get(zt_engine *e, int k, float **master, float **m,
 zt_status zt_engine_nvme_seg_put(zt_engine *e, int k, zt_err *err);
 zt_status zt_engine_nvme_step_end(zt_engine *e, zt_status st, zt_err *err);
 /* What both swaps share: nvme_path/<job>[-<job id>]/rank_NNNNN<suffix>, this rank's swap
- * directory (ZT_ERR_CONFIG when too long); an I/O context from the job's "aio" block; whether
+ * directory (ZT_ERR_NOT_FOUND, naming block's nvme_path, when nvme_path is not a directory;
+ * ZT_ERR_CONFIG when the name is too long); an I/O context from the job's "aio" block; whether
  * test hook var ("rank:step") names this rank and the step about to update. */
-zt_status zt_engine_nvme_dir(const zt_engine *e, const char *nvme_path, const char *suffix,
-                             char *out, size_t cap, zt_err *err);
+zt_status zt_engine_nvme_dir(const zt_engine *e, const char *block, const char *nvme_path,
+                             const char *suffix, char *out, size_t cap, zt_err *err);
 zt_status zt_engine_nvme_aio_open(const zt_engine *e, zt_aio **out, zt_err *err);
 bool zt_engine_nvme_hook_now(const zt_engine *e, zt_setting var);
 /* Test hook ZT_INJECT_SWAP_CORRUPT: flips the byte at offset 100 of the swap file at path, on disk. */

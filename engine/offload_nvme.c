@@ -52,9 +52,15 @@ uint64_t zt_engine_nvme_disk_bytes(const zt_engine *e)
     return 3 * ((uint64_t)zt_zero_host_elems(e->zero) * 4 + (uint64_t)e->nsegs * ZT_SWAP_ALIGN);
 }
 
-zt_status zt_engine_nvme_dir(const zt_engine *e, const char *nvme_path, const char *suffix,
-                             char *out, size_t cap, zt_err *err)
+zt_status zt_engine_nvme_dir(const zt_engine *e, const char *block, const char *nvme_path,
+                             const char *suffix, char *out, size_t cap, zt_err *err)
 {
+    struct stat sb;
+    if (stat(nvme_path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return zt_err_set(
+            err, ZT_ERR_NOT_FOUND,
+            "%s.nvme_path %s is not a directory: create it on the disk meant for the swap (zerotrain creates only its own directories inside)",
+            block, nvme_path);
     const char *id = zt_setting_raw(ZT_SET_JOB_ID); /* a number, or not part of the name */
     if (id && strspn(id, "0123456789") != strlen(id)) id = NULL;
     int n = snprintf(out, cap, "%s/%s%s%s/rank_%05d%s", nvme_path, e->job.name, id && *id ? "-" : "",
@@ -144,16 +150,9 @@ zt_status zt_engine_nvme_open(zt_engine *e, zt_err *err)
     nv->bounce = (float *)base;
 
     if ((st = zt_engine_nvme_aio_open(e, &nv->aio, err)) != ZT_OK) goto free_lens;
-    if ((st = zt_engine_nvme_dir(e, off->nvme_path, "", nv->dir, sizeof(nv->dir), err)) != ZT_OK)
+    if ((st = zt_engine_nvme_dir(e, "offload_optimizer", off->nvme_path, "", nv->dir,
+                                 sizeof(nv->dir), err)) != ZT_OK)
         goto free_lens;
-    struct stat sb;
-    if (stat(off->nvme_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        st = zt_err_set(
-            err, ZT_ERR_NOT_FOUND,
-            "offload_optimizer.nvme_path %s is not a directory: create it on the disk meant for the swap (zerotrain creates only its own directories inside)",
-            off->nvme_path);
-        goto free_lens;
-    }
     zt_swap_layout lay = {.n_arrays = 3,
                           .names = {"master", "exp_avg", "exp_avg_sq"},
                           .elem_bytes = 4,

@@ -13,7 +13,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/alloc.h"
@@ -117,12 +116,6 @@ zt_status zt_engine_pnvme_open(zt_engine *e, zt_err *err)
             err, ZT_ERR_CONFIG,
             "offload_param.buffer_size %lld is smaller than this rank's largest unit shard (%zu elements): raise it to at least %zu",
             (long long)off->buffer_size, biggest, biggest);
-    struct stat sb;
-    if (stat(off->nvme_path, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return zt_err_set(
-            err, ZT_ERR_NOT_FOUND,
-            "offload_param.nvme_path %s is not a directory: create it on the disk meant for the swap (zerotrain creates only its own directories inside)",
-            off->nvme_path);
     int nseg = e->nu - first;
     zt_pnvme *nv = zt_calloc(1, sizeof(*nv));
     size_t *lens = zt_calloc((size_t)nseg, sizeof(*lens));
@@ -146,7 +139,8 @@ zt_status zt_engine_pnvme_open(zt_engine *e, zt_err *err)
         lens[k] = e->S[first + k];
     zt_status st = zt_engine_nvme_aio_open(e, &nv->aio, err);
     if (st != ZT_OK) goto free_lens;
-    st = zt_engine_nvme_dir(e, off->nvme_path, "_params", nv->dir, sizeof(nv->dir), err);
+    st = zt_engine_nvme_dir(e, "offload_param", off->nvme_path, "_params", nv->dir,
+                            sizeof(nv->dir), err);
     if (st != ZT_OK) goto free_lens;
     zt_swap_layout lay = {.n_arrays = 1,
                           .names = {"params"},
