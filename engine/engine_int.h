@@ -99,11 +99,9 @@ struct zt_engine {
     zt_optseg *segs;
     int nsegs;
     /* An optimizer step whose host part still runs in the background (offload.c; NVMe offload
-     * without a parameter all-gather after the step), NULL when none. optim_wait is set with it
-     * and cleared when it is done; see zt_engine_optim_ready (a pointer: state.c and slots.c,
-     * which wait, come before offload.c in the files' order). */
+     * without a parameter all-gather after the step), NULL when none; see
+     * zt_engine_optim_ready. */
     struct zt_optim_bg *optim_bg;
-    zt_status (*optim_wait)(zt_engine *e, int u, zt_err *err);
     double t_opt_bg; /* how long the last optimizer step finished in the background ran */
 
     /* one allocation per category and side (backend 0, host 1); the buffers are carved from them */
@@ -257,10 +255,7 @@ static inline bool zt_engine_grads_direct(const zt_engine *e)
  * included): what reads parameters or optimizer states between steps calls this first. Returns
  * the background step's failure, and keeps returning it. A no-op when no step runs in the
  * background. Engine thread only. */
-static inline zt_status zt_engine_optim_ready(zt_engine *e, int u, zt_err *err)
-{
-    return e->optim_wait ? e->optim_wait(e, u, err) : ZT_OK;
-}
+zt_status zt_engine_optim_ready(zt_engine *e, int u, zt_err *err);
 
 /* ---- plan.c: the buffer plan, its arenas and memory accounting ---- */
 

@@ -290,10 +290,9 @@ static void bg_join(zt_optim_bg *bg)
     bg->joined = true;
 }
 
-/* e->optim_wait while a step's host part runs in the background (see zt_engine_optim_ready). A
- * failure ends the background step: the thread is joined, and the error, which names the swap
- * file and offset, is kept for every later wait, so that no checkpoint is taken of a
- * half-updated state. */
+/* zt_engine_optim_ready while a step's host part runs in the background. A failure ends the
+ * background step: the thread is joined, and the error, which names the swap file and offset,
+ * is kept for every later wait, so that no checkpoint is taken of a half-updated state. */
 static zt_status bg_wait(zt_engine *e, int u, zt_err *err)
 {
     zt_optim_bg *bg = e->optim_bg;
@@ -322,9 +321,13 @@ static zt_status bg_wait(zt_engine *e, int u, zt_err *err)
         return ZT_OK;
     e->t_opt_bg = (double)(bg->hj.t_end - bg->t0) * 1e-9;
     e->optim_bg = NULL;
-    e->optim_wait = NULL;
     bg_free(bg);
     return e->ops->sync(e->k, err); /* the last values sent back have arrived */
+}
+
+zt_status zt_engine_optim_ready(zt_engine *e, int u, zt_err *err)
+{
+    return e->optim_bg ? bg_wait(e, u, err) : ZT_OK;
 }
 
 void zt_engine_optim_close(zt_engine *e)
@@ -334,7 +337,6 @@ void zt_engine_optim_close(zt_engine *e)
     bg_join(e->optim_bg);
     bg_free(e->optim_bg);
     e->optim_bg = NULL;
-    e->optim_wait = NULL;
 }
 
 /* The device part alone runs on the backend in segment order; with offload, see host_job. */
@@ -417,7 +419,6 @@ zt_status zt_engine_optim_apply(zt_engine *e, const zt_adamw_args *a, zt_err *er
             st = adamw_segment(e, e->ops, e->k, &e->segs[i], a, err);
     if (background && st == ZT_OK) {
         e->optim_bg = bg;
-        e->optim_wait = bg_wait;
         return ZT_OK;
     }
     if (bg->threaded) {
