@@ -27,7 +27,7 @@ mkdir -p .gpu/bin .gpu/tests .gpu/lib .gpu/debs
 for b in zctl zworker zt_sgemm_peak; do
   cp "$BUILD/bin/$b" .gpu/bin/ && strip .gpu/bin/$b
 done
-ldd .gpu/bin/zworker | grep -q libcudart ||
+grep -q libcudart <<<"$(ldd .gpu/bin/zworker)" ||
   { echo "gpu-pack: $BUILD was configured without the CUDA backend (ZT_CUDA=OFF?)" >&2; exit 1; }
 for t in zt_gpu_probe test_gpu_ops test_gpu_fault test_comm_nccl bench_kernels_gpu; do
   cp "$BUILD/tests/$t" .gpu/tests/ && strip .gpu/tests/$t

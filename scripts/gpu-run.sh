@@ -34,7 +34,7 @@ for deb in .gpu/debs/*.deb; do dpkg-deb -x "$deb" "$D/root" || dpkg -x "$deb" "$
 for f in "$D"/root/usr/lib/x86_64-linux-gnu/*.so.* "$D"/root/lib/x86_64-linux-gnu/*.so.*; do
   [ -e "$f" ] || continue
   b=$(basename "$f")
-  ldconfig -p | awk '{print $1}' | grep -qxF "$b" || ln -sf "$f" "$D/lib/$b"
+  grep -qxF "$b" <<<"$(ldconfig -p | awk '{print $1}')" || ln -sf "$f" "$D/lib/$b"
 done
 find_lib() {
   python3 - "$1" <<'EOF' 2>/dev/null || find / -xdev -name "$1" -not -path '/proc/*' 2>/dev/null | head -1

@@ -36,7 +36,7 @@ for p in "${pkgs[@]}"; do
   # node and npm from another source (e.g. a nodejs package that bundles npm) will do
   if [ "$p" = nodejs ] && command -v node >/dev/null; then continue; fi
   if [ "$p" = npm ] && command -v npm >/dev/null; then continue; fi
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if ! grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)"; then
     missing+=("$p")
   fi
 done

@@ -40,7 +40,7 @@ done
 
 # every variable in a table row of docs/env.md is one the code reads
 for name in $(grep -oE '^\| `ZT_[A-Z0-9_]+`' "$doc" | grep -oE 'ZT_[A-Z0-9_]+' | sort -u); do
-  if printf '%s\n' "$read_names" | grep -qx "$name"; then
+  if grep -qx "$name" <<<"$read_names"; then
     passed=$((passed + 1))
   else
     echo "FAIL: docs/env.md lists $name but no code in ${dirs[*]} reads it"

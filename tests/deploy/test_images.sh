@@ -83,8 +83,8 @@ inspect() { buildah inspect --type image "$1"; }
 config() { inspect "$1" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["Docker"]["config"].get(sys.argv[1])))' "$2"; }
 for img in "$coord_img" "$agent_img"; do
     [ "$(config "$img" User)" = '"10001:10001"' ] || fail "$img runs as $(config "$img" User), not 10001:10001"
-    config "$img" Healthcheck | grep -q '"Test"' || fail "$img has no HEALTHCHECK (built in OCI format?)"
-    config "$img" Labels | grep -q "\"org.opencontainers.image.version\": \"$version\"" || fail "$img lacks its version label"
+    grep -q '"Test"' <<<"$(config "$img" Healthcheck)" || fail "$img has no HEALTHCHECK (built in OCI format?)"
+    grep -q "\"org.opencontainers.image.version\": \"$version\"" <<<"$(config "$img" Labels)" || fail "$img lacks its version label"
 done
 [ "$(config "$coord_img" Entrypoint)" = '["/usr/local/bin/zcoord"]' ] || fail "zcoord's entrypoint is $(config "$coord_img" Entrypoint)"
 [ "$(config "$agent_img" Entrypoint)" = '["/usr/local/bin/zagent"]' ] || fail "zagent's entrypoint is $(config "$agent_img" Entrypoint)"
@@ -122,7 +122,7 @@ for c in "$coord_ctr" "$agent_ctr"; do
     fi
     # shellcheck disable=SC2016 # expanded in the container
     out=$(buildah run "$c" -- sh -c 'for b in /usr/local/bin/z*; do ldd "$b"; done')
-    ! echo "$out" | grep -q 'not found' || fail "a binary of $c misses libraries: $(echo "$out" | grep 'not found')"
+    ! grep -q 'not found' <<<"$out" || fail "a binary of $c misses libraries: $(echo "$out" | grep 'not found')"
 done
 
 phase "writing a corpus with zctl (agent image)"
@@ -193,7 +193,7 @@ tail -3 "$run/submit.log"
 grep -q 'COMPLETED' "$run/submit.log" || fail "zctl did not report COMPLETED"
 [ -f "$run/shared/ckpt/image-test/step_00000020/meta.json" ] || fail "no checkpoint of step 20 on the shared folder"
 state=$(in_coord -e ZT_COORDINATOR="$grpc" -e ZT_TOKEN_FILE=/run/zerotrain/tokens/user.token "$coord_ctr" -- zctl -o json job 1)
-echo "$state" | grep -q '"COMPLETED"' || fail "zctl job 1 says: $state"
+grep -q '"COMPLETED"' <<<"$state" || fail "zctl job 1 says: $state"
 
 phase "stopping zagent and zcoord"
 kill "$agent_pid"
