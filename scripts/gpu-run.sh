@@ -37,7 +37,7 @@ for f in "$D"/root/usr/lib/x86_64-linux-gnu/*.so.* "$D"/root/lib/x86_64-linux-gn
   grep -qxF "$b" <<<"$(ldconfig -p | awk '{print $1}')" || ln -sf "$f" "$D/lib/$b"
 done
 find_lib() {
-  python3 - "$1" <<'EOF' 2>/dev/null || find / -xdev -name "$1" -not -path '/proc/*' 2>/dev/null | head -1
+  python3 - "$1" <<'EOF' 2>/dev/null || find / -xdev -name "$1" -not -path '/proc/*' -print -quit 2>/dev/null
 import glob, os, site, sys
 for d in site.getsitepackages():
     for f in glob.glob(os.path.join(d, "nvidia", "**", sys.argv[1]), recursive=True):
