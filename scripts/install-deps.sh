@@ -16,6 +16,8 @@ pkgs=(
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libssl-dev
   # engine: NVMe offload through io_uring
   liburing-dev
+  # tests: the coordinator load generator's HTTP/2 client
+  libnghttp2-dev
   # tests: PyTorch reference (with OpenBLAS, never the reference BLAS), gRPC interop
   python3 python3-torch python3-numpy libopenblas0
   python3-grpcio python3-grpc-tools python3-protobuf

@@ -1,15 +1,20 @@
-/* Load benchmark of zcoord: N simulated agents (one gRPC channel, one TCP connection each)
- * heartbeat at a fixed rate from a C load generator (--threads pairs of a sender thread and a
- * receiver thread, so each reply is taken as it arrives, as by an agent of its own), while
- * submitters send jobs that the simulated agents then run to completion (so the heartbeat
+/* Load benchmark of zcoord: N simulated agents (one HTTP/2 connection each) heartbeat at a
+ * fixed rate from a C load generator (--threads shares of the agents, each on one thread that
+ * sends beats when due and takes each reply as it arrives, as an agent of its own would). The
+ * agents speak gRPC through nghttp2 (h2_unary.c), which costs the generator a fraction of the
+ * gRPC core client's CPU per call: zcoord and the generator share this machine's cores, and
+ * 1,000 real agents would run elsewhere. --grpc-agents sends the beats through the gRPC core
+ * client instead (the one zagent uses; a sender and a receiver thread per share).
+ * Meanwhile submitters send jobs that the simulated agents run to completion (so the heartbeat
  * path also carries worker reports and state changes). Prints heartbeats handled per second
  * with p50/p99 latency, acknowledged submissions per second (verified stored afterwards), and
  * next to them the rate of an empty unary call (Ping) measured in the same run: the gRPC C
  * core's own ceiling on this machine. --http-readers N adds N browsers' worth of HTTP readers
  * beside the agents, each holding the job-list event stream (/api/v1/stream) open, and
  * --scrapers M (1 by default with readers: one Prometheus) scrape /metrics once a second
- * each, so the heartbeat figures can be compared with and without them. --check exits 1
- * when the targets are missed (10,000 heartbeats/s with p99 under 20 ms; 100 submissions/s). */
+ * each, so the heartbeat figures can be compared with and without them. Exits 1 when a
+ * heartbeat fails or an acknowledged job is not stored; with --check also when the targets
+ * are missed (10,000 heartbeats/s with p99 under 20 ms; 100 submissions/s). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -31,12 +37,13 @@
 #include "common/timeutil.h"
 #include "proto/rpc.h"
 #include "proto/zerotrain.pb-c.h"
+#include "tests/bench/h2_unary.h"
 #include "tests/coordinator/zcoord_harness.h"
 
 typedef struct opts {
     int agents, rate_hz, seconds, submitters, threads, pollers, job_steps, http_readers, scrapers;
     double submit_rate;
-    bool check;
+    bool check, grpc_agents;
 } opts;
 
 /* ---- latency histogram: 1 us buckets up to 100 ms, then overflow ------------------------- */
@@ -99,7 +106,9 @@ typedef struct sim_worker {
 typedef struct agent {
     char name[32];
     int64_t inc;
-    zt_rpc_client *c;
+    char key[128];    /* the agent key RegisterAgent gave */
+    zt_rpc_client *c; /* --grpc-agents */
+    h2u_conn *h2;     /* otherwise */
     uint64_t next_due, sent_at;
     bool in_flight;
     sim_worker w[4];
@@ -107,15 +116,18 @@ typedef struct agent {
     struct loadgen *lg;
 } agent;
 
-/* One share of the agents: a sender thread starts each agent's beat when it is due, and a
- * receiver thread waits on the completion queue for the replies. A real agent waits for its
- * own reply; a thread that both sent and reaped would leave replies unread behind its sends
- * to hundreds of other agents and count that wait as the coordinator's latency. mu guards the
- * agents' state and the counters (held for a few microseconds, never across an RPC call). */
+/* One share of the agents. Through nghttp2 (the default) one thread sends each agent's beat
+ * when it is due and reads the replies as they arrive, between sends of a few microseconds.
+ * Through the gRPC core client (--grpc-agents) a sender thread starts the beats and a
+ * receiver thread waits on the completion queue: a thread that both sent and reaped there
+ * would leave replies unread behind hundreds of costlier sends and count that wait as the
+ * coordinator's latency. mu guards the agents' state and the counters (held for a few
+ * microseconds, never across an RPC call). */
 typedef struct loadgen {
     agent *agents;
     int first, count;
-    zt_rpc_cq *q;
+    zt_rpc_cq *q; /* --grpc-agents */
+    int epfd;     /* otherwise */
     hist h;
     uint64_t ok, errors, skipped, completed_workers;
     char last_error[256];
@@ -188,6 +200,12 @@ static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint
 }
 
 /* Called with a->lg->mu held; releases it around the call itself. */
+/* A reply through nghttp2: status is the grpc-status, or -1 (the connection failed). */
+static void on_beat_h2(void *arg, int status, const char *message, const uint8_t *reply, size_t len)
+{
+    on_beat(arg, status < 0 ? ZT_RPC_UNAVAILABLE : (zt_rpc_code)status, message, reply, len);
+}
+
 static void send_beat(agent *a)
 {
     loadgen *lg = a->lg;
@@ -219,13 +237,27 @@ static void send_beat(agent *a)
     q.incarnation = a->inc;
     q.n_workers = (size_t)a->nw;
     q.workers = wp;
+    uint8_t buf[2048];
+    size_t len = 0;
+    if (a->h2) {
+        len = protobuf_c_message_get_packed_size(&q.base);
+        if (len > sizeof(buf)) {
+            lg->errors++;
+            return;
+        }
+        protobuf_c_message_pack(&q.base, buf);
+    }
     a->in_flight = true;
     a->sent_at = zt_now_ns();
-    /* the reply may be reaped before zt_rpc_unary_async returns: on_beat takes mu */
+    /* the reply may be reaped before the call returns: on_beat takes mu */
     pthread_mutex_unlock(&lg->mu);
     zt_err err = {0};
-    zt_status st = zt_rpc_unary_async(a->c, lg->q, "/zt.v1.AgentControl/Heartbeat", &q.base, 10000,
-                                      on_beat, a, &err);
+    zt_status st =
+        a->h2 ? (h2u_call(a->h2, "/zt.v1.AgentControl/Heartbeat", buf, len, 10000, on_beat_h2, a)
+                     ? ZT_ERR_IO
+                     : ZT_OK)
+              : zt_rpc_unary_async(a->c, lg->q, "/zt.v1.AgentControl/Heartbeat", &q.base, 10000,
+                                   on_beat, a, &err);
     pthread_mutex_lock(&lg->mu);
     if (st != ZT_OK) {
         a->in_flight = false;
@@ -242,33 +274,63 @@ static void sleep_until_ns(uint64_t t)
     }
 }
 
-/* The sender: each agent's beat when it is due (at most 1 ms late: the thread wakes once a
- * millisecond at most). A beat still out when the next is due is skipped, as an agent waits. */
+/* Starts each agent's beat that is due and returns when the next one is. A beat still out
+ * when the next is due is skipped, as an agent waits. The senders wake once a millisecond at
+ * most, so a beat starts at most 1 ms late. */
+static uint64_t send_due(loadgen *lg, uint64_t now)
+{
+    uint64_t period = 1000000000ull / (uint64_t)O->rate_hz, next = now + period;
+    pthread_mutex_lock(&lg->mu);
+    for (int i = 0; i < lg->count; i++) {
+        agent *a = &lg->agents[lg->first + i];
+        if (a->next_due <= now) {
+            if (a->in_flight) {
+                if (now >= measure_from)
+                    lg->skipped++; /* the previous beat is not back yet: like an agent, wait */
+            } else {
+                send_beat(a);
+            }
+            a->next_due += period;
+            if (a->next_due < now) a->next_due = now + period;
+        }
+        if (a->next_due < next) next = a->next_due;
+    }
+    pthread_mutex_unlock(&lg->mu);
+    return next;
+}
+
 static void *loadgen_main(void *arg)
 {
     loadgen *lg = arg;
-    uint64_t period = 1000000000ull / (uint64_t)O->rate_hz;
     while (!atomic_load(&stop_load)) {
-        uint64_t now = zt_now_ns(), next = now + period;
-        pthread_mutex_lock(&lg->mu);
-        for (int i = 0; i < lg->count; i++) {
-            agent *a = &lg->agents[lg->first + i];
-            if (a->next_due <= now) {
-                if (a->in_flight) {
-                    if (now >= measure_from)
-                        lg->skipped++; /* the previous beat is not back yet: like an agent, wait */
-                } else {
-                    send_beat(a);
-                }
-                a->next_due += period;
-                if (a->next_due < now) a->next_due = now + period;
-            }
-            if (a->next_due < next) next = a->next_due;
-        }
-        pthread_mutex_unlock(&lg->mu);
+        uint64_t now = zt_now_ns(), next = send_due(lg, now);
         if (next < now + 1000000ull) next = now + 1000000ull;
         sleep_until_ns(next);
     }
+    return NULL;
+}
+
+/* Waits up to timeout_ms for replies on the share's connections and reads them. */
+static void h2_poll(loadgen *lg, int timeout_ms)
+{
+    struct epoll_event ev[256];
+    int n = epoll_wait(lg->epfd, ev, 256, timeout_ms);
+    for (int i = 0; i < n; i++)
+        h2u_on_event(ev[i].data.ptr, ev[i].events);
+}
+
+static bool any_in_flight(loadgen *lg);
+
+static void *loadgen_h2_main(void *arg)
+{
+    loadgen *lg = arg;
+    while (!atomic_load(&stop_load)) {
+        uint64_t now = zt_now_ns(), next = send_due(lg, now);
+        uint64_t wait = next > now ? next - now : 0;
+        h2_poll(lg, (int)((wait + 999999ull) / 1000000ull));
+    }
+    for (int k = 0; k < 200 && any_in_flight(lg); k++)
+        h2_poll(lg, 50);
     return NULL;
 }
 
@@ -566,7 +628,7 @@ static void usage(void)
         stderr,
         "usage: coordinator_load [--agents N] [--rate HZ] [--seconds S] [--submitters N]\n"
         "                        [--submit-rate PER_S] [--threads N] [--pollers N]\n"
-        "                        [--http-readers N] [--scrapers M] [--check]\n");
+        "                        [--http-readers N] [--scrapers M] [--grpc-agents] [--check]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -587,6 +649,10 @@ static int parse(int argc, char **argv, opts *o)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--check") == 0) {
             o->check = true;
+            continue;
+        }
+        if (strcmp(a, "--grpc-agents") == 0) {
+            o->grpc_agents = true;
             continue;
         }
         if (!v) {
@@ -646,9 +712,17 @@ int main(int argc, char **argv)
     }
     char pollers[16], hb_timeout[] = "60s";
     snprintf(pollers, sizeof(pollers), "%d", o.pollers);
-    const char *args[] = {"--pollers",   pollers, "--heartbeat-timeout",  hb_timeout,
-                          "--log-level", "warn",  "--metrics-max-points", "100",
-                          "--http",      o.http_readers ? "127.0.0.1:0" : "off", NULL};
+    const char *args[] = {"--pollers",
+                          pollers,
+                          "--heartbeat-timeout",
+                          hb_timeout,
+                          "--log-level",
+                          "warn",
+                          "--metrics-max-points",
+                          "100",
+                          "--http",
+                          o.http_readers ? "127.0.0.1:0" : "off",
+                          NULL};
     zt_zcoord_proc zc;
     zt_zcoord_start(&zc, args);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -695,12 +769,21 @@ int main(int argc, char **argv)
         a->inc = r->incarnation;
         /* every later agent call carries the agent key RegisterAgent gave */
         zt_rpc_client_destroy(a->c);
-        cfg.token = r->agent_key;
-        zt_status cst = zt_rpc_client_create(&a->c, &cfg, &err);
+        a->c = NULL;
+        bool key_fits = strlen(r->agent_key) < sizeof(a->key);
+        snprintf(a->key, sizeof(a->key), "%s", r->agent_key);
         zt_pb_free(r);
-        if (cst != ZT_OK) {
-            fprintf(stderr, "client %d: %s\n", i, zt_err_msg(&err));
+        if (!key_fits) {
+            fprintf(stderr, "register %s: the agent key is longer than %zu bytes\n", a->name,
+                    sizeof(a->key) - 1);
             return 1;
+        }
+        if (o.grpc_agents) {
+            cfg.token = a->key;
+            if (zt_rpc_client_create(&a->c, &cfg, &err) != ZT_OK) {
+                fprintf(stderr, "client %d: %s\n", i, zt_err_msg(&err));
+                return 1;
+            }
         }
     }
     printf("  registered %d agents (one connection each) in %.1f s\n", o.agents,
@@ -713,13 +796,22 @@ int main(int argc, char **argv)
         lg->agents = agents;
         lg->first = t * per;
         lg->count = t * per + per > o.agents ? o.agents - t * per : per;
-        lg->q = zt_rpc_cq_create();
+        lg->q = o.grpc_agents ? zt_rpc_cq_create() : NULL;
+        lg->epfd = o.grpc_agents ? -1 : epoll_create1(EPOLL_CLOEXEC);
         lg->job_steps = o.job_steps;
         hist_init(&lg->h);
         for (int i = 0; i < lg->count; i++) {
             agent *a = &agents[lg->first + i];
             a->lg = lg;
             a->next_due = start + period * (uint64_t)(lg->first + i) / (uint64_t)o.agents;
+            if (o.grpc_agents) continue;
+            char why[256];
+            a->h2 = lg->epfd >= 0 ? h2u_open(lg->epfd, zc.addr, a->key, why, sizeof(why)) : NULL;
+            if (!a->h2) {
+                fprintf(stderr, "agent %s: %s\n", a->name,
+                        lg->epfd >= 0 ? why : "epoll_create1 failed");
+                return 1;
+            }
         }
     }
     submitter *subs = zt_calloc((size_t)(o.submitters ? o.submitters : 1), sizeof(*subs));
@@ -731,10 +823,15 @@ int main(int argc, char **argv)
     if (getenv("ZT_BENCH_SLOW")) slow_origin = measure_from;
     for (int t = 0; t < o.threads; t++) {
         pthread_mutex_init(&lgs[t].mu, NULL);
-        pthread_create(&lgs[t].th, NULL, loadgen_main, &lgs[t]);
-        pthread_create(&lgs[t].rx_th, NULL, loadgen_rx_main, &lgs[t]);
+        if (o.grpc_agents) {
+            pthread_create(&lgs[t].th, NULL, loadgen_main, &lgs[t]);
+            pthread_create(&lgs[t].rx_th, NULL, loadgen_rx_main, &lgs[t]);
+        } else {
+            pthread_create(&lgs[t].th, NULL, loadgen_h2_main, &lgs[t]);
+        }
     }
-    http_reader *readers = zt_calloc((size_t)(o.http_readers ? o.http_readers : 1), sizeof(*readers));
+    http_reader *readers =
+        zt_calloc((size_t)(o.http_readers ? o.http_readers : 1), sizeof(*readers));
     int http_port = o.http_readers ? http_port_of(&zc) : 0;
     if (o.http_readers && !http_port) {
         fprintf(stderr, "coordinator_load: no HTTP port in zcoord's ready file\n");
@@ -759,8 +856,8 @@ int main(int argc, char **argv)
     double dt = (double)(zt_now_ns() - t0) * 1e-9;
     for (int s = 0; s < o.submitters; s++)
         pthread_join(subs[s].th, NULL);
-    for (int t = 0; t < o.threads; t++)
-        pthread_join(lgs[t].rx_th, NULL); /* it joins the sender */
+    for (int t = 0; t < o.threads; t++) /* the receiver joins its sender */
+        pthread_join(o.grpc_agents ? lgs[t].rx_th : lgs[t].th, NULL);
     uint64_t h_events = 0, h_scrapes = 0, h_errors = 0, h_scrape_ns = 0;
     for (int i = 0; i < o.http_readers; i++) {
         pthread_join(readers[i].stream_th, NULL);
@@ -875,10 +972,13 @@ int main(int argc, char **argv)
         zt_zcoord_dump_log(&zc);
     }
     zt_zcoord_cleanup(&zc);
-    for (int i = 0; i < o.agents; i++)
-        zt_rpc_client_destroy(agents[i].c);
+    for (int i = 0; i < o.agents; i++) {
+        if (agents[i].c) zt_rpc_client_destroy(agents[i].c);
+        h2u_close(agents[i].h2);
+    }
     for (int t = 0; t < o.threads; t++) {
-        zt_rpc_cq_destroy(lgs[t].q);
+        if (lgs[t].q) zt_rpc_cq_destroy(lgs[t].q);
+        if (lgs[t].epfd >= 0) close(lgs[t].epfd);
         zt_free(lgs[t].h.b);
         pthread_mutex_destroy(&lgs[t].mu);
     }
@@ -892,7 +992,7 @@ int main(int argc, char **argv)
     zt_free(all.b);
     zt_free(sh.b);
     zt_free(ph.b);
-    if (!stored_ok || rc != 0) return 1;
+    if (!stored_ok || rc != 0 || errors || !ok) return 1;
     if (o.check && full && !(hb_pass && sub_pass)) return 1;
     return 0;
 }
