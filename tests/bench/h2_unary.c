@@ -51,6 +51,23 @@ static void fail(h2u_conn *c, const char *why)
     snprintf(c->why, sizeof(c->why), "%s", why);
 }
 
+/* Appends n bytes to a growing buffer; false when out of memory. */
+static bool append(uint8_t **buf, size_t *len, size_t *cap, const uint8_t *p, size_t n)
+{
+    if (*len + n > *cap) {
+        size_t want = *cap ? *cap : 256;
+        while (want < *len + n)
+            want *= 2;
+        uint8_t *b = zt_realloc(*buf, want);
+        if (!b) return false;
+        *buf = b;
+        *cap = want;
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    return true;
+}
+
 /* ---- nghttp2 callbacks -------------------------------------------------------------------- */
 
 static ssize_t read_req(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
@@ -95,18 +112,8 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
     (void)flags;
     h2u_conn *c = user;
     if (id != c->stream) return 0;
-    if (c->body_len + len > c->body_cap) {
-        size_t cap = c->body_cap ? c->body_cap : 256;
-        while (cap < c->body_len + len)
-            cap *= 2;
-        uint8_t *b = zt_realloc(c->body, cap);
-        if (!b) return NGHTTP2_ERR_CALLBACK_FAILURE;
-        c->body = b;
-        c->body_cap = cap;
-    }
-    memcpy(c->body + c->body_len, data, len);
-    c->body_len += len;
-    return 0;
+    return append(&c->body, &c->body_len, &c->body_cap, data, len) ? 0
+                                                                   : NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
 static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
@@ -165,22 +172,6 @@ static void set_out_interest(h2u_conn *c, bool want)
     epoll_ctl(c->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-static bool out_append(h2u_conn *c, const uint8_t *p, size_t n)
-{
-    if (c->out_len + n > c->out_cap) {
-        size_t cap = c->out_cap ? c->out_cap : 1024;
-        while (cap < c->out_len + n)
-            cap *= 2;
-        uint8_t *b = zt_realloc(c->out, cap);
-        if (!b) return false;
-        c->out = b;
-        c->out_cap = cap;
-    }
-    memcpy(c->out + c->out_len, p, n);
-    c->out_len += n;
-    return true;
-}
-
 /* Hands everything nghttp2 wants to send to the socket; keeps what it does not take. */
 static void flush(h2u_conn *c)
 {
@@ -192,7 +183,7 @@ static void flush(h2u_conn *c)
             break;
         }
         if (n == 0) break;
-        if (!out_append(c, data, (size_t)n)) fail(c, "out of memory");
+        if (!append(&c->out, &c->out_len, &c->out_cap, data, (size_t)n)) fail(c, "out of memory");
     }
     size_t off = 0;
     while (!c->failed && off < c->out_len) {
