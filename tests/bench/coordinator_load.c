@@ -199,13 +199,13 @@ static void on_beat(void *arg, zt_rpc_code code, const char *message, const uint
     pthread_mutex_unlock(&lg->mu);
 }
 
-/* Called with a->lg->mu held; releases it around the call itself. */
 /* A reply through nghttp2: status is the grpc-status, or -1 (the connection failed). */
 static void on_beat_h2(void *arg, int status, const char *message, const uint8_t *reply, size_t len)
 {
     on_beat(arg, status < 0 ? ZT_RPC_UNAVAILABLE : (zt_rpc_code)status, message, reply, len);
 }
 
+/* Called with a->lg->mu held; releases it around the call itself. */
 static void send_beat(agent *a)
 {
     loadgen *lg = a->lg;
@@ -712,17 +712,9 @@ int main(int argc, char **argv)
     }
     char pollers[16], hb_timeout[] = "60s";
     snprintf(pollers, sizeof(pollers), "%d", o.pollers);
-    const char *args[] = {"--pollers",
-                          pollers,
-                          "--heartbeat-timeout",
-                          hb_timeout,
-                          "--log-level",
-                          "warn",
-                          "--metrics-max-points",
-                          "100",
-                          "--http",
-                          o.http_readers ? "127.0.0.1:0" : "off",
-                          NULL};
+    const char *args[] = {"--pollers",   pollers, "--heartbeat-timeout",  hb_timeout,
+                          "--log-level", "warn",  "--metrics-max-points", "100",
+                          "--http",      o.http_readers ? "127.0.0.1:0" : "off", NULL};
     zt_zcoord_proc zc;
     zt_zcoord_start(&zc, args);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -830,8 +822,7 @@ int main(int argc, char **argv)
             pthread_create(&lgs[t].th, NULL, loadgen_h2_main, &lgs[t]);
         }
     }
-    http_reader *readers =
-        zt_calloc((size_t)(o.http_readers ? o.http_readers : 1), sizeof(*readers));
+    http_reader *readers = zt_calloc((size_t)(o.http_readers ? o.http_readers : 1), sizeof(*readers));
     int http_port = o.http_readers ? http_port_of(&zc) : 0;
     if (o.http_readers && !http_port) {
         fprintf(stderr, "coordinator_load: no HTTP port in zcoord's ready file\n");
