@@ -331,6 +331,7 @@ int zt_cli_follow(zt_rpc_client *c, int64_t job_id, bool progress, bool quiet, d
                            j->pending_reason[0] ? j->pending_reason : j->reason);
                     last_step_printed = j->step;
                 }
+                fflush(stdout); /* a pipe (tee, a log file) sees each line as it happens */
                 if (progress && j->state == ZT__V1__JOB_STATE__JOB_STATE_RUNNING) {
                     double now = zt_now_s();
                     if (tty || (j->step != last_step_printed && now - last_progress_print >= 5.0)) {

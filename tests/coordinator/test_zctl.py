@@ -244,13 +244,21 @@ def main():
             follow = subprocess.Popen([os.path.join(T.BIN, "zctl"), "submit",
                                        os.path.join(jobdir, "gamma.json"), "--follow"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            g = n1.wait_desired(1, newer_than=att)
-            n1.heartbeat(n1.status(g, pb.WORKER_PHASE_TRAINING, 5))
-            # the rank exits once the follower has shown step 5 (a loaded machine may take a
-            # while to deliver it; the exit would overtake it)
             seen = []
             reader = threading.Thread(target=lambda: seen.extend(follow.stdout), daemon=True)
             reader.start()
+            g = n1.wait_desired(1, newer_than=att)
+            # the worker starts once the follower has shown the job scheduled (each line reaches
+            # the pipe as it is printed): a follower that attaches later shows the state it
+            # finds, and a loaded machine may attach it late
+            deadline = time.time() + 60
+            while not any("SCHEDULED" in line for line in seen) and time.time() < deadline:
+                n1.heartbeat()
+                time.sleep(0.1)
+            assert any("SCHEDULED" in line for line in seen), seen
+            n1.heartbeat(n1.status(g, pb.WORKER_PHASE_TRAINING, 5))
+            # the rank exits once the follower has shown step 5 (a loaded machine may take a
+            # while to deliver it; the exit would overtake it)
             deadline = time.time() + 60
             while not any("step 5/20" in line for line in seen) and time.time() < deadline:
                 n1.heartbeat(n1.status(g, pb.WORKER_PHASE_TRAINING, 5))
