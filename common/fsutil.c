@@ -29,6 +29,11 @@ static int fsync_parent(char *path, char *failed, size_t cap)
     return rc;
 }
 
+/* Another process may remove a parent between our mkdir of it and our mkdir of its child
+ * (ranks sharing a swap parent, the last one out removing it): start over, at most this
+ * many times. */
+#define MKDIRS_RETRIES 1000
+
 int zt_mkdirs(const char *path, bool durable, char *failed, size_t cap)
 {
     char tmp[PATH_MAX];
@@ -39,6 +44,7 @@ int zt_mkdirs(const char *path, bool durable, char *failed, size_t cap)
         return -1;
     }
     size_t len = strlen(tmp);
+    int retries = 0;
     for (size_t i = 1; i <= len; i++) {
         if (tmp[i] != '/' && tmp[i] != '\0') continue;
         char saved = tmp[i];
@@ -56,6 +62,12 @@ int zt_mkdirs(const char *path, bool durable, char *failed, size_t cap)
             }
         } else {
             rc = -1;
+        }
+        if (rc != 0 && errno == ENOENT && i > 1 && retries < MKDIRS_RETRIES) {
+            retries++; /* a parent vanished after we saw it: create the path again */
+            snprintf(tmp, sizeof(tmp), "%s", path);
+            i = 0;
+            continue;
         }
         if (rc != 0) {
             int e = errno;
