@@ -783,6 +783,8 @@ int main(int argc, char **argv)
     uint64_t start = zt_now_ns() + 100000000ull;
     uint64_t period = 1000000000ull / (uint64_t)o.rate_hz;
     int per = (o.agents + o.threads - 1) / o.threads;
+    const char *colon = strrchr(zc.addr, ':'); /* "127.0.0.1:PORT" */
+    int grpc_port = colon ? atoi(colon + 1) : 0;
     for (int t = 0; t < o.threads; t++) {
         loadgen *lg = &lgs[t];
         lg->agents = agents;
@@ -797,11 +799,13 @@ int main(int argc, char **argv)
             a->lg = lg;
             a->next_due = start + period * (uint64_t)(lg->first + i) / (uint64_t)o.agents;
             if (o.grpc_agents) continue;
-            char why[256];
-            a->h2 = lg->epfd >= 0 ? h2u_open(lg->epfd, zc.addr, a->key, why, sizeof(why)) : NULL;
+            char why[256] = "epoll_create1 failed";
+            int fd = lg->epfd >= 0 ? tcp_connect(grpc_port) : -1;
+            if (lg->epfd >= 0 && fd < 0)
+                snprintf(why, sizeof(why), "connect %s: %s", zc.addr, strerror(errno));
+            a->h2 = fd >= 0 ? h2u_open(lg->epfd, fd, zc.addr, a->key, why, sizeof(why)) : NULL;
             if (!a->h2) {
-                fprintf(stderr, "agent %s: %s\n", a->name,
-                        lg->epfd >= 0 ? why : "epoll_create1 failed");
+                fprintf(stderr, "agent %s: %s\n", a->name, why);
                 return 1;
             }
         }

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdbool.h>
@@ -205,37 +204,9 @@ static void flush(h2u_conn *c)
     if (!c->failed) set_out_interest(c, c->out_len > 0);
 }
 
-h2u_conn *h2u_open(int epfd, const char *hostport, const char *bearer, char *err, size_t cap)
+h2u_conn *h2u_open(int epfd, int fd, const char *authority, const char *bearer, char *err,
+                   size_t cap)
 {
-    char host[128], port[16];
-    const char *colon = strrchr(hostport, ':');
-    if (!colon || (size_t)(colon - hostport) >= sizeof(host) || strlen(colon + 1) >= sizeof(port)) {
-        snprintf(err, cap, "%s: not host:port", hostport);
-        return NULL;
-    }
-    const char *h = hostport;
-    size_t hl = (size_t)(colon - hostport);
-    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    snprintf(port, sizeof(port), "%s", colon + 1);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int rc = getaddrinfo(host, port, &hints, &ai);
-    if (rc != 0) {
-        snprintf(err, cap, "%s: %s", hostport, gai_strerror(rc));
-        return NULL;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        snprintf(err, cap, "connect %s: %s", hostport, strerror(errno));
-        if (fd >= 0) close(fd);
-        freeaddrinfo(ai);
-        return NULL;
-    }
-    freeaddrinfo(ai);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -250,12 +221,12 @@ h2u_conn *h2u_open(int epfd, const char *hostport, const char *bearer, char *err
     }
     c->fd = fd;
     c->epfd = epfd;
-    snprintf(c->authority, sizeof(c->authority), "%s", hostport);
+    snprintf(c->authority, sizeof(c->authority), "%s", authority);
     if (bearer && bearer[0]) snprintf(c->auth, sizeof(c->auth), "Bearer %s", bearer);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_close);
-    rc = nghttp2_session_client_new(&c->s, cb, c);
+    int rc = nghttp2_session_client_new(&c->s, cb, c);
     nghttp2_session_callbacks_del(cb);
     nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
     if (rc != 0 || nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, settings, 1) != 0) {
@@ -275,7 +246,7 @@ h2u_conn *h2u_open(int epfd, const char *hostport, const char *bearer, char *err
     }
     flush(c); /* the connection preface and our SETTINGS */
     if (c->failed) {
-        snprintf(err, cap, "%s: %s", hostport, c->why);
+        snprintf(err, cap, "%s: %s", authority, c->why);
         h2u_close(c);
         return NULL;
     }

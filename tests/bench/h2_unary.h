@@ -17,9 +17,11 @@ typedef struct h2u_conn h2u_conn;
 typedef void (*h2u_done_fn)(void *arg, int status, const char *message, const uint8_t *body,
                             size_t len);
 
-/* Connects to host:port (blocking, then non-blocking) and adds the socket to epfd with
- * data.ptr = the connection. bearer may be NULL. Returns NULL with why in err. */
-h2u_conn *h2u_open(int epfd, const char *hostport, const char *bearer, char *err, size_t cap);
+/* Takes fd, a connected TCP socket (closed on failure too), makes it non-blocking and adds it
+ * to epfd with data.ptr = the connection; authority ("host:port") names the server in each
+ * call. bearer may be NULL. Returns NULL with why in err. */
+h2u_conn *h2u_open(int epfd, int fd, const char *authority, const char *bearer, char *err,
+                   size_t cap);
 
 /* Starts a call of path with one request message (timeout_ms is sent as grpc-timeout). 0 on
  * success; -1 when a call is in flight or the connection has failed. */
